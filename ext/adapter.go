@@ -1,0 +1,139 @@
+package ext
+
+import "sync/atomic"
+
+// AdmitOutcome is the result of TransportAdapter.AdmitMessage.
+type AdmitOutcome uint8
+
+const (
+	// Admitted: the message is queued and counted as in flight.
+	Admitted AdmitOutcome = iota
+	// Draining: the node is draining. A transport with a return path answers
+	// with a ShuttingDown frame that echoes the request header.
+	Draining
+	// Disconnected: the node has stopped. Record a RouteFailed rejection and
+	// drop the frame.
+	Disconnected
+)
+
+// InboundMessage is an admitted request. It carries the in-flight guard
+// that keeps a drain open; call Done once the message has been handled.
+type InboundMessage struct {
+	Frame
+	Guard InFlightGuard
+}
+
+// Done releases the message's in-flight guard.
+func (m InboundMessage) Done() { m.Guard.Release() }
+
+// SendErrorHandler is told about a frame that a transport admitted but could
+// not write. The frame's slices are only valid during the call.
+type SendErrorHandler func(target InstanceID, f Frame, err error)
+
+// AdapterConfig sizes the inbound queues of a TransportAdapter.
+type AdapterConfig struct {
+	// MessageQueue bounds the request queue; a full queue makes readers wait,
+	// which pushes back on the senders through the socket. Default 65536.
+	MessageQueue int
+	// OtherQueue bounds each of the response, event and shutdown queues. Default 65536.
+	OtherQueue int
+}
+
+// TransportAdapter is what a node hands to each transport: the four inbound
+// streams (message, response, event, shutdown) and the admission step that
+// owns the in-flight count.
+type TransportAdapter struct {
+	state     *ShutdownState
+	messages  *Queue[InboundMessage]
+	responses *Queue[Frame]
+	events    *Queue[Frame]
+	shutdowns *Queue[Frame]
+	onErr     atomic.Pointer[SendErrorHandler]
+}
+
+// NewTransportAdapter makes an adapter that admits against state.
+func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdapter {
+	if cfg.MessageQueue <= 0 {
+		cfg.MessageQueue = 1 << 16
+	}
+	if cfg.OtherQueue <= 0 {
+		cfg.OtherQueue = 1 << 16
+	}
+	return &TransportAdapter{
+		state:     state,
+		messages:  NewQueue[InboundMessage](cfg.MessageQueue),
+		responses: NewQueue[Frame](cfg.OtherQueue),
+		events:    NewQueue[Frame](cfg.OtherQueue),
+		shutdowns: NewQueue[Frame](cfg.OtherQueue),
+	}
+}
+
+// State is the shutdown state the adapter admits against.
+func (a *TransportAdapter) State() *ShutdownState { return a.state }
+
+// AdmitMessage is the only way onto the message queue. It takes the
+// in-flight guard first and reads the drain flag second, and the queued
+// message carries the guard. A transport must not check IsDraining itself.
+func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
+	g, ok := a.state.TryAcquire()
+	if !ok {
+		return Draining
+	}
+	if err := a.messages.Push(InboundMessage{Frame: f, Guard: g}); err != nil {
+		g.Release()
+		return Disconnected
+	}
+	return Admitted
+}
+
+// RouteFrame puts a non-request frame on its stream: Response to responses,
+// Ack and Event to events, ShuttingDown to shutdowns. A Message frame is
+// admitted with AdmitMessage instead. It reports false when the stream is
+// closed (the node stopped) or the type is unknown.
+func (a *TransportAdapter) RouteFrame(f Frame) bool {
+	var q *Queue[Frame]
+	switch f.Type {
+	case Response:
+		q = a.responses
+	case Ack, Event:
+		q = a.events
+	case ShuttingDown:
+		q = a.shutdowns
+	case Message:
+		return a.AdmitMessage(f) == Admitted
+	default:
+		return false
+	}
+	return q.Push(f) == nil
+}
+
+// Messages is the stream of admitted requests.
+func (a *TransportAdapter) Messages() *Queue[InboundMessage] { return a.messages }
+
+// Responses is the stream of unary responses.
+func (a *TransportAdapter) Responses() *Queue[Frame] { return a.responses }
+
+// Events is the stream of acks and events.
+func (a *TransportAdapter) Events() *Queue[Frame] { return a.events }
+
+// Shutdowns is the stream of ShuttingDown echoes.
+func (a *TransportAdapter) Shutdowns() *Queue[Frame] { return a.shutdowns }
+
+// SetSendErrorHandler installs the callback for frames that failed after admission.
+func (a *TransportAdapter) SetSendErrorHandler(h SendErrorHandler) { a.onErr.Store(&h) }
+
+// ReportSendError tells the node that an admitted frame was not written.
+func (a *TransportAdapter) ReportSendError(target InstanceID, f Frame, err error) {
+	if h := a.onErr.Load(); h != nil && *h != nil {
+		(*h)(target, f, err)
+	}
+}
+
+// Close closes the four streams. Requests still queued are dropped and their
+// guards released, so they cannot hold a later drain open.
+func (a *TransportAdapter) Close() {
+	a.messages.Close(func(m InboundMessage) { m.Done() })
+	a.responses.Close(nil)
+	a.events.Close(nil)
+	a.shutdowns.Close(nil)
+}

@@ -1,0 +1,85 @@
+package ext
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MessageType is the kind of a messenger frame. It picks the inbound stream
+// that the TransportAdapter routes the frame to.
+type MessageType uint8
+
+// The message types. The values are the frame_type byte on the wire.
+const (
+	// Message is a request to a handler: it goes through admission.
+	Message MessageType = iota
+	// Response carries a unary reply.
+	Response
+	// Ack carries a sync handler's ack or nack.
+	Ack
+	// Event carries an event notification.
+	Event
+	// ShuttingDown echoes the header of a request refused during a drain.
+	ShuttingDown
+
+	numMessageTypes
+)
+
+// NumMessageTypes is the number of defined message types, for tables indexed by type.
+const NumMessageTypes = int(numMessageTypes)
+
+// Valid reports whether t is a defined message type.
+func (t MessageType) Valid() bool { return t < numMessageTypes }
+
+// String names the type as the metrics label does.
+func (t MessageType) String() string {
+	switch t {
+	case Message:
+		return "message"
+	case Response:
+		return "response"
+	case Ack:
+		return "ack"
+	case Event:
+		return "event"
+	case ShuttingDown:
+		return "shutting_down"
+	}
+	return fmt.Sprintf("unknown(%d)", uint8(t))
+}
+
+// Frame is one messenger frame: a type, a header and a payload.
+//
+// Ownership: once a Frame is passed to a transport's Send, the transport owns
+// Header and Payload until the frame is written or failed; the caller must
+// not change them. Inbound frames may share memory with other frames of the
+// same read and must not be written to.
+type Frame struct {
+	Type    MessageType
+	Header  []byte
+	Payload []byte
+}
+
+// Len is the number of logical bytes (header plus payload).
+func (f Frame) Len() int { return len(f.Header) + len(f.Payload) }
+
+// Errors that transports return. Check them with errors.Is.
+var (
+	ErrPeerNotRegistered = errors.New("velo: peer not registered")
+	ErrTransportClosed   = errors.New("velo: transport closed")
+	ErrConnectionClosed  = errors.New("velo: connection closed before the frame was written")
+	ErrLaneOutOfRange    = errors.New("velo: lane out of range")
+	ErrFrameTooLarge     = errors.New("velo: frame too large")
+)
+
+// FrameTooLargeError says which size was refused. It matches ErrFrameTooLarge.
+type FrameTooLargeError struct {
+	Size, Max int
+}
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("velo: frame of %d bytes exceeds the maximum of %d", e.Size, e.Max)
+}
+
+// Is makes errors.Is(err, ErrFrameTooLarge) true.
+func (e *FrameTooLargeError) Is(target error) bool { return target == ErrFrameTooLarge }

@@ -1,0 +1,169 @@
+package ext
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// ErrQueueClosed is returned by a Queue that was closed.
+var ErrQueueClosed = errors.New("velo: queue closed")
+
+// Queue is a bounded multi-producer queue of inbound items. It is a mutex
+// and a slice rather than a channel so a consumer can take everything queued
+// in one step (one lock per batch, not one channel operation per item).
+type Queue[T any] struct {
+	mu       sync.Mutex
+	items    []T
+	capacity int
+	closed   bool
+	notEmpty chan struct{} // made by a waiting consumer, closed by a producer
+	notFull  chan struct{} // made by a waiting producer, closed by a consumer
+}
+
+// NewQueue makes a queue that holds at most capacity items (at least 1).
+func NewQueue[T any](capacity int) *Queue[T] {
+	if capacity < 1 {
+		capacity = 1
+	}
+	return &Queue[T]{capacity: capacity}
+}
+
+// Push adds v, waiting while the queue is full. It fails only when the queue
+// is closed; then v was not added.
+func (q *Queue[T]) Push(v T) error {
+	q.mu.Lock()
+	for len(q.items) >= q.capacity && !q.closed {
+		if q.notFull == nil {
+			q.notFull = make(chan struct{})
+		}
+		ch := q.notFull
+		q.mu.Unlock()
+		<-ch
+		q.mu.Lock()
+	}
+	if q.closed {
+		q.mu.Unlock()
+		return ErrQueueClosed
+	}
+	q.items = append(q.items, v)
+	q.wakeConsumerLocked()
+	q.mu.Unlock()
+	return nil
+}
+
+func (q *Queue[T]) wakeConsumerLocked() {
+	if q.notEmpty != nil {
+		close(q.notEmpty)
+		q.notEmpty = nil
+	}
+}
+
+// PopAll waits until at least one item is queued, then moves every queued
+// item onto dst and returns it. Pass the previous batch back as dst[:0] to
+// reuse its memory. It returns ErrQueueClosed once the queue is closed and
+// empty, or ctx's error.
+func (q *Queue[T]) PopAll(ctx context.Context, dst []T) ([]T, error) {
+	q.mu.Lock()
+	for len(q.items) == 0 {
+		if q.closed {
+			q.mu.Unlock()
+			return dst, ErrQueueClosed
+		}
+		if q.notEmpty == nil {
+			q.notEmpty = make(chan struct{})
+		}
+		ch := q.notEmpty
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return dst, ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	// Swap rather than copy: the consumer's spare slice becomes the queue's.
+	out := q.items
+	if len(dst) == 0 {
+		q.items = dst[:0]
+		dst = out
+	} else {
+		dst = append(dst, out...)
+		clear(out)
+		q.items = out[:0]
+	}
+	if q.notFull != nil {
+		close(q.notFull)
+		q.notFull = nil
+	}
+	q.mu.Unlock()
+	return dst, nil
+}
+
+// Pop waits for one item.
+func (q *Queue[T]) Pop(ctx context.Context) (T, error) {
+	q.mu.Lock()
+	for len(q.items) == 0 {
+		var zero T
+		if q.closed {
+			q.mu.Unlock()
+			return zero, ErrQueueClosed
+		}
+		if q.notEmpty == nil {
+			q.notEmpty = make(chan struct{})
+		}
+		ch := q.notEmpty
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	v := q.items[0]
+	var zero T
+	q.items[0] = zero
+	q.items = q.items[1:]
+	if len(q.items) == 0 {
+		q.items = q.items[:0:0]
+	}
+	if q.notFull != nil {
+		close(q.notFull)
+		q.notFull = nil
+	}
+	q.mu.Unlock()
+	return v, nil
+}
+
+// Len is the number of queued items (for tests and reports).
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+// Close refuses later pushes, wakes every waiter and hands each item still
+// queued to drop (which may be nil), so no guard is left holding a drain open.
+// Items already taken by consumers are theirs.
+func (q *Queue[T]) Close(drop func(T)) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	left := q.items
+	q.items = nil
+	q.wakeConsumerLocked()
+	if q.notFull != nil {
+		close(q.notFull)
+		q.notFull = nil
+	}
+	q.mu.Unlock()
+	if drop != nil {
+		for _, v := range left {
+			drop(v)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package ext
+
+import "context"
+
+// Transport moves messenger frames between instances. The node starts it
+// with a TransportAdapter, registers peers on it and sends through it.
+//
+// Contract (see docs/transports.md):
+//   - Send does not wait for the wire. It returns once the frame reached the
+//     send channel of its target (Admitted), or with a Pending admission that
+//     resolves in order. A failure after that point goes to the adapter's
+//     ReportSendError.
+//   - Order holds per lane. Send uses lane 0; a lane never borrows another
+//     lane's connection.
+//   - Every inbound Message frame goes through adapter.AdmitMessage; other
+//     types through adapter.RouteFrame.
+//   - Unregister drops what the transport keeps for a peer and closes its
+//     connections; it is cheap and idempotent and may be called for a peer
+//     that was never registered.
+type Transport interface {
+	// Key names the transport in a WorkerAddress.
+	Key() TransportKey
+	// Priority orders transports when several reach a peer; higher wins.
+	Priority() int
+	// Start binds the transport to the adapter and returns its address entry.
+	Start(ctx context.Context, adapter *TransportAdapter) ([]byte, error)
+	// Register learns a peer's endpoint from its address.
+	Register(peer PeerInfo) error
+	// Unregister forgets a peer and closes its connections.
+	Unregister(id InstanceID)
+	// Send sends on lane 0.
+	Send(target InstanceID, f Frame) (SendOutcome, error)
+	// SendOnLane sends on lane, 0 <= lane < Lanes(target).
+	SendOnLane(target InstanceID, lane int, f Frame) (SendOutcome, error)
+	// Lanes is the number of ordered channels the transport keeps to target.
+	Lanes(target InstanceID) int
+	// MaxMessageSize is the largest header plus payload the transport sends.
+	MaxMessageSize() int
+	// CheckHealth reports whether target is reachable.
+	CheckHealth(ctx context.Context, target InstanceID) error
+	// SetObservability gives the transport the handle to record into.
+	SetObservability(obs Observability)
+	// Shutdown stops the transport. It is called at most once and may block.
+	Shutdown()
+	// Closed is closed once what the transport admitted is on the wire (or
+	// failed) and its listeners are closed.
+	Closed() <-chan struct{}
+}
+
+// FrameTransport carries the frames of one stream outside the messenger
+// (per-stream transports). Implemented by later work.
+type FrameTransport interface {
+	Key() TransportKey
+	// Bind opens a receiving endpoint and returns its address.
+	Bind(ctx context.Context) (endpoint []byte, frames <-chan []byte, err error)
+	// Connect opens a sender to an endpoint.
+	Connect(ctx context.Context, endpoint []byte) (FrameSender, error)
+	Shutdown()
+}
+
+// FrameSender sends stream frames in order.
+type FrameSender interface {
+	Send(ctx context.Context, frame []byte) error
+	Close() error
+}
+
+// PeerDiscovery finds the PeerInfo of an instance or worker.
+type PeerDiscovery interface {
+	// Register publishes this node's PeerInfo.
+	Register(ctx context.Context, self PeerInfo) error
+	// Unregister withdraws it.
+	Unregister(ctx context.Context, id InstanceID) error
+	// DiscoverInstance looks up a peer by instance id.
+	DiscoverInstance(ctx context.Context, id InstanceID) (PeerInfo, error)
+	// DiscoverWorker looks up a peer by worker id.
+	DiscoverWorker(ctx context.Context, id WorkerID) (PeerInfo, error)
+}
+
+// ServiceDiscovery maps service names to the instances that serve them.
+type ServiceDiscovery interface {
+	RegisterService(ctx context.Context, service string, id InstanceID) error
+	UnregisterService(ctx context.Context, service string, id InstanceID) error
+	ListService(ctx context.Context, service string) ([]InstanceID, error)
+}

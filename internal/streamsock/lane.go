@@ -1,0 +1,360 @@
+package streamsock
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+)
+
+// outFrame is a frame on its way to the writer, with the time it was sent
+// (only read when metrics are on).
+type outFrame struct {
+	ext.Frame
+	stamp time.Duration
+}
+
+func units(f ext.Frame) int { return frame.PreambleLen + f.Len() }
+
+// segment is one write, or two for a large frame: a run of coalesced small
+// frames, or the preamble and header of one large frame with its payload
+// kept in place (never copied).
+type segment struct {
+	buf     []byte
+	payload []byte
+	frames  int
+}
+
+// stop modes of a lane.
+const (
+	running int32 = iota
+	tearingDown
+	aborted
+)
+
+// lane is one ordered connection to a peer: an admission gate in front of a
+// segment queue, one writer goroutine that dials and writes, and one echo
+// reader for drain echoes coming back on the same socket.
+type lane struct {
+	t    *Transport
+	peer *peer
+	idx  int
+	gate *ext.AdmissionGate[outFrame]
+
+	// Guarded by the gate's lock: Accept and the writer's take run under it.
+	segs   []segment
+	units  int
+	counts [ext.NumMessageTypes]int
+	stamps []time.Duration
+	free   [][]byte
+	idle   bool
+
+	wake     chan struct{} // capacity 1: at most one wake-up waits
+	stop     chan struct{}
+	stopOnce sync.Once
+	mode     atomic.Int32
+	deadline atomic.Int64 // unix nanos, set before stop closes on teardown
+
+	connMu sync.Mutex
+	conn   net.Conn
+}
+
+func newLane(t *Transport, p *peer, idx int) *lane {
+	l := &lane{t: t, peer: p, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
+	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
+	t.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// Accept puts an admitted frame on the queue. It runs under the gate's lock.
+func (l *lane) Accept(f outFrame) {
+	if f.Len() <= frame.CoalesceThreshold {
+		n := len(l.segs)
+		if n > 0 && l.segs[n-1].payload == nil && len(l.segs[n-1].buf) < maxBatchBytes {
+			s := &l.segs[n-1]
+			s.buf = frame.Append(s.buf, f.Frame)
+			s.frames++
+		} else {
+			l.segs = append(l.segs, segment{buf: frame.Append(l.takeFree(), f.Frame), frames: 1})
+		}
+	} else {
+		l.segs = append(l.segs, segment{buf: frame.AppendPrefix(l.takeFree(), f.Frame), payload: f.Payload, frames: 1})
+	}
+	l.units += units(f.Frame)
+	l.counts[f.Type]++
+	if f.stamp != 0 {
+		l.stamps = append(l.stamps, f.stamp)
+	}
+	if l.idle {
+		l.idle = false
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *lane) takeFree() []byte {
+	if n := len(l.free); n > 0 {
+		b := l.free[n-1]
+		l.free = l.free[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+// batch is what the writer took off the queue in one step.
+type batch struct {
+	segs   []segment
+	counts [ext.NumMessageTypes]int
+	stamps []time.Duration
+	spent  [][]byte // buffers written last round, returned on the next take
+}
+
+// take swaps the queue into b and returns spent buffers to the free list.
+// When the queue is empty it marks the writer idle.
+func (l *lane) take(b *batch) {
+	l.gate.Drain(func() int {
+		for _, buf := range b.spent {
+			if cap(buf) <= maxBatchBytes*2 && len(l.free) < 8 {
+				l.free = append(l.free, buf)
+			}
+		}
+		clear(b.spent)
+		b.spent = b.spent[:0]
+		clear(b.segs)
+		b.segs, l.segs = l.segs, b.segs[:0]
+		b.stamps, l.stamps = l.stamps, b.stamps[:0]
+		b.counts, l.counts = l.counts, [ext.NumMessageTypes]int{}
+		u := l.units
+		l.units = 0
+		l.idle = len(b.segs) == 0
+		return u
+	})
+}
+
+func (l *lane) run() {
+	defer l.t.wg.Done()
+	conn, err := l.dial()
+	if err != nil {
+		l.finish(nil, err)
+		return
+	}
+	var b batch
+	for {
+		l.take(&b)
+		if len(b.segs) == 0 {
+			if !l.waitForWork(&b) {
+				l.finish(conn, ext.ErrConnectionClosed)
+				return
+			}
+			if len(b.segs) == 0 {
+				continue
+			}
+		}
+		obs := l.t.obs()
+		if obs.Enabled() && len(b.stamps) > 0 {
+			now := monotonic()
+			for _, s := range b.stamps {
+				obs.EgressQueueWait(now - s)
+			}
+		}
+		if i, err := l.write(conn, b.segs, obs); err != nil {
+			l.report(b.segs[i:], err)
+			l.finish(conn, err)
+			return
+		}
+		for t, n := range b.counts {
+			if n > 0 {
+				obs.FramesWritten(ext.MessageType(t), n)
+			}
+		}
+		for _, s := range b.segs {
+			b.spent = append(b.spent, s.buf)
+		}
+	}
+}
+
+// waitForWork parks an idle writer until a send wakes it or the lane stops.
+// At teardown it takes what is still queued; it returns false when the
+// writer should stop.
+func (l *lane) waitForWork(b *batch) bool {
+	select {
+	case <-l.wake:
+		return true
+	case <-l.stop:
+		if l.mode.Load() != tearingDown {
+			return false
+		}
+		l.take(b)
+		return len(b.segs) > 0
+	}
+}
+
+// write writes each segment in order. It returns the index of the first
+// segment that failed. A small-frame segment is one write; a large frame is
+// two: preamble and header, then the payload in place.
+func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int, error) {
+	timing := obs.Enabled()
+	for i := range segs {
+		s := &segs[i]
+		var start time.Time
+		if timing {
+			start = time.Now()
+		}
+		if _, err := conn.Write(s.buf); err != nil {
+			return i, err
+		}
+		if s.payload != nil {
+			if timing {
+				obs.WriteDuration(time.Since(start))
+				start = time.Now()
+			}
+			if _, err := conn.Write(s.payload); err != nil {
+				return i, err
+			}
+		}
+		if timing {
+			obs.WriteDuration(time.Since(start))
+		}
+		if l.t.testWriteHook != nil {
+			l.t.testWriteHook(s)
+		}
+	}
+	return 0, nil
+}
+
+// dial connects, giving up when the lane is aborted or, at teardown, when
+// the grace runs out. Frames queue behind the dial meanwhile.
+func (l *lane) dial() (net.Conn, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			if l.mode.Load() == tearingDown {
+				timer := time.NewTimer(time.Until(time.Unix(0, l.deadline.Load())))
+				defer timer.Stop()
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+				}
+			}
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn, err := l.t.net.Dial(ctx, l.peer.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	l.connMu.Lock()
+	l.conn = conn
+	l.connMu.Unlock()
+	l.t.obs().ActiveConnections(1)
+	switch l.mode.Load() {
+	case aborted:
+		conn.Close()
+	case tearingDown:
+		conn.SetWriteDeadline(time.Unix(0, l.deadline.Load()))
+	}
+	l.t.wg.Add(1)
+	go l.readEchoes(conn)
+	return conn, nil
+}
+
+// readEchoes reads the only frames a listener sends back: ShuttingDown
+// echoes. When the socket ends while the lane still runs, the peer went
+// away, so the lane gives up its queued frames at once.
+func (l *lane) readEchoes(conn net.Conn) {
+	defer l.t.wg.Done()
+	r := frame.NewReader(conn, l.t.cfg.MaxFrameSize)
+	for {
+		f, err := r.Next()
+		if err != nil {
+			l.abort()
+			return
+		}
+		l.t.routeInbound(f, nil)
+	}
+}
+
+// abort stops the lane at once: queued frames fail, the socket closes.
+func (l *lane) abort() {
+	l.stopOnce.Do(func() {
+		l.mode.Store(aborted)
+		close(l.stop)
+		l.connMu.Lock()
+		if l.conn != nil {
+			l.conn.Close()
+		}
+		l.connMu.Unlock()
+	})
+}
+
+// teardown lets the writer write what is queued until deadline.
+func (l *lane) teardown(deadline time.Time) {
+	l.stopOnce.Do(func() {
+		l.deadline.Store(deadline.UnixNano())
+		l.mode.Store(tearingDown)
+		l.connMu.Lock()
+		if l.conn != nil {
+			l.conn.SetWriteDeadline(deadline)
+		}
+		l.connMu.Unlock()
+		close(l.stop)
+	})
+}
+
+// finish retires the lane: it leaves the peer (so the next send dials a new
+// connection), fails everything still queued, and closes the socket.
+func (l *lane) finish(conn net.Conn, err error) {
+	l.peer.lanes[l.idx].CompareAndSwap(l, nil)
+	l.gate.Fail(ext.ErrConnectionClosed, nil)
+	var b batch
+	l.take(&b)
+	l.report(b.segs, err)
+	if conn != nil {
+		l.abort()
+		conn.Close() // abort is a no-op after teardown, which keeps the socket open
+		l.t.obs().ActiveConnections(-1)
+	}
+}
+
+// report tells the node about each frame in segs that was admitted but not
+// written. It re-reads the frames from the segment bytes: this path is rare,
+// so the hot path keeps no per-frame bookkeeping for it.
+func (l *lane) report(segs []segment, cause error) {
+	obs := l.t.obs()
+	for _, s := range segs {
+		buf := s.buf
+		for len(buf) > 0 {
+			var f ext.Frame
+			var n int
+			if s.payload != nil {
+				p, _ := frame.ParsePreamble(buf, 1<<31-1)
+				f = ext.Frame{Type: p.Type, Header: buf[frame.PreambleLen:], Payload: s.payload}
+				n = len(buf)
+			} else {
+				f, n, _ = frame.Decode(buf, 1<<31-1)
+				if n == 0 {
+					break
+				}
+			}
+			obs.Rejection(ext.RejectSendFailed)
+			l.t.adapter.ReportSendError(l.peer.id, f, cause)
+			buf = buf[n:]
+		}
+	}
+}
+
+var epoch = time.Now()
+
+// monotonic is a cheap monotonic clock reading for egress stamps.
+func monotonic() time.Duration { return time.Since(epoch) }

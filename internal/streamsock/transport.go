@@ -1,0 +1,387 @@
+package streamsock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+)
+
+// peer is a registered peer: its endpoint and its lanes, each dialed on
+// first use.
+type peer struct {
+	id       ext.InstanceID
+	endpoint []byte
+	lanes    []atomic.Pointer[lane]
+	mu       sync.Mutex // serializes lane creation
+}
+
+// Transport is an ext.Transport over stream sockets.
+type Transport struct {
+	cfg Config
+	net Network
+
+	adapter *ext.TransportAdapter
+	obsv    atomic.Pointer[obsBox]
+
+	peersMu sync.Mutex
+	peers   atomic.Pointer[map[ext.InstanceID]*peer] // copied on write: sends never lock
+
+	ln       net.Listener
+	accepted sync.Map // net.Conn -> struct{}: listener-side sockets to close at shutdown
+
+	closing  atomic.Bool
+	shutOnce sync.Once
+	closedCh chan struct{}
+	wg       sync.WaitGroup // writers and readers of every connection
+	acceptWG sync.WaitGroup
+
+	// testWriteHook, when set by a test, sees every segment written.
+	testWriteHook func(*segment)
+}
+
+type obsBox struct{ ext.Observability }
+
+// New makes a transport over the given network.
+func New(n Network, cfg Config) (*Transport, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{})}
+	empty := map[ext.InstanceID]*peer{}
+	t.peers.Store(&empty)
+	t.obsv.Store(&obsBox{ext.NopObservability{}})
+	return t, nil
+}
+
+func (t *Transport) obs() ext.Observability { return t.obsv.Load().Observability }
+
+// Key names the transport in addresses.
+func (t *Transport) Key() ext.TransportKey { return t.cfg.Key }
+
+// Priority orders transports that reach the same peer.
+func (t *Transport) Priority() int { return t.cfg.Priority }
+
+// MaxMessageSize is the largest header plus payload sent or accepted.
+func (t *Transport) MaxMessageSize() int { return t.cfg.MaxFrameSize }
+
+// Lanes is the configured lane count; it is the same for every peer.
+func (t *Transport) Lanes(ext.InstanceID) int { return t.cfg.Lanes }
+
+// SetObservability installs the metrics handle.
+func (t *Transport) SetObservability(o ext.Observability) {
+	if o == nil {
+		o = ext.NopObservability{}
+	}
+	t.obsv.Store(&obsBox{o})
+}
+
+// Start listens and returns the endpoint peers dial.
+func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([]byte, error) {
+	if t.adapter != nil {
+		return nil, errors.New("streamsock: transport already started")
+	}
+	ln, endpoint, err := t.net.Listen(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen: %w", t.cfg.Key, err)
+	}
+	t.adapter, t.ln = adapter, ln
+	t.acceptWG.Add(1)
+	go t.acceptLoop()
+	return endpoint, nil
+}
+
+// Register learns a peer's endpoint. Registering again with a new endpoint
+// replaces the old connections.
+func (t *Transport) Register(p ext.PeerInfo) error {
+	ep, err := p.Address.Lookup(t.cfg.Key)
+	if err != nil {
+		return err
+	}
+	t.peersMu.Lock()
+	defer t.peersMu.Unlock()
+	old := *t.peers.Load()
+	if cur, ok := old[p.InstanceID]; ok {
+		if string(cur.endpoint) == string(ep) {
+			return nil
+		}
+		cur.abortAll()
+	} else {
+		t.obs().RegisteredPeers(1)
+	}
+	next := make(map[ext.InstanceID]*peer, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[p.InstanceID] = &peer{id: p.InstanceID, endpoint: append([]byte(nil), ep...), lanes: make([]atomic.Pointer[lane], t.cfg.Lanes)}
+	t.peers.Store(&next)
+	return nil
+}
+
+// Unregister forgets a peer and closes its connections; frames still queued
+// for it fail at once. It is cheap and idempotent.
+func (t *Transport) Unregister(id ext.InstanceID) {
+	if _, ok := (*t.peers.Load())[id]; !ok {
+		return
+	}
+	t.peersMu.Lock()
+	old := *t.peers.Load()
+	p, ok := old[id]
+	if ok {
+		next := make(map[ext.InstanceID]*peer, len(old))
+		for k, v := range old {
+			if k != id {
+				next[k] = v
+			}
+		}
+		t.peers.Store(&next)
+		t.obs().RegisteredPeers(-1)
+	}
+	t.peersMu.Unlock()
+	if ok {
+		p.abortAll()
+	}
+}
+
+func (p *peer) abortAll() {
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil {
+			l.abort()
+		}
+	}
+}
+
+// Send sends f on lane 0.
+func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
+	return t.SendOnLane(target, 0, f)
+}
+
+// SendOnLane puts f on the send channel of (target, lane). It never waits
+// for the wire; a full channel gives a Pending outcome.
+func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	if t.closing.Load() {
+		return ext.SendOutcome{}, ext.ErrTransportClosed
+	}
+	if err := frame.CheckSize(f, t.cfg.MaxFrameSize); err != nil {
+		t.obs().Rejection(ext.RejectTooLarge)
+		return ext.SendOutcome{}, err
+	}
+	if lane < 0 || lane >= t.cfg.Lanes {
+		return ext.SendOutcome{}, fmt.Errorf("%w: %d of %d", ext.ErrLaneOutOfRange, lane, t.cfg.Lanes)
+	}
+	obs := t.obs()
+	of := outFrame{Frame: f}
+	if obs.Enabled() {
+		of.stamp = monotonic()
+	}
+	// A lane that died between the lookup and the send refuses it; the
+	// retry dials a fresh one. Two tries cover that race.
+	for try := 0; ; try++ {
+		p, ok := (*t.peers.Load())[target]
+		if !ok {
+			obs.Rejection(ext.RejectUnknownPeer)
+			return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
+		}
+		l := t.laneFor(p, lane)
+		if l == nil {
+			return ext.SendOutcome{}, ext.ErrTransportClosed
+		}
+		out, err := l.gate.Send(of, units(f))
+		if err == nil {
+			obs.Frame(ext.Outbound, f.Type, ext.Accepted, f.Len())
+			return out, nil
+		}
+		if try == 1 || !errors.Is(err, ext.ErrConnectionClosed) {
+			obs.Frame(ext.Outbound, f.Type, ext.Rejected, f.Len())
+			return ext.SendOutcome{}, err
+		}
+	}
+}
+
+// laneFor returns the live lane idx of p, starting one when there is none.
+func (t *Transport) laneFor(p *peer, idx int) *lane {
+	if l := p.lanes[idx].Load(); l != nil {
+		return l
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.lanes[idx].Load(); l != nil {
+		return l
+	}
+	if t.closing.Load() {
+		return nil
+	}
+	l := newLane(t, p, idx)
+	p.lanes[idx].Store(l)
+	return l
+}
+
+// CheckHealth reports a peer healthy when any of its lanes has a live
+// connection; otherwise it dials the peer once to see that it answers.
+func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
+	p, ok := (*t.peers.Load())[target]
+	if !ok {
+		return fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
+	}
+	for i := range p.lanes {
+		if l := p.lanes[i].Load(); l != nil && l.mode.Load() == running {
+			l.connMu.Lock()
+			live := l.conn != nil
+			l.connMu.Unlock()
+			if live {
+				return nil
+			}
+		}
+	}
+	conn, err := t.net.Dial(ctx, p.endpoint)
+	if err != nil {
+		return fmt.Errorf("%s: peer %s unreachable: %w", t.cfg.Key, target, err)
+	}
+	return conn.Close()
+}
+
+// Shutdown tears the transport down. Writers keep writing the frames already
+// queued until the grace ends and fail the rest; the listener closes. Closed
+// reports when that is done.
+func (t *Transport) Shutdown() {
+	t.shutOnce.Do(func() {
+		t.closing.Store(true)
+		deadline := time.Now().Add(t.cfg.TeardownGrace)
+		t.peersMu.Lock()
+		peers := *t.peers.Load()
+		t.peersMu.Unlock()
+		for _, p := range peers {
+			// Take the lane lock so no lane starts after this walk.
+			p.mu.Lock()
+			for i := range p.lanes {
+				if l := p.lanes[i].Load(); l != nil {
+					l.teardown(deadline)
+				}
+			}
+			p.mu.Unlock()
+		}
+		if t.ln != nil {
+			t.ln.Close()
+		}
+		t.accepted.Range(func(k, _ any) bool {
+			k.(net.Conn).Close()
+			return true
+		})
+		go t.waitClosed(deadline.Add(500 * time.Millisecond))
+	})
+}
+
+func (t *Transport) waitClosed(limit time.Time) {
+	done := make(chan struct{})
+	go func() {
+		t.wg.Wait()
+		t.acceptWG.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(time.Until(limit))
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
+	close(t.closedCh)
+}
+
+// Closed is closed once the writers finished (or the grace plus half a
+// second passed) and the listener is closed.
+func (t *Transport) Closed() <-chan struct{} { return t.closedCh }
+
+// acceptLoop runs one reader per accepted connection.
+func (t *Transport) acceptLoop() {
+	defer t.acceptWG.Done()
+	for {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			if t.closing.Load() {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		t.accepted.Store(conn, struct{}{})
+		if t.closing.Load() {
+			conn.Close()
+		}
+		t.obs().ActiveConnections(1)
+		t.wg.Add(1)
+		go t.serve(conn)
+	}
+}
+
+// serve reads frames from one accepted connection until it ends. A bad
+// frame closes this connection only.
+func (t *Transport) serve(conn net.Conn) {
+	defer t.wg.Done()
+	defer func() {
+		conn.Close()
+		t.accepted.Delete(conn)
+		t.obs().ActiveConnections(-1)
+	}()
+	r := frame.NewReader(conn, t.cfg.MaxFrameSize)
+	for {
+		f, err := r.Next()
+		if err != nil {
+			t.noteReadError(err)
+			return
+		}
+		if !t.routeInbound(f, conn) {
+			return
+		}
+	}
+}
+
+func (t *Transport) noteReadError(err error) {
+	switch {
+	case errors.Is(err, ext.ErrFrameTooLarge):
+		t.obs().Rejection(ext.RejectTooLarge)
+	case errors.Is(err, frame.ErrMalformed):
+		t.obs().Rejection(ext.RejectMalformed)
+	}
+}
+
+// routeInbound hands one frame to the adapter. A request refused by the
+// drain is echoed back on conn as ShuttingDown. It returns false when the
+// connection should close.
+func (t *Transport) routeInbound(f ext.Frame, conn net.Conn) bool {
+	obs := t.obs()
+	if f.Type != ext.Message {
+		if t.adapter.RouteFrame(f) {
+			obs.Frame(ext.Inbound, f.Type, ext.Accepted, f.Len())
+		} else {
+			obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+			obs.Rejection(ext.RejectRouteFailed)
+		}
+		return true
+	}
+	switch t.adapter.AdmitMessage(f) {
+	case ext.Admitted:
+		obs.Frame(ext.Inbound, f.Type, ext.Accepted, f.Len())
+	case ext.Draining:
+		obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+		obs.Rejection(ext.RejectDraining)
+		if conn != nil {
+			echo := frame.Append(nil, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
+			if _, err := conn.Write(echo); err != nil {
+				return false
+			}
+		}
+	case ext.Disconnected:
+		obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+		obs.Rejection(ext.RejectRouteFailed)
+	}
+	return true
+}

@@ -1,0 +1,115 @@
+// Package tcp is the TCP messenger transport.
+//
+// Connections are one-directional and one per (peer, lane), dialed on the
+// first send. Small frames are coalesced into one write; frames over 64 KiB
+// are written in place. Socket buffers are sized on the listening socket
+// before it listens and on a dialing socket before it connects, so the
+// kernel never shrinks a window that is already open (see docs/transports.md).
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/streamsock"
+)
+
+// Key is the address key of the TCP transport.
+const Key ext.TransportKey = "tcp"
+
+// DefaultSocketBuffer is the SO_SNDBUF/SO_RCVBUF size set unless
+// WithKernelBuffers is given.
+const DefaultSocketBuffer = 2 << 20
+
+// Option configures the transport.
+type Option func(*options)
+
+type options struct {
+	listen    string
+	advertise string
+	buffers   int
+	cfg       streamsock.Config
+}
+
+// WithListenAddr sets the address to listen on (default "127.0.0.1:0").
+func WithListenAddr(addr string) Option { return func(o *options) { o.listen = addr } }
+
+// WithAdvertiseAddr sets the host:port peers dial, when it differs from the
+// listening address (for example when listening on 0.0.0.0).
+func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
+
+// WithLanes keeps up to n ordered connections to each peer (default 1).
+func WithLanes(n int) Option { return func(o *options) { o.cfg.Lanes = n } }
+
+// WithSocketBuffers sets SO_SNDBUF and SO_RCVBUF (default 2 MiB).
+func WithSocketBuffers(bytes int) Option { return func(o *options) { o.buffers = bytes } }
+
+// WithKernelBuffers sets no buffer size and leaves the kernel to autotune.
+// It suits one-way bulk traffic between hosts.
+func WithKernelBuffers() Option { return func(o *options) { o.buffers = -1 } }
+
+// WithTeardownGrace sets how long queued frames are still written after
+// Shutdown (default 1 s).
+func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
+
+// WithMaxFrameSize bounds header plus payload (default 16 MiB).
+func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
+
+// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
+func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
+
+// WithPriority sets the priority used to pick a peer's primary transport (default 100).
+func WithPriority(p int) Option { return func(o *options) { o.cfg.Priority = p } }
+
+// New builds a TCP transport. It listens when the node starts it.
+func New(opts ...Option) (*streamsock.Transport, error) {
+	o := options{listen: "127.0.0.1:0", buffers: DefaultSocketBuffer}
+	o.cfg.Key = Key
+	o.cfg.Priority = 100
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.buffers == 0 || o.buffers < -1 {
+		return nil, fmt.Errorf("tcp: socket buffer size must be positive, got %d", o.buffers)
+	}
+	return streamsock.New(&network{o: o}, o.cfg)
+}
+
+type network struct{ o options }
+
+func (n *network) control(_, _ string, c syscall.RawConn) error {
+	if n.o.buffers < 0 {
+		return nil
+	}
+	return streamsock.SetBuffers(c, n.o.buffers)
+}
+
+func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
+	lc := net.ListenConfig{Control: n.control}
+	ln, err := lc.Listen(ctx, "tcp", n.o.listen)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep := n.o.advertise
+	if ep == "" {
+		ep = ln.Addr().String()
+	}
+	return ln, []byte(ep), nil
+}
+
+func (n *network) Dial(ctx context.Context, endpoint []byte) (net.Conn, error) {
+	d := net.Dialer{Control: n.control}
+	conn, err := d.DialContext(ctx, "tcp", string(endpoint))
+	if err != nil {
+		return nil, err
+	}
+	// Go sets TCP_NODELAY by default; say it so a reader need not know.
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return conn, nil
+}

@@ -1,0 +1,42 @@
+package tcp_test
+
+import (
+	"net"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/transporttest"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func factory() transporttest.Factory {
+	return transporttest.Factory{
+		New: func(t testing.TB, o transporttest.Options) ext.Transport {
+			var opts []tcp.Option
+			if o.Lanes > 0 {
+				opts = append(opts, tcp.WithLanes(o.Lanes))
+			}
+			if o.ChannelBytes > 0 {
+				opts = append(opts, tcp.WithChannelBytes(o.ChannelBytes))
+			}
+			if o.TeardownGrace > 0 {
+				opts = append(opts, tcp.WithTeardownGrace(o.TeardownGrace))
+			}
+			if o.MaxFrameSize > 0 {
+				opts = append(opts, tcp.WithMaxFrameSize(o.MaxFrameSize))
+			}
+			tr, err := tcp.New(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr
+		},
+		DialRaw: func(ep []byte) (net.Conn, error) { return net.Dial("tcp", string(ep)) },
+	}
+}
+
+func TestConformance(t *testing.T) { transporttest.Run(t, factory()) }

@@ -1,0 +1,87 @@
+// Package uds is the Unix domain socket messenger transport. It shares the
+// codec, the coalescing writer and the lanes of the TCP transport; only
+// listening and dialing differ.
+package uds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/streamsock"
+)
+
+// Key is the address key of the UDS transport.
+const Key ext.TransportKey = "uds"
+
+// Option configures the transport.
+type Option func(*options)
+
+type options struct {
+	path string
+	cfg  streamsock.Config
+}
+
+// WithPath sets the socket path. By default a fresh path under the system
+// temp directory is used. An existing file at the path is removed first.
+func WithPath(p string) Option { return func(o *options) { o.path = p } }
+
+// WithLanes keeps up to n ordered connections to each peer (default 1).
+func WithLanes(n int) Option { return func(o *options) { o.cfg.Lanes = n } }
+
+// WithTeardownGrace sets how long queued frames are still written after
+// Shutdown (default 1 s).
+func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
+
+// WithMaxFrameSize bounds header plus payload (default 16 MiB).
+func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
+
+// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
+func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
+
+// WithPriority sets the priority used to pick a peer's primary transport
+// (default 200: a peer on the same host prefers UDS to TCP).
+func WithPriority(p int) Option { return func(o *options) { o.cfg.Priority = p } }
+
+// New builds a UDS transport. It listens when the node starts it.
+func New(opts ...Option) (*streamsock.Transport, error) {
+	var o options
+	o.cfg.Key = Key
+	o.cfg.Priority = 200
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return streamsock.New(&network{o: o}, o.cfg)
+}
+
+type network struct{ o options }
+
+func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
+	path := n.o.path
+	if path == "" {
+		dir, err := os.MkdirTemp("", "velo-uds-")
+		if err != nil {
+			return nil, nil, err
+		}
+		path = filepath.Join(dir, "sock")
+	} else if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return nil, nil, fmt.Errorf("uds: remove stale socket: %w", err)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Close removes the socket file.
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	return ln, []byte(path), nil
+}
+
+func (n *network) Dial(ctx context.Context, endpoint []byte) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", string(endpoint))
+}
