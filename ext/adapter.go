@@ -23,8 +23,12 @@ type InboundMessage struct {
 	Guard InFlightGuard
 }
 
-// Done releases the message's in-flight guard.
-func (m InboundMessage) Done() { m.Guard.Release() }
+// Done releases the message's in-flight guard and its frame memory. Call
+// it once, after the last use of the frame's slices.
+func (m InboundMessage) Done() {
+	m.Guard.Release()
+	m.Frame.Release()
+}
 
 // SendErrorHandler is told about a frame that a transport admitted but could
 // not write. The frame's slices are only valid during the call.
@@ -71,7 +75,9 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 // State is the shutdown state the adapter admits against.
 func (a *TransportAdapter) State() *ShutdownState { return a.state }
 
-// AdmitMessage is the only way onto the message queue. It takes the
+// AdmitMessage is the only way onto the message queue. On Draining the
+// frame is still the caller's (to echo and release); on Disconnected the
+// adapter has released it. It takes the
 // in-flight guard first and reads the drain flag second, and the queued
 // message carries the guard. A transport must not check IsDraining itself.
 func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
@@ -81,6 +87,29 @@ func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 	}
 	if err := a.messages.Push(InboundMessage{Frame: f, Guard: g}); err != nil {
 		g.Release()
+		f.Release()
+		return Disconnected
+	}
+	return Admitted
+}
+
+// AdmitMessages admits a run of requests read together: one in-flight
+// update and one queue lock for the run instead of one per message. The
+// rule is AdmitMessage's, and the whole run is admitted or refused. On
+// Disconnected the frames that were not queued are released here; the
+// queued ones are released when the queue is closed.
+func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
+	if !a.state.tryAcquireN(len(frames)) {
+		return Draining
+	}
+	n, err := a.messages.pushEach(len(frames), func(i int) InboundMessage {
+		return InboundMessage{Frame: frames[i], Guard: InFlightGuard{s: a.state}}
+	})
+	if err != nil {
+		a.state.releaseN(int64(len(frames) - n))
+		for _, f := range frames[n:] {
+			f.Release()
+		}
 		return Disconnected
 	}
 	return Admitted

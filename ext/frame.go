@@ -58,6 +58,28 @@ type Frame struct {
 	Type    MessageType
 	Header  []byte
 	Payload []byte
+	// Owner, when set, is the pooled buffer that Header and Payload live
+	// in. Release gives it back; see Owner.
+	Owner Owner
+}
+
+// Owner is a reference-counted buffer that inbound frames may live in.
+// Releasing it is optional (an unreleased buffer is collected by the GC)
+// but lets a transport reuse its read memory. After Release the frame's
+// slices must not be used. Anyone who keeps a frame's slices past its
+// release (a transport writing a large payload later, say) calls Retain
+// first and Release when done.
+type Owner interface {
+	Retain()
+	Release()
+}
+
+// Release gives the frame's memory back to its pool, if it has one. Call it
+// at most once per received frame, after the last use of its slices.
+func (f Frame) Release() {
+	if f.Owner != nil {
+		f.Owner.Release()
+	}
 }
 
 // Len is the number of logical bytes (header plus payload).

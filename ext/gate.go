@@ -151,6 +151,9 @@ func (g *AdmissionGate[T]) Drain(take func() int) {
 // of the failed sends are handed to drop (which may be nil) so the caller can
 // report them. Items already in the sink are the sink's to fail.
 func (g *AdmissionGate[T]) Fail(err error, drop func(T)) {
+	if err == nil {
+		err = ErrTransportClosed
+	}
 	g.mu.Lock()
 	if g.failed == nil {
 		g.failed = err

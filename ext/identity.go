@@ -53,7 +53,7 @@ func ParseInstanceID(s string) (InstanceID, error) {
 	}
 	compact := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
 	if _, err := hex.Decode(id[:], []byte(compact)); err != nil {
-		return id, fmt.Errorf("ext: %q is not a UUID: %w", s, err)
+		return InstanceID{}, fmt.Errorf("ext: %q is not a UUID: %w", s, err)
 	}
 	return id, nil
 }

@@ -73,8 +73,9 @@ func (r RejectionReason) String() string {
 // transport writes the same velo_transport_* series. Implementations must be
 // cheap: the frame methods run once per frame.
 type Observability interface {
-	// Frame counts one frame and its logical bytes.
-	Frame(dir Direction, t MessageType, outcome FrameOutcome, bytes int)
+	// Frames counts frames of one kind and their logical bytes. Transports
+	// call it once per frame or once per batch read together.
+	Frames(dir Direction, t MessageType, outcome FrameOutcome, frames, bytes int)
 	// Rejection counts one rejected or dropped frame.
 	Rejection(reason RejectionReason)
 	// SendBackpressure counts a send that waited in an admission gate.
@@ -96,12 +97,12 @@ type Observability interface {
 // node sets a real handle.
 type NopObservability struct{}
 
-func (NopObservability) Frame(Direction, MessageType, FrameOutcome, int) {}
-func (NopObservability) Rejection(RejectionReason)                       {}
-func (NopObservability) SendBackpressure()                               {}
-func (NopObservability) RegisteredPeers(int)                             {}
-func (NopObservability) ActiveConnections(int)                           {}
-func (NopObservability) FramesWritten(MessageType, int)                  {}
-func (NopObservability) WriteDuration(time.Duration)                     {}
-func (NopObservability) EgressQueueWait(time.Duration)                   {}
-func (NopObservability) Enabled() bool                                   { return false }
+func (NopObservability) Frames(Direction, MessageType, FrameOutcome, int, int) {}
+func (NopObservability) Rejection(RejectionReason)                             {}
+func (NopObservability) SendBackpressure()                                     {}
+func (NopObservability) RegisteredPeers(int)                                   {}
+func (NopObservability) ActiveConnections(int)                                 {}
+func (NopObservability) FramesWritten(MessageType, int)                        {}
+func (NopObservability) WriteDuration(time.Duration)                           {}
+func (NopObservability) EgressQueueWait(time.Duration)                         {}
+func (NopObservability) Enabled() bool                                         { return false }

@@ -52,6 +52,34 @@ func (q *Queue[T]) Push(v T) error {
 	return nil
 }
 
+// pushEach adds n items made by gen, in order, under one lock, waiting for
+// room as needed. On ErrQueueClosed, the first added items were queued.
+func (q *Queue[T]) pushEach(n int, gen func(i int) T) (added int, err error) {
+	q.mu.Lock()
+	for added < n {
+		for len(q.items) >= q.capacity && !q.closed {
+			if q.notFull == nil {
+				q.notFull = make(chan struct{})
+			}
+			ch := q.notFull
+			q.mu.Unlock()
+			<-ch
+			q.mu.Lock()
+		}
+		if q.closed {
+			q.mu.Unlock()
+			return added, ErrQueueClosed
+		}
+		for k := min(n-added, q.capacity-len(q.items)); k > 0; k-- {
+			q.items = append(q.items, gen(added))
+			added++
+		}
+		q.wakeConsumerLocked()
+	}
+	q.mu.Unlock()
+	return added, nil
+}
+
 func (q *Queue[T]) wakeConsumerLocked() {
 	if q.notEmpty != nil {
 		close(q.notEmpty)

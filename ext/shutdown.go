@@ -44,8 +44,21 @@ func (s *ShutdownState) TryAcquire() (InFlightGuard, bool) {
 	return InFlightGuard{s: s}, true
 }
 
-func (s *ShutdownState) release() {
-	if s.inFlight.Add(-1) == 0 && s.draining.Load() {
+// tryAcquireN takes n units at once, as TryAcquire does one, for
+// AdmitMessages, which hands each unit out as a guard.
+func (s *ShutdownState) tryAcquireN(n int) bool {
+	s.inFlight.Add(int64(n))
+	if s.draining.Load() {
+		s.releaseN(int64(n))
+		return false
+	}
+	return true
+}
+
+func (s *ShutdownState) release() { s.releaseN(1) }
+
+func (s *ShutdownState) releaseN(n int64) {
+	if s.inFlight.Add(-n) == 0 && s.draining.Load() {
 		s.mu.Lock()
 		if s.zero != nil {
 			close(s.zero)

@@ -9,20 +9,26 @@ import (
 // chunkSize is the read buffer a Reader starts a new chunk with.
 const chunkSize = 64 << 10
 
+// minReadRoom is the least free space a read is made into.
+const minReadRoom = 4 << 10
+
 // Reader splits a byte stream into frames without copying them out.
 //
-// It reads into a chunk and hands out frames that alias the chunk. A chunk is
-// never written again below what was handed out, so frames stay valid after
-// later reads; when a chunk fills, the unread tail moves to a fresh chunk and
-// the old one lives as long as its frames do. That is one allocation per
-// chunk, not one per frame. Once a preamble is parsed the next chunk is sized
-// for the whole frame, so a large frame is read without regrowing.
+// It reads into a pooled chunk and hands out frames that alias the chunk,
+// with the chunk as their Owner. A chunk is never written again below what
+// was handed out, so frames stay valid after later reads; when a chunk
+// fills, the unread tail moves to a fresh chunk, and the old one goes back
+// to its pool once every frame read into it is released (or to the GC if
+// some never are). Once a preamble is parsed the next chunk is sized for the
+// whole frame, so a large frame is read without regrowing.
 type Reader struct {
-	r     io.Reader
-	max   int
-	buf   []byte
-	start int // first unparsed byte
-	end   int // end of the bytes read
+	r      io.Reader
+	max    int
+	chunk  *Chunk
+	handed int64 // frames handed out from chunk
+	buf    []byte
+	start  int // first unparsed byte
+	end    int // end of the bytes read
 }
 
 // NewReader reads frames of at most max bytes (header plus payload) from r.
@@ -44,7 +50,7 @@ func (r *Reader) Next() (ext.Frame, error) {
 		}
 		if n > 0 {
 			r.start += n
-			return f, nil
+			return r.owned(f), nil
 		}
 		if err := r.fill(); err != nil {
 			return ext.Frame{}, err
@@ -60,7 +66,22 @@ func (r *Reader) TryNext() (f ext.Frame, ok bool, err error) {
 		return ext.Frame{}, false, err
 	}
 	r.start += n
-	return f, true, nil
+	return r.owned(f), true, nil
+}
+
+func (r *Reader) owned(f ext.Frame) ext.Frame {
+	r.handed++
+	f.Owner = r.chunk
+	return f
+}
+
+// Close gives the current chunk back once its frames are released. The
+// Reader must not be used afterwards.
+func (r *Reader) Close() {
+	if r.chunk != nil {
+		r.chunk.leave(r.handed)
+		r.chunk, r.buf, r.handed = nil, nil, 0
+	}
 }
 
 // fill reads at least one more byte, first making room for the frame that
@@ -75,11 +96,15 @@ func (r *Reader) fill() error {
 		}
 		need = p.FrameLen()
 	}
-	if len(r.buf)-r.start < need || r.end == len(r.buf) {
-		size := max(chunkSize, need)
-		nb := make([]byte, size)
-		copy(nb, r.buf[r.start:r.end])
-		r.buf, r.start, r.end = nb, 0, have
+	// A new chunk when the frame in progress cannot fit, or when so little
+	// room is left that reads would shrink to a trickle.
+	if len(r.buf)-r.start < need || len(r.buf)-r.end < minReadRoom {
+		// Room for the frame in progress and then some, so the next
+		// frame's start does not force another move at once.
+		nc := getChunk(need + chunkSize)
+		copy(nc.buf, r.buf[r.start:r.end])
+		r.Close()
+		r.chunk, r.buf, r.start, r.end = nc, nc.buf, 0, have
 	}
 	n, err := r.r.Read(r.buf[r.end:])
 	r.end += n

@@ -26,6 +26,7 @@ func units(f ext.Frame) int { return frame.PreambleLen + f.Len() }
 type segment struct {
 	buf     []byte
 	payload []byte
+	owner   ext.Owner // retained for a large payload that lives in a pooled buffer
 	frames  int
 }
 
@@ -61,6 +62,8 @@ type lane struct {
 
 	connMu sync.Mutex
 	conn   net.Conn
+
+	vec net.Buffers // the writer's gather list, reused across writes
 }
 
 func newLane(t *Transport, p *peer, idx int) *lane {
@@ -83,8 +86,10 @@ func (l *lane) Accept(f outFrame) {
 		} else {
 			l.segs = append(l.segs, segment{buf: frame.Append(l.takeFree(), f.Frame), frames: 1})
 		}
+		// Copied: the sender's reference can go.
+		f.Release()
 	} else {
-		l.segs = append(l.segs, segment{buf: frame.AppendPrefix(l.takeFree(), f.Frame), payload: f.Payload, frames: 1})
+		l.segs = append(l.segs, segment{buf: frame.AppendPrefix(l.takeFree(), f.Frame), payload: f.Payload, owner: f.Owner, frames: 1})
 	}
 	l.units += units(f.Frame)
 	l.counts[f.Type]++
@@ -177,6 +182,9 @@ func (l *lane) run() {
 		}
 		for _, s := range b.segs {
 			b.spent = append(b.spent, s.buf)
+			if s.owner != nil {
+				s.owner.Release()
+			}
 		}
 	}
 }
@@ -197,37 +205,58 @@ func (l *lane) waitForWork(b *batch) bool {
 	}
 }
 
-// write writes each segment in order. It returns the index of the first
-// segment that failed. A small-frame segment is one write; a large frame is
-// two: preamble and header, then the payload in place.
+// write hands the whole batch to the socket in one gathered write
+// (writev): each run of coalesced small frames is one buffer, and a large
+// frame is two, its preamble and header and then its payload in place, so
+// the payload is never copied. Go's writev loops over short writes, so the
+// large-frame fault the book avoids by writing twice cannot happen here, and
+// no small segment goes on the wire alone ahead of a large payload. It
+// returns the index of the first segment not wholly written on error.
 func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int, error) {
-	timing := obs.Enabled()
-	for i := range segs {
-		s := &segs[i]
+	for len(segs) > 0 {
+		// Stay under the kernel's iovec limit per call.
+		n := min(len(segs), maxSegmentsPerWrite)
+		l.vec = l.vec[:0]
+		for _, s := range segs[:n] {
+			l.vec = append(l.vec, s.buf)
+			if s.payload != nil {
+				l.vec = append(l.vec, s.payload)
+			}
+		}
 		var start time.Time
-		if timing {
+		if obs.Enabled() {
 			start = time.Now()
 		}
-		if _, err := conn.Write(s.buf); err != nil {
-			return i, err
-		}
-		if s.payload != nil {
-			if timing {
-				obs.WriteDuration(time.Since(start))
-				start = time.Now()
-			}
-			if _, err := conn.Write(s.payload); err != nil {
-				return i, err
-			}
-		}
-		if timing {
+		vec := l.vec
+		written, err := vec.WriteTo(conn)
+		clear(l.vec)
+		if obs.Enabled() {
 			obs.WriteDuration(time.Since(start))
 		}
 		if l.t.testWriteHook != nil {
-			l.t.testWriteHook(s)
+			l.t.testWriteHook(segs[:n])
 		}
+		if err != nil {
+			return firstUnwritten(segs, written), err
+		}
+		segs = segs[n:]
 	}
 	return 0, nil
+}
+
+// maxSegmentsPerWrite keeps one writev under IOV_MAX (1024) buffers.
+const maxSegmentsPerWrite = 500
+
+// firstUnwritten finds the segment in which a write of n bytes stopped.
+func firstUnwritten(segs []segment, n int64) int {
+	for i, s := range segs {
+		size := int64(len(s.buf) + len(s.payload))
+		if n < size {
+			return i
+		}
+		n -= size
+	}
+	return len(segs)
 }
 
 // dial connects, giving up when the lane is aborted or, at teardown, when
@@ -275,6 +304,7 @@ func (l *lane) dial() (net.Conn, error) {
 func (l *lane) readEchoes(conn net.Conn) {
 	defer l.t.wg.Done()
 	r := frame.NewReader(conn, l.t.cfg.MaxFrameSize)
+	defer r.Close()
 	for {
 		f, err := r.Next()
 		if err != nil {
@@ -316,7 +346,7 @@ func (l *lane) teardown(deadline time.Time) {
 // connection), fails everything still queued, and closes the socket.
 func (l *lane) finish(conn net.Conn, err error) {
 	l.peer.lanes[l.idx].CompareAndSwap(l, nil)
-	l.gate.Fail(ext.ErrConnectionClosed, nil)
+	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) { f.Release() })
 	var b batch
 	l.take(&b)
 	l.report(b.segs, err)
@@ -350,6 +380,9 @@ func (l *lane) report(segs []segment, cause error) {
 			obs.Rejection(ext.RejectSendFailed)
 			l.t.adapter.ReportSendError(l.peer.id, f, cause)
 			buf = buf[n:]
+		}
+		if s.owner != nil {
+			s.owner.Release()
 		}
 	}
 }

@@ -19,7 +19,8 @@ type peer struct {
 	id       ext.InstanceID
 	endpoint []byte
 	lanes    []atomic.Pointer[lane]
-	mu       sync.Mutex // serializes lane creation
+	mu       sync.Mutex  // serializes lane creation
+	gone     atomic.Bool // unregistered or replaced
 }
 
 // Transport is an ext.Transport over stream sockets.
@@ -32,6 +33,9 @@ type Transport struct {
 
 	peersMu sync.Mutex
 	peers   atomic.Pointer[map[ext.InstanceID]*peer] // copied on write: sends never lock
+	// lastPeer caches the peer of the latest send: most traffic goes to
+	// one peer at a time, and this skips hashing its id. Unregister clears it.
+	lastPeer atomic.Pointer[peer]
 
 	ln       net.Listener
 	accepted sync.Map // net.Conn -> struct{}: listener-side sockets to close at shutdown
@@ -42,8 +46,8 @@ type Transport struct {
 	wg       sync.WaitGroup // writers and readers of every connection
 	acceptWG sync.WaitGroup
 
-	// testWriteHook, when set by a test, sees every segment written.
-	testWriteHook func(*segment)
+	// testWriteHook, when set by a test, sees the segments of every write call.
+	testWriteHook func([]segment)
 }
 
 type obsBox struct{ ext.Observability }
@@ -111,6 +115,7 @@ func (t *Transport) Register(p ext.PeerInfo) error {
 		if string(cur.endpoint) == string(ep) {
 			return nil
 		}
+		cur.gone.Store(true)
 		cur.abortAll()
 	} else {
 		t.obs().RegisteredPeers(1)
@@ -145,6 +150,7 @@ func (t *Transport) Unregister(id ext.InstanceID) {
 	}
 	t.peersMu.Unlock()
 	if ok {
+		p.gone.Store(true)
 		p.abortAll()
 	}
 }
@@ -177,31 +183,52 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	}
 	obs := t.obs()
 	of := outFrame{Frame: f}
+	// The frame may wait in the gate or the queue after the caller lets go
+	// of a pooled inbound buffer it lives in: hold a reference until the
+	// writer is done with it.
+	if f.Owner != nil {
+		f.Owner.Retain()
+	}
 	if obs.Enabled() {
 		of.stamp = monotonic()
 	}
 	// A lane that died between the lookup and the send refuses it; the
 	// retry dials a fresh one. Two tries cover that race.
 	for try := 0; ; try++ {
-		p, ok := (*t.peers.Load())[target]
+		p, ok := t.lookup(target)
 		if !ok {
+			f.Release()
 			obs.Rejection(ext.RejectUnknownPeer)
 			return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
 		}
 		l := t.laneFor(p, lane)
 		if l == nil {
+			f.Release()
 			return ext.SendOutcome{}, ext.ErrTransportClosed
 		}
 		out, err := l.gate.Send(of, units(f))
 		if err == nil {
-			obs.Frame(ext.Outbound, f.Type, ext.Accepted, f.Len())
+			obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, f.Len())
 			return out, nil
 		}
 		if try == 1 || !errors.Is(err, ext.ErrConnectionClosed) {
-			obs.Frame(ext.Outbound, f.Type, ext.Rejected, f.Len())
+			obs.Frames(ext.Outbound, f.Type, ext.Rejected, 1, f.Len())
+			f.Release()
 			return ext.SendOutcome{}, err
 		}
 	}
+}
+
+// lookup finds a registered peer, trying the one-entry cache first.
+func (t *Transport) lookup(id ext.InstanceID) (*peer, bool) {
+	if p := t.lastPeer.Load(); p != nil && p.id == id && !p.gone.Load() {
+		return p, true
+	}
+	p, ok := (*t.peers.Load())[id]
+	if ok {
+		t.lastPeer.Store(p)
+	}
+	return p, ok
 }
 
 // laneFor returns the live lane idx of p, starting one when there is none.
@@ -323,7 +350,8 @@ func (t *Transport) acceptLoop() {
 }
 
 // serve reads frames from one accepted connection until it ends. A bad
-// frame closes this connection only.
+// frame closes this connection only. Requests read together are admitted
+// together, one queue operation per read rather than per frame.
 func (t *Transport) serve(conn net.Conn) {
 	defer t.wg.Done()
 	defer func() {
@@ -332,16 +360,71 @@ func (t *Transport) serve(conn net.Conn) {
 		t.obs().ActiveConnections(-1)
 	}()
 	r := frame.NewReader(conn, t.cfg.MaxFrameSize)
+	defer r.Close()
+	var in inbound
 	for {
 		f, err := r.Next()
+		for err == nil {
+			if f.Type == ext.Message {
+				in.msgs = append(in.msgs, f)
+			} else if !in.flush(t, conn) || !t.routeInbound(f, conn) {
+				return
+			}
+			var ok bool
+			if f, ok, err = r.TryNext(); !ok && err == nil {
+				break
+			}
+		}
+		if !in.flush(t, conn) {
+			return
+		}
 		if err != nil {
 			t.noteReadError(err)
 			return
 		}
-		if !t.routeInbound(f, conn) {
-			return
+	}
+}
+
+// inbound gathers the requests of one read for batched admission.
+type inbound struct {
+	msgs []ext.Frame
+	echo []byte
+}
+
+// flush admits the gathered requests. Refused ones are echoed back as
+// ShuttingDown in one write. It returns false when the connection should close.
+func (in *inbound) flush(t *Transport, conn net.Conn) bool {
+	if len(in.msgs) == 0 {
+		return true
+	}
+	obs := t.obs()
+	n, bytes := len(in.msgs), 0
+	for _, f := range in.msgs {
+		bytes += f.Len()
+	}
+	ok := true
+	switch t.adapter.AdmitMessages(in.msgs) {
+	case ext.Admitted:
+		obs.Frames(ext.Inbound, ext.Message, ext.Accepted, n, bytes)
+	case ext.Draining:
+		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, n, bytes)
+		in.echo = in.echo[:0]
+		for _, f := range in.msgs {
+			obs.Rejection(ext.RejectDraining)
+			in.echo = frame.Append(in.echo, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
+			f.Release()
+		}
+		_, err := conn.Write(in.echo)
+		ok = err == nil
+	case ext.Disconnected:
+		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, n, bytes)
+		for range in.msgs {
+			obs.Rejection(ext.RejectRouteFailed)
 		}
 	}
+	clear(in.msgs)
+	in.msgs = in.msgs[:0]
+	return ok
 }
 
 func (t *Transport) noteReadError(err error) {
@@ -360,18 +443,19 @@ func (t *Transport) routeInbound(f ext.Frame, conn net.Conn) bool {
 	obs := t.obs()
 	if f.Type != ext.Message {
 		if t.adapter.RouteFrame(f) {
-			obs.Frame(ext.Inbound, f.Type, ext.Accepted, f.Len())
+			obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
 		} else {
-			obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+			obs.Frames(ext.Inbound, f.Type, ext.Rejected, 1, f.Len())
 			obs.Rejection(ext.RejectRouteFailed)
+			f.Release()
 		}
 		return true
 	}
 	switch t.adapter.AdmitMessage(f) {
 	case ext.Admitted:
-		obs.Frame(ext.Inbound, f.Type, ext.Accepted, f.Len())
+		obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
 	case ext.Draining:
-		obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+		obs.Frames(ext.Inbound, f.Type, ext.Rejected, 1, f.Len())
 		obs.Rejection(ext.RejectDraining)
 		if conn != nil {
 			echo := frame.Append(nil, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
@@ -380,7 +464,7 @@ func (t *Transport) routeInbound(f ext.Frame, conn net.Conn) bool {
 			}
 		}
 	case ext.Disconnected:
-		obs.Frame(ext.Inbound, f.Type, ext.Rejected, f.Len())
+		obs.Frames(ext.Inbound, f.Type, ext.Rejected, 1, f.Len())
 		obs.Rejection(ext.RejectRouteFailed)
 	}
 	return true

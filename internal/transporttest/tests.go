@@ -33,7 +33,8 @@ func parseSeq(f ext.Frame) (lane, seq int) {
 	return int(binary.BigEndian.Uint64(f.Header)), int(binary.BigEndian.Uint64(f.Header[8:]))
 }
 
-// collect pops n messages from the receiver, releasing their guards.
+// collect pops n messages from the receiver, copying them and releasing
+// their guards and buffers.
 func collect(t testing.TB, n *node, count int) []ext.Frame {
 	t.Helper()
 	ctx := ctxT(t)
@@ -46,7 +47,12 @@ func collect(t testing.TB, n *node, count int) []ext.Frame {
 			t.Fatalf("after %d of %d messages: %v", len(out), count, err)
 		}
 		for _, m := range batch {
-			out = append(out, m.Frame)
+			// Done gives the read buffer back, so keep copies.
+			out = append(out, ext.Frame{
+				Type:    m.Type,
+				Header:  bytes.Clone(m.Header),
+				Payload: bytes.Clone(m.Payload),
+			})
 			m.Done()
 		}
 	}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/velo-go/velo/internal/bench"
+)
+
+func runBench(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("bench needs a harness name\n%s", usage)
+	}
+	name, args := args[0], args[1:]
+	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print one JSON object per figure")
+	reps := fs.Int("reps", 3, "repetitions; figures are medians with min and max")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	var report bench.Report
+	var runIt func() error
+	switch name {
+	case "tx-budget":
+		transports := fs.String("transport", "tcp,uds", "comma-separated transports")
+		iters := fs.Int("iters", 20000, "round trips per rung and rep")
+		header := fs.Int("header", 64, "header bytes")
+		payload := fs.Int("payload", 1024, "payload bytes")
+		runIt = func() error {
+			return bench.TxBudget(bench.TxBudgetConfig{
+				Transports: strings.Split(*transports, ","), Iters: *iters, Reps: *reps,
+				HeaderLen: *header, PayloadLen: *payload,
+			}, &report)
+		}
+	default:
+		if fn, ok := extraHarnesses[name]; ok {
+			runIt = fn(fs, &report, reps)
+			break
+		}
+		return fmt.Errorf("unknown harness %q\n%s", name, usage)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := runIt(); err != nil {
+		return err
+	}
+	if *asJSON {
+		return report.WriteJSON(os.Stdout)
+	}
+	return report.WriteTable(os.Stdout)
+}
+
+// extraHarnesses registers harnesses defined in other files of this command.
+var extraHarnesses = map[string]func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error{}

@@ -1,0 +1,41 @@
+// Command velo runs the velo demo and the benchmark harnesses.
+//
+//	velo demo
+//	velo bench <harness> [flags]
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "velo:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  velo demo                 run the two-node demo
+  velo bench <harness>      run a benchmark harness; harnesses:
+      tx-budget             one-way latency by layer (L0 raw .. L3 transport)
+      throughput            transport frames/s and MiB/s against a raw socket
+  velo bench <harness> -h   flags of a harness`
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Println(usage)
+		return nil
+	}
+	switch args[0] {
+	case "demo":
+		return runDemo(args[1:])
+	case "bench":
+		return runBench(args[1:])
+	case "help", "-h", "--help":
+		fmt.Println(usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}

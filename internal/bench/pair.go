@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/tcp"
+	"github.com/velo-go/velo/transport/uds"
+)
+
+// Node is one started transport with its adapter, for transport-level harnesses.
+type Node struct {
+	ID      ext.InstanceID
+	T       ext.Transport
+	Adapter *ext.TransportAdapter
+	Info    ext.PeerInfo
+}
+
+// NewTransport builds a transport by name ("tcp" or "uds").
+func NewTransport(kind string) (ext.Transport, error) {
+	switch kind {
+	case "tcp":
+		return tcp.New(tcpBufferOption()...)
+	case "uds":
+		return uds.New()
+	}
+	return nil, fmt.Errorf("unknown transport %q (want tcp or uds)", kind)
+}
+
+// tcpBufferOption reads VELO_TCP_SOCKET_BUFFERS as the book's examples do:
+// "auto" leaves buffers to the kernel, a number sets them in bytes.
+func tcpBufferOption() []tcp.Option {
+	v := os.Getenv("VELO_TCP_SOCKET_BUFFERS")
+	if v == "" {
+		return nil
+	}
+	if v == "auto" {
+		return []tcp.Option{tcp.WithKernelBuffers()}
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return []tcp.Option{tcp.WithSocketBuffers(n)}
+	}
+	return nil
+}
+
+// StartNode builds and starts a transport.
+func StartNode(kind string) (*Node, error) {
+	tr, err := NewTransport(kind)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{ID: ext.NewInstanceID(), T: tr}
+	n.Adapter = ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{})
+	ep, err := tr.Start(context.Background(), n.Adapter)
+	if err != nil {
+		return nil, err
+	}
+	n.Info = ext.PeerInfo{InstanceID: n.ID, Address: ext.WorkerAddress{tr.Key(): ep}}
+	return n, nil
+}
+
+// Close shuts the node down and waits for its transport to close.
+func (n *Node) Close() {
+	n.T.Shutdown()
+	select {
+	case <-n.T.Closed():
+	case <-time.After(5 * time.Second):
+	}
+	n.Adapter.Close()
+}
+
+// Pair starts two nodes that know each other.
+func Pair(kind string) (a, b *Node, err error) {
+	if a, err = StartNode(kind); err != nil {
+		return nil, nil, err
+	}
+	if b, err = StartNode(kind); err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	if err = a.T.Register(b.Info); err == nil {
+		err = b.T.Register(a.Info)
+	}
+	if err != nil {
+		a.Close()
+		b.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}

@@ -1,0 +1,338 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sort"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// ThroughputConfig sets the transport-level throughput harness.
+type ThroughputConfig struct {
+	Transport string
+	Sizes     []int    // payload bytes per frame
+	Modes     []string // "pipelined", "inflight"
+	InFlight  int      // requests outstanding in the inflight mode
+	Bytes     int64    // bytes to move per pipelined run (bounds the frame count)
+	MaxFrames int      // frames per pipelined run at most
+	Calls     int      // round trips per inflight run at most
+	Reps      int
+}
+
+// Throughput measures the transport against a raw socket in the same run.
+// Pipelined: one side sends frames as fast as it can, the other counts
+// them. Inflight: one side keeps N requests outstanding and the other
+// echoes each one back.
+func Throughput(cfg ThroughputConfig, r *Report) error {
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for _, size := range cfg.Sizes {
+			for _, mode := range cfg.Modes {
+				params := map[string]any{"transport": cfg.Transport, "size_bytes": size, "mode": mode}
+				if mode == "inflight" {
+					params["in_flight"] = cfg.InFlight
+				}
+				for _, arm := range []string{"raw", "velo"} {
+					if err := throughputRun(cfg, arm, mode, size, params, r); err != nil {
+						return fmt.Errorf("%s %s %d: %w", arm, mode, size, err)
+					}
+				}
+			}
+		}
+	}
+	for _, size := range cfg.Sizes {
+		for _, mode := range cfg.Modes {
+			params := map[string]any{"transport": cfg.Transport, "size_bytes": size, "mode": mode}
+			if mode == "inflight" {
+				params["in_flight"] = cfg.InFlight
+			}
+			v, _ := r.Find("throughput", "velo", "frames_per_s", params)
+			raw, _ := r.Find("throughput", "raw", "frames_per_s", params)
+			r.Ratio("throughput", "velo/raw", "frames_per_s_ratio", v, raw, params)
+		}
+	}
+	return nil
+}
+
+func throughputRun(cfg ThroughputConfig, arm, mode string, size int, params map[string]any, r *Report) error {
+	var frames int
+	var el time.Duration
+	var lat []time.Duration
+	var err error
+	switch mode {
+	case "pipelined":
+		frames = int(min(int64(cfg.MaxFrames), cfg.Bytes/int64(size)))
+		if arm == "raw" {
+			el, err = rawPipelined(cfg.Transport, size, frames)
+		} else {
+			el, err = veloPipelined(cfg.Transport, size, frames)
+		}
+	case "inflight":
+		frames = max(cfg.InFlight, min(cfg.Calls, int(cfg.Bytes/int64(size)/4)))
+		if arm == "raw" {
+			el, lat, err = rawInflight(cfg.Transport, size, frames, cfg.InFlight)
+		} else {
+			el, lat, err = veloInflight(cfg.Transport, size, frames, cfg.InFlight)
+		}
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		return err
+	}
+	fps := float64(frames) / el.Seconds()
+	r.Add("throughput", arm, "frames_per_s", "per_s", fps, params)
+	r.Add("throughput", arm, "mib_per_s", "mib_per_s", fps*float64(size)/(1<<20), params)
+	if lat != nil {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		r.Add("throughput", arm, "rtt_p50_us", "us", float64(lat[len(lat)/2])/1e3, params)
+		r.Add("throughput", arm, "rtt_p99_us", "us", float64(lat[len(lat)*99/100])/1e3, params)
+	}
+	return nil
+}
+
+// rawPipelined is the baseline: length-prefixed frames through bufio on a
+// plain socket, read back into a reused buffer.
+func rawPipelined(kind string, size, frames int) (time.Duration, error) {
+	c, s, cleanup, err := socketPair(kind)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	done := make(chan error, 1)
+	go func() { done <- rawCount(s, frames, nil) }()
+	start := time.Now()
+	w := bufio.NewWriterSize(c, 64<<10)
+	payload := make([]byte, size)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(size))
+	for i := 0; i < frames; i++ {
+		w.Write(hdr[:])
+		w.Write(payload)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, err
+	}
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// rawCount reads frames, echoing each back on echo when it is not nil.
+func rawCount(conn net.Conn, frames int, echo net.Conn) error {
+	br := bufio.NewReaderSize(conn, 64<<10)
+	var bw *bufio.Writer
+	if echo != nil {
+		bw = bufio.NewWriterSize(echo, 64<<10)
+	}
+	var hdr [4]byte
+	var buf []byte
+	for i := 0; i < frames; i++ {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return err
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:]))
+		if cap(buf) < n {
+			buf = make([]byte, n)
+		}
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			return err
+		}
+		if bw != nil {
+			bw.Write(hdr[:])
+			bw.Write(buf[:n])
+			// Flush when nothing more is waiting, so replies are not held back.
+			if br.Buffered() == 0 {
+				if err := bw.Flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func veloPipelined(kind string, size, frames int) (time.Duration, error) {
+	a, b, err := Pair(kind)
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Dial before the clock starts, as the raw arm's socket is connected.
+	if err := warm(ctx, a, b); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- drainMessages(ctx, b, frames, nil) }()
+	start := time.Now()
+	f := ext.Frame{Type: ext.Message, Payload: make([]byte, size)}
+	for i := 0; i < frames; i++ {
+		out, err := a.T.Send(b.ID, f)
+		if err != nil {
+			return 0, err
+		}
+		if err := out.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func warm(ctx context.Context, a, b *Node) error {
+	if _, err := a.T.Send(b.ID, ext.Frame{Type: ext.Message}); err != nil {
+		return err
+	}
+	m, err := b.Adapter.Messages().Pop(ctx)
+	m.Done()
+	if err != nil {
+		return err
+	}
+	if _, err := b.T.Send(a.ID, ext.Frame{Type: ext.Response}); err != nil {
+		return err
+	}
+	_, err = a.Adapter.Responses().Pop(ctx)
+	return err
+}
+
+// drainMessages takes n messages off b's queue, echoing each to back as a
+// Response when back is not nil.
+func drainMessages(ctx context.Context, b *Node, n int, back *Node) error {
+	var batch []ext.InboundMessage
+	for got := 0; got < n; {
+		var err error
+		if batch, err = b.Adapter.Messages().PopAll(ctx, batch[:0]); err != nil {
+			return err
+		}
+		for _, m := range batch {
+			if back != nil {
+				out, err := b.T.Send(back.ID, ext.Frame{Type: ext.Response, Header: m.Header, Payload: m.Payload})
+				if err == nil {
+					err = out.Wait(ctx)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			m.Done()
+		}
+		got += len(batch)
+	}
+	return nil
+}
+
+// rawInflight keeps window requests outstanding on one socket pair each way.
+func rawInflight(kind string, size, calls, window int) (time.Duration, []time.Duration, error) {
+	c, s, cleanup, err := socketPair(kind)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer cleanup()
+	done := make(chan error, 1)
+	go func() { done <- rawCount(s, calls, s) }()
+	sent := make([]time.Time, calls)
+	lat := make([]time.Duration, 0, calls)
+	readErr := make(chan error, 1)
+	credit := make(chan struct{}, window)
+	start := time.Now()
+	go func() {
+		br := bufio.NewReaderSize(c, 64<<10)
+		var hdr [4]byte
+		buf := make([]byte, size)
+		for i := 0; i < calls; i++ {
+			if _, err := io.ReadFull(br, hdr[:]); err != nil {
+				readErr <- err
+				return
+			}
+			if _, err := io.ReadFull(br, buf); err != nil {
+				readErr <- err
+				return
+			}
+			lat = append(lat, time.Since(sent[i]))
+			credit <- struct{}{}
+		}
+		readErr <- nil
+	}()
+	payload := make([]byte, size)
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(size))
+	out := make([]byte, 0, 4+size)
+	out = append(append(out, hdr[:]...), payload...)
+	for i := 0; i < calls; i++ {
+		if i >= window {
+			<-credit
+		}
+		sent[i] = time.Now()
+		if _, err := c.Write(out); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := <-readErr; err != nil {
+		return 0, nil, err
+	}
+	el := time.Since(start)
+	return el, lat, <-done
+}
+
+func veloInflight(kind string, size, calls, window int) (time.Duration, []time.Duration, error) {
+	a, b, err := Pair(kind)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := warm(ctx, a, b); err != nil {
+		return 0, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- drainMessages(ctx, b, calls, a) }()
+	sent := make([]time.Time, calls)
+	lat := make([]time.Duration, 0, calls)
+	readErr := make(chan error, 1)
+	credit := make(chan struct{}, window)
+	start := time.Now()
+	go func() {
+		var batch []ext.Frame
+		for got := 0; got < calls; {
+			var err error
+			if batch, err = a.Adapter.Responses().PopAll(ctx, batch[:0]); err != nil {
+				readErr <- err
+				return
+			}
+			for range batch {
+				lat = append(lat, time.Since(sent[got]))
+				got++
+				credit <- struct{}{}
+			}
+		}
+		readErr <- nil
+	}()
+	f := ext.Frame{Type: ext.Message, Payload: make([]byte, size)}
+	for i := 0; i < calls; i++ {
+		if i >= window {
+			<-credit
+		}
+		sent[i] = time.Now()
+		if _, err := a.T.Send(b.ID, f); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := <-readErr; err != nil {
+		return 0, nil, err
+	}
+	el := time.Since(start)
+	return el, lat, <-done
+}

@@ -1,0 +1,343 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+)
+
+// TxBudgetConfig sets the tx-budget harness.
+type TxBudgetConfig struct {
+	Transports []string // "tcp", "uds"
+	Iters      int      // round trips per rung and rep
+	Reps       int
+	HeaderLen  int
+	PayloadLen int
+}
+
+// TxBudget attributes the one-way latency of a small frame to layers, one
+// rung at a time, over a depth-1 ping-pong (one-way = round trip / 2):
+//
+//	L0 blocking socket calls on locked OS threads
+//	L1 goroutines and the netpoller (net.Conn)
+//	L2 L1 plus the frame codec
+//	L3 the full transport: Send, admission gate, coalescing writer, frame
+//	   reader, adapter admission, inbound queue, consumer goroutine
+func TxBudget(cfg TxBudgetConfig, r *Report) error {
+	rungs := []struct {
+		name string
+		run  func(kind string, cfg TxBudgetConfig) ([]time.Duration, error)
+	}{{"L0", rungL0}, {"L1", rungL1}, {"L2", rungL2}, {"L3", rungL3}}
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for _, kind := range cfg.Transports {
+			params := map[string]any{"transport": kind, "header_bytes": cfg.HeaderLen, "payload_bytes": cfg.PayloadLen, "iters": cfg.Iters}
+			for _, rung := range rungs {
+				rtts, err := rung.run(kind, cfg)
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", kind, rung.name, err)
+				}
+				p50, p99 := oneWay(rtts)
+				r.Add("tx-budget", rung.name, "one_way_p50_ns", "ns", p50, params)
+				r.Add("tx-budget", rung.name, "one_way_p99_ns", "ns", p99, params)
+			}
+		}
+	}
+	for _, kind := range cfg.Transports {
+		params := map[string]any{"transport": kind, "header_bytes": cfg.HeaderLen, "payload_bytes": cfg.PayloadLen, "iters": cfg.Iters}
+		l3, _ := r.Find("tx-budget", "L3", "one_way_p50_ns", params)
+		l0, _ := r.Find("tx-budget", "L0", "one_way_p50_ns", params)
+		r.Ratio("tx-budget", "L3/L0", "one_way_p50_ratio", l3, l0, params)
+	}
+	return nil
+}
+
+// oneWay turns round trips into one-way p50 and p99 in nanoseconds.
+func oneWay(rtts []time.Duration) (p50, p99 float64) {
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	at := func(q float64) float64 { return float64(rtts[int(q*float64(len(rtts)-1))]) / 2 }
+	return at(0.5), at(0.99)
+}
+
+const warmup = 1000
+
+// socketPair returns a connected client and server socket of the kind.
+func socketPair(kind string) (client, server net.Conn, cleanup func(), err error) {
+	var ln net.Listener
+	dir := ""
+	switch kind {
+	case "tcp":
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+	case "uds":
+		if dir, err = os.MkdirTemp("", "velo-bench-"); err == nil {
+			ln, err = net.Listen("unix", filepath.Join(dir, "s"))
+		}
+	default:
+		err = fmt.Errorf("unknown transport %q", kind)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial(ln.Addr().Network(), ln.Addr().String())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	server = <-accepted
+	if server == nil {
+		client.Close()
+		return nil, nil, nil, fmt.Errorf("accept failed")
+	}
+	return client, server, func() {
+		client.Close()
+		server.Close()
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}, nil
+}
+
+// blockingFD returns a blocking duplicate of a socket's descriptor.
+func blockingFD(c net.Conn) (int, func(), error) {
+	f, err := c.(interface{ File() (*os.File, error) }).File()
+	if err != nil {
+		return 0, nil, err
+	}
+	fd := int(f.Fd())
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		f.Close()
+		return 0, nil, err
+	}
+	return fd, func() { f.Close() }, nil
+}
+
+func readFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Read(fd, b)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func writeFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func rungL0(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	c, s, cleanup, err := socketPair(kind)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	cfd, cclose, err := blockingFD(c)
+	if err != nil {
+		return nil, err
+	}
+	defer cclose()
+	sfd, sclose, err := blockingFD(s)
+	if err != nil {
+		return nil, err
+	}
+	defer sclose()
+	size := cfg.HeaderLen + cfg.PayloadLen
+	echoErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		buf := make([]byte, size)
+		for i := 0; i < warmup+cfg.Iters; i++ {
+			if err := readFull(sfd, buf); err != nil {
+				echoErr <- err
+				return
+			}
+			if err := writeFull(sfd, buf); err != nil {
+				echoErr <- err
+				return
+			}
+		}
+		echoErr <- nil
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, size)
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	for i := 0; i < warmup+cfg.Iters; i++ {
+		t0 := time.Now()
+		if err := writeFull(cfd, buf); err != nil {
+			return nil, err
+		}
+		if err := readFull(cfd, buf); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	return rtts, <-echoErr
+}
+
+func rungL1(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	c, s, cleanup, err := socketPair(kind)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	size := cfg.HeaderLen + cfg.PayloadLen
+	echoErr := make(chan error, 1)
+	go func() {
+		buf := make([]byte, size)
+		for i := 0; i < warmup+cfg.Iters; i++ {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				echoErr <- err
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				echoErr <- err
+				return
+			}
+		}
+		echoErr <- nil
+	}()
+	buf := make([]byte, size)
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	for i := 0; i < warmup+cfg.Iters; i++ {
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	return rtts, <-echoErr
+}
+
+func rungL2(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	c, s, cleanup, err := socketPair(kind)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	f := ext.Frame{Type: ext.Message, Header: make([]byte, cfg.HeaderLen), Payload: make([]byte, cfg.PayloadLen)}
+	echoErr := make(chan error, 1)
+	go func() {
+		r := frame.NewReader(s, frame.DefaultMaxFrame)
+		var out []byte
+		for i := 0; i < warmup+cfg.Iters; i++ {
+			in, err := r.Next()
+			if err != nil {
+				echoErr <- err
+				return
+			}
+			out = frame.Append(out[:0], in)
+			if _, err := s.Write(out); err != nil {
+				echoErr <- err
+				return
+			}
+		}
+		echoErr <- nil
+	}()
+	r := frame.NewReader(c, frame.DefaultMaxFrame)
+	var out []byte
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	for i := 0; i < warmup+cfg.Iters; i++ {
+		t0 := time.Now()
+		out = frame.Append(out[:0], f)
+		if _, err := c.Write(out); err != nil {
+			return nil, err
+		}
+		if _, err := r.Next(); err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	return rtts, <-echoErr
+}
+
+func rungL3(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	a, b, err := Pair(kind)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	defer b.Close()
+	f := ext.Frame{Type: ext.Message, Header: make([]byte, cfg.HeaderLen), Payload: make([]byte, cfg.PayloadLen)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	echoErr := make(chan error, 1)
+	go func() {
+		var batch []ext.InboundMessage
+		for n := 0; n < warmup+cfg.Iters; {
+			var err error
+			if batch, err = b.Adapter.Messages().PopAll(ctx, batch[:0]); err != nil {
+				echoErr <- err
+				return
+			}
+			for _, m := range batch {
+				m.Done()
+				if _, err := b.T.Send(a.ID, m.Frame); err != nil {
+					echoErr <- err
+					return
+				}
+				n++
+			}
+		}
+		echoErr <- nil
+	}()
+	var batch []ext.InboundMessage
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	for i := 0; i < warmup+cfg.Iters; i++ {
+		t0 := time.Now()
+		if _, err := a.T.Send(b.ID, f); err != nil {
+			return nil, err
+		}
+		if batch, err = a.Adapter.Messages().PopAll(ctx, batch[:0]); err != nil {
+			return nil, err
+		}
+		for _, m := range batch {
+			m.Done()
+		}
+		if i >= warmup {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	return rtts, <-echoErr
+}

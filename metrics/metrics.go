@@ -1,0 +1,172 @@
+package metrics
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// latencyBuckets spans 1µs to 10s in 15 steps of √10. Frame waits and
+// writes sit in the microseconds, handlers can run for seconds; one bucket
+// layout for both keeps dashboards comparable.
+var latencyBuckets = prometheus.ExponentialBucketsRange(1e-6, 10, 15)
+
+// VeloMetrics holds every family velo registers. Build it with Register.
+//
+// The transport families are reached through Transport, which pre-binds
+// them. The messenger families are exported so the messenger can pre-bind
+// the label values it knows (see Handler).
+type VeloMetrics struct {
+	// Transport family; see Transport.
+	frames         *prometheus.CounterVec
+	frameBytes     *prometheus.CounterVec
+	framesWritten  *prometheus.CounterVec
+	egressWait     *prometheus.HistogramVec
+	writeDuration  *prometheus.HistogramVec
+	rejections     *prometheus.CounterVec
+	sendBackpress  *prometheus.CounterVec
+	registeredPeer *prometheus.GaugeVec
+	activeConns    *prometheus.GaugeVec
+
+	// Messenger family.
+	HandlerRequests       *prometheus.CounterVec   // handler, response_type, outcome
+	HandlerDuration       *prometheus.HistogramVec // handler, response_type, outcome
+	HandlerRequestBytes   *prometheus.CounterVec   // handler, response_type
+	HandlerResponseBytes  *prometheus.CounterVec   // handler, response_type, outcome
+	HandlerInFlight       *prometheus.GaugeVec     // handler
+	OrderedLanes          *prometheus.GaugeVec     // handler
+	OrderedLaneDepth      *prometheus.GaugeVec     // handler
+	OrderedLaneWait       *prometheus.HistogramVec // handler
+	OrderedLanesCreated   *prometheus.CounterVec   // handler
+	DispatchFailures      *prometheus.CounterVec   // stage, reason
+	ClientResolution      *prometheus.CounterVec   // path, outcome
+	PendingResponses      prometheus.Gauge
+	ResponseSlotExhausted prometheus.Counter
+	InboundDequeued       prometheus.Counter
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func histVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: name, Help: help, Buckets: latencyBuckets,
+	}, labels)
+}
+
+// Register creates every family and registers it into reg. It returns an
+// error, and leaves reg as it found it, if any family is already there
+// (for example when Register is called twice on one registry).
+func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("metrics: nil registry")
+	}
+	m := &VeloMetrics{
+		frames: counterVec("velo_transport_frames_total",
+			"Frames seen by a velo transport.",
+			"transport", "direction", "message_type", "outcome"),
+		frameBytes: counterVec("velo_transport_frame_bytes_total",
+			"Logical frame bytes (header plus payload) seen by a velo transport.",
+			"transport", "direction", "message_type"),
+		framesWritten: counterVec("velo_transport_frames_written_total",
+			"Frames a connection writer handed to its send buffer, counted after the write returned.",
+			"transport", "message_type"),
+		egressWait: histVec("velo_transport_egress_queue_wait_seconds",
+			"Time an outbound frame waited from the send attempt until its writer dequeued it.",
+			"transport"),
+		writeDuration: histVec("velo_transport_write_duration_seconds",
+			"Wall time of one write by a connection writer; one write may carry many frames.",
+			"transport"),
+		rejections: counterVec("velo_transport_rejections_total",
+			"Frames a velo transport rejected or dropped, by reason.",
+			"transport", "reason"),
+		sendBackpress: counterVec("velo_transport_send_backpressure_total",
+			"Sends that found the target's bounded channel full and waited in its admission gate.",
+			"transport"),
+		registeredPeer: gaugeVec("velo_transport_registered_peers",
+			"Peers registered with a velo transport.", "transport"),
+		activeConns: gaugeVec("velo_transport_active_connections",
+			"Open connections of a velo transport.", "transport"),
+
+		HandlerRequests: counterVec("velo_messenger_handler_requests_total",
+			"Requests seen by messenger handlers.", "handler", "response_type", "outcome"),
+		HandlerDuration: histVec("velo_messenger_handler_duration_seconds",
+			"Time a messenger handler ran.", "handler", "response_type", "outcome"),
+		HandlerRequestBytes: counterVec("velo_messenger_handler_request_bytes_total",
+			"Request payload bytes given to messenger handlers.", "handler", "response_type"),
+		HandlerResponseBytes: counterVec("velo_messenger_handler_response_bytes_total",
+			"Response payload bytes returned by messenger handlers.", "handler", "response_type", "outcome"),
+		HandlerInFlight: gaugeVec("velo_messenger_handler_in_flight",
+			"Messenger handlers running now.", "handler"),
+		OrderedLanes: gaugeVec("velo_messenger_ordered_lanes",
+			"Live ordering lanes of ordered-dispatch handlers.", "handler"),
+		OrderedLaneDepth: gaugeVec("velo_messenger_ordered_lane_depth",
+			"Messages queued on ordering lanes and not yet handled.", "handler"),
+		OrderedLaneWait: histVec("velo_messenger_ordered_lane_wait_seconds",
+			"Time a message waited on its ordering lane before the handler started.", "handler"),
+		OrderedLanesCreated: counterVec("velo_messenger_ordered_lanes_created_total",
+			"Ordering lanes created; minus the live lane gauge, this gives lanes reaped.", "handler"),
+		DispatchFailures: counterVec("velo_messenger_dispatch_failures_total",
+			"Failures on the messenger dispatch and response paths.", "stage", "reason"),
+		ClientResolution: counterVec("velo_messenger_client_resolution_total",
+			"Outcomes of messenger client routing, by path.", "path", "outcome"),
+		PendingResponses: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "velo_messenger_pending_responses",
+			Help: "Messenger calls waiting for a response.",
+		}),
+		ResponseSlotExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_messenger_response_slot_exhausted_total",
+			Help: "Response slot requests that hit the per-worker capacity limit.",
+		}),
+		InboundDequeued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_messenger_inbound_dequeued_total",
+			Help: "Messages the dispatch loop took off the messenger inbound queue.",
+		}),
+	}
+	all := []prometheus.Collector{
+		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
+		m.rejections, m.sendBackpress, m.registeredPeer, m.activeConns,
+		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
+		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
+		m.OrderedLanesCreated, m.DispatchFailures, m.ClientResolution,
+		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
+	}
+	for i, c := range all {
+		if err := reg.Register(c); err != nil {
+			// Undo the partial work so the caller can retry or use reg as
+			// it was, instead of holding half a set of families.
+			for _, done := range all[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("metrics: register velo families: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// HandlerMetrics holds the messenger series that carry only the handler
+// label, bound to one handler name.
+type HandlerMetrics struct {
+	InFlight            prometheus.Gauge
+	OrderedLanes        prometheus.Gauge
+	OrderedLaneDepth    prometheus.Gauge
+	OrderedLaneWait     prometheus.Observer
+	OrderedLanesCreated prometheus.Counter
+}
+
+// Handler binds the handler-only messenger series to name. Call it once
+// when the handler is registered and keep the result. m must not be nil.
+func (m *VeloMetrics) Handler(name string) HandlerMetrics {
+	return HandlerMetrics{
+		InFlight:            m.HandlerInFlight.WithLabelValues(name),
+		OrderedLanes:        m.OrderedLanes.WithLabelValues(name),
+		OrderedLaneDepth:    m.OrderedLaneDepth.WithLabelValues(name),
+		OrderedLaneWait:     m.OrderedLaneWait.WithLabelValues(name),
+		OrderedLanesCreated: m.OrderedLanesCreated.WithLabelValues(name),
+	}
+}

@@ -1,0 +1,221 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/velo-go/velo/ext"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func mustRegister(t *testing.T) (*prometheus.Registry, *VeloMetrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := Register(reg)
+	if err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	return reg, m
+}
+
+// gather returns the registry's metrics of one family, keyed by their
+// label pairs written as "k=v,k=v" in the order Prometheus sorts them.
+func gather(t *testing.T, reg *prometheus.Registry, name string) map[string]*dto.Metric {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	out := map[string]*dto.Metric{}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var kv []string
+			for _, l := range m.GetLabel() {
+				kv = append(kv, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(kv, ",")] = m
+		}
+	}
+	return out
+}
+
+func TestRegisterTwiceFails(t *testing.T) {
+	reg, _ := mustRegister(t)
+	_, err := Register(reg)
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Fatalf("second Register: got %v, want AlreadyRegisteredError", err)
+	}
+}
+
+// A clash on the last family must not leave the earlier ones behind.
+func TestRegisterRollsBackOnClash(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "velo_messenger_inbound_dequeued_total", Help: "taken",
+	}))
+	if _, err := Register(reg); err == nil {
+		t.Fatal("Register succeeded over a clashing family")
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 1 {
+		t.Fatalf("after failed Register: %d series (err %v), want only the clashing one", n, err)
+	}
+	if _, err := Register(prometheus.NewRegistry()); err != nil {
+		t.Fatalf("Register into a fresh registry: %v", err)
+	}
+}
+
+func TestRegisterNil(t *testing.T) {
+	if _, err := Register(nil); err == nil {
+		t.Fatal("Register(nil) gave no error")
+	}
+}
+
+func TestNilMetricsIsNop(t *testing.T) {
+	var m *VeloMetrics
+	o := m.Transport("tcp")
+	if _, ok := o.(ext.NopObservability); !ok || o.Enabled() {
+		t.Fatalf("nil VeloMetrics gave %T (enabled %v), want NopObservability", o, o.Enabled())
+	}
+}
+
+// Every label combination exists at zero right after Transport, so a
+// dashboard shows zeros rather than gaps before traffic arrives.
+func TestTransportPrebindsEverySeries(t *testing.T) {
+	reg, m := mustRegister(t)
+	if o := m.Transport("tcp"); !o.Enabled() {
+		t.Fatal("real handle reports Enabled false")
+	}
+	frames := gather(t, reg, "velo_transport_frames_total")
+	bytes := gather(t, reg, "velo_transport_frame_bytes_total")
+	written := gather(t, reg, "velo_transport_frames_written_total")
+	for mt := range ext.NumMessageTypes {
+		typ := ext.MessageType(mt).String()
+		if _, ok := written["message_type="+typ+",transport=tcp"]; !ok {
+			t.Errorf("frames_written missing message_type=%s", typ)
+		}
+		for _, dir := range []ext.Direction{ext.Inbound, ext.Outbound} {
+			if _, ok := bytes["direction="+dir.String()+",message_type="+typ+",transport=tcp"]; !ok {
+				t.Errorf("frame_bytes missing %s/%s", dir, typ)
+			}
+			for _, oc := range []ext.FrameOutcome{ext.Accepted, ext.Rejected} {
+				k := "direction=" + dir.String() + ",message_type=" + typ + ",outcome=" + oc.String() + ",transport=tcp"
+				s, ok := frames[k]
+				if !ok {
+					t.Errorf("frames_total missing %s", k)
+				} else if v := s.GetCounter().GetValue(); v != 0 {
+					t.Errorf("frames_total %s = %v before any traffic", k, v)
+				}
+			}
+		}
+	}
+	if got, want := len(frames), 2*ext.NumMessageTypes*2; got != want {
+		t.Errorf("frames_total has %d series, want %d", got, want)
+	}
+	rej := gather(t, reg, "velo_transport_rejections_total")
+	for r := range ext.NumRejectionReasons {
+		if _, ok := rej["reason="+ext.RejectionReason(r).String()+",transport=tcp"]; !ok {
+			t.Errorf("rejections missing reason=%s", ext.RejectionReason(r))
+		}
+	}
+	for _, name := range []string{
+		"velo_transport_egress_queue_wait_seconds", "velo_transport_write_duration_seconds",
+		"velo_transport_send_backpressure_total", "velo_transport_registered_peers",
+		"velo_transport_active_connections",
+	} {
+		if _, ok := gather(t, reg, name)["transport=tcp"]; !ok {
+			t.Errorf("%s{transport=tcp} missing", name)
+		}
+	}
+}
+
+func TestTransportRecords(t *testing.T) {
+	reg, m := mustRegister(t)
+	o := m.Transport("uds")
+	o.Frames(ext.Outbound, ext.Message, ext.Accepted, 1, 100)
+	o.Frames(ext.Outbound, ext.Message, ext.Accepted, 1, 20)
+	o.Frames(ext.Inbound, ext.Event, ext.Rejected, 1, 7)
+	o.Frames(ext.Inbound, ext.MessageType(200), ext.Accepted, 1, 9) // undefined type: dropped, no panic
+	o.Rejection(ext.RejectTooLarge)
+	o.Rejection(ext.RejectionReason(99)) // undefined reason: dropped
+	o.SendBackpressure()
+	o.RegisteredPeers(3)
+	o.RegisteredPeers(-1)
+	o.ActiveConnections(2)
+	o.FramesWritten(ext.Response, 4)
+	o.WriteDuration(3 * time.Millisecond)
+	o.EgressQueueWait(5 * time.Microsecond)
+	o.EgressQueueWait(7 * time.Microsecond)
+
+	checks := []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{m.frames.WithLabelValues("uds", "outbound", "message", "accepted"), 2},
+		{m.frames.WithLabelValues("uds", "inbound", "event", "rejected"), 1},
+		{m.frames.WithLabelValues("uds", "inbound", "event", "accepted"), 0},
+		{m.frameBytes.WithLabelValues("uds", "outbound", "message"), 120},
+		{m.frameBytes.WithLabelValues("uds", "inbound", "event"), 7},
+		{m.rejections.WithLabelValues("uds", "too_large"), 1},
+		{m.rejections.WithLabelValues("uds", "draining"), 0},
+		{m.sendBackpress.WithLabelValues("uds"), 1},
+		{m.registeredPeer.WithLabelValues("uds"), 2},
+		{m.activeConns.WithLabelValues("uds"), 2},
+		{m.framesWritten.WithLabelValues("uds", "response"), 4},
+	}
+	for i, c := range checks {
+		if got := testutil.ToFloat64(c.c); got != c.want {
+			t.Errorf("check %d: got %v, want %v", i, got, c.want)
+		}
+	}
+	wait := gather(t, reg, "velo_transport_egress_queue_wait_seconds")["transport=uds"].GetHistogram()
+	if wait.GetSampleCount() != 2 || wait.GetSampleSum() < 11e-6 || wait.GetSampleSum() > 13e-6 {
+		t.Errorf("egress wait: count %d sum %v, want 2 and 12µs", wait.GetSampleCount(), wait.GetSampleSum())
+	}
+	write := gather(t, reg, "velo_transport_write_duration_seconds")["transport=uds"].GetHistogram()
+	if write.GetSampleCount() != 1 || write.GetSampleSum() != 0.003 {
+		t.Errorf("write duration: count %d sum %v, want 1 and 0.003", write.GetSampleCount(), write.GetSampleSum())
+	}
+}
+
+// The frame path runs once per frame; it must not allocate.
+func TestTransportNoAllocs(t *testing.T) {
+	_, m := mustRegister(t)
+	o := m.Transport("tcp")
+	for name, f := range map[string]func(){
+		"Frames":          func() { o.Frames(ext.Outbound, ext.Response, ext.Accepted, 1, 64) },
+		"FramesWritten":   func() { o.FramesWritten(ext.Message, 3) },
+		"EgressQueueWait": func() { o.EgressQueueWait(time.Microsecond) },
+		"WriteDuration":   func() { o.WriteDuration(time.Microsecond) },
+		"Rejection":       func() { o.Rejection(ext.RejectDraining) },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", name, n)
+		}
+	}
+}
+
+func TestHandlerBinds(t *testing.T) {
+	_, m := mustRegister(t)
+	h := m.Handler("echo")
+	h.InFlight.Inc()
+	h.OrderedLanesCreated.Inc()
+	h.OrderedLaneWait.Observe(0.001)
+	if got := testutil.ToFloat64(m.HandlerInFlight.WithLabelValues("echo")); got != 1 {
+		t.Errorf("in_flight{handler=echo} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.OrderedLanesCreated.WithLabelValues("echo")); got != 1 {
+		t.Errorf("ordered_lanes_created{handler=echo} = %v, want 1", got)
+	}
+}
