@@ -115,6 +115,64 @@ func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
 	return Admitted
 }
 
+// AdmitBatch admits requests a reader decoded straight into msgs (their
+// Guard fields are set here). It follows AdmitMessage's rule, for the whole
+// batch at once. When the queue is empty the batch becomes the queue (no
+// copy) and the queue's old, empty slice comes back as spare for the
+// reader's next batch; otherwise the batch is appended and msgs is returned
+// emptied. On Draining the frames are still the caller's; on Disconnected
+// the adapter released them.
+func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []InboundMessage) {
+	if !a.state.tryAcquireN(len(msgs)) {
+		return Draining, msgs
+	}
+	for i := range msgs {
+		msgs[i].Guard = InFlightGuard{s: a.state}
+	}
+	spare, n, err := a.messages.pushSwap(msgs)
+	if err != nil {
+		for _, m := range msgs[n:] {
+			m.Done()
+		}
+		clear(msgs)
+		return Disconnected, msgs[:0]
+	}
+	return Admitted, spare
+}
+
+// DoneAll calls Done on every message of a batch, with one atomic update
+// per run of messages that share a guard state or a buffer instead of two
+// per message.
+func DoneAll(msgs []InboundMessage) {
+	for i := 0; i < len(msgs); {
+		j := i + 1
+		for j < len(msgs) && msgs[j].Guard.s == msgs[i].Guard.s {
+			j++
+		}
+		if s := msgs[i].Guard.s; s != nil {
+			s.releaseN(int64(j - i))
+		}
+		i = j
+	}
+	for i := 0; i < len(msgs); {
+		o := msgs[i].Owner
+		j := i + 1
+		for j < len(msgs) && msgs[j].Owner == o {
+			j++
+		}
+		if o != nil {
+			if rn, ok := o.(interface{ ReleaseN(int) }); ok {
+				rn.ReleaseN(j - i)
+			} else {
+				for k := i; k < j; k++ {
+					o.Release()
+				}
+			}
+		}
+		i = j
+	}
+}
+
 // RouteFrame puts a non-request frame on its stream: Response to responses,
 // Ack and Event to events, ShuttingDown to shutdowns. A Message frame is
 // admitted with AdmitMessage instead. It reports false when the stream is

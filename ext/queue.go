@@ -80,6 +80,24 @@ func (q *Queue[T]) pushEach(n int, gen func(i int) T) (added int, err error) {
 	return added, nil
 }
 
+// pushSwap queues every item of vs. When the queue is empty and vs fits,
+// vs itself becomes the queue and the queue's empty slice is returned as
+// spare; otherwise the items are copied and vs is returned emptied. On
+// ErrQueueClosed the first n items were queued.
+func (q *Queue[T]) pushSwap(vs []T) (spare []T, n int, err error) {
+	q.mu.Lock()
+	if len(q.items) == 0 && len(vs) <= q.capacity && !q.closed {
+		spare, q.items = q.items[:0], vs
+		q.wakeConsumerLocked()
+		q.mu.Unlock()
+		return spare, len(vs), nil
+	}
+	q.mu.Unlock()
+	n, err = q.pushEach(len(vs), func(i int) T { return vs[i] })
+	clear(vs)
+	return vs[:0], n, err
+}
+
 func (q *Queue[T]) wakeConsumerLocked() {
 	if q.notEmpty != nil {
 		close(q.notEmpty)

@@ -215,8 +215,13 @@ func drainMessages(ctx context.Context, b *Node, n int, back *Node) error {
 		if batch, err = b.Adapter.Messages().PopAll(ctx, batch[:0]); err != nil {
 			return err
 		}
+		if back == nil {
+			ext.DoneAll(batch)
+			got += len(batch)
+			continue
+		}
 		for _, m := range batch {
-			if back != nil {
+			{
 				out, err := b.T.Send(back.ID, ext.Frame{Type: ext.Response, Header: m.Header, Payload: m.Payload})
 				if err == nil {
 					err = out.Wait(ctx)

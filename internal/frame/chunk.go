@@ -2,7 +2,6 @@ package frame
 
 import (
 	"math/bits"
-	"sync"
 	"sync/atomic"
 )
 
@@ -24,9 +23,12 @@ type Chunk struct {
 func (c *Chunk) Retain() { c.refs.Add(1) }
 
 // Release drops a reference; the last one returns the chunk to its pool.
-func (c *Chunk) Release() {
-	if n := c.refs.Add(-1); n == 0 {
-		chunkPools[c.class].Put(c)
+func (c *Chunk) Release() { c.ReleaseN(1) }
+
+// ReleaseN drops n references at once.
+func (c *Chunk) ReleaseN(n int) {
+	if n := c.refs.Add(-int64(n)); n == 0 {
+		putChunk(c)
 	} else if n < 0 {
 		panic("frame: chunk released more often than referenced")
 	}
@@ -37,7 +39,27 @@ const (
 	maxChunkShift = 31
 )
 
-var chunkPools [maxChunkShift - minChunkShift + 1]sync.Pool
+// chunkPools are bounded free lists, one per size class. They are channels
+// rather than sync.Pools because a sync.Pool is emptied at every GC, and a
+// busy reader would then allocate a fresh chunk after each collection,
+// which in turn brings the next collection closer.
+var chunkPools [maxChunkShift - minChunkShift + 1]chan *Chunk
+
+// pooledBytesPerClass bounds the memory each size class keeps idle.
+const pooledBytesPerClass = 32 << 20
+
+func init() {
+	for i := range chunkPools {
+		chunkPools[i] = make(chan *Chunk, max(2, pooledBytesPerClass>>(i+minChunkShift)))
+	}
+}
+
+func putChunk(c *Chunk) {
+	select {
+	case chunkPools[c.class] <- c:
+	default: // the free list is full: leave the chunk to the GC
+	}
+}
 
 // getChunk returns a chunk of at least size bytes, biased for its reader.
 func getChunk(size int) *Chunk {
@@ -45,8 +67,10 @@ func getChunk(size int) *Chunk {
 	if size > 1<<minChunkShift {
 		class = bits.Len(uint(size-1)) - minChunkShift
 	}
-	c, _ := chunkPools[class].Get().(*Chunk)
-	if c == nil {
+	var c *Chunk
+	select {
+	case c = <-chunkPools[class]:
+	default:
 		c = &Chunk{buf: make([]byte, 1<<(class+minChunkShift)), class: class}
 	}
 	c.refs.Store(readBias)
@@ -56,6 +80,6 @@ func getChunk(size int) *Chunk {
 // leave drops the reader's bias, keeping one reference per frame handed out.
 func (c *Chunk) leave(handed int64) {
 	if n := c.refs.Add(handed - readBias); n == 0 {
-		chunkPools[c.class].Put(c)
+		putChunk(c)
 	}
 }

@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"encoding/binary"
 	"io"
 
 	"github.com/velo-go/velo/ext"
@@ -118,4 +119,40 @@ func (r *Reader) fill() error {
 		err = io.ErrNoProgress
 	}
 	return err
+}
+
+// AppendMessages decodes the Message frames already buffered straight onto
+// dst, stopping at the first frame of another type, which it returns as
+// other (ok true), or when no whole frame is left. It reads nothing from
+// the socket. Decoding in place saves the copies a frame-at-a-time loop
+// makes on the request path.
+func (r *Reader) AppendMessages(dst []ext.InboundMessage) (out []ext.InboundMessage, other ext.Frame, ok bool, err error) {
+	b := r.buf[r.start:r.end]
+	var owner ext.Owner = r.chunk
+	off, handed := 0, int64(0)
+	for len(b)-off >= PreambleLen {
+		p := b[off:]
+		h := int(binary.BigEndian.Uint32(p[3:]))
+		n := int(binary.BigEndian.Uint32(p[7:]))
+		if p[0] != 0 || p[1] != SchemaVersion || p[2] != byte(ext.Message) || h+n > r.max || h+n < 0 {
+			break // not a well-formed request: let TryNext judge it
+		}
+		hEnd := PreambleLen + h
+		end := hEnd + n
+		if len(p) < end {
+			break
+		}
+		dst = append(dst, ext.InboundMessage{})
+		m := &dst[len(dst)-1]
+		m.Type = ext.Message
+		m.Header = p[PreambleLen:hEnd:hEnd]
+		m.Payload = p[hEnd:end:end]
+		m.Owner = owner
+		off += end
+		handed++
+	}
+	r.start += off
+	r.handed += handed
+	other, ok, err = r.TryNext()
+	return dst, other, ok, err
 }

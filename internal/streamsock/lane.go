@@ -227,14 +227,14 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 		if obs.Enabled() {
 			start = time.Now()
 		}
+		if l.t.testWriteHook != nil {
+			l.t.testWriteHook(segs[:n])
+		}
 		vec := l.vec
 		written, err := vec.WriteTo(conn)
 		clear(l.vec)
 		if obs.Enabled() {
 			obs.WriteDuration(time.Since(start))
-		}
-		if l.t.testWriteHook != nil {
-			l.t.testWriteHook(segs[:n])
 		}
 		if err != nil {
 			return firstUnwritten(segs, written), err

@@ -350,8 +350,9 @@ func (t *Transport) acceptLoop() {
 }
 
 // serve reads frames from one accepted connection until it ends. A bad
-// frame closes this connection only. Requests read together are admitted
-// together, one queue operation per read rather than per frame.
+// frame closes this connection only. Requests read together are decoded
+// straight into one batch and admitted together: one queue operation per
+// read rather than per frame.
 func (t *Transport) serve(conn net.Conn) {
 	defer t.wg.Done()
 	defer func() {
@@ -366,12 +367,12 @@ func (t *Transport) serve(conn net.Conn) {
 		f, err := r.Next()
 		for err == nil {
 			if f.Type == ext.Message {
-				in.msgs = append(in.msgs, f)
+				in.msgs = append(in.msgs, ext.InboundMessage{Frame: f})
 			} else if !in.flush(t, conn) || !t.routeInbound(f, conn) {
 				return
 			}
 			var ok bool
-			if f, ok, err = r.TryNext(); !ok && err == nil {
+			if in.msgs, f, ok, err = r.AppendMessages(in.msgs); !ok && err == nil {
 				break
 			}
 		}
@@ -387,7 +388,7 @@ func (t *Transport) serve(conn net.Conn) {
 
 // inbound gathers the requests of one read for batched admission.
 type inbound struct {
-	msgs []ext.Frame
+	msgs []ext.InboundMessage
 	echo []byte
 }
 
@@ -399,31 +400,32 @@ func (in *inbound) flush(t *Transport, conn net.Conn) bool {
 	}
 	obs := t.obs()
 	n, bytes := len(in.msgs), 0
-	for _, f := range in.msgs {
-		bytes += f.Len()
+	for i := range in.msgs {
+		bytes += in.msgs[i].Len()
 	}
+	outcome, spare := t.adapter.AdmitBatch(in.msgs)
 	ok := true
-	switch t.adapter.AdmitMessages(in.msgs) {
+	switch outcome {
 	case ext.Admitted:
 		obs.Frames(ext.Inbound, ext.Message, ext.Accepted, n, bytes)
 	case ext.Draining:
 		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, n, bytes)
 		in.echo = in.echo[:0]
-		for _, f := range in.msgs {
+		for _, m := range in.msgs {
 			obs.Rejection(ext.RejectDraining)
-			in.echo = frame.Append(in.echo, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
-			f.Release()
+			in.echo = frame.Append(in.echo, ext.Frame{Type: ext.ShuttingDown, Header: m.Header})
+			m.Frame.Release()
 		}
+		clear(in.msgs)
 		_, err := conn.Write(in.echo)
 		ok = err == nil
 	case ext.Disconnected:
 		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, n, bytes)
-		for range in.msgs {
+		for i := 0; i < n; i++ {
 			obs.Rejection(ext.RejectRouteFailed)
 		}
 	}
-	clear(in.msgs)
-	in.msgs = in.msgs[:0]
+	in.msgs = spare[:0]
 	return ok
 }
 
