@@ -92,8 +92,27 @@ func (q *Queue[T]) pushSwap(vs []T) (spare []T, n int, err error) {
 		q.mu.Unlock()
 		return spare, len(vs), nil
 	}
+	for n < len(vs) {
+		for len(q.items) >= q.capacity && !q.closed {
+			if q.notFull == nil {
+				q.notFull = make(chan struct{})
+			}
+			ch := q.notFull
+			q.mu.Unlock()
+			<-ch
+			q.mu.Lock()
+		}
+		if q.closed {
+			err = ErrQueueClosed
+			break
+		}
+		// One bulk copy, not one call per item.
+		k := min(len(vs)-n, q.capacity-len(q.items))
+		q.items = append(q.items, vs[n:n+k]...)
+		n += k
+		q.wakeConsumerLocked()
+	}
 	q.mu.Unlock()
-	n, err = q.pushEach(len(vs), func(i int) T { return vs[i] })
 	clear(vs)
 	return vs[:0], n, err
 }

@@ -50,7 +50,12 @@ type Transport struct {
 	testWriteHook func([]segment)
 }
 
-type obsBox struct{ ext.Observability }
+// obsBox holds the metrics handle and whether it records anything, so the
+// send path reads a field instead of making an interface call.
+type obsBox struct {
+	ext.Observability
+	enabled bool
+}
 
 // New makes a transport over the given network.
 func New(n Network, cfg Config) (*Transport, error) {
@@ -60,7 +65,7 @@ func New(n Network, cfg Config) (*Transport, error) {
 	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{})}
 	empty := map[ext.InstanceID]*peer{}
 	t.peers.Store(&empty)
-	t.obsv.Store(&obsBox{ext.NopObservability{}})
+	t.obsv.Store(&obsBox{Observability: ext.NopObservability{}})
 	return t, nil
 }
 
@@ -83,7 +88,7 @@ func (t *Transport) SetObservability(o ext.Observability) {
 	if o == nil {
 		o = ext.NopObservability{}
 	}
-	t.obsv.Store(&obsBox{o})
+	t.obsv.Store(&obsBox{Observability: o, enabled: o.Enabled()})
 }
 
 // Start listens and returns the endpoint peers dial.
@@ -174,14 +179,16 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	if t.closing.Load() {
 		return ext.SendOutcome{}, ext.ErrTransportClosed
 	}
-	if err := frame.CheckSize(f, t.cfg.MaxFrameSize); err != nil {
+	size := len(f.Header) + len(f.Payload)
+	if size > t.cfg.MaxFrameSize {
 		t.obs().Rejection(ext.RejectTooLarge)
-		return ext.SendOutcome{}, err
+		return ext.SendOutcome{}, &ext.FrameTooLargeError{Size: size, Max: t.cfg.MaxFrameSize}
 	}
 	if lane < 0 || lane >= t.cfg.Lanes {
 		return ext.SendOutcome{}, fmt.Errorf("%w: %d of %d", ext.ErrLaneOutOfRange, lane, t.cfg.Lanes)
 	}
-	obs := t.obs()
+	box := t.obsv.Load()
+	obs := box.Observability
 	of := outFrame{Frame: f}
 	// The frame may wait in the gate or the queue after the caller lets go
 	// of a pooled inbound buffer it lives in: hold a reference until the
@@ -189,7 +196,7 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	if f.Owner != nil {
 		f.Owner.Retain()
 	}
-	if obs.Enabled() {
+	if box.enabled {
 		of.stamp = monotonic()
 	}
 	// A lane that died between the lookup and the send refuses it; the
@@ -206,9 +213,11 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 			f.Release()
 			return ext.SendOutcome{}, ext.ErrTransportClosed
 		}
-		out, err := l.gate.Send(of, units(f))
+		out, err := l.gate.Send(of, frame.PreambleLen+size)
 		if err == nil {
-			obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, f.Len())
+			if box.enabled {
+				obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, size)
+			}
 			return out, nil
 		}
 		if try == 1 || !errors.Is(err, ext.ErrConnectionClosed) {
