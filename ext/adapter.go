@@ -41,12 +41,29 @@ type AdapterConfig struct {
 	MessageQueue int
 	// OtherQueue bounds each of the response, event and shutdown queues. Default 65536.
 	OtherQueue int
+
+	// OnMessages, when set, receives admitted requests directly, on the
+	// transport's reader goroutine, instead of the message queue. This is
+	// how net/http runs a handler on its connection's goroutine: no
+	// goroutine is woken to take the message. The sink owns each message
+	// (call Done) but not the slice, which the reader reuses once the call
+	// returns. A sink that blocks holds back its connection's reader, which
+	// pushes back on that sender only.
+	OnMessages func(batch []InboundMessage)
+	// OnFrame, when set, receives response, ack, event and shutdown frames
+	// directly on the reader goroutine instead of their queues. The frame is
+	// the sink's to release.
+	OnFrame func(f Frame)
 }
 
 // TransportAdapter is what a node hands to each transport: the four inbound
 // streams (message, response, event, shutdown) and the admission step that
 // owns the in-flight count.
 type TransportAdapter struct {
+	onMessages func([]InboundMessage)
+	onFrame    func(Frame)
+	closed     atomic.Bool
+
 	state     *ShutdownState
 	messages  *Queue[InboundMessage]
 	responses *Queue[Frame]
@@ -64,11 +81,13 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 		cfg.OtherQueue = 1 << 16
 	}
 	return &TransportAdapter{
-		state:     state,
-		messages:  NewQueue[InboundMessage](cfg.MessageQueue),
-		responses: NewQueue[Frame](cfg.OtherQueue),
-		events:    NewQueue[Frame](cfg.OtherQueue),
-		shutdowns: NewQueue[Frame](cfg.OtherQueue),
+		onMessages: cfg.OnMessages,
+		onFrame:    cfg.OnFrame,
+		state:      state,
+		messages:   NewQueue[InboundMessage](cfg.MessageQueue),
+		responses:  NewQueue[Frame](cfg.OtherQueue),
+		events:     NewQueue[Frame](cfg.OtherQueue),
+		shutdowns:  NewQueue[Frame](cfg.OtherQueue),
 	}
 }
 
@@ -84,6 +103,16 @@ func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 	g, ok := a.state.TryAcquire()
 	if !ok {
 		return Draining
+	}
+	if a.onMessages != nil {
+		if a.closed.Load() {
+			g.Release()
+			f.Release()
+			return Disconnected
+		}
+		one := [1]InboundMessage{{Frame: f, Guard: g}}
+		a.onMessages(one[:])
+		return Admitted
 	}
 	if err := a.messages.Push(InboundMessage{Frame: f, Guard: g}); err != nil {
 		g.Release()
@@ -128,6 +157,16 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 	}
 	for i := range msgs {
 		msgs[i].Guard = InFlightGuard{s: a.state}
+	}
+	if a.onMessages != nil {
+		if a.closed.Load() {
+			DoneAll(msgs)
+			clear(msgs)
+			return Disconnected, msgs[:0]
+		}
+		a.onMessages(msgs)
+		clear(msgs)
+		return Admitted, msgs[:0]
 	}
 	spare, n, err := a.messages.pushSwap(msgs)
 	if err != nil {
@@ -178,6 +217,13 @@ func DoneAll(msgs []InboundMessage) {
 // admitted with AdmitMessage instead. It reports false when the stream is
 // closed (the node stopped) or the type is unknown.
 func (a *TransportAdapter) RouteFrame(f Frame) bool {
+	if a.onFrame != nil && f.Type.Valid() && f.Type != Message {
+		if a.closed.Load() {
+			return false // the caller releases a frame that was not routed
+		}
+		a.onFrame(f)
+		return true
+	}
 	var q *Queue[Frame]
 	switch f.Type {
 	case Response:
@@ -219,6 +265,7 @@ func (a *TransportAdapter) ReportSendError(target InstanceID, f Frame, err error
 // Close closes the four streams. Requests still queued are dropped and their
 // guards released, so they cannot hold a later drain open.
 func (a *TransportAdapter) Close() {
+	a.closed.Store(true)
 	a.messages.Close(func(m InboundMessage) { m.Done() })
 	a.responses.Close(nil)
 	a.events.Close(nil)

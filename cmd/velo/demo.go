@@ -36,8 +36,8 @@ func demoTransport() error {
 	if err != nil {
 		return err
 	}
-	m.Done()
 	fmt.Printf("B received %q/%q in %v (first send dials the connection)\n", m.Header, m.Payload, time.Since(start).Round(time.Microsecond))
+	m.Done()
 
 	const n = 10000
 	start = time.Now()

@@ -48,13 +48,16 @@ func tcpBufferOption() []tcp.Option {
 }
 
 // StartNode builds and starts a transport.
-func StartNode(kind string) (*Node, error) {
+func StartNode(kind string) (*Node, error) { return StartNodeWith(kind, ext.AdapterConfig{}) }
+
+// StartNodeWith builds and starts a transport with an adapter config (sinks).
+func StartNodeWith(kind string, cfg ext.AdapterConfig) (*Node, error) {
 	tr, err := NewTransport(kind)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{ID: ext.NewInstanceID(), T: tr}
-	n.Adapter = ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{})
+	n.Adapter = ext.NewTransportAdapter(ext.NewShutdownState(), cfg)
 	ep, err := tr.Start(context.Background(), n.Adapter)
 	if err != nil {
 		return nil, err
@@ -75,10 +78,15 @@ func (n *Node) Close() {
 
 // Pair starts two nodes that know each other.
 func Pair(kind string) (a, b *Node, err error) {
-	if a, err = StartNode(kind); err != nil {
+	return PairWith(kind, ext.AdapterConfig{}, ext.AdapterConfig{})
+}
+
+// PairWith starts two nodes with their adapter configs.
+func PairWith(kind string, ca, cb ext.AdapterConfig) (a, b *Node, err error) {
+	if a, err = StartNodeWith(kind, ca); err != nil {
 		return nil, nil, err
 	}
-	if b, err = StartNode(kind); err != nil {
+	if b, err = StartNodeWith(kind, cb); err != nil {
 		a.Close()
 		return nil, nil, err
 	}

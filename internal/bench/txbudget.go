@@ -31,13 +31,16 @@ type TxBudgetConfig struct {
 //	L0 blocking socket calls on locked OS threads
 //	L1 goroutines and the netpoller (net.Conn)
 //	L2 L1 plus the frame codec
-//	L3 the full transport: Send, admission gate, coalescing writer, frame
-//	   reader, adapter admission, inbound queue, consumer goroutine
+//	L3 the full transport: Send, admission gate, writer (inline when idle),
+//	   frame reader, adapter admission, and the consumer as the adapter's
+//	   sink on the reader goroutine
+//	L3q L3 with the consumer as a goroutine that pops the adapter's queue:
+//	   one more goroutine wake per direction, shown for comparison
 func TxBudget(cfg TxBudgetConfig, r *Report) error {
 	rungs := []struct {
 		name string
 		run  func(kind string, cfg TxBudgetConfig) ([]time.Duration, error)
-	}{{"L0", rungL0}, {"L1", rungL1}, {"L2", rungL2}, {"L3", rungL3}}
+	}{{"L0", rungL0}, {"L1", rungL1}, {"L2", rungL2}, {"L3", rungL3}, {"L3q", rungL3q}}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, kind := range cfg.Transports {
 			params := map[string]any{"transport": kind, "header_bytes": cfg.HeaderLen, "payload_bytes": cfg.PayloadLen, "iters": cfg.Iters}
@@ -293,6 +296,59 @@ func rungL2(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
 }
 
 func rungL3(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	f := ext.Frame{Type: ext.Message, Header: make([]byte, cfg.HeaderLen), Payload: make([]byte, cfg.PayloadLen)}
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	done := make(chan error, 1)
+	var a, b *Node
+	var t0 time.Time
+	count := 0
+	// A's sink: one round trip ended; start the next.
+	onA := func(batch []ext.InboundMessage) {
+		ext.DoneAll(batch)
+		for range batch {
+			if count >= warmup {
+				rtts = append(rtts, time.Since(t0))
+			}
+			count++
+			if count == warmup+cfg.Iters {
+				done <- nil
+				return
+			}
+			t0 = time.Now()
+			if _, err := a.T.Send(b.ID, f); err != nil {
+				done <- err
+				return
+			}
+		}
+	}
+	// B's sink: echo each request back.
+	onB := func(batch []ext.InboundMessage) {
+		for _, m := range batch {
+			if _, err := b.T.Send(a.ID, m.Frame); err != nil {
+				done <- err
+			}
+			m.Done()
+		}
+	}
+	var err error
+	if a, b, err = PairWith(kind, ext.AdapterConfig{OnMessages: onA}, ext.AdapterConfig{OnMessages: onB}); err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	defer b.Close()
+	t0 = time.Now()
+	if _, err := a.T.Send(b.ID, f); err != nil {
+		return nil, err
+	}
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Minute):
+		err = fmt.Errorf("L3 ping-pong stalled after %d round trips", count)
+	}
+	return rtts, err
+}
+
+func rungL3q(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
 	a, b, err := Pair(kind)
 	if err != nil {
 		return nil, err
@@ -312,8 +368,9 @@ func rungL3(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
 				return
 			}
 			for _, m := range batch {
+				_, err := b.T.Send(a.ID, m.Frame)
 				m.Done()
-				if _, err := b.T.Send(a.ID, m.Frame); err != nil {
+				if err != nil {
 					echoErr <- err
 					return
 				}

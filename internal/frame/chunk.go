@@ -19,8 +19,14 @@ type Chunk struct {
 	class int
 }
 
-// Retain adds a reference.
-func (c *Chunk) Retain() { c.refs.Add(1) }
+// Retain adds a reference. Retaining a chunk whose last reference is gone
+// means a frame was used after its release: that is a bug in the caller,
+// and going on would hand the same memory to two readers.
+func (c *Chunk) Retain() {
+	if c.refs.Add(1) <= 1 {
+		panic("frame: frame used after its buffer was released")
+	}
+}
 
 // Release drops a reference; the last one returns the chunk to its pool.
 func (c *Chunk) Release() { c.ReleaseN(1) }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -52,7 +53,20 @@ type lane struct {
 	counts [ext.NumMessageTypes]int
 	stamps []time.Duration
 	free   [][]byte
-	idle   bool
+	idle   bool // the writer is parked and nobody writes
+	// inlineOK: the socket is up, so a sender that finds the writer idle
+	// may write its own frames (see inline.go). inlineBusy: one is writing.
+	inlineOK   bool
+	inlineBusy bool
+	dead       bool // finish ran: what an inline write hands back fails
+
+	claimed  atomic.Bool // a sender should flush the queue inline
+	raw      syscall.RawConn
+	ib       batch    // the inline writer's batch, used by one sender at a time
+	ivec     [][]byte // its gather list
+	writevFn func(fd uintptr) bool
+	wn       int
+	werr     error
 
 	wake     chan struct{} // capacity 1: at most one wake-up waits
 	stop     chan struct{}
@@ -98,10 +112,20 @@ func (l *lane) Accept(f outFrame) {
 	}
 	if l.idle {
 		l.idle = false
-		select {
-		case l.wake <- struct{}{}:
-		default:
+		if l.inlineOK {
+			// The sending goroutine writes this itself (flushInline), so
+			// no goroutine is woken for it.
+			l.claimed.Store(true)
+		} else {
+			l.wakeWriterLocked()
 		}
+	}
+}
+
+func (l *lane) wakeWriterLocked() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -122,26 +146,44 @@ type batch struct {
 	spent  [][]byte // buffers written last round, returned on the next take
 }
 
-// take swaps the queue into b and returns spent buffers to the free list.
-// When the queue is empty it marks the writer idle.
+// take swaps the queue into b for the writer goroutine. When the queue is
+// empty it marks the writer idle. While a sender writes inline the writer
+// takes nothing: two writers on one socket would interleave bytes.
 func (l *lane) take(b *batch) {
 	l.gate.Drain(func() int {
-		for _, buf := range b.spent {
-			if cap(buf) <= maxBatchBytes*2 && len(l.free) < 8 {
-				l.free = append(l.free, buf)
-			}
+		if l.inlineBusy {
+			l.recycleLocked(b)
+			clear(b.segs)
+			b.segs = b.segs[:0]
+			return 0
 		}
-		clear(b.spent)
-		b.spent = b.spent[:0]
-		clear(b.segs)
-		b.segs, l.segs = l.segs, b.segs[:0]
-		b.stamps, l.stamps = l.stamps, b.stamps[:0]
-		b.counts, l.counts = l.counts, [ext.NumMessageTypes]int{}
-		u := l.units
-		l.units = 0
+		u := l.takeLocked(b)
 		l.idle = len(b.segs) == 0
 		return u
 	})
+}
+
+// takeLocked moves the queue into b, returns b's spent buffers to the free
+// list, and returns the units taken. The gate's lock is held.
+func (l *lane) takeLocked(b *batch) int {
+	l.recycleLocked(b)
+	clear(b.segs)
+	b.segs, l.segs = l.segs, b.segs[:0]
+	b.stamps, l.stamps = l.stamps, b.stamps[:0]
+	b.counts, l.counts = l.counts, [ext.NumMessageTypes]int{}
+	u := l.units
+	l.units = 0
+	return u
+}
+
+func (l *lane) recycleLocked(b *batch) {
+	for _, buf := range b.spent {
+		if cap(buf) <= maxBatchBytes*2 && len(l.free) < 8 {
+			l.free = append(l.free, buf)
+		}
+	}
+	clear(b.spent)
+	b.spent = b.spent[:0]
 }
 
 func (l *lane) run() {
@@ -164,27 +206,41 @@ func (l *lane) run() {
 			}
 		}
 		obs := l.t.obs()
-		if obs.Enabled() && len(b.stamps) > 0 {
-			now := monotonic()
-			for _, s := range b.stamps {
-				obs.EgressQueueWait(now - s)
-			}
-		}
+		observeWaits(obs, b.stamps)
 		if i, err := l.write(conn, b.segs, obs); err != nil {
 			l.report(b.segs[i:], err)
 			l.finish(conn, err)
 			return
 		}
-		for t, n := range b.counts {
-			if n > 0 {
-				obs.FramesWritten(ext.MessageType(t), n)
+		b.written(obs, len(b.segs))
+	}
+}
+
+// observeWaits records each frame's wait from send to dequeue.
+func observeWaits(obs ext.Observability, stamps []time.Duration) {
+	if obs.Enabled() && len(stamps) > 0 {
+		now := monotonic()
+		for _, s := range stamps {
+			obs.EgressQueueWait(now - s)
+		}
+	}
+}
+
+// written accounts the first n segments of b as written: counts them when
+// they are the whole batch, keeps their buffers for reuse and lets go of
+// pooled payloads.
+func (b *batch) written(obs ext.Observability, n int) {
+	if n == len(b.segs) {
+		for t, c := range b.counts {
+			if c > 0 {
+				obs.FramesWritten(ext.MessageType(t), c)
 			}
 		}
-		for _, s := range b.segs {
-			b.spent = append(b.spent, s.buf)
-			if s.owner != nil {
-				s.owner.Release()
-			}
+	}
+	for _, s := range b.segs[:n] {
+		b.spent = append(b.spent, s.buf)
+		if s.owner != nil {
+			s.owner.Release()
 		}
 	}
 }
@@ -200,6 +256,7 @@ func (l *lane) waitForWork(b *batch) bool {
 		if l.mode.Load() != tearingDown {
 			return false
 		}
+		l.waitInline()
 		l.take(b)
 		return len(b.segs) > 0
 	}
@@ -287,6 +344,14 @@ func (l *lane) dial() (net.Conn, error) {
 	l.conn = conn
 	l.connMu.Unlock()
 	l.t.obs().ActiveConnections(1)
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			l.gate.Drain(func() int {
+				l.raw, l.inlineOK = raw, l.mode.Load() == running
+				return 0
+			})
+		}
+	}
 	switch l.mode.Load() {
 	case aborted:
 		conn.Close()
@@ -330,6 +395,10 @@ func (l *lane) abort() {
 
 // teardown lets the writer write what is queued until deadline.
 func (l *lane) teardown(deadline time.Time) {
+	l.gate.Drain(func() int {
+		l.inlineOK = false
+		return 0
+	})
 	l.stopOnce.Do(func() {
 		l.deadline.Store(deadline.UnixNano())
 		l.mode.Store(tearingDown)
@@ -347,6 +416,12 @@ func (l *lane) teardown(deadline time.Time) {
 func (l *lane) finish(conn net.Conn, err error) {
 	l.peer.lanes[l.idx].CompareAndSwap(l, nil)
 	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) { f.Release() })
+	l.gate.Drain(func() int {
+		l.inlineOK, l.dead = false, true
+		l.claimed.Store(false)
+		return 0
+	})
+	l.waitInline()
 	var b batch
 	l.take(&b)
 	l.report(b.segs, err)
@@ -362,24 +437,27 @@ func (l *lane) finish(conn net.Conn, err error) {
 // so the hot path keeps no per-frame bookkeeping for it.
 func (l *lane) report(segs []segment, cause error) {
 	obs := l.t.obs()
+	fail := func(f ext.Frame) {
+		obs.Rejection(ext.RejectSendFailed)
+		l.t.adapter.ReportSendError(l.peer.id, f, cause)
+	}
 	for _, s := range segs {
-		buf := s.buf
-		for len(buf) > 0 {
-			var f ext.Frame
-			var n int
-			if s.payload != nil {
-				p, _ := frame.ParsePreamble(buf, 1<<31-1)
-				f = ext.Frame{Type: p.Type, Header: buf[frame.PreambleLen:], Payload: s.payload}
-				n = len(buf)
-			} else {
-				f, n, _ = frame.Decode(buf, 1<<31-1)
+		if s.payload != nil {
+			// A large frame; after a partial write its prefix may be short.
+			f := ext.Frame{Payload: s.payload}
+			if p, err := frame.ParsePreamble(s.buf, 1<<31-1); err == nil {
+				f.Type, f.Header = p.Type, s.buf[frame.PreambleLen:]
+			}
+			fail(f)
+		} else {
+			for buf := s.buf; len(buf) > 0; {
+				f, n, _ := frame.Decode(buf, 1<<31-1)
 				if n == 0 {
 					break
 				}
+				fail(f)
+				buf = buf[n:]
 			}
-			obs.Rejection(ext.RejectSendFailed)
-			l.t.adapter.ReportSendError(l.peer.id, f, cause)
-			buf = buf[n:]
 		}
 		if s.owner != nil {
 			s.owner.Release()

@@ -218,6 +218,9 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 			if box.enabled {
 				obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, size)
 			}
+			if l.claimed.Load() {
+				l.flushInline()
+			}
 			return out, nil
 		}
 		if try == 1 || !errors.Is(err, ext.ErrConnectionClosed) {
