@@ -21,6 +21,16 @@ import (
 // error) goes back to the front of the queue and the writer goroutine is
 // woken to finish it, in order.
 
+// inlineWorthIt decides, with the gate's lock held, whether a send that
+// finds the writer idle writes inline. Right after an inline write it does
+// not: a sender that comes back within twice the cost of the last write is
+// sending a stream, and one write per frame would cap it at the rate of
+// system calls. Waking the writer instead lets the following frames queue
+// behind the wake and leave together.
+func (l *lane) inlineWorthIt() bool {
+	return monotonic()-l.inlineEnd > 2*l.inlineCost
+}
+
 // flushInline writes the queue on the calling goroutine if Accept left it
 // claimed for a sender. Exactly one sender wins the claim.
 func (l *lane) flushInline() {
@@ -47,13 +57,16 @@ func (l *lane) flushInline() {
 	obs := l.t.obs()
 	observeWaits(obs, b.stamps)
 	n := min(len(b.segs), maxSegmentsPerWrite)
+	start := monotonic()
 	written := l.writeNow(b.segs[:n], obs)
+	end := monotonic()
 	done := firstUnwritten(b.segs[:n], written)
 	b.written(obs, done)
 	rest := restAfter(b.segs, done, written)
 	var failed []segment
 	l.gate.Drain(func() int {
 		l.inlineBusy = false
+		l.inlineEnd, l.inlineCost = end, end-start
 		units := 0
 		if len(rest) > 0 {
 			if l.dead {
@@ -176,4 +189,3 @@ func (l *lane) waitInline() {
 		runtime.Gosched()
 	}
 }
-

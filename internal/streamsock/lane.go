@@ -60,13 +60,15 @@ type lane struct {
 	inlineBusy bool
 	dead       bool // finish ran: what an inline write hands back fails
 
-	claimed  atomic.Bool // a sender should flush the queue inline
-	raw      syscall.RawConn
-	ib       batch    // the inline writer's batch, used by one sender at a time
-	ivec     [][]byte // its gather list
-	writevFn func(fd uintptr) bool
-	wn       int
-	werr     error
+	claimed atomic.Bool // a sender should flush the queue inline
+	// When the last inline write ended and what it cost (monotonic).
+	inlineEnd, inlineCost time.Duration
+	raw                   syscall.RawConn
+	ib                    batch    // the inline writer's batch, used by one sender at a time
+	ivec                  [][]byte // its gather list
+	writevFn              func(fd uintptr) bool
+	wn                    int
+	werr                  error
 
 	wake     chan struct{} // capacity 1: at most one wake-up waits
 	stop     chan struct{}
@@ -112,7 +114,7 @@ func (l *lane) Accept(f outFrame) {
 	}
 	if l.idle {
 		l.idle = false
-		if l.inlineOK {
+		if l.inlineOK && l.inlineWorthIt() {
 			// The sending goroutine writes this itself (flushInline), so
 			// no goroutine is woken for it.
 			l.claimed.Store(true)
