@@ -54,6 +54,10 @@ type AdapterConfig struct {
 	// directly on the reader goroutine instead of their queues. The frame is
 	// the sink's to release.
 	OnFrame func(f Frame)
+	// DrainExempt, when set, names the requests that are admitted even
+	// during a drain: those that serve work already accepted (responses to
+	// streams, event triggers). It is asked only while draining.
+	DrainExempt func(f Frame) bool
 }
 
 // TransportAdapter is what a node hands to each transport: the four inbound
@@ -62,6 +66,7 @@ type AdapterConfig struct {
 type TransportAdapter struct {
 	onMessages func([]InboundMessage)
 	onFrame    func(Frame)
+	exempt     func(Frame) bool
 	closed     atomic.Bool
 
 	state     *ShutdownState
@@ -83,6 +88,7 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 	return &TransportAdapter{
 		onMessages: cfg.OnMessages,
 		onFrame:    cfg.OnFrame,
+		exempt:     cfg.DrainExempt,
 		state:      state,
 		messages:   NewQueue[InboundMessage](cfg.MessageQueue),
 		responses:  NewQueue[Frame](cfg.OtherQueue),
@@ -102,7 +108,10 @@ func (a *TransportAdapter) State() *ShutdownState { return a.state }
 func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 	g, ok := a.state.TryAcquire()
 	if !ok {
-		return Draining
+		if a.exempt == nil || !a.exempt(f) {
+			return Draining
+		}
+		g = a.state.acquireExempt()
 	}
 	if a.onMessages != nil {
 		if a.closed.Load() {
@@ -151,9 +160,22 @@ func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
 // reader's next batch; otherwise the batch is appended and msgs is returned
 // emptied. On Draining the frames are still the caller's; on Disconnected
 // the adapter released them.
+//
+// During a drain, drain-exempt requests are admitted one by one and the
+// returned slice holds only the refused ones, in order, for the caller to
+// echo.
 func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []InboundMessage) {
 	if !a.state.tryAcquireN(len(msgs)) {
-		return Draining, msgs
+		refused := msgs[:0]
+		for _, m := range msgs {
+			if a.exempt != nil && a.exempt(m.Frame) {
+				a.AdmitMessage(m.Frame)
+			} else {
+				refused = append(refused, m)
+			}
+		}
+		clear(msgs[len(refused):])
+		return Draining, refused
 	}
 	for i := range msgs {
 		msgs[i].Guard = InFlightGuard{s: a.state}

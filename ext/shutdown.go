@@ -55,6 +55,13 @@ func (s *ShutdownState) tryAcquireN(n int) bool {
 	return true
 }
 
+// acquireExempt counts a unit of drain-exempt work: admitted whatever the
+// flag says, and still counted so the drain waits for it.
+func (s *ShutdownState) acquireExempt() InFlightGuard {
+	s.inFlight.Add(1)
+	return InFlightGuard{s: s}
+}
+
 func (s *ShutdownState) release() { s.releaseN(1) }
 
 func (s *ShutdownState) releaseN(n int64) {

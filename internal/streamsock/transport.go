@@ -421,14 +421,15 @@ func (in *inbound) flush(t *Transport, conn net.Conn) bool {
 	case ext.Admitted:
 		obs.Frames(ext.Inbound, ext.Message, ext.Accepted, n, bytes)
 	case ext.Draining:
-		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, n, bytes)
+		// spare holds the refused requests; exempt ones were admitted.
+		obs.Frames(ext.Inbound, ext.Message, ext.Rejected, len(spare), bytes)
 		in.echo = in.echo[:0]
-		for _, m := range in.msgs {
+		for _, m := range spare {
 			obs.Rejection(ext.RejectDraining)
 			in.echo = frame.Append(in.echo, ext.Frame{Type: ext.ShuttingDown, Header: m.Header})
 			m.Frame.Release()
 		}
-		clear(in.msgs)
+		clear(spare)
 		_, err := conn.Write(in.echo)
 		ok = err == nil
 	case ext.Disconnected:

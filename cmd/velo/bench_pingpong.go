@@ -1,0 +1,23 @@
+package main
+
+import (
+	"flag"
+	"strings"
+
+	"github.com/velo-go/velo/internal/bench"
+)
+
+func init() {
+	extraHarnesses["ping-pong"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
+		transport := fs.String("transport", "tcp", "tcp or uds (the grpc arm is always TCP)")
+		payload := fs.Int("payload", 64, "payload bytes")
+		iters := fs.Int("iters", 20000, "round trips per arm and rep")
+		arms := fs.String("arms", "raw,velo,grpc", "arms to run")
+		return func() error {
+			return bench.PingPong(bench.PingPongConfig{
+				Transport: *transport, Payload: *payload, Iters: *iters, Reps: *reps,
+				Arms: strings.Split(*arms, ","),
+			}, r)
+		}
+	}
+}

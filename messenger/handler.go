@@ -1,0 +1,210 @@
+package messenger
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// Context is what a handler gets: the request and the messenger, so the
+// handler can send messages of its own.
+type Context struct {
+	// Payload is valid until the handler returns; copy what you keep.
+	Payload []byte
+	// Handler is the name the request was sent to.
+	Handler string
+
+	m       *Messenger
+	headers []byte
+	sender  ext.WorkerID
+	rtype   ResponseType
+}
+
+// Messenger is the node's messenger, for sending from inside a handler.
+func (c *Context) Messenger() *Messenger { return c.m }
+
+// SenderWorkerID is always known: it travels in every request.
+func (c *Context) SenderWorkerID() ext.WorkerID { return c.sender }
+
+// SenderInstanceID is known once the sender's handshake is done.
+func (c *Context) SenderInstanceID() (ext.InstanceID, bool) { return c.m.peers.byWorker(c.sender) }
+
+// Headers decodes the request's headers.
+func (c *Context) Headers() (map[string]string, error) { return DecodeHeaders(c.headers) }
+
+// ResponseType says what the caller waits for.
+func (c *Context) ResponseType() ResponseType { return c.rtype }
+
+type handlerKind uint8
+
+const (
+	kindUnary handlerKind = iota
+	kindSync
+	kindFire
+)
+
+// Handler is a registered function with its dispatch options. Build one
+// with UnaryHandler, SyncHandler, FireHandler or TypedUnaryHandler.
+type Handler struct {
+	name  string
+	kind  handlerKind
+	fn    func(*Context) ([]byte, error)
+	opts  handlerOptions
+	err   error // an option that did not validate
+	typed bool
+}
+
+// Name of the handler.
+func (h Handler) Name() string { return h.name }
+
+// UnaryHandler answers each request with bytes or an error.
+func UnaryHandler(name string, fn func(*Context) ([]byte, error), opts ...HandlerOption) Handler {
+	return newHandler(name, kindUnary, fn, opts)
+}
+
+// SyncHandler acknowledges each request once it has run, or returns its error (a nack).
+func SyncHandler(name string, fn func(*Context) error, opts ...HandlerOption) Handler {
+	return newHandler(name, kindSync, func(c *Context) ([]byte, error) { return nil, fn(c) }, opts)
+}
+
+// FireHandler runs for fire-and-forget messages; nothing goes back.
+func FireHandler(name string, fn func(*Context), opts ...HandlerOption) Handler {
+	return newHandler(name, kindFire, func(c *Context) ([]byte, error) { fn(c); return nil, nil }, opts)
+}
+
+// TypedUnaryHandler decodes the request from JSON and encodes the answer as JSON.
+func TypedUnaryHandler[In, Out any](name string, fn func(*Context, In) (Out, error), opts ...HandlerOption) Handler {
+	h := newHandler(name, kindUnary, func(c *Context) ([]byte, error) {
+		var in In
+		if err := json.Unmarshal(c.Payload, &in); err != nil {
+			return nil, fmt.Errorf("decode request: %w", err)
+		}
+		out, err := fn(c, in)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(out)
+	}, opts)
+	h.typed = true
+	return h
+}
+
+func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error), opts []HandlerOption) Handler {
+	h := Handler{name: name, kind: kind, fn: fn}
+	h.opts.idleTTL = 30 * time.Second
+	for _, o := range opts {
+		if err := o(&h.opts); err != nil && h.err == nil {
+			h.err = err
+		}
+	}
+	return h
+}
+
+// DispatchMode picks how a handler's requests run.
+type DispatchMode uint8
+
+// Dispatch modes.
+const (
+	// Spawn runs each request on its own goroutine (the default).
+	Spawn DispatchMode = iota
+	// Ordered keeps one lane per sending instance: a sender's requests run
+	// in arrival order, different senders in parallel.
+	Ordered
+	// OrderedGlobal keeps one lane for everyone: total order.
+	OrderedGlobal
+)
+
+// OverflowPolicy says what an ordered lane does past its soft depth.
+type OverflowPolicy uint8
+
+// Overflow policies.
+const (
+	// Block makes the connection's reader wait for room.
+	Block OverflowPolicy = iota
+	// Reject refuses the message (the caller gets an error; counted as
+	// ordered_lane_shed).
+	Reject
+)
+
+// OrderedConfig configures ordered dispatch.
+type OrderedConfig struct {
+	// Global: one lane for all senders instead of one per sender.
+	Global bool
+	// IdleLaneTTL stops a lane idle this long (default 30 s). Negative
+	// keeps lanes for ever (the book's None).
+	IdleLaneTTL time.Duration
+	// MaxQueueDepth is a soft per-lane limit that drives Overflow; 0 means none.
+	MaxQueueDepth int
+	Overflow      OverflowPolicy
+}
+
+type handlerOptions struct {
+	mode          DispatchMode
+	idleTTL       time.Duration // < 0: never
+	maxDepth      int
+	overflow      OverflowPolicy
+	maxConcurrent int
+	drainExempt   bool
+}
+
+// HandlerOption sets a dispatch option on a handler.
+type HandlerOption func(*handlerOptions) error
+
+// WithOrdered dispatches in arrival order per sending instance.
+func WithOrdered() HandlerOption {
+	return func(o *handlerOptions) error { o.mode = Ordered; return nil }
+}
+
+// WithOrderedGlobal dispatches in one total order.
+func WithOrderedGlobal() HandlerOption {
+	return func(o *handlerOptions) error { o.mode = OrderedGlobal; return nil }
+}
+
+// WithOrderedConfig dispatches in order with explicit settings.
+func WithOrderedConfig(c OrderedConfig) HandlerOption {
+	return func(o *handlerOptions) error {
+		if c.MaxQueueDepth < 0 {
+			return fmt.Errorf("velo: negative max queue depth")
+		}
+		o.mode = Ordered
+		if c.Global {
+			o.mode = OrderedGlobal
+		}
+		if c.IdleLaneTTL != 0 {
+			o.idleTTL = c.IdleLaneTTL
+		}
+		o.maxDepth, o.overflow = c.MaxQueueDepth, c.Overflow
+		return nil
+	}
+}
+
+// WithMaxConcurrent bounds how many requests of this handler run at once,
+// across lanes, without changing the order inside a lane. 0 is refused.
+func WithMaxConcurrent(n int) HandlerOption {
+	return func(o *handlerOptions) error {
+		if n <= 0 {
+			return fmt.Errorf("velo: max concurrent must be at least 1, got %d", n)
+		}
+		o.maxConcurrent = n
+		return nil
+	}
+}
+
+// WithDrainExempt lets the handler's requests through during a drain: for
+// handlers that serve work already accepted, never for ones that start new work.
+func WithDrainExempt() HandlerOption {
+	return func(o *handlerOptions) error { o.drainExempt = true; return nil }
+}
+
+func validName(name string, system bool) error {
+	if name == "" || len(name) > maxHandlerName {
+		return fmt.Errorf("velo: handler name must be 1..%d bytes", maxHandlerName)
+	}
+	if strings.HasPrefix(name, "_") && !system {
+		return fmt.Errorf("%w: %q", ErrReservedName, name)
+	}
+	return nil
+}

@@ -1,0 +1,469 @@
+// Package messenger sends active messages: requests to named handlers on
+// remote instances, in four patterns (fire-and-forget, sync, unary, typed
+// unary), with spawn or ordered dispatch, deadlines taken from the caller's
+// context, and a graceful drain. The root package velo wraps it as Node.
+package messenger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+)
+
+// Config builds a Messenger.
+type Config struct {
+	// Transports to start; at least one. The node's address is theirs merged.
+	Transports []ext.Transport
+	// Discovery, when set, finds peers that were not registered by hand.
+	Discovery ext.PeerDiscovery
+	// Metrics, when set, receives the Transport and Messenger families.
+	Metrics *metrics.VeloMetrics
+	// ResponseSlots bounds calls waiting for an answer at once (default 65536).
+	ResponseSlots int
+}
+
+// Messenger is one node's messaging engine.
+type Messenger struct {
+	id      ext.InstanceID
+	wid     ext.WorkerID
+	info    ext.PeerInfo
+	state   *ext.ShutdownState
+	adapter *ext.TransportAdapter
+	trs     []ext.Transport
+	disc    ext.PeerDiscovery
+	met     *metrics.VeloMetrics
+
+	peers    *peerTable
+	handlers atomic.Pointer[map[string]*registered]
+	regMu    sync.Mutex
+	slots    *slotTable
+
+	stopped  atomic.Bool
+	shutOnce sync.Once
+	shutDone chan struct{}
+	shutErr  error
+	done     chan struct{} // closed at teardown: ordered lanes stop
+
+	handshakes atomic.Int64 // _hello calls made, for tests
+}
+
+// New starts the transports and returns a running messenger.
+func New(ctx context.Context, cfg Config) (*Messenger, error) {
+	if len(cfg.Transports) == 0 {
+		return nil, errors.New("velo: at least one transport is needed")
+	}
+	if cfg.ResponseSlots == 0 {
+		cfg.ResponseSlots = 1 << 16
+	}
+	if cfg.ResponseSlots < 1 || cfg.ResponseSlots > 1<<24 {
+		return nil, fmt.Errorf("velo: response slots %d out of range", cfg.ResponseSlots)
+	}
+	m := &Messenger{
+		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
+		peers: newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
+	}
+	m.wid = m.id.WorkerID()
+	var exhausted func()
+	if m.met != nil {
+		exhausted = m.met.ResponseSlotExhausted.Inc
+	}
+	m.slots = newSlotTable(cfg.ResponseSlots, exhausted)
+	empty := map[string]*registered{}
+	m.handlers.Store(&empty)
+	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
+		OnMessages:  m.onMessages,
+		OnFrame:     m.onFrame,
+		DrainExempt: m.drainExempt,
+	})
+	m.trs = append([]ext.Transport(nil), cfg.Transports...)
+	sortByPriority(m.trs)
+	addr := ext.WorkerAddress{}
+	for i, tr := range m.trs {
+		if m.met != nil {
+			tr.SetObservability(m.met.Transport(tr.Key()))
+		}
+		ep, err := tr.Start(ctx, m.adapter)
+		if err == nil {
+			addr, err = addr.Merge(ext.WorkerAddress{tr.Key(): ep})
+		}
+		if err != nil {
+			for _, started := range m.trs[:i+1] {
+				started.Shutdown()
+			}
+			return nil, fmt.Errorf("velo: start transport %q: %w", tr.Key(), err)
+		}
+	}
+	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
+	m.registerSystemHandlers()
+	return m, nil
+}
+
+// InstanceID of this node.
+func (m *Messenger) InstanceID() ext.InstanceID { return m.id }
+
+// WorkerID of this node.
+func (m *Messenger) WorkerID() ext.WorkerID { return m.wid }
+
+// PeerInfo is what another node needs to reach this one.
+func (m *Messenger) PeerInfo() ext.PeerInfo { return m.info }
+
+// Register adds a handler. Names starting with '_' are reserved.
+func (m *Messenger) Register(h Handler) error { return m.register(h, false) }
+
+func (m *Messenger) register(h Handler, system bool) error {
+	if err := validName(h.name, system); err != nil {
+		return err
+	}
+	if h.err != nil {
+		return fmt.Errorf("velo: handler %q: %w", h.name, h.err)
+	}
+	if h.fn == nil {
+		return fmt.Errorf("velo: handler %q has no function", h.name)
+	}
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
+	old := *m.handlers.Load()
+	if _, dup := old[h.name]; dup {
+		return fmt.Errorf("%w: %q", ErrDuplicateHandler, h.name)
+	}
+	next := copyMap(old)
+	next[h.name] = m.newRegistered(h)
+	m.handlers.Store(&next)
+	return nil
+}
+
+// Handlers lists the user handlers registered here.
+func (m *Messenger) Handlers() []string {
+	var out []string
+	for name := range *m.handlers.Load() {
+		if !strings.HasPrefix(name, "_") {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// RegisterPeer makes a peer reachable on every transport both sides have.
+// The primary route is the compatible transport of highest priority.
+func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
+	if info.InstanceID == m.id {
+		return errors.New("velo: cannot register this node as its own peer")
+	}
+	var primary ext.Transport
+	var errs []error
+	for _, tr := range m.trs {
+		if _, ok := info.Address[tr.Key()]; !ok {
+			continue
+		}
+		if err := tr.Register(info); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", tr.Key(), err))
+			continue
+		}
+		if primary == nil {
+			primary = tr
+		}
+	}
+	if primary == nil {
+		return fmt.Errorf("velo: peer %s shares no transport with this node: %w", info.InstanceID, errors.Join(errs...))
+	}
+	if old := m.peers.put(&peer{info: info, primary: primary}); old != nil && old.primary != primary {
+		old.primary.Unregister(info.InstanceID)
+	}
+	return nil
+}
+
+// UnregisterPeer forgets a peer on every transport. It is cheap and
+// idempotent; a later send fails as to a peer never registered.
+func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
+	m.peers.remove(id)
+	for _, tr := range m.trs {
+		tr.Unregister(id)
+	}
+}
+
+// DiscoverAndRegisterPeer looks a peer up through discovery and registers it.
+func (m *Messenger) DiscoverAndRegisterPeer(ctx context.Context, id ext.InstanceID) error {
+	if m.disc == nil {
+		return fmt.Errorf("%w: %s (no discovery configured)", ErrPeerNotRegistered, id)
+	}
+	info, err := m.disc.DiscoverInstance(ctx, id)
+	if err != nil {
+		return fmt.Errorf("velo: discover %s: %w", id, err)
+	}
+	return m.RegisterPeer(info)
+}
+
+func (m *Messenger) route(ctx context.Context, target ext.InstanceID) (*peer, error) {
+	if p, ok := m.peers.get(target); ok {
+		m.resolution("registered", "success")
+		return p, nil
+	}
+	if m.disc == nil {
+		m.resolution("unknown", "error")
+		return nil, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	if err := m.DiscoverAndRegisterPeer(ctx, target); err != nil {
+		m.resolution("discovery", "error")
+		return nil, err
+	}
+	m.resolution("discovery", "success")
+	p, _ := m.peers.get(target)
+	return p, nil
+}
+
+func (m *Messenger) resolution(path, outcome string) {
+	if m.met != nil && path != "registered" {
+		m.met.ClientResolution.WithLabelValues(path, outcome).Inc()
+	}
+}
+
+// CallOption adjusts one call.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	headers map[string]string
+}
+
+// WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
+func WithHeaders(h map[string]string) CallOption {
+	return func(o *callOptions) { o.headers = h }
+}
+
+// Send is fire-and-forget: it returns once a transport took the message.
+func (m *Messenger) Send(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
+	_, err := m.request(ctx, target, handler, payload, FireAndForget, opts)
+	return err
+}
+
+// Sync waits until the remote handler has run; its error comes back as a
+// *RemoteError.
+func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
+	_, err := m.request(ctx, target, handler, payload, AckNack, opts)
+	return err
+}
+
+// Unary returns the remote handler's answer. The deadline of ctx bounds the
+// whole call; without one, no timer is armed.
+func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
+	return m.request(ctx, target, handler, payload, UnaryResponse, opts)
+}
+
+func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+	if m.stopped.Load() {
+		return nil, ErrShuttingDown
+	}
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	hb, err := EncodeHeaders(co.headers)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.route(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(handler, "_") {
+		if err := m.ensureHello(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	id := ResponseID{Hi: uint64(m.wid)}
+	var idx uint32
+	if rt != FireAndForget {
+		var token uint64
+		if idx, token, err = m.slots.acquire(ctx); err != nil {
+			return nil, err
+		}
+		defer m.slots.release(idx)
+		id.Lo = token
+		if m.met != nil {
+			m.met.PendingResponses.Inc()
+			defer m.met.PendingResponses.Dec()
+		}
+	}
+	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), rt, id, handler, hb)
+	out, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload})
+	if err != nil {
+		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+	}
+	if rt == FireAndForget {
+		if err := out.Wait(ctx); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	r, err := m.slots.wait(ctx, idx)
+	if err != nil {
+		return nil, err
+	}
+	if r.err != nil {
+		var re *RemoteError
+		if errors.As(r.err, &re) {
+			re.Handler = handler
+		}
+		return nil, r.err
+	}
+	return r.payload, nil
+}
+
+// onMessages receives admitted requests on a transport's reader goroutine.
+func (m *Messenger) onMessages(batch []ext.InboundMessage) {
+	hs := *m.handlers.Load()
+	for _, msg := range batch {
+		if m.met != nil {
+			m.met.InboundDequeued.Inc()
+		}
+		hdr, err := parseRequestHeader(msg.Header)
+		if err != nil {
+			// Without a header there is nobody to answer: count and drop.
+			m.countFailure("decode", "malformed_header")
+			msg.Done()
+			continue
+		}
+		r := hs[string(hdr.handler)]
+		if r == nil {
+			m.countFailure("dispatch", "unknown_handler")
+			m.reply(hdr, string(hdr.handler), nil, fmt.Errorf("no handler named %q", hdr.handler))
+			msg.Done()
+			continue
+		}
+		r.dispatch(job{msg: msg, hdr: hdr})
+	}
+}
+
+// drainExempt tells admission which requests pass during a drain.
+func (m *Messenger) drainExempt(f ext.Frame) bool {
+	hdr, err := parseRequestHeader(f.Header)
+	if err != nil {
+		return false
+	}
+	r := (*m.handlers.Load())[string(hdr.handler)]
+	return r != nil && r.opts.drainExempt
+}
+
+// onFrame receives responses, acks, events and drain echoes.
+func (m *Messenger) onFrame(f ext.Frame) {
+	defer f.Release()
+	switch f.Type {
+	case ext.Response, ext.Ack:
+		status, id, err := parseReplyHeader(f.Header)
+		if err != nil || id.Hi != uint64(m.wid) {
+			m.countFailure("response", "malformed_or_misrouted")
+			return
+		}
+		var r reply
+		if status == statusOK {
+			if f.Type == ext.Response {
+				// The caller keeps the bytes; the read buffer goes back.
+				r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
+			}
+		} else {
+			r.err = &RemoteError{Message: string(f.Payload)}
+		}
+		if !m.slots.deliver(id.Lo, r) {
+			m.countFailure("response", "late_or_unknown")
+		}
+	case ext.ShuttingDown:
+		hdr, err := parseRequestHeader(f.Header)
+		if err != nil || hdr.id.Hi != uint64(m.wid) || hdr.id.Lo == 0 {
+			return
+		}
+		m.slots.deliver(hdr.id.Lo, reply{err: fmt.Errorf("%w: the remote refused %q", ErrShuttingDown, hdr.handler)})
+	}
+}
+
+// reply answers a request through this node's peer table: a remote that
+// forgot the caller cannot answer it.
+func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err error) {
+	var t ext.MessageType
+	switch hdr.rtype {
+	case UnaryResponse:
+		t = ext.Response
+	case AckNack:
+		t = ext.Ack
+		resp = nil
+	default:
+		return
+	}
+	status := byte(statusOK)
+	if err != nil {
+		status, resp = statusErr, []byte(err.Error())
+	}
+	p, ok := m.peers.getWorker(hdr.id.Worker())
+	if !ok {
+		m.countFailure("response", "unknown_caller")
+		return
+	}
+	h := appendReplyHeader(make([]byte, 0, replyHeaderLen), status, hdr.id)
+	if _, err := p.primary.Send(p.info.InstanceID, ext.Frame{Type: t, Header: h, Payload: resp}); err != nil {
+		m.countFailure("response", "send_failed")
+	}
+}
+
+// ShutdownPolicy bounds the drain of a shutdown.
+type ShutdownPolicy struct {
+	timeout time.Duration
+}
+
+// WaitForever drains until no admitted request is in flight.
+func WaitForever() ShutdownPolicy { return ShutdownPolicy{} }
+
+// Timeout drains for at most d; requests still queued then are dropped.
+func Timeout(d time.Duration) ShutdownPolicy { return ShutdownPolicy{timeout: d} }
+
+// BeginDrain refuses new requests (their callers fail fast with
+// ErrShuttingDown) while accepted work, responses and drain-exempt
+// handlers go on.
+func (m *Messenger) BeginDrain() { m.state.BeginDrain() }
+
+// Shutdown runs gate, drain, teardown and close. Concurrent calls wait for
+// the first. It returns context.DeadlineExceeded when a Timeout policy cut
+// the drain short.
+func (m *Messenger) Shutdown(p ShutdownPolicy) error {
+	m.shutOnce.Do(func() {
+		defer close(m.shutDone)
+		m.shutErr = m.shutdown(p)
+	})
+	<-m.shutDone
+	return m.shutErr
+}
+
+func (m *Messenger) shutdown(p ShutdownPolicy) error {
+	m.state.BeginDrain() // 1. gate
+	ctx := context.Background()
+	if p.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+	}
+	drainErr := m.state.WaitForDrain(ctx) // 2. drain
+	m.stopped.Store(true)                 // 3. teardown
+	var wg sync.WaitGroup
+	for _, tr := range m.trs {
+		wg.Add(1)
+		go func(tr ext.Transport) {
+			defer wg.Done()
+			tr.Shutdown()
+		}(tr)
+	}
+	wg.Wait()
+	m.slots.failAll(ErrShuttingDown)
+	for _, tr := range m.trs { // 4. close
+		<-tr.Closed()
+	}
+	m.adapter.Close()
+	close(m.done)
+	return drainErr
+}
+
+// Done is closed once Shutdown has finished.
+func (m *Messenger) Done() <-chan struct{} { return m.shutDone }

@@ -1,0 +1,95 @@
+package messenger
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// peer is a registered remote instance and its route.
+type peer struct {
+	info    ext.PeerInfo
+	primary ext.Transport
+	// hello is the handshake with this peer: done is closed once it has
+	// run; handlers then holds the peer's handler names.
+	helloMu  sync.Mutex
+	helloRun chan struct{} // non-nil while a handshake is in flight
+	helloOK  atomic.Bool
+	handlers atomic.Pointer[map[string]struct{}]
+}
+
+// peerTable maps instance and worker ids to peers. Sends read it without
+// locking (copy on write); registration is rare.
+type peerTable struct {
+	mu    sync.Mutex
+	byID  atomic.Pointer[map[ext.InstanceID]*peer]
+	byWID atomic.Pointer[map[ext.WorkerID]*peer]
+}
+
+func newPeerTable() *peerTable {
+	t := &peerTable{}
+	a, b := map[ext.InstanceID]*peer{}, map[ext.WorkerID]*peer{}
+	t.byID.Store(&a)
+	t.byWID.Store(&b)
+	return t
+}
+
+func (t *peerTable) get(id ext.InstanceID) (*peer, bool) {
+	p, ok := (*t.byID.Load())[id]
+	return p, ok
+}
+
+func (t *peerTable) getWorker(w ext.WorkerID) (*peer, bool) {
+	p, ok := (*t.byWID.Load())[w]
+	return p, ok
+}
+
+func (t *peerTable) byWorker(w ext.WorkerID) (ext.InstanceID, bool) {
+	if p, ok := t.getWorker(w); ok {
+		return p.info.InstanceID, true
+	}
+	return ext.InstanceID{}, false
+}
+
+// put adds or replaces a peer; it returns the previous entry, if any.
+func (t *peerTable) put(p *peer) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids, wids := copyMap(*t.byID.Load()), copyMap(*t.byWID.Load())
+	old := ids[p.info.InstanceID]
+	ids[p.info.InstanceID] = p
+	wids[p.info.WorkerID()] = p
+	t.byID.Store(&ids)
+	t.byWID.Store(&wids)
+	return old
+}
+
+func (t *peerTable) remove(id ext.InstanceID) (*peer, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old, ok := (*t.byID.Load())[id]
+	if !ok {
+		return nil, false
+	}
+	ids, wids := copyMap(*t.byID.Load()), copyMap(*t.byWID.Load())
+	delete(ids, id)
+	delete(wids, old.info.WorkerID())
+	t.byID.Store(&ids)
+	t.byWID.Store(&wids)
+	return old, true
+}
+
+func copyMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// sortByPriority orders transports highest priority first.
+func sortByPriority(ts []ext.Transport) {
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].Priority() > ts[j].Priority() })
+}

@@ -1,0 +1,106 @@
+// Package velo is the facade of the velo messaging library: build a Node
+// with transports, register handlers, register peers and call them.
+//
+//	node, err := velo.New(ctx, velo.WithTransport(tr))
+//	node.Register(velo.UnaryHandler("ping", func(c *velo.Context) ([]byte, error) { return []byte("pong"), nil }))
+//	node.RegisterPeer(other.PeerInfo())
+//	resp, err := node.Unary(ctx, other.InstanceID(), "ping", nil)
+//
+// Every call that can wait takes a context; its deadline is the call's
+// timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded).
+// A Node is a pointer: copies share one instance. Call Shutdown to drain
+// and stop it.
+package velo
+
+import (
+	"context"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
+)
+
+// Node is one velo instance. Its messaging methods are the messenger's.
+type Node struct {
+	*messenger.Messenger
+}
+
+// Option configures New.
+type Option func(*messenger.Config)
+
+// WithTransport adds a transport (TCP, UDS, ...). At least one is needed.
+func WithTransport(t ext.Transport) Option {
+	return func(c *messenger.Config) { c.Transports = append(c.Transports, t) }
+}
+
+// WithDiscovery finds peers that were not registered by hand.
+func WithDiscovery(d ext.PeerDiscovery) Option {
+	return func(c *messenger.Config) { c.Discovery = d }
+}
+
+// WithMetrics records into a VeloMetrics registered by the caller.
+func WithMetrics(m *metrics.VeloMetrics) Option {
+	return func(c *messenger.Config) { c.Metrics = m }
+}
+
+// WithResponseSlots bounds the calls waiting for an answer at once (default 65536).
+func WithResponseSlots(n int) Option {
+	return func(c *messenger.Config) { c.ResponseSlots = n }
+}
+
+// New starts a node.
+func New(ctx context.Context, opts ...Option) (*Node, error) {
+	var cfg messenger.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := messenger.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Node{Messenger: m}, nil
+}
+
+// Names from the messenger, so most programs import only velo.
+type (
+	Context        = messenger.Context
+	Handler        = messenger.Handler
+	HandlerOption  = messenger.HandlerOption
+	CallOption     = messenger.CallOption
+	RemoteError    = messenger.RemoteError
+	OrderedConfig  = messenger.OrderedConfig
+	ShutdownPolicy = messenger.ShutdownPolicy
+)
+
+var (
+	UnaryHandler         = messenger.UnaryHandler
+	SyncHandler          = messenger.SyncHandler
+	FireHandler          = messenger.FireHandler
+	WithOrdered          = messenger.WithOrdered
+	WithOrderedGlobal    = messenger.WithOrderedGlobal
+	WithOrderedConfig    = messenger.WithOrderedConfig
+	WithMaxConcurrent    = messenger.WithMaxConcurrent
+	WithDrainExempt      = messenger.WithDrainExempt
+	WithHeaders          = messenger.WithHeaders
+	WaitForever          = messenger.WaitForever
+	Timeout              = messenger.Timeout
+	ErrRequestTimeout    = messenger.ErrRequestTimeout
+	ErrShuttingDown      = messenger.ErrShuttingDown
+	ErrPeerNotRegistered = messenger.ErrPeerNotRegistered
+)
+
+// Overflow policies for ordered lanes.
+const (
+	Block  = messenger.Block
+	Reject = messenger.Reject
+)
+
+// TypedUnaryHandler decodes JSON requests into In and encodes Out as JSON.
+func TypedUnaryHandler[In, Out any](name string, fn func(*Context, In) (Out, error), opts ...HandlerOption) Handler {
+	return messenger.TypedUnaryHandler(name, fn, opts...)
+}
+
+// TypedUnary calls a typed handler: req goes as JSON, the answer is decoded into Resp.
+func TypedUnary[Resp any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req any, opts ...CallOption) (Resp, error) {
+	return messenger.TypedUnary[Resp](ctx, n.Messenger, target, handler, req, opts...)
+}
