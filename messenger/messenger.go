@@ -82,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		OnFrame:     m.onFrame,
 		DrainExempt: m.drainExempt,
 	})
+	m.adapter.SetSendErrorHandler(m.onSendError)
 	m.trs = append([]ext.Transport(nil), cfg.Transports...)
 	sortByPriority(m.trs)
 	addr := ext.WorkerAddress{}
@@ -379,6 +380,20 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		}
 		m.slots.deliver(hdr.id.Lo, reply{err: fmt.Errorf("%w: the remote refused %q", ErrShuttingDown, hdr.handler)})
 	}
+}
+
+// onSendError fails the caller of a request that a transport admitted but
+// could not write, instead of leaving it to its deadline.
+func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
+	if f.Type != ext.Message {
+		m.countFailure("response", "send_failed")
+		return
+	}
+	hdr, perr := parseRequestHeader(f.Header)
+	if perr != nil || hdr.id.Hi != uint64(m.wid) || hdr.id.Lo == 0 {
+		return
+	}
+	m.slots.deliver(hdr.id.Lo, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)})
 }
 
 // reply answers a request through this node's peer table: a remote that

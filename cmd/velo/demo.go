@@ -2,71 +2,178 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/bench"
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 func runDemo(args []string) error {
-	return demoTransport()
+	ctx := context.Background()
+	fmt.Println("velo demo: two nodes over TCP on loopback")
+	a, err := demoNode(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := demoNode(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Shutdown(velo.Timeout(2 * time.Second))
+	fmt.Printf("  node A %s at %s\n", a.InstanceID(), a.PeerInfo().Address["tcp"])
+	fmt.Printf("  node B %s at %s\n", b.InstanceID(), b.PeerInfo().Address["tcp"])
+
+	if err := registerDemoHandlers(b); err != nil {
+		return err
+	}
+	if err := a.RegisterPeer(b.PeerInfo()); err != nil {
+		return err
+	}
+	steps := []struct {
+		name string
+		run  func() (string, error)
+	}{
+		{"typed unary add(3, 4)", func() (string, error) { return demoTyped(ctx, a, b) }},
+		{"sync call to a handler that checks its input", func() (string, error) { return demoSync(ctx, a, b) }},
+		{"ordered handler, 5 messages sent at once", func() (string, error) { return demoOrdered(ctx, a, b) }},
+		{"call with a 50 ms deadline to a slow handler", func() (string, error) { return demoTimeout(ctx, a, b) }},
+		{"1000 unary round trips", func() (string, error) { return demoRoundTrips(ctx, a, b) }},
+		{"B drains, then A calls it", func() (string, error) { return demoDrain(ctx, a, b) }},
+	}
+	for i, s := range steps {
+		start := time.Now()
+		out, err := s.run()
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		fmt.Printf("%d. %s\n   %s (%v)\n", i+1, s.name, out, time.Since(start).Round(time.Microsecond))
+	}
+	return nil
 }
 
-// demoTransport sends frames between two TCP transports and prints what
-// happened and how long it took.
-func demoTransport() error {
-	fmt.Println("== transport: two TCP transports on loopback")
-	a, b, err := bench.Pair("tcp")
+func demoNode(ctx context.Context) (*velo.Node, error) {
+	tr, err := tcp.New()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer a.Close()
-	defer b.Close()
-	fmt.Printf("node A %s (worker %s) at %s\n", a.ID, a.ID.WorkerID(), a.Info.Address["tcp"])
-	fmt.Printf("node B %s (worker %s) at %s\n", b.ID, b.ID.WorkerID(), b.Info.Address["tcp"])
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	return velo.New(ctx, velo.WithTransport(tr))
+}
 
-	start := time.Now()
-	if _, err := a.T.Send(b.ID, ext.Frame{Type: ext.Message, Header: []byte("hello"), Payload: []byte("from A")}); err != nil {
-		return err
-	}
-	m, err := b.Adapter.Messages().Pop(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("B received %q/%q in %v (first send dials the connection)\n", m.Header, m.Payload, time.Since(start).Round(time.Microsecond))
-	m.Done()
+type addReq struct{ A, B int }
+type addResp struct{ Sum int }
 
-	const n = 10000
-	start = time.Now()
-	for i := 0; i < n; i++ {
-		if _, err := a.T.Send(b.ID, ext.Frame{Type: ext.Message, Payload: []byte("tok")}); err != nil {
+var (
+	orderedMu  sync.Mutex
+	orderedSeq []string
+	orderedAll = make(chan struct{})
+)
+
+func registerDemoHandlers(n *velo.Node) error {
+	hs := []velo.Handler{
+		velo.TypedUnaryHandler("add", func(_ *velo.Context, r addReq) (addResp, error) {
+			return addResp{Sum: r.A + r.B}, nil
+		}),
+		velo.SyncHandler("check", func(c *velo.Context) error {
+			if len(c.Payload) == 0 {
+				return errors.New("empty input")
+			}
+			return nil
+		}),
+		velo.FireHandler("log", func(c *velo.Context) {
+			orderedMu.Lock()
+			defer orderedMu.Unlock()
+			orderedSeq = append(orderedSeq, string(c.Payload))
+			if len(orderedSeq) == 5 {
+				close(orderedAll)
+			}
+		}, velo.WithOrdered()),
+		velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
+			time.Sleep(200 * time.Millisecond)
+			return []byte("late"), nil
+		}),
+		velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
+			return append([]byte(nil), c.Payload...), nil
+		}),
+	}
+	for _, h := range hs {
+		if err := n.Register(h); err != nil {
 			return err
 		}
 	}
-	var batch []ext.InboundMessage
-	for got := 0; got < n; {
-		if batch, err = b.Adapter.Messages().PopAll(ctx, batch[:0]); err != nil {
-			return err
-		}
-		for _, m := range batch {
-			m.Done()
-		}
-		got += len(batch)
-	}
-	el := time.Since(start)
-	fmt.Printf("B received %d pipelined frames in %v (%.0f frames/s)\n", n, el.Round(time.Microsecond), n/el.Seconds())
-
-	b.Adapter.State().BeginDrain()
-	if _, err := a.T.Send(b.ID, ext.Frame{Type: ext.Message, Header: []byte("late request")}); err != nil {
-		return err
-	}
-	echo, err := a.Adapter.Shutdowns().Pop(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("B is draining: A got a ShuttingDown echo of %q\n", echo.Header)
 	return nil
+}
+
+func demoTyped(ctx context.Context, a, b *velo.Node) (string, error) {
+	resp, err := velo.TypedUnary[addResp](ctx, a, b.InstanceID(), "add", addReq{A: 3, B: 4})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("B answered sum=%d; the first call also ran the handshake", resp.Sum), nil
+}
+
+func demoSync(ctx context.Context, a, b *velo.Node) (string, error) {
+	if err := a.Sync(ctx, b.InstanceID(), "check", []byte("ok")); err != nil {
+		return "", err
+	}
+	err := a.Sync(ctx, b.InstanceID(), "check", nil)
+	var re *velo.RemoteError
+	if !errors.As(err, &re) {
+		return "", fmt.Errorf("expected a remote error, got %v", err)
+	}
+	return fmt.Sprintf("good input: acked; empty input: nacked with %q", re.Message), nil
+}
+
+func demoOrdered(ctx context.Context, a, b *velo.Node) (string, error) {
+	for i := 1; i <= 5; i++ {
+		if err := a.Send(ctx, b.InstanceID(), "log", []byte(fmt.Sprint(i))); err != nil {
+			return "", err
+		}
+	}
+	select {
+	case <-orderedAll:
+	case <-time.After(5 * time.Second):
+		return "", errors.New("ordered messages did not all arrive")
+	}
+	orderedMu.Lock()
+	defer orderedMu.Unlock()
+	return fmt.Sprintf("B handled them in order %v", orderedSeq), nil
+}
+
+func demoTimeout(ctx context.Context, a, b *velo.Node) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := a.Unary(cctx, b.InstanceID(), "slow", nil)
+	if !errors.Is(err, velo.ErrRequestTimeout) {
+		return "", fmt.Errorf("expected a timeout, got %v", err)
+	}
+	return fmt.Sprintf("failed with %q; the slot is free again and the late reply will be dropped", err), nil
+}
+
+func demoRoundTrips(ctx context.Context, a, b *velo.Node) (string, error) {
+	payload := make([]byte, 64)
+	start := time.Now()
+	const n = 1000
+	for i := 0; i < n; i++ {
+		if _, err := a.Unary(ctx, b.InstanceID(), "echo", payload); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("mean round trip %v with 64 B payloads", (time.Since(start) / n).Round(100*time.Nanosecond)), nil
+}
+
+func demoDrain(ctx context.Context, a, b *velo.Node) (string, error) {
+	b.BeginDrain()
+	start := time.Now()
+	_, err := a.Unary(ctx, b.InstanceID(), "echo", []byte("late"))
+	if !errors.Is(err, velo.ErrShuttingDown) {
+		return "", fmt.Errorf("expected ErrShuttingDown, got %v", err)
+	}
+	took := time.Since(start)
+	if err := b.Shutdown(velo.WaitForever()); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("A's call failed fast (%v) with the drain echo; B then shut down", took.Round(time.Microsecond)), nil
 }

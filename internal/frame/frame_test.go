@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/velo-go/velo/ext"
@@ -101,6 +102,11 @@ func TestCheckSize(t *testing.T) {
 		t.Fatalf("CheckSize over the limit = %v", err)
 	}
 }
+
+const u32 = math.MaxUint32
+
+// is64 reports whether an int holds every sum of two u32 lengths.
+const is64 = strconv.IntSize == 64
 
 var roundTripSizes = []int{0, 1, 2, 10, 11, 12, 255, 256, 4095, 4096, 65535 - PreambleLen, 65535, 65536, 65537, 65536 + PreambleLen, 131072 + 3}
 
@@ -212,10 +218,9 @@ func TestParsePreambleRejects(t *testing.T) {
 }
 
 func TestParsePreambleTooLarge(t *testing.T) {
-	const u32 = math.MaxUint32
 	cases := []struct {
 		h, p      uint32
-		max, size int
+		max, size uint64
 	}{
 		{DefaultMaxFrame, 1, DefaultMaxFrame, DefaultMaxFrame + 1},
 		{0, DefaultMaxFrame + 1, DefaultMaxFrame, DefaultMaxFrame + 1},
@@ -227,24 +232,28 @@ func TestParsePreambleTooLarge(t *testing.T) {
 		{1, 0, 0, 1},
 	}
 	for _, c := range cases {
+		if !is64 && (c.max > math.MaxInt32 || c.size > math.MaxInt32) {
+			continue // neither fits an int here
+		}
+		max, size := int(c.max), int(c.size)
 		for typ := ext.MessageType(0); typ.Valid(); typ++ {
 			b := rawPreamble(1, byte(typ), c.h, c.p)
 			check := func(what string, err error) {
 				t.Helper()
 				var tl *ext.FrameTooLargeError
 				if !errors.Is(err, ext.ErrFrameTooLarge) || !errors.As(err, &tl) {
-					t.Fatalf("%s(h=%d p=%d max=%d) = %v, want *FrameTooLargeError", what, c.h, c.p, c.max, err)
+					t.Fatalf("%s(h=%d p=%d max=%d) = %v, want *FrameTooLargeError", what, c.h, c.p, max, err)
 				}
-				if tl.Size != c.size || tl.Max != c.max {
-					t.Fatalf("%s(h=%d p=%d max=%d): Size %d Max %d, want %d %d", what, c.h, c.p, c.max, tl.Size, tl.Max, c.size, c.max)
+				if tl.Size != size || tl.Max != max {
+					t.Fatalf("%s(h=%d p=%d max=%d): Size %d Max %d, want %d %d", what, c.h, c.p, max, tl.Size, tl.Max, size, max)
 				}
 				if errors.Is(err, ErrMalformed) {
 					t.Fatalf("too large also matches ErrMalformed")
 				}
 			}
-			_, err := ParsePreamble(b, c.max)
+			_, err := ParsePreamble(b, max)
 			check("ParsePreamble", err)
-			_, n, err := Decode(b, c.max)
+			_, n, err := Decode(b, max)
 			if n != 0 {
 				t.Fatalf("Decode consumed %d bytes of a refused frame", n)
 			}
@@ -256,13 +265,27 @@ func TestParsePreambleTooLarge(t *testing.T) {
 // TestLengthsNear4GiB: u32 lengths are summed without wrapping, so the
 // largest announced lengths neither pass a small max nor turn negative.
 func TestLengthsNear4GiB(t *testing.T) {
-	const u32 = math.MaxUint32
+	// A sum that wraps a u32 (or a 32-bit int) to a small number is still
+	// refused, on every platform.
+	for _, l := range [][2]uint32{{u32, 2}, {2, u32}, {u32, u32}, {1 << 31, 1 << 31}, {u32 - 5, 10}} {
+		b := append(rawPreamble(1, byte(ext.Event), l[0], l[1]), make([]byte, 64)...)
+		if _, n, err := Decode(b, 16); n != 0 || !errors.Is(err, ext.ErrFrameTooLarge) {
+			t.Fatalf("Decode(h=%d p=%d) = n %d err %v, want too large", l[0], l[1], n, err)
+		}
+		if _, err := ParsePreamble(b, 16); !errors.Is(err, ext.ErrFrameTooLarge) {
+			t.Fatalf("ParsePreamble(h=%d p=%d) = %v, want too large", l[0], l[1], err)
+		}
+	}
+	if !is64 {
+		t.Skip("lengths past 2 GiB do not fit an int here")
+	}
+	big := uint64(u32) // not a constant, so that this compiles where int is 32 bits
 	b := rawPreamble(1, byte(ext.Message), u32, u32)
 	p, err := ParsePreamble(b, math.MaxInt)
 	if err != nil {
 		t.Fatalf("ParsePreamble with max MaxInt: %v", err)
 	}
-	if p.HeaderLen != u32 || p.PayloadLen != u32 || p.FrameLen() != PreambleLen+2*u32 {
+	if p.HeaderLen != int(big) || p.PayloadLen != int(big) || p.FrameLen() != PreambleLen+2*int(big) {
 		t.Fatalf("ParsePreamble = %+v, FrameLen %d", p, p.FrameLen())
 	}
 	// Accepted but not yet whole: Decode waits.
@@ -271,16 +294,11 @@ func TestLengthsNear4GiB(t *testing.T) {
 	}
 	// Just under the u32 sum wrapping point, with a max one short.
 	b = rawPreamble(1, byte(ext.Event), u32-10, 10)
-	if _, n, err := Decode(b, u32-1); n != 0 || !errors.Is(err, ext.ErrFrameTooLarge) {
+	if _, n, err := Decode(b, int(big)-1); n != 0 || !errors.Is(err, ext.ErrFrameTooLarge) {
 		t.Fatalf("Decode = n %d err %v, want too large", n, err)
 	}
-	if _, n, err := Decode(b, u32); n != 0 || err != nil {
+	if _, n, err := Decode(b, int(big)); n != 0 || err != nil {
 		t.Fatalf("Decode at max = n %d err %v, want 0 nil", n, err)
-	}
-	// A sum that wraps a u32 to a small number is still refused.
-	b = rawPreamble(1, byte(ext.Event), u32, 2)
-	if _, _, err := Decode(b, 16); !errors.Is(err, ext.ErrFrameTooLarge) {
-		t.Fatalf("Decode of a wrapping sum = %v, want too large", err)
 	}
 }
 
