@@ -118,6 +118,21 @@ func (m *Messenger) PeerInfo() ext.PeerInfo { return m.info }
 // Register adds a handler. Names starting with '_' are reserved.
 func (m *Messenger) Register(h Handler) error { return m.register(h, false) }
 
+// RegisterSystem adds a handler whose name starts with '_'. It is for
+// velo's own subsystems (events, streams), not for applications.
+func (m *Messenger) RegisterSystem(h Handler) error {
+	if !strings.HasPrefix(h.name, "_") {
+		return fmt.Errorf("velo: system handler %q must start with '_'", h.name)
+	}
+	return m.register(h, true)
+}
+
+// InstanceOf returns the instance registered for a worker id.
+func (m *Messenger) InstanceOf(w ext.WorkerID) (ext.InstanceID, bool) { return m.peers.byWorker(w) }
+
+// Stopped is closed once teardown begins: subsystems fail their waits then.
+func (m *Messenger) Stopped() <-chan struct{} { return m.done }
+
 func (m *Messenger) register(h Handler, system bool) error {
 	if err := validName(h.name, system); err != nil {
 		return err

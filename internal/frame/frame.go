@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -96,7 +97,7 @@ func ParsePreamble(b []byte, max int) (Preamble, error) {
 	h := uint64(binary.BigEndian.Uint32(b[3:]))
 	p := uint64(binary.BigEndian.Uint32(b[7:]))
 	if h+p > uint64(max) {
-		return Preamble{}, &ext.FrameTooLargeError{Size: int(min(h+p, 1<<40)), Max: max}
+		return Preamble{}, &ext.FrameTooLargeError{Size: int(min(h+p, math.MaxInt)), Max: max}
 	}
 	return Preamble{Type: t, HeaderLen: int(h), PayloadLen: int(p)}, nil
 }
@@ -107,16 +108,17 @@ func Decode(b []byte, max int) (f ext.Frame, n int, err error) {
 	if len(b) < PreambleLen {
 		return ext.Frame{}, 0, nil
 	}
-	h := int(binary.BigEndian.Uint32(b[3:]))
-	p := int(binary.BigEndian.Uint32(b[7:]))
+	// Lengths in 64 bits, so a 32-bit int cannot wrap.
+	h := uint64(binary.BigEndian.Uint32(b[3:]))
+	p := uint64(binary.BigEndian.Uint32(b[7:]))
 	// The common case in one test; anything odd takes the careful path.
-	if b[0] != 0 || b[1] != SchemaVersion || !ext.MessageType(b[2]).Valid() || h+p > max || h+p < 0 {
+	if b[0] != 0 || b[1] != SchemaVersion || !ext.MessageType(b[2]).Valid() || h+p > uint64(max) {
 		if _, err := ParsePreamble(b, max); err != nil {
 			return ext.Frame{}, 0, err
 		}
 	}
-	hEnd := PreambleLen + h
-	n = hEnd + p
+	hEnd := PreambleLen + int(h)
+	n = hEnd + int(p)
 	if len(b) < n {
 		return ext.Frame{}, 0, nil
 	}

@@ -32,9 +32,14 @@ type Reader struct {
 	end    int // end of the bytes read
 }
 
+// MaxFrameLimit is the largest max a Reader accepts: the biggest chunk
+// class must hold a whole frame and a chunk of slack.
+const MaxFrameLimit = 1<<maxChunkShift - chunkSize - PreambleLen
+
 // NewReader reads frames of at most max bytes (header plus payload) from r.
+// A max above MaxFrameLimit is lowered to it.
 func NewReader(r io.Reader, max int) *Reader {
-	return &Reader{r: r, max: max}
+	return &Reader{r: r, max: min(max, MaxFrameLimit)}
 }
 
 // Buffered reports whether a whole frame or part of one is already read.
@@ -132,13 +137,13 @@ func (r *Reader) AppendMessages(dst []ext.InboundMessage) (out []ext.InboundMess
 	off, handed := 0, int64(0)
 	for len(b)-off >= PreambleLen {
 		p := b[off:]
-		h := int(binary.BigEndian.Uint32(p[3:]))
-		n := int(binary.BigEndian.Uint32(p[7:]))
-		if p[0] != 0 || p[1] != SchemaVersion || p[2] != byte(ext.Message) || h+n > r.max || h+n < 0 {
+		h := uint64(binary.BigEndian.Uint32(p[3:]))
+		n := uint64(binary.BigEndian.Uint32(p[7:]))
+		if p[0] != 0 || p[1] != SchemaVersion || p[2] != byte(ext.Message) || h+n > uint64(r.max) {
 			break // not a well-formed request: let TryNext judge it
 		}
-		hEnd := PreambleLen + h
-		end := hEnd + n
+		hEnd := PreambleLen + int(h)
+		end := hEnd + int(n)
 		if len(p) < end {
 			break
 		}

@@ -1,0 +1,126 @@
+// Package events has generational events: one-shot signals with compact
+// 128-bit handles that can travel to other nodes.
+//
+// An Event is completed exactly once, by Trigger or Poison. Waiters wait on
+// its Handle with a context. Explicit completion is the rule; an Event that
+// becomes unreachable without being completed is poisoned by a cleanup the
+// runtime runs, so no waiter waits for an event nobody can complete, but
+// when that happens is up to the garbage collector.
+//
+// In a node the manager is distributed: a handle names its owner, and a wait
+// on another node's handle subscribes to the owner with active messages,
+// after looking in a cache of completed events and in the subscriptions
+// already open.
+package events
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// Handle names one event: the owner's WorkerID in the upper 64 bits, and
+// the slot index and its generation in the lower 64. A handle whose slot was
+// reused is stale and never completes the new event.
+type Handle struct {
+	Hi uint64 // owner WorkerID
+	Lo uint64 // generation << 32 | slot index
+}
+
+// Owner is the WorkerID of the node that owns the event.
+func (h Handle) Owner() ext.WorkerID { return ext.WorkerID(h.Hi) }
+
+func (h Handle) index() uint32 { return uint32(h.Lo) }
+func (h Handle) gen() uint32   { return uint32(h.Lo >> 32) }
+
+func makeHandle(owner ext.WorkerID, idx, gen uint32) Handle {
+	return Handle{Hi: uint64(owner), Lo: uint64(gen)<<32 | uint64(idx)}
+}
+
+// IsZero reports the zero handle, which names no event.
+func (h Handle) IsZero() bool { return h == Handle{} }
+
+func (h Handle) String() string { return fmt.Sprintf("event(%016x:%016x)", h.Hi, h.Lo) }
+
+// ErrMalformedHandle wraps handle decoding failures.
+var ErrMalformedHandle = errors.New("velo: malformed event handle")
+
+// MarshalMsgpack encodes the handle as the MessagePack map {"hi": u64, "lo": u64}.
+func (h Handle) MarshalMsgpack() []byte {
+	b := make([]byte, 0, 1+3+9+3+9)
+	b = append(b, 0x82, 0xa2, 'h', 'i', 0xcf)
+	b = binary.BigEndian.AppendUint64(b, h.Hi)
+	b = append(b, 0xa2, 'l', 'o', 0xcf)
+	return binary.BigEndian.AppendUint64(b, h.Lo)
+}
+
+// UnmarshalMsgpack reads a {"hi","lo"} map; integers may use any
+// MessagePack unsigned width. It never panics.
+func (h *Handle) UnmarshalMsgpack(b []byte) error {
+	if len(b) < 1 || b[0] != 0x82 {
+		return fmt.Errorf("%w: not a two-entry map", ErrMalformedHandle)
+	}
+	b = b[1:]
+	var got [2]bool
+	for i := 0; i < 2; i++ {
+		if len(b) < 3 || b[0] != 0xa2 {
+			return fmt.Errorf("%w: bad key", ErrMalformedHandle)
+		}
+		key := string(b[1:3])
+		v, rest, err := readUint(b[3:])
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch key {
+		case "hi":
+			h.Hi, got[0] = v, true
+		case "lo":
+			h.Lo, got[1] = v, true
+		default:
+			return fmt.Errorf("%w: key %q", ErrMalformedHandle, key)
+		}
+	}
+	if !got[0] || !got[1] || len(b) != 0 {
+		return fmt.Errorf("%w: want hi and lo only", ErrMalformedHandle)
+	}
+	return nil
+}
+
+func readUint(b []byte) (uint64, []byte, error) {
+	if len(b) == 0 {
+		return 0, nil, fmt.Errorf("%w: truncated", ErrMalformedHandle)
+	}
+	t := b[0]
+	if t < 0x80 {
+		return uint64(t), b[1:], nil
+	}
+	width := map[byte]int{0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[t]
+	if width == 0 || len(b) < 1+width {
+		return 0, nil, fmt.Errorf("%w: bad integer 0x%02x", ErrMalformedHandle, t)
+	}
+	var v uint64
+	for _, c := range b[1 : 1+width] {
+		v = v<<8 | uint64(c)
+	}
+	return v, b[1+width:], nil
+}
+
+// MarshalText writes the handle as 32 hex digits, so it reads well in JSON.
+func (h Handle) MarshalText() ([]byte, error) {
+	return []byte(fmt.Sprintf("%016x%016x", h.Hi, h.Lo)), nil
+}
+
+// UnmarshalText reads what MarshalText writes.
+func (h *Handle) UnmarshalText(b []byte) error {
+	if len(b) != 32 {
+		return fmt.Errorf("%w: %d characters", ErrMalformedHandle, len(b))
+	}
+	_, err := fmt.Sscanf(string(b), "%016x%016x", &h.Hi, &h.Lo)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedHandle, err)
+	}
+	return nil
+}
