@@ -15,14 +15,17 @@ package velo
 import (
 	"context"
 
+	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 )
 
-// Node is one velo instance. Its messaging methods are the messenger's.
+// Node is one velo instance. Its messaging methods are the messenger's;
+// Events is its distributed event manager.
 type Node struct {
 	*messenger.Messenger
+	Events *events.Manager
 }
 
 // Option configures New.
@@ -58,7 +61,20 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{Messenger: m}, nil
+	ev, err := events.NewDistributed(m)
+	if err != nil {
+		m.Shutdown(messenger.Timeout(0))
+		return nil, err
+	}
+	return &Node{Messenger: m, Events: ev}, nil
+}
+
+// Shutdown drains and stops the node (see messenger.Messenger.Shutdown),
+// then fails the remote event waits still pending.
+func (n *Node) Shutdown(p ShutdownPolicy) error {
+	err := n.Messenger.Shutdown(p)
+	n.Events.Close()
+	return err
 }
 
 // Names from the messenger, so most programs import only velo.

@@ -1,0 +1,308 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// Errors of the event system.
+var (
+	// ErrAlreadyCompleted: the event was triggered or poisoned before.
+	ErrAlreadyCompleted = errors.New("velo: event already completed")
+	// ErrUnknownEvent: the handle names no event this node knows: never
+	// made here, or completed so long ago that its slot was reused.
+	ErrUnknownEvent = errors.New("velo: unknown or stale event handle")
+	// ErrPoisoned matches every *PoisonedError.
+	ErrPoisoned = errors.New("velo: event poisoned")
+	// ErrClosed: the manager was closed (its node shut down).
+	ErrClosed = errors.New("velo: event manager closed")
+)
+
+// PoisonedError carries the reason an event was poisoned. It matches ErrPoisoned.
+type PoisonedError struct {
+	Handle Handle
+	Reason string
+}
+
+func (e *PoisonedError) Error() string {
+	return fmt.Sprintf("velo: event %s poisoned: %s", e.Handle, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrPoisoned) true.
+func (e *PoisonedError) Is(target error) bool { return target == ErrPoisoned }
+
+// completion is one event's outcome. Its fields are written before done
+// is closed, so a waiter reads them after <-done without a lock.
+type completion struct {
+	done     chan struct{}
+	poisoned bool
+	reason   string
+	err      error                                // set instead when the wait itself failed (shutdown, network)
+	onDone   []func(poisoned bool, reason string) // run once, outside the lock
+}
+
+func newCompletion() *completion { return &completion{done: make(chan struct{})} }
+
+func (c *completion) result(h Handle) error {
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.poisoned:
+		return &PoisonedError{Handle: h, Reason: c.reason}
+	}
+	return nil
+}
+
+func (c *completion) wait(ctx context.Context, h Handle) error {
+	select {
+	case <-c.done:
+		return c.result(h)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type slot struct {
+	gen uint32
+	c   *completion // nil when the slot is free
+}
+
+// Manager makes events and waits on handles. NewLocal makes one for a
+// process; a node's manager (see velo.Node.Events) is also distributed.
+type Manager struct {
+	owner ext.WorkerID
+
+	mu    sync.Mutex
+	slots []slot
+	free  []uint32
+	done  *resultCache // recent outcomes, for waits that come after completion
+
+	remote *remote // nil for a local manager
+	closed atomic.Bool
+}
+
+// NewLocal makes a manager for events that stay in this process.
+func NewLocal() *Manager { return newManager(ext.NewInstanceID().WorkerID()) }
+
+func newManager(owner ext.WorkerID) *Manager {
+	return &Manager{owner: owner, done: newResultCache(defaultCacheSize)}
+}
+
+// Owner is the WorkerID written into this manager's handles.
+func (m *Manager) Owner() ext.WorkerID { return m.owner }
+
+// Event is the completing side of an event. Trigger or Poison it exactly
+// once. If it becomes unreachable first, a runtime cleanup poisons it.
+type Event struct {
+	m       *Manager
+	h       Handle
+	done    atomic.Bool
+	cleanup runtime.Cleanup
+}
+
+// NewEvent makes a pending event.
+func (m *Manager) NewEvent() (*Event, error) {
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	m.mu.Lock()
+	var idx uint32
+	if n := len(m.free); n > 0 {
+		idx = m.free[n-1]
+		m.free = m.free[:n-1]
+	} else {
+		if len(m.slots) >= 1<<31 {
+			m.mu.Unlock()
+			return nil, errors.New("velo: too many pending events")
+		}
+		idx = uint32(len(m.slots))
+		m.slots = append(m.slots, slot{})
+	}
+	s := &m.slots[idx]
+	s.c = newCompletion()
+	h := makeHandle(m.owner, idx, s.gen)
+	m.mu.Unlock()
+	e := &Event{m: m, h: h}
+	// The safety net: nobody can complete an unreachable event, so poison
+	// it rather than let its waiters wait for ever.
+	e.cleanup = runtime.AddCleanup(e, func(h Handle) {
+		m.complete(h, true, "event dropped without trigger or poison")
+	}, h)
+	return e, nil
+}
+
+// Handle names the event, for waiters here or on other nodes.
+func (e *Event) Handle() Handle { return e.h }
+
+// Trigger completes the event successfully.
+func (e *Event) Trigger() error { return e.finish(false, "") }
+
+// Poison completes the event with a failure that every waiter sees.
+func (e *Event) Poison(reason string) error { return e.finish(true, reason) }
+
+func (e *Event) finish(poisoned bool, reason string) error {
+	if !e.done.CompareAndSwap(false, true) {
+		return ErrAlreadyCompleted
+	}
+	e.cleanup.Stop()
+	return e.m.complete(e.h, poisoned, reason)
+}
+
+// complete settles the event of h, if h is still its live generation.
+func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
+	if h.Owner() != m.owner {
+		return fmt.Errorf("%w: %s is owned by worker %s", ErrUnknownEvent, h, h.Owner())
+	}
+	m.mu.Lock()
+	idx := h.index()
+	if int(idx) >= len(m.slots) {
+		m.mu.Unlock()
+		return ErrUnknownEvent
+	}
+	s := &m.slots[idx]
+	if s.gen != h.gen() || s.c == nil {
+		m.mu.Unlock()
+		if _, ok := m.done.get(h); ok {
+			return ErrAlreadyCompleted
+		}
+		return ErrUnknownEvent
+	}
+	c := s.c
+	s.c = nil
+	s.gen++ // a handle of this generation is stale from now on
+	m.free = append(m.free, idx)
+	m.done.put(h, poisoned, reason)
+	c.poisoned, c.reason = poisoned, reason
+	cbs := c.onDone
+	c.onDone = nil
+	m.mu.Unlock()
+	close(c.done)
+	for _, cb := range cbs {
+		cb(poisoned, reason)
+	}
+	return nil
+}
+
+// Wait returns nil once the event of h is triggered, a *PoisonedError if it
+// is poisoned, or ctx's error. A handle of another node is waited on through
+// that node (distributed managers only).
+func (m *Manager) Wait(ctx context.Context, h Handle) error {
+	if h.Owner() != m.owner {
+		if m.remote == nil {
+			return fmt.Errorf("%w: %s belongs to another node and this manager is local", ErrUnknownEvent, h)
+		}
+		return m.remote.wait(ctx, h)
+	}
+	c, err := m.pending(h)
+	if c == nil {
+		return err
+	}
+	return c.wait(ctx, h)
+}
+
+// pending returns the completion of a live local event, or the settled
+// result (as an error, nil for triggered) when it already completed.
+func (m *Manager) pending(h Handle) (*completion, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if idx := h.index(); int(idx) < len(m.slots) {
+		if s := &m.slots[idx]; s.gen == h.gen() && s.c != nil {
+			return s.c, nil
+		}
+	}
+	if r, ok := m.done.get(h); ok {
+		return nil, r.err(h)
+	}
+	return nil, ErrUnknownEvent
+}
+
+// follow registers cb to run when the local event of h completes and
+// reports completed=false; for an event that already completed it registers
+// nothing and returns the outcome. An unknown handle is an error.
+func (m *Manager) follow(h Handle, cb func(poisoned bool, reason string)) (res result, completed bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if idx := h.index(); int(idx) < len(m.slots) {
+		if s := &m.slots[idx]; s.gen == h.gen() && s.c != nil {
+			s.c.onDone = append(s.c.onDone, cb)
+			return result{}, false, nil
+		}
+	}
+	if r, ok := m.done.get(h); ok {
+		return r, true, nil
+	}
+	return result{}, false, ErrUnknownEvent
+}
+
+// onComplete runs cb when the local event of h completes, at once if it
+// already has.
+func (m *Manager) onComplete(h Handle, cb func(poisoned bool, reason string)) error {
+	r, completed, err := m.follow(h, cb)
+	if err == nil && completed {
+		cb(r.poisoned, r.reason)
+	}
+	return err
+}
+
+// Merge makes an AND gate: the returned event completes once every input
+// has. The first poisoned input poisons it, with that input's reason.
+func (m *Manager) Merge(inputs ...Handle) (Handle, error) {
+	e, err := m.NewEvent()
+	if err != nil {
+		return Handle{}, err
+	}
+	left := atomic.Int64{}
+	left.Store(int64(len(inputs)))
+	settle := func(poisoned bool, reason string) {
+		if poisoned {
+			e.Poison(reason)
+		} else if left.Add(-1) == 0 {
+			e.Trigger()
+		}
+	}
+	if len(inputs) == 0 {
+		e.Trigger()
+	}
+	for _, in := range inputs {
+		if in.Owner() == m.owner {
+			if err := m.onComplete(in, settle); err != nil {
+				settle(true, fmt.Sprintf("input %s: %v", in, err))
+			}
+			continue
+		}
+		go m.followRemote(in, settle)
+	}
+	return e.Handle(), nil
+}
+
+// followRemote waits on a remote input of a merge. One goroutine per
+// remote input: merges of remote events are rare next to plain waits.
+func (m *Manager) followRemote(h Handle, settle func(bool, string)) {
+	err := m.Wait(context.Background(), h)
+	var pe *PoisonedError
+	switch {
+	case err == nil:
+		settle(false, "")
+	case errors.As(err, &pe):
+		settle(true, pe.Reason)
+	default:
+		settle(true, err.Error())
+	}
+}
+
+// Close fails remote waits in progress with ErrClosed and refuses new
+// events. Local events already made can still complete.
+func (m *Manager) Close() {
+	if m.closed.Swap(true) {
+		return
+	}
+	if m.remote != nil {
+		m.remote.close()
+	}
+}
