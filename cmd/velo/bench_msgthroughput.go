@@ -25,10 +25,7 @@ func msgThroughputFlags(fs *flag.FlagSet, transport *string, reps *int) func() (
 			Transport: *transport, Modes: msgSplitList(*modes), Arms: msgSplitList(*arms),
 			Payload: *payload, Concurrency: *concurrency, Calls: *calls, Reps: *reps,
 		}
-		if len(cfg.Modes) == 0 || len(cfg.Arms) == 0 {
-			return cfg, fmt.Errorf("--msg-modes and --arms must name at least one mode and one arm")
-		}
-		return cfg, nil
+		return cfg, cfg.Validate()
 	}
 }
 

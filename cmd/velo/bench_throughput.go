@@ -28,15 +28,19 @@ func init() {
 			if len(levels) == 0 {
 				return fmt.Errorf("--level names no level (want transport, messenger or both)")
 			}
+			var mcfg bench.MsgThroughputConfig
 			for _, l := range levels {
-				if l != "transport" && l != "messenger" {
+				switch l {
+				case "transport":
+				case "messenger":
+					// Check the messenger flags before a long transport run.
+					var err error
+					if mcfg, err = msgConfig(); err != nil {
+						return err
+					}
+				default:
 					return fmt.Errorf("unknown level %q (want transport, messenger or both)", l)
 				}
-			}
-			// Check the messenger flags before a long transport run.
-			mcfg, err := msgConfig()
-			if err != nil {
-				return err
 			}
 			for _, l := range levels {
 				if l == "messenger" {

@@ -75,7 +75,8 @@ type msgArmFunc func(ctx context.Context, cfg MsgThroughputConfig, mode string, 
 
 var msgArmFuncs = map[string]msgArmFunc{"velo": veloMsg, "raw": rawMsg, "grpc": grpcMsg}
 
-func (cfg MsgThroughputConfig) validate() error {
+// Validate checks the modes, arms and counts.
+func (cfg MsgThroughputConfig) Validate() error {
 	for _, m := range cfg.Modes {
 		if !msgContains(MsgModes, m) {
 			return fmt.Errorf("unknown messenger mode %q (want %v)", m, MsgModes)
@@ -139,7 +140,7 @@ func (cfg MsgThroughputConfig) MsgParams(mode string) map[string]any {
 // its own nodes or servers and stops them before the next arm starts; the
 // run fails if goroutines are left behind or if an arm stalls past Timeout.
 func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
