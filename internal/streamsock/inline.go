@@ -94,12 +94,13 @@ func (l *lane) flushInline() {
 // again when it writes the rest, and runs the failure path.
 func (l *lane) writeNow(segs []segment, obs ext.Observability) int64 {
 	l.ivec = l.ivec[:0]
-	for _, s := range segs {
-		if len(s.buf) > 0 {
-			l.ivec = append(l.ivec, s.buf)
+	for i := range segs {
+		buf, payload := segs[i].unwritten()
+		if len(buf) > 0 {
+			l.ivec = append(l.ivec, buf)
 		}
-		if len(s.payload) > 0 {
-			l.ivec = append(l.ivec, s.payload)
+		if len(payload) > 0 {
+			l.ivec = append(l.ivec, payload)
 		}
 	}
 	var start time.Time
@@ -137,23 +138,16 @@ func (l *lane) writev(fd uintptr) bool {
 }
 
 // restAfter returns the segments from index done on, the first of them
-// trimmed by the bytes of it that were written.
+// marked with the bytes of it that were written.
 func restAfter(segs []segment, done int, written int64) []segment {
 	if done >= len(segs) {
 		return nil
 	}
-	for _, s := range segs[:done] {
-		written -= int64(len(s.buf) + len(s.payload))
+	for i := range segs[:done] {
+		written -= int64(segs[i].size())
 	}
 	rest := segs[done:]
-	if written > 0 {
-		s := &rest[0]
-		if k := int(min(written, int64(len(s.buf)))); k > 0 {
-			s.buf = s.buf[k:]
-			written -= int64(k)
-		}
-		s.payload = s.payload[written:]
-	}
+	rest[0].off += int(written)
 	return rest
 }
 
@@ -167,8 +161,8 @@ func (l *lane) requeueLocked(rest []segment, b *batch) int {
 		l.counts[t] += c
 	}
 	units := 0
-	for _, s := range rest {
-		units += len(s.buf) + len(s.payload)
+	for i := range rest {
+		units += rest[i].size()
 	}
 	l.units += units
 	return units

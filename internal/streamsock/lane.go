@@ -29,7 +29,22 @@ type segment struct {
 	payload []byte
 	owner   ext.Owner // retained for a large payload that lives in a pooled buffer
 	frames  int
+	// off is how many bytes of buf then payload are already on the wire: an
+	// inline write that stopped inside this segment. buf keeps its frames
+	// whole so a failure can still be reported frame by frame.
+	off int
 }
+
+// unwritten returns the parts of s that are not on the wire yet.
+func (s *segment) unwritten() (buf, payload []byte) {
+	if s.off <= len(s.buf) {
+		return s.buf[s.off:], s.payload
+	}
+	return nil, s.payload[s.off-len(s.buf):]
+}
+
+// size is the number of bytes of s not on the wire yet.
+func (s *segment) size() int { return len(s.buf) + len(s.payload) - s.off }
 
 // stop modes of a lane.
 const (
@@ -210,6 +225,7 @@ func (l *lane) run() {
 		obs := l.t.obs()
 		observeWaits(obs, b.stamps)
 		if i, err := l.write(conn, b.segs, obs); err != nil {
+			b.written(obs, i) // what went out before the failure lets go of its buffers
 			l.report(b.segs[i:], err)
 			l.finish(conn, err)
 			return
@@ -272,14 +288,16 @@ func (l *lane) waitForWork(b *batch) bool {
 // no small segment goes on the wire alone ahead of a large payload. It
 // returns the index of the first segment not wholly written on error.
 func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int, error) {
+	base := 0 // index in the caller's segs of segs[0]
 	for len(segs) > 0 {
 		// Stay under the kernel's iovec limit per call.
 		n := min(len(segs), maxSegmentsPerWrite)
 		l.vec = l.vec[:0]
-		for _, s := range segs[:n] {
-			l.vec = append(l.vec, s.buf)
-			if s.payload != nil {
-				l.vec = append(l.vec, s.payload)
+		for i := range segs[:n] {
+			buf, payload := segs[i].unwritten()
+			l.vec = append(l.vec, buf)
+			if payload != nil {
+				l.vec = append(l.vec, payload)
 			}
 		}
 		var start time.Time
@@ -296,9 +314,10 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 			obs.WriteDuration(time.Since(start))
 		}
 		if err != nil {
-			return firstUnwritten(segs, written), err
+			return base + firstUnwritten(segs[:n], written), err
 		}
 		segs = segs[n:]
+		base += n
 	}
 	return 0, nil
 }
@@ -308,8 +327,8 @@ const maxSegmentsPerWrite = 500
 
 // firstUnwritten finds the segment in which a write of n bytes stopped.
 func firstUnwritten(segs []segment, n int64) int {
-	for i, s := range segs {
-		size := int64(len(s.buf) + len(s.payload))
+	for i := range segs {
+		size := int64(segs[i].size())
 		if n < size {
 			return i
 		}
@@ -452,13 +471,15 @@ func (l *lane) report(segs []segment, cause error) {
 			}
 			fail(f)
 		} else {
-			for buf := s.buf; len(buf) > 0; {
-				f, n, _ := frame.Decode(buf, 1<<31-1)
+			for pos := 0; pos < len(s.buf); {
+				f, n, _ := frame.Decode(s.buf[pos:], 1<<31-1)
 				if n == 0 {
 					break
 				}
-				fail(f)
-				buf = buf[n:]
+				pos += n
+				if pos > s.off { // not wholly written before an inline write stopped
+					fail(f)
+				}
 			}
 		}
 		if s.owner != nil {

@@ -319,8 +319,9 @@ func (t *Transport) Shutdown() {
 func (t *Transport) waitClosed(limit time.Time) {
 	done := make(chan struct{})
 	go func() {
-		t.wg.Wait()
+		// The accept loop first: it may still add a reader to wg.
 		t.acceptWG.Wait()
+		t.wg.Wait()
 		close(done)
 	}()
 	timer := time.NewTimer(time.Until(limit))
