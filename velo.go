@@ -103,6 +103,16 @@ var (
 	ErrRequestTimeout    = messenger.ErrRequestTimeout
 	ErrShuttingDown      = messenger.ErrShuttingDown
 	ErrPeerNotRegistered = messenger.ErrPeerNotRegistered
+	ErrReservedName      = messenger.ErrReservedName
+	ErrDuplicateHandler  = messenger.ErrDuplicateHandler
+	ErrLaneFull          = messenger.ErrLaneFull
+)
+
+// Header limits: a value of at most MaxHeaderValue bytes, all headers of a
+// call at most MaxEncodedHeaders bytes encoded.
+const (
+	MaxHeaderValue    = messenger.MaxHeaderValue
+	MaxEncodedHeaders = messenger.MaxEncodedHeaders
 )
 
 // Overflow policies for ordered lanes.

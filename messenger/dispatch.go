@@ -60,8 +60,14 @@ func (r *registered) dispatch(j job) {
 // run calls the handler, answers the caller and releases the request.
 func (r *registered) run(j job) {
 	if r.sem != nil {
-		r.sem <- struct{}{}
-		defer func() { <-r.sem }()
+		select {
+		case r.sem <- struct{}{}:
+			defer func() { <-r.sem }()
+		case <-r.m.done:
+			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
+			j.msg.Done()
+			return
+		}
 	}
 	c := Context{
 		Payload: j.msg.Payload, Handler: r.name, m: r.m,
@@ -77,7 +83,7 @@ func (r *registered) run(j job) {
 		r.met.inFlight.Dec()
 		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
 	}
-	r.m.reply(j.hdr, r.name, resp, err)
+	r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
 	// The guard goes last: the drain waits until the reply is admitted.
 	j.msg.Done()
 }
@@ -149,6 +155,13 @@ func (l *orderedLane) push(j job) {
 		for len(l.q) >= max && !l.dead {
 			l.space.Wait()
 		}
+		if l.dead {
+			// The lane stopped (shutdown) while we waited for room.
+			l.mu.Unlock()
+			l.r.m.reply(j.hdr, l.r.name, nil, ErrShuttingDown)
+			j.msg.Done()
+			return
+		}
 	}
 	if l.r.met != nil {
 		j.at = time.Now()
@@ -210,6 +223,14 @@ func (l *orderedLane) loop() {
 		l.space.Broadcast()
 		l.mu.Unlock()
 		for i := range batch {
+			select {
+			case <-done:
+				// Teardown: what is still queued is refused, not run.
+				l.refuse(batch[i:])
+				l.stop()
+				return
+			default:
+			}
 			if l.r.met != nil {
 				l.r.met.depth.Dec()
 				l.r.met.wait.Observe(time.Since(batch[i].at).Seconds())
@@ -254,9 +275,21 @@ func (l *orderedLane) stop() {
 	l.q, l.dead = nil, true
 	l.space.Broadcast()
 	l.mu.Unlock()
-	for _, j := range q {
-		l.r.m.reply(j.hdr, l.r.name, nil, ErrShuttingDown)
-		j.msg.Done()
+	l.refuse(q)
+	if l.r.met != nil {
+		l.r.met.lanes.Dec()
+	}
+}
+
+// refuse answers queued requests with ErrShuttingDown and releases them.
+func (l *orderedLane) refuse(jobs []job) {
+	for i := range jobs {
+		if l.r.met != nil {
+			l.r.met.depth.Dec()
+		}
+		l.r.m.reply(jobs[i].hdr, l.r.name, nil, ErrShuttingDown)
+		jobs[i].msg.Done()
+		jobs[i] = job{}
 	}
 }
 

@@ -140,6 +140,9 @@ func EncodeHeaders(h map[string]string) ([]byte, error) {
 	}
 	keys := make([]string, 0, len(h))
 	for k, v := range h {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("velo: header %q is not UTF-8", k)
+		}
 		if len(v) > MaxHeaderValue {
 			return nil, fmt.Errorf("velo: header %q value of %d bytes exceeds %d", k, len(v), MaxHeaderValue)
 		}

@@ -5,6 +5,7 @@
 package messenger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -271,17 +272,34 @@ func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler st
 	return m.request(ctx, target, handler, payload, UnaryResponse, opts)
 }
 
+// largePayload is the size above which the transport no longer copies a
+// frame into its batch (frame.CoalesceThreshold).
+const largePayload = 64 << 10
+
 func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
 	if m.stopped.Load() {
 		return nil, ErrShuttingDown
 	}
-	var co callOptions
-	for _, o := range opts {
-		o(&co)
-	}
-	hb, err := EncodeHeaders(co.headers)
-	if err != nil {
+	if err := validName(handler, true); err != nil {
 		return nil, err
+	}
+	var hb []byte
+	if len(opts) > 0 {
+		co := new(callOptions)
+		for _, o := range opts {
+			o(co)
+		}
+		var err error
+		if hb, err = EncodeHeaders(co.headers); err != nil {
+			return nil, err
+		}
+	}
+	// The transport writes a large payload from the caller's memory after
+	// this call may have returned (fire-and-forget, or a timeout). Callers
+	// expect to reuse their buffer once the call returns, so large payloads
+	// are copied; small ones are copied by the transport anyway.
+	if len(payload) > largePayload {
+		payload = bytes.Clone(payload)
 	}
 	p, err := m.route(ctx, target)
 	if err != nil {
@@ -414,6 +432,14 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 // reply answers a request through this node's peer table: a remote that
 // forgot the caller cannot answer it.
 func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err error) {
+	m.replyOwned(hdr, resp, err, nil)
+}
+
+// replyOwned is reply for an answer that may live in the request's read
+// buffer (a handler that answers with its own payload): the transport holds
+// owner until the answer is written, so releasing the request cannot pull
+// the memory from under the writer.
+func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
 	var t ext.MessageType
 	switch hdr.rtype {
 	case UnaryResponse:
@@ -428,13 +454,16 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 	if err != nil {
 		status, resp = statusErr, []byte(err.Error())
 	}
+	if len(resp) == 0 || err != nil {
+		owner = nil
+	}
 	p, ok := m.peers.getWorker(hdr.id.Worker())
 	if !ok {
 		m.countFailure("response", "unknown_caller")
 		return
 	}
 	h := appendReplyHeader(make([]byte, 0, replyHeaderLen), status, hdr.id)
-	if _, err := p.primary.Send(p.info.InstanceID, ext.Frame{Type: t, Header: h, Payload: resp}); err != nil {
+	if _, err := p.primary.Send(p.info.InstanceID, ext.Frame{Type: t, Header: h, Payload: resp, Owner: owner}); err != nil {
 		m.countFailure("response", "send_failed")
 	}
 }
@@ -442,13 +471,17 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 // ShutdownPolicy bounds the drain of a shutdown.
 type ShutdownPolicy struct {
 	timeout time.Duration
+	bounded bool
 }
 
 // WaitForever drains until no admitted request is in flight.
 func WaitForever() ShutdownPolicy { return ShutdownPolicy{} }
 
 // Timeout drains for at most d; requests still queued then are dropped.
-func Timeout(d time.Duration) ShutdownPolicy { return ShutdownPolicy{timeout: d} }
+// Timeout(0) does not wait at all.
+func Timeout(d time.Duration) ShutdownPolicy {
+	return ShutdownPolicy{timeout: max(d, 0), bounded: true}
+}
 
 // BeginDrain refuses new requests (their callers fail fast with
 // ErrShuttingDown) while accepted work, responses and drain-exempt
@@ -470,13 +503,14 @@ func (m *Messenger) Shutdown(p ShutdownPolicy) error {
 func (m *Messenger) shutdown(p ShutdownPolicy) error {
 	m.state.BeginDrain() // 1. gate
 	ctx := context.Background()
-	if p.timeout > 0 {
+	if p.bounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.timeout)
 		defer cancel()
 	}
 	drainErr := m.state.WaitForDrain(ctx) // 2. drain
 	m.stopped.Store(true)                 // 3. teardown
+	close(m.done)                         // ordered lanes stop; their queued requests are refused
 	var wg sync.WaitGroup
 	for _, tr := range m.trs {
 		wg.Add(1)
@@ -491,7 +525,6 @@ func (m *Messenger) shutdown(p ShutdownPolicy) error {
 		<-tr.Closed()
 	}
 	m.adapter.Close()
-	close(m.done)
 	return drainErr
 }
 

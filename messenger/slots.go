@@ -3,6 +3,7 @@ package messenger
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // reply is what a response slot receives.
@@ -26,25 +27,44 @@ type slot struct {
 // response id: no map lookup per reply.
 type slotTable struct {
 	slots     []slot
-	free      chan uint32
-	exhausted func() // counts an acquisition that found no free slot
+	free      chan uint32   // slots given back
+	fresh     atomic.Uint32 // slots never used yet: [fresh, len(slots))
+	exhausted func()        // counts an acquisition that found no free slot
 }
 
+// newSlotTable makes room for n slots but builds each slot's channel on
+// its first use, so a node that makes few calls pays for few slots.
 func newSlotTable(n int, exhausted func()) *slotTable {
-	t := &slotTable{slots: make([]slot, n), free: make(chan uint32, n), exhausted: exhausted}
-	for i := range t.slots {
-		t.slots[i].ch = make(chan reply, 1)
-		t.free <- uint32(i)
+	return &slotTable{slots: make([]slot, n), free: make(chan uint32, n), exhausted: exhausted}
+}
+
+// take returns a free slot index without waiting.
+func (t *slotTable) take() (uint32, bool) {
+	select {
+	case idx := <-t.free:
+		return idx, true
+	default:
 	}
-	return t
+	for {
+		n := t.fresh.Load()
+		if int(n) >= len(t.slots) {
+			return 0, false
+		}
+		if t.fresh.CompareAndSwap(n, n+1) {
+			s := &t.slots[n]
+			s.mu.Lock()
+			s.ch = make(chan reply, 1)
+			s.mu.Unlock()
+			return n, true
+		}
+	}
 }
 
 // acquire takes a free slot, waiting (bounded by ctx) when all are in use.
 // The token goes in the low 64 bits of the response id; it is never zero.
 func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err error) {
-	select {
-	case idx = <-t.free:
-	default:
+	idx, ok := t.take()
+	if !ok {
 		if t.exhausted != nil {
 			t.exhausted()
 		}
@@ -109,7 +129,7 @@ func (t *slotTable) release(idx uint32) {
 
 // failAll delivers err to every busy slot (at shutdown).
 func (t *slotTable) failAll(err error) {
-	for i := range t.slots {
+	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
 		s.mu.Lock()
 		if s.busy {

@@ -146,6 +146,14 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 
 // RemoteHandlers lists the handlers of a peer, asking it.
 func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) ([]string, error) {
+	// The remote answers through its peer table, so it must know us first.
+	p, err := m.route(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.ensureHello(ctx, p); err != nil {
+		return nil, err
+	}
 	resp, err := m.Unary(ctx, target, listHandlersHandler, nil)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,166 @@
+package messenger_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// wireRequestHeader encodes an active-message header by hand, as the design
+// page states it, so these tests also pin the wire format:
+//
+//	[u8 schema=1][u8 response_type][u128 LE response_id]
+//	[u16 LE name_len][name][u16 LE headers_len][headers]
+func wireRequestHeader(rt byte, lo, hi uint64, name string, headers []byte) []byte {
+	b := []byte{1, rt}
+	b = binary.LittleEndian.AppendUint64(b, lo)
+	b = binary.LittleEndian.AppendUint64(b, hi)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(name)))
+	b = append(b, name...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(headers)))
+	return append(b, headers...)
+}
+
+// rawConn dials a node's TCP endpoint as a bare socket.
+func rawConn(t *testing.T, n *velo.Node) net.Conn {
+	t.Helper()
+	ep, err := n.PeerInfo().Address.Lookup(tcp.Key)
+	must(t, err)
+	conn, err := net.Dial("tcp", string(ep))
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestMalformedHeaderIsCountedAndDropped: well-formed frames that carry a
+// bad messenger header are counted and dropped. The connection stays up,
+// the node keeps serving, and nothing panics.
+func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
+	sm := newMetrics(t)
+	a, b := pair(t, nil, []velo.Option{velo.WithMetrics(sm)})
+	ctx := testCtx(t)
+	probed := make(chan error, 4)
+	must(t, b.Register(velo.FireHandler("probe", func(c *velo.Context) {
+		_, err := c.Headers()
+		probed <- err
+	})))
+	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+
+	valid := wireRequestHeader(0, 0, 0x1234, "probe", nil)
+	garbage := [][]byte{
+		nil,                                // empty
+		[]byte("garbage!"),                 // short
+		valid[:len(valid)-1],               // truncated before the headers length
+		append([]byte{2}, valid[1:]...),    // schema 2
+		append([]byte{1, 3}, valid[2:]...), // response type 3
+		wireRequestHeader(0, 0, 1, strings.Repeat("n", 1025), nil),   // name over 1 KiB
+		append(wireRequestHeader(0, 0, 1, "probe", []byte{0x80}), 0), // trailing byte
+		wireRequestHeader(0, 0, 1, "probe", make([]byte, messenger.MaxEncodedHeaders+1)),
+		func() []byte { // a name length past the end
+			h := wireRequestHeader(0, 0, 1, "probe", nil)
+			binary.LittleEndian.PutUint16(h[18:], 60000)
+			return h
+		}(),
+	}
+	conn := rawConn(t, b)
+	var out []byte
+	for _, h := range garbage {
+		out = frame.Append(out, ext.Frame{Type: ext.Message, Header: h, Payload: []byte("x")})
+	}
+	// Then a valid request on the same connection: the reader handles frames
+	// in order, so once the probe runs every bad frame has been counted.
+	out = frame.Append(out, ext.Frame{Type: ext.Message, Header: valid})
+	_, err := conn.Write(out)
+	must(t, err)
+	must(t, recv(t, probed, "the probe after the garbage"))
+	malformed := sm.DispatchFailures.WithLabelValues("decode", "malformed_header")
+	if n := testutil.ToFloat64(malformed); n != float64(len(garbage)) {
+		t.Fatalf("malformed_header = %v, want %d", n, len(garbage))
+	}
+
+	// User headers are decoded when the handler asks: a bad map reaches the
+	// handler as an error from Headers, not as a dropped request.
+	_, err = conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, 0, 1, "probe", []byte{0xc1})}))
+	must(t, err)
+	if err := recv(t, probed, "the probe with bad headers"); !errors.Is(err, messenger.ErrMalformedHeader) {
+		t.Fatalf("Headers() of a bad map: %v", err)
+	}
+
+	// Replies that are not ours are counted and dropped too.
+	var replies []byte
+	reply := func(status byte, lo, hi uint64) []byte {
+		h := []byte{1, status}
+		h = binary.LittleEndian.AppendUint64(h, lo)
+		return binary.LittleEndian.AppendUint64(h, hi)
+	}
+	for _, f := range []ext.Frame{
+		{Type: ext.Response, Header: []byte("junk")},
+		{Type: ext.Ack, Header: reply(7, 1, uint64(b.WorkerID()))},      // bad status
+		{Type: ext.Response, Header: reply(0, 1, uint64(a.WorkerID()))}, // someone else's caller
+		{Type: ext.Response, Header: reply(0, 1<<40|77, uint64(b.WorkerID()))},
+		{Type: ext.ShuttingDown, Header: []byte("junk")},
+	} {
+		replies = frame.Append(replies, f)
+	}
+	replies = frame.Append(replies, ext.Frame{Type: ext.Message, Header: valid})
+	_, err = conn.Write(replies)
+	must(t, err)
+	must(t, recv(t, probed, "the probe after the bad replies"))
+	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("response", "malformed_or_misrouted")); n != 3 {
+		t.Fatalf("malformed_or_misrouted = %v, want 3", n)
+	}
+	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("response", "late_or_unknown")); n != 1 {
+		t.Fatalf("late_or_unknown = %v, want 1", n)
+	}
+
+	// Other callers are served as before.
+	got, err := a.Unary(ctx, b.InstanceID(), "echo", []byte("still here"))
+	must(t, err)
+	if string(got) != "still here" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestMalformedFrameClosesOnlyItsConnection: a bad preamble closes that
+// socket; the node and its other connections go on.
+func TestMalformedFrameClosesOnlyItsConnection(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	_, err := a.Unary(ctx, b.InstanceID(), "echo", nil)
+	must(t, err)
+	for name, pre := range map[string][]byte{
+		"schema 9":     {0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"frame type 9": {0, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0},
+		"4 GiB header": {0, 1, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0},
+	} {
+		conn := rawConn(t, b)
+		_, err := conn.Write(pre)
+		must(t, err)
+		conn.SetReadDeadline(time.Now().Add(failAfter))
+		if n, err := conn.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, net.ErrClosed) && !isReset(err) {
+			t.Fatalf("%s: the node kept the connection (read %d, %v)", name, n, err)
+		}
+		got, err := a.Unary(ctx, b.InstanceID(), "echo", []byte(name))
+		must(t, err)
+		if string(got) != name {
+			t.Fatalf("got %q", got)
+		}
+	}
+}
+
+func isReset(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "connection reset")
+}

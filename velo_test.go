@@ -1,0 +1,140 @@
+package velo_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// TestMain checks that the facade's tests and Examples leave no goroutine
+// behind once their nodes have shut down.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func node(t *testing.T, opts ...velo.Option) *velo.Node {
+	t.Helper()
+	tr, err := tcp.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := velo.New(context.Background(), append([]velo.Option{velo.WithTransport(tr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown(velo.Timeout(5 * time.Second)) })
+	return n
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	if _, err := velo.New(context.Background()); err == nil {
+		t.Fatal("a node without a transport started")
+	}
+	for _, slots := range []int{-1, 1<<24 + 1} {
+		tr, err := tcp.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithResponseSlots(slots)); err == nil {
+			n.Shutdown(velo.WaitForever())
+			t.Fatalf("%d response slots accepted", slots)
+		}
+	}
+	// A failed start leaves no listener or goroutine behind (goleak checks).
+	tr, err := tcp.New(tcp.WithListenAddr("256.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := velo.New(context.Background(), velo.WithTransport(tr)); err == nil {
+		t.Fatal("a node with an unusable listen address started")
+	}
+}
+
+// TestFacadeCalls: the facade's names are the messenger's, its typed calls
+// work end to end, and a copy of a Node is the same node.
+func TestFacadeCalls(t *testing.T) {
+	vm, err := metrics.Register(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := node(t, velo.WithMetrics(vm))
+	client := node(t)
+	type in struct{ Name string }
+	type out struct{ Greeting string }
+	if err := server.Register(velo.TypedUnaryHandler("greet", func(c *velo.Context, req in) (out, error) {
+		if req.Name == "" {
+			return out{}, errors.New("no name")
+		}
+		return out{Greeting: "hello " + req.Name}, nil
+	}, velo.WithOrdered())); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.RegisterPeer(server.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := velo.TypedUnary[out](ctx, client, server.InstanceID(), "greet", in{Name: "velo"})
+	if err != nil || got.Greeting != "hello velo" {
+		t.Fatalf("typed call: %+v, %v", got, err)
+	}
+	_, err = velo.TypedUnary[out](ctx, client, server.InstanceID(), "greet", in{})
+	var re *velo.RemoteError
+	if !errors.As(err, &re) || re.Handler != "greet" || re.Message != "no name" {
+		t.Fatalf("remote error: %v", err)
+	}
+	if n := testutil.ToFloat64(vm.HandlerRequests.WithLabelValues("greet", "unary", "success")); n != 1 {
+		t.Fatalf("WithMetrics: %v successful requests counted", n)
+	}
+	if n := testutil.ToFloat64(vm.HandlerRequests.WithLabelValues("greet", "unary", "error")); n != 1 {
+		t.Fatalf("WithMetrics: %v failed requests counted", n)
+	}
+	cp := *client
+	if cp.InstanceID() != client.InstanceID() || cp.Messenger != client.Messenger {
+		t.Fatal("a copy of a Node is another node")
+	}
+	// The facade's errors are the messenger's.
+	if velo.ErrShuttingDown != messenger.ErrShuttingDown || velo.ErrRequestTimeout != messenger.ErrRequestTimeout {
+		t.Fatal("the facade's sentinel errors differ from the messenger's")
+	}
+}
+
+// TestFacadeShutdown: Node.Shutdown drains and stops the messenger; later
+// calls fail with ErrShuttingDown and Shutdown can be called again.
+func TestFacadeShutdown(t *testing.T) {
+	server := node(t)
+	client := node(t)
+	if err := client.RegisterPeer(server.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Register(velo.SyncHandler("ok", func(c *velo.Context) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Sync(ctx, server.InstanceID(), "ok", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Shutdown(velo.WaitForever()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-client.Done():
+	default:
+		t.Fatal("Done is open after Shutdown returned")
+	}
+	if err := client.Sync(ctx, server.InstanceID(), "ok", nil); !errors.Is(err, velo.ErrShuttingDown) {
+		t.Fatalf("call after shutdown: %v", err)
+	}
+	if err := client.Shutdown(velo.WaitForever()); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+}
