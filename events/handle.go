@@ -15,6 +15,7 @@ package events
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -118,9 +119,10 @@ func (h *Handle) UnmarshalText(b []byte) error {
 	if len(b) != 32 {
 		return fmt.Errorf("%w: %d characters", ErrMalformedHandle, len(b))
 	}
-	_, err := fmt.Sscanf(string(b), "%016x%016x", &h.Hi, &h.Lo)
-	if err != nil {
+	var raw [16]byte
+	if _, err := hex.Decode(raw[:], b); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformedHandle, err)
 	}
+	h.Hi, h.Lo = binary.BigEndian.Uint64(raw[:8]), binary.BigEndian.Uint64(raw[8:])
 	return nil
 }

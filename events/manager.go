@@ -132,7 +132,10 @@ func (m *Manager) NewEvent() (*Event, error) {
 	// The safety net: nobody can complete an unreachable event, so poison
 	// it rather than let its waiters wait for ever.
 	e.cleanup = runtime.AddCleanup(e, func(h Handle) {
-		m.complete(h, true, "event dropped without trigger or poison")
+		// Not on the runtime's cleanup goroutine: completing may notify
+		// remote subscribers, and a stalled peer must not hold up every
+		// other cleanup in the process.
+		go m.complete(h, true, "event dropped without trigger or poison")
 	}, h)
 	return e, nil
 }
@@ -167,8 +170,9 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 	}
 	s := &m.slots[idx]
 	if s.gen != h.gen() || s.c == nil {
+		_, cached := m.done.get(h)
 		m.mu.Unlock()
-		if _, ok := m.done.get(h); ok {
+		if cached {
 			return ErrAlreadyCompleted
 		}
 		return ErrUnknownEvent

@@ -153,6 +153,9 @@ func (r *remote) onSubscribe(c *messenger.Context) ([]byte, error) {
 	if err := h.UnmarshalMsgpack(c.Payload); err != nil {
 		return nil, err
 	}
+	if h.Owner() != r.m.owner {
+		return []byte{subUnknown}, nil // not ours: never answer "pending"
+	}
 	subscriber := c.SenderWorkerID()
 	res, completed, err := r.m.follow(h, func(poisoned bool, reason string) {
 		r.notify(subscriber, h, poisoned, reason)
