@@ -68,9 +68,30 @@ func (c *completion) wait(ctx context.Context, h Handle) error {
 	}
 }
 
+// slot holds one live event at a time, and the outcome of the one before
+// it, so a wait that comes after completion is answered without a map.
 type slot struct {
-	gen uint32
-	c   *completion // nil when the slot is free
+	gen     uint32
+	c       *completion // nil when the slot is free
+	hasLast bool
+	lastGen uint32
+	last    result
+}
+
+// settled returns the outcome of h if h is the slot's last completed event.
+func (s *slot) settled(h Handle) (result, bool) {
+	if s.hasLast && s.lastGen == h.gen() {
+		return s.last, true
+	}
+	return result{}, false
+}
+
+// slotFor returns the slot h names, or nil. The lock is held.
+func (m *Manager) slotFor(h Handle) *slot {
+	if h.Owner() != m.owner || int(h.index()) >= len(m.slots) {
+		return nil
+	}
+	return &m.slots[h.index()]
 }
 
 // Manager makes events and waits on handles. NewLocal makes one for a
@@ -81,7 +102,7 @@ type Manager struct {
 	mu    sync.Mutex
 	slots []slot
 	free  []uint32
-	done  *resultCache // recent outcomes, for waits that come after completion
+	done  *resultCache // outcomes of other nodes' events, for late remote waits
 
 	remote *remote // nil for a local manager
 	closed atomic.Bool
@@ -163,25 +184,24 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 		return fmt.Errorf("%w: %s is owned by worker %s", ErrUnknownEvent, h, h.Owner())
 	}
 	m.mu.Lock()
-	idx := h.index()
-	if int(idx) >= len(m.slots) {
+	s := m.slotFor(h)
+	if s == nil {
 		m.mu.Unlock()
 		return ErrUnknownEvent
 	}
-	s := &m.slots[idx]
 	if s.gen != h.gen() || s.c == nil {
-		_, cached := m.done.get(h)
+		_, settled := s.settled(h)
 		m.mu.Unlock()
-		if cached {
+		if settled {
 			return ErrAlreadyCompleted
 		}
 		return ErrUnknownEvent
 	}
 	c := s.c
 	s.c = nil
+	s.hasLast, s.lastGen, s.last = true, s.gen, result{poisoned: poisoned, reason: reason}
 	s.gen++ // a handle of this generation is stale from now on
-	m.free = append(m.free, idx)
-	m.done.put(h, poisoned, reason)
+	m.free = append(m.free, h.index())
 	c.poisoned, c.reason = poisoned, reason
 	cbs := c.onDone
 	c.onDone = nil
@@ -215,13 +235,13 @@ func (m *Manager) Wait(ctx context.Context, h Handle) error {
 func (m *Manager) pending(h Handle) (*completion, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if idx := h.index(); int(idx) < len(m.slots) {
-		if s := &m.slots[idx]; s.gen == h.gen() && s.c != nil {
+	if s := m.slotFor(h); s != nil {
+		if s.gen == h.gen() && s.c != nil {
 			return s.c, nil
 		}
-	}
-	if r, ok := m.done.get(h); ok {
-		return nil, r.err(h)
+		if r, ok := s.settled(h); ok {
+			return nil, r.err(h)
+		}
 	}
 	return nil, ErrUnknownEvent
 }
@@ -232,14 +252,14 @@ func (m *Manager) pending(h Handle) (*completion, error) {
 func (m *Manager) follow(h Handle, cb func(poisoned bool, reason string)) (res result, completed bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if idx := h.index(); int(idx) < len(m.slots) {
-		if s := &m.slots[idx]; s.gen == h.gen() && s.c != nil {
+	if s := m.slotFor(h); s != nil {
+		if s.gen == h.gen() && s.c != nil {
 			s.c.onDone = append(s.c.onDone, cb)
 			return result{}, false, nil
 		}
-	}
-	if r, ok := m.done.get(h); ok {
-		return r, true, nil
+		if r, ok := s.settled(h); ok {
+			return r, true, nil
+		}
 	}
 	return result{}, false, ErrUnknownEvent
 }
