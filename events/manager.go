@@ -146,7 +146,8 @@ func (m *Manager) NewEvent() (*Event, error) {
 		m.slots = append(m.slots, slot{})
 	}
 	s := &m.slots[idx]
-	s.c = newCompletion()
+	// The channel is made only if someone waits before completion.
+	s.c = &completion{}
 	h := makeHandle(m.owner, idx, s.gen)
 	m.mu.Unlock()
 	e := &Event{m: m, h: h}
@@ -205,8 +206,11 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 	c.poisoned, c.reason = poisoned, reason
 	cbs := c.onDone
 	c.onDone = nil
+	done := c.done
 	m.mu.Unlock()
-	close(c.done)
+	if done != nil {
+		close(done)
+	}
 	for _, cb := range cbs {
 		cb(poisoned, reason)
 	}
@@ -237,6 +241,9 @@ func (m *Manager) pending(h Handle) (*completion, error) {
 	defer m.mu.Unlock()
 	if s := m.slotFor(h); s != nil {
 		if s.gen == h.gen() && s.c != nil {
+			if s.c.done == nil {
+				s.c.done = make(chan struct{})
+			}
 			return s.c, nil
 		}
 		if r, ok := s.settled(h); ok {
