@@ -20,7 +20,10 @@ const usage = `usage:
   velo demo                 run the two-node demo
   velo bench <harness>      run a benchmark harness; harnesses:
       tx-budget             one-way latency by layer (L0 raw .. L3 transport)
-      throughput            transport frames/s and MiB/s against a raw socket
+      throughput            transport frames/s and MiB/s against a raw socket;
+                            messenger calls/s and msgs/s against raw and grpc-go
+      ping-pong             unary round trip against raw TCP and grpc-go
+      events                local event cost, remote wait latency, many waiters
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {
