@@ -308,6 +308,10 @@ func (t *Transport) Shutdown() {
 		if t.ln != nil {
 			t.ln.Close()
 		}
+		// A network may own files (a UDS socket directory) to remove.
+		if c, ok := t.net.(interface{ Cleanup() }); ok {
+			c.Cleanup()
+		}
 		t.accepted.Range(func(k, _ any) bool {
 			k.(net.Conn).Close()
 			return true

@@ -58,7 +58,17 @@ func New(opts ...Option) (*streamsock.Transport, error) {
 	return streamsock.New(&network{o: o}, o.cfg)
 }
 
-type network struct{ o options }
+type network struct {
+	o      options
+	tmpDir string // made by Listen when no path was given; removed at shutdown
+}
+
+// Cleanup removes the temporary directory of the socket, if Listen made one.
+func (n *network) Cleanup() {
+	if n.tmpDir != "" {
+		os.RemoveAll(n.tmpDir)
+	}
+}
 
 func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
 	path := n.o.path
@@ -68,6 +78,7 @@ func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
 			return nil, nil, err
 		}
 		path = filepath.Join(dir, "sock")
+		n.tmpDir = dir
 	} else if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return nil, nil, fmt.Errorf("uds: remove stale socket: %w", err)
 	}
