@@ -33,15 +33,7 @@ func NewQueue[T any](capacity int) *Queue[T] {
 // is closed; then v was not added.
 func (q *Queue[T]) Push(v T) error {
 	q.mu.Lock()
-	for len(q.items) >= q.capacity && !q.closed {
-		if q.notFull == nil {
-			q.notFull = make(chan struct{})
-		}
-		ch := q.notFull
-		q.mu.Unlock()
-		<-ch
-		q.mu.Lock()
-	}
+	q.waitRoomLocked()
 	if q.closed {
 		q.mu.Unlock()
 		return ErrQueueClosed
@@ -57,15 +49,7 @@ func (q *Queue[T]) Push(v T) error {
 func (q *Queue[T]) pushEach(n int, gen func(i int) T) (added int, err error) {
 	q.mu.Lock()
 	for added < n {
-		for len(q.items) >= q.capacity && !q.closed {
-			if q.notFull == nil {
-				q.notFull = make(chan struct{})
-			}
-			ch := q.notFull
-			q.mu.Unlock()
-			<-ch
-			q.mu.Lock()
-		}
+		q.waitRoomLocked()
 		if q.closed {
 			q.mu.Unlock()
 			return added, ErrQueueClosed
@@ -93,15 +77,7 @@ func (q *Queue[T]) pushSwap(vs []T) (spare []T, n int, err error) {
 		return spare, len(vs), nil
 	}
 	for n < len(vs) {
-		for len(q.items) >= q.capacity && !q.closed {
-			if q.notFull == nil {
-				q.notFull = make(chan struct{})
-			}
-			ch := q.notFull
-			q.mu.Unlock()
-			<-ch
-			q.mu.Lock()
-		}
+		q.waitRoomLocked()
 		if q.closed {
 			err = ErrQueueClosed
 			break
@@ -117,6 +93,44 @@ func (q *Queue[T]) pushSwap(vs []T) (spare []T, n int, err error) {
 	return vs[:0], n, err
 }
 
+// waitRoomLocked waits, with q.mu held (and released while it waits),
+// until the queue has room or is closed.
+func (q *Queue[T]) waitRoomLocked() {
+	for len(q.items) >= q.capacity && !q.closed {
+		if q.notFull == nil {
+			q.notFull = make(chan struct{})
+		}
+		ch := q.notFull
+		q.mu.Unlock()
+		<-ch
+		q.mu.Lock()
+	}
+}
+
+// waitItems locks q.mu and returns with it held once an item is queued. On
+// an error (closed and empty, or ctx done) it returns with q.mu released.
+func (q *Queue[T]) waitItems(ctx context.Context) error {
+	q.mu.Lock()
+	for len(q.items) == 0 {
+		if q.closed {
+			q.mu.Unlock()
+			return ErrQueueClosed
+		}
+		if q.notEmpty == nil {
+			q.notEmpty = make(chan struct{})
+		}
+		ch := q.notEmpty
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	return nil
+}
+
 func (q *Queue[T]) wakeConsumerLocked() {
 	if q.notEmpty != nil {
 		close(q.notEmpty)
@@ -129,23 +143,8 @@ func (q *Queue[T]) wakeConsumerLocked() {
 // reuse its memory. It returns ErrQueueClosed once the queue is closed and
 // empty, or ctx's error.
 func (q *Queue[T]) PopAll(ctx context.Context, dst []T) ([]T, error) {
-	q.mu.Lock()
-	for len(q.items) == 0 {
-		if q.closed {
-			q.mu.Unlock()
-			return dst, ErrQueueClosed
-		}
-		if q.notEmpty == nil {
-			q.notEmpty = make(chan struct{})
-		}
-		ch := q.notEmpty
-		q.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return dst, ctx.Err()
-		}
-		q.mu.Lock()
+	if err := q.waitItems(ctx); err != nil {
+		return dst, err
 	}
 	// Swap rather than copy: the consumer's spare slice becomes the queue's.
 	out := q.items
@@ -167,24 +166,9 @@ func (q *Queue[T]) PopAll(ctx context.Context, dst []T) ([]T, error) {
 
 // Pop waits for one item.
 func (q *Queue[T]) Pop(ctx context.Context) (T, error) {
-	q.mu.Lock()
-	for len(q.items) == 0 {
+	if err := q.waitItems(ctx); err != nil {
 		var zero T
-		if q.closed {
-			q.mu.Unlock()
-			return zero, ErrQueueClosed
-		}
-		if q.notEmpty == nil {
-			q.notEmpty = make(chan struct{})
-		}
-		ch := q.notEmpty
-		q.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return zero, ctx.Err()
-		}
-		q.mu.Lock()
+		return zero, err
 	}
 	v := q.items[0]
 	var zero T

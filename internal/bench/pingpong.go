@@ -3,12 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"time"
 
 	"github.com/velo-go/velo"
-	"github.com/velo-go/velo/ext"
 )
 
 // PingPongConfig sets the ping-pong harness.
@@ -55,38 +53,7 @@ func PingPong(cfg PingPongConfig, r *Report) error {
 
 // pingRaw is a ping-pong on one plain socket, the reply on the same socket.
 func pingRaw(cfg PingPongConfig) ([]time.Duration, error) {
-	kind := cfg.Transport
-	c, s, cleanup, err := socketPair(kind)
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	go func() {
-		buf := make([]byte, cfg.Payload)
-		for {
-			if _, err := io.ReadFull(s, buf); err != nil {
-				return
-			}
-			if _, err := s.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, cfg.Payload)
-	rtts := make([]time.Duration, 0, cfg.Iters)
-	for i := 0; i < warmup+cfg.Iters; i++ {
-		t0 := time.Now()
-		if _, err := c.Write(buf); err != nil {
-			return nil, err
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return nil, err
-		}
-		if i >= warmup {
-			rtts = append(rtts, time.Since(t0))
-		}
-	}
-	return rtts, nil
+	return socketPingPong(cfg.Transport, cfg.Payload, cfg.Iters)
 }
 
 // veloPair starts two nodes over kind, B serving "echo".
@@ -169,5 +136,3 @@ func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {
 	}
 	return rtts, nil
 }
-
-var _ = ext.Message

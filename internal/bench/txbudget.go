@@ -213,16 +213,21 @@ func rungL0(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
 }
 
 func rungL1(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
+	return socketPingPong(kind, cfg.HeaderLen+cfg.PayloadLen, cfg.Iters)
+}
+
+// socketPingPong echoes size-byte messages over one plain socket of kind,
+// with goroutines and the netpoller, and returns iters round-trip times.
+func socketPingPong(kind string, size, iters int) ([]time.Duration, error) {
 	c, s, cleanup, err := socketPair(kind)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	size := cfg.HeaderLen + cfg.PayloadLen
 	echoErr := make(chan error, 1)
 	go func() {
 		buf := make([]byte, size)
-		for i := 0; i < warmup+cfg.Iters; i++ {
+		for i := 0; i < warmup+iters; i++ {
 			if _, err := io.ReadFull(s, buf); err != nil {
 				echoErr <- err
 				return
@@ -235,8 +240,8 @@ func rungL1(kind string, cfg TxBudgetConfig) ([]time.Duration, error) {
 		echoErr <- nil
 	}()
 	buf := make([]byte, size)
-	rtts := make([]time.Duration, 0, cfg.Iters)
-	for i := 0; i < warmup+cfg.Iters; i++ {
+	rtts := make([]time.Duration, 0, iters)
+	for i := 0; i < warmup+iters; i++ {
 		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
 			return nil, err
