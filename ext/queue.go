@@ -175,7 +175,7 @@ func (q *Queue[T]) Pop(ctx context.Context) (T, error) {
 	q.items[0] = zero
 	q.items = q.items[1:]
 	if len(q.items) == 0 {
-		q.items = q.items[:0:0]
+		q.items = q.items[:0] // reuse what is left of the array
 	}
 	if q.notFull != nil {
 		close(q.notFull)

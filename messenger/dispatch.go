@@ -251,7 +251,8 @@ func (l *orderedLane) retire() bool {
 	if len(l.q) > 0 {
 		return false
 	}
-	// A push that raced us is queued and will be run: drain the notify.
+	// A wake-up left over from an earlier push may sit in notify; the lane
+	// is empty, so drop it.
 	select {
 	case <-l.notify:
 	default:
