@@ -27,6 +27,8 @@ type registered struct {
 	lanesMu sync.Mutex
 	lanes   map[ext.WorkerID]*orderedLane
 
+	pool spawnPool // workers of spawn mode
+
 	met *handlerMetrics // nil without metrics
 }
 
@@ -47,7 +49,7 @@ func (m *Messenger) newRegistered(h Handler) *registered {
 func (r *registered) dispatch(j job) {
 	switch r.opts.mode {
 	case Spawn:
-		go r.run(j)
+		r.pool.submit(r, j)
 	default:
 		key := j.hdr.id.Worker()
 		if r.opts.mode == OrderedGlobal {
@@ -306,4 +308,63 @@ type handlerMetrics struct {
 	wait      prometheus.Observer
 
 	lanesCreated prometheus.Counter
+}
+
+// spawnPool runs spawn-mode requests on reusable goroutines: each request
+// still gets a goroutine of its own while it runs (a request that blocks
+// never holds up another), but a busy handler reuses its workers instead of
+// starting one goroutine per request. A worker that finds the queue empty
+// parks, up to maxParked of them; the others exit. No timers.
+type spawnPool struct {
+	mu     sync.Mutex
+	q      []job
+	head   int
+	parked int
+	wake   chan struct{}
+}
+
+// maxParked bounds the idle workers one handler keeps.
+const maxParked = 16
+
+func (p *spawnPool) submit(r *registered, j job) {
+	p.mu.Lock()
+	if p.wake == nil {
+		p.wake = make(chan struct{}, maxParked)
+	}
+	p.q = append(p.q, j)
+	if p.parked > 0 {
+		p.parked--
+		p.mu.Unlock()
+		p.wake <- struct{}{}
+		return
+	}
+	p.mu.Unlock()
+	go p.work(r)
+}
+
+// work runs queued requests until none is left, then parks or exits.
+func (p *spawnPool) work(r *registered) {
+	for {
+		p.mu.Lock()
+		if p.head == len(p.q) {
+			p.q, p.head = p.q[:0], 0
+			if p.parked >= maxParked {
+				p.mu.Unlock()
+				return
+			}
+			p.parked++
+			p.mu.Unlock()
+			select {
+			case <-p.wake:
+				continue
+			case <-r.m.done:
+				return
+			}
+		}
+		j := p.q[p.head]
+		p.q[p.head] = job{}
+		p.head++
+		p.mu.Unlock()
+		r.run(j)
+	}
 }
