@@ -327,6 +327,14 @@ type spawnPool struct {
 const maxParked = 16
 
 func (p *spawnPool) submit(r *registered, j job) {
+	select {
+	case <-r.m.done:
+		// Teardown: parked workers have gone, nothing would run this.
+		r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
+		j.msg.Done()
+		return
+	default:
+	}
 	p.mu.Lock()
 	if p.wake == nil {
 		p.wake = make(chan struct{}, maxParked)
