@@ -70,7 +70,8 @@ func (l *lane) flushInline() {
 		units := 0
 		if len(rest) > 0 {
 			if l.dead {
-				failed = rest
+				// Copied: b.segs is cleared below.
+				failed = append([]segment(nil), rest...)
 			} else {
 				units = l.requeueLocked(rest, b)
 			}
