@@ -89,8 +89,12 @@ func (q *Queue[T]) pushSwap(vs []T) (spare []T, n int, err error) {
 		q.wakeConsumerLocked()
 	}
 	q.mu.Unlock()
+	if err != nil {
+		clear(vs[:n]) // vs[n:] were not queued: still the caller's to release
+		return vs, n, err
+	}
 	clear(vs)
-	return vs[:0], n, err
+	return vs[:0], n, nil
 }
 
 // waitRoomLocked waits, with q.mu held (and released while it waits),

@@ -140,10 +140,17 @@ var laneTimerArms atomic.Int64
 // goroutine when none runs.
 func (l *orderedLane) push(j job) {
 	l.mu.Lock()
-	for l.dead {
-		// The lane stopped between lookup and push: take the new one.
+	if l.dead {
 		l.mu.Unlock()
-		l.r.lane(l.key).push(j)
+		select {
+		case <-l.r.m.done:
+			// Stopped at teardown: refuse rather than look for another lane.
+			l.r.m.reply(j.hdr, l.r.name, nil, ErrShuttingDown)
+			j.msg.Done()
+		default:
+			// Retired between lookup and push: a new lane takes it.
+			l.r.lane(l.key).push(j)
+		}
 		return
 	}
 	if max := l.r.opts.maxDepth; max > 0 && len(l.q) >= max {
@@ -273,15 +280,22 @@ func (l *orderedLane) retire() bool {
 // stop ends the lane at shutdown: queued requests are answered with
 // ErrShuttingDown and released.
 func (l *orderedLane) stop() {
+	// Leave the map as retire does (lanesMu before l.mu), so no push finds
+	// this lane again.
+	l.r.lanesMu.Lock()
 	l.mu.Lock()
 	q := l.q
 	l.q, l.dead = nil, true
 	l.space.Broadcast()
 	l.mu.Unlock()
-	l.refuse(q)
-	if l.r.met != nil {
-		l.r.met.lanes.Dec()
+	if l.r.lanes[l.key] == l {
+		delete(l.r.lanes, l.key)
+		if l.r.met != nil {
+			l.r.met.lanes.Dec()
+		}
 	}
+	l.r.lanesMu.Unlock()
+	l.refuse(q)
 }
 
 // refuse answers queued requests with ErrShuttingDown and releases them.
@@ -327,15 +341,17 @@ type spawnPool struct {
 const maxParked = 16
 
 func (p *spawnPool) submit(r *registered, j job) {
+	p.mu.Lock()
+	// Checked under the lock that refuseQueued takes, so a request queued
+	// at teardown is either run or refused, never stranded.
 	select {
 	case <-r.m.done:
-		// Teardown: parked workers have gone, nothing would run this.
+		p.mu.Unlock()
 		r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
 		j.msg.Done()
 		return
 	default:
 	}
-	p.mu.Lock()
 	if p.wake == nil {
 		p.wake = make(chan struct{}, maxParked)
 	}
@@ -348,6 +364,20 @@ func (p *spawnPool) submit(r *registered, j job) {
 	}
 	p.mu.Unlock()
 	go p.work(r)
+}
+
+// refuseQueued answers what is still queued at teardown with
+// ErrShuttingDown: a worker leaving must not strand a request's guard.
+func (p *spawnPool) refuseQueued(r *registered) {
+	p.mu.Lock()
+	left := append([]job(nil), p.q[p.head:]...)
+	clear(p.q)
+	p.q, p.head = p.q[:0], 0
+	p.mu.Unlock()
+	for _, j := range left {
+		r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
+		j.msg.Done()
+	}
 }
 
 // work runs queued requests until none is left, then parks or exits.
@@ -366,6 +396,7 @@ func (p *spawnPool) work(r *registered) {
 			case <-p.wake:
 				continue
 			case <-r.m.done:
+				p.refuseQueued(r)
 				return
 			}
 		}

@@ -314,7 +314,11 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 			obs.WriteDuration(time.Since(start))
 		}
 		if err != nil {
-			return base + firstUnwritten(segs[:n], written), err
+			// Record how far the stopping segment got, so the failure
+			// report skips the frames the kernel already took.
+			done := firstUnwritten(segs[:n], written)
+			restAfter(segs[:n], done, written)
+			return base + done, err
 		}
 		segs = segs[n:]
 		base += n
@@ -416,10 +420,6 @@ func (l *lane) abort() {
 
 // teardown lets the writer write what is queued until deadline.
 func (l *lane) teardown(deadline time.Time) {
-	l.gate.Drain(func() int {
-		l.inlineOK = false
-		return 0
-	})
 	l.stopOnce.Do(func() {
 		l.deadline.Store(deadline.UnixNano())
 		l.mode.Store(tearingDown)
@@ -430,13 +430,25 @@ func (l *lane) teardown(deadline time.Time) {
 		l.connMu.Unlock()
 		close(l.stop)
 	})
+	// After the mode: a dial finishing now reads tearingDown and leaves
+	// inline writes off; one that finished before is undone here.
+	l.gate.Drain(func() int {
+		l.inlineOK = false
+		return 0
+	})
 }
 
 // finish retires the lane: it leaves the peer (so the next send dials a new
 // connection), fails everything still queued, and closes the socket.
 func (l *lane) finish(conn net.Conn, err error) {
 	l.peer.lanes[l.idx].CompareAndSwap(l, nil)
-	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) { f.Release() })
+	// Sends still waiting in the gate were never admitted; their callers
+	// may wait on a reply rather than on the admission, so report them too.
+	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) {
+		l.t.obs().Rejection(ext.RejectSendFailed)
+		l.t.adapter.ReportSendError(l.peer.id, f.Frame, err)
+		f.Release()
+	})
 	l.gate.Drain(func() int {
 		l.inlineOK, l.dead = false, true
 		l.claimed.Store(false)

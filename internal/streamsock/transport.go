@@ -477,8 +477,9 @@ func (t *Transport) routeInbound(f ext.Frame, conn net.Conn) bool {
 	case ext.Draining:
 		obs.Frames(ext.Inbound, f.Type, ext.Rejected, 1, f.Len())
 		obs.Rejection(ext.RejectDraining)
+		echo := frame.Append(nil, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
+		f.Release() // refused: the frame is ours to let go of
 		if conn != nil {
-			echo := frame.Append(nil, ext.Frame{Type: ext.ShuttingDown, Header: f.Header})
 			if _, err := conn.Write(echo); err != nil {
 				return false
 			}
