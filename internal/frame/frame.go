@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -63,10 +64,7 @@ func AppendPrefix(dst []byte, f ext.Frame) []byte {
 func Append(dst []byte, f ext.Frame) []byte {
 	n := len(dst)
 	total := n + PreambleLen + len(f.Header) + len(f.Payload)
-	if total > cap(dst) {
-		dst = append(dst[:cap(dst)], make([]byte, total-cap(dst))...)
-	}
-	dst = dst[:total]
+	dst = slices.Grow(dst, total-n)[:total]
 	PutPreamble(dst[n:], f.Type, len(f.Header), len(f.Payload))
 	copy(dst[n+PreambleLen+len(f.Header):], f.Payload)
 	copy(dst[n+PreambleLen:], f.Header)

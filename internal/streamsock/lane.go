@@ -152,7 +152,7 @@ func (l *lane) takeFree() []byte {
 		l.free = l.free[:n-1]
 		return b[:0]
 	}
-	return make([]byte, 0, 4096)
+	return make([]byte, 0, 64<<10)
 }
 
 // batch is what the writer took off the queue in one step.
@@ -195,7 +195,9 @@ func (l *lane) takeLocked(b *batch) int {
 
 func (l *lane) recycleLocked(b *batch) {
 	for _, buf := range b.spent {
-		if cap(buf) <= maxBatchBytes*2 && len(l.free) < 8 {
+		// A batch buffer grows a little past maxBatchBytes (append rounds
+		// up); keep it unless it is far larger.
+		if cap(buf) <= maxBatchBytes*4 && len(l.free) < 8 {
 			l.free = append(l.free, buf)
 		}
 	}
