@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -29,6 +31,12 @@ type ThroughputConfig struct {
 // Pipelined: one side sends frames as fast as it can, the other counts
 // them. Inflight: one side keeps N requests outstanding and the other
 // echoes each one back.
+//
+// In pipelined mode the velo arm's consumer is the adapter's sink on the
+// reader goroutine, which is how velo's own messenger consumes a transport
+// (and how tx-budget's L3 rung does); the velo-queue arm consumes from the
+// adapter's queue on a goroutine of its own, as an out-of-tree consumer
+// might. Both are printed.
 func Throughput(cfg ThroughputConfig, r *Report) error {
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, size := range cfg.Sizes {
@@ -37,7 +45,11 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 				if mode == "inflight" {
 					params["in_flight"] = cfg.InFlight
 				}
-				for _, arm := range []string{"raw", "velo"} {
+				arms := []string{"raw", "velo"}
+				if mode == "pipelined" {
+					arms = append(arms, "velo-queue")
+				}
+				for _, arm := range arms {
 					if err := throughputRun(cfg, arm, mode, size, params, r); err != nil {
 						return fmt.Errorf("%s %s %d: %w", arm, mode, size, err)
 					}
@@ -51,9 +63,12 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 			if mode == "inflight" {
 				params["in_flight"] = cfg.InFlight
 			}
-			v, _ := r.Find("throughput", "velo", "frames_per_s", params)
 			raw, _ := r.Find("throughput", "raw", "frames_per_s", params)
-			r.Ratio("throughput", "velo/raw", "frames_per_s_ratio", v, raw, params)
+			for _, arm := range []string{"velo", "velo-queue"} {
+				if v, ok := r.Find("throughput", arm, "frames_per_s", params); ok {
+					r.Ratio("throughput", arm+"/raw", "frames_per_s_ratio", v, raw, params)
+				}
+			}
 		}
 	}
 	return nil
@@ -67,9 +82,12 @@ func throughputRun(cfg ThroughputConfig, arm, mode string, size int, params map[
 	switch mode {
 	case "pipelined":
 		frames = int(min(int64(cfg.MaxFrames), cfg.Bytes/int64(size)))
-		if arm == "raw" {
+		switch arm {
+		case "raw":
 			el, err = rawPipelined(cfg.Transport, size, frames)
-		} else {
+		case "velo":
+			el, err = veloPipelinedSink(cfg.Transport, size, frames)
+		default:
 			el, err = veloPipelined(cfg.Transport, size, frames)
 		}
 	case "inflight":
@@ -186,6 +204,55 @@ func veloPipelined(kind string, size, frames int) (time.Duration, error) {
 	}
 	if err := <-done; err != nil {
 		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// veloPipelinedSink is veloPipelined with the receiver consuming through
+// the adapter's sink on its reader goroutine.
+func veloPipelinedSink(kind string, size, frames int) (time.Duration, error) {
+	var got atomic.Int64
+	done := make(chan struct{})
+	target := int64(frames) + 1 // one warm-up frame
+	sink := func(batch []ext.InboundMessage) {
+		ext.DoneAll(batch)
+		if got.Add(int64(len(batch))) == target {
+			close(done)
+		}
+	}
+	a, b, err := PairWith(kind, ext.AdapterConfig{}, ext.AdapterConfig{OnMessages: sink})
+	if err != nil {
+		return 0, err
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := ext.Frame{Type: ext.Message, Payload: make([]byte, size)}
+	// Dial before the clock starts, as the raw arm's socket is connected.
+	if _, err := a.T.Send(b.ID, f); err != nil {
+		return 0, err
+	}
+	for got.Load() == 0 {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		runtime.Gosched()
+	}
+	start := time.Now()
+	for i := 0; i < frames; i++ {
+		out, err := a.T.Send(b.ID, f)
+		if err != nil {
+			return 0, err
+		}
+		if err := out.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("received %d of %d frames", got.Load()-1, frames)
 	}
 	return time.Since(start), nil
 }
