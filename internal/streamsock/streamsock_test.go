@@ -202,7 +202,17 @@ func TestGoroutinesArePerConnection(t *testing.T) {
 		}
 		txs = append(txs, tx)
 	}
-	base := transportGoroutines()
+	// Connection goroutines of earlier tests may still be winding down
+	// (a transport's Closed gives up waiting after its grace); counting
+	// them in the base made the count drop as they left. Start from none.
+	settle := time.Now().Add(10 * time.Second)
+	for transportGoroutines() != 0 {
+		if time.Now().After(settle) {
+			t.Fatalf("%d connection goroutines of earlier tests never ended", transportGoroutines())
+		}
+		runtime.Gosched()
+	}
+	base := 0
 	f := ext.Frame{Type: ext.Message, Payload: make([]byte, 16)}
 	total := int64(0)
 	for round := 0; round < 3; round++ {
