@@ -42,21 +42,7 @@ type testNode struct {
 
 func newNode(tb testing.TB, cfg Config) *testNode {
 	tb.Helper()
-	cfg.Key = "tcp"
-	tr, err := New(tcpNet{}, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	n := &testNode{id: ext.NewInstanceID(), t: tr, a: ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{})}
-	if _, err := tr.Start(context.Background(), n.a); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		tr.Shutdown()
-		<-tr.Closed()
-		n.a.Close()
-	})
-	return n
+	return newNodeOn(tb, tcpNet{}, cfg)
 }
 
 func (n *testNode) info() ext.PeerInfo {
