@@ -131,26 +131,21 @@ func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 	return Admitted
 }
 
-// AdmitMessages admits a run of requests read together: one in-flight
-// update and one queue lock for the run instead of one per message. The
-// rule is AdmitMessage's, and the whole run is admitted or refused. On
-// Disconnected the frames that were not queued are released here; the
-// queued ones are released when the queue is closed.
+// AdmitMessages admits a run of requests read together, as AdmitBatch
+// does, for a caller that holds plain frames. The whole run is admitted or
+// refused: it does not consult DrainExempt (a transport that needs
+// exemptions uses AdmitBatch, which reports the refused subset). On Draining
+// the frames are still the caller's; on Disconnected they were released.
 func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
 	if !a.state.tryAcquireN(len(frames)) {
 		return Draining
 	}
-	n, err := a.messages.pushEach(len(frames), func(i int) InboundMessage {
-		return InboundMessage{Frame: frames[i], Guard: InFlightGuard{s: a.state}}
-	})
-	if err != nil {
-		a.state.releaseN(int64(len(frames) - n))
-		for _, f := range frames[n:] {
-			f.Release()
-		}
-		return Disconnected
+	msgs := make([]InboundMessage, len(frames))
+	for i, f := range frames {
+		msgs[i].Frame = f
 	}
-	return Admitted
+	outcome, _ := a.deliver(msgs)
+	return outcome
 }
 
 // AdmitBatch admits requests a reader decoded straight into msgs (their
@@ -177,6 +172,12 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 		clear(msgs[len(refused):])
 		return Draining, refused
 	}
+	return a.deliver(msgs)
+}
+
+// deliver hands admitted requests (their units already taken) to the sink
+// or the queue, setting their guards.
+func (a *TransportAdapter) deliver(msgs []InboundMessage) (AdmitOutcome, []InboundMessage) {
 	for i := range msgs {
 		msgs[i].Guard = InFlightGuard{s: a.state}
 	}

@@ -367,3 +367,26 @@ func TestAdmissionRunsUnderConcurrentDrain(t *testing.T) {
 		return true
 	})
 }
+
+// AdmitMessages goes where AdmitBatch goes: with a sink configured, the
+// run reaches the sink, not the (unused) queue.
+func TestAdmitMessagesUsesTheSink(t *testing.T) {
+	var got int
+	a := ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{
+		OnMessages: func(batch []ext.InboundMessage) {
+			got += len(batch)
+			ext.DoneAll(batch)
+		},
+	})
+	defer a.Close()
+	frames := []ext.Frame{{Type: ext.Message}, {Type: ext.Message}, {Type: ext.Message}}
+	if out := a.AdmitMessages(frames); out != ext.Admitted {
+		t.Fatalf("AdmitMessages = %v, want Admitted", out)
+	}
+	if got != 3 || a.Messages().Len() != 0 {
+		t.Fatalf("sink saw %d messages and the queue holds %d; want 3 and 0", got, a.Messages().Len())
+	}
+	if n := a.State().InFlight(); n != 0 {
+		t.Fatalf("in-flight %d after the sink released every message", n)
+	}
+}

@@ -44,26 +44,6 @@ func (q *Queue[T]) Push(v T) error {
 	return nil
 }
 
-// pushEach adds n items made by gen, in order, under one lock, waiting for
-// room as needed. On ErrQueueClosed, the first added items were queued.
-func (q *Queue[T]) pushEach(n int, gen func(i int) T) (added int, err error) {
-	q.mu.Lock()
-	for added < n {
-		q.waitRoomLocked()
-		if q.closed {
-			q.mu.Unlock()
-			return added, ErrQueueClosed
-		}
-		for k := min(n-added, q.capacity-len(q.items)); k > 0; k-- {
-			q.items = append(q.items, gen(added))
-			added++
-		}
-		q.wakeConsumerLocked()
-	}
-	q.mu.Unlock()
-	return added, nil
-}
-
 // pushSwap queues every item of vs. When the queue is empty and vs fits,
 // vs itself becomes the queue and the queue's empty slice is returned as
 // spare; otherwise the items are copied and vs is returned emptied. On

@@ -45,7 +45,7 @@ func (s *ShutdownState) TryAcquire() (InFlightGuard, bool) {
 }
 
 // tryAcquireN takes n units at once, as TryAcquire does one, for
-// AdmitMessages, which hands each unit out as a guard.
+// AdmitMessages and AdmitBatch, which hand each unit out as a guard.
 func (s *ShutdownState) tryAcquireN(n int) bool {
 	s.inFlight.Add(int64(n))
 	if s.draining.Load() {
