@@ -96,6 +96,7 @@ var (
 	WithOrderedGlobal    = messenger.WithOrderedGlobal
 	WithOrderedConfig    = messenger.WithOrderedConfig
 	WithMaxConcurrent    = messenger.WithMaxConcurrent
+	WithInline           = messenger.WithInline
 	WithDrainExempt      = messenger.WithDrainExempt
 	WithHeaders          = messenger.WithHeaders
 	WaitForever          = messenger.WaitForever
@@ -106,6 +107,7 @@ var (
 	ErrReservedName      = messenger.ErrReservedName
 	ErrDuplicateHandler  = messenger.ErrDuplicateHandler
 	ErrLaneFull          = messenger.ErrLaneFull
+	ErrNoResponseSlot    = messenger.ErrNoResponseSlot
 )
 
 // Header limits: a value of at most MaxHeaderValue bytes, all headers of a

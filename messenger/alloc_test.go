@@ -1,6 +1,7 @@
 package messenger_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/velo-go/velo"
@@ -53,5 +54,36 @@ func TestUnaryRoundTripAllocs(t *testing.T) {
 	t.Logf("allocations per unary round trip (both sides): %v", allocs)
 	if allocs > unaryRoundTripAllocs {
 		t.Errorf("allocations per unary round trip: %v, want at most %d", allocs, unaryRoundTripAllocs)
+	}
+}
+
+// TestUnaryAsyncRoundTripAllocs holds UnaryAsync to the same bound: the
+// callback replaces the waiting goroutine and costs nothing per call (it is
+// made once here, as a caller would keep one), and a context that cannot
+// end arms no watch.
+func TestUnaryAsyncRoundTripAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 1000 round trips")
+	}
+	a, b := pair(t, nil, nil)
+	ctx := context.Background()
+	must(t, b.Register(velo.UnaryHandler("echo64", func(c *velo.Context) ([]byte, error) {
+		return c.Payload, nil
+	}, velo.WithInline())))
+	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "echo64"))
+	payload := make([]byte, 64)
+	done := make(chan error, 1)
+	cb := func(_ []byte, err error) { done <- err }
+	call := func() {
+		must(t, a.UnaryAsync(ctx, b.InstanceID(), "echo64", payload, cb))
+		must(t, <-done)
+	}
+	for range 200 {
+		call()
+	}
+	allocs := testing.AllocsPerRun(1000, call)
+	t.Logf("allocations per asynchronous round trip (both sides): %v", allocs)
+	if allocs > unaryRoundTripAllocs {
+		t.Errorf("allocations per asynchronous round trip: %v, want at most %d", allocs, unaryRoundTripAllocs)
 	}
 }

@@ -50,6 +50,8 @@ func (r *registered) dispatch(j job) {
 	switch r.opts.mode {
 	case Spawn:
 		r.pool.submit(r, j)
+	case Inline:
+		r.run(j) // the reader goroutine runs it: no hand-off
 	default:
 		key := j.hdr.id.Worker()
 		if r.opts.mode == OrderedGlobal {

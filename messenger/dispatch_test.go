@@ -371,6 +371,7 @@ func TestHandlerPanicFailsItsCaller(t *testing.T) {
 		{"ordered-global", []velo.HandlerOption{velo.WithOrderedGlobal()}},
 		{"ordered-max1", []velo.HandlerOption{velo.WithOrdered(), velo.WithMaxConcurrent(1)}},
 		{"spawn-max1", []velo.HandlerOption{velo.WithMaxConcurrent(1)}},
+		{"inline", []velo.HandlerOption{velo.WithInline()}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

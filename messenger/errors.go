@@ -21,6 +21,9 @@ var (
 	ErrReservedName = errors.New("velo: handler names starting with '_' are reserved")
 	// ErrDuplicateHandler: a handler of that name is already registered.
 	ErrDuplicateHandler = errors.New("velo: handler already registered")
+	// ErrNoResponseSlot: every response slot is waiting for an answer, and
+	// UnaryAsync does not wait for one to free up.
+	ErrNoResponseSlot = errors.New("velo: all response slots are in use")
 	// ErrLaneFull: an ordered lane over its soft depth refused the message.
 	ErrLaneFull = errors.New("velo: ordered lane is full")
 )

@@ -100,6 +100,9 @@ func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error)
 			h.err = err
 		}
 	}
+	if h.opts.mode == Inline && h.opts.maxConcurrent > 0 && h.err == nil {
+		h.err = fmt.Errorf("velo: handler %q: inline dispatch cannot wait for a MaxConcurrent permit", name)
+	}
 	return h
 }
 
@@ -115,6 +118,9 @@ const (
 	Ordered
 	// OrderedGlobal keeps one lane for everyone: total order.
 	OrderedGlobal
+	// Inline runs the request on the goroutine of the connection that
+	// delivered it. See WithInline.
+	Inline
 )
 
 // OverflowPolicy says what an ordered lane does past its soft depth.
@@ -156,6 +162,21 @@ type HandlerOption func(*handlerOptions) error
 // WithOrdered dispatches in arrival order per sending instance.
 func WithOrdered() HandlerOption {
 	return func(o *handlerOptions) error { o.mode = Ordered; return nil }
+}
+
+// WithInline runs each request on the goroutine that read it off the
+// connection, with no hand-off to another goroutine. On a small machine a
+// hand-off wakes an idle CPU and costs more than a short handler (see
+// docs/benchmarks.md), so this is for handlers that answer in microseconds
+// from memory.
+//
+// The handler must not block and must never wait for a reply (Unary, Sync,
+// an event): while it runs, its connection reads nothing else, and a reply
+// that arrives on that connection would wait behind it. Requests from one
+// connection run one at a time, in arrival order. Not allowed with
+// WithMaxConcurrent, whose wait would stall the connection.
+func WithInline() HandlerOption {
+	return func(o *handlerOptions) error { o.mode = Inline; return nil }
 }
 
 // WithOrderedGlobal dispatches in one total order.

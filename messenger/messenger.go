@@ -76,6 +76,9 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		exhausted = m.met.ResponseSlotExhausted.Inc
 	}
 	m.slots = newSlotTable(cfg.ResponseSlots, exhausted)
+	if m.met != nil {
+		m.slots.asyncDone = m.met.PendingResponses.Dec
+	}
 	empty := map[string]*registered{}
 	m.handlers.Store(&empty)
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
@@ -276,22 +279,21 @@ func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler st
 // frame into its batch (frame.CoalesceThreshold).
 const largePayload = 64 << 10
 
-func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+// prepare checks a call and encodes its headers before anything is sent.
+func (m *Messenger) prepare(handler string, payload []byte, opts []CallOption) (hb, body []byte, err error) {
 	if m.stopped.Load() {
-		return nil, ErrShuttingDown
+		return nil, nil, ErrShuttingDown
 	}
 	if err := validName(handler, true); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var hb []byte
 	if len(opts) > 0 {
 		co := new(callOptions)
 		for _, o := range opts {
 			o(co)
 		}
-		var err error
 		if hb, err = EncodeHeaders(co.headers); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// The transport writes a large payload from the caller's memory after
@@ -300,6 +302,14 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	// are copied; small ones are copied by the transport anyway.
 	if len(payload) > largePayload {
 		payload = bytes.Clone(payload)
+	}
+	return hb, payload, nil
+}
+
+func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+	hb, payload, err := m.prepare(handler, payload, opts)
+	if err != nil {
+		return nil, err
 	}
 	p, err := m.route(ctx, target)
 	if err != nil {
@@ -340,13 +350,87 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 		return nil, err
 	}
 	if r.err != nil {
-		var re *RemoteError
-		if errors.As(r.err, &re) {
-			re.Handler = handler
-		}
+		nameHandler(r.err, handler)
 		return nil, r.err
 	}
 	return r.payload, nil
+}
+
+// UnaryAsync is Unary without a goroutine waiting for the answer. It
+// returns once the transport took the request, and done then runs exactly
+// once, with the response or an error (the remote's, ErrRequestTimeout when
+// ctx's deadline passes, context.Canceled, ErrShuttingDown, a send failure).
+// When UnaryAsync itself returns an error, done never runs.
+//
+// done runs on whatever goroutine completes the call, most often the
+// transport's reader for the connection the reply came on. It must return
+// quickly and never wait for another reply: while it runs, that connection
+// reads nothing. Hand longer work to a goroutine. The response bytes are
+// the callback's to keep.
+//
+// UnaryAsync never waits: when every response slot is busy it fails with
+// ErrNoResponseSlot. The first call to a peer (which may need discovery and
+// the handshake) moves to a goroutine of its own, so it is safe to call from
+// a callback.
+func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	if done == nil {
+		return errors.New("velo: UnaryAsync needs a callback")
+	}
+	hb, payload, err := m.prepare(handler, payload, opts)
+	if err != nil {
+		return err
+	}
+	system := strings.HasPrefix(handler, "_")
+	p, ok := m.peers.get(target)
+	if ok && (system || p.helloOK.Load()) {
+		return m.sendAsync(ctx, p, target, handler, hb, payload, done)
+	}
+	if !ok && m.disc == nil {
+		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	go func() {
+		p, err := m.route(ctx, target)
+		if err == nil && !system {
+			err = m.ensureHello(ctx, p)
+		}
+		if err == nil {
+			err = m.sendAsync(ctx, p, target, handler, hb, payload, done)
+		}
+		if err != nil {
+			done(nil, err)
+		}
+	}()
+	return nil
+}
+
+// sendAsync takes a slot for an asynchronous call and sends its request.
+func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error)) error {
+	token, ok := m.slots.acquireAsync(handler, done)
+	if !ok {
+		return ErrNoResponseSlot
+	}
+	if m.met != nil {
+		m.met.PendingResponses.Inc()
+	}
+	id := ResponseID{Hi: uint64(m.wid), Lo: token}
+	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), UnaryResponse, id, handler, hb)
+	if _, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload}); err != nil {
+		if !m.slots.cancelAsync(token) {
+			return nil // shutdown completed the call first and ran done
+		}
+		if m.met != nil {
+			m.met.PendingResponses.Dec()
+		}
+		return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+	}
+	// A context that can end is watched without a goroutine; one that
+	// cannot (Background) costs nothing.
+	if ctx.Done() != nil {
+		m.slots.watch(token, context.AfterFunc(ctx, func() {
+			m.slots.deliver(token, reply{err: ctxErr(ctx)})
+		}))
+	}
+	return nil
 }
 
 // onMessages receives admitted requests on a transport's reader goroutine.

@@ -2,6 +2,7 @@ package messenger
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -16,11 +17,20 @@ type reply struct {
 // call allocates no channel. gen changes on every release, so a reply that
 // comes after its caller gave up finds a different generation and is
 // discarded.
+//
+// An asynchronous call (UnaryAsync) has no goroutine waiting on ch: its
+// slot holds the callback instead, and whoever completes the slot first (the
+// reply, the context's end, a send failure, shutdown) frees the slot and
+// runs the callback, outside the lock.
 type slot struct {
 	mu   sync.Mutex
 	gen  uint32
 	busy bool
 	ch   chan reply
+
+	done    func([]byte, error) // the callback of an asynchronous call
+	handler string              // its handler, to name in a RemoteError
+	stop    func() bool         // stops its context watch; nil without one
 }
 
 // slotTable is a bounded table of response slots, indexed straight from the
@@ -30,6 +40,7 @@ type slotTable struct {
 	free      chan uint32   // slots given back
 	fresh     atomic.Uint32 // slots never used yet: [fresh, len(slots))
 	exhausted func()        // counts an acquisition that found no free slot
+	asyncDone func()        // runs after each asynchronous completion (metrics); may be nil
 }
 
 // newSlotTable makes room for n slots but builds each slot's channel on
@@ -82,19 +93,105 @@ func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err 
 	return idx, uint64(gen)<<32 | uint64(idx+1), nil
 }
 
-// deliver hands r to the caller holding token. It reports false when the
-// slot moved on (the caller timed out) or the token is bogus.
-func (t *slotTable) deliver(token uint64, r reply) bool {
-	idx := uint32(token) - 1
-	if uint32(token) == 0 || int(idx) >= len(t.slots) {
-		return false
+// acquireAsync takes a free slot for an asynchronous call without waiting:
+// the goroutine calling may be a transport reader, whose own replies free
+// slots.
+func (t *slotTable) acquireAsync(handler string, done func([]byte, error)) (token uint64, ok bool) {
+	idx, ok := t.take()
+	if !ok {
+		if t.exhausted != nil {
+			t.exhausted()
+		}
+		return 0, false
 	}
 	s := &t.slots[idx]
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.busy || s.gen != uint32(token>>32) {
+	s.busy, s.done, s.handler = true, done, handler
+	gen := s.gen
+	s.mu.Unlock()
+	return uint64(gen)<<32 | uint64(idx+1), true
+}
+
+// watch records the stop function of an asynchronous call's context watch.
+// If the call already completed, the watch is stopped at once.
+func (t *slotTable) watch(token uint64, stop func() bool) {
+	if s := t.live(token); s != nil {
+		if s.done != nil {
+			s.stop = stop
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	stop()
+}
+
+// cancelAsync frees the slot of an asynchronous call whose request was
+// never sent, without running its callback. It reports false when the call
+// completed meanwhile (shutdown failed it), so its callback ran.
+func (t *slotTable) cancelAsync(token uint64) bool {
+	s := t.live(token)
+	if s == nil {
 		return false
 	}
+	s.done, s.handler = nil, ""
+	t.freeLocked(s, uint32(token)-1)
+	return true
+}
+
+// live returns the slot of token locked, or nil when the token is bogus or
+// the slot moved on.
+func (t *slotTable) live(token uint64) *slot {
+	idx := uint32(token) - 1
+	if uint32(token) == 0 || int(idx) >= len(t.slots) {
+		return nil
+	}
+	s := &t.slots[idx]
+	s.mu.Lock()
+	if !s.busy || s.gen != uint32(token>>32) {
+		s.mu.Unlock()
+		return nil
+	}
+	return s
+}
+
+// freeLocked moves slot s (index idx) to its next generation and gives it
+// back. It unlocks s.
+func (t *slotTable) freeLocked(s *slot, idx uint32) {
+	s.gen++
+	s.busy = false
+	select {
+	case <-s.ch:
+	default:
+	}
+	s.mu.Unlock()
+	t.free <- idx
+}
+
+// deliver hands r to the caller holding token. It reports false when the
+// slot moved on (the caller timed out) or the token is bogus.
+func (t *slotTable) deliver(token uint64, r reply) bool {
+	s := t.live(token)
+	if s == nil {
+		return false
+	}
+	if s.done != nil {
+		done, handler, stop := s.done, s.handler, s.stop
+		s.done, s.handler, s.stop = nil, "", nil
+		t.freeLocked(s, uint32(token)-1)
+		if stop != nil {
+			stop()
+		}
+		if r.err != nil {
+			nameHandler(r.err, handler)
+		}
+		done(r.payload, r.err)
+		if t.asyncDone != nil {
+			t.asyncDone()
+		}
+		return true
+	}
+	defer s.mu.Unlock()
 	select {
 	case s.ch <- r:
 		return true
@@ -113,18 +210,20 @@ func (t *slotTable) wait(ctx context.Context, idx uint32) (reply, error) {
 	}
 }
 
+// nameHandler puts the handler's name in a RemoteError (the reply does not
+// carry it).
+func nameHandler(err error, handler string) {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		re.Handler = handler
+	}
+}
+
 // release frees slot idx at once: a later reply is discarded.
 func (t *slotTable) release(idx uint32) {
 	s := &t.slots[idx]
 	s.mu.Lock()
-	s.gen++
-	s.busy = false
-	select {
-	case <-s.ch:
-	default:
-	}
-	s.mu.Unlock()
-	t.free <- idx
+	t.freeLocked(s, idx)
 }
 
 // failAll delivers err to every busy slot (at shutdown).
@@ -132,13 +231,14 @@ func (t *slotTable) failAll(err error) {
 	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
 		s.mu.Lock()
-		if s.busy {
-			select {
-			case s.ch <- reply{err: err}:
-			default:
-			}
-		}
+		token, busy := uint64(s.gen)<<32|uint64(i+1), s.busy
 		s.mu.Unlock()
+		if busy {
+			// deliver checks the generation again, so a slot that moved
+			// on meanwhile is left alone; an asynchronous callback runs
+			// outside the slot's lock.
+			t.deliver(token, reply{err: err})
+		}
 	}
 }
 

@@ -12,7 +12,7 @@ func init() {
 		transport := fs.String("transport", "tcp", "tcp or uds (the grpc arm is always TCP)")
 		payload := fs.Int("payload", 64, "payload bytes")
 		iters := fs.Int("iters", 20000, "round trips per arm and rep")
-		arms := fs.String("arms", "raw,velo,grpc", "arms to run")
+		arms := fs.String("arms", "raw,velo,velo-inline,velo-async,grpc", "arms to run")
 		return func() error {
 			return bench.PingPong(bench.PingPongConfig{
 				Transport: *transport, Payload: *payload, Iters: *iters, Reps: *reps,

@@ -15,8 +15,17 @@ type PingPongConfig struct {
 	Payload   int
 	Iters     int
 	Reps      int
-	Arms      []string // raw, velo, grpc
+	Arms      []string // raw, velo, velo-inline, velo-async, grpc
 }
+
+// The velo arms of the ping-pong.
+//
+//   - velo: Unary, the caller's goroutine waits; the handler runs in the
+//     default spawn mode.
+//   - velo-inline: Unary to a WithInline handler.
+//   - velo-async: UnaryAsync to a WithInline handler, each callback sending
+//     the next request: no goroutine hand-off anywhere in the round trip.
+var veloArms = []string{"velo", "velo-inline", "velo-async"}
 
 // PingPong measures a unary round trip at depth 1: velo against a raw TCP
 // ping-pong with the same payload and against grpc-go unary with a
@@ -24,7 +33,10 @@ type PingPongConfig struct {
 func PingPong(cfg PingPongConfig, r *Report) error {
 	params := map[string]any{"transport": cfg.Transport, "payload_bytes": cfg.Payload, "iters": cfg.Iters}
 	arms := map[string]func(PingPongConfig) ([]time.Duration, error){
-		"raw": pingRaw, "velo": pingVelo, "grpc": pingGRPC,
+		"raw": pingRaw, "grpc": pingGRPC,
+		"velo":        func(c PingPongConfig) ([]time.Duration, error) { return pingVelo(c, "echo") },
+		"velo-inline": func(c PingPongConfig) ([]time.Duration, error) { return pingVelo(c, "echo-inline") },
+		"velo-async":  pingVeloAsync,
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, arm := range cfg.Arms {
@@ -42,10 +54,15 @@ func PingPong(cfg PingPongConfig, r *Report) error {
 			r.Add("ping-pong", arm, "rtt_p99_us", "us", us(0.99), params)
 		}
 	}
-	v, _ := r.Find("ping-pong", "velo", "rtt_p50_us", params)
-	for _, base := range []string{"raw", "grpc"} {
-		if b, ok := r.Find("ping-pong", base, "rtt_p50_us", params); ok {
-			r.Ratio("ping-pong", "velo/"+base, "rtt_p50_ratio", v, b, params)
+	for _, arm := range veloArms {
+		v, ok := r.Find("ping-pong", arm, "rtt_p50_us", params)
+		if !ok {
+			continue
+		}
+		for _, base := range []string{"raw", "grpc"} {
+			if b, ok := r.Find("ping-pong", base, "rtt_p50_us", params); ok {
+				r.Ratio("ping-pong", arm+"/"+base, "rtt_p50_ratio", v, b, params)
+			}
 		}
 	}
 	return nil
@@ -56,7 +73,8 @@ func pingRaw(cfg PingPongConfig) ([]time.Duration, error) {
 	return socketPingPong(cfg.Transport, cfg.Payload, cfg.Iters)
 }
 
-// veloPair starts two nodes over kind, B serving "echo".
+// veloPair starts two nodes over kind, B serving "echo" (spawn) and
+// "echo-inline".
 func veloPair(ctx context.Context, kind string) (a, b *velo.Node, stop func(), err error) {
 	start := func() (*velo.Node, error) {
 		tr, err := NewTransport(kind)
@@ -79,6 +97,11 @@ func veloPair(ctx context.Context, kind string) (a, b *velo.Node, stop func(), e
 	if err = b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
 		return append([]byte(nil), c.Payload...), nil
 	})); err == nil {
+		err = b.Register(velo.UnaryHandler("echo-inline", func(c *velo.Context) ([]byte, error) {
+			return append([]byte(nil), c.Payload...), nil
+		}, velo.WithInline()))
+	}
+	if err == nil {
 		err = a.RegisterPeer(b.PeerInfo())
 	}
 	if err != nil {
@@ -88,7 +111,7 @@ func veloPair(ctx context.Context, kind string) (a, b *velo.Node, stop func(), e
 	return a, b, stop, nil
 }
 
-func pingVelo(cfg PingPongConfig) ([]time.Duration, error) {
+func pingVelo(cfg PingPongConfig, h string) ([]time.Duration, error) {
 	ctx := context.Background()
 	a, b, stop, err := veloPair(ctx, cfg.Transport)
 	if err != nil {
@@ -100,7 +123,7 @@ func pingVelo(cfg PingPongConfig) ([]time.Duration, error) {
 	rtts := make([]time.Duration, 0, cfg.Iters)
 	for i := 0; i < warmup+cfg.Iters; i++ {
 		t0 := time.Now()
-		if _, err := a.Unary(ctx, target, "echo", payload); err != nil {
+		if _, err := a.Unary(ctx, target, h, payload); err != nil {
 			return nil, err
 		}
 		if i >= warmup {
@@ -108,6 +131,44 @@ func pingVelo(cfg PingPongConfig) ([]time.Duration, error) {
 		}
 	}
 	return rtts, nil
+}
+
+// pingVeloAsync chains the calls: each callback, on the reader goroutine
+// that got the reply, records the round trip and sends the next request.
+func pingVeloAsync(cfg PingPongConfig) ([]time.Duration, error) {
+	ctx := context.Background()
+	a, b, stop, err := veloPair(ctx, cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	payload := make([]byte, cfg.Payload)
+	target := b.InstanceID()
+	rtts := make([]time.Duration, 0, cfg.Iters)
+	done := make(chan error, 1)
+	var i int
+	var t0 time.Time
+	var next func([]byte, error)
+	next = func(_ []byte, err error) {
+		if err != nil {
+			done <- err
+			return
+		}
+		if i > warmup {
+			rtts = append(rtts, time.Since(t0))
+		}
+		i++
+		if i > warmup+cfg.Iters {
+			done <- nil
+			return
+		}
+		t0 = time.Now()
+		if err := a.UnaryAsync(ctx, target, "echo-inline", payload, next); err != nil {
+			done <- err
+		}
+	}
+	next(nil, nil)
+	return rtts, <-done
 }
 
 func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {

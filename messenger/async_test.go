@@ -1,0 +1,216 @@
+package messenger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+)
+
+// result is what one UnaryAsync callback received.
+type result struct {
+	resp []byte
+	err  error
+}
+
+// callAsync starts one asynchronous call and returns the channel its
+// callback reports on. The callback must run exactly once: a second run
+// fails the test.
+func callAsync(t *testing.T, ctx context.Context, a *velo.Node, target ext.InstanceID, handler string, payload []byte) <-chan result {
+	t.Helper()
+	ch := make(chan result, 1)
+	var runs atomic.Int32
+	err := a.UnaryAsync(ctx, target, handler, payload, func(resp []byte, err error) {
+		if runs.Add(1) > 1 {
+			t.Errorf("callback of %q ran twice (second: %q, %v)", handler, resp, err)
+			return
+		}
+		ch <- result{resp, err}
+	})
+	must(t, err)
+	return ch
+}
+
+func TestUnaryAsyncAnswersAndErrors(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	must(t, b.Register(velo.UnaryHandler("upper", func(c *velo.Context) ([]byte, error) {
+		out := make([]byte, len(c.Payload))
+		for i, ch := range c.Payload {
+			out[i] = ch &^ 0x20
+		}
+		return out, nil
+	})))
+	must(t, b.Register(velo.UnaryHandler("fail", func(c *velo.Context) ([]byte, error) {
+		return nil, errors.New("no such thing")
+	})))
+
+	// The first call to a peer goes through the handshake on a goroutine
+	// of its own; the later ones are sent at once.
+	for i := range 3 {
+		r := recv(t, callAsync(t, ctx, a, b.InstanceID(), "upper", []byte("abc")), "the answer")
+		if r.err != nil || string(r.resp) != "ABC" {
+			t.Fatalf("call %d: got %q, %v", i, r.resp, r.err)
+		}
+	}
+	r := recv(t, callAsync(t, ctx, a, b.InstanceID(), "fail", nil), "the error")
+	if re := remoteErr(t, r.err); re.Handler != "fail" || re.Message != "no such thing" {
+		t.Fatalf("remote error: %+v", re)
+	}
+	r = recv(t, callAsync(t, ctx, a, b.InstanceID(), "nobody", nil), "the unknown handler's error")
+	remoteErr(t, r.err)
+
+	// Refused before anything is sent: the callback never runs.
+	never := func([]byte, error) { t.Error("callback ran for a call that returned an error") }
+	if err := a.UnaryAsync(ctx, b.InstanceID(), "", nil, never); err == nil {
+		t.Fatal("an empty handler name was accepted")
+	}
+	if err := a.UnaryAsync(ctx, ext.NewInstanceID(), "upper", nil, never); !errors.Is(err, velo.ErrPeerNotRegistered) {
+		t.Fatalf("unknown peer: %v", err)
+	}
+	if err := a.UnaryAsync(ctx, b.InstanceID(), "upper", nil, nil); err == nil {
+		t.Fatal("a nil callback was accepted")
+	}
+}
+
+// TestUnaryAsyncDeadlineAndCancel: the context's end completes the call
+// with the messenger's errors and gives the slot back at once; the late
+// reply is discarded.
+func TestUnaryAsyncDeadlineAndCancel(t *testing.T) {
+	am := newMetrics(t)
+	a, b := pair(t, []velo.Option{velo.WithResponseSlots(1), velo.WithMetrics(am)}, nil)
+	ctx := testCtx(t)
+	hold, in := newGate(t), make(chan struct{}, 2)
+	must(t, b.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
+		in <- struct{}{}
+		hold.wait()
+		return []byte("late"), nil
+	})))
+	must(t, b.Register(velo.UnaryHandler("fast", func(c *velo.Context) ([]byte, error) {
+		return []byte("fast"), nil
+	})))
+	_, err := a.Unary(ctx, b.InstanceID(), "fast", nil) // the handshake takes the one slot first
+	must(t, err)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	r := recv(t, callAsync(t, short, a, b.InstanceID(), "slow", nil), "the deadline")
+	if !errors.Is(r.err, velo.ErrRequestTimeout) || !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("want ErrRequestTimeout, got %v", r.err)
+	}
+	recv(t, in, "the slow handler to start")
+
+	// One slot, so this works only if the deadline gave it back.
+	cctx, cancelNow := context.WithCancel(ctx)
+	ch := callAsync(t, cctx, a, b.InstanceID(), "slow", nil)
+	recv(t, in, "the second slow call to start")
+	cancelNow()
+	if r := recv(t, ch, "the cancel"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", r.err)
+	}
+	if r := recv(t, callAsync(t, ctx, a, b.InstanceID(), "fast", nil), "fast"); string(r.resp) != "fast" {
+		t.Fatalf("got %q, %v", r.resp, r.err)
+	}
+	late := am.DispatchFailures.WithLabelValues("response", "late_or_unknown")
+	hold.open()
+	waitFor(t, "both late replies to be discarded", func() bool { return testutil.ToFloat64(late) == 2 })
+	if n := testutil.ToFloat64(am.PendingResponses); n != 0 {
+		t.Fatalf("pending responses gauge: %v", n)
+	}
+}
+
+// TestUnaryAsyncNeverWaitsForASlot: with every slot busy, UnaryAsync fails
+// at once instead of blocking (its caller may be a transport reader).
+func TestUnaryAsyncNeverWaitsForASlot(t *testing.T) {
+	a, b := pair(t, []velo.Option{velo.WithResponseSlots(1)}, nil)
+	ctx := testCtx(t)
+	hold, in := newGate(t), make(chan struct{}, 1)
+	must(t, b.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
+		in <- struct{}{}
+		hold.wait()
+		return []byte("done"), nil
+	})))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "slow"))
+	ch := callAsync(t, ctx, a, b.InstanceID(), "slow", nil)
+	recv(t, in, "the handler to start")
+	err := a.UnaryAsync(ctx, b.InstanceID(), "slow", nil, func([]byte, error) { t.Error("callback ran") })
+	if !errors.Is(err, velo.ErrNoResponseSlot) {
+		t.Fatalf("want ErrNoResponseSlot, got %v", err)
+	}
+	hold.open()
+	if r := recv(t, ch, "the held call"); string(r.resp) != "done" {
+		t.Fatalf("got %q, %v", r.resp, r.err)
+	}
+}
+
+// TestUnaryAsyncFailsAtShutdown: a call without a deadline ends with
+// ErrShuttingDown when its own node shuts down.
+func TestUnaryAsyncFailsAtShutdown(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	hold, in := newGate(t), make(chan struct{}, 1)
+	must(t, b.Register(velo.UnaryHandler("ask", func(c *velo.Context) ([]byte, error) {
+		in <- struct{}{}
+		hold.wait()
+		return nil, nil
+	})))
+	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "ask"))
+	ch := callAsync(t, context.Background(), a, b.InstanceID(), "ask", nil)
+	recv(t, in, "the handler to start")
+	must(t, a.Shutdown(velo.WaitForever()))
+	if r := recv(t, ch, "the call to fail"); !errors.Is(r.err, velo.ErrShuttingDown) {
+		t.Fatalf("want ErrShuttingDown, got %v", r.err)
+	}
+	err := a.UnaryAsync(context.Background(), b.InstanceID(), "ask", nil, func([]byte, error) { t.Error("callback ran") })
+	if !errors.Is(err, velo.ErrShuttingDown) {
+		t.Fatalf("call after shutdown: %v", err)
+	}
+	hold.open()
+}
+
+// TestUnaryAsyncRacesEndOnce: replies racing their deadlines. Every call
+// completes exactly once, either way, and every slot comes back.
+func TestUnaryAsyncRacesEndOnce(t *testing.T) {
+	const calls = 2000
+	a, b := pair(t, []velo.Option{velo.WithResponseSlots(calls)}, nil)
+	ctx := testCtx(t)
+	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
+		return c.Payload, nil
+	}, velo.WithInline())))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "echo"))
+	var runs atomic.Int64
+	all := make(chan struct{})
+	for i := range calls {
+		// Deadlines from 0 to ~1 ms, about one round trip: both outcomes happen.
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(i%20)*50*time.Microsecond)
+		defer cancel()
+		err := a.UnaryAsync(cctx, b.InstanceID(), "echo", []byte(fmt.Sprint(i)), func(resp []byte, err error) {
+			if err == nil && string(resp) != fmt.Sprint(i) {
+				t.Errorf("call %d got %q", i, resp)
+			}
+			if err != nil && !errors.Is(err, velo.ErrRequestTimeout) {
+				t.Errorf("call %d: %v", i, err)
+			}
+			if runs.Add(1) == calls {
+				close(all)
+			}
+		})
+		must(t, err)
+	}
+	recv(t, all, "every callback")
+	// Every slot came back: a full set of calls fits again.
+	for range calls {
+		if err := a.UnaryAsync(ctx, b.InstanceID(), "echo", nil, func([]byte, error) {}); err != nil {
+			t.Fatalf("slots did not all come back: %v", err)
+		}
+	}
+	if n := runs.Load(); n != calls {
+		t.Fatalf("%d callbacks for %d calls", n, calls)
+	}
+}
