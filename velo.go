@@ -132,3 +132,9 @@ func TypedUnaryHandler[In, Out any](name string, fn func(*Context, In) (Out, err
 func TypedUnary[Resp any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req any, opts ...CallOption) (Resp, error) {
 	return messenger.TypedUnary[Resp](ctx, n.Messenger, target, handler, req, opts...)
 }
+
+// TypedUnaryAsync is TypedUnary with a callback instead of a waiting
+// goroutine; see Messenger.UnaryAsync for when and where done runs.
+func TypedUnaryAsync[Resp any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req any, done func(Resp, error), opts ...CallOption) error {
+	return messenger.TypedUnaryAsync(ctx, n.Messenger, target, handler, req, done, opts...)
+}

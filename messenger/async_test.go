@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,4 +215,92 @@ func TestUnaryAsyncRacesEndOnce(t *testing.T) {
 	if n := runs.Load(); n != calls {
 		t.Fatalf("%d callbacks for %d calls", n, calls)
 	}
+}
+
+func TestTypedUnaryAsync(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	must(t, b.Register(velo.TypedUnaryHandler("add", func(c *velo.Context, in addReq) (addResp, error) {
+		if in.A < 0 {
+			return addResp{}, fmt.Errorf("negative operand %d", in.A)
+		}
+		return addResp{Sum: in.A + in.B}, nil
+	})))
+	type typed struct {
+		out addResp
+		err error
+	}
+	call := func(in addReq) typed {
+		ch := make(chan typed, 1)
+		must(t, velo.TypedUnaryAsync(ctx, a, b.InstanceID(), "add", in, func(out addResp, err error) { ch <- typed{out, err} }))
+		return recv(t, ch, "the typed answer")
+	}
+	if r := call(addReq{A: 2, B: 3}); r.err != nil || r.out.Sum != 5 {
+		t.Fatalf("got %+v", r)
+	}
+	if r := call(addReq{A: -1}); !strings.Contains(remoteErr(t, r.err).Message, "negative operand -1") {
+		t.Fatalf("got %+v", r)
+	}
+	// An answer that does not decode is the callback's error.
+	ch := make(chan error, 1)
+	must(t, velo.TypedUnaryAsync(ctx, a, b.InstanceID(), "add", addReq{A: 1}, func(_ []string, err error) { ch <- err }))
+	if err := recv(t, ch, "the decode error"); err == nil || !strings.Contains(err.Error(), "decode answer") {
+		t.Fatalf("want a decode error, got %v", err)
+	}
+	// An unencodable request is refused before anything is sent.
+	if err := velo.TypedUnaryAsync(ctx, a, b.InstanceID(), "add", make(chan int), func(addResp, error) { t.Error("callback ran") }); err == nil {
+		t.Fatal("an unencodable request was accepted")
+	}
+}
+
+// TestCallsRacingShutdownAllEnd: calls without deadlines keep starting
+// while their node shuts down. Each one either is refused or ends: none
+// is left waiting for a reply that can no longer come.
+func TestCallsRacingShutdownAllEnd(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	hold := newGate(t)
+	must(t, b.Register(velo.UnaryHandler("never", func(c *velo.Context) ([]byte, error) {
+		hold.wait()
+		return nil, nil
+	})))
+	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "never"))
+	const workers = 8
+	var started, ended atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(2)
+		go func() { // asynchronous calls
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if a.UnaryAsync(context.Background(), b.InstanceID(), "never", nil, func([]byte, error) { ended.Add(1) }) == nil {
+					started.Add(1)
+				}
+			}
+		}()
+		go func() { // synchronous calls
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				a.Unary(context.Background(), b.InstanceID(), "never", nil)
+			}
+		}()
+	}
+	waitFor(t, "calls to be in flight", func() bool { return started.Load() > 100 })
+	must(t, a.Shutdown(velo.Timeout(0)))
+	close(stop)
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	recv(t, finished, "every synchronous call to end")
+	waitFor(t, "every asynchronous callback", func() bool { return ended.Load() == started.Load() })
+	hold.open()
 }

@@ -328,6 +328,11 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 			return nil, err
 		}
 		defer m.slots.release(idx)
+		// Shutdown fails the busy slots after it sets stopped: a call that
+		// took its slot too late for that sees stopped here instead.
+		if m.stopped.Load() {
+			return nil, ErrShuttingDown
+		}
 		id.Lo = token
 		if m.met != nil {
 			m.met.PendingResponses.Inc()
@@ -412,16 +417,24 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	if m.met != nil {
 		m.met.PendingResponses.Inc()
 	}
-	id := ResponseID{Hi: uint64(m.wid), Lo: token}
-	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), UnaryResponse, id, handler, hb)
-	if _, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload}); err != nil {
+	// unsent takes the call back before anything went out, unless shutdown
+	// completed it first (then done ran, and the call counts as started).
+	unsent := func(err error) error {
 		if !m.slots.cancelAsync(token) {
-			return nil // shutdown completed the call first and ran done
+			return nil
 		}
 		if m.met != nil {
 			m.met.PendingResponses.Dec()
 		}
-		return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+		return err
+	}
+	if m.stopped.Load() { // as in request: a slot taken after shutdown failed them all
+		return unsent(ErrShuttingDown)
+	}
+	id := ResponseID{Hi: uint64(m.wid), Lo: token}
+	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), UnaryResponse, id, handler, hb)
+	if _, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload}); err != nil {
+		return unsent(fmt.Errorf("velo: send %q to %s: %w", handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
 	// cannot (Background) costs nothing.
