@@ -129,9 +129,16 @@ func (l *lane) writeNow(segs []segment, obs ext.Observability) int64 {
 
 // writev is the RawConn callback of writeNow. It returns true whatever
 // happens, so the poller never parks the sender on the socket.
+//
+// One buffer goes out with write(2): the kernel's writev path copies the
+// iovec in first, which cost about 0.3 µs a call on the ping-pong profile.
 func (l *lane) writev(fd uintptr) bool {
 	for {
-		l.wn, l.werr = unix.Writev(int(fd), l.ivec)
+		if len(l.ivec) == 1 {
+			l.wn, l.werr = unix.Write(int(fd), l.ivec[0])
+		} else {
+			l.wn, l.werr = unix.Writev(int(fd), l.ivec)
+		}
 		if l.werr != unix.EINTR {
 			return true
 		}
