@@ -41,6 +41,7 @@ func runDemo(args []string) error {
 		{"ordered handler, 5 messages sent at once", func() (string, error) { return demoOrdered(ctx, a, b) }},
 		{"call with a 50 ms deadline to a slow handler", func() (string, error) { return demoTimeout(ctx, a, b) }},
 		{"1000 unary round trips", func() (string, error) { return demoRoundTrips(ctx, a, b) }},
+		{"1000 chained UnaryAsync calls to an inline handler", func() (string, error) { return demoAsync(ctx, a, b) }},
 		{"A waits on an event that B triggers", func() (string, error) { return demoEvent(ctx, a, b) }},
 		{"B drains, then A calls it", func() (string, error) { return demoDrain(ctx, a, b) }},
 	}
@@ -98,6 +99,9 @@ func registerDemoHandlers(n *velo.Node) error {
 		velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
 			return append([]byte(nil), c.Payload...), nil
 		}),
+		velo.UnaryHandler("echo-inline", func(c *velo.Context) ([]byte, error) {
+			return append([]byte(nil), c.Payload...), nil
+		}, velo.WithInline()),
 	}
 	for _, h := range hs {
 		if err := n.Register(h); err != nil {
@@ -161,6 +165,31 @@ func demoRoundTrips(ctx context.Context, a, b *velo.Node) (string, error) {
 		if _, err := a.Unary(ctx, b.InstanceID(), "echo", payload); err != nil {
 			return "", err
 		}
+	}
+	return fmt.Sprintf("mean round trip %v with 64 B payloads", (time.Since(start) / n).Round(100*time.Nanosecond)), nil
+}
+
+// demoAsync chains calls through their callbacks: each answer, on the
+// goroutine that read it, sends the next request. No goroutine waits.
+func demoAsync(ctx context.Context, a, b *velo.Node) (string, error) {
+	const n = 1000
+	payload := make([]byte, 64)
+	done := make(chan error, 1)
+	left := n
+	var next func([]byte, error)
+	next = func(_ []byte, err error) {
+		if left--; err != nil || left < 0 {
+			done <- err
+			return
+		}
+		if err := a.UnaryAsync(ctx, b.InstanceID(), "echo-inline", payload, next); err != nil {
+			done <- err
+		}
+	}
+	start := time.Now()
+	next(nil, nil)
+	if err := <-done; err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("mean round trip %v with 64 B payloads", (time.Since(start) / n).Round(100*time.Nanosecond)), nil
 }

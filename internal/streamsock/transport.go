@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -377,7 +378,11 @@ func (t *Transport) serve(conn net.Conn) {
 		t.accepted.Delete(conn)
 		t.obs().ActiveConnections(-1)
 	}()
-	r := frame.NewReader(conn, t.cfg.MaxFrameSize)
+	var src io.Reader = conn
+	if tu, ok := t.net.(InboundTuner); ok {
+		src = tu.Inbound(conn)
+	}
+	r := frame.NewReader(src, t.cfg.MaxFrameSize)
 	defer r.Close()
 	var in inbound
 	for {
