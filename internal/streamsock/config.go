@@ -3,7 +3,6 @@ package streamsock
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
@@ -19,13 +18,6 @@ type Network interface {
 	// Dial connects to a peer's endpoint. Socket options must be set before
 	// the first write.
 	Dial(ctx context.Context, endpoint []byte) (net.Conn, error)
-}
-
-// InboundTuner is an optional Network extension: Inbound returns the reader
-// an accepted connection is read through, so a socket kind can adjust the
-// socket as traffic goes (TCP tunes its ACKs this way).
-type InboundTuner interface {
-	Inbound(conn net.Conn) io.Reader
 }
 
 // Config holds the settings shared by the socket transports. Zero values

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -378,11 +377,7 @@ func (t *Transport) serve(conn net.Conn) {
 		t.accepted.Delete(conn)
 		t.obs().ActiveConnections(-1)
 	}()
-	var src io.Reader = conn
-	if tu, ok := t.net.(InboundTuner); ok {
-		src = tu.Inbound(conn)
-	}
-	r := frame.NewReader(src, t.cfg.MaxFrameSize)
+	r := frame.NewReader(conn, t.cfg.MaxFrameSize)
 	defer r.Close()
 	var in inbound
 	for {

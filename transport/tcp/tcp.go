@@ -32,14 +32,8 @@ type options struct {
 	listen    string
 	advertise string
 	buffers   int
-	quickAcks bool
 	cfg       streamsock.Config
 }
-
-// WithQuickAcks keeps Linux's default of acknowledging small reads at once
-// on accepted connections, instead of the adaptive delayed ACKs described
-// in docs/transports.md.
-func WithQuickAcks() Option { return func(o *options) { o.quickAcks = true } }
 
 // WithListenAddr sets the address to listen on (default "127.0.0.1:0").
 func WithListenAddr(addr string) Option { return func(o *options) { o.listen = addr } }
