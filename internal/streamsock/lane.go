@@ -78,6 +78,7 @@ type lane struct {
 	claimed atomic.Bool // a sender should flush the queue inline
 	// When the last inline write ended and what it cost (monotonic).
 	inlineEnd, inlineCost time.Duration
+	claimAt               time.Duration // when the pending inline claim was made
 	raw                   syscall.RawConn
 	ib                    batch    // the inline writer's batch, used by one sender at a time
 	ivec                  [][]byte // its gather list
