@@ -268,32 +268,26 @@ func TestCallsRacingShutdownAllEnd(t *testing.T) {
 	var started, ended atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// repeat runs call until stop closes.
+	repeat := func(call func()) {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				call()
+			}
+		}
+	}
 	for range workers {
 		wg.Add(2)
-		go func() { // asynchronous calls
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if a.UnaryAsync(context.Background(), b.InstanceID(), "never", nil, func([]byte, error) { ended.Add(1) }) == nil {
-					started.Add(1)
-				}
+		go repeat(func() {
+			if a.UnaryAsync(context.Background(), b.InstanceID(), "never", nil, func([]byte, error) { ended.Add(1) }) == nil {
+				started.Add(1)
 			}
-		}()
-		go func() { // synchronous calls
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				a.Unary(context.Background(), b.InstanceID(), "never", nil)
-			}
-		}()
+		})
+		go repeat(func() { a.Unary(context.Background(), b.InstanceID(), "never", nil) })
 	}
 	waitFor(t, "calls to be in flight", func() bool { return started.Load() > 100 })
 	must(t, a.Shutdown(velo.Timeout(0)))
