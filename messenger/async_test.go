@@ -14,6 +14,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // result is what one UnaryAsync callback received.
@@ -296,5 +297,83 @@ func TestCallsRacingShutdownAllEnd(t *testing.T) {
 	go func() { wg.Wait(); close(finished) }()
 	recv(t, finished, "every synchronous call to end")
 	waitFor(t, "every asynchronous callback", func() bool { return ended.Load() == started.Load() })
+	hold.open()
+}
+
+// TestUnaryAsyncCallerMayReuseItsBuffer: once UnaryAsync returns, the
+// request no longer reads the caller's buffer, even when the frame still
+// waits in the admission gate (a tiny send channel here), when the first
+// call to a peer is sent from the handshake goroutine, or at the size where
+// the transport stops copying frames.
+func TestUnaryAsyncCallerMayReuseItsBuffer(t *testing.T) {
+	tr, err := tcp.New(tcp.WithChannelBytes(4096))
+	must(t, err)
+	a, err := velo.New(context.Background(), velo.WithTransport(tr))
+	must(t, err)
+	t.Cleanup(func() { a.Shutdown(velo.Timeout(5 * time.Second)) })
+	b := newNode(t)
+	must(t, a.RegisterPeer(b.PeerInfo()))
+	ctx := testCtx(t)
+	var bad atomic.Int64
+	must(t, b.Register(velo.UnaryHandler("check", func(c *velo.Context) ([]byte, error) {
+		for _, x := range c.Payload[1:] {
+			if x != c.Payload[0] {
+				bad.Add(1)
+				break
+			}
+		}
+		return nil, nil
+	})))
+	for _, size := range []int{1 << 10, 64 << 10} {
+		const calls = 600
+		var ended atomic.Int64
+		all := make(chan struct{})
+		buf := make([]byte, size)
+		for i := range calls {
+			for k := range buf {
+				buf[k] = byte(i)
+			}
+			err := a.UnaryAsync(ctx, b.InstanceID(), "check", buf, func(_ []byte, err error) {
+				if err != nil {
+					t.Errorf("call: %v", err)
+				}
+				if ended.Add(1) == calls {
+					close(all)
+				}
+			})
+			must(t, err)
+			buf[0] ^= 0xff // reuse the buffer at once
+		}
+		recv(t, all, "every callback")
+		if n := bad.Load(); n != 0 {
+			t.Fatalf("%d B payloads: %d requests arrived torn by the caller's reuse of its buffer", size, n)
+		}
+	}
+}
+
+// TestCallbackMayCallShutdown: a callback failed by its node's shutdown may
+// call Shutdown itself (it waits for the shutdown in progress) without a
+// deadlock: callbacks do not run on the shutdown's own goroutine.
+func TestCallbackMayCallShutdown(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	hold, in := newGate(t), make(chan struct{}, 1)
+	must(t, b.Register(velo.UnaryHandler("ask", func(c *velo.Context) ([]byte, error) {
+		in <- struct{}{}
+		hold.wait()
+		return nil, nil
+	})))
+	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "ask"))
+	again := make(chan error, 1)
+	must(t, a.UnaryAsync(context.Background(), b.InstanceID(), "ask", nil, func(_ []byte, err error) {
+		if !errors.Is(err, velo.ErrShuttingDown) {
+			t.Errorf("want ErrShuttingDown, got %v", err)
+		}
+		again <- a.Shutdown(velo.WaitForever())
+	}))
+	recv(t, in, "the handler to start")
+	shut := make(chan error, 1)
+	go func() { shut <- a.Shutdown(velo.Timeout(0)) }()
+	recv(t, shut, "the shutdown")
+	recv(t, again, "the callback's own Shutdown call")
 	hold.open()
 }

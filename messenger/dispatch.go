@@ -51,7 +51,13 @@ func (r *registered) dispatch(j job) {
 	case Spawn:
 		r.pool.submit(r, j)
 	case Inline:
-		r.run(j) // the reader goroutine runs it: no hand-off
+		select {
+		case <-r.m.done: // teardown refuses what is left, as the other modes do
+			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
+			j.msg.Done()
+		default:
+			r.run(j) // the reader goroutine runs it: no hand-off
+		}
 	default:
 		key := j.hdr.id.Worker()
 		if r.opts.mode == OrderedGlobal {

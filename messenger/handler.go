@@ -100,8 +100,13 @@ func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error)
 			h.err = err
 		}
 	}
-	if h.opts.mode == Inline && h.opts.maxConcurrent > 0 && h.err == nil {
-		h.err = fmt.Errorf("velo: handler %q: inline dispatch cannot wait for a MaxConcurrent permit", name)
+	if h.opts.mode == Inline && h.err == nil {
+		switch {
+		case h.opts.maxConcurrent > 0:
+			h.err = fmt.Errorf("inline dispatch cannot wait for a MaxConcurrent permit")
+		case h.opts.maxDepth > 0:
+			h.err = fmt.Errorf("inline dispatch has no lanes: a queue depth does not apply")
+		}
 	}
 	return h
 }

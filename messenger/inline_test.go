@@ -35,11 +35,16 @@ func TestInlineRunsOnTheConnectionReader(t *testing.T) {
 	}
 }
 
-func TestInlineRefusesMaxConcurrent(t *testing.T) {
+func TestInlineRefusesLaneOptions(t *testing.T) {
 	n := newNode(t)
 	err := n.Register(velo.UnaryHandler("x", func(*velo.Context) ([]byte, error) { return nil, nil },
 		velo.WithInline(), velo.WithMaxConcurrent(2)))
 	if err == nil || !strings.Contains(err.Error(), "inline") {
 		t.Fatalf("want a refusal naming inline dispatch, got %v", err)
+	}
+	err = n.Register(velo.UnaryHandler("y", func(*velo.Context) ([]byte, error) { return nil, nil },
+		velo.WithOrderedConfig(velo.OrderedConfig{MaxQueueDepth: 8}), velo.WithInline()))
+	if err == nil || !strings.Contains(err.Error(), "queue depth") {
+		t.Fatalf("want a refusal of a queue depth with inline dispatch, got %v", err)
 	}
 }

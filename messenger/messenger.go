@@ -275,9 +275,25 @@ func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler st
 	return m.request(ctx, target, handler, payload, UnaryResponse, opts)
 }
 
-// largePayload is the size above which the transport no longer copies a
-// frame into its batch (frame.CoalesceThreshold).
+// largePayload is the size above which a request's payload gets a buffer
+// of its own instead of sharing the header's.
 const largePayload = 64 << 10
+
+// requestFrame builds a request frame that owns its bytes. A call can
+// return before the transport has written its frame (fire-and-forget,
+// UnaryAsync, a timeout while the frame waits in the admission gate), and
+// callers reuse their buffer once a call returns, so the payload is copied:
+// into the header's allocation when small (no extra allocation), into its
+// own when large.
+func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []byte) ext.Frame {
+	hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
+	if len(payload) > largePayload {
+		return ext.Frame{Type: ext.Message, Header: appendRequestHeader(make([]byte, 0, hlen), rt, id, handler, hb), Payload: bytes.Clone(payload)}
+	}
+	buf := appendRequestHeader(make([]byte, 0, hlen+len(payload)), rt, id, handler, hb)
+	buf = append(buf, payload...)
+	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:]}
+}
 
 // prepare checks a call and encodes its headers before anything is sent.
 func (m *Messenger) prepare(handler string, payload []byte, opts []CallOption) (hb, body []byte, err error) {
@@ -295,13 +311,6 @@ func (m *Messenger) prepare(handler string, payload []byte, opts []CallOption) (
 		if hb, err = EncodeHeaders(co.headers); err != nil {
 			return nil, nil, err
 		}
-	}
-	// The transport writes a large payload from the caller's memory after
-	// this call may have returned (fire-and-forget, or a timeout). Callers
-	// expect to reuse their buffer once the call returns, so large payloads
-	// are copied; small ones are copied by the transport anyway.
-	if len(payload) > largePayload {
-		payload = bytes.Clone(payload)
 	}
 	return hb, payload, nil
 }
@@ -339,8 +348,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 			defer m.met.PendingResponses.Dec()
 		}
 	}
-	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), rt, id, handler, hb)
-	out, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload})
+	out, err := p.primary.Send(target, requestFrame(rt, id, handler, hb, payload))
 	if err != nil {
 		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
 	}
@@ -368,10 +376,12 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 // When UnaryAsync itself returns an error, done never runs.
 //
 // done runs on whatever goroutine completes the call, most often the
-// transport's reader for the connection the reply came on. It must return
-// quickly and never wait for another reply: while it runs, that connection
-// reads nothing. Hand longer work to a goroutine. The response bytes are
-// the callback's to keep.
+// transport's reader for the connection the reply came on; never inside
+// UnaryAsync, another call's send, or the goroutine running Shutdown. It
+// must return quickly and never wait for another reply: while it runs,
+// that connection reads nothing. Hand longer work to a goroutine. The
+// response bytes are the callback's to keep, and the caller's payload
+// buffer is free again once UnaryAsync returns.
 //
 // UnaryAsync never waits: when every response slot is busy it fails with
 // ErrNoResponseSlot. The first call to a peer (which may need discovery and
@@ -393,6 +403,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 	if !ok && m.disc == nil {
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
+	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
 		p, err := m.route(ctx, target)
 		if err == nil && !system {
@@ -432,8 +443,7 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 		return unsent(ErrShuttingDown)
 	}
 	id := ResponseID{Hi: uint64(m.wid), Lo: token}
-	hdr := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2+len(hb)), UnaryResponse, id, handler, hb)
-	if _, err := p.primary.Send(target, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload}); err != nil {
+	if _, err := p.primary.Send(target, requestFrame(UnaryResponse, id, handler, hb, payload)); err != nil {
 		return unsent(fmt.Errorf("velo: send %q to %s: %w", handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
@@ -523,7 +533,12 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 	if perr != nil || hdr.id.Hi != uint64(m.wid) || hdr.id.Lo == 0 {
 		return
 	}
-	m.slots.deliver(hdr.id.Lo, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)})
+	// This runs on whichever goroutine met the failure, often another
+	// caller's Send: an asynchronous callback must not run there (nor inside
+	// its own UnaryAsync), so the failure is delivered from a goroutine of
+	// its own. Send failures are rare.
+	token, r := hdr.id.Lo, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
+	go m.slots.deliver(token, r)
 }
 
 // reply answers a request through this node's peer table: a remote that

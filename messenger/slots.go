@@ -182,13 +182,13 @@ func (t *slotTable) deliver(token uint64, r reply) bool {
 		if stop != nil {
 			stop()
 		}
+		if t.asyncDone != nil {
+			t.asyncDone() // before done, which may panic
+		}
 		if r.err != nil {
 			nameHandler(r.err, handler)
 		}
 		done(r.payload, r.err)
-		if t.asyncDone != nil {
-			t.asyncDone()
-		}
 		return true
 	}
 	defer s.mu.Unlock()
@@ -226,19 +226,32 @@ func (t *slotTable) release(idx uint32) {
 	t.freeLocked(s, idx)
 }
 
-// failAll delivers err to every busy slot (at shutdown).
+// failAll delivers err to every busy slot (at shutdown). Waiting callers
+// are woken here; the callbacks of asynchronous calls run on a goroutine of
+// their own, since the goroutine running the shutdown must not run user
+// code that may itself call Shutdown.
 func (t *slotTable) failAll(err error) {
+	var async []uint64
 	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
 		s.mu.Lock()
-		token, busy := uint64(s.gen)<<32|uint64(i+1), s.busy
+		token, busy, isAsync := uint64(s.gen)<<32|uint64(i+1), s.busy, s.done != nil
 		s.mu.Unlock()
-		if busy {
-			// deliver checks the generation again, so a slot that moved
-			// on meanwhile is left alone; an asynchronous callback runs
-			// outside the slot's lock.
+		switch {
+		case busy && isAsync:
+			async = append(async, token)
+		case busy:
+			// deliver checks the generation again: a slot that moved on
+			// meanwhile is left alone.
 			t.deliver(token, reply{err: err})
 		}
+	}
+	if len(async) > 0 {
+		go func() {
+			for _, token := range async {
+				t.deliver(token, reply{err: err})
+			}
+		}()
 	}
 }
 

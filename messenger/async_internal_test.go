@@ -1,0 +1,69 @@
+package messenger
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// TestSendErrorCallbackRunsOffTheSender: a send failure is reported on the
+// goroutine that met it, often another caller's Send. An asynchronous
+// callback must not run there (a caller holding a lock across UnaryAsync
+// would deadlock on its own callback), so it runs on a goroutine of its own.
+func TestSendErrorCallbackRunsOffTheSender(t *testing.T) {
+	m, _ := internalPair(t)
+	var inReport atomic.Bool
+	ran := make(chan bool, 1)
+	token, ok := m.slots.acquireAsync("h", func(_ []byte, err error) {
+		if err == nil {
+			t.Error("the callback got no error")
+		}
+		ran <- inReport.Load()
+	})
+	if !ok {
+		t.Fatal("no slot")
+	}
+	f := requestFrame(UnaryResponse, ResponseID{Hi: uint64(m.wid), Lo: token}, "h", nil, []byte("x"))
+	inReport.Store(true)
+	m.onSendError(ext.NewInstanceID(), f, ext.ErrConnectionClosed)
+	inReport.Store(false)
+	select {
+	case during := <-ran:
+		if during {
+			t.Fatal("the callback ran inside the failure report")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the callback never ran")
+	}
+}
+
+// TestRequestFrameOwnsItsPayload: the frame handed to the transport shares
+// no memory with the caller's payload, small or large.
+func TestRequestFrameOwnsItsPayload(t *testing.T) {
+	for _, n := range []int{0, 64, largePayload - 40, largePayload, largePayload + 1} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i)
+		}
+		f := requestFrame(UnaryResponse, ResponseID{Hi: 1, Lo: 2}, "h", nil, p)
+		if h, err := parseRequestHeader(f.Header); err != nil || string(h.handler) != "h" {
+			t.Fatalf("%d bytes: header %v", n, err)
+		}
+		for i := range p {
+			p[i] = 0xff
+		}
+		for i, b := range f.Payload {
+			if b != byte(i) {
+				t.Fatalf("%d bytes: the frame's payload changed with the caller's buffer at %d", n, i)
+			}
+		}
+		if len(f.Payload) != n {
+			t.Fatalf("%d bytes: payload of %d", n, len(f.Payload))
+		}
+		if cap(f.Header) != len(f.Header) {
+			t.Fatalf("%d bytes: an append to the header could overwrite the payload", n)
+		}
+	}
+}
