@@ -87,3 +87,32 @@ func TestUnaryAsyncRoundTripAllocs(t *testing.T) {
 		t.Errorf("allocations per asynchronous round trip: %v, want at most %d", allocs, unaryRoundTripAllocs)
 	}
 }
+
+// BenchmarkUnaryAsyncRoundTrip chains UnaryAsync calls to an inline echo
+// handler, each callback sending the next request: the round trip with no
+// goroutine hand-off, as the ping-pong harness's velo-async arm runs it.
+func BenchmarkUnaryAsyncRoundTrip(b *testing.B) {
+	a, srv := pair(b, nil, nil)
+	must(b, srv.Register(velo.UnaryHandler("echo64", func(c *velo.Context) ([]byte, error) {
+		return c.Payload, nil
+	}, velo.WithInline())))
+	must(b, a.WaitForHandler(testCtx(b), srv.InstanceID(), "echo64"))
+	ctx := context.Background()
+	payload := make([]byte, 64)
+	done := make(chan error, 1)
+	left := b.N
+	var next func([]byte, error)
+	next = func(_ []byte, err error) {
+		if left--; err != nil || left < 0 {
+			done <- err
+			return
+		}
+		if err := a.UnaryAsync(ctx, srv.InstanceID(), "echo64", payload, next); err != nil {
+			done <- err
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	next(nil, nil)
+	must(b, <-done)
+}
