@@ -296,12 +296,12 @@ func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []
 }
 
 // prepare checks a call and encodes its headers before anything is sent.
-func (m *Messenger) prepare(handler string, payload []byte, opts []CallOption) (hb, body []byte, err error) {
+func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err error) {
 	if m.stopped.Load() {
-		return nil, nil, ErrShuttingDown
+		return nil, ErrShuttingDown
 	}
 	if err := validName(handler, true); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(opts) > 0 {
 		co := new(callOptions)
@@ -309,14 +309,14 @@ func (m *Messenger) prepare(handler string, payload []byte, opts []CallOption) (
 			o(co)
 		}
 		if hb, err = EncodeHeaders(co.headers); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return hb, payload, nil
+	return hb, nil
 }
 
 func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
-	hb, payload, err := m.prepare(handler, payload, opts)
+	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +391,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 	if done == nil {
 		return errors.New("velo: UnaryAsync needs a callback")
 	}
-	hb, payload, err := m.prepare(handler, payload, opts)
+	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return err
 	}
