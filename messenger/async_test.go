@@ -41,6 +41,19 @@ func callAsync(t *testing.T, ctx context.Context, a *velo.Node, target ext.Insta
 	return ch
 }
 
+// heldHandler registers a unary handler on n that reports each start on
+// the returned channel and answers with answer once the gate opens.
+func heldHandler(t *testing.T, n *velo.Node, name, answer string) (hold *gate, started <-chan struct{}) {
+	t.Helper()
+	hold, in := newGate(t), make(chan struct{}, 4)
+	must(t, n.Register(velo.UnaryHandler(name, func(c *velo.Context) ([]byte, error) {
+		in <- struct{}{}
+		hold.wait()
+		return []byte(answer), nil
+	})))
+	return hold, in
+}
+
 func TestUnaryAsyncAnswersAndErrors(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	ctx := testCtx(t)
@@ -90,12 +103,7 @@ func TestUnaryAsyncDeadlineAndCancel(t *testing.T) {
 	am := newMetrics(t)
 	a, b := pair(t, []velo.Option{velo.WithResponseSlots(1), velo.WithMetrics(am)}, nil)
 	ctx := testCtx(t)
-	hold, in := newGate(t), make(chan struct{}, 2)
-	must(t, b.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
-		in <- struct{}{}
-		hold.wait()
-		return []byte("late"), nil
-	})))
+	hold, in := heldHandler(t, b, "slow", "late")
 	must(t, b.Register(velo.UnaryHandler("fast", func(c *velo.Context) ([]byte, error) {
 		return []byte("fast"), nil
 	})))
@@ -134,12 +142,7 @@ func TestUnaryAsyncDeadlineAndCancel(t *testing.T) {
 func TestUnaryAsyncNeverWaitsForASlot(t *testing.T) {
 	a, b := pair(t, []velo.Option{velo.WithResponseSlots(1)}, nil)
 	ctx := testCtx(t)
-	hold, in := newGate(t), make(chan struct{}, 1)
-	must(t, b.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
-		in <- struct{}{}
-		hold.wait()
-		return []byte("done"), nil
-	})))
+	hold, in := heldHandler(t, b, "slow", "done")
 	must(t, a.WaitForHandler(ctx, b.InstanceID(), "slow"))
 	ch := callAsync(t, ctx, a, b.InstanceID(), "slow", nil)
 	recv(t, in, "the handler to start")
@@ -157,12 +160,7 @@ func TestUnaryAsyncNeverWaitsForASlot(t *testing.T) {
 // ErrShuttingDown when its own node shuts down.
 func TestUnaryAsyncFailsAtShutdown(t *testing.T) {
 	a, b := pair(t, nil, nil)
-	hold, in := newGate(t), make(chan struct{}, 1)
-	must(t, b.Register(velo.UnaryHandler("ask", func(c *velo.Context) ([]byte, error) {
-		in <- struct{}{}
-		hold.wait()
-		return nil, nil
-	})))
+	hold, in := heldHandler(t, b, "ask", "")
 	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "ask"))
 	ch := callAsync(t, context.Background(), a, b.InstanceID(), "ask", nil)
 	recv(t, in, "the handler to start")
@@ -356,12 +354,7 @@ func TestUnaryAsyncCallerMayReuseItsBuffer(t *testing.T) {
 // deadlock: callbacks do not run on the shutdown's own goroutine.
 func TestCallbackMayCallShutdown(t *testing.T) {
 	a, b := pair(t, nil, nil)
-	hold, in := newGate(t), make(chan struct{}, 1)
-	must(t, b.Register(velo.UnaryHandler("ask", func(c *velo.Context) ([]byte, error) {
-		in <- struct{}{}
-		hold.wait()
-		return nil, nil
-	})))
+	hold, in := heldHandler(t, b, "ask", "")
 	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "ask"))
 	again := make(chan error, 1)
 	must(t, a.UnaryAsync(context.Background(), b.InstanceID(), "ask", nil, func(_ []byte, err error) {
