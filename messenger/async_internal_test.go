@@ -1,7 +1,6 @@
 package messenger
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,25 +13,33 @@ import (
 // would deadlock on its own callback), so it runs on a goroutine of its own.
 func TestSendErrorCallbackRunsOffTheSender(t *testing.T) {
 	m, _ := internalPair(t)
-	var inReport atomic.Bool
-	ran := make(chan bool, 1)
+	// The callback waits for release, which is closed only once the report
+	// has returned: a callback run inside the report would hold it up.
+	release, ran := make(chan struct{}), make(chan error, 1)
 	token, ok := m.slots.acquireAsync("h", func(_ []byte, err error) {
-		if err == nil {
-			t.Error("the callback got no error")
-		}
-		ran <- inReport.Load()
+		<-release
+		ran <- err
 	})
 	if !ok {
 		t.Fatal("no slot")
 	}
 	f := requestFrame(UnaryResponse, ResponseID{Hi: uint64(m.wid), Lo: token}, "h", nil, []byte("x"))
-	inReport.Store(true)
-	m.onSendError(ext.NewInstanceID(), f, ext.ErrConnectionClosed)
-	inReport.Store(false)
+	returned := make(chan struct{})
+	go func() {
+		m.onSendError(ext.NewInstanceID(), f, ext.ErrConnectionClosed)
+		close(returned)
+	}()
 	select {
-	case during := <-ran:
-		if during {
-			t.Fatal("the callback ran inside the failure report")
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the failure report waited for the callback: it ran the callback itself")
+	}
+	close(release)
+	select {
+	case err := <-ran:
+		if err == nil {
+			t.Fatal("the callback got no error")
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the callback never ran")
