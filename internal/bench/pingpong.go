@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 )
 
 // PingPongConfig sets the ping-pong harness.
@@ -111,64 +112,64 @@ func veloPair(ctx context.Context, kind string) (a, b *velo.Node, stop func(), e
 	return a, b, stop, nil
 }
 
-func pingVelo(cfg PingPongConfig, h string) ([]time.Duration, error) {
+// onVeloPair runs a ping-pong loop on a fresh node pair: loop gets the
+// caller, the server's id and a payload of the configured size.
+func onVeloPair(cfg PingPongConfig, loop func(ctx context.Context, a *velo.Node, target ext.InstanceID, payload []byte) ([]time.Duration, error)) ([]time.Duration, error) {
 	ctx := context.Background()
 	a, b, stop, err := veloPair(ctx, cfg.Transport)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	payload := make([]byte, cfg.Payload)
-	target := b.InstanceID()
-	rtts := make([]time.Duration, 0, cfg.Iters)
-	for i := 0; i < warmup+cfg.Iters; i++ {
-		t0 := time.Now()
-		if _, err := a.Unary(ctx, target, h, payload); err != nil {
-			return nil, err
+	return loop(ctx, a, b.InstanceID(), make([]byte, cfg.Payload))
+}
+
+func pingVelo(cfg PingPongConfig, h string) ([]time.Duration, error) {
+	return onVeloPair(cfg, func(ctx context.Context, a *velo.Node, target ext.InstanceID, payload []byte) ([]time.Duration, error) {
+		rtts := make([]time.Duration, 0, cfg.Iters)
+		for i := 0; i < warmup+cfg.Iters; i++ {
+			t0 := time.Now()
+			if _, err := a.Unary(ctx, target, h, payload); err != nil {
+				return nil, err
+			}
+			if i >= warmup {
+				rtts = append(rtts, time.Since(t0))
+			}
 		}
-		if i >= warmup {
-			rtts = append(rtts, time.Since(t0))
-		}
-	}
-	return rtts, nil
+		return rtts, nil
+	})
 }
 
 // pingVeloAsync chains the calls: each callback, on the reader goroutine
 // that got the reply, records the round trip and sends the next request.
 func pingVeloAsync(cfg PingPongConfig) ([]time.Duration, error) {
-	ctx := context.Background()
-	a, b, stop, err := veloPair(ctx, cfg.Transport)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	payload := make([]byte, cfg.Payload)
-	target := b.InstanceID()
-	rtts := make([]time.Duration, 0, cfg.Iters)
-	done := make(chan error, 1)
-	var i int
-	var t0 time.Time
-	var next func([]byte, error)
-	next = func(_ []byte, err error) {
-		if err != nil {
-			done <- err
-			return
+	return onVeloPair(cfg, func(ctx context.Context, a *velo.Node, target ext.InstanceID, payload []byte) ([]time.Duration, error) {
+		rtts := make([]time.Duration, 0, cfg.Iters)
+		done := make(chan error, 1)
+		var i int
+		var t0 time.Time
+		var next func([]byte, error)
+		next = func(_ []byte, err error) {
+			if err != nil {
+				done <- err
+				return
+			}
+			if i > warmup {
+				rtts = append(rtts, time.Since(t0))
+			}
+			i++
+			if i > warmup+cfg.Iters {
+				done <- nil
+				return
+			}
+			t0 = time.Now()
+			if err := a.UnaryAsync(ctx, target, "echo-inline", payload, next); err != nil {
+				done <- err
+			}
 		}
-		if i > warmup {
-			rtts = append(rtts, time.Since(t0))
-		}
-		i++
-		if i > warmup+cfg.Iters {
-			done <- nil
-			return
-		}
-		t0 = time.Now()
-		if err := a.UnaryAsync(ctx, target, "echo-inline", payload, next); err != nil {
-			done <- err
-		}
-	}
-	next(nil, nil)
-	return rtts, <-done
+		next(nil, nil)
+		return rtts, <-done
+	})
 }
 
 func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {
