@@ -9,7 +9,9 @@ import (
 
 // WorkerAddress maps each transport key to that transport's endpoint bytes.
 // Each transport adds its own entry; a peer reads the entries of the
-// transports it has. On the wire it is a MessagePack map of str to bin.
+// transports it has. On the wire it is a MessagePack map of str to byte
+// array, written as the reference writes a Rust HashMap<String, Vec<u8>>
+// with rmp_serde: each endpoint an array of small integers, not a bin.
 type WorkerAddress map[TransportKey][]byte
 
 // Limits that keep a hostile address from costing more than its own bytes.
@@ -48,7 +50,9 @@ func (a WorkerAddress) Merge(b WorkerAddress) (WorkerAddress, error) {
 }
 
 // Encode writes the address as a MessagePack map, keys sorted so the bytes
-// are stable.
+// are stable. Endpoints are arrays of integers, as rmp_serde writes a
+// Vec<u8> (lib/velo/src/transports/address.rs); a Rust node reads bin too,
+// but this keeps the bytes the same as a Rust node's for the same map.
 func (a WorkerAddress) Encode() []byte {
 	keys := make([]string, 0, len(a))
 	for k := range a {
@@ -58,7 +62,7 @@ func (a WorkerAddress) Encode() []byte {
 	buf := appendMapHeader(nil, len(keys))
 	for _, k := range keys {
 		buf = appendStr(buf, k)
-		buf = appendBin(buf, a[TransportKey(k)])
+		buf = appendByteArray(buf, a[TransportKey(k)])
 	}
 	return buf
 }
@@ -121,16 +125,30 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendBin(b []byte, v []byte) []byte {
-	switch n := len(v); {
-	case n < 1<<8:
-		b = append(b, 0xc4, byte(n))
-	case n < 1<<16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
+// appendByteArray writes v as a MessagePack array of uint8 values: a
+// positive fixint below 128, 0xcc and the byte above.
+func appendByteArray(b []byte, v []byte) []byte {
+	b = AppendMsgpackArrayHeader(b, len(v))
+	for _, c := range v {
+		if c >= 0x80 {
+			b = append(b, 0xcc)
+		}
+		b = append(b, c)
 	}
-	return append(b, v...)
+	return b
+}
+
+// AppendMsgpackArrayHeader appends the header of a MessagePack array of n
+// elements in its shortest form.
+func AppendMsgpackArrayHeader(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x90|byte(n))
+	case n < 1<<16:
+		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
+	default:
+		return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
+	}
 }
 
 // mpReader reads the few MessagePack forms that addresses and handles use.

@@ -32,15 +32,35 @@ func (r ResponseType) String() string {
 	return "unknown"
 }
 
-// ResponseID names the caller's response slot. Hi is the caller's WorkerID,
-// so a reply can be routed without any other state; Lo is the slot token
-// (zero for fire-and-forget).
+// ResponseID names the caller's response slot. It is a u128 on the wire
+// (little-endian), laid out as the reference implementation lays it out
+// (lib/velo/src/messenger/common/responses.rs): bits 0-63 are the caller's
+// WorkerID, so a reply can be routed without any other state; bits 64-79
+// are the slot index and bits 80-127 a 48-bit generation. Lo holds bits
+// 0-63 and Hi bits 64-127. This node draws each generation at random, so
+// Hi is the slot token; it is zero for fire-and-forget.
 type ResponseID struct {
-	Hi, Lo uint64
+	Lo, Hi uint64
 }
 
 // Worker is the caller's WorkerID.
-func (r ResponseID) Worker() ext.WorkerID { return ext.WorkerID(r.Hi) }
+func (r ResponseID) Worker() ext.WorkerID { return ext.WorkerID(r.Lo) }
+
+// Slot is the index of the caller's response slot.
+func (r ResponseID) Slot() uint16 { return uint16(r.Hi) }
+
+// Generation is the 48-bit generation of the caller's response slot.
+func (r ResponseID) Generation() uint64 { return r.Hi >> 16 }
+
+// AppendLE appends the id as 16 little-endian bytes.
+func (r ResponseID) AppendLE(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, r.Lo)
+	return binary.LittleEndian.AppendUint64(b, r.Hi)
+}
+
+func readResponseID(b []byte) ResponseID {
+	return ResponseID{Lo: binary.LittleEndian.Uint64(b), Hi: binary.LittleEndian.Uint64(b[8:])}
+}
 
 const (
 	headerSchema = 1
@@ -49,7 +69,10 @@ const (
 	MaxEncodedHeaders = 16 << 10
 	maxHandlerName    = 1024
 	fixedHeaderLen    = 1 + 1 + 16 + 2
-	replyHeaderLen    = 1 + 1 + 16
+	// responseHeaderLen is the fixed part of a Response header.
+	responseHeaderLen = 16 + 1 + 2
+	// ackHeaderLen is the whole of an Ack (or Event) header.
+	ackHeaderLen = 1 + 16
 )
 
 // ErrMalformedHeader wraps every header decoding failure.
@@ -69,8 +92,7 @@ type requestHeader struct {
 //	[u16 LE name_len][name][u16 LE headers_len][headers]
 func appendRequestHeader(dst []byte, rt ResponseType, id ResponseID, handler string, headers []byte) []byte {
 	dst = append(dst, headerSchema, byte(rt))
-	dst = binary.LittleEndian.AppendUint64(dst, id.Lo)
-	dst = binary.LittleEndian.AppendUint64(dst, id.Hi)
+	dst = id.AppendLE(dst)
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(handler)))
 	dst = append(dst, handler...)
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(headers)))
@@ -90,8 +112,7 @@ func parseRequestHeader(b []byte) (requestHeader, error) {
 	if h.rtype > UnaryResponse {
 		return h, fmt.Errorf("%w: response type %d", ErrMalformedHeader, b[1])
 	}
-	h.id.Lo = binary.LittleEndian.Uint64(b[2:])
-	h.id.Hi = binary.LittleEndian.Uint64(b[10:])
+	h.id = readResponseID(b[2:])
 	n := int(binary.LittleEndian.Uint16(b[18:]))
 	rest := b[20:]
 	if n > len(rest) || n > maxHandlerName {
@@ -110,26 +131,67 @@ func parseRequestHeader(b []byte) (requestHeader, error) {
 	return h, nil
 }
 
-// reply status bytes.
+// Response outcomes.
 const (
-	statusOK  = 0
-	statusErr = 1
+	outcomeOK  = 0
+	outcomeErr = 1
 )
 
-// appendReplyHeader encodes the header of a Response or Ack frame:
-// [u8 schema=1][u8 status: 0 ok, 1 error][u128 LE response_id]. An error
-// reply carries the error text as its payload.
-func appendReplyHeader(dst []byte, status byte, id ResponseID) []byte {
-	dst = append(dst, headerSchema, status)
-	dst = binary.LittleEndian.AppendUint64(dst, id.Lo)
-	return binary.LittleEndian.AppendUint64(dst, id.Hi)
+// appendResponseHeader encodes the header of a Response frame as the
+// reference does (responses.rs, encode_response_header):
+//
+//	[u128 LE response_id][u8 outcome: 0 ok, 1 error][u16 LE headers_len][headers]
+//
+// headers is a MessagePack map of str to str, or empty. An error reply
+// carries the error text as its payload.
+func appendResponseHeader(dst []byte, id ResponseID, outcome byte, headers []byte) []byte {
+	dst = id.AppendLE(dst)
+	dst = append(dst, outcome)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(headers)))
+	return append(dst, headers...)
 }
 
-func parseReplyHeader(b []byte) (status byte, id ResponseID, err error) {
-	if len(b) != replyHeaderLen || b[0] != headerSchema || b[1] > statusErr {
-		return 0, id, fmt.Errorf("%w: reply header of %d bytes", ErrMalformedHeader, len(b))
+// parseResponseHeader decodes a Response header. The header map aliases b.
+// It is stricter than the reference, which reads any nonzero outcome as an
+// error and ignores bytes after the map: neither is ever written.
+func parseResponseHeader(b []byte) (id ResponseID, outcome byte, headers []byte, err error) {
+	if len(b) < responseHeaderLen {
+		return id, 0, nil, fmt.Errorf("%w: response header of %d bytes", ErrMalformedHeader, len(b))
 	}
-	return b[1], ResponseID{Lo: binary.LittleEndian.Uint64(b[2:]), Hi: binary.LittleEndian.Uint64(b[10:])}, nil
+	id, outcome = readResponseID(b), b[16]
+	if outcome > outcomeErr {
+		return id, 0, nil, fmt.Errorf("%w: response outcome %d", ErrMalformedHeader, outcome)
+	}
+	n := int(binary.LittleEndian.Uint16(b[17:]))
+	if n != len(b)-responseHeaderLen || n > MaxEncodedHeaders {
+		return id, 0, nil, fmt.Errorf("%w: response headers of %d bytes in %d", ErrMalformedHeader, n, len(b)-responseHeaderLen)
+	}
+	return id, outcome, b[responseHeaderLen:], nil
+}
+
+// Flag bits of an Ack or Event header (the reference's events.rs).
+const (
+	ackFlagEvent = 1 << 0 // an Event frame's header; clear for an Ack
+	ackFlagError = 1 << 1 // a Nack, or a poisoned event
+)
+
+// appendAckHeader encodes the header of an Ack frame: [u8 flags][u128 LE id].
+// A Nack sets ackFlagError and carries the error text as its payload.
+func appendAckHeader(dst []byte, id ResponseID, failed bool) []byte {
+	flags := byte(0)
+	if failed {
+		flags = ackFlagError
+	}
+	return id.AppendLE(append(dst, flags))
+}
+
+// parseAckHeader decodes an Ack or Event header. Flag bits other than the
+// two defined ones are refused, as the reference refuses them.
+func parseAckHeader(b []byte) (flags byte, id ResponseID, err error) {
+	if len(b) != ackHeaderLen || b[0]&^(ackFlagEvent|ackFlagError) != 0 {
+		return 0, id, fmt.Errorf("%w: ack header of %d bytes", ErrMalformedHeader, len(b))
+	}
+	return b[0], readResponseID(b[1:]), nil
 }
 
 // EncodeHeaders writes user headers as a MessagePack map of str to str,

@@ -26,7 +26,8 @@ type Config struct {
 	Discovery ext.PeerDiscovery
 	// Metrics, when set, receives the Transport and Messenger families.
 	Metrics *metrics.VeloMetrics
-	// ResponseSlots bounds calls waiting for an answer at once (default 65536).
+	// ResponseSlots bounds calls waiting for an answer at once (default and
+	// most 65536: a response id names its slot in 16 bits).
 	ResponseSlots int
 }
 
@@ -53,6 +54,7 @@ type Messenger struct {
 	done     chan struct{} // closed at teardown: ordered lanes stop
 
 	handshakes atomic.Int64 // _hello calls made, for tests
+	unmatched  atomic.Int64 // replies that matched no waiting call
 }
 
 // New starts the transports and returns a running messenger.
@@ -61,9 +63,9 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		return nil, errors.New("velo: at least one transport is needed")
 	}
 	if cfg.ResponseSlots == 0 {
-		cfg.ResponseSlots = 1 << 16
+		cfg.ResponseSlots = maxSlots
 	}
-	if cfg.ResponseSlots < 1 || cfg.ResponseSlots > 1<<24 {
+	if cfg.ResponseSlots < 1 || cfg.ResponseSlots > maxSlots {
 		return nil, fmt.Errorf("velo: response slots %d out of range", cfg.ResponseSlots)
 	}
 	m := &Messenger{
@@ -329,7 +331,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 			return nil, err
 		}
 	}
-	id := ResponseID{Hi: uint64(m.wid)}
+	id := ResponseID{Lo: uint64(m.wid)}
 	var idx uint32
 	if rt != FireAndForget {
 		var token uint64
@@ -342,7 +344,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 		if m.stopped.Load() {
 			return nil, ErrShuttingDown
 		}
-		id.Lo = token
+		id.Hi = token
 		if m.met != nil {
 			m.met.PendingResponses.Inc()
 			defer m.met.PendingResponses.Dec()
@@ -442,7 +444,7 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	if m.stopped.Load() { // as in request: a slot taken after shutdown failed them all
 		return unsent(ErrShuttingDown)
 	}
-	id := ResponseID{Hi: uint64(m.wid), Lo: token}
+	id := ResponseID{Lo: uint64(m.wid), Hi: token}
 	if _, err := p.primary.Send(target, requestFrame(UnaryResponse, id, handler, hb, payload)); err != nil {
 		return unsent(fmt.Errorf("velo: send %q to %s: %w", handler, target, err))
 	}
@@ -473,7 +475,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 		r := hs[string(hdr.handler)]
 		if r == nil {
 			m.countFailure("dispatch", "unknown_handler")
-			m.reply(hdr, string(hdr.handler), nil, fmt.Errorf("no handler named %q", hdr.handler))
+			m.replyUnknownHandler(hdr)
 			msg.Done()
 			continue
 		}
@@ -495,32 +497,55 @@ func (m *Messenger) drainExempt(f ext.Frame) bool {
 func (m *Messenger) onFrame(f ext.Frame) {
 	defer f.Release()
 	switch f.Type {
-	case ext.Response, ext.Ack:
-		status, id, err := parseReplyHeader(f.Header)
-		if err != nil || id.Hi != uint64(m.wid) {
-			m.countFailure("response", "malformed_or_misrouted")
+	case ext.Response:
+		id, outcome, _, err := parseResponseHeader(f.Header)
+		if err != nil {
+			m.countFailure("response", "malformed")
 			return
 		}
 		var r reply
-		if status == statusOK {
-			if f.Type == ext.Response {
-				// The caller keeps the bytes; the read buffer goes back.
-				r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
-			}
+		if outcome == outcomeOK {
+			// The caller keeps the bytes; the read buffer goes back.
+			r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
 		} else {
 			r.err = &RemoteError{Message: string(f.Payload)}
 		}
-		if !m.slots.deliver(id.Lo, r) {
-			m.countFailure("response", "late_or_unknown")
-		}
-	case ext.ShuttingDown:
-		hdr, err := parseRequestHeader(f.Header)
-		if err != nil || hdr.id.Hi != uint64(m.wid) || hdr.id.Lo == 0 {
+		m.complete(id, r)
+	case ext.Ack:
+		flags, id, err := parseAckHeader(f.Header)
+		if err != nil || flags&ackFlagEvent != 0 {
+			m.countFailure("response", "malformed")
 			return
 		}
-		m.slots.deliver(hdr.id.Lo, reply{err: fmt.Errorf("%w: the remote refused %q", ErrShuttingDown, hdr.handler)})
+		var r reply
+		if flags&ackFlagError != 0 {
+			r.err = &RemoteError{Message: string(f.Payload)}
+		}
+		m.complete(id, r)
+	case ext.ShuttingDown:
+		hdr, err := parseRequestHeader(f.Header)
+		if err != nil || hdr.id.Lo != uint64(m.wid) || hdr.id.Hi == 0 {
+			return
+		}
+		m.slots.deliver(hdr.id.Hi, reply{err: fmt.Errorf("%w: the remote refused %q", ErrShuttingDown, hdr.handler)})
 	}
 }
+
+// complete hands a reply to the call it names. All 128 bits of the id must
+// match: this node's WorkerID, a busy slot, and that slot's current random
+// generation. Anything else is a late, duplicate or forged reply, counted
+// and dropped.
+func (m *Messenger) complete(id ResponseID, r reply) {
+	if id.Lo == uint64(m.wid) && m.slots.deliver(id.Hi, r) {
+		return
+	}
+	m.unmatched.Add(1)
+	m.countFailure("response", "late_or_unknown")
+}
+
+// UnmatchedReplies is how many replies matched no waiting call: late ones
+// (the caller gave up), duplicates, and forged ones.
+func (m *Messenger) UnmatchedReplies() int64 { return m.unmatched.Load() }
 
 // onSendError fails the caller of a request that a transport admitted but
 // could not write, instead of leaving it to its deadline.
@@ -530,14 +555,14 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 		return
 	}
 	hdr, perr := parseRequestHeader(f.Header)
-	if perr != nil || hdr.id.Hi != uint64(m.wid) || hdr.id.Lo == 0 {
+	if perr != nil || hdr.id.Lo != uint64(m.wid) || hdr.id.Hi == 0 {
 		return
 	}
 	// This runs on whichever goroutine met the failure, often another
 	// caller's Send: an asynchronous callback must not run there (nor inside
 	// its own UnaryAsync), so the failure is delivered from a goroutine of
 	// its own. Send failures are rare.
-	token, r := hdr.id.Lo, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
+	token, r := hdr.id.Hi, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
 	go m.slots.deliver(token, r)
 }
 
@@ -551,33 +576,76 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 // buffer (a handler that answers with its own payload): the transport holds
 // owner until the answer is written, so releasing the request cannot pull
 // the memory from under the writer.
+//
+// A unary call is answered with a Response frame, a sync call with an Ack
+// frame (a Nack when err is set); an error's text is the payload.
 func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
-	var t ext.MessageType
+	if err != nil {
+		resp, owner = []byte(err.Error()), nil
+	}
+	if len(resp) == 0 {
+		owner = nil
+	}
+	var f ext.Frame
 	switch hdr.rtype {
 	case UnaryResponse:
-		t = ext.Response
+		outcome := byte(outcomeOK)
+		if err != nil {
+			outcome = outcomeErr
+		}
+		h := appendResponseHeader(make([]byte, 0, responseHeaderLen), hdr.id, outcome, nil)
+		f = ext.Frame{Type: ext.Response, Header: h, Payload: resp, Owner: owner}
 	case AckNack:
-		t = ext.Ack
-		resp = nil
+		if err == nil {
+			resp, owner = nil, nil
+		}
+		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, err != nil), Payload: resp, Owner: owner}
 	default:
 		return
 	}
-	status := byte(statusOK)
-	if err != nil {
-		status, resp = statusErr, []byte(err.Error())
-	}
-	if len(resp) == 0 || err != nil {
-		owner = nil
-	}
-	p, ok := m.peers.getWorker(hdr.id.Worker())
-	if !ok {
-		m.countFailure("response", "unknown_caller")
+	m.sendReply(hdr.id, f)
+}
+
+// replyUnknownHandler answers a request for a handler this node does not
+// have. As in the reference (server/dispatcher.rs), the answer is a Nack
+// whichever pattern the caller used: its caller waits on the same slot for
+// either kind of frame.
+func (m *Messenger) replyUnknownHandler(hdr requestHeader) {
+	if hdr.rtype == FireAndForget {
 		return
 	}
-	h := appendReplyHeader(make([]byte, 0, replyHeaderLen), status, hdr.id)
-	if _, err := p.primary.Send(p.info.InstanceID, ext.Frame{Type: t, Header: h, Payload: resp, Owner: owner}); err != nil {
-		m.countFailure("response", "send_failed")
+	msg := fmt.Sprintf("no handler named %q", hdr.handler)
+	m.sendReply(hdr.id, ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, true), Payload: []byte(msg)})
+}
+
+// SendAck acknowledges a response id that arrived in a message body rather
+// than a request header (how an event trigger request is answered): a Nack
+// with err's text when err is set.
+func (m *Messenger) SendAck(id ResponseID, err error) error {
+	var payload []byte
+	if err != nil {
+		payload = []byte(err.Error())
 	}
+	f := ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, err != nil), Payload: payload}
+	if !m.sendReply(id, f) {
+		return fmt.Errorf("%w: worker %s", ErrPeerNotRegistered, id.Worker())
+	}
+	return nil
+}
+
+// sendReply sends a reply frame to the worker named in id, through this
+// node's peer table: a remote that forgot the caller cannot answer it.
+func (m *Messenger) sendReply(id ResponseID, f ext.Frame) bool {
+	p, ok := m.peers.getWorker(id.Worker())
+	if !ok {
+		m.countFailure("response", "unknown_caller")
+		return false
+	}
+	if _, err := p.primary.Send(p.info.InstanceID, f); err != nil {
+		m.countFailure("response", "send_failed")
+		return false
+	}
+	return true
 }
 
 // ShutdownPolicy bounds the drain of a shutdown.

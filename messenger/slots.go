@@ -3,6 +3,7 @@ package messenger
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -14,9 +15,10 @@ type reply struct {
 }
 
 // slot is one waiting caller. Its channel lives as long as the table, so a
-// call allocates no channel. gen changes on every release, so a reply that
-// comes after its caller gave up finds a different generation and is
-// discarded.
+// call allocates no channel. Each use of a slot draws a new random 48-bit
+// generation, and a free slot has none: a reply that comes after its caller
+// gave up finds a different generation and is discarded, and a third party
+// that forges replies must guess 48 random bits, not a counter.
 //
 // An asynchronous call (UnaryAsync) has no goroutine waiting on ch: its
 // slot holds the callback instead, and whoever completes the slot first (the
@@ -24,7 +26,7 @@ type reply struct {
 // runs the callback, outside the lock.
 type slot struct {
 	mu   sync.Mutex
-	gen  uint32
+	gen  uint64 // nonzero while busy
 	busy bool
 	ch   chan reply
 
@@ -42,6 +44,26 @@ type slotTable struct {
 	exhausted func()        // counts an acquisition that found no free slot
 	asyncDone func()        // runs after each asynchronous completion (metrics); may be nil
 }
+
+// maxSlots is how many slots a 16-bit slot index can name.
+const maxSlots = 1 << 16
+
+// genMask keeps the 48 bits of a generation.
+const genMask = 1<<48 - 1
+
+// newGeneration draws a nonzero 48-bit generation. math/rand/v2's global
+// source is ChaCha8, seeded per process from the OS, so a peer cannot
+// predict it from the generations it has seen.
+func newGeneration() uint64 {
+	for {
+		if g := rand.Uint64() & genMask; g != 0 {
+			return g
+		}
+	}
+}
+
+// makeToken is the upper half of a response id: generation and slot index.
+func makeToken(gen uint64, idx uint32) uint64 { return gen<<16 | uint64(idx) }
 
 // newSlotTable makes room for n slots but builds each slot's channel on
 // its first use, so a node that makes few calls pays for few slots.
@@ -72,7 +94,7 @@ func (t *slotTable) take() (uint32, bool) {
 }
 
 // acquire takes a free slot, waiting (bounded by ctx) when all are in use.
-// The token goes in the low 64 bits of the response id; it is never zero.
+// The token is the upper 64 bits of the response id; it is never zero.
 func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err error) {
 	idx, ok := t.take()
 	if !ok {
@@ -85,12 +107,12 @@ func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err 
 			return 0, 0, ctxErr(ctx)
 		}
 	}
+	gen := newGeneration()
 	s := &t.slots[idx]
 	s.mu.Lock()
-	s.busy = true
-	gen := s.gen
+	s.busy, s.gen = true, gen
 	s.mu.Unlock()
-	return idx, uint64(gen)<<32 | uint64(idx+1), nil
+	return idx, makeToken(gen, idx), nil
 }
 
 // acquireAsync takes a free slot for an asynchronous call without waiting:
@@ -104,12 +126,12 @@ func (t *slotTable) acquireAsync(handler string, done func([]byte, error)) (toke
 		}
 		return 0, false
 	}
+	gen := newGeneration()
 	s := &t.slots[idx]
 	s.mu.Lock()
-	s.busy, s.done, s.handler = true, done, handler
-	gen := s.gen
+	s.busy, s.gen, s.done, s.handler = true, gen, done, handler
 	s.mu.Unlock()
-	return uint64(gen)<<32 | uint64(idx+1), true
+	return makeToken(gen, idx), true
 }
 
 // watch records the stop function of an asynchronous call's context watch.
@@ -135,20 +157,21 @@ func (t *slotTable) cancelAsync(token uint64) bool {
 		return false
 	}
 	s.done, s.handler = nil, ""
-	t.freeLocked(s, uint32(token)-1)
+	t.freeLocked(s, uint32(uint16(token)))
 	return true
 }
 
 // live returns the slot of token locked, or nil when the token is bogus or
-// the slot moved on.
+// the slot moved on. The generation is compared in full: with the caller's
+// WorkerID, checked by the caller, that is all 128 bits of the id.
 func (t *slotTable) live(token uint64) *slot {
-	idx := uint32(token) - 1
-	if uint32(token) == 0 || int(idx) >= len(t.slots) {
+	idx := uint32(uint16(token))
+	if token>>16 == 0 || int(idx) >= len(t.slots) {
 		return nil
 	}
 	s := &t.slots[idx]
 	s.mu.Lock()
-	if !s.busy || s.gen != uint32(token>>32) {
+	if !s.busy || s.gen != token>>16 {
 		s.mu.Unlock()
 		return nil
 	}
@@ -158,7 +181,7 @@ func (t *slotTable) live(token uint64) *slot {
 // freeLocked moves slot s (index idx) to its next generation and gives it
 // back. It unlocks s.
 func (t *slotTable) freeLocked(s *slot, idx uint32) {
-	s.gen++
+	s.gen = 0
 	s.busy = false
 	select {
 	case <-s.ch:
@@ -178,7 +201,7 @@ func (t *slotTable) deliver(token uint64, r reply) bool {
 	if s.done != nil {
 		done, handler, stop := s.done, s.handler, s.stop
 		s.done, s.handler, s.stop = nil, "", nil
-		t.freeLocked(s, uint32(token)-1)
+		t.freeLocked(s, uint32(uint16(token)))
 		if stop != nil {
 			stop()
 		}
@@ -235,7 +258,7 @@ func (t *slotTable) failAll(err error) {
 	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
 		s.mu.Lock()
-		token, busy, isAsync := uint64(s.gen)<<32|uint64(i+1), s.busy, s.done != nil
+		token, busy, isAsync := makeToken(s.gen, uint32(i)), s.busy, s.done != nil
 		s.mu.Unlock()
 		switch {
 		case busy && isAsync:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -15,15 +16,32 @@ const (
 	listHandlersHandler = "_list_handlers"
 )
 
-// helloMsg is the handshake body, both ways: who I am and what I serve.
-type helloMsg struct {
-	Instance ext.InstanceID `json:"instance"`
-	Address  []byte         `json:"address"` // MessagePack WorkerAddress
-	Handlers []string       `json:"handlers"`
+// helloRequest is the body of a _hello request: who the caller is and how
+// to reach it. The shape is the reference's HelloRequest
+// (lib/velo/src/messenger/server/system_handlers.rs).
+type helloRequest struct {
+	PeerInfo *ext.PeerInfo `json:"peer_info"`
 }
 
-func (m *Messenger) helloBody() ([]byte, error) {
-	return json.Marshal(helloMsg{Instance: m.id, Address: m.info.Address.Encode(), Handlers: m.Handlers()})
+// handlersResponse answers _hello and _list_handlers: the names of every
+// handler here, system ones included, as the reference answers.
+type handlersResponse struct {
+	Handlers []string `json:"handlers"`
+}
+
+func (m *Messenger) handlersBody() ([]byte, error) {
+	return json.Marshal(handlersResponse{Handlers: m.allHandlers()})
+}
+
+// allHandlers lists every registered name, sorted.
+func (m *Messenger) allHandlers() []string {
+	hs := *m.handlers.Load()
+	out := make([]string, 0, len(hs))
+	for name := range hs {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (m *Messenger) registerSystemHandlers() {
@@ -34,32 +52,33 @@ func (m *Messenger) registerSystemHandlers() {
 	}
 	// _hello registers the caller (so replies can reach it) and answers
 	// with this node's handlers.
-	must(m.register(UnaryHandler(helloHandler, func(c *Context) ([]byte, error) {
-		var h helloMsg
-		if err := json.Unmarshal(c.Payload, &h); err != nil {
-			return nil, fmt.Errorf("bad hello: %w", err)
-		}
-		addr, err := ext.DecodeWorkerAddress(h.Address)
-		if err != nil {
+	must(m.register(UnaryHandler(helloHandler, m.onHello), true))
+	must(m.register(UnaryHandler(listHandlersHandler, func(c *Context) ([]byte, error) {
+		return m.handlersBody()
+	}), true))
+}
+
+// onHello registers the caller (so replies can reach it) and answers with
+// this node's handlers. Unlike the reference it also checks that the
+// instance named in the body is the worker that sent the request.
+func (m *Messenger) onHello(c *Context) ([]byte, error) {
+	var h helloRequest
+	if err := json.Unmarshal(c.Payload, &h); err != nil {
+		return nil, fmt.Errorf("bad hello: %w", err)
+	}
+	if h.PeerInfo == nil {
+		return nil, fmt.Errorf("bad hello: no peer_info")
+	}
+	info := *h.PeerInfo
+	if info.WorkerID() != c.SenderWorkerID() {
+		return nil, fmt.Errorf("hello from worker %s names instance %s", c.SenderWorkerID(), info.InstanceID)
+	}
+	if p, ok := m.peers.get(info.InstanceID); !ok || !sameAddress(p.info.Address, info.Address) {
+		if err := m.RegisterPeer(info); err != nil {
 			return nil, err
 		}
-		info := ext.PeerInfo{InstanceID: h.Instance, Address: addr}
-		if info.WorkerID() != c.SenderWorkerID() {
-			return nil, fmt.Errorf("hello from worker %s names instance %s", c.SenderWorkerID(), h.Instance)
-		}
-		if p, ok := m.peers.get(h.Instance); !ok || !sameAddress(p.info.Address, addr) {
-			if err := m.RegisterPeer(info); err != nil {
-				return nil, err
-			}
-		}
-		if p, ok := m.peers.get(h.Instance); ok {
-			p.setHandlers(h.Handlers)
-		}
-		return m.helloBody()
-	}), true))
-	must(m.register(UnaryHandler(listHandlersHandler, func(c *Context) ([]byte, error) {
-		return json.Marshal(m.Handlers())
-	}), true))
+	}
+	return m.handlersBody()
 }
 
 func sameAddress(a, b ext.WorkerAddress) bool {
@@ -128,7 +147,8 @@ func (m *Messenger) ensureHello(ctx context.Context, p *peer) error {
 
 func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	m.handshakes.Add(1)
-	body, err := m.helloBody()
+	info := m.info
+	body, err := json.Marshal(helloRequest{PeerInfo: &info})
 	if err != nil {
 		return err
 	}
@@ -136,7 +156,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	if err != nil {
 		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, err)
 	}
-	var h helloMsg
+	var h handlersResponse
 	if err := json.Unmarshal(resp, &h); err != nil {
 		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, err)
 	}
@@ -158,14 +178,14 @@ func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) (
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	if err := json.Unmarshal(resp, &names); err != nil {
+	var h handlersResponse
+	if err := json.Unmarshal(resp, &h); err != nil {
 		return nil, fmt.Errorf("velo: list handlers of %s: %w", target, err)
 	}
 	if p, ok := m.peers.get(target); ok {
-		p.setHandlers(names)
+		p.setHandlers(h.Handlers)
 	}
-	return names, nil
+	return h.Handlers, nil
 }
 
 // WaitForHandler returns once target serves handler, or ctx ends. It uses

@@ -23,8 +23,8 @@ func runDemo(args []string) error {
 		return err
 	}
 	defer a.Shutdown(velo.Timeout(2 * time.Second))
-	fmt.Printf("  node A %s at %s\n", a.InstanceID(), a.PeerInfo().Address["tcp"])
-	fmt.Printf("  node B %s at %s\n", b.InstanceID(), b.PeerInfo().Address["tcp"])
+	fmt.Printf("  node A %s at %s\n", a.InstanceID(), tcpAddr(a))
+	fmt.Printf("  node B %s at %s\n", b.InstanceID(), tcpAddr(b))
 
 	if err := registerDemoHandlers(b); err != nil {
 		return err
@@ -248,4 +248,13 @@ func demoEvent(ctx context.Context, a, b *velo.Node) (string, error) {
 	}
 	return fmt.Sprintf("A woke %v after B's trigger, over %d subscription; a second wait took %v, from A's cache, with no message",
 		took.Round(time.Microsecond), a.Events.Subscriptions()-subs, time.Since(again).Round(100*time.Nanosecond)), nil
+}
+
+// tcpAddr is the address a peer would dial to reach n over TCP.
+func tcpAddr(n *velo.Node) string {
+	addr, err := tcp.DialAddr(n.PeerInfo().Address[tcp.Key])
+	if err != nil {
+		return err.Error()
+	}
+	return addr
 }

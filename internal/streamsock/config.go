@@ -20,6 +20,12 @@ type Network interface {
 	Dial(ctx context.Context, endpoint []byte) (net.Conn, error)
 }
 
+// EndpointChecker is implemented by a Network that can tell, when a peer
+// registers, whether its endpoint is one it could dial.
+type EndpointChecker interface {
+	CheckEndpoint(endpoint []byte) error
+}
+
 // Config holds the settings shared by the socket transports. Zero values
 // mean the defaults.
 type Config struct {

@@ -113,6 +113,11 @@ func (t *Transport) Register(p ext.PeerInfo) error {
 	if err != nil {
 		return err
 	}
+	if c, ok := t.net.(EndpointChecker); ok {
+		if err := c.CheckEndpoint(ep); err != nil {
+			return fmt.Errorf("%s: peer %s: %w", t.cfg.Key, p.InstanceID, err)
+		}
+	}
 	t.peersMu.Lock()
 	defer t.peersMu.Unlock()
 	old := *t.peers.Load()

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -39,7 +40,9 @@ type options struct {
 func WithListenAddr(addr string) Option { return func(o *options) { o.listen = addr } }
 
 // WithAdvertiseAddr sets the host:port peers dial, when it differs from the
-// listening address (for example when listening on 0.0.0.0).
+// listening address. Without it, a listener on a specific IP advertises
+// that IP, and one on 0.0.0.0 or [::] advertises every interface that is up
+// (see Interface).
 func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
 
 // WithLanes keeps up to n ordered connections to each peer (default 1).
@@ -94,16 +97,48 @@ func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ep := n.o.advertise
-	if ep == "" {
-		ep = ln.Addr().String()
+	ep, err := n.endpoint(ln.Addr())
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
 	}
-	return ln, []byte(ep), nil
+	return ln, ep, nil
+}
+
+// endpoint is the address entry for a listener: the reference's list of
+// interfaces, or "host:port" text for an advertised host name (which the
+// reference resolves when it registers the peer).
+func (n *network) endpoint(bound net.Addr) ([]byte, error) {
+	if n.o.advertise == "" {
+		ap, err := netip.ParseAddrPort(bound.String())
+		if err != nil {
+			return nil, fmt.Errorf("tcp: listening address %s: %w", bound, err)
+		}
+		return EncodeEndpoint(advertise(ap)), nil
+	}
+	if ap, err := netip.ParseAddrPort(n.o.advertise); err == nil {
+		return EncodeEndpoint(advertise(ap)), nil
+	}
+	if _, _, err := net.SplitHostPort(n.o.advertise); err != nil {
+		return nil, fmt.Errorf("tcp: advertise address %q: %w", n.o.advertise, err)
+	}
+	return []byte(n.o.advertise), nil
+}
+
+// CheckEndpoint refuses, at registration, a peer entry this transport
+// could never dial.
+func (n *network) CheckEndpoint(ep []byte) error {
+	_, err := ParseEndpoint(ep)
+	return err
 }
 
 func (n *network) Dial(ctx context.Context, endpoint []byte) (net.Conn, error) {
+	addr, err := DialAddr(endpoint)
+	if err != nil {
+		return nil, err
+	}
 	d := net.Dialer{Control: n.control}
-	conn, err := d.DialContext(ctx, "tcp", string(endpoint))
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

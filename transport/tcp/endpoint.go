@@ -1,0 +1,419 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// An Interface is one address a TCP transport listens on, as the address
+// entry lists it. The entry has the reference implementation's shape
+// (lib/velo/src/transports/utils/interfaces.rs, InterfaceEndpoint, written
+// with rmp_serde::to_vec): a MessagePack array of entries, each the array
+// [name, ip, port, prefix_len, numa_node], numa_node nil when unknown.
+type Interface struct {
+	Name      string // "eth0"; empty for an address given by hand
+	IP        string // "192.168.1.10"
+	Port      uint16
+	PrefixLen uint8  // the subnet's CIDR prefix length
+	NUMANode  *int32 // nil when unknown
+}
+
+// ErrBadEndpoint wraps every failure to read a TCP address entry.
+var ErrBadEndpoint = errors.New("tcp: malformed endpoint")
+
+// maxInterfaces bounds the entries read from one address.
+const maxInterfaces = 256
+
+// EncodeEndpoint writes the entry of a TCP address.
+func EncodeEndpoint(ifs []Interface) []byte {
+	b := ext.AppendMsgpackArrayHeader(nil, len(ifs))
+	for _, e := range ifs {
+		b = append(b, 0x95)
+		b = appendStr(b, e.Name)
+		b = appendStr(b, e.IP)
+		b = appendUint(b, uint64(e.Port))
+		b = appendUint(b, uint64(e.PrefixLen))
+		if e.NUMANode == nil {
+			b = append(b, 0xc0)
+		} else {
+			b = appendInt(b, int64(*e.NUMANode))
+		}
+	}
+	return b
+}
+
+// ParseEndpoint reads a TCP address entry: the list that EncodeEndpoint
+// writes (entries as arrays or as maps with the field names), or, as the
+// reference also accepts, plain "host:port" text, with or without a
+// "tcp://" prefix. A host name in the text form is kept as it is and
+// resolved when dialed.
+func ParseEndpoint(raw []byte) ([]Interface, error) {
+	if len(raw) > 0 && (raw[0]&0xf0 == 0x90 || raw[0] == 0xdc || raw[0] == 0xdd) {
+		ifs, err := parseInterfaces(raw)
+		if err == nil && len(ifs) > 0 {
+			return ifs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	s := strings.TrimPrefix(string(raw), "tcp://")
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrBadEndpoint, s, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("%w: port %q", ErrBadEndpoint, port)
+	}
+	prefix := uint8(32)
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is6() {
+		prefix = 128
+	}
+	return []Interface{{IP: host, Port: uint16(p), PrefixLen: prefix}}, nil
+}
+
+// DialAddr picks the address to dial from a peer's TCP entry: first an
+// interface on a subnet this host is on, then the first that is not
+// loopback, then the first. (The reference also weighs NUMA nodes; this
+// transport does not know its own.)
+func DialAddr(raw []byte) (string, error) {
+	ifs, err := ParseEndpoint(raw)
+	if err != nil {
+		return "", err
+	}
+	return pick(ifs, localPrefixes()), nil
+}
+
+func pick(ifs []Interface, local []netip.Prefix) string {
+	hostPort := func(e Interface) string { return net.JoinHostPort(e.IP, strconv.Itoa(int(e.Port))) }
+	for _, e := range ifs {
+		ip, err := netip.ParseAddr(e.IP)
+		if err != nil {
+			continue
+		}
+		for _, l := range local {
+			bits := min(int(e.PrefixLen), l.Bits())
+			a, err1 := ip.Prefix(bits)
+			b, err2 := l.Addr().Prefix(bits)
+			if err1 == nil && err2 == nil && a == b {
+				return hostPort(e)
+			}
+		}
+	}
+	for _, e := range ifs {
+		if ip, err := netip.ParseAddr(e.IP); err == nil && !ip.IsLoopback() {
+			return hostPort(e)
+		}
+	}
+	return hostPort(ifs[0])
+}
+
+// localPrefixes lists this host's interface subnets.
+func localPrefixes() []netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			ones, _ := n.Mask.Size()
+			if ok {
+				out = append(out, netip.PrefixFrom(ip.Unmap(), ones))
+			}
+		}
+	}
+	return out
+}
+
+// advertise lists the interfaces to put in the address for a listener on
+// addr. A specific IP is advertised alone; a wildcard lists every interface
+// that is up and not loopback in its family, or loopback when there is none.
+func advertise(addr netip.AddrPort) []Interface {
+	ip := addr.Addr()
+	if !ip.IsUnspecified() {
+		return []Interface{{IP: ip.Unmap().String(), Port: addr.Port(), PrefixLen: uint8(ip.Unmap().BitLen())}}
+	}
+	var out []Interface
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			nip, ok := netip.AddrFromSlice(n.IP)
+			nip = nip.Unmap()
+			if !ok || nip.Is4() != ip.Unmap().Is4() || nip.IsLinkLocalUnicast() {
+				continue
+			}
+			ones, _ := n.Mask.Size()
+			out = append(out, Interface{Name: ifc.Name, IP: nip.String(), Port: addr.Port(), PrefixLen: uint8(ones)})
+		}
+	}
+	if len(out) == 0 {
+		if ip.Unmap().Is4() {
+			return []Interface{{Name: "lo", IP: "127.0.0.1", Port: addr.Port(), PrefixLen: 8}}
+		}
+		return []Interface{{Name: "lo", IP: "::1", Port: addr.Port(), PrefixLen: 128}}
+	}
+	return out
+}
+
+func parseInterfaces(raw []byte) ([]Interface, error) {
+	r := reader{b: raw}
+	n, err := r.arrayLen()
+	if err != nil {
+		return nil, err
+	}
+	if n > maxInterfaces || n > len(raw) {
+		return nil, fmt.Errorf("%w: %d interfaces", ErrBadEndpoint, n)
+	}
+	out := make([]Interface, 0, n)
+	for i := 0; i < n; i++ {
+		e, err := r.entry()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if r.off != len(raw) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrBadEndpoint, len(raw)-r.off)
+	}
+	return out, nil
+}
+
+// reader reads the MessagePack forms an endpoint list uses.
+type reader struct {
+	b   []byte
+	off int
+}
+
+func (r *reader) need(n int) ([]byte, error) {
+	if n < 0 || len(r.b)-r.off < n {
+		return nil, fmt.Errorf("%w: truncated", ErrBadEndpoint)
+	}
+	s := r.b[r.off : r.off+n]
+	r.off += n
+	return s, nil
+}
+
+func (r *reader) byte1() (byte, error) {
+	s, err := r.need(1)
+	if err != nil {
+		return 0, err
+	}
+	return s[0], nil
+}
+
+func (r *reader) length(width int) (int, error) {
+	s, err := r.need(width)
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	for _, c := range s {
+		v = v<<8 | uint64(c)
+	}
+	if v > uint64(len(r.b)) {
+		return 0, fmt.Errorf("%w: length %d in %d bytes", ErrBadEndpoint, v, len(r.b))
+	}
+	return int(v), nil
+}
+
+func (r *reader) arrayLen() (int, error) {
+	t, err := r.byte1()
+	switch {
+	case err != nil:
+		return 0, err
+	case t&0xf0 == 0x90:
+		return int(t & 0x0f), nil
+	case t == 0xdc:
+		return r.length(2)
+	case t == 0xdd:
+		return r.length(4)
+	}
+	return 0, fmt.Errorf("%w: expected an array, got 0x%02x", ErrBadEndpoint, t)
+}
+
+// entry reads one interface, as an array of five or a map of named fields.
+func (r *reader) entry() (Interface, error) {
+	var e Interface
+	t, err := r.byte1()
+	if err != nil {
+		return e, err
+	}
+	if t == 0x95 {
+		for _, f := range interfaceFields {
+			if err := r.field(&e, f); err != nil {
+				return e, err
+			}
+		}
+		return e, nil
+	}
+	if t&0xf0 != 0x80 || t&0x0f > 5 {
+		return e, fmt.Errorf("%w: interface entry 0x%02x", ErrBadEndpoint, t)
+	}
+	for i := 0; i < int(t&0x0f); i++ {
+		name, err := r.str()
+		if err != nil {
+			return e, err
+		}
+		if err := r.field(&e, name); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+var interfaceFields = []string{"name", "ip", "port", "prefix_len", "numa_node"}
+
+func (r *reader) field(e *Interface, name string) error {
+	var err error
+	var v int64
+	switch name {
+	case "name":
+		e.Name, err = r.str()
+	case "ip":
+		e.IP, err = r.str()
+	case "port":
+		if v, err = r.int(); err == nil && (v < 0 || v > math.MaxUint16) {
+			err = fmt.Errorf("%w: port %d", ErrBadEndpoint, v)
+		}
+		e.Port = uint16(v)
+	case "prefix_len":
+		if v, err = r.int(); err == nil && (v < 0 || v > 128) {
+			err = fmt.Errorf("%w: prefix length %d", ErrBadEndpoint, v)
+		}
+		e.PrefixLen = uint8(v)
+	case "numa_node":
+		if len(r.b) > r.off && r.b[r.off] == 0xc0 {
+			r.off++
+			return nil
+		}
+		if v, err = r.int(); err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
+			err = fmt.Errorf("%w: NUMA node %d", ErrBadEndpoint, v)
+		}
+		n := int32(v)
+		e.NUMANode = &n
+	default:
+		err = fmt.Errorf("%w: field %q", ErrBadEndpoint, name)
+	}
+	return err
+}
+
+func (r *reader) str() (string, error) {
+	t, err := r.byte1()
+	if err != nil {
+		return "", err
+	}
+	var n int
+	switch {
+	case t&0xe0 == 0xa0:
+		n = int(t & 0x1f)
+	case t == 0xd9:
+		n, err = r.length(1)
+	case t == 0xda:
+		n, err = r.length(2)
+	case t == 0xdb:
+		n, err = r.length(4)
+	default:
+		return "", fmt.Errorf("%w: expected a string, got 0x%02x", ErrBadEndpoint, t)
+	}
+	if err != nil {
+		return "", err
+	}
+	s, err := r.need(n)
+	return string(s), err
+}
+
+// int reads any MessagePack integer that fits in an int64.
+func (r *reader) int() (int64, error) {
+	t, err := r.byte1()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case t < 0x80:
+		return int64(t), nil
+	case t >= 0xe0:
+		return int64(int8(t)), nil
+	}
+	widths := map[byte]int{0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}
+	w, ok := widths[t]
+	if !ok {
+		return 0, fmt.Errorf("%w: expected an integer, got 0x%02x", ErrBadEndpoint, t)
+	}
+	s, err := r.need(w)
+	if err != nil {
+		return 0, err
+	}
+	var u uint64
+	for _, c := range s {
+		u = u<<8 | uint64(c)
+	}
+	if t >= 0xd0 { // signed: sign-extend from w bytes
+		shift := 64 - 8*w
+		return int64(u<<shift) >> shift, nil
+	}
+	if u > math.MaxInt64 {
+		return 0, fmt.Errorf("%w: integer %d too large", ErrBadEndpoint, u)
+	}
+	return int64(u), nil
+}
+
+func appendStr(b []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 32:
+		b = append(b, 0xa0|byte(n))
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	default:
+		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
+	}
+	return append(b, s...)
+}
+
+// appendUint writes v in its shortest unsigned form, as rmp does.
+func appendUint(b []byte, v uint64) []byte {
+	switch {
+	case v < 0x80:
+		return append(b, byte(v))
+	case v <= math.MaxUint8:
+		return append(b, 0xcc, byte(v))
+	case v <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
+	case v <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
+}
+
+// appendInt writes v in its shortest form: unsigned when not negative.
+func appendInt(b []byte, v int64) []byte {
+	switch {
+	case v >= 0:
+		return appendUint(b, uint64(v))
+	case v >= -32:
+		return append(b, byte(v))
+	case v >= math.MinInt8:
+		return append(b, 0xd0, byte(v))
+	case v >= math.MinInt16:
+		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(v))
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(v))
+}
