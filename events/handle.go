@@ -22,22 +22,25 @@ import (
 	"github.com/velo-go/velo/ext"
 )
 
-// Handle names one event: the owner's WorkerID in the upper 64 bits, and
-// the slot index and its generation in the lower 64. A handle whose slot was
+// Handle names one event. As a u128 it is laid out as the reference lays
+// out an EventHandle (lib/velo/src/events/handle.rs): the owner's WorkerID
+// in bits 64-127, the slot index in bits 32-63 and its generation in bits
+// 0-31. Bit 63 (the top bit of the index) marks a local-only event in the
+// reference; this node's indexes stay below it. A handle whose slot was
 // reused is stale and never completes the new event.
 type Handle struct {
 	Hi uint64 // owner WorkerID
-	Lo uint64 // generation << 32 | slot index
+	Lo uint64 // slot index << 32 | generation
 }
 
 // Owner is the WorkerID of the node that owns the event.
 func (h Handle) Owner() ext.WorkerID { return ext.WorkerID(h.Hi) }
 
-func (h Handle) index() uint32 { return uint32(h.Lo) }
-func (h Handle) gen() uint32   { return uint32(h.Lo >> 32) }
+func (h Handle) index() uint32 { return uint32(h.Lo >> 32) }
+func (h Handle) gen() uint32   { return uint32(h.Lo) }
 
 func makeHandle(owner ext.WorkerID, idx, gen uint32) Handle {
-	return Handle{Hi: uint64(owner), Lo: uint64(gen)<<32 | uint64(idx)}
+	return Handle{Hi: uint64(owner), Lo: uint64(idx)<<32 | uint64(gen)}
 }
 
 // IsZero reports the zero handle, which names no event.

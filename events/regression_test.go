@@ -2,6 +2,8 @@ package events_test
 
 import (
 	"errors"
+	"fmt"
+	"math/big"
 	"testing"
 
 	"github.com/velo-go/velo/events"
@@ -68,26 +70,28 @@ func TestRegressionHandleTextRejectsJunk(t *testing.T) {
 	}
 }
 
-// TestRegressionSubscribeToForeignHandle: an owner answers _event_subscribe
-// for a handle whose upper half names another worker as if it were its
-// own, when the lower half matches one of its live slots: it answers
-// "pending" (0) and registers a notice that the subscriber then drops
-// (onTrigger checks h.Owner() against the sender), so that wait never
-// ends. An honest node sends a subscription only to the owner, so this
-// takes a confused or hostile peer. Fix: onSubscribe (remote.go) answers
-// subUnknown (3) when h.Owner() != r.m.owner.
+// TestRegressionSubscribeToForeignHandle: an owner took _event_subscribe
+// for a handle whose upper half names another worker as its own, when the
+// lower half matched one of its live slots: it recorded a subscriber that
+// it would later notify for an event the handle does not name. An honest
+// node sends a subscription only to the owner, so this takes a confused or
+// hostile peer. Fix: tellWhenDone (remote.go) answers "unknown" at once
+// when h.Owner() is not this node, and records nothing.
 func TestRegressionSubscribeToForeignHandle(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := pair(t, false)
 	e := newEvent(t, a.Events)
 	foreign := events.Handle{Hi: uint64(b.WorkerID()), Lo: e.Handle().Lo}
-	resp, err := b.Unary(ctx, a.InstanceID(), "_event_subscribe", foreign.MarshalMsgpack())
-	if err != nil {
+	hi, lo := foreign.Hi, foreign.Lo
+	handle := new(big.Int).Or(new(big.Int).Lsh(new(big.Int).SetUint64(hi), 64), new(big.Int).SetUint64(lo))
+	body := fmt.Sprintf(`{"handle":%s,"subscriber_worker":%d,"subscriber_instance":"%s"}`, handle, uint64(b.WorkerID()), b.InstanceID())
+	handled, recorded := a.Events.SubscribesHandled(), a.Events.SubscribersRecorded()
+	if err := b.Send(ctx, a.InstanceID(), "_event_subscribe", []byte(body)); err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
-	const subUnknown = 3 // the answer byte for "no such event here" (remote.go)
-	if len(resp) != 1 || resp[0] != subUnknown {
-		t.Errorf("owner answered % x to a subscription for another worker's handle, want %02x", resp, subUnknown)
+	eventually(t, "subscription handled", func() bool { return a.Events.SubscribesHandled() > handled })
+	if got := a.Events.SubscribersRecorded(); got != recorded {
+		t.Errorf("owner recorded %d subscribers for another worker's handle, want %d", got-recorded, 0)
 	}
 	e.Trigger()
 }

@@ -2,7 +2,7 @@ package events
 
 import (
 	"context"
-	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -19,14 +19,6 @@ const (
 	triggerRequestHandler = "_event_trigger_request"
 )
 
-// subscribe answers.
-const (
-	subPending   = 0
-	subTriggered = 1
-	subPoisoned  = 2
-	subUnknown   = 3
-)
-
 // remote is the distributed part of a node's manager.
 type remote struct {
 	m   *Manager
@@ -37,6 +29,8 @@ type remote struct {
 	subs map[Handle]*completion
 
 	subscribes atomic.Int64 // subscription messages sent, for tests
+	handled    atomic.Int64 // subscriptions and trigger requests served as owner
+	recorded   atomic.Int64 // of those, the ones recorded for a pending event
 	closed     chan struct{}
 }
 
@@ -47,9 +41,9 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 	r := &remote{m: m, msg: msg, subs: map[Handle]*completion{}, closed: make(chan struct{})}
 	m.remote = r
 	hs := []messenger.Handler{
-		messenger.UnaryHandler(subscribeHandler, r.onSubscribe, messenger.WithDrainExempt()),
+		messenger.FireHandler(subscribeHandler, r.onSubscribe, messenger.WithDrainExempt()),
 		messenger.FireHandler(triggerHandler, r.onTrigger, messenger.WithDrainExempt()),
-		messenger.UnaryHandler(triggerRequestHandler, r.onTriggerRequest, messenger.WithDrainExempt()),
+		messenger.FireHandler(triggerRequestHandler, r.onTriggerRequest, messenger.WithDrainExempt()),
 	}
 	for _, h := range hs {
 		if err := msg.RegisterSystem(h); err != nil {
@@ -57,6 +51,24 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 		}
 	}
 	return m, nil
+}
+
+// SubscribersRecorded is how many remote subscribers to this node's
+// pending events it recorded (each is told once the event completes).
+func (m *Manager) SubscribersRecorded() int64 {
+	if m.remote == nil {
+		return 0
+	}
+	return m.remote.recorded.Load()
+}
+
+// SubscribesHandled is how many subscriptions and trigger requests from
+// other nodes this node has served as owner, whatever their outcome.
+func (m *Manager) SubscribesHandled() int64 {
+	if m.remote == nil {
+		return 0
+	}
+	return m.remote.handled.Load()
 }
 
 // Subscriptions is how many subscribe messages this node sent.
@@ -108,24 +120,31 @@ func (r *remote) subscribe(h Handle, c *completion) {
 		r.settle(h, c, false, "", fmt.Errorf("%w: owner worker %s of %s", ext.ErrPeerNotRegistered, h.Owner(), h))
 		return
 	}
-	resp, err := r.msg.Unary(ctx, owner, subscribeHandler, h.MarshalMsgpack())
-	switch {
-	case err != nil:
+	err := r.handshake(ctx, owner)
+	if err == nil {
+		err = r.msg.Send(ctx, owner, subscribeHandler, mustJSON(subscribeMsg{
+			Handle: handleU128(h), SubscriberWorker: uint64(r.msg.WorkerID()), SubscriberInstance: r.msg.InstanceID(),
+		}))
+	}
+	if err != nil {
 		if r.m.closed.Load() {
 			err = ErrClosed
 		}
 		r.settle(h, c, false, "", fmt.Errorf("velo: subscribe to %s: %w", h, err))
-	case len(resp) == 0:
-		r.settle(h, c, false, "", fmt.Errorf("velo: subscribe to %s: empty answer", h))
-	case resp[0] == subPending:
-		// The owner will send _event_trigger.
-	case resp[0] == subTriggered:
-		r.settle(h, c, false, "", nil)
-	case resp[0] == subPoisoned:
-		r.settle(h, c, true, string(resp[1:]), nil)
-	default:
-		r.settle(h, c, false, "", ErrUnknownEvent)
 	}
+	// Otherwise the owner's _event_trigger settles the subscription.
+}
+
+// handshake makes sure the owner can answer: it answers with messages of
+// its own (_event_trigger, an Ack), sent through its peer table, and the
+// _hello exchange puts this node there. A draining owner refuses _hello but
+// still serves events, and may know this node already (a peer registered by
+// hand, or an earlier handshake), so that refusal is not an error here.
+func (r *remote) handshake(ctx context.Context, owner ext.InstanceID) error {
+	if err := r.msg.Handshake(ctx, owner); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return err
+	}
+	return nil
 }
 
 // settle ends a subscription: the outcome goes to its waiters and, unless
@@ -146,102 +165,121 @@ func (r *remote) settle(h Handle, c *completion, poisoned bool, reason string, e
 	close(c.done)
 }
 
-// onSubscribe runs on the owner: answer now for a completed event, or
-// record the subscriber and tell it when the event completes.
-func (r *remote) onSubscribe(c *messenger.Context) ([]byte, error) {
-	var h Handle
-	if err := h.UnmarshalMsgpack(c.Payload); err != nil {
-		return nil, err
+// onSubscribe runs on the owner: tell the subscriber now for a completed
+// (or unknown) event, or when the event completes.
+func (r *remote) onSubscribe(c *messenger.Context) {
+	var msg subscribeMsg
+	if err := json.Unmarshal(c.Payload, &msg); err != nil {
+		return
 	}
+	// A body that names another node than the sender is refused: it would
+	// make this node send completions to a third party.
+	if msg.SubscriberInstance.WorkerID() != c.SenderWorkerID() || ext.WorkerID(msg.SubscriberWorker) != c.SenderWorkerID() {
+		return
+	}
+	r.tellWhenDone(msg.SubscriberInstance, msg.Handle.handle())
+}
+
+// tellWhenDone sends target an _event_trigger for the local event of h
+// once it completes: at once if it has, or if h names no event here.
+func (r *remote) tellWhenDone(target ext.InstanceID, h Handle) {
+	defer r.handled.Add(1)
 	if h.Owner() != r.m.owner {
-		return []byte{subUnknown}, nil // not ours: never answer "pending"
+		r.notify(target, h, completionMsg{Unknown: true, Poisoned: strPtr(true, "unknown event")})
+		return
 	}
-	subscriber := c.SenderWorkerID()
 	res, completed, err := r.m.follow(h, func(poisoned bool, reason string) {
-		r.notify(subscriber, h, poisoned, reason)
+		r.notify(target, h, completionMsg{Poisoned: strPtr(poisoned, reason)})
 	})
 	switch {
 	case err != nil:
-		return []byte{subUnknown}, nil
+		r.notify(target, h, completionMsg{Unknown: true, Poisoned: strPtr(true, "unknown event")})
 	case completed:
-		return outcome(res.poisoned, res.reason), nil
+		r.notify(target, h, completionMsg{Poisoned: strPtr(res.poisoned, res.reason)})
+	default:
+		r.recorded.Add(1)
 	}
-	return []byte{subPending}, nil
 }
 
-func outcome(poisoned bool, reason string) []byte {
-	if poisoned {
-		return append([]byte{subPoisoned}, reason...)
-	}
-	return []byte{subTriggered}
+// notify sends a completion to target. It is fire-and-forget: it returns
+// once the transport took the message; a subscriber that is gone fails its
+// own waits when its node stops.
+func (r *remote) notify(target ext.InstanceID, h Handle, msg completionMsg) {
+	msg.Handle = handleU128(h)
+	r.msg.Send(context.Background(), target, triggerHandler, mustJSON(msg))
 }
 
-// notify tells a subscriber that an event completed.
-func (r *remote) notify(subscriber ext.WorkerID, h Handle, poisoned bool, reason string) {
-	id, ok := r.msg.InstanceOf(subscriber)
-	if !ok {
-		return // the subscriber is gone; its waits end with its node
-	}
-	// Fire-and-forget: it returns once the transport took the message.
-	r.msg.Send(context.Background(), id, triggerHandler, encodeOutcome(h, poisoned, reason))
-}
-
-// encodeOutcome is [16 B handle, big-endian hi then lo][u8 poisoned][reason].
-func encodeOutcome(h Handle, poisoned bool, reason string) []byte {
-	b := make([]byte, 0, 17+len(reason))
-	b = binary.BigEndian.AppendUint64(b, h.Hi)
-	b = binary.BigEndian.AppendUint64(b, h.Lo)
-	p := byte(0)
-	if poisoned {
-		p = 1
-	}
-	return append(append(b, p), reason...)
-}
-
-func decodeOutcome(b []byte) (h Handle, poisoned bool, reason string, err error) {
-	if len(b) < 17 || b[16] > 1 {
-		return h, false, "", fmt.Errorf("%w: outcome of %d bytes", ErrMalformedHandle, len(b))
-	}
-	h = Handle{Hi: binary.BigEndian.Uint64(b), Lo: binary.BigEndian.Uint64(b[8:])}
-	return h, b[16] == 1, string(b[17:]), nil
-}
-
-// onTrigger runs on a subscriber when the owner reports completion.
+// onTrigger runs on a subscriber when the owner reports completion. With
+// no subscription open (the answer to this node's own trigger request) the
+// outcome goes to the cache, so a later wait needs no message.
 func (r *remote) onTrigger(c *messenger.Context) {
-	h, poisoned, reason, err := decodeOutcome(c.Payload)
-	if err != nil || h.Owner() != c.SenderWorkerID() {
+	var msg completionMsg
+	if err := json.Unmarshal(c.Payload, &msg); err != nil {
 		return
 	}
-	r.m.mu.Lock()
+	h := msg.Handle.handle()
+	if h.Owner() != c.SenderWorkerID() {
+		return
+	}
+	poisoned, reason := msg.Poisoned != nil, ""
+	if poisoned {
+		reason = *msg.Poisoned
+	}
+	var err error
+	if msg.Unknown {
+		err = ErrUnknownEvent
+	}
+	m := r.m
+	m.mu.Lock()
 	sub := r.subs[h]
-	r.m.mu.Unlock()
+	if sub == nil && err == nil {
+		m.done.put(h, poisoned, reason)
+	}
+	m.mu.Unlock()
 	if sub != nil {
-		r.settle(h, sub, poisoned, reason, nil)
+		r.settle(h, sub, poisoned, reason, err)
 	}
 }
 
-// Answers to a trigger request.
+// Codes of a refused trigger request, in the acknowledgement's header map.
 const (
-	reqDone      = 0
-	reqCompleted = 1
-	reqUnknown   = 2
+	codeAlreadyCompleted = "event_already_completed"
+	codeUnknownEvent     = "event_unknown"
 )
 
 // onTriggerRequest runs on the owner when another node asks it to
-// complete one of its events. The answer is the acknowledgement.
-func (r *remote) onTriggerRequest(c *messenger.Context) ([]byte, error) {
-	h, poisoned, reason, err := decodeOutcome(c.Payload)
-	if err != nil {
-		return nil, err
+// complete one of its events. As the reference does, the owner then tells
+// the requester how the event ended (an _event_trigger) and acknowledges to
+// the response id in the body, if there is one.
+func (r *remote) onTriggerRequest(c *messenger.Context) {
+	var msg triggerRequestMsg
+	if err := json.Unmarshal(c.Payload, &msg); err != nil {
+		return
 	}
-	switch err := r.m.complete(h, poisoned, reason); {
-	case err == nil:
-		return []byte{reqDone}, nil
+	if msg.RequesterInstance.WorkerID() != c.SenderWorkerID() || ext.WorkerID(msg.RequesterWorker) != c.SenderWorkerID() {
+		return
+	}
+	if msg.ResponseID != nil && msg.ResponseID.responseID().Worker() != c.SenderWorkerID() {
+		return // an answer aimed at a third party
+	}
+	h := msg.Handle.handle()
+	reason := ""
+	if msg.Poisoned != nil {
+		reason = *msg.Poisoned
+	}
+	err := r.m.complete(h, msg.Poisoned != nil, reason)
+	r.tellWhenDone(msg.RequesterInstance, h)
+	if msg.ResponseID == nil {
+		return
+	}
+	code := ""
+	switch {
 	case errors.Is(err, ErrAlreadyCompleted):
-		return []byte{reqCompleted}, nil
-	default:
-		return []byte{reqUnknown}, nil
+		code = codeAlreadyCompleted
+	case err != nil:
+		code = codeUnknownEvent
 	}
+	r.msg.Acknowledge(msg.ResponseID.responseID(), code, err)
 }
 
 // Trigger completes the event of h, here or, for another node's handle, by
@@ -262,21 +300,31 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 	if m.remote == nil {
 		return fmt.Errorf("%w: %s belongs to another node and this manager is local", ErrUnknownEvent, h)
 	}
-	owner, ok := m.remote.msg.InstanceOf(h.Owner())
+	msg := m.remote.msg
+	owner, ok := msg.InstanceOf(h.Owner())
 	if !ok {
 		return fmt.Errorf("%w: owner worker %s of %s", ext.ErrPeerNotRegistered, h.Owner(), h)
 	}
-	resp, err := m.remote.msg.Unary(ctx, owner, triggerRequestHandler, encodeOutcome(h, poisoned, reason))
-	switch {
-	case err != nil:
+	if err := m.remote.handshake(ctx, owner); err != nil {
 		return err
-	case len(resp) == 1 && resp[0] == reqDone:
-		return nil
-	case len(resp) == 1 && resp[0] == reqCompleted:
-		return fmt.Errorf("%w (at the owner)", ErrAlreadyCompleted)
-	default:
-		return fmt.Errorf("%w (at the owner)", ErrUnknownEvent)
 	}
+	_, err := msg.FireAndAwait(ctx, owner, triggerRequestHandler, func(id messenger.ResponseID) []byte {
+		rid := responseU128(id)
+		return mustJSON(triggerRequestMsg{
+			Handle: handleU128(h), RequesterWorker: uint64(msg.WorkerID()), RequesterInstance: msg.InstanceID(),
+			Poisoned: strPtr(poisoned, reason), ResponseID: &rid,
+		})
+	})
+	var re *messenger.RemoteError
+	if errors.As(err, &re) {
+		switch re.Code {
+		case codeAlreadyCompleted:
+			return fmt.Errorf("%w (at the owner)", ErrAlreadyCompleted)
+		case codeUnknownEvent:
+			return fmt.Errorf("%w (at the owner)", ErrUnknownEvent)
+		}
+	}
+	return err
 }
 
 // close fails every open subscription with ErrClosed.

@@ -15,15 +15,14 @@ import (
 	"github.com/velo-go/velo/events"
 )
 
-// subscribed starts a wait on w for h, owned by another node, and returns
-// once w has the owner's answer to its subscription. The owner has not
-// completed the event, so that answer was "pending": the owner has recorded
-// w as a subscriber and will tell it with _event_trigger. w needs metrics.
-func subscribed(t *testing.T, ctx context.Context, w *testNode, h events.Handle) <-chan error {
+// subscribed starts a wait on w for h, owned by owner, and returns once the
+// owner has recorded w as a subscriber of the pending event (it will tell w
+// with _event_trigger).
+func subscribed(t *testing.T, ctx context.Context, owner, w *testNode, h events.Handle) <-chan error {
 	t.Helper()
-	subs, answers := w.Events.Subscriptions(), w.inboundResponses(t)
+	subs, recorded := w.Events.Subscriptions(), owner.Events.SubscribersRecorded()
 	ch := waitAsync(ctx, w.Events, h)
-	eventually(t, "subscription answered", func() bool { return w.inboundResponses(t) > answers })
+	eventually(t, "subscription recorded", func() bool { return owner.Events.SubscribersRecorded() > recorded })
 	if got := w.Events.Subscriptions(); got != subs+1 {
 		t.Fatalf("Subscriptions() = %d after one wait, want %d", got, subs+1)
 	}
@@ -43,7 +42,7 @@ func TestRemoteWaitTriggerAndPoison(t *testing.T) {
 	a, b := pair(t, true)
 
 	e := newEvent(t, a.Events)
-	w := subscribed(t, ctx, b, e.Handle())
+	w := subscribed(t, ctx, a, b, e.Handle())
 	if err := e.Trigger(); err != nil {
 		t.Fatalf("Trigger: %v", err)
 	}
@@ -52,7 +51,7 @@ func TestRemoteWaitTriggerAndPoison(t *testing.T) {
 	}
 
 	p := newEvent(t, a.Events)
-	w = subscribed(t, ctx, b, p.Handle())
+	w = subscribed(t, ctx, a, b, p.Handle())
 	local := waitAsync(ctx, a.Events, p.Handle())
 	if err := p.Poison("gpu lost"); err != nil {
 		t.Fatalf("Poison: %v", err)
@@ -138,7 +137,7 @@ func TestCachedRemoteOutcomeSendsNothing(t *testing.T) {
 
 	for _, poison := range []bool{false, true} {
 		e := newEvent(t, a.Events)
-		w := subscribed(t, ctx, b, e.Handle())
+		w := subscribed(t, ctx, a, b, e.Handle())
 		want := func(err error, what string) {
 			t.Helper()
 			if poison {
@@ -210,7 +209,7 @@ func TestRemoteTriggerRequest(t *testing.T) {
 
 	e := newEvent(t, a.Events)
 	onA := waitAsync(ctx, a.Events, e.Handle())
-	onB := subscribed(t, ctx, b, e.Handle())
+	onB := subscribed(t, ctx, a, b, e.Handle())
 	if err := b.Events.Trigger(ctx, e.Handle()); err != nil {
 		t.Fatalf("remote Trigger: %v", err)
 	}
@@ -302,7 +301,7 @@ func TestShutdownFailsPendingRemoteWait(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := pair(t, true)
 	e := newEvent(t, a.Events)
-	w := subscribed(t, ctx, b, e.Handle())
+	w := subscribed(t, ctx, a, b, e.Handle())
 
 	if err := b.Shutdown(velo.Timeout(5 * time.Second)); err != nil {
 		t.Fatalf("B.Shutdown: %v", err)
@@ -358,7 +357,7 @@ func TestEventsDuringDrain(t *testing.T) {
 		if _, err := b.Unary(ctx, a.InstanceID(), "work", nil); !errors.Is(err, velo.ErrShuttingDown) {
 			t.Fatalf("new work to a draining owner: %v, want ErrShuttingDown", err)
 		}
-		w := subscribed(t, ctx, b, e.Handle()) // _event_subscribe answered
+		w := subscribed(t, ctx, a, b, e.Handle()) // _event_subscribe answered
 		if err := e.Trigger(); err != nil {
 			t.Fatalf("Trigger during drain: %v", err)
 		}
@@ -379,7 +378,7 @@ func TestEventsDuringDrain(t *testing.T) {
 		ctx := testCtx(t)
 		a, b := pair(t, true)
 		e := newEvent(t, a.Events)
-		w := subscribed(t, ctx, b, e.Handle())
+		w := subscribed(t, ctx, a, b, e.Handle())
 		b.BeginDrain()
 		if err := e.Trigger(); err != nil {
 			t.Fatalf("Trigger: %v", err)
@@ -389,7 +388,7 @@ func TestEventsDuringDrain(t *testing.T) {
 		}
 		// Sending is not gated: the draining node can still subscribe.
 		p := newEvent(t, a.Events)
-		w = subscribed(t, ctx, b, p.Handle())
+		w = subscribed(t, ctx, a, b, p.Handle())
 		p.Poison("done")
 		wantPoisoned(t, recv(t, w, "second waiter"), p.Handle(), "done", "second waiter")
 	})

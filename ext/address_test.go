@@ -113,6 +113,183 @@ func key(n int, c byte) ext.TransportKey {
 	return ext.TransportKey(strings.Repeat(string(rune(c)), n))
 }
 
+// wantArray writes v the way rmp_serde (BytesMode::Normal) writes a Vec<u8>:
+// an array header in its shortest form, then each byte as a positive fixint
+// (below 0x80) or as uint8 (0xcc and the byte). It is written out here, apart
+// from the encoder, so the tests do not check Encode against itself.
+func wantArray(v []byte) []byte {
+	var b []byte
+	switch n := len(v); {
+	case n < 16:
+		b = []byte{0x90 | byte(n)}
+	case n < 1<<16:
+		b = []byte{0xdc, byte(n >> 8), byte(n)}
+	default:
+		b = []byte{0xdd, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	for _, c := range v {
+		if c < 0x80 {
+			b = append(b, c)
+		} else {
+			b = append(b, 0xcc, c)
+		}
+	}
+	return b
+}
+
+// wantStr writes s as a MessagePack str in its shortest form.
+func wantStr(s string) []byte {
+	var b []byte
+	switch n := len(s); {
+	case n < 32:
+		b = []byte{0xa0 | byte(n)}
+	case n < 1<<8:
+		b = []byte{0xd9, byte(n)}
+	case n < 1<<16:
+		b = []byte{0xda, byte(n >> 8), byte(n)}
+	default:
+		b = []byte{0xdb, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	return append(b, s...)
+}
+
+// wantEncoding is the reference encoding of a: a map in its shortest form,
+// keys as str in byte order, endpoints as wantArray writes them.
+func wantEncoding(a ext.WorkerAddress) []byte {
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, string(k))
+	}
+	sort.Strings(keys)
+	var b []byte
+	switch n := len(keys); {
+	case n < 16:
+		b = []byte{0x80 | byte(n)}
+	case n < 1<<16:
+		b = []byte{0xde, byte(n >> 8), byte(n)}
+	default:
+		b = []byte{0xdf, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	}
+	for _, k := range keys {
+		b = append(b, wantStr(k)...)
+		b = append(b, wantArray(a[ext.TransportKey(k)])...)
+	}
+	return b
+}
+
+// canonReader parses only the canonical encoding: a map, str keys and
+// endpoints that are arrays of positive fixint / uint8 elements, each in the
+// shortest form. It fails the test on anything else.
+type canonReader struct {
+	t   *testing.T
+	b   []byte
+	off int
+}
+
+func (r *canonReader) take(n int) []byte {
+	r.t.Helper()
+	if n < 0 || len(r.b)-r.off < n {
+		r.t.Fatalf("truncated at %d (need %d) in % x", r.off, n, head(r.b))
+	}
+	s := r.b[r.off : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *canonReader) length(width int) int {
+	r.t.Helper()
+	n := 0
+	for _, c := range r.take(width) {
+		n = n<<8 | int(c)
+	}
+	return n
+}
+
+func (r *canonReader) mapLen() int {
+	r.t.Helper()
+	switch t := r.take(1)[0]; {
+	case t&0xf0 == 0x80:
+		return int(t & 0x0f)
+	case t == 0xde:
+		if n := r.length(2); n >= 16 {
+			return n
+		}
+	case t == 0xdf:
+		if n := r.length(4); n >= 1<<16 {
+			return n
+		}
+	}
+	r.t.Fatalf("no canonical map header at %d in % x", r.off-1, head(r.b))
+	return 0
+}
+
+func (r *canonReader) str() string {
+	r.t.Helper()
+	n, min := -1, 0
+	switch t := r.take(1)[0]; {
+	case t&0xe0 == 0xa0:
+		n = int(t & 0x1f)
+	case t == 0xd9:
+		n, min = r.length(1), 32
+	case t == 0xda:
+		n, min = r.length(2), 1<<8
+	case t == 0xdb:
+		n, min = r.length(4), 1<<16
+	}
+	if n < min {
+		r.t.Fatalf("no canonical str at %d in % x", r.off, head(r.b))
+	}
+	return string(r.take(n))
+}
+
+func (r *canonReader) byteArray() []byte {
+	r.t.Helper()
+	n, min := -1, 0
+	switch t := r.take(1)[0]; {
+	case t&0xf0 == 0x90:
+		n = int(t & 0x0f)
+	case t == 0xdc:
+		n, min = r.length(2), 16
+	case t == 0xdd:
+		n, min = r.length(4), 1<<16
+	}
+	if n < min {
+		r.t.Fatalf("no canonical array header at %d in % x", r.off, head(r.b))
+	}
+	out := make([]byte, 0, n)
+	for i := 0; i < n; i++ {
+		switch c := r.take(1)[0]; {
+		case c < 0x80:
+			out = append(out, c)
+		case c == 0xcc:
+			v := r.take(1)[0]
+			if v < 0x80 {
+				r.t.Fatalf("uint8 element 0x%02x should be a fixint, at %d", v, r.off-2)
+			}
+			out = append(out, v)
+		default:
+			r.t.Fatalf("array element 0x%02x at %d is not a uint8", c, r.off-1)
+		}
+	}
+	return out
+}
+
+// parseCanonical splits a canonical encoding into its keys, in the order
+// written, and their endpoints.
+func parseCanonical(t *testing.T, b []byte) (keys []string, eps [][]byte) {
+	t.Helper()
+	r := &canonReader{t: t, b: b}
+	n := r.mapLen()
+	for i := 0; i < n; i++ {
+		keys = append(keys, r.str())
+		eps = append(eps, r.byteArray())
+	}
+	if r.off != len(b) {
+		t.Fatalf("%d bytes after the last entry in % x", len(b)-r.off, head(b))
+	}
+	return keys, eps
+}
+
 func TestWorkerAddressRoundTrip(t *testing.T) {
 	many := make(ext.WorkerAddress)
 	for i := 0; i < maxEntries; i++ {
@@ -127,25 +304,28 @@ func TestWorkerAddressRoundTrip(t *testing.T) {
 		map16Min[ext.TransportKey(fmt.Sprintf("t%d", i))] = []byte{byte(i)}
 	}
 	cases := map[string]ext.WorkerAddress{
-		"nil":                     nil,
-		"empty":                   {},
-		"one":                     {"tcp": []byte("127.0.0.1:5000")},
-		"empty endpoint":          {"tcp": {}},
-		"nil endpoint":            {"tcp": nil},
-		"empty key":               {"": []byte("x")},
-		"two":                     {"tcp": []byte("10.0.0.1:1"), "uds": []byte("/tmp/velo.sock")},
-		"binary endpoint":         {"ucx": {0x00, 0xff, 0xc0, 0xc4, 0x80, 0x90}},
-		"15 entries (fixmap)":     fixmapMax,
-		"16 entries (map16)":      map16Min,
-		"64 entries (max)":        many,
-		"key 31 (fixstr max)":     {key(31, 'a'): []byte("v")},
-		"key 32 (str8 min)":       {key(32, 'b'): []byte("v")},
-		"key 255 (str8 max)":      {key(255, 'c'): []byte("v")},
-		"key 256 (str16, max)":    {key(maxKeyLen, 'd'): []byte("v")},
-		"value 255 (bin8 max)":    {"tcp": pattern(255, 1)},
-		"value 256 (bin16 min)":   {"tcp": pattern(256, 2)},
-		"value 65535 (bin16 max)": {"tcp": pattern(65535, 3)},
-		"value 65536 (bin32 max)": {"tcp": pattern(maxEndpoint, 4)},
+		"nil":                        nil,
+		"empty":                      {},
+		"one":                        {"tcp": []byte("127.0.0.1:5000")},
+		"empty endpoint":             {"tcp": {}},
+		"nil endpoint":               {"tcp": nil},
+		"empty key":                  {"": []byte("x")},
+		"two":                        {"tcp": []byte("10.0.0.1:1"), "uds": []byte("/tmp/velo.sock")},
+		"binary endpoint":            {"ucx": {0x00, 0xff, 0xc0, 0xc4, 0x80, 0x90}},
+		"15 entries (fixmap)":        fixmapMax,
+		"16 entries (map16)":         map16Min,
+		"64 entries (max)":           many,
+		"key 31 (fixstr max)":        {key(31, 'a'): []byte("v")},
+		"key 32 (str8 min)":          {key(32, 'b'): []byte("v")},
+		"key 255 (str8 max)":         {key(255, 'c'): []byte("v")},
+		"key 256 (str16, max)":       {key(maxKeyLen, 'd'): []byte("v")},
+		"value 15 (fixarray max)":    {"tcp": pattern(15, 9)},
+		"value 16 (array16 min)":     {"tcp": pattern(16, 10)},
+		"value 255":                  {"tcp": pattern(255, 1)},
+		"value 256":                  {"tcp": pattern(256, 2)},
+		"value 65535 (array16 max)":  {"tcp": pattern(65535, 3)},
+		"value 65536 (array32, max)": {"tcp": pattern(maxEndpoint, 4)},
+		"all byte values":            {"tcp": allBytes()},
 		"mixed boundaries": {
 			key(31, 'a'):  pattern(255, 5),
 			key(32, 'b'):  pattern(256, 6),
@@ -166,6 +346,9 @@ func TestWorkerAddressRoundTrip(t *testing.T) {
 			}
 			if again := out.Encode(); !bytes.Equal(again, enc) {
 				t.Fatalf("re-encoding differs:\n% x\n% x", head(enc), head(again))
+			}
+			if want := wantEncoding(in); !bytes.Equal(enc, want) {
+				t.Fatalf("Encode =\n% x\nwant\n% x", head(enc), head(want))
 			}
 		})
 	}
@@ -195,7 +378,11 @@ func TestWorkerAddressRoundTripRandom(t *testing.T) {
 			}
 			in[ext.TransportKey(kb)] = v
 		}
-		out := mustDecode(t, in.Encode())
+		enc := in.Encode()
+		if want := wantEncoding(in); !bytes.Equal(enc, want) {
+			t.Fatalf("iteration %d: Encode(%s) =\n% x\nwant\n% x", iter, describe(in), head(enc), head(want))
+		}
+		out := mustDecode(t, enc)
 		if !addrEqual(in, out) {
 			t.Fatalf("iteration %d: round trip: %s became %s", iter, describe(in), describe(out))
 		}
@@ -206,41 +393,89 @@ func TestWorkerAddressEncodeExactBytes(t *testing.T) {
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	be16 := func(n int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(n)) }
 	be32 := func(n int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
+	// elems writes bytes below 0x80 as themselves (positive fixint).
+	elems := func(v []byte) []byte {
+		for _, c := range v {
+			if c >= 0x80 {
+				panic("elems: byte needs 0xcc")
+			}
+		}
+		return v
+	}
 	cases := []struct {
 		name string
 		in   ext.WorkerAddress
 		want []byte
 	}{
+		// Golden vector, written out by hand: what the reference
+		// (lib/velo/src/transports/address.rs, rmp_serde::to_vec of a
+		// HashMap<String, Vec<u8>>) writes for {"tcp": "127.0.0.1:5555"}:
+		//   81                fixmap, 1 entry
+		//   a3 74 63 70       fixstr "tcp"
+		//   9e                fixarray, 14 elements
+		//   31 32 37 2e 30 2e 30 2e 31 3a 35 35 35 35
+		//                     "127.0.0.1:5555", one positive fixint each
+		{"golden tcp", ext.WorkerAddress{"tcp": []byte("127.0.0.1:5555")}, []byte{
+			0x81,
+			0xa3, 0x74, 0x63, 0x70,
+			0x9e,
+			0x31, 0x32, 0x37, 0x2e, 0x30, 0x2e, 0x30, 0x2e, 0x31, 0x3a, 0x35, 0x35, 0x35, 0x35,
+		}},
+		// Bytes of 0x80 and above are uint8 (cc XX), below are fixints.
+		{"golden high bytes", ext.WorkerAddress{"ucx": {0x00, 0x7f, 0x80, 0xc4, 0xff}}, []byte{
+			0x81,
+			0xa3, 0x75, 0x63, 0x78,
+			0x95,
+			0x00, 0x7f, 0xcc, 0x80, 0xcc, 0xc4, 0xcc, 0xff,
+		}},
+		// 16 elements: the first length that needs array16.
+		{"golden array16", ext.WorkerAddress{"k": {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xf0}}, []byte{
+			0x81,
+			0xa1, 0x6b,
+			0xdc, 0x00, 0x10,
+			0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+			0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0xcc, 0xf0,
+		}},
 		{"nil", nil, []byte{0x80}},
 		{"empty", ext.WorkerAddress{}, []byte{0x80}},
 		{"tcp", ext.WorkerAddress{"tcp": []byte("127.0.0.1:1")},
-			cat([]byte{0x81, 0xa3, 't', 'c', 'p', 0xc4, 0x0b}, []byte("127.0.0.1:1"))},
-		{"empty endpoint", ext.WorkerAddress{"a": nil}, []byte{0x81, 0xa1, 'a', 0xc4, 0x00}},
+			cat([]byte{0x81, 0xa3, 't', 'c', 'p', 0x9b}, elems([]byte("127.0.0.1:1")))},
+		{"empty endpoint", ext.WorkerAddress{"a": nil}, []byte{0x81, 0xa1, 'a', 0x90}},
+		{"empty non-nil endpoint", ext.WorkerAddress{"a": {}}, []byte{0x81, 0xa1, 'a', 0x90}},
 		{"sorted keys", ext.WorkerAddress{"uds": []byte("/s"), "quic": []byte("q"), "tcp": []byte("t")},
 			cat([]byte{0x83},
-				[]byte{0xa4, 'q', 'u', 'i', 'c', 0xc4, 0x01, 'q'},
-				[]byte{0xa3, 't', 'c', 'p', 0xc4, 0x01, 't'},
-				[]byte{0xa3, 'u', 'd', 's', 0xc4, 0x02, '/', 's'})},
+				[]byte{0xa4, 'q', 'u', 'i', 'c', 0x91, 'q'},
+				[]byte{0xa3, 't', 'c', 'p', 0x91, 't'},
+				[]byte{0xa3, 'u', 'd', 's', 0x92, '/', 's'})},
 		{"fixstr 31", ext.WorkerAddress{key(31, 'k'): nil},
-			cat([]byte{0x81, 0xbf}, []byte(key(31, 'k')), []byte{0xc4, 0x00})},
+			cat([]byte{0x81, 0xbf}, []byte(key(31, 'k')), []byte{0x90})},
 		{"str8 32", ext.WorkerAddress{key(32, 'k'): nil},
-			cat([]byte{0x81, 0xd9, 32}, []byte(key(32, 'k')), []byte{0xc4, 0x00})},
+			cat([]byte{0x81, 0xd9, 32}, []byte(key(32, 'k')), []byte{0x90})},
 		{"str8 255", ext.WorkerAddress{key(255, 'k'): nil},
-			cat([]byte{0x81, 0xd9, 255}, []byte(key(255, 'k')), []byte{0xc4, 0x00})},
+			cat([]byte{0x81, 0xd9, 255}, []byte(key(255, 'k')), []byte{0x90})},
 		{"str16 256", ext.WorkerAddress{key(256, 'k'): nil},
-			cat([]byte{0x81, 0xda, 0x01, 0x00}, []byte(key(256, 'k')), []byte{0xc4, 0x00})},
-		{"bin8 255", ext.WorkerAddress{"k": pattern(255, 9)},
-			cat([]byte{0x81, 0xa1, 'k', 0xc4, 0xff}, pattern(255, 9))},
-		{"bin16 256", ext.WorkerAddress{"k": pattern(256, 9)},
-			cat([]byte{0x81, 0xa1, 'k', 0xc5}, be16(256), pattern(256, 9))},
-		{"bin16 65535", ext.WorkerAddress{"k": pattern(65535, 9)},
-			cat([]byte{0x81, 0xa1, 'k', 0xc5}, be16(65535), pattern(65535, 9))},
-		{"bin32 65536", ext.WorkerAddress{"k": pattern(65536, 9)},
-			cat([]byte{0x81, 0xa1, 'k', 0xc6}, be32(65536), pattern(65536, 9))},
+			cat([]byte{0x81, 0xda, 0x01, 0x00}, []byte(key(256, 'k')), []byte{0x90})},
+		{"fixarray 15", ext.WorkerAddress{"k": pattern(15, 9)},
+			cat([]byte{0x81, 0xa1, 'k'}, wantArray(pattern(15, 9)))},
+		{"array16 16", ext.WorkerAddress{"k": pattern(16, 9)},
+			cat([]byte{0x81, 0xa1, 'k', 0xdc}, be16(16), wantArray(pattern(16, 9))[3:])},
+		{"array16 255", ext.WorkerAddress{"k": pattern(255, 9)},
+			cat([]byte{0x81, 0xa1, 'k', 0xdc}, be16(255), wantArray(pattern(255, 9))[3:])},
+		{"array16 256", ext.WorkerAddress{"k": pattern(256, 9)},
+			cat([]byte{0x81, 0xa1, 'k', 0xdc}, be16(256), wantArray(pattern(256, 9))[3:])},
+		{"array16 65535", ext.WorkerAddress{"k": pattern(65535, 9)},
+			cat([]byte{0x81, 0xa1, 'k', 0xdc}, be16(65535), wantArray(pattern(65535, 9))[3:])},
+		{"array32 65536", ext.WorkerAddress{"k": pattern(65536, 9)},
+			cat([]byte{0x81, 0xa1, 'k', 0xdd}, be32(65536), wantArray(pattern(65536, 9))[5:])},
+		{"array16 every byte", ext.WorkerAddress{"k": allBytes()},
+			cat([]byte{0x81, 0xa1, 'k', 0xdc, 0x01, 0x00}, elems(allBytes()[:0x80]), uint8s(allBytes()[0x80:]))},
 	}
 	for _, tc := range cases {
 		if got := tc.in.Encode(); !bytes.Equal(got, tc.want) {
 			t.Errorf("%s: Encode =\n% x\nwant\n% x", tc.name, head(got), head(tc.want))
+		}
+		if got := wantEncoding(tc.in); !bytes.Equal(got, tc.want) {
+			t.Errorf("%s: test helper wantEncoding disagrees with the hand-written bytes:\n% x\n% x", tc.name, head(got), head(tc.want))
 		}
 	}
 
@@ -260,12 +495,12 @@ func TestWorkerAddressEncodeExactBytes(t *testing.T) {
 		if !bytes.HasPrefix(enc, want) {
 			t.Errorf("%d entries: header % x, want % x", n, head(enc)[:len(want)], want)
 		}
-		// Entries follow in key order: "00", "01", ...
+		// Entries follow in key order: "00", "01", ..., each an empty array.
 		body := enc[len(want):]
 		for i := 0; i < n; i++ {
-			entry := []byte{0xa2, '0' + byte(i/10), '0' + byte(i%10), 0xc4, 0x00}
+			entry := []byte{0xa2, '0' + byte(i/10), '0' + byte(i%10), 0x90}
 			if !bytes.HasPrefix(body, entry) {
-				t.Fatalf("%d entries: entry %d is % x, want % x", n, i, head(body)[:5], entry)
+				t.Fatalf("%d entries: entry %d is % x, want % x", n, i, head(body)[:min(len(entry), len(body))], entry)
 			}
 			body = body[len(entry):]
 		}
@@ -273,6 +508,43 @@ func TestWorkerAddressEncodeExactBytes(t *testing.T) {
 			t.Errorf("%d entries: %d bytes after the last entry", n, len(body))
 		}
 	}
+
+	// The exported header writer, at each size boundary.
+	for _, tc := range []struct {
+		n    int
+		want []byte
+	}{
+		{0, []byte{0x90}},
+		{15, []byte{0x9f}},
+		{16, []byte{0xdc, 0x00, 0x10}},
+		{65535, []byte{0xdc, 0xff, 0xff}},
+		{65536, []byte{0xdd, 0x00, 0x01, 0x00, 0x00}},
+		{1 << 24, []byte{0xdd, 0x01, 0x00, 0x00, 0x00}},
+	} {
+		if got := ext.AppendMsgpackArrayHeader([]byte{0xee}, tc.n); !bytes.Equal(got, append([]byte{0xee}, tc.want...)) {
+			t.Errorf("AppendMsgpackArrayHeader(%d) = % x, want ee % x", tc.n, got, tc.want)
+		}
+	}
+}
+
+// uint8s writes each byte (all 0x80 or above) as a MessagePack uint8.
+func uint8s(v []byte) []byte {
+	var b []byte
+	for _, c := range v {
+		if c < 0x80 {
+			panic("uint8s: byte is a fixint")
+		}
+		b = append(b, 0xcc, c)
+	}
+	return b
+}
+
+func allBytes() []byte {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
 }
 
 // Encode is stable: the same address gives the same bytes however the map was
@@ -296,21 +568,38 @@ func TestWorkerAddressEncodeIsStable(t *testing.T) {
 			t.Fatalf("iteration %d: Encode differs:\n% x\n% x", iter, enc, first)
 		}
 	}
-	// And the keys appear in byte order.
+	// And the keys appear in byte order, each with its own endpoint as an
+	// array of byte values.
 	sorted := make([]string, len(keys))
 	for i, k := range keys {
 		sorted[i] = string(k)
 	}
 	sort.Strings(sorted)
-	last := -1
-	for _, k := range sorted {
-		needle := append([]byte{0xa0 | byte(len(k))}, k...)
-		needle = append(needle, 0xc4, byte(len("endpoint-"+k)))
-		i := bytes.Index(first, needle)
-		if i < 0 || i <= last {
-			t.Fatalf("key %q at %d, after %d: keys not in sorted order in % x", k, i, last, first)
+	got, eps := parseCanonical(t, first)
+	if len(got) != len(sorted) {
+		t.Fatalf("%d keys in the encoding, want %d: %q", len(got), len(sorted), got)
+	}
+	for i, k := range got {
+		if k != sorted[i] {
+			t.Fatalf("key %d is %q, want %q: keys not in sorted order: %q", i, k, sorted[i], got)
 		}
-		last = i
+		if i > 0 && got[i-1] >= k {
+			t.Fatalf("key %q follows %q: keys not strictly increasing", k, got[i-1])
+		}
+		if want := "endpoint-" + k; string(eps[i]) != want {
+			t.Fatalf("key %q has endpoint %q, want %q", k, eps[i], want)
+		}
+	}
+	// Endpoints with bytes of every value keep the order too.
+	a := ext.WorkerAddress{"b": allBytes(), "a": pattern(300, 0x80), "c": {0xff}}
+	got, eps = parseCanonical(t, a.Encode())
+	if len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "c" {
+		t.Fatalf("keys %q, want [a b c]", got)
+	}
+	for i, k := range got {
+		if !bytes.Equal(eps[i], a[ext.TransportKey(k)]) {
+			t.Fatalf("key %q: endpoint % x, want % x", k, head(eps[i]), head(a[ext.TransportKey(k)]))
+		}
 	}
 }
 
@@ -378,6 +667,30 @@ func TestDecodeWorkerAddressEndpointForms(t *testing.T) {
 	a := mustDecode(t, arr)
 	if !bytes.Equal(a["k"], all) {
 		t.Fatalf("array16 of 256 uint8: got % x", head(a["k"]))
+	}
+}
+
+// Whichever form an endpoint arrives in (bin, str or array of uint8, as a Go
+// node before this change, or some other encoder, may write it), it decodes
+// to the same address, and Encode writes that address in the reference's
+// array form.
+func TestDecodeWorkerAddressFormsReencodeAsArray(t *testing.T) {
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	for _, ep := range [][]byte{nil, []byte("127.0.0.1:5555"), {0x00, 0x7f, 0x80, 0xff}, pattern(31, 0x70), pattern(300, 1)} {
+		n := len(ep)
+		bin := cat([]byte{0x81, 0xa3, 't', 'c', 'p', 0xc5, byte(n >> 8), byte(n)}, ep)
+		str := cat([]byte{0x81, 0xa3, 't', 'c', 'p', 0xda, byte(n >> 8), byte(n)}, ep)
+		arr := cat([]byte{0x81, 0xa3, 't', 'c', 'p'}, wantArray(ep))
+		want := ext.WorkerAddress{"tcp": ep}
+		for name, in := range map[string][]byte{"bin16": bin, "str16": str, "array": arr} {
+			a := mustDecode(t, in)
+			if !addrEqual(a, want) {
+				t.Fatalf("%s of % x: decoded %s", name, head(ep), describe(a))
+			}
+			if got := a.Encode(); !bytes.Equal(got, arr) {
+				t.Fatalf("%s of % x: re-encoded as\n% x\nwant\n% x", name, head(ep), head(got), head(arr))
+			}
+		}
 	}
 }
 
@@ -556,8 +869,13 @@ func malformedCases() map[string][]byte {
 		cases[fmt.Sprintf("truncated at %d/%d", i, len(valid))] = valid[:i:i]
 	}
 	big := ext.WorkerAddress{"k": pattern(maxEndpoint, 2)}.Encode()
-	for _, i := range []int{1, 3, 4, 5, 6, 7, 8, len(big) / 2, len(big) - 1} {
-		cases[fmt.Sprintf("bin32 truncated at %d", i)] = big[:i:i]
+	for _, i := range []int{1, 3, 4, 5, 6, 7, 8, 9, 10, len(big) / 2, len(big) - 2, len(big) - 1} {
+		cases[fmt.Sprintf("array32 truncated at %d", i)] = big[:i:i]
+	}
+	// The decoder still reads bin endpoints; a truncated bin32 is refused.
+	bigBin := cat([]byte{0x81, 0xa1, 'k', 0xc6, 0x00, 0x01, 0x00, 0x00}, pattern(maxEndpoint, 2))
+	for _, i := range []int{1, 3, 4, 5, 6, 7, 8, len(bigBin) / 2, len(bigBin) - 1} {
+		cases[fmt.Sprintf("bin32 truncated at %d", i)] = bigBin[:i:i]
 	}
 	return cases
 }

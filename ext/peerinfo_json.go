@@ -23,15 +23,32 @@ func (p PeerInfo) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// UnmarshalJSON reads what MarshalJSON writes. The address may also be a
-// JSON string holding the encoded bytes, which serde_bytes accepts too.
+// UnmarshalJSON reads what MarshalJSON writes. Field names must match
+// exactly, as serde's do.
 func (p *PeerInfo) UnmarshalJSON(b []byte) error {
-	var w struct {
-		InstanceID    *InstanceID `json:"instance_id"`
-		WorkerAddress jsonBytes   `json:"worker_address"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
 		return fmt.Errorf("ext: peer info: %w", err)
+	}
+	var w struct {
+		InstanceID    *InstanceID
+		WorkerAddress jsonBytes
+	}
+	for k, v := range raw {
+		if string(v) == "null" && (k == "instance_id" || k == "worker_address") {
+			return fmt.Errorf("ext: peer info: %s is null", k)
+		}
+		var err error
+		switch k {
+		case "instance_id":
+			w.InstanceID = new(InstanceID)
+			err = json.Unmarshal(v, w.InstanceID)
+		case "worker_address":
+			err = json.Unmarshal(v, &w.WorkerAddress)
+		}
+		if err != nil {
+			return fmt.Errorf("ext: peer info: %s: %w", k, err)
+		}
 	}
 	if w.InstanceID == nil || w.WorkerAddress == nil {
 		return fmt.Errorf("ext: peer info needs instance_id and worker_address")
@@ -55,18 +72,10 @@ func appendJSONBytes(b, v []byte) []byte {
 	return append(b, ']')
 }
 
-// jsonBytes reads a JSON array of numbers 0-255, or a string, as bytes.
+// jsonBytes reads a JSON array of numbers 0-255 as bytes.
 type jsonBytes []byte
 
 func (j *jsonBytes) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*j = []byte(s)
-		return nil
-	}
 	var nums []uint8Num
 	if err := json.Unmarshal(b, &nums); err != nil {
 		return err
@@ -79,9 +88,9 @@ func (j *jsonBytes) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// uint8Num is a JSON number that must fit in a byte. (A plain []byte field
-// would expect base64.)
-type uint8Num uint8
+// uint8Num is a JSON number that must fit in a byte. Its kind is not
+// uint8 on purpose: encoding/json reads a slice of a byte kind as base64.
+type uint8Num uint16
 
 func (u *uint8Num) UnmarshalJSON(b []byte) error {
 	v, err := strconv.ParseUint(string(b), 10, 8)

@@ -23,7 +23,7 @@ func TestSendErrorCallbackRunsOffTheSender(t *testing.T) {
 	if !ok {
 		t.Fatal("no slot")
 	}
-	f := requestFrame(UnaryResponse, ResponseID{Hi: uint64(m.wid), Lo: token}, "h", nil, []byte("x"))
+	f := requestFrame(UnaryResponse, ResponseID{Lo: uint64(m.wid), Hi: token}, "h", nil, []byte("x"))
 	returned := make(chan struct{})
 	go func() {
 		m.onSendError(ext.NewInstanceID(), f, ext.ErrConnectionClosed)

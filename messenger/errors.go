@@ -43,7 +43,15 @@ func (timeoutError) Timeout() bool { return true }
 type RemoteError struct {
 	Handler string
 	Message string
+	// Code names the failure when the remote gave one (in the reply's
+	// header map, under ErrorCodeHeader); empty otherwise.
+	Code string
 }
+
+// ErrorCodeHeader is the key, in an error Response's header map, of a code
+// that names the failure. The reference ignores the map, so the code is an
+// addition a Rust node does not see.
+const ErrorCodeHeader = "velo-error-code"
 
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("velo: remote handler %q: %s", e.Handler, e.Message)

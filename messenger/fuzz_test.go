@@ -15,10 +15,10 @@ import (
 
 func addRequestHeaderSeeds(f *testing.F) {
 	hb, _ := EncodeHeaders(map[string]string{"trace-id": "abc", "tenant": strings.Repeat("t", 40)})
-	valid := appendRequestHeader(nil, UnaryResponse, ResponseID{Hi: 0x0123456789abcdef, Lo: 1<<32 | 5}, "ping", hb)
+	valid := appendRequestHeader(nil, UnaryResponse, ResponseID{Lo: 0x0123456789abcdef, Hi: 1<<16 | 5}, "ping", hb)
 	f.Add(valid)
-	f.Add(appendRequestHeader(nil, FireAndForget, ResponseID{Hi: 42}, "notify", nil))
-	f.Add(appendRequestHeader(nil, AckNack, ResponseID{Hi: 1, Lo: 1}, "_hello", []byte{0x80}))
+	f.Add(appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 42}, "notify", nil))
+	f.Add(appendRequestHeader(nil, AckNack, ResponseID{Lo: 1, Hi: 1}, "_hello", []byte{0x80}))
 	f.Add(valid[:fixedHeaderLen])
 	f.Add(valid[:len(valid)-1])
 	f.Add([]byte{})
@@ -129,19 +129,40 @@ func validUTF8(ss ...string) bool {
 	return true
 }
 
-// FuzzParseReplyHeader: the reply-header decoder never panics, and what it
-// accepts re-encodes to the same bytes.
-func FuzzParseReplyHeader(f *testing.F) {
-	f.Add(appendReplyHeader(nil, statusOK, ResponseID{Hi: 1, Lo: 2}))
-	f.Add(appendReplyHeader(nil, statusErr, ResponseID{Hi: ^uint64(0), Lo: 0}))
+// FuzzParseResponseHeader: the Response-header decoder never panics, and
+// what it accepts re-encodes to the same bytes.
+func FuzzParseResponseHeader(f *testing.F) {
+	f.Add(appendResponseHeader(nil, ResponseID{Lo: 1, Hi: 2}, outcomeOK, nil))
+	f.Add(appendResponseHeader(nil, ResponseID{Lo: ^uint64(0)}, outcomeErr, []byte{0x81, 0xa1, 'k', 0xa1, 'v'}))
 	f.Add([]byte{1, 2})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		status, id, err := parseReplyHeader(b)
+		id, outcome, hb, err := parseResponseHeader(b)
 		if err != nil {
 			return
 		}
-		if got := appendReplyHeader(nil, status, id); string(got) != string(b) {
+		if got := appendResponseHeader(nil, id, outcome, hb); string(got) != string(b) {
+			t.Fatalf("re-encoded %x, want %x", got, b)
+		}
+	})
+}
+
+// FuzzParseAckHeader: the Ack-header decoder never panics, accepts only the
+// two defined flag bits, and what it accepts re-encodes to the same bytes.
+func FuzzParseAckHeader(f *testing.F) {
+	f.Add(appendAckHeader(nil, ResponseID{Lo: 1, Hi: 2}, false))
+	f.Add(appendAckHeader(nil, ResponseID{Lo: ^uint64(0)}, true))
+	f.Add(append([]byte{ackFlagEvent}, make([]byte, 16)...))
+	f.Add([]byte{4})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		flags, id, err := parseAckHeader(b)
+		if err != nil {
+			return
+		}
+		if flags&^(ackFlagEvent|ackFlagError) != 0 {
+			t.Fatalf("flags %#x accepted", flags)
+		}
+		if got := id.AppendLE([]byte{flags}); string(got) != string(b) {
 			t.Fatalf("re-encoded %x, want %x", got, b)
 		}
 	})

@@ -38,7 +38,9 @@ func rawConn(t *testing.T, n *velo.Node) net.Conn {
 	t.Helper()
 	ep, err := n.PeerInfo().Address.Lookup(tcp.Key)
 	must(t, err)
-	conn, err := net.Dial("tcp", string(ep))
+	addr, err := tcp.DialAddr(ep)
+	must(t, err)
+	conn, err := net.Dial("tcp", addr)
 	must(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
@@ -100,16 +102,21 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 
 	// Replies that are not ours are counted and dropped too.
 	var replies []byte
-	reply := func(status byte, lo, hi uint64) []byte {
-		h := []byte{1, status}
-		h = binary.LittleEndian.AppendUint64(h, lo)
-		return binary.LittleEndian.AppendUint64(h, hi)
+	response := func(outcome byte, worker, token uint64) []byte { // responses.rs layout
+		h := binary.LittleEndian.AppendUint64(nil, worker)
+		h = binary.LittleEndian.AppendUint64(h, token)
+		return append(h, outcome, 0, 0)
+	}
+	ack := func(flags byte, worker, token uint64) []byte { // events.rs layout
+		h := binary.LittleEndian.AppendUint64([]byte{flags}, worker)
+		return binary.LittleEndian.AppendUint64(h, token)
 	}
 	for _, f := range []ext.Frame{
 		{Type: ext.Response, Header: []byte("junk")},
-		{Type: ext.Ack, Header: reply(7, 1, uint64(b.WorkerID()))},      // bad status
-		{Type: ext.Response, Header: reply(0, 1, uint64(a.WorkerID()))}, // someone else's caller
-		{Type: ext.Response, Header: reply(0, 1<<40|77, uint64(b.WorkerID()))},
+		{Type: ext.Ack, Header: ack(7, uint64(b.WorkerID()), 1<<16)},              // undefined flag bit
+		{Type: ext.Response, Header: response(2, uint64(b.WorkerID()), 1<<16)},    // bad outcome
+		{Type: ext.Response, Header: response(0, uint64(a.WorkerID()), 1<<16)},    // someone else's caller
+		{Type: ext.Response, Header: response(0, uint64(b.WorkerID()), 1<<40|77)}, // no such call
 		{Type: ext.ShuttingDown, Header: []byte("junk")},
 	} {
 		replies = frame.Append(replies, f)
@@ -118,11 +125,10 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 	_, err = conn.Write(replies)
 	must(t, err)
 	must(t, recv(t, probed, "the probe after the bad replies"))
-	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("response", "malformed_or_misrouted")); n != 3 {
-		t.Fatalf("malformed_or_misrouted = %v, want 3", n)
-	}
-	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("response", "late_or_unknown")); n != 1 {
-		t.Fatalf("late_or_unknown = %v, want 1", n)
+	for label, want := range map[string]float64{"malformed": 3, "misrouted": 1, "late_or_unknown": 1} {
+		if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("response", label)); n != want {
+			t.Fatalf("%s = %v, want %v", label, n, want)
+		}
 	}
 
 	// Other callers are served as before.

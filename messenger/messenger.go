@@ -371,6 +371,58 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	return r.payload, nil
 }
 
+// Handshake runs the _hello exchange with target unless it already ran, so
+// that target knows this node's address. A system subsystem that sends only
+// '_' messages (which skip the handshake) calls it before asking target to
+// answer back.
+func (m *Messenger) Handshake(ctx context.Context, target ext.InstanceID) error {
+	p, err := m.route(ctx, target)
+	if err != nil {
+		return err
+	}
+	return m.ensureHello(ctx, p)
+}
+
+// FireAndAwait sends a fire-and-forget request whose body names a response
+// slot, and waits for the Ack or Response sent to that slot. build gets the
+// slot's id and returns the payload. This is how a protocol whose request is
+// fire-and-forget but whose answer is awaited (the reference's event
+// trigger requests) is spoken; ctx bounds the wait.
+func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte) ([]byte, error) {
+	if _, err := m.prepare(handler, nil); err != nil {
+		return nil, err
+	}
+	p, err := m.route(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	idx, token, err := m.slots.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer m.slots.release(idx)
+	if m.stopped.Load() {
+		return nil, ErrShuttingDown
+	}
+	payload := build(ResponseID{Lo: uint64(m.wid), Hi: token})
+	out, err := p.primary.Send(target, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, nil, payload))
+	if err != nil {
+		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+	}
+	if err := out.Wait(ctx); err != nil {
+		return nil, err
+	}
+	r, err := m.slots.wait(ctx, idx)
+	if err != nil {
+		return nil, err
+	}
+	if r.err != nil {
+		nameHandler(r.err, handler)
+		return nil, r.err
+	}
+	return r.payload, nil
+}
+
 // UnaryAsync is Unary without a goroutine waiting for the answer. It
 // returns once the transport took the request, and done then runs exactly
 // once, with the response or an error (the remote's, ErrRequestTimeout when
@@ -498,7 +550,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 	defer f.Release()
 	switch f.Type {
 	case ext.Response:
-		id, outcome, _, err := parseResponseHeader(f.Header)
+		id, outcome, hb, err := parseResponseHeader(f.Header)
 		if err != nil {
 			m.countFailure("response", "malformed")
 			return
@@ -508,7 +560,13 @@ func (m *Messenger) onFrame(f ext.Frame) {
 			// The caller keeps the bytes; the read buffer goes back.
 			r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
 		} else {
-			r.err = &RemoteError{Message: string(f.Payload)}
+			re := &RemoteError{Message: string(f.Payload)}
+			if len(hb) > 0 {
+				if h, err := DecodeHeaders(hb); err == nil {
+					re.Code = h[ErrorCodeHeader]
+				}
+			}
+			r.err = re
 		}
 		m.complete(id, r)
 	case ext.Ack:
@@ -536,11 +594,15 @@ func (m *Messenger) onFrame(f ext.Frame) {
 // generation. Anything else is a late, duplicate or forged reply, counted
 // and dropped.
 func (m *Messenger) complete(id ResponseID, r reply) {
-	if id.Lo == uint64(m.wid) && m.slots.deliver(id.Hi, r) {
+	switch {
+	case id.Lo != uint64(m.wid):
+		m.countFailure("response", "misrouted")
+	case !m.slots.deliver(id.Hi, r):
+		m.countFailure("response", "late_or_unknown")
+	default:
 		return
 	}
 	m.unmatched.Add(1)
-	m.countFailure("response", "late_or_unknown")
 }
 
 // UnmatchedReplies is how many replies matched no waiting call: late ones
@@ -618,15 +680,26 @@ func (m *Messenger) replyUnknownHandler(hdr requestHeader) {
 	m.sendReply(hdr.id, ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, true), Payload: []byte(msg)})
 }
 
-// SendAck acknowledges a response id that arrived in a message body rather
-// than a request header (how an event trigger request is answered): a Nack
-// with err's text when err is set.
-func (m *Messenger) SendAck(id ResponseID, err error) error {
-	var payload []byte
-	if err != nil {
-		payload = []byte(err.Error())
+// Acknowledge answers a response id that arrived in a message body rather
+// than a request header (how an event trigger request is answered): an Ack
+// when err is nil. A failure with a code goes as an error Response whose
+// header map carries the code under ErrorCodeHeader, so a Go caller sees
+// RemoteError.Code; the reference reads that frame as it reads a Nack. A
+// failure without a code is a Nack with err's text.
+func (m *Messenger) Acknowledge(id ResponseID, code string, err error) error {
+	var f ext.Frame
+	switch {
+	case err == nil:
+		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, false)}
+	case code == "":
+		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, true), Payload: []byte(err.Error())}
+	default:
+		hb, herr := EncodeHeaders(map[string]string{ErrorCodeHeader: code})
+		if herr != nil {
+			return herr
+		}
+		f = ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
 	}
-	f := ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, err != nil), Payload: payload}
 	if !m.sendReply(id, f) {
 		return fmt.Errorf("%w: worker %s", ErrPeerNotRegistered, id.Worker())
 	}

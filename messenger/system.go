@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -164,7 +165,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	return nil
 }
 
-// RemoteHandlers lists the handlers of a peer, asking it.
+// RemoteHandlers lists the user handlers of a peer, asking it.
 func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) ([]string, error) {
 	// The remote answers through its peer table, so it must know us first.
 	p, err := m.route(ctx, target)
@@ -185,7 +186,15 @@ func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) (
 	if p, ok := m.peers.get(target); ok {
 		p.setHandlers(h.Handlers)
 	}
-	return h.Handlers, nil
+	// The answer names system handlers too, as the reference's does; the
+	// caller wants the ones it can call.
+	user := h.Handlers[:0:0]
+	for _, n := range h.Handlers {
+		if !strings.HasPrefix(n, "_") {
+			user = append(user, n)
+		}
+	}
+	return user, nil
 }
 
 // WaitForHandler returns once target serves handler, or ctx ends. It uses

@@ -159,13 +159,17 @@ type socketSizes struct {
 func sizesOf(t *testing.T, opts ...tcp.Option) socketSizes {
 	t.Helper()
 	n := startNode(t, nil, opts...)
-	port := portOf(t, string(n.ep))
+	addr, err := tcp.DialAddr(n.ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := portOf(t, addr)
 	var sz socketSizes
 	sz.listener = findSocket(t, "listener", func(s sock) bool { return s.local == port && s.listening })
 
 	// A socket the transport accepted: send one request through it, so
 	// the transport has accepted and read it.
-	c, err := net.Dial("tcp", string(n.ep))
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,17 @@ func factory() transporttest.Factory {
 			}
 			return tr
 		},
-		DialRaw: func(ep []byte) (net.Conn, error) { return net.Dial("tcp", string(ep)) },
+		DialRaw: func(ep []byte) (net.Conn, error) { return dialRaw(ep) },
 	}
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, factory()) }
+
+// dialRaw dials a node's TCP address entry as a bare socket.
+func dialRaw(ep []byte) (net.Conn, error) {
+	addr, err := tcp.DialAddr(ep)
+	if err != nil {
+		return nil, err
+	}
+	return net.Dial("tcp", addr)
+}

@@ -1,0 +1,95 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/big"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
+)
+
+// The bodies of the event system messages. Their shapes are the
+// reference's (lib/velo/src/messenger/events/messages.rs), JSON as
+// serde_json writes them; all three messages are fire-and-forget.
+
+// subscribeMsg asks the owner of an event to send _event_trigger to the
+// subscriber when the event completes, or at once if it has.
+type subscribeMsg struct {
+	Handle             u128           `json:"handle"`
+	SubscriberWorker   uint64         `json:"subscriber_worker"`
+	SubscriberInstance ext.InstanceID `json:"subscriber_instance"`
+}
+
+// completionMsg tells a subscriber how an event ended. Unknown is this
+// implementation's addition (the reference ignores unknown fields): the
+// owner has no such event, so the wait fails with ErrUnknownEvent; a Rust
+// subscriber sees a poisoned event.
+type completionMsg struct {
+	Handle   u128    `json:"handle"`
+	Poisoned *string `json:"poisoned"`
+	Unknown  bool    `json:"unknown,omitempty"`
+}
+
+// triggerRequestMsg asks the owner to trigger (or, with Poisoned, poison)
+// an event. The owner acknowledges to ResponseID, a slot of the requester,
+// and also sends the requester an _event_trigger, as to a subscriber.
+type triggerRequestMsg struct {
+	Handle            u128           `json:"handle"`
+	RequesterWorker   uint64         `json:"requester_worker"`
+	RequesterInstance ext.InstanceID `json:"requester_instance"`
+	Poisoned          *string        `json:"poisoned"`
+	ResponseID        *u128          `json:"response_id"`
+}
+
+// u128 is a 128-bit unsigned integer that JSON carries as a plain number,
+// as serde_json writes a Rust u128 (encoding/json cannot: it goes through
+// float64 or int64).
+type u128 struct{ hi, lo uint64 }
+
+func handleU128(h Handle) u128                  { return u128{h.Hi, h.Lo} }
+func (u u128) handle() Handle                   { return Handle{Hi: u.hi, Lo: u.lo} }
+func responseU128(id messenger.ResponseID) u128 { return u128{id.Hi, id.Lo} }
+func (u u128) responseID() messenger.ResponseID { return messenger.ResponseID{Hi: u.hi, Lo: u.lo} }
+func (u u128) big() *big.Int {
+	return new(big.Int).Or(new(big.Int).Lsh(new(big.Int).SetUint64(u.hi), 64), new(big.Int).SetUint64(u.lo))
+}
+func (u u128) MarshalJSON() ([]byte, error) { return u.big().Append(nil, 10), nil }
+func (u u128) String() string               { return u.big().String() }
+
+var maxU128 = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 128), big.NewInt(1))
+
+// UnmarshalJSON reads a non-negative integer of at most 128 bits. Only
+// digits are accepted: no sign, fraction, exponent or quotes.
+func (u *u128) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || len(b) > 39 {
+		return fmt.Errorf("%w: %d-character number", ErrMalformedHandle, len(b))
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return fmt.Errorf("%w: %q is not a u128", ErrMalformedHandle, b)
+		}
+	}
+	v, ok := new(big.Int).SetString(string(b), 10)
+	if !ok || v.Cmp(maxU128) > 0 {
+		return fmt.Errorf("%w: %s does not fit 128 bits", ErrMalformedHandle, b)
+	}
+	lo := new(big.Int).And(v, new(big.Int).SetUint64(^uint64(0)))
+	u.hi, u.lo = new(big.Int).Rsh(v, 64).Uint64(), lo.Uint64()
+	return nil
+}
+
+func strPtr(poisoned bool, reason string) *string {
+	if !poisoned {
+		return nil
+	}
+	return &reason
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("events: encode: " + err.Error()) // the bodies have no values that fail
+	}
+	return b
+}
