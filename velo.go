@@ -46,7 +46,8 @@ func WithMetrics(m *metrics.VeloMetrics) Option {
 	return func(c *messenger.Config) { c.Metrics = m }
 }
 
-// WithResponseSlots bounds the calls waiting for an answer at once (default 65536).
+// WithResponseSlots bounds the calls waiting for an answer at once (default
+// and most 65536: a response id names its slot in 16 bits).
 func WithResponseSlots(n int) Option {
 	return func(c *messenger.Config) { c.ResponseSlots = n }
 }

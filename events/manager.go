@@ -143,7 +143,10 @@ func (m *Manager) NewEvent() (*Event, error) {
 			return nil, errors.New("velo: too many pending events")
 		}
 		idx = uint32(len(m.slots))
-		m.slots = append(m.slots, slot{})
+		// Generations start at 1: the reference reads generation 0 of a
+		// remote handle as already complete (nothing before it can be
+		// pending), so a handle must never carry it.
+		m.slots = append(m.slots, slot{gen: 1})
 	}
 	s := &m.slots[idx]
 	// The channel is made only if someone waits before completion.
@@ -202,6 +205,9 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 	s.c = nil
 	s.hasLast, s.lastGen, s.last = true, s.gen, result{poisoned: poisoned, reason: reason}
 	s.gen++ // a handle of this generation is stale from now on
+	if s.gen == 0 {
+		s.gen = 1
+	}
 	m.free = append(m.free, h.index())
 	c.poisoned, c.reason = poisoned, reason
 	cbs := c.onDone

@@ -66,7 +66,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		cfg.ResponseSlots = maxSlots
 	}
 	if cfg.ResponseSlots < 1 || cfg.ResponseSlots > maxSlots {
-		return nil, fmt.Errorf("velo: response slots %d out of range", cfg.ResponseSlots)
+		return nil, fmt.Errorf("velo: response slots %d out of range [1, %d]", cfg.ResponseSlots, maxSlots)
 	}
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
