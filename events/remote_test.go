@@ -498,3 +498,27 @@ func TestLocalManagerRefusesForeignHandles(t *testing.T) {
 		t.Errorf("Merge after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A refusal by the owner keeps its identity across the wire: a trigger
+// request for an event that already completed is ErrAlreadyCompleted, one
+// for a handle the owner never made is ErrUnknownEvent, and a remote wait
+// on such a handle fails with ErrUnknownEvent at once, not at its deadline.
+func TestRemoteRefusalsKeepTheirIdentity(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := pair(t, true)
+
+	e := newEvent(t, a.Events)
+	if err := e.Trigger(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Events.Trigger(ctx, e.Handle()); !errors.Is(err, events.ErrAlreadyCompleted) {
+		t.Errorf("remote Trigger of a completed event: %v, want ErrAlreadyCompleted", err)
+	}
+	never := events.Handle{Hi: e.Handle().Hi, Lo: 1<<40 | 1} // slot 256 was never made
+	if err := b.Events.Poison(ctx, never, "x"); !errors.Is(err, events.ErrUnknownEvent) {
+		t.Errorf("remote Poison of an unknown handle: %v, want ErrUnknownEvent", err)
+	}
+	if err := b.Events.Wait(ctx, never); !errors.Is(err, events.ErrUnknownEvent) {
+		t.Errorf("remote Wait on an unknown handle: %v, want ErrUnknownEvent", err)
+	}
+}

@@ -404,8 +404,11 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	if m.stopped.Load() {
 		return nil, ErrShuttingDown
 	}
-	payload := build(ResponseID{Lo: uint64(m.wid), Hi: token})
-	out, err := p.primary.Send(target, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, nil, payload))
+	id := ResponseID{Lo: uint64(m.wid), Hi: token}
+	// The request header carries the same id (the reference puts a slot's
+	// id in fire-and-forget requests too, and no receiver answers them), so
+	// a write that fails after admission fails this wait at once.
+	out, err := p.primary.Send(target, requestFrame(FireAndForget, id, handler, nil, build(id)))
 	if err != nil {
 		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
 	}
