@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -86,10 +87,41 @@ func strPtr(poisoned bool, reason string) *string {
 	return &reason
 }
 
+// mustJSON writes a body as serde_json would: no HTML escapes, and U+2028
+// and U+2029 as they are (encoding/json always escapes those two).
 func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		panic("events: encode: " + err.Error()) // the bodies have no values that fail
 	}
-	return b
+	return unescapeLineSeparators(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+// unescapeLineSeparators turns the escapes \u2028 and \u2029 back into
+// the characters. An escape is one only after an even run of backslashes.
+func unescapeLineSeparators(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u202`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			out = append(out, b[i])
+			continue
+		}
+		if i+5 < len(b) && string(b[i+1:i+5]) == "u202" && (b[i+5] == '8' || b[i+5] == '9') {
+			if b[i+5] == '8' {
+				out = append(out, "\u2028"...)
+			} else {
+				out = append(out, "\u2029"...)
+			}
+			i += 5
+			continue
+		}
+		out = append(out, b[i], b[i+1]) // an escape pair: keep both
+		i++
+	}
+	return out
 }

@@ -268,13 +268,25 @@ func (r *reader) entry() (Interface, error) {
 	if t&0xf0 != 0x80 || t&0x0f > 5 {
 		return e, fmt.Errorf("%w: interface entry 0x%02x", ErrBadEndpoint, t)
 	}
+	// As serde reads a struct from a map: every field once, numa_node
+	// (an Option) may be left out.
+	seen := map[string]bool{}
 	for i := 0; i < int(t&0x0f); i++ {
 		name, err := r.str()
 		if err != nil {
 			return e, err
 		}
+		if seen[name] {
+			return e, fmt.Errorf("%w: field %q twice", ErrBadEndpoint, name)
+		}
+		seen[name] = true
 		if err := r.field(&e, name); err != nil {
 			return e, err
+		}
+	}
+	for _, f := range interfaceFields[:4] {
+		if !seen[f] {
+			return e, fmt.Errorf("%w: no field %q", ErrBadEndpoint, f)
 		}
 	}
 	return e, nil
@@ -382,8 +394,10 @@ func appendStr(b []byte, s string) []byte {
 		b = append(b, 0xa0|byte(n))
 	case n < 1<<8:
 		b = append(b, 0xd9, byte(n))
-	default:
+	case n < 1<<16:
 		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
 	}
 	return append(b, s...)
 }
