@@ -1,0 +1,109 @@
+package messenger_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// TestRepliesOnTheWire: a bare socket plays a caller and reads the frames
+// a node sends back, byte for byte, in the reference's layouts: a unary
+// answer is a Response with the 19-byte header, a sync answer an Ack (or a
+// Nack with the error text), and a request for a missing handler a Nack
+// whatever the pattern (lib/velo/src/messenger/server/dispatcher.rs).
+func TestRepliesOnTheWire(t *testing.T) {
+	server := newNode(t)
+	must(t, server.Register(messenger.UnaryHandler("echo", func(c *messenger.Context) ([]byte, error) {
+		return append([]byte(nil), c.Payload...), nil
+	})))
+	must(t, server.Register(messenger.SyncHandler("check", func(c *messenger.Context) error {
+		if len(c.Payload) == 0 {
+			return errors.New("empty")
+		}
+		return nil
+	})))
+
+	// The fake caller: a listener the server dials to answer, registered
+	// with the server as a peer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	caller := ext.NewInstanceID()
+	ap := ln.Addr().(*net.TCPAddr)
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	must(t, server.RegisterPeer(ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}))
+	out := rawConn(t, server)
+
+	var replies net.Conn
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	token := uint64(0xa1b2c3d4e5f6)<<16 | 7
+	idLE := binary.LittleEndian.AppendUint64(nil, uint64(caller.WorkerID()))
+	idLE = binary.LittleEndian.AppendUint64(idLE, token)
+
+	cases := []struct {
+		rt      byte
+		handler string
+		payload string
+		typ     ext.MessageType
+		header  []byte
+		answer  string
+	}{
+		{2, "echo", "hi", ext.Response, append(append([]byte(nil), idLE...), 0, 0, 0), "hi"},
+		{1, "check", "x", ext.Ack, append([]byte{0}, idLE...), ""},
+		{1, "check", "", ext.Ack, append([]byte{2}, idLE...), "empty"},
+		{2, "missing", "", ext.Ack, append([]byte{2}, idLE...), `no handler named "missing"`},
+		{1, "missing", "", ext.Ack, append([]byte{2}, idLE...), `no handler named "missing"`},
+	}
+	for i, c := range cases {
+		hdr := wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil)
+		_, err := out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: hdr, Payload: []byte(c.payload)}))
+		must(t, err)
+		if replies == nil {
+			replies = recv(t, accepted, "the server to dial the caller")
+			t.Cleanup(func() { replies.Close() })
+		}
+		typ, h, p := readFrame(t, replies)
+		if typ != c.typ || !bytes.Equal(h, c.header) || string(p) != c.answer {
+			t.Errorf("case %d (%s to %q): got type %d header % x payload %q; want type %d header % x payload %q",
+				i, fmt.Sprint(c.rt), c.handler, typ, h, p, c.typ, c.header, c.answer)
+		}
+	}
+}
+
+// readFrame reads one frame: the 11-byte preamble, then header and payload.
+func readFrame(t *testing.T, c net.Conn) (ext.MessageType, []byte, []byte) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(failAfter))
+	var pre [11]byte
+	if _, err := io.ReadFull(c, pre[:]); err != nil {
+		t.Fatalf("read preamble: %v", err)
+	}
+	if v := binary.BigEndian.Uint16(pre[:]); v != 1 {
+		t.Fatalf("schema version %d", v)
+	}
+	h := make([]byte, binary.BigEndian.Uint32(pre[3:]))
+	p := make([]byte, binary.BigEndian.Uint32(pre[7:]))
+	if _, err := io.ReadFull(c, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, p); err != nil {
+		t.Fatal(err)
+	}
+	return ext.MessageType(pre[2]), h, p
+}
