@@ -172,12 +172,17 @@ func (r *remote) onSubscribe(c *messenger.Context) {
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
 		return
 	}
-	// A body that names another node than the sender is refused: it would
-	// make this node send completions to a third party.
-	if msg.SubscriberInstance.WorkerID() != c.SenderWorkerID() || ext.WorkerID(msg.SubscriberWorker) != c.SenderWorkerID() {
+	if !namesSender(c, msg.SubscriberWorker, msg.SubscriberInstance) {
 		return
 	}
 	r.tellWhenDone(msg.SubscriberInstance, msg.Handle.handle())
+}
+
+// namesSender reports whether the node a body names (to be answered) is
+// the node that sent it. A body that names another is refused: it would
+// make this node send completions to a third party.
+func namesSender(c *messenger.Context, worker uint64, instance ext.InstanceID) bool {
+	return instance.WorkerID() == c.SenderWorkerID() && ext.WorkerID(worker) == c.SenderWorkerID()
 }
 
 // tellWhenDone sends target an _event_trigger for the local event of h
@@ -256,7 +261,7 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
 		return
 	}
-	if msg.RequesterInstance.WorkerID() != c.SenderWorkerID() || ext.WorkerID(msg.RequesterWorker) != c.SenderWorkerID() {
+	if !namesSender(c, msg.RequesterWorker, msg.RequesterInstance) {
 		return
 	}
 	if msg.ResponseID != nil && msg.ResponseID.responseID().Worker() != c.SenderWorkerID() {

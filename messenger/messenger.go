@@ -360,6 +360,11 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 		}
 		return nil, nil
 	}
+	return m.awaitReply(ctx, idx, handler)
+}
+
+// awaitReply waits for the reply to the call in slot idx.
+func (m *Messenger) awaitReply(ctx context.Context, idx uint32, handler string) ([]byte, error) {
 	r, err := m.slots.wait(ctx, idx)
 	if err != nil {
 		return nil, err
@@ -404,6 +409,10 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	if m.stopped.Load() {
 		return nil, ErrShuttingDown
 	}
+	if m.met != nil {
+		m.met.PendingResponses.Inc()
+		defer m.met.PendingResponses.Dec()
+	}
 	id := ResponseID{Lo: uint64(m.wid), Hi: token}
 	// The request header carries the same id (the reference puts a slot's
 	// id in fire-and-forget requests too, and no receiver answers them), so
@@ -415,15 +424,7 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	if err := out.Wait(ctx); err != nil {
 		return nil, err
 	}
-	r, err := m.slots.wait(ctx, idx)
-	if err != nil {
-		return nil, err
-	}
-	if r.err != nil {
-		nameHandler(r.err, handler)
-		return nil, r.err
-	}
-	return r.payload, nil
+	return m.awaitReply(ctx, idx, handler)
 }
 
 // UnaryAsync is Unary without a goroutine waiting for the answer. It
