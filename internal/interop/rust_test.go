@@ -325,6 +325,16 @@ func TestAgainstRustReference(t *testing.T) {
 		var pe *events.PoisonedError
 		check(t, "poison reached the owner", errors.As(err, &pe) && pe.Reason == "rust poisoned it", nil, err)
 	})
+
+	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
+		g.BeginDrain()
+		start := time.Now()
+		ok, d := rs.do(map[string]any{"cmd": "unary", "handler": "go_echo", "payload": "late"})
+		check(t, "drain echo", !ok && strings.Contains(d, "shutting down"), d, nil)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("the refusal took %v: the rust caller waited for its timeout", took)
+		}
+	})
 }
 
 // waitRecorded waits until the go node recorded n remote subscribers.
