@@ -12,7 +12,7 @@ import (
 	"github.com/velo-go/velo/events"
 )
 
-func slotOf(h events.Handle) uint32 { return uint32(h.Lo) }
+func slotOf(h events.Handle) uint32 { return uint32(h.Lo >> 32) }
 
 // A handle whose slot was reused is stale: triggering or waiting on it must
 // never reach the event that now lives in the slot. While the stale

@@ -50,6 +50,7 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 			return nil, err
 		}
 	}
+	msg.OnUndelivered(subscribeHandler, r.subscribeUndelivered)
 	return m, nil
 }
 
@@ -135,6 +136,22 @@ func (r *remote) subscribe(h Handle, c *completion) {
 	// Otherwise the owner's _event_trigger settles the subscription.
 }
 
+// subscribeUndelivered fails a subscription whose message a transport
+// took but could not write: no answer will come for it.
+func (r *remote) subscribeUndelivered(payload []byte, err error) {
+	var msg subscribeMsg
+	if json.Unmarshal(payload, &msg) != nil {
+		return
+	}
+	h := msg.Handle.handle()
+	r.m.mu.Lock()
+	c := r.subs[h]
+	r.m.mu.Unlock()
+	if c != nil {
+		r.settle(h, c, false, "", fmt.Errorf("velo: subscribe to %s: not sent: %w", h, err))
+	}
+}
+
 // handshake makes sure the owner can answer: it answers with messages of
 // its own (_event_trigger, an Ack), sent through its peer table, and the
 // _hello exchange puts this node there. A draining owner refuses _hello but
@@ -214,9 +231,11 @@ func (r *remote) notify(target ext.InstanceID, h Handle, msg completionMsg) {
 	r.msg.Send(context.Background(), target, triggerHandler, mustJSON(msg))
 }
 
-// onTrigger runs on a subscriber when the owner reports completion. With
-// no subscription open (the answer to this node's own trigger request) the
-// outcome goes to the cache, so a later wait needs no message.
+// onTrigger runs on a subscriber when the owner reports completion. An
+// outcome for which no subscription is open (the owner's courtesy copy
+// after this node's own trigger request, or a forgery: the sender's worker
+// id is what the sender wrote) is dropped, never cached: a later wait
+// subscribes and asks the owner.
 func (r *remote) onTrigger(c *messenger.Context) {
 	var msg completionMsg
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
@@ -237,9 +256,6 @@ func (r *remote) onTrigger(c *messenger.Context) {
 	m := r.m
 	m.mu.Lock()
 	sub := r.subs[h]
-	if sub == nil && err == nil {
-		m.done.put(h, poisoned, reason)
-	}
 	m.mu.Unlock()
 	if sub != nil {
 		r.settle(h, sub, poisoned, reason, err)

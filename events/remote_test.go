@@ -522,3 +522,35 @@ func TestRemoteRefusalsKeepTheirIdentity(t *testing.T) {
 		t.Errorf("remote Wait on an unknown handle: %v, want ErrUnknownEvent", err)
 	}
 }
+
+// A subscription whose message the transport took but could not write (the
+// owner is gone: the redial is refused) fails its waiters at once, and a
+// later wait subscribes again rather than joining a subscription that will
+// never be answered. The subscribe message is fire-and-forget, as in the
+// reference, so the failure comes through the messenger's undelivered hook.
+func TestUndeliveredSubscriptionFailsAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := pair(t, true)
+	first := newEvent(t, a.Events)
+	w := subscribed(t, ctx, a, b, first.Handle()) // the handshake is done
+	first.Trigger()
+	if err := recv(t, w, "first wait"); err != nil {
+		t.Fatal(err)
+	}
+	pending := newEvent(t, a.Events)
+	if err := a.Shutdown(velo.Timeout(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		subs := b.Events.Subscriptions()
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := b.Events.Wait(ctx, pending.Handle())
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait %d on a gone owner's event: %v, want a send failure before the deadline", i, err)
+		}
+		if got := b.Events.Subscriptions(); got != subs+1 {
+			t.Fatalf("wait %d sent %d subscriptions, want 1", i, got-subs)
+		}
+	}
+}

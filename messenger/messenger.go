@@ -55,6 +55,8 @@ type Messenger struct {
 
 	handshakes atomic.Int64 // _hello calls made, for tests
 	unmatched  atomic.Int64 // replies that matched no waiting call
+
+	undelivered map[string]func([]byte, error) // by handler; guarded by regMu
 }
 
 // New starts the transports and returns a running messenger.
@@ -621,7 +623,11 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 		return
 	}
 	hdr, perr := parseRequestHeader(f.Header)
-	if perr != nil || hdr.id.Lo != uint64(m.wid) || hdr.id.Hi == 0 {
+	if perr != nil || hdr.id.Lo != uint64(m.wid) {
+		return
+	}
+	if hdr.id.Hi == 0 {
+		m.undeliveredFire(hdr, f.Payload, err)
 		return
 	}
 	// This runs on whichever goroutine met the failure, often another
@@ -630,6 +636,29 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 	// its own. Send failures are rare.
 	token, r := hdr.id.Hi, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
 	go m.slots.deliver(token, r)
+}
+
+// OnUndelivered registers fn to hear of fire-and-forget messages to
+// handler that a transport admitted but could not write (Send had already
+// returned nil). fn gets a copy of the payload, on a goroutine of its own.
+// A subsystem whose protocol is fire-and-forget (event subscriptions) uses
+// it to fail what waits on such a message at once, not at its deadline.
+func (m *Messenger) OnUndelivered(handler string, fn func(payload []byte, err error)) {
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
+	if m.undelivered == nil {
+		m.undelivered = map[string]func([]byte, error){}
+	}
+	m.undelivered[handler] = fn
+}
+
+func (m *Messenger) undeliveredFire(hdr requestHeader, payload []byte, err error) {
+	m.regMu.Lock()
+	fn := m.undelivered[string(hdr.handler)]
+	m.regMu.Unlock()
+	if fn != nil {
+		go fn(bytes.Clone(payload), err)
+	}
 }
 
 // reply answers a request through this node's peer table: a remote that

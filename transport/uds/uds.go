@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -89,10 +90,33 @@ func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
 	}
 	// Close removes the socket file.
 	ln.(*net.UnixListener).SetUnlinkOnClose(true)
-	return ln, []byte(path), nil
+	return ln, []byte(endpointPrefix + path), nil
+}
+
+// endpointPrefix starts the address entry, as the reference writes it
+// (lib/velo/src/transports/uds/transport.rs); a plain path is read too.
+const endpointPrefix = "uds://"
+
+// SocketPath is the socket path of a UDS address entry.
+func SocketPath(endpoint []byte) (string, error) {
+	path := strings.TrimPrefix(string(endpoint), endpointPrefix)
+	if path == "" {
+		return "", fmt.Errorf("uds: empty socket path in endpoint %q", endpoint)
+	}
+	return path, nil
+}
+
+// CheckEndpoint refuses, at registration, an entry with no path.
+func (n *network) CheckEndpoint(ep []byte) error {
+	_, err := SocketPath(ep)
+	return err
 }
 
 func (n *network) Dial(ctx context.Context, endpoint []byte) (net.Conn, error) {
+	path, err := SocketPath(endpoint)
+	if err != nil {
+		return nil, err
+	}
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", string(endpoint))
+	return d.DialContext(ctx, "unix", path)
 }

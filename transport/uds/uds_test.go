@@ -1,11 +1,14 @@
 package uds_test
 
 import (
+	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/transporttest"
 	"github.com/velo-go/velo/transport/uds"
@@ -35,8 +38,41 @@ func factory() transporttest.Factory {
 			}
 			return tr
 		},
-		DialRaw: func(ep []byte) (net.Conn, error) { return net.Dial("unix", string(ep)) },
+		DialRaw: func(ep []byte) (net.Conn, error) {
+			path, err := uds.SocketPath(ep)
+			if err != nil {
+				return nil, err
+			}
+			return net.Dial("unix", path)
+		},
 	}
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, factory()) }
+
+// The address entry is "uds://<path>", as the reference writes it
+// (lib/velo/src/transports/uds/transport.rs), and a plain path is read too.
+func TestEndpointForm(t *testing.T) {
+	for ep, want := range map[string]string{"uds:///tmp/a.sock": "/tmp/a.sock", "/tmp/a.sock": "/tmp/a.sock"} {
+		if got, err := uds.SocketPath([]byte(ep)); err != nil || got != want {
+			t.Errorf("SocketPath(%q) = %q, %v; want %q", ep, got, err, want)
+		}
+	}
+	tr, err := uds.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := velo.New(context.Background(), velo.WithTransport(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown(velo.WaitForever())
+	if ep := string(n.PeerInfo().Address[uds.Key]); !strings.HasPrefix(ep, "uds:///") {
+		t.Errorf("advertised entry %q, want uds://<absolute path>", ep)
+	}
+	for _, bad := range []string{"", "uds://"} {
+		if _, err := uds.SocketPath([]byte(bad)); err == nil {
+			t.Errorf("SocketPath(%q) accepted", bad)
+		}
+	}
+}
