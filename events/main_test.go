@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/events"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -26,6 +27,7 @@ const testTimeout = 10 * time.Second
 type testNode struct {
 	*velo.Node
 	reg *prometheus.Registry
+	tr  ext.Transport
 }
 
 func startNode(t testing.TB, withMetrics bool) *testNode {
@@ -49,7 +51,7 @@ func startNode(t testing.TB, withMetrics bool) *testNode {
 		t.Fatalf("velo.New: %v", err)
 	}
 	t.Cleanup(func() { n.Shutdown(velo.Timeout(5 * time.Second)) })
-	return &testNode{Node: n, reg: reg}
+	return &testNode{Node: n, reg: reg, tr: tr}
 }
 
 // pair starts two nodes over TCP that know each other. Both directions are

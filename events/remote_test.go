@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/events"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // subscribed starts a wait on w for h, owned by owner, and returns once the
@@ -523,11 +526,14 @@ func TestRemoteRefusalsKeepTheirIdentity(t *testing.T) {
 	}
 }
 
-// A subscription whose message the transport took but could not write (the
-// owner is gone: the redial is refused) fails its waiters at once, and a
-// later wait subscribes again rather than joining a subscription that will
-// never be answered. The subscribe message is fire-and-forget, as in the
-// reference, so the failure comes through the messenger's undelivered hook.
+// A subscription whose message the transport took but could not write
+// fails its waiters at once, and a later wait subscribes again rather than
+// joining a subscription that will never be answered. The subscribe message
+// is fire-and-forget, as in the reference, so the failure comes through the
+// messenger's undelivered hook. The route to the owner is pointed at a
+// closed port after the handshake, so the write fails every time (a write
+// to a peer that just died may still land in a socket buffer; noticing that
+// is the transport's peer-loss detection, not this hook).
 func TestUndeliveredSubscriptionFailsAtOnce(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := pair(t, true)
@@ -537,17 +543,23 @@ func TestUndeliveredSubscriptionFailsAtOnce(t *testing.T) {
 	if err := recv(t, w, "first wait"); err != nil {
 		t.Fatal(err)
 	}
-	pending := newEvent(t, a.Events)
-	if err := a.Shutdown(velo.Timeout(time.Second)); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
+	closed := ln.Addr().String()
+	ln.Close()
+	if err := b.tr.Register(ext.PeerInfo{InstanceID: a.InstanceID(), Address: ext.WorkerAddress{tcp.Key: []byte(closed)}}); err != nil {
+		t.Fatal(err)
+	}
+	pending := newEvent(t, a.Events)
 	for i := range 2 {
 		subs := b.Events.Subscriptions()
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := b.Events.Wait(ctx, pending.Handle())
 		cancel()
 		if err == nil || errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("wait %d on a gone owner's event: %v, want a send failure before the deadline", i, err)
+			t.Fatalf("wait %d through a refused route: %v, want a send failure before the deadline", i, err)
 		}
 		if got := b.Events.Subscriptions(); got != subs+1 {
 			t.Fatalf("wait %d sent %d subscriptions, want 1", i, got-subs)
