@@ -1,6 +1,10 @@
 package ext
 
-import "sync/atomic"
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
 
 // AdmitOutcome is the result of TransportAdapter.AdmitMessage.
 type AdmitOutcome uint8
@@ -33,6 +37,10 @@ func (m InboundMessage) Done() {
 // SendErrorHandler is told about a frame that a transport admitted but could
 // not write. The frame's slices are only valid during the call.
 type SendErrorHandler func(target InstanceID, f Frame, err error)
+
+// PeerLostHandler hears that a transport lost its connection to a peer.
+// err matches ErrPeerUnreachable.
+type PeerLostHandler func(peer InstanceID, err error)
 
 // AdapterConfig sizes the inbound queues of a TransportAdapter.
 type AdapterConfig struct {
@@ -75,6 +83,7 @@ type TransportAdapter struct {
 	events    *Queue[Frame]
 	shutdowns *Queue[Frame]
 	onErr     atomic.Pointer[SendErrorHandler]
+	onLost    atomic.Pointer[PeerLostHandler]
 }
 
 // NewTransportAdapter makes an adapter that admits against state.
@@ -282,6 +291,23 @@ func (a *TransportAdapter) SetSendErrorHandler(h SendErrorHandler) { a.onErr.Sto
 func (a *TransportAdapter) ReportSendError(target InstanceID, f Frame, err error) {
 	if h := a.onErr.Load(); h != nil && *h != nil {
 		(*h)(target, f, err)
+	}
+}
+
+// SetPeerLostHandler installs the callback for lost peer connections.
+func (a *TransportAdapter) SetPeerLostHandler(h PeerLostHandler) { a.onLost.Store(&h) }
+
+// ReportPeerLost tells the node that a connection to peer ended without a
+// graceful close: a reset, end of stream without a drain, a failed write or
+// a failed dial. The node fails what waits on that peer at once. A
+// transport reports each loss once per connection; err should wrap
+// ErrPeerUnreachable (it is wrapped here if it does not).
+func (a *TransportAdapter) ReportPeerLost(peer InstanceID, err error) {
+	if !errors.Is(err, ErrPeerUnreachable) {
+		err = fmt.Errorf("%w: %w", ErrPeerUnreachable, err)
+	}
+	if h := a.onLost.Load(); h != nil && *h != nil {
+		(*h)(peer, err)
 	}
 }
 

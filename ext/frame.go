@@ -92,6 +92,10 @@ var (
 	ErrConnectionClosed  = errors.New("velo: connection closed before the frame was written")
 	ErrLaneOutOfRange    = errors.New("velo: lane out of range")
 	ErrFrameTooLarge     = errors.New("velo: frame too large")
+	// ErrPeerUnreachable: the transport lost its connection to the peer
+	// (reset, end of stream without a drain, a failed write or dial), so
+	// what waits on that peer will get no answer.
+	ErrPeerUnreachable = errors.New("velo: peer unreachable")
 )
 
 // FrameTooLargeError says which size was refused. It matches ErrFrameTooLarge.
