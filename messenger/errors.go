@@ -26,7 +26,39 @@ var (
 	ErrNoResponseSlot = errors.New("velo: all response slots are in use")
 	// ErrLaneFull: an ordered lane over its soft depth refused the message.
 	ErrLaneFull = errors.New("velo: ordered lane is full")
+	// ErrUnknownHandler: the remote node has no handler of that name.
+	ErrUnknownHandler = errors.New("velo: no such handler")
+	// ErrOverloaded: the remote node runs as many handlers as it allows
+	// and refused the request at once.
+	ErrOverloaded = errors.New("velo: node overloaded")
+	// ErrPeerUnreachable: the connection to the peer was lost, so the call
+	// will get no answer.
+	ErrPeerUnreachable = ext.ErrPeerUnreachable
+	// ErrPeerRestarted: the node at the peer's address is a new instance;
+	// calls meant for the old one are failed, never delivered. Register the
+	// new instance (or let discovery find it) to reach it.
+	ErrPeerRestarted = errors.New("velo: peer restarted as a new instance")
 )
+
+// remoteCodes names the errors that keep their identity across the wire:
+// a reply carries the code in its header map (ErrorCodeHeader), and the
+// caller's RemoteError matches the sentinel with errors.Is.
+var remoteCodes = map[string]error{
+	"unknown_handler": ErrUnknownHandler,
+	"lane_full":       ErrLaneFull,
+	"overloaded":      ErrOverloaded,
+	"shutting_down":   ErrShuttingDown,
+}
+
+// codeOf is the wire code of err, or "" when err has none.
+func codeOf(err error) string {
+	for code, sentinel := range remoteCodes {
+		if errors.Is(err, sentinel) {
+			return code
+		}
+	}
+	return ""
+}
 
 type timeoutError struct{}
 
@@ -52,6 +84,13 @@ type RemoteError struct {
 // that names the failure. The reference ignores the map, so the code is an
 // addition a Rust node does not see.
 const ErrorCodeHeader = "velo-error-code"
+
+// Is matches the sentinel the remote named with its code, so
+// errors.Is(err, ErrLaneFull) holds for a lane that was full over there.
+func (e *RemoteError) Is(target error) bool {
+	sentinel, ok := remoteCodes[e.Code]
+	return ok && sentinel == target
+}
 
 func (e *RemoteError) Error() string {
 	return fmt.Sprintf("velo: remote handler %q: %s", e.Handler, e.Message)

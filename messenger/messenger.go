@@ -673,9 +673,19 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 // the memory from under the writer.
 //
 // A unary call is answered with a Response frame, a sync call with an Ack
-// frame (a Nack when err is set); an error's text is the payload.
+// frame (a Nack when err is set); an error's text is the payload. An error
+// that has a wire code (ErrLaneFull and friends) goes as an error Response
+// whose header map carries the code, whatever the pattern: a Rust caller
+// reads it as it reads a Nack, and a Go caller's errors.Is matches it.
 func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
+	if hdr.rtype == FireAndForget {
+		return
+	}
 	if err != nil {
+		if code := codeOf(err); code != "" {
+			m.sendReply(hdr.id, codedError(hdr.id, code, err))
+			return
+		}
 		resp, owner = []byte(err.Error()), nil
 	}
 	if len(resp) == 0 {
@@ -702,15 +712,22 @@ func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner 
 }
 
 // replyUnknownHandler answers a request for a handler this node does not
-// have. As in the reference (server/dispatcher.rs), the answer is a Nack
-// whichever pattern the caller used: its caller waits on the same slot for
-// either kind of frame.
+// have. The reference (server/dispatcher.rs) answers with a Nack whichever
+// pattern the caller used; this node answers with an error Response that
+// carries the code, which a Rust caller reads the same way (it waits on one
+// slot for either kind of frame) and a Go caller matches as
+// ErrUnknownHandler.
 func (m *Messenger) replyUnknownHandler(hdr requestHeader) {
-	if hdr.rtype == FireAndForget {
-		return
+	m.replyOwned(hdr, nil, fmt.Errorf("%w: %q", ErrUnknownHandler, hdr.handler), nil)
+}
+
+// codedError is an error Response whose header map names the failure.
+func codedError(id ResponseID, code string, err error) ext.Frame {
+	hb, herr := EncodeHeaders(map[string]string{ErrorCodeHeader: code})
+	if herr != nil {
+		panic("velo: encode an error code: " + herr.Error()) // codes are short ASCII
 	}
-	msg := fmt.Sprintf("no handler named %q", hdr.handler)
-	m.sendReply(hdr.id, ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, true), Payload: []byte(msg)})
+	return ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
 }
 
 // Acknowledge answers a response id that arrived in a message body rather
@@ -727,11 +744,7 @@ func (m *Messenger) Acknowledge(id ResponseID, code string, err error) error {
 	case code == "":
 		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, true), Payload: []byte(err.Error())}
 	default:
-		hb, herr := EncodeHeaders(map[string]string{ErrorCodeHeader: code})
-		if herr != nil {
-			return herr
-		}
-		f = ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
+		f = codedError(id, code, err)
 	}
 	if !m.sendReply(id, f) {
 		return fmt.Errorf("%w: worker %s", ErrPeerNotRegistered, id.Worker())

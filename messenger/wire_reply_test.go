@@ -19,8 +19,10 @@ import (
 // TestRepliesOnTheWire: a bare socket plays a caller and reads the frames
 // a node sends back, byte for byte, in the reference's layouts: a unary
 // answer is a Response with the 19-byte header, a sync answer an Ack (or a
-// Nack with the error text), and a request for a missing handler a Nack
-// whatever the pattern (lib/velo/src/messenger/server/dispatcher.rs).
+// Nack with the error text), and a request for a missing handler an error
+// Response whose header map carries the code "unknown_handler", whatever
+// the pattern (the reference answers with a Nack, which carries no code; a
+// Rust caller reads either frame as the same failure).
 func TestRepliesOnTheWire(t *testing.T) {
 	server := newNode(t)
 	must(t, server.Register(messenger.UnaryHandler("echo", func(c *messenger.Context) ([]byte, error) {
@@ -67,8 +69,8 @@ func TestRepliesOnTheWire(t *testing.T) {
 		{2, "echo", "hi", ext.Response, append(append([]byte(nil), idLE...), 0, 0, 0), "hi"},
 		{1, "check", "x", ext.Ack, append([]byte{0}, idLE...), ""},
 		{1, "check", "", ext.Ack, append([]byte{2}, idLE...), "empty"},
-		{2, "missing", "", ext.Ack, append([]byte{2}, idLE...), `no handler named "missing"`},
-		{1, "missing", "", ext.Ack, append([]byte{2}, idLE...), `no handler named "missing"`},
+		{2, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
+		{1, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
 	}
 	for i, c := range cases {
 		hdr := wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil)
@@ -84,6 +86,16 @@ func TestRepliesOnTheWire(t *testing.T) {
 				i, fmt.Sprint(c.rt), c.handler, typ, h, p, c.typ, c.header, c.answer)
 		}
 	}
+}
+
+// codedHeader is an error Response header whose map is
+// {"velo-error-code": code}, written out by hand.
+func codedHeader(idLE []byte, code string) []byte {
+	m := append([]byte{0x81, 0xa0 | 15}, "velo-error-code"...)
+	m = append(append(m, 0xa0|byte(len(code))), code...)
+	h := append(append([]byte(nil), idLE...), 1)
+	h = binary.LittleEndian.AppendUint16(h, uint16(len(m)))
+	return append(h, m...)
 }
 
 // readFrame reads one frame: the 11-byte preamble, then header and payload.
