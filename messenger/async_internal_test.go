@@ -16,7 +16,7 @@ func TestSendErrorCallbackRunsOffTheSender(t *testing.T) {
 	// The callback waits for release, which is closed only once the report
 	// has returned: a callback run inside the report would hold it up.
 	release, ran := make(chan struct{}), make(chan error, 1)
-	token, ok := m.slots.acquireAsync("h", func(_ []byte, err error) {
+	token, ok := m.slots.acquireAsync(1, "h", func(_ []byte, err error) {
 		<-release
 		ran <- err
 	})

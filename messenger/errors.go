@@ -48,6 +48,7 @@ var remoteCodes = map[string]error{
 	"lane_full":       ErrLaneFull,
 	"overloaded":      ErrOverloaded,
 	"shutting_down":   ErrShuttingDown,
+	"peer_restarted":  ErrPeerRestarted,
 }
 
 // codeOf is the wire code of err, or "" when err has none.

@@ -59,19 +59,24 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 		probed <- err
 	})))
 	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	// A node serves user handlers only to callers that greeted it: the
+	// raw frames below speak as a, after a's handshake.
+	_, err := a.RemoteHandlers(ctx, b.InstanceID())
+	must(t, err)
+	w := uint64(a.WorkerID())
 
-	valid := wireRequestHeader(0, 0, 0x1234, "probe", nil)
+	valid := wireRequestHeader(0, w, 0, "probe", nil)
 	garbage := [][]byte{
 		nil,                                // empty
 		[]byte("garbage!"),                 // short
 		valid[:len(valid)-1],               // truncated before the headers length
 		append([]byte{2}, valid[1:]...),    // schema 2
 		append([]byte{1, 3}, valid[2:]...), // response type 3
-		wireRequestHeader(0, 0, 1, strings.Repeat("n", 1025), nil),   // name over 1 KiB
-		append(wireRequestHeader(0, 0, 1, "probe", []byte{0x80}), 0), // trailing byte
-		wireRequestHeader(0, 0, 1, "probe", make([]byte, messenger.MaxEncodedHeaders+1)),
+		wireRequestHeader(0, w, 1, strings.Repeat("n", 1025), nil),   // name over 1 KiB
+		append(wireRequestHeader(0, w, 1, "probe", []byte{0x80}), 0), // trailing byte
+		wireRequestHeader(0, w, 1, "probe", make([]byte, messenger.MaxEncodedHeaders+1)),
 		func() []byte { // a name length past the end
-			h := wireRequestHeader(0, 0, 1, "probe", nil)
+			h := wireRequestHeader(0, w, 1, "probe", nil)
 			binary.LittleEndian.PutUint16(h[18:], 60000)
 			return h
 		}(),
@@ -84,7 +89,7 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 	// Then a valid request on the same connection: the reader handles frames
 	// in order, so once the probe runs every bad frame has been counted.
 	out = frame.Append(out, ext.Frame{Type: ext.Message, Header: valid})
-	_, err := conn.Write(out)
+	_, err = conn.Write(out)
 	must(t, err)
 	must(t, recv(t, probed, "the probe after the garbage"))
 	malformed := sm.DispatchFailures.WithLabelValues("decode", "malformed_header")
@@ -94,7 +99,7 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 
 	// User headers are decoded when the handler asks: a bad map reaches the
 	// handler as an error from Headers, not as a dropped request.
-	_, err = conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, 0, 1, "probe", []byte{0xc1})}))
+	_, err = conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 1, "probe", []byte{0xc1})}))
 	must(t, err)
 	if err := recv(t, probed, "the probe with bad headers"); !errors.Is(err, messenger.ErrMalformedHeader) {
 		t.Fatalf("Headers() of a bad map: %v", err)

@@ -57,6 +57,12 @@ type Messenger struct {
 	unmatched  atomic.Int64 // replies that matched no waiting call
 
 	undelivered map[string]func([]byte, error) // by handler; guarded by regMu
+	lostHooks   []func(ext.InstanceID, error)  // guarded by regMu
+	// draining holds the workers that refused a request with a drain echo:
+	// when their connections close, that is a shutdown, not a crash.
+	draining  sync.Map // ext.WorkerID → struct{}
+	lostCalls atomic.Int64
+	greeted   atomic.Pointer[map[ext.WorkerID]struct{}] // copy on write, under regMu
 }
 
 // New starts the transports and returns a running messenger.
@@ -85,12 +91,15 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	}
 	empty := map[string]*registered{}
 	m.handlers.Store(&empty)
+	none := map[ext.WorkerID]struct{}{}
+	m.greeted.Store(&none)
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
 		OnMessages:  m.onMessages,
 		OnFrame:     m.onFrame,
 		DrainExempt: m.drainExempt,
 	})
 	m.adapter.SetSendErrorHandler(m.onSendError)
+	m.adapter.SetPeerLostHandler(m.onPeerLost)
 	m.trs = append([]ext.Transport(nil), cfg.Transports...)
 	sortByPriority(m.trs)
 	addr := ext.WorkerAddress{}
@@ -337,7 +346,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	var idx uint32
 	if rt != FireAndForget {
 		var token uint64
-		if idx, token, err = m.slots.acquire(ctx); err != nil {
+		if idx, token, err = m.slots.acquire(ctx, target.WorkerID()); err != nil {
 			return nil, err
 		}
 		defer m.slots.release(idx)
@@ -403,7 +412,7 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	if err != nil {
 		return nil, err
 	}
-	idx, token, err := m.slots.acquire(ctx)
+	idx, token, err := m.slots.acquire(ctx, target.WorkerID())
 	if err != nil {
 		return nil, err
 	}
@@ -481,7 +490,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 
 // sendAsync takes a slot for an asynchronous call and sends its request.
 func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error)) error {
-	token, ok := m.slots.acquireAsync(handler, done)
+	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done)
 	if !ok {
 		return ErrNoResponseSlot
 	}
@@ -534,6 +543,12 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 		if r == nil {
 			m.countFailure("dispatch", "unknown_handler")
 			m.replyUnknownHandler(hdr)
+			msg.Done()
+			continue
+		}
+		if hdr.handler[0] != '_' && !m.greetedBy(hdr.id.Worker()) {
+			m.countFailure("dispatch", "not_greeted")
+			m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
 			msg.Done()
 			continue
 		}
@@ -591,6 +606,9 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		if err != nil || hdr.id.Lo != uint64(m.wid) || hdr.id.Hi == 0 {
 			return
 		}
+		if w, ok := m.slots.peerOf(hdr.id.Hi); ok {
+			m.draining.Store(w, struct{}{}) // its connections will close soon: that is its shutdown
+		}
 		m.slots.deliver(hdr.id.Hi, reply{err: fmt.Errorf("%w: the remote refused %q", ErrShuttingDown, hdr.handler)})
 	}
 }
@@ -637,6 +655,41 @@ func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
 	token, r := hdr.id.Hi, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
 	go m.slots.deliver(token, r)
 }
+
+// onPeerLost runs when a transport lost its connection to a peer. Every
+// call waiting on that peer fails at once with ErrPeerUnreachable (and
+// ErrShuttingDown too when the peer had begun to drain), and the next call
+// runs the handshake again, which finds out whether the node at that
+// address is still the same instance.
+func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
+	w := id.WorkerID()
+	if p, ok := m.peers.get(id); ok {
+		p.helloOK.Store(false)
+	}
+	if _, ok := m.draining.LoadAndDelete(w); ok {
+		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
+	}
+	m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
+	m.regMu.Lock()
+	hooks := m.lostHooks
+	m.regMu.Unlock()
+	for _, fn := range hooks {
+		fn(id, err)
+	}
+}
+
+// OnPeerLost registers fn to hear when a transport lost its connection to
+// a peer (err matches ErrPeerUnreachable). fn runs on the transport's
+// goroutine and must not block.
+func (m *Messenger) OnPeerLost(fn func(peer ext.InstanceID, err error)) {
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
+	m.lostHooks = append(m.lostHooks[:len(m.lostHooks):len(m.lostHooks)], fn)
+}
+
+// CallsFailedByPeerLoss is how many calls in flight failed because the
+// connection to their peer was lost.
+func (m *Messenger) CallsFailedByPeerLoss() int64 { return m.lostCalls.Load() }
 
 // OnUndelivered registers fn to hear of fire-and-forget messages to
 // handler that a transport admitted but could not write (Send had already

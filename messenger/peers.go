@@ -18,6 +18,10 @@ type peer struct {
 	helloRun chan struct{} // non-nil while a handshake is in flight
 	helloOK  atomic.Bool
 	handlers atomic.Pointer[map[string]struct{}]
+	// restarted is set when a handshake found another instance at this
+	// peer's address: calls to it fail with ErrPeerRestarted until the new
+	// instance is registered (a new peer entry).
+	restarted atomic.Bool
 }
 
 // peerTable maps instance and worker ids to peers. Sends read it without

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+
+	"github.com/velo-go/velo/ext"
 )
 
 // reply is what a response slot receives.
@@ -29,6 +31,9 @@ type slot struct {
 	gen  uint64 // nonzero while busy
 	busy bool
 	ch   chan reply
+	// peer is the worker the call went to, so that losing that peer fails
+	// the call at once. It is read without the lock when scanning.
+	peer atomic.Uint64
 
 	done    func([]byte, error) // the callback of an asynchronous call
 	handler string              // its handler, to name in a RemoteError
@@ -93,9 +98,10 @@ func (t *slotTable) take() (uint32, bool) {
 	}
 }
 
-// acquire takes a free slot, waiting (bounded by ctx) when all are in use.
-// The token is the upper 64 bits of the response id; it is never zero.
-func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err error) {
+// acquire takes a free slot for a call to peer, waiting (bounded by ctx)
+// when all are in use. The token is the upper 64 bits of the response id;
+// it is never zero.
+func (t *slotTable) acquire(ctx context.Context, peer ext.WorkerID) (idx uint32, token uint64, err error) {
 	idx, ok := t.take()
 	if !ok {
 		if t.exhausted != nil {
@@ -111,6 +117,7 @@ func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err 
 	s := &t.slots[idx]
 	s.mu.Lock()
 	s.busy, s.gen = true, gen
+	s.peer.Store(uint64(peer))
 	s.mu.Unlock()
 	return idx, makeToken(gen, idx), nil
 }
@@ -118,7 +125,7 @@ func (t *slotTable) acquire(ctx context.Context) (idx uint32, token uint64, err 
 // acquireAsync takes a free slot for an asynchronous call without waiting:
 // the goroutine calling may be a transport reader, whose own replies free
 // slots.
-func (t *slotTable) acquireAsync(handler string, done func([]byte, error)) (token uint64, ok bool) {
+func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]byte, error)) (token uint64, ok bool) {
 	idx, ok := t.take()
 	if !ok {
 		if t.exhausted != nil {
@@ -130,6 +137,7 @@ func (t *slotTable) acquireAsync(handler string, done func([]byte, error)) (toke
 	s := &t.slots[idx]
 	s.mu.Lock()
 	s.busy, s.gen, s.done, s.handler = true, gen, done, handler
+	s.peer.Store(uint64(peer))
 	s.mu.Unlock()
 	return makeToken(gen, idx), true
 }
@@ -183,6 +191,7 @@ func (t *slotTable) live(token uint64) *slot {
 func (t *slotTable) freeLocked(s *slot, idx uint32) {
 	s.gen = 0
 	s.busy = false
+	s.peer.Store(0)
 	select {
 	case <-s.ch:
 	default:
@@ -249,24 +258,52 @@ func (t *slotTable) release(idx uint32) {
 	t.freeLocked(s, idx)
 }
 
+// peerOf returns the worker that the call holding token went to.
+func (t *slotTable) peerOf(token uint64) (ext.WorkerID, bool) {
+	s := t.live(token)
+	if s == nil {
+		return 0, false
+	}
+	defer s.mu.Unlock()
+	return ext.WorkerID(s.peer.Load()), true
+}
+
+// failPeer delivers err to every call waiting on peer, for example when
+// the connection to it was lost. Asynchronous callbacks run on a goroutine
+// of their own, as in failAll. It returns how many calls it failed.
+func (t *slotTable) failPeer(peer ext.WorkerID, err error) int {
+	return t.failWhere(err, func(s *slot) bool { return s.peer.Load() == uint64(peer) })
+}
+
 // failAll delivers err to every busy slot (at shutdown). Waiting callers
 // are woken here; the callbacks of asynchronous calls run on a goroutine of
 // their own, since the goroutine running the shutdown must not run user
 // code that may itself call Shutdown.
-func (t *slotTable) failAll(err error) {
+func (t *slotTable) failAll(err error) { t.failWhere(err, nil) }
+
+// failWhere delivers err to every busy slot that match accepts (all when
+// match is nil). match may be called without the slot's lock.
+func (t *slotTable) failWhere(err error, match func(*slot) bool) int {
 	var async []uint64
+	failed := 0
 	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
+		if match != nil && !match(s) {
+			continue
+		}
 		s.mu.Lock()
 		token, busy, isAsync := makeToken(s.gen, uint32(i)), s.busy, s.done != nil
 		s.mu.Unlock()
 		switch {
 		case busy && isAsync:
 			async = append(async, token)
+			failed++
 		case busy:
 			// deliver checks the generation again: a slot that moved on
 			// meanwhile is left alone.
-			t.deliver(token, reply{err: err})
+			if t.deliver(token, reply{err: err}) {
+				failed++
+			}
 		}
 	}
 	if len(async) > 0 {
@@ -276,6 +313,7 @@ func (t *slotTable) failAll(err error) {
 			}
 		}()
 	}
+	return failed
 }
 
 // ctxErr maps a finished context to the messenger's error: a deadline is

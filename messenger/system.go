@@ -26,12 +26,17 @@ type helloRequest struct {
 
 // handlersResponse answers _hello and _list_handlers: the names of every
 // handler here, system ones included, as the reference answers.
+// InstanceID is this implementation's addition (the reference ignores
+// unknown fields): the instance that answered, so a caller finds out when
+// a restarted node answers at an old instance's address.
 type handlersResponse struct {
-	Handlers []string `json:"handlers"`
+	Handlers   []string        `json:"handlers"`
+	InstanceID *ext.InstanceID `json:"instance_id,omitempty"`
 }
 
 func (m *Messenger) handlersBody() ([]byte, error) {
-	return json.Marshal(handlersResponse{Handlers: m.allHandlers()})
+	id := m.id
+	return json.Marshal(handlersResponse{Handlers: m.allHandlers(), InstanceID: &id})
 }
 
 // allHandlers lists every registered name, sorted.
@@ -79,6 +84,7 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 			return nil, err
 		}
 	}
+	m.greet(info.WorkerID())
 	return m.handlersBody()
 }
 
@@ -117,6 +123,9 @@ func (p *peer) hasHandler(name string) bool {
 func (m *Messenger) ensureHello(ctx context.Context, p *peer) error {
 	if p.helloOK.Load() {
 		return nil
+	}
+	if p.restarted.Load() {
+		return fmt.Errorf("%w: %s", ErrPeerRestarted, p.info.InstanceID)
 	}
 	p.helloMu.Lock()
 	if p.helloOK.Load() {
@@ -161,8 +170,36 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	if err := json.Unmarshal(resp, &h); err != nil {
 		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, err)
 	}
+	if h.InstanceID != nil && *h.InstanceID != p.info.InstanceID {
+		// Another instance listens at the address: the peer restarted.
+		// Nothing more goes to it under the old instance's name.
+		p.restarted.Store(true)
+		err := fmt.Errorf("%w: %s answers at the address of %s", ErrPeerRestarted, *h.InstanceID, p.info.InstanceID)
+		m.slots.failPeer(p.info.WorkerID(), err)
+		return err
+	}
 	p.setHandlers(h.Handlers)
 	return nil
+}
+
+// greet records that worker ran the handshake with this instance. A
+// request for a user handler from a worker that did not is refused with
+// ErrPeerRestarted: every caller greets an instance before its first such
+// request, so one that did not greeted an earlier instance at this address.
+func (m *Messenger) greet(w ext.WorkerID) {
+	if m.greetedBy(w) {
+		return
+	}
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
+	next := copyMap(*m.greeted.Load())
+	next[w] = struct{}{}
+	m.greeted.Store(&next)
+}
+
+func (m *Messenger) greetedBy(w ext.WorkerID) bool {
+	_, ok := (*m.greeted.Load())[w]
+	return ok
 }
 
 // RemoteHandlers lists the user handlers of a peer, asking it.

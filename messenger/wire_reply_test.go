@@ -3,6 +3,7 @@ package messenger_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,18 @@ func TestRepliesOnTheWire(t *testing.T) {
 	idLE := binary.LittleEndian.AppendUint64(nil, uint64(caller.WorkerID()))
 	idLE = binary.LittleEndian.AppendUint64(idLE, token)
 
+	// A node serves user handlers only to callers that greeted it.
+	body, err := json.Marshal(map[string]any{"peer_info": ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}})
+	must(t, err)
+	hello := wireRequestHeader(2, uint64(caller.WorkerID()), token, "_hello", nil)
+	_, err = out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: hello, Payload: body}))
+	must(t, err)
+	replies = recv(t, accepted, "the server to dial the caller")
+	t.Cleanup(func() { replies.Close() })
+	if typ, _, p := readFrame(t, replies); typ != ext.Response || !bytes.Contains(p, []byte(`"handlers"`)) {
+		t.Fatalf("hello answered with type %d: %s", typ, p)
+	}
+
 	cases := []struct {
 		rt      byte
 		handler string
@@ -76,10 +89,6 @@ func TestRepliesOnTheWire(t *testing.T) {
 		hdr := wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil)
 		_, err := out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: hdr, Payload: []byte(c.payload)}))
 		must(t, err)
-		if replies == nil {
-			replies = recv(t, accepted, "the server to dial the caller")
-			t.Cleanup(func() { replies.Close() })
-		}
 		typ, h, p := readFrame(t, replies)
 		if typ != c.typ || !bytes.Equal(h, c.header) || string(p) != c.answer {
 			t.Errorf("case %d (%s to %q): got type %d header % x payload %q; want type %d header % x payload %q",
