@@ -158,7 +158,7 @@ func TestMergeLocal(t *testing.T) {
 	m := events.NewLocal()
 
 	t.Run("zero inputs completes at once", func(t *testing.T) {
-		h, err := m.Merge()
+		h, err := m.Merge(context.Background())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -171,7 +171,7 @@ func TestMergeLocal(t *testing.T) {
 		a, b := newEvent(t, m), newEvent(t, m)
 		a.Trigger()
 		b.Trigger()
-		h, err := m.Merge(a.Handle(), b.Handle())
+		h, err := m.Merge(ctx, a.Handle(), b.Handle())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -182,7 +182,7 @@ func TestMergeLocal(t *testing.T) {
 
 	t.Run("completes after the last input", func(t *testing.T) {
 		a, b := newEvent(t, m), newEvent(t, m)
-		h, err := m.Merge(a.Handle(), b.Handle())
+		h, err := m.Merge(ctx, a.Handle(), b.Handle())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -196,7 +196,7 @@ func TestMergeLocal(t *testing.T) {
 
 	t.Run("poisoned input poisons with its reason", func(t *testing.T) {
 		a, b := newEvent(t, m), newEvent(t, m)
-		h, err := m.Merge(a.Handle(), b.Handle())
+		h, err := m.Merge(ctx, a.Handle(), b.Handle())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -210,7 +210,7 @@ func TestMergeLocal(t *testing.T) {
 	t.Run("unknown input poisons", func(t *testing.T) {
 		e := newEvent(t, m)
 		bogus := events.Handle{Hi: e.Handle().Hi, Lo: 1<<32 | 0xfffffff}
-		h, err := m.Merge(e.Handle(), bogus)
+		h, err := m.Merge(ctx, e.Handle(), bogus)
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}

@@ -45,6 +45,7 @@ type completion struct {
 	reason   string
 	err      error                                // set instead when the wait itself failed (shutdown, network)
 	onDone   []func(poisoned bool, reason string) // run once, outside the lock
+	waiters  int                                  // remote waits on it; guarded by the manager's lock
 }
 
 func newCompletion() *completion { return &completion{done: make(chan struct{})} }
@@ -288,8 +289,10 @@ func (m *Manager) onComplete(h Handle, cb func(poisoned bool, reason string)) er
 }
 
 // Merge makes an AND gate: the returned event completes once every input
-// has. The first poisoned input poisons it, with that input's reason.
-func (m *Manager) Merge(inputs ...Handle) (Handle, error) {
+// has. The first poisoned input poisons it, with that input's reason. ctx
+// bounds the waits on other nodes' inputs: when it ends first, the merged
+// event is poisoned with ctx's error.
+func (m *Manager) Merge(ctx context.Context, inputs ...Handle) (Handle, error) {
 	e, err := m.NewEvent()
 	if err != nil {
 		return Handle{}, err
@@ -313,15 +316,15 @@ func (m *Manager) Merge(inputs ...Handle) (Handle, error) {
 			}
 			continue
 		}
-		go m.followRemote(in, settle)
+		go m.followRemote(ctx, in, settle)
 	}
 	return e.Handle(), nil
 }
 
 // followRemote waits on a remote input of a merge. One goroutine per
 // remote input: merges of remote events are rare next to plain waits.
-func (m *Manager) followRemote(h Handle, settle func(bool, string)) {
-	err := m.Wait(context.Background(), h)
+func (m *Manager) followRemote(ctx context.Context, h Handle, settle func(bool, string)) {
+	err := m.Wait(ctx, h)
 	var pe *PoisonedError
 	switch {
 	case err == nil:

@@ -51,6 +51,7 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 		}
 	}
 	msg.OnUndelivered(subscribeHandler, r.subscribeUndelivered)
+	msg.OnPeerLost(r.ownerLost)
 	return m, nil
 }
 
@@ -101,8 +102,39 @@ func (r *remote) wait(ctx context.Context, h Handle) error {
 		// giving up does not end it for the others.
 		go r.subscribe(h, c)
 	}
+	c.waiters++
 	m.mu.Unlock()
-	return c.wait(ctx, h)
+	err := c.wait(ctx, h)
+	m.mu.Lock()
+	c.waiters--
+	if c.waiters == 0 && r.subs[h] == c {
+		// The last waiter gave up: the subscription goes, and a later wait
+		// subscribes again. An answer the owner still sends is dropped.
+		delete(r.subs, h)
+	}
+	m.mu.Unlock()
+	return err
+}
+
+// ownerLost fails the subscriptions to a peer whose connection was lost:
+// their answers will not come. A later wait subscribes again.
+func (r *remote) ownerLost(peer ext.InstanceID, err error) {
+	w := peer.WorkerID()
+	r.m.mu.Lock()
+	var lost []Handle
+	for h := range r.subs {
+		if h.Owner() == w {
+			lost = append(lost, h)
+		}
+	}
+	subs := make([]*completion, len(lost))
+	for i, h := range lost {
+		subs[i] = r.subs[h]
+	}
+	r.m.mu.Unlock()
+	for i, h := range lost {
+		r.settle(h, subs[i], false, "", fmt.Errorf("velo: wait on %s: %w", h, err))
+	}
 }
 
 func (r *remote) subscribe(h Handle, c *completion) {
@@ -223,12 +255,13 @@ func (r *remote) tellWhenDone(target ext.InstanceID, h Handle) {
 	}
 }
 
-// notify sends a completion to target. It is fire-and-forget: it returns
-// once the transport took the message; a subscriber that is gone fails its
-// own waits when its node stops.
+// notify sends a completion to target. It never waits for the transport
+// to admit the message (Post), so completing an event never blocks on a
+// stalled subscriber; a subscriber that is gone fails its own waits when
+// its node stops or loses this one.
 func (r *remote) notify(target ext.InstanceID, h Handle, msg completionMsg) {
 	msg.Handle = handleU128(h)
-	r.msg.Send(context.Background(), target, triggerHandler, mustJSON(msg))
+	r.msg.Post(target, triggerHandler, mustJSON(msg))
 }
 
 // onTrigger runs on a subscriber when the owner reports completion. An

@@ -83,7 +83,7 @@ func TestMergeLocalAndRemote(t *testing.T) {
 
 	setup := func(t *testing.T) (local, remote *events.Event, merged events.Handle, onA, onB <-chan error) {
 		local, remote = newEvent(t, a.Events), newEvent(t, b.Events)
-		merged, err := a.Events.Merge(local.Handle(), remote.Handle())
+		merged, err := a.Events.Merge(ctx, local.Handle(), remote.Handle())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -122,7 +122,7 @@ func TestMergeLocalAndRemote(t *testing.T) {
 	t.Run("remote input already triggered", func(t *testing.T) {
 		remote := newEvent(t, b.Events)
 		remote.Trigger()
-		merged, err := a.Events.Merge(remote.Handle())
+		merged, err := a.Events.Merge(ctx, remote.Handle())
 		if err != nil {
 			t.Fatalf("Merge: %v", err)
 		}
@@ -452,7 +452,7 @@ func TestUnreachableOrUnknownOwner(t *testing.T) {
 	if err := b.Events.Trigger(ctx, stranger); !errors.Is(err, velo.ErrPeerNotRegistered) {
 		t.Errorf("trigger through an unregistered owner: %v, want ErrPeerNotRegistered", err)
 	}
-	merged, err := b.Events.Merge(stranger)
+	merged, err := b.Events.Merge(ctx, stranger)
 	if err != nil {
 		t.Fatalf("Merge: %v", err)
 	}
@@ -497,7 +497,7 @@ func TestLocalManagerRefusesForeignHandles(t *testing.T) {
 	if _, err := m.NewEvent(); !errors.Is(err, events.ErrClosed) {
 		t.Errorf("NewEvent after Close: %v, want ErrClosed", err)
 	}
-	if _, err := m.Merge(); !errors.Is(err, events.ErrClosed) {
+	if _, err := m.Merge(context.Background()); !errors.Is(err, events.ErrClosed) {
 		t.Errorf("Merge after Close: %v, want ErrClosed", err)
 	}
 }

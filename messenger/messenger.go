@@ -275,6 +275,26 @@ func (m *Messenger) Send(ctx context.Context, target ext.InstanceID, handler str
 	return err
 }
 
+// Post is Send that never waits: it hands the message to the transport and
+// returns, even when the peer's send channel is full (the message then
+// waits in the transport's admission gate). Only a message that could not
+// be handed over at all returns an error. System subsystems use it where a
+// stalled peer must not hold up the caller (event completions).
+func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) error {
+	hb, err := m.prepare(handler, nil)
+	if err != nil {
+		return err
+	}
+	p, ok := m.peers.get(target)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	if _, err := p.primary.Send(target, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)); err != nil {
+		return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+	}
+	return nil
+}
+
 // Sync waits until the remote handler has run; its error comes back as a
 // *RemoteError.
 func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
@@ -367,6 +387,9 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	}
 	if rt == FireAndForget {
 		if err := out.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx) // ErrRequestTimeout, as Unary says it
+			}
 			return nil, err
 		}
 		return nil, nil
