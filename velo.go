@@ -46,6 +46,12 @@ func WithMetrics(m *metrics.VeloMetrics) Option {
 	return func(c *messenger.Config) { c.Metrics = m }
 }
 
+// WithUndeliveredHandler installs fn to hear of every message a transport
+// admitted and then failed or discarded (see messenger.Config.OnUndelivered).
+func WithUndeliveredHandler(fn func(peer ext.InstanceID, handler string, err error)) Option {
+	return func(c *messenger.Config) { c.OnUndelivered = fn }
+}
+
 // WithResponseSlots bounds the calls waiting for an answer at once (default
 // and most 65536: a response id names its slot in 16 bits).
 func WithResponseSlots(n int) Option {

@@ -50,7 +50,7 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 			return nil, err
 		}
 	}
-	msg.OnUndelivered(subscribeHandler, r.subscribeUndelivered)
+	msg.WatchUndelivered(subscribeHandler, r.subscribeUndelivered)
 	msg.OnPeerLost(r.ownerLost)
 	return m, nil
 }

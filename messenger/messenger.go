@@ -29,6 +29,14 @@ type Config struct {
 	// ResponseSlots bounds calls waiting for an answer at once (default and
 	// most 65536: a response id names its slot in 16 bits).
 	ResponseSlots int
+	// OnUndelivered, when set, hears of every message a transport admitted
+	// and then failed or discarded (a write error, a lost connection, the
+	// teardown's grace running out): the peer, the handler the message was
+	// for ("" for a reply) and why. It runs on the goroutine that met the
+	// failure, possibly inside another Send, so it must return quickly.
+	// Bytes already handed to the kernel when a connection dies are lost
+	// without a report: no transport can know of them.
+	OnUndelivered func(peer ext.InstanceID, handler string, err error)
 }
 
 // Messenger is one node's messaging engine.
@@ -63,6 +71,9 @@ type Messenger struct {
 	draining  sync.Map // ext.WorkerID → struct{}
 	lostCalls atomic.Int64
 	greeted   atomic.Pointer[map[ext.WorkerID]struct{}] // copy on write, under regMu
+
+	undeliveredFn func(ext.InstanceID, string, error)
+	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 }
 
 // New starts the transports and returns a running messenger.
@@ -78,6 +89,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	}
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
+		undeliveredFn: cfg.OnUndelivered,
 		peers: newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	m.wid = m.id.WorkerID()
@@ -658,7 +670,8 @@ func (m *Messenger) UnmatchedReplies() int64 { return m.unmatched.Load() }
 
 // onSendError fails the caller of a request that a transport admitted but
 // could not write, instead of leaving it to its deadline.
-func (m *Messenger) onSendError(_ ext.InstanceID, f ext.Frame, err error) {
+func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
+	m.countUndelivered(target, f, err)
 	if f.Type != ext.Message {
 		m.countFailure("response", "send_failed")
 		return
@@ -714,12 +727,42 @@ func (m *Messenger) OnPeerLost(fn func(peer ext.InstanceID, err error)) {
 // connection to their peer was lost.
 func (m *Messenger) CallsFailedByPeerLoss() int64 { return m.lostCalls.Load() }
 
-// OnUndelivered registers fn to hear of fire-and-forget messages to
+// countUndelivered counts a message the transport admitted and then failed
+// or discarded, per peer, and tells Config.OnUndelivered.
+func (m *Messenger) countUndelivered(target ext.InstanceID, f ext.Frame, err error) {
+	c, ok := m.lostByPeer.Load(target)
+	if !ok {
+		c, _ = m.lostByPeer.LoadOrStore(target, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(1)
+	if m.undeliveredFn == nil {
+		return
+	}
+	handler := ""
+	if f.Type == ext.Message {
+		if hdr, perr := parseRequestHeader(f.Header); perr == nil {
+			handler = string(hdr.handler)
+		}
+	}
+	m.undeliveredFn(target, handler, err)
+}
+
+// Undelivered is how many messages to peer the transports admitted and
+// then failed or discarded (requests, replies and acks alike). A sender
+// cannot know of bytes that were in the kernel when a connection died.
+func (m *Messenger) Undelivered(peer ext.InstanceID) int64 {
+	if c, ok := m.lostByPeer.Load(peer); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// WatchUndelivered registers fn to hear of fire-and-forget messages to
 // handler that a transport admitted but could not write (Send had already
 // returned nil). fn gets a copy of the payload, on a goroutine of its own.
 // A subsystem whose protocol is fire-and-forget (event subscriptions) uses
 // it to fail what waits on such a message at once, not at its deadline.
-func (m *Messenger) OnUndelivered(handler string, fn func(payload []byte, err error)) {
+func (m *Messenger) WatchUndelivered(handler string, fn func(payload []byte, err error)) {
 	m.regMu.Lock()
 	defer m.regMu.Unlock()
 	if m.undelivered == nil {
