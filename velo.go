@@ -115,6 +115,10 @@ var (
 	ErrDuplicateHandler  = messenger.ErrDuplicateHandler
 	ErrLaneFull          = messenger.ErrLaneFull
 	ErrNoResponseSlot    = messenger.ErrNoResponseSlot
+	ErrUnknownHandler    = messenger.ErrUnknownHandler
+	ErrOverloaded        = messenger.ErrOverloaded
+	ErrPeerUnreachable   = messenger.ErrPeerUnreachable
+	ErrPeerRestarted     = messenger.ErrPeerRestarted
 )
 
 // Header limits: a value of at most MaxHeaderValue bytes, all headers of a

@@ -688,6 +688,9 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 	// caller's Send: an asynchronous callback must not run there (nor inside
 	// its own UnaryAsync), so the failure is delivered from a goroutine of
 	// its own. Send failures are rare.
+	if _, ok := m.draining.Load(target.WorkerID()); ok {
+		err = fmt.Errorf("%w: %w", ErrShuttingDown, err) // the peer said it was going
+	}
 	token, r := hdr.id.Hi, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
 	go m.slots.deliver(token, r)
 }
@@ -702,7 +705,7 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	if p, ok := m.peers.get(id); ok {
 		p.helloOK.Store(false)
 	}
-	if _, ok := m.draining.LoadAndDelete(w); ok {
+	if _, ok := m.draining.Load(w); ok {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
 	}
 	m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))

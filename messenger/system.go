@@ -179,6 +179,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 		return err
 	}
 	p.setHandlers(h.Handlers)
+	m.draining.Delete(p.info.WorkerID()) // a fresh handshake: it is serving again
 	return nil
 }
 

@@ -1,0 +1,23 @@
+// Package robustness_test holds the faults a user meets, run against real
+// nodes: a peer killed with calls in flight, a peer restarted at the same
+// address, a shutdown under load, hostile connections, and the errors that
+// must keep their identity across the wire. Each case asserts a bound.
+//
+// Some cases need a peer that can be killed for real (SIGKILL), so the
+// test binary also runs as a server process: see runServer.
+package robustness_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) != "" {
+		runServer()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
