@@ -19,7 +19,8 @@ import (
 	"github.com/velo-go/velo/metrics"
 )
 
-// EventsArms are the arms of the events harness, in the order they run.
+// EventsArms are the arms of the events harness, in the order of the first
+// rep (each rep rotates the order by one, see rotated).
 var EventsArms = []string{"local", "remote", "many-waiters"}
 
 // EventsConfig sets the events harness.
@@ -72,7 +73,7 @@ func Events(cfg EventsConfig, r *Report) error {
 		return err
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
-		for _, arm := range cfg.Arms {
+		for _, arm := range rotated(cfg.Arms, rep) {
 			var err error
 			switch arm {
 			case "local":

@@ -136,7 +136,7 @@ func (cfg MsgThroughputConfig) MsgParams(mode string) map[string]any {
 //     once the receiver has seen the last one.
 //
 // Each rep runs every mode, and each mode every arm, the arm order rotated
-// by one from rep to rep so that no arm always runs first. Every arm starts
+// by one from rep to rep (see rotated) so that no arm always runs first. Every arm starts
 // its own nodes or servers and stops them before the next arm starts; the
 // run fails if goroutines are left behind or if an arm stalls past Timeout.
 func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
@@ -147,8 +147,7 @@ func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
 		for _, mode := range cfg.Modes {
 			params := cfg.MsgParams(mode)
 			n := MsgOps(mode, cfg.Calls)
-			for i := range cfg.Arms {
-				arm := cfg.Arms[(i+rep)%len(cfg.Arms)]
+			for _, arm := range rotated(cfg.Arms, rep) {
 				res, err := msgRunArm(cfg, arm, mode, n)
 				if err != nil {
 					return fmt.Errorf("messenger %s %s (rep %d): %w", mode, arm, rep+1, err)

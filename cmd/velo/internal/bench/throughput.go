@@ -36,7 +36,8 @@ type ThroughputConfig struct {
 // reader goroutine, which is how velo's own messenger consumes a transport
 // (and how tx-budget's L3 rung does); the velo-queue arm consumes from the
 // adapter's queue on a goroutine of its own, as an out-of-tree consumer
-// might. Both are printed.
+// might. Both are printed. Each rep runs the arms in a rotated order (see
+// rotated).
 func Throughput(cfg ThroughputConfig, r *Report) error {
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, size := range cfg.Sizes {
@@ -49,7 +50,7 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 				if mode == "pipelined" {
 					arms = append(arms, "velo-queue")
 				}
-				for _, arm := range arms {
+				for _, arm := range rotated(arms, rep) {
 					if err := throughputRun(cfg, arm, mode, size, params, r); err != nil {
 						return fmt.Errorf("%s %s %d: %w", arm, mode, size, err)
 					}

@@ -36,6 +36,8 @@ type TxBudgetConfig struct {
 //	   sink on the reader goroutine
 //	L3q L3 with the consumer as a goroutine that pops the adapter's queue:
 //	   one more goroutine wake per direction, shown for comparison
+//
+// Each rep runs the rungs in a rotated order (see rotated).
 func TxBudget(cfg TxBudgetConfig, r *Report) error {
 	rungs := []struct {
 		name string
@@ -44,7 +46,7 @@ func TxBudget(cfg TxBudgetConfig, r *Report) error {
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, kind := range cfg.Transports {
 			params := map[string]any{"transport": kind, "header_bytes": cfg.HeaderLen, "payload_bytes": cfg.PayloadLen, "iters": cfg.Iters}
-			for _, rung := range rungs {
+			for _, rung := range rotated(rungs, rep) {
 				rtts, err := rung.run(kind, cfg)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", kind, rung.name, err)
