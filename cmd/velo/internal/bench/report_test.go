@@ -31,3 +31,22 @@ func TestRotatedPutsEveryArmFirstOnce(t *testing.T) {
 		t.Fatal("rotated of no arms should be empty")
 	}
 }
+
+func TestTxBudgetHeadlineIsOverTheFasterRung(t *testing.T) {
+	var r Report
+	p := map[string]any{"transport": "tcp"}
+	// Rep 0: L1 is faster; rep 1: L0 is.
+	for _, s := range []struct{ l0, l1, l3 float64 }{{20, 10, 15}, {8, 12, 16}} {
+		r.Add("tx-budget", "L0", "one_way_p50_ns", "ns", s.l0, p)
+		r.Add("tx-budget", "L1", "one_way_p50_ns", "ns", s.l1, p)
+		r.Add("tx-budget", "L3", "one_way_p50_ns", "ns", s.l3, p)
+	}
+	l0, _ := r.Find("tx-budget", "L0", "one_way_p50_ns", p)
+	l1, _ := r.Find("tx-budget", "L1", "one_way_p50_ns", p)
+	l3, _ := r.Find("tx-budget", "L3", "one_way_p50_ns", p)
+	r.Ratio("tx-budget", TxBudgetHeadline, "one_way_p50_ratio", l3, fasterPerRep(l0, l1), p)
+	f, ok := r.Find("tx-budget", TxBudgetHeadline, "one_way_p50_ratio", p)
+	if !ok || !slices.Equal(f.Samples, []float64{1.5, 2}) {
+		t.Fatalf("headline samples %v (found %v), want [1.5 2]", f.Samples, ok)
+	}
+}
