@@ -67,8 +67,9 @@ func MsgOps(mode string, calls int) int {
 
 // msgResult is what one arm's run measured.
 type msgResult struct {
-	el  time.Duration
-	lat []time.Duration // per call; nil in the pipelined mode
+	el     time.Duration
+	lat    []time.Duration // per call; nil in the pipelined mode
+	writes int             // write calls of a raw windowed sender (rawWindow), for its tests
 }
 
 type msgArmFunc func(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (msgResult, error)
@@ -170,8 +171,12 @@ func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
 		p := cfg.MsgParams("concurrent")
 		v, okV := r.Find("throughput", "velo", "calls_per_s", p)
 		g, okG := r.Find("throughput", "grpc", "calls_per_s", p)
+		raw, okR := r.Find("throughput", "raw", "calls_per_s", p)
 		if okV && okG {
 			r.Ratio("throughput", "velo/grpc", "calls_per_s_ratio", v, g, p)
+		}
+		if okV && okR {
+			r.Ratio("throughput", "velo/raw", "calls_per_s_ratio", v, raw, p)
 		}
 	}
 	if msgContains(cfg.Modes, "sequential") {
@@ -383,7 +388,10 @@ func veloMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 // ---- raw arm ----
 
 // rawMsg runs a mode on one plain socket pair: a fixed-size ping-pong for
-// the sequential mode, length-prefixed frames for the others.
+// the sequential mode, length-prefixed frames for the others. Its writes
+// coalesce as velo's do: the concurrent mode writes each batch of queued
+// requests and of replies in one call (rawEchoWindow), the pipelined mode
+// through a 64 KiB bufio.Writer.
 func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (msgResult, error) {
 	c, s, cleanup, err := socketPair(cfg.Transport)
 	if err != nil {
@@ -426,25 +434,7 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 			return err
 		})
 	case "concurrent":
-		srvErr := make(chan error, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := rawCount(s, warmup+n, s)
-			if err != nil {
-				s.Close() // the client's reader fails now, not at the deadline
-			}
-			srvErr <- err
-		}()
-		br := bufio.NewReaderSize(c, 64<<10)
-		if _, err := rawWindow(c, br, cfg.Payload, warmup, cfg.Concurrency, &wg); err != nil {
-			return msgResult{}, err
-		}
-		res, err := rawWindow(c, br, cfg.Payload, n, cfg.Concurrency, &wg)
-		if err != nil {
-			return msgResult{}, err
-		}
-		return res, <-srvErr
+		return rawEchoWindow(c, s, cfg.Payload, warmup, n, cfg.Concurrency, &wg)
 	}
 	// Pipelined: the server counts the warm-up frames, says so, then counts
 	// the timed ones. The client sends nothing between the two, so the
@@ -496,71 +486,6 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 		return msgResult{}, fmt.Errorf("waiting for the server to count %d frames: %w", n, ctx.Err())
 	}
 	return msgResult{el: time.Since(start)}, nil
-}
-
-// rawWindow keeps window length-prefixed requests outstanding on c until
-// calls replies have come back through br, as rawInflight does, but stops
-// on the first error instead of waiting for credit that will not come.
-// Replies come back in order, so reply i answers request i.
-func rawWindow(c net.Conn, br *bufio.Reader, size, calls, window int, wg *sync.WaitGroup) (msgResult, error) {
-	sent := make([]int64, calls) // ns since start, written before the request goes out
-	lat := make([]time.Duration, 0, calls)
-	credit := make(chan struct{}, window)
-	failed := make(chan struct{})
-	var readErr error
-	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var hdr [4]byte
-		buf := make([]byte, size)
-		for i := 0; i < calls; i++ {
-			if _, err := io.ReadFull(br, hdr[:]); err != nil {
-				readErr = err
-				close(failed)
-				return
-			}
-			if n := int(binary.BigEndian.Uint32(hdr[:])); n != size {
-				readErr = fmt.Errorf("reply of %d bytes, want %d", n, size)
-				close(failed)
-				return
-			}
-			if _, err := io.ReadFull(br, buf); err != nil {
-				readErr = err
-				close(failed)
-				return
-			}
-			lat = append(lat, time.Since(start)-time.Duration(atomic.LoadInt64(&sent[i])))
-			credit <- struct{}{}
-		}
-		close(credit)
-	}()
-	frame := binary.BigEndian.AppendUint32(nil, uint32(size))
-	frame = append(frame, make([]byte, size)...)
-	for i := 0; i < calls; i++ {
-		if i >= window {
-			select {
-			case <-credit:
-			case <-failed:
-				return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
-			}
-		}
-		atomic.StoreInt64(&sent[i], int64(time.Since(start)))
-		if _, err := c.Write(frame); err != nil {
-			return msgResult{}, err
-		}
-	}
-	// The reader closes credit after the last reply.
-	for {
-		select {
-		case _, ok := <-credit:
-			if !ok {
-				return msgResult{el: time.Since(start), lat: lat}, nil
-			}
-		case <-failed:
-			return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
-		}
-	}
 }
 
 // ---- grpc arm ----
