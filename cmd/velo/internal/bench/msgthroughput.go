@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"sort"
 	"sync"
@@ -23,7 +22,7 @@ import (
 // and messages through velo's Node API, against a raw socket and grpc-go
 // doing the same work, in the same run.
 type MsgThroughputConfig struct {
-	Transport   string   // tcp or uds, for the velo and raw arms; the grpc arm is always TCP
+	Transport   string   // tcp or uds, for every arm (grpc too)
 	Modes       []string // sequential, concurrent, pipelined
 	Arms        []string // velo, raw, grpc
 	Payload     int      // payload bytes of each call or message (at least 1)
@@ -490,8 +489,8 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 
 // ---- grpc arm ----
 
-// grpcMsg runs a mode against a grpc-go server on one ClientConn, with the
-// raw-bytes codec: unary Invoke for the call modes. gRPC has no
+// grpcMsg runs a mode against a grpc-go server on one ClientConn, over the
+// same kind of socket as the other arms, with the raw-bytes codec: unary Invoke for the call modes. gRPC has no
 // fire-and-forget unary, so the pipelined mode sends its messages on one
 // client-streaming RPC, and the clock stops when the server's count of
 // them comes back after CloseSend.
@@ -500,12 +499,12 @@ func grpcMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 	if mode == "pipelined" {
 		serve = grpcSinkServer
 	}
-	addr, stop, err := serve()
+	target, stop, err := serve(cfg.Transport)
 	if err != nil {
 		return msgResult{}, err
 	}
 	defer stop()
-	cc, err := grpcClient(addr)
+	cc, err := grpcClient(target)
 	if err != nil {
 		return msgResult{}, err
 	}
@@ -544,12 +543,7 @@ var grpcSinkDesc = grpc.StreamDesc{StreamName: "Sink", ClientStreams: true}
 // grpcSinkServer starts a grpc-go server whose one client-streaming method
 // counts the messages of a stream and answers with the count (8 bytes,
 // big-endian) when the client closes its side.
-func grpcSinkServer() (addr string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+func grpcSinkServer(kind string) (target string, stop func(), err error) {
 	desc := grpcSinkDesc
 	desc.Handler = func(_ any, st grpc.ServerStream) error {
 		var n uint64
@@ -565,17 +559,11 @@ func grpcSinkServer() (addr string, stop func(), err error) {
 			n++
 		}
 	}
-	s.RegisterService(&grpc.ServiceDesc{
+	return grpcServe(kind, &grpc.ServiceDesc{
 		ServiceName: "velo.bench.Sink",
 		HandlerType: (*any)(nil),
 		Streams:     []grpc.StreamDesc{desc},
-	}, struct{}{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		s.Serve(ln)
-	}()
-	return ln.Addr().String(), func() { s.Stop(); <-served }, nil
+	})
 }
 
 // grpcSinkStream sends n messages on one client stream and checks the

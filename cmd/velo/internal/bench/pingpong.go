@@ -174,12 +174,12 @@ func pingVeloAsync(cfg PingPongConfig) ([]time.Duration, error) {
 }
 
 func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {
-	addr, stop, err := grpcEchoServer()
+	target, stop, err := grpcEchoServer(cfg.Transport)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	cc, err := grpcClient(addr)
+	cc, err := grpcClient(target)
 	if err != nil {
 		return nil, err
 	}

@@ -99,20 +99,30 @@ func oneWay(rtts []time.Duration) (p50, p99 float64) {
 
 const warmup = 1000
 
-// socketPair returns a connected client and server socket of the kind.
-func socketPair(kind string) (client, server net.Conn, cleanup func(), err error) {
-	var ln net.Listener
-	dir := ""
+// listen opens a listener of the kind: loopback TCP, or a Unix socket in a
+// fresh directory that cleanup removes (after the listener is closed).
+func listen(kind string) (ln net.Listener, cleanup func(), err error) {
 	switch kind {
 	case "tcp":
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return ln, func() {}, err
 	case "uds":
-		if dir, err = os.MkdirTemp("", "velo-bench-"); err == nil {
-			ln, err = net.Listen("unix", filepath.Join(dir, "s"))
+		dir, err := os.MkdirTemp("", "velo-bench-")
+		if err != nil {
+			return nil, nil, err
 		}
-	default:
-		err = fmt.Errorf("unknown transport %q", kind)
+		if ln, err = net.Listen("unix", filepath.Join(dir, "s")); err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, err
+		}
+		return ln, func() { os.RemoveAll(dir) }, nil
 	}
+	return nil, nil, fmt.Errorf("unknown transport %q", kind)
+}
+
+// socketPair returns a connected client and server socket of the kind.
+func socketPair(kind string) (client, server net.Conn, cleanup func(), err error) {
+	ln, removeDir, err := listen(kind)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -124,19 +134,21 @@ func socketPair(kind string) (client, server net.Conn, cleanup func(), err error
 	}()
 	client, err = net.Dial(ln.Addr().Network(), ln.Addr().String())
 	if err != nil {
+		ln.Close()
+		<-accepted
+		removeDir()
 		return nil, nil, nil, err
 	}
 	server = <-accepted
 	if server == nil {
 		client.Close()
+		removeDir()
 		return nil, nil, nil, fmt.Errorf("accept failed")
 	}
 	return client, server, func() {
 		client.Close()
 		server.Close()
-		if dir != "" {
-			os.RemoveAll(dir)
-		}
+		removeDir()
 	}, nil
 }
 
