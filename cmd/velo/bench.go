@@ -7,7 +7,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
-	"github.com/velo-go/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo/internal/bench"
 )
 
 func runBench(args []string) error {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/velo-go/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo/internal/bench"
 )
 
 // msgThroughputFlags adds the messenger-level flags of `velo bench
@@ -19,7 +19,7 @@ func msgThroughputFlags(fs *flag.FlagSet, transport *string, reps *int) func() (
 	calls := fs.Int("msg-calls", 20000, fmt.Sprintf(
 		"messenger level: timed calls per sequential run; concurrent runs make %dx, pipelined runs send %dx messages",
 		bench.MsgOps("concurrent", 1), bench.MsgOps("pipelined", 1)))
-	arms := fs.String("arms", strings.Join(bench.MsgArms, ","), "messenger level: arms to run (velo, raw, grpc; grpc is always TCP)")
+	arms := fs.String("arms", strings.Join(bench.MsgArms, ","), "messenger level: arms to run (velo, raw, grpc; every arm runs over --transport)")
 	return func() (bench.MsgThroughputConfig, error) {
 		cfg := bench.MsgThroughputConfig{
 			Transport: *transport, Modes: msgSplitList(*modes), Arms: msgSplitList(*arms),

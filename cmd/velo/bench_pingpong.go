@@ -4,12 +4,12 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/velo-go/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo/internal/bench"
 )
 
 func init() {
 	extraHarnesses["ping-pong"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		transport := fs.String("transport", "tcp", "tcp or uds (the grpc arm is always TCP)")
+		transport := fs.String("transport", "tcp", "tcp or uds, for every arm (the grpc arm too)")
 		payload := fs.Int("payload", 64, "payload bytes")
 		iters := fs.Int("iters", 20000, "round trips per arm and rep")
 		arms := fs.String("arms", "raw,velo,velo-inline,velo-async,grpc", "arms to run")

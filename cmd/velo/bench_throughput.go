@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/velo-go/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo/internal/bench"
 )
 
 func init() {

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -37,14 +36,10 @@ func init() { encoding.RegisterCodec(rawCodec{}) }
 
 const grpcEchoMethod = "/velo.bench.Echo/Echo"
 
-// grpcEchoServer starts a grpc-go server whose one unary method echoes.
-func grpcEchoServer() (addr string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
-	s.RegisterService(&grpc.ServiceDesc{
+// grpcEchoServer starts a grpc-go server whose one unary method echoes,
+// on the kind of socket velo runs over (see grpcServe).
+func grpcEchoServer(kind string) (target string, stop func(), err error) {
+	return grpcServe(kind, &grpc.ServiceDesc{
 		ServiceName: "velo.bench.Echo",
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{
@@ -57,14 +52,41 @@ func grpcEchoServer() (addr string, stop func(), err error) {
 				return &in, nil
 			},
 		}},
-	}, struct{}{})
-	go s.Serve(ln)
-	return ln.Addr().String(), s.Stop, nil
+	})
 }
 
-// grpcClient dials the echo server.
-func grpcClient(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+// grpcServe starts a grpc-go server with the raw-bytes codec and one
+// service, listening on the kind of socket velo runs over ("tcp": loopback
+// TCP, "uds": a Unix socket), so that grpc and velo cross the same kernel
+// path. It returns the target a client dials (for a Unix socket,
+// unix:///path) and a stop function that waits for Serve to return and
+// removes the socket's directory.
+func grpcServe(kind string, desc *grpc.ServiceDesc) (target string, stop func(), err error) {
+	ln, cleanup, err := listen(kind)
+	if err != nil {
+		return "", nil, err
+	}
+	target = ln.Addr().String()
+	if kind == "uds" {
+		target = "unix://" + target
+	}
+	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	s.RegisterService(desc, struct{}{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		s.Serve(ln)
+	}()
+	return target, func() {
+		s.Stop()
+		<-served
+		cleanup()
+	}, nil
+}
+
+// grpcClient dials a server of grpcServe.
+func grpcClient(target string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
 }

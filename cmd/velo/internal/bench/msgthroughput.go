@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"runtime"
 	"sort"
 	"sync"
@@ -23,7 +22,7 @@ import (
 // and messages through velo's Node API, against a raw socket and grpc-go
 // doing the same work, in the same run.
 type MsgThroughputConfig struct {
-	Transport   string   // tcp or uds, for the velo and raw arms; the grpc arm is always TCP
+	Transport   string   // tcp or uds, for every arm (grpc too)
 	Modes       []string // sequential, concurrent, pipelined
 	Arms        []string // velo, raw, grpc
 	Payload     int      // payload bytes of each call or message (at least 1)
@@ -67,8 +66,9 @@ func MsgOps(mode string, calls int) int {
 
 // msgResult is what one arm's run measured.
 type msgResult struct {
-	el  time.Duration
-	lat []time.Duration // per call; nil in the pipelined mode
+	el     time.Duration
+	lat    []time.Duration // per call; nil in the pipelined mode
+	writes int             // write calls of a raw windowed sender (rawWindow), for its tests
 }
 
 type msgArmFunc func(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (msgResult, error)
@@ -136,7 +136,7 @@ func (cfg MsgThroughputConfig) MsgParams(mode string) map[string]any {
 //     once the receiver has seen the last one.
 //
 // Each rep runs every mode, and each mode every arm, the arm order rotated
-// by one from rep to rep so that no arm always runs first. Every arm starts
+// by one from rep to rep (see rotated) so that no arm always runs first. Every arm starts
 // its own nodes or servers and stops them before the next arm starts; the
 // run fails if goroutines are left behind or if an arm stalls past Timeout.
 func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
@@ -147,8 +147,7 @@ func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
 		for _, mode := range cfg.Modes {
 			params := cfg.MsgParams(mode)
 			n := MsgOps(mode, cfg.Calls)
-			for i := range cfg.Arms {
-				arm := cfg.Arms[(i+rep)%len(cfg.Arms)]
+			for _, arm := range rotated(cfg.Arms, rep) {
 				res, err := msgRunArm(cfg, arm, mode, n)
 				if err != nil {
 					return fmt.Errorf("messenger %s %s (rep %d): %w", mode, arm, rep+1, err)
@@ -171,8 +170,12 @@ func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
 		p := cfg.MsgParams("concurrent")
 		v, okV := r.Find("throughput", "velo", "calls_per_s", p)
 		g, okG := r.Find("throughput", "grpc", "calls_per_s", p)
+		raw, okR := r.Find("throughput", "raw", "calls_per_s", p)
 		if okV && okG {
 			r.Ratio("throughput", "velo/grpc", "calls_per_s_ratio", v, g, p)
+		}
+		if okV && okR {
+			r.Ratio("throughput", "velo/raw", "calls_per_s_ratio", v, raw, p)
 		}
 	}
 	if msgContains(cfg.Modes, "sequential") {
@@ -384,7 +387,10 @@ func veloMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 // ---- raw arm ----
 
 // rawMsg runs a mode on one plain socket pair: a fixed-size ping-pong for
-// the sequential mode, length-prefixed frames for the others.
+// the sequential mode, length-prefixed frames for the others. Its writes
+// coalesce as velo's do: the concurrent mode writes each batch of queued
+// requests and of replies in one call (rawEchoWindow), the pipelined mode
+// through a 64 KiB bufio.Writer.
 func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (msgResult, error) {
 	c, s, cleanup, err := socketPair(cfg.Transport)
 	if err != nil {
@@ -427,25 +433,7 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 			return err
 		})
 	case "concurrent":
-		srvErr := make(chan error, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := rawCount(s, warmup+n, s)
-			if err != nil {
-				s.Close() // the client's reader fails now, not at the deadline
-			}
-			srvErr <- err
-		}()
-		br := bufio.NewReaderSize(c, 64<<10)
-		if _, err := rawWindow(c, br, cfg.Payload, warmup, cfg.Concurrency, &wg); err != nil {
-			return msgResult{}, err
-		}
-		res, err := rawWindow(c, br, cfg.Payload, n, cfg.Concurrency, &wg)
-		if err != nil {
-			return msgResult{}, err
-		}
-		return res, <-srvErr
+		return rawEchoWindow(c, s, cfg.Payload, warmup, n, cfg.Concurrency, &wg)
 	}
 	// Pipelined: the server counts the warm-up frames, says so, then counts
 	// the timed ones. The client sends nothing between the two, so the
@@ -499,75 +487,10 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 	return msgResult{el: time.Since(start)}, nil
 }
 
-// rawWindow keeps window length-prefixed requests outstanding on c until
-// calls replies have come back through br, as rawInflight does, but stops
-// on the first error instead of waiting for credit that will not come.
-// Replies come back in order, so reply i answers request i.
-func rawWindow(c net.Conn, br *bufio.Reader, size, calls, window int, wg *sync.WaitGroup) (msgResult, error) {
-	sent := make([]int64, calls) // ns since start, written before the request goes out
-	lat := make([]time.Duration, 0, calls)
-	credit := make(chan struct{}, window)
-	failed := make(chan struct{})
-	var readErr error
-	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var hdr [4]byte
-		buf := make([]byte, size)
-		for i := 0; i < calls; i++ {
-			if _, err := io.ReadFull(br, hdr[:]); err != nil {
-				readErr = err
-				close(failed)
-				return
-			}
-			if n := int(binary.BigEndian.Uint32(hdr[:])); n != size {
-				readErr = fmt.Errorf("reply of %d bytes, want %d", n, size)
-				close(failed)
-				return
-			}
-			if _, err := io.ReadFull(br, buf); err != nil {
-				readErr = err
-				close(failed)
-				return
-			}
-			lat = append(lat, time.Since(start)-time.Duration(atomic.LoadInt64(&sent[i])))
-			credit <- struct{}{}
-		}
-		close(credit)
-	}()
-	frame := binary.BigEndian.AppendUint32(nil, uint32(size))
-	frame = append(frame, make([]byte, size)...)
-	for i := 0; i < calls; i++ {
-		if i >= window {
-			select {
-			case <-credit:
-			case <-failed:
-				return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
-			}
-		}
-		atomic.StoreInt64(&sent[i], int64(time.Since(start)))
-		if _, err := c.Write(frame); err != nil {
-			return msgResult{}, err
-		}
-	}
-	// The reader closes credit after the last reply.
-	for {
-		select {
-		case _, ok := <-credit:
-			if !ok {
-				return msgResult{el: time.Since(start), lat: lat}, nil
-			}
-		case <-failed:
-			return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
-		}
-	}
-}
-
 // ---- grpc arm ----
 
-// grpcMsg runs a mode against a grpc-go server on one ClientConn, with the
-// raw-bytes codec: unary Invoke for the call modes. gRPC has no
+// grpcMsg runs a mode against a grpc-go server on one ClientConn, over the
+// same kind of socket as the other arms, with the raw-bytes codec: unary Invoke for the call modes. gRPC has no
 // fire-and-forget unary, so the pipelined mode sends its messages on one
 // client-streaming RPC, and the clock stops when the server's count of
 // them comes back after CloseSend.
@@ -576,12 +499,12 @@ func grpcMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 	if mode == "pipelined" {
 		serve = grpcSinkServer
 	}
-	addr, stop, err := serve()
+	target, stop, err := serve(cfg.Transport)
 	if err != nil {
 		return msgResult{}, err
 	}
 	defer stop()
-	cc, err := grpcClient(addr)
+	cc, err := grpcClient(target)
 	if err != nil {
 		return msgResult{}, err
 	}
@@ -620,12 +543,7 @@ var grpcSinkDesc = grpc.StreamDesc{StreamName: "Sink", ClientStreams: true}
 // grpcSinkServer starts a grpc-go server whose one client-streaming method
 // counts the messages of a stream and answers with the count (8 bytes,
 // big-endian) when the client closes its side.
-func grpcSinkServer() (addr string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+func grpcSinkServer(kind string) (target string, stop func(), err error) {
 	desc := grpcSinkDesc
 	desc.Handler = func(_ any, st grpc.ServerStream) error {
 		var n uint64
@@ -641,17 +559,11 @@ func grpcSinkServer() (addr string, stop func(), err error) {
 			n++
 		}
 	}
-	s.RegisterService(&grpc.ServiceDesc{
+	return grpcServe(kind, &grpc.ServiceDesc{
 		ServiceName: "velo.bench.Sink",
 		HandlerType: (*any)(nil),
 		Streams:     []grpc.StreamDesc{desc},
-	}, struct{}{})
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		s.Serve(ln)
-	}()
-	return ln.Addr().String(), func() { s.Stop(); <-served }, nil
+	})
 }
 
 // grpcSinkStream sends n messages on one client stream and checks the

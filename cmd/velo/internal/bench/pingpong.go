@@ -28,9 +28,10 @@ type PingPongConfig struct {
 //     the next request: no goroutine hand-off anywhere in the round trip.
 var veloArms = []string{"velo", "velo-inline", "velo-async"}
 
-// PingPong measures a unary round trip at depth 1: velo against a raw TCP
-// ping-pong with the same payload and against grpc-go unary with a
-// raw-bytes codec, in the same run.
+// PingPong measures a unary round trip at depth 1: velo against a raw
+// ping-pong with the same payload on the same kind of socket and against
+// grpc-go unary with a raw-bytes codec, in the same run. Each rep runs the
+// arms in a rotated order (see rotated).
 func PingPong(cfg PingPongConfig, r *Report) error {
 	params := map[string]any{"transport": cfg.Transport, "payload_bytes": cfg.Payload, "iters": cfg.Iters}
 	arms := map[string]func(PingPongConfig) ([]time.Duration, error){
@@ -40,7 +41,7 @@ func PingPong(cfg PingPongConfig, r *Report) error {
 		"velo-async":  pingVeloAsync,
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
-		for _, arm := range cfg.Arms {
+		for _, arm := range rotated(cfg.Arms, rep) {
 			fn, ok := arms[arm]
 			if !ok {
 				return fmt.Errorf("unknown arm %q", arm)
@@ -173,12 +174,12 @@ func pingVeloAsync(cfg PingPongConfig) ([]time.Duration, error) {
 }
 
 func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {
-	addr, stop, err := grpcEchoServer()
+	target, stop, err := grpcEchoServer(cfg.Transport)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	cc, err := grpcClient(addr)
+	cc, err := grpcClient(target)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,8 @@ type ThroughputConfig struct {
 // reader goroutine, which is how velo's own messenger consumes a transport
 // (and how tx-budget's L3 rung does); the velo-queue arm consumes from the
 // adapter's queue on a goroutine of its own, as an out-of-tree consumer
-// might. Both are printed.
+// might. Both are printed. Each rep runs the arms in a rotated order (see
+// rotated).
 func Throughput(cfg ThroughputConfig, r *Report) error {
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, size := range cfg.Sizes {
@@ -49,7 +51,7 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 				if mode == "pipelined" {
 					arms = append(arms, "velo-queue")
 				}
-				for _, arm := range arms {
+				for _, arm := range rotated(arms, rep) {
 					if err := throughputRun(cfg, arm, mode, size, params, r); err != nil {
 						return fmt.Errorf("%s %s %d: %w", arm, mode, size, err)
 					}
@@ -304,57 +306,146 @@ func drainMessages(ctx context.Context, b *Node, n int, back *Node) error {
 	return nil
 }
 
-// rawInflight keeps window requests outstanding on one socket pair each way.
+// rawInflight keeps window requests outstanding on one socket pair, the
+// replies on the same socket (rawEchoWindow).
 func rawInflight(kind string, size, calls, window int) (time.Duration, []time.Duration, error) {
 	c, s, cleanup, err := socketPair(kind)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer cleanup()
-	done := make(chan error, 1)
-	go func() { done <- rawCount(s, calls, s) }()
-	sent := make([]time.Time, calls)
-	lat := make([]time.Duration, 0, calls)
-	readErr := make(chan error, 1)
-	credit := make(chan struct{}, window)
-	start := time.Now()
+	var wg sync.WaitGroup
+	defer func() {
+		cleanup()
+		wg.Wait()
+	}()
+	res, err := rawEchoWindow(c, s, size, 0, calls, window, &wg)
+	return res.el, res.lat, err
+}
+
+// rawEchoWindow is the raw arm of the modes with requests in flight: rawCount
+// on s echoes every request, and rawWindow on c keeps window of them
+// outstanding, first for warm untimed calls and then for calls timed ones.
+// Both sides coalesce their writes as velo's transport does. Goroutines it
+// starts are counted in wg; closing c and s ends them.
+func rawEchoWindow(c, s net.Conn, size, warm, calls, window int, wg *sync.WaitGroup) (msgResult, error) {
+	srvErr := make(chan error, 1)
+	wg.Add(1)
 	go func() {
-		br := bufio.NewReaderSize(c, 64<<10)
+		defer wg.Done()
+		err := rawCount(s, warm+calls, s)
+		if err != nil {
+			s.Close() // the client's reader fails now, not at a deadline
+		}
+		srvErr <- err
+	}()
+	br := bufio.NewReaderSize(c, 64<<10)
+	if warm > 0 {
+		if _, err := rawWindow(c, br, size, warm, window, wg); err != nil {
+			return msgResult{}, err
+		}
+	}
+	res, err := rawWindow(c, br, size, calls, window, wg)
+	if err != nil {
+		return msgResult{}, err
+	}
+	return res, <-srvErr
+}
+
+// rawWindow keeps window length-prefixed requests of size bytes outstanding
+// on c until calls replies have come back through br, and stops on the
+// first error instead of waiting for credit that will not come. Replies
+// come back in order, so reply i answers request i.
+//
+// It writes as velo's transport does, one write per batch of whatever is
+// queued: each time the sender looks, every request that may go (the rest
+// of the window, and one more for each reply read since) leaves in one
+// gathered write, never one write per request. rawCount's echo coalesces
+// its replies the same way.
+func rawWindow(c net.Conn, br *bufio.Reader, size, calls, window int, wg *sync.WaitGroup) (msgResult, error) {
+	sent := make([]int64, calls) // ns since start, written before the request goes out
+	lat := make([]time.Duration, 0, calls)
+	credit := make(chan struct{}, window)
+	failed := make(chan struct{})
+	var readErr error
+	start := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		var hdr [4]byte
 		buf := make([]byte, size)
 		for i := 0; i < calls; i++ {
 			if _, err := io.ReadFull(br, hdr[:]); err != nil {
-				readErr <- err
+				readErr = err
+				close(failed)
+				return
+			}
+			if n := int(binary.BigEndian.Uint32(hdr[:])); n != size {
+				readErr = fmt.Errorf("reply of %d bytes, want %d", n, size)
+				close(failed)
 				return
 			}
 			if _, err := io.ReadFull(br, buf); err != nil {
-				readErr <- err
+				readErr = err
+				close(failed)
 				return
 			}
-			lat = append(lat, time.Since(sent[i]))
+			lat = append(lat, time.Since(start)-time.Duration(atomic.LoadInt64(&sent[i])))
 			credit <- struct{}{}
 		}
-		readErr <- nil
+		close(credit)
 	}()
-	payload := make([]byte, size)
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(size))
-	out := make([]byte, 0, 4+size)
-	out = append(append(out, hdr[:]...), payload...)
-	for i := 0; i < calls; i++ {
-		if i >= window {
-			<-credit
+	frame := binary.BigEndian.AppendUint32(nil, uint32(size))
+	frame = append(frame, make([]byte, size)...)
+	batch := make(net.Buffers, 0, window)
+	writes := 0
+	free := window // requests that may go now
+	for i := 0; i < calls; {
+		if free == 0 {
+			select {
+			case <-credit:
+				free++
+			case <-failed:
+				return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
+			}
 		}
-		sent[i] = time.Now()
-		if _, err := c.Write(out); err != nil {
-			return 0, nil, err
+	take:
+		for free < calls-i {
+			select {
+			case <-credit:
+				free++
+			default:
+				break take
+			}
+		}
+		k := min(free, calls-i)
+		now := int64(time.Since(start))
+		batch = batch[:0]
+		for j := i; j < i+k; j++ {
+			atomic.StoreInt64(&sent[j], now)
+			batch = append(batch, frame)
+		}
+		// Every request is the same bytes, so the batch is k references to
+		// one frame: a writev, no copy. WriteTo consumes the slice it is
+		// called on, so it gets a copy and batch keeps its capacity.
+		v := batch
+		if _, err := v.WriteTo(c); err != nil {
+			return msgResult{}, err
+		}
+		writes++
+		free -= k
+		i += k
+	}
+	// The reader closes credit after the last reply.
+	for {
+		select {
+		case _, ok := <-credit:
+			if !ok {
+				return msgResult{el: time.Since(start), lat: lat, writes: writes}, nil
+			}
+		case <-failed:
+			return msgResult{}, fmt.Errorf("reading replies: %w", readErr)
 		}
 	}
-	if err := <-readErr; err != nil {
-		return 0, nil, err
-	}
-	el := time.Since(start)
-	return el, lat, <-done
 }
 
 func veloInflight(kind string, size, calls, window int) (time.Duration, []time.Duration, error) {

@@ -16,10 +16,12 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/events"
+	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 )
 
-// EventsArms are the arms of the events harness, in the order they run.
+// EventsArms are the arms of the events harness, in the order of the first
+// rep (each rep rotates the order by one, see rotated).
 var EventsArms = []string{"local", "remote", "many-waiters"}
 
 // EventsConfig sets the events harness.
@@ -57,7 +59,7 @@ const (
 //     events per second and process CPU (user+sys, every goroutine, GC
 //     included) per event.
 //   - remote: A owns, B waits. trigger_to_wake: B's subscription is
-//     settled (A's _event_subscribe handler returned and B has the answer),
+//     settled (A's _event_subscribe handler returned, B has no call waiting),
 //     then A triggers and B's waiter wakes; the clock runs from the Trigger
 //     call to the wake. trigger_call: how long that Trigger call took; it
 //     returns once the notice to B is handed to the transport. wait_rtt: B
@@ -72,7 +74,7 @@ func Events(cfg EventsConfig, r *Report) error {
 		return err
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
-		for _, arm := range cfg.Arms {
+		for _, arm := range rotated(cfg.Arms, rep) {
 			var err error
 			switch arm {
 			case "local":
@@ -172,7 +174,8 @@ func eventsPair(ctx context.Context, kind string) (p *eventsNodes, err error) {
 		p.stop()
 		return nil, err
 	}
-	p.subscribes = am.HandlerRequests.WithLabelValues("_event_subscribe", "unary", "success")
+	// _event_subscribe is a fire-and-forget request, as in the reference.
+	p.subscribes = am.HandlerRequests.WithLabelValues("_event_subscribe", messenger.FireAndForget.String(), "success")
 	p.bPending = bm.PendingResponses
 	return p, nil
 }
@@ -189,7 +192,7 @@ func (p *eventsNodes) stop() {
 }
 
 // settled waits until A has handled B's subscription (so A has recorded
-// B as a subscriber) and B has the answer (B has no call waiting), so
+// B as a subscriber) and B has no call waiting, so
 // nothing of the subscription is in flight when the clock starts. subs is
 // A's count of handled subscriptions before the wait began. Both signals
 // are pre-bound metrics, read without a registry gather: polling them
@@ -245,10 +248,15 @@ func eventsRemote(cfg EventsConfig, r *Report) error {
 		defer wg.Done()
 		for h := range handles {
 			err := b.Events.Wait(ctx, h)
-			wakes <- woke{time.Now(), err}
+			select {
+			case wakes <- woke{time.Now(), err}:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	defer wg.Wait()
+	defer cancel() // a failed run ends the waiter's Wait instead of waiting out ctx
 	defer close(handles)
 
 	params := map[string]any{"transport": cfg.Transport, "iters": cfg.Iters}

@@ -39,6 +39,19 @@ func quantile(xs []float64, q float64) float64 {
 	return s[int(q*float64(len(s)-1)+0.5)]
 }
 
+// rotated returns the arms in the order repetition rep runs them: the list
+// rotated left by rep, so that no arm always runs first or last and drift
+// over a run (a neighbour's build, a slow phase of the VM) lands on every
+// arm in turn. Every harness runs its arms through it.
+func rotated[T any](arms []T, rep int) []T {
+	if len(arms) == 0 {
+		return nil
+	}
+	k := rep % len(arms)
+	out := make([]T, 0, len(arms))
+	return append(append(out, arms[k:]...), arms[:k]...)
+}
+
 // Report collects figures and prints them.
 type Report struct {
 	Figures []Figure

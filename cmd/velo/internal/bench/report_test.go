@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestRotatedPutsEveryArmFirstOnce(t *testing.T) {
+	arms := []string{"raw", "velo", "grpc"}
+	firsts := map[string]int{}
+	for rep := 0; rep < 2*len(arms); rep++ {
+		got := rotated(arms, rep)
+		if len(got) != len(arms) {
+			t.Fatalf("rep %d: %v", rep, got)
+		}
+		sorted := slices.Sorted(slices.Values(got))
+		if !slices.Equal(sorted, []string{"grpc", "raw", "velo"}) {
+			t.Fatalf("rep %d: %v is not a permutation of %v", rep, got, arms)
+		}
+		firsts[got[0]]++
+	}
+	for _, a := range arms {
+		if firsts[a] != 2 {
+			t.Fatalf("arm %s ran first %d times in %d reps, want 2", a, firsts[a], 2*len(arms))
+		}
+	}
+	if !slices.Equal(arms, []string{"raw", "velo", "grpc"}) {
+		t.Fatalf("rotated changed its argument: %v", arms)
+	}
+	if rotated([]string(nil), 3) != nil {
+		t.Fatal("rotated of no arms should be empty")
+	}
+}
+
+func TestTxBudgetHeadlineIsOverTheFasterRung(t *testing.T) {
+	var r Report
+	p := map[string]any{"transport": "tcp"}
+	// Rep 0: L1 is faster; rep 1: L0 is.
+	for _, s := range []struct{ l0, l1, l3 float64 }{{20, 10, 15}, {8, 12, 16}} {
+		r.Add("tx-budget", "L0", "one_way_p50_ns", "ns", s.l0, p)
+		r.Add("tx-budget", "L1", "one_way_p50_ns", "ns", s.l1, p)
+		r.Add("tx-budget", "L3", "one_way_p50_ns", "ns", s.l3, p)
+	}
+	l0, _ := r.Find("tx-budget", "L0", "one_way_p50_ns", p)
+	l1, _ := r.Find("tx-budget", "L1", "one_way_p50_ns", p)
+	l3, _ := r.Find("tx-budget", "L3", "one_way_p50_ns", p)
+	r.Ratio("tx-budget", TxBudgetHeadline, "one_way_p50_ratio", l3, fasterPerRep(l0, l1), p)
+	f, ok := r.Find("tx-budget", TxBudgetHeadline, "one_way_p50_ratio", p)
+	if !ok || !slices.Equal(f.Samples, []float64{1.5, 2}) {
+		t.Fatalf("headline samples %v (found %v), want [1.5 2]", f.Samples, ok)
+	}
+}
