@@ -612,8 +612,8 @@ func TestCheckHealth(t *testing.T) {
 	}
 }
 
-// Known faults. Each test below fails on the current code and passes with
-// the fix named in its skip message; remove the skip with the fix.
+// Faults found in review and fixed. Each doc comment below tells the bug
+// the test holds off.
 
 // A write that fails in its second writev call (a batch of more than
 // maxSegmentsPerWrite segments) reports only the frames it did not write.
