@@ -731,3 +731,22 @@ func TestAFrameCutByAnInlineWriteIsReportedWhole(t *testing.T) {
 	reported, _ := fails.check(t)
 	checkAccounted(t, n, delivered, reported)
 }
+
+// A send that looked its peer up just before an unregister starts no lane
+// for it: nothing would stop that lane, and its connection and goroutines
+// would live until the transport shut down.
+func TestASendThatRacesAnUnregisterStartsNoLane(t *testing.T) {
+	rx := newNode(t, Config{})
+	tx := newNode(t, Config{})
+	if err := tx.t.Register(rx.info()); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := tx.t.lookup(rx.id) // the send's lookup
+	tx.t.Unregister(rx.id)     // the unregister that overtakes it
+	if l := tx.t.laneFor(p, 0); l != nil {
+		t.Fatal("a lane started for an unregistered peer")
+	}
+	if _, err := tx.t.Send(rx.id, seqMsg(0, nil)); !errors.Is(err, ext.ErrPeerNotRegistered) {
+		t.Fatalf("send after unregister: %v, want ErrPeerNotRegistered", err)
+	}
+}

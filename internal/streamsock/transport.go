@@ -215,7 +215,12 @@ func (t *Transport) Unregister(id ext.InstanceID) {
 	}
 }
 
+// abortAll stops every lane of a peer that is gone. It takes the lane lock,
+// so a lane that a send is starting right now is either seen here or sees
+// gone and does not start.
 func (p *peer) abortAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i := range p.lanes {
 		if l := p.lanes[i].Load(); l != nil {
 			l.abort()
@@ -266,6 +271,10 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 		l := t.laneFor(p, lane)
 		if l == nil {
 			f.Release()
+			if p.gone.Load() {
+				obs.Rejection(ext.RejectUnknownPeer)
+				return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
+			}
 			return ext.SendOutcome{}, ext.ErrTransportClosed
 		}
 		out, err := l.gate.Send(of, frame.PreambleLen+size)
@@ -308,7 +317,9 @@ func (t *Transport) laneFor(p *peer, idx int) *lane {
 	if l := p.lanes[idx].Load(); l != nil {
 		return l
 	}
-	if t.closing.Load() {
+	// A peer unregistered since the lookup gets no new lane: nothing
+	// would ever stop it.
+	if t.closing.Load() || p.gone.Load() {
 		return nil
 	}
 	l := newLane(t, p, idx)
