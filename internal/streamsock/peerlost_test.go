@@ -78,12 +78,18 @@ func (r *lossRecorder) check(tb testing.TB, peer ext.InstanceID, want int) {
 // connectedPair returns a sender with a live lane to a consuming receiver.
 func connectedPair(t *testing.T, lanes int) (tx, rx *testNode) {
 	t.Helper()
+	return connectedPairOn(t, tcpNet{}, lanes)
+}
+
+// connectedPairOn is connectedPair with the sender on nw.
+func connectedPairOn(t *testing.T, nw Network, lanes int) (tx, rx *testNode) {
+	t.Helper()
 	rx = newNode(t, Config{})
 	var got atomic.Int64
 	stop := make(chan struct{})
 	wg := consume(rx, &got, stop)
 	t.Cleanup(func() { close(stop); wg.Wait() })
-	tx = newNode(t, Config{Lanes: lanes})
+	tx = newNodeOn(t, nw, Config{Lanes: lanes})
 	if err := tx.t.Register(rx.info()); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +142,8 @@ func TestAPeerThatDiesIsReportedLostOncePerConnection(t *testing.T) {
 // closes it: its end is not a loss. The next send dials, is refused, and
 // that is one.
 func TestAPeerThatShutsDownInOrderIsNotReportedLost(t *testing.T) {
-	tx, rx := connectedPair(t, 1)
+	nw := &testNet{}
+	tx, rx := connectedPairOn(t, nw, 1)
 	losses := recordLosses(tx.a)
 	rx.t.Shutdown()
 	<-rx.t.Closed()
@@ -144,9 +151,14 @@ func TestAPeerThatShutsDownInOrderIsNotReportedLost(t *testing.T) {
 	losses.check(t, rx.id, 0)
 
 	fails := recordFailures(tx.a, rx.id)
-	if _, err := tx.t.Send(rx.id, seqMsg(7, nil)); err != nil {
-		t.Fatal(err)
+	// Hold the dial until the frame is admitted: a refused dial can
+	// otherwise fail the lane before the send reaches it, and the send
+	// then returns the error itself.
+	nw.release = make(chan struct{})
+	if out, err := tx.t.Send(rx.id, seqMsg(7, nil)); err != nil || !out.Admitted() {
+		t.Fatalf("send: admitted %v, %v", out.Admitted(), err)
 	}
+	close(nw.release)
 	losses.waitFirst(t)
 	eventually(t, "the frame behind the failed dial to be reported", func() bool { return fails.count.Load() == 1 })
 	tx.t.Shutdown()
