@@ -16,8 +16,13 @@ type loopReader struct {
 }
 
 func (l *loopReader) Read(p []byte) (int, error) {
-	n := copy(p[:min(len(p), l.piece)], l.data[l.off:])
-	l.off = (l.off + n) % len(l.data)
+	p = p[:min(len(p), l.piece)]
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], l.data[l.off:])
+		l.off = (l.off + c) % len(l.data)
+		n += c
+	}
 	return n, nil
 }
 
