@@ -17,8 +17,10 @@ import (
 // as its bytes arrive, four times over at each move, so an 8 MiB frame moves
 // five times and the bytes copied stay under half the frame's size.
 // (Doubling, which would hold at most twice the bytes in hand after
-// rounding to a chunk, copied about twice the frame: 15% off the 8 MiB
-// pipelined throughput on loopback.)
+// rounding to a chunk, copied about twice the frame, and the 8 MiB
+// pipelined throughput on loopback measured about 15% lower with it, on a
+// busy machine. Growing four times over copies under half the frame:
+// BenchmarkReaderLargeFrame.)
 //
 // Between frames the buffer follows the reads: it doubles after a read that
 // filled it (the sender is ahead) and drops back to a small one after a
