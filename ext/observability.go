@@ -106,3 +106,43 @@ func (NopObservability) FramesWritten(MessageType, int)                        {
 func (NopObservability) WriteDuration(time.Duration)                           {}
 func (NopObservability) EgressQueueWait(time.Duration)                         {}
 func (NopObservability) Enabled() bool                                         { return false }
+
+// ConnectionDrop says why a transport closed an inbound connection on its
+// own, to protect itself.
+type ConnectionDrop uint8
+
+// Connection drop reasons.
+const (
+	// DropOverLimit: the transport already had as many inbound connections
+	// open as it allows, so it closed the new one as soon as it accepted it.
+	DropOverLimit ConnectionDrop = iota
+	// DropStalledFrame: a frame stayed half-received for longer than the
+	// transport allows.
+	DropStalledFrame
+	numConnectionDrops
+)
+
+// NumConnectionDrops is the count of defined drop reasons, for tables.
+const NumConnectionDrops = int(numConnectionDrops)
+
+func (d ConnectionDrop) String() string {
+	switch d {
+	case DropOverLimit:
+		return "over_limit"
+	case DropStalledFrame:
+		return "stalled_frame"
+	}
+	return "unknown"
+}
+
+// ConnectionObservability is an optional interface of an Observability
+// handle, for transports that accept connections. A transport finds it with
+// a type assertion when it is given the handle; a handle that does not
+// implement it records none of these.
+type ConnectionObservability interface {
+	// ConnectionDropped counts one inbound connection that the transport
+	// closed on its own.
+	ConnectionDropped(reason ConnectionDrop)
+	// AcceptError counts one failed accept of a listening socket.
+	AcceptError()
+}

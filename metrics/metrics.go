@@ -27,6 +27,8 @@ type VeloMetrics struct {
 	sendBackpress  *prometheus.CounterVec
 	registeredPeer *prometheus.GaugeVec
 	activeConns    *prometheus.GaugeVec
+	connsDropped   *prometheus.CounterVec
+	acceptErrors   *prometheus.CounterVec
 
 	// Messenger family.
 	HandlerRequests       *prometheus.CounterVec   // handler, response_type, outcome
@@ -92,6 +94,11 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			"Peers registered with a velo transport.", "transport"),
 		activeConns: gaugeVec("velo_transport_active_connections",
 			"Open connections of a velo transport.", "transport"),
+		connsDropped: counterVec("velo_transport_connections_dropped_total",
+			"Inbound connections a velo transport closed on its own, by reason.",
+			"transport", "reason"),
+		acceptErrors: counterVec("velo_transport_accept_errors_total",
+			"Failed accepts of a velo transport's listening socket.", "transport"),
 
 		HandlerRequests: counterVec("velo_messenger_handler_requests_total",
 			"Requests seen by messenger handlers.", "handler", "response_type", "outcome"),
@@ -131,6 +138,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 	all := []prometheus.Collector{
 		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
 		m.rejections, m.sendBackpress, m.registeredPeer, m.activeConns,
+		m.connsDropped, m.acceptErrors,
 		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
 		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
 		m.OrderedLanesCreated, m.DispatchFailures, m.ClientResolution,

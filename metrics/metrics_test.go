@@ -129,10 +129,16 @@ func TestTransportPrebindsEverySeries(t *testing.T) {
 			t.Errorf("rejections missing reason=%s", ext.RejectionReason(r))
 		}
 	}
+	dropped := gather(t, reg, "velo_transport_connections_dropped_total")
+	for d := range ext.NumConnectionDrops {
+		if _, ok := dropped["reason="+ext.ConnectionDrop(d).String()+",transport=tcp"]; !ok {
+			t.Errorf("connections_dropped missing reason=%s", ext.ConnectionDrop(d))
+		}
+	}
 	for _, name := range []string{
 		"velo_transport_egress_queue_wait_seconds", "velo_transport_write_duration_seconds",
 		"velo_transport_send_backpressure_total", "velo_transport_registered_peers",
-		"velo_transport_active_connections",
+		"velo_transport_active_connections", "velo_transport_accept_errors_total",
 	} {
 		if _, ok := gather(t, reg, name)["transport=tcp"]; !ok {
 			t.Errorf("%s{transport=tcp} missing", name)
@@ -157,6 +163,14 @@ func TestTransportRecords(t *testing.T) {
 	o.WriteDuration(3 * time.Millisecond)
 	o.EgressQueueWait(5 * time.Microsecond)
 	o.EgressQueueWait(7 * time.Microsecond)
+	co, ok := o.(ext.ConnectionObservability)
+	if !ok {
+		t.Fatalf("the transport handle %T has no ConnectionObservability", o)
+	}
+	co.ConnectionDropped(ext.DropStalledFrame)
+	co.ConnectionDropped(ext.DropStalledFrame)
+	co.ConnectionDropped(ext.ConnectionDrop(99)) // undefined reason: dropped
+	co.AcceptError()
 
 	checks := []struct {
 		c    prometheus.Collector
@@ -173,6 +187,9 @@ func TestTransportRecords(t *testing.T) {
 		{m.registeredPeer.WithLabelValues("uds"), 2},
 		{m.activeConns.WithLabelValues("uds"), 2},
 		{m.framesWritten.WithLabelValues("uds", "response"), 4},
+		{m.connsDropped.WithLabelValues("uds", "stalled_frame"), 2},
+		{m.connsDropped.WithLabelValues("uds", "over_limit"), 0},
+		{m.acceptErrors.WithLabelValues("uds"), 1},
 	}
 	for i, c := range checks {
 		if got := testutil.ToFloat64(c.c); got != c.want {

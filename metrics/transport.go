@@ -14,7 +14,10 @@ const (
 	numOutcomes   = 2 // ext.Accepted, ext.Rejected
 )
 
-var _ ext.Observability = (*transportObs)(nil)
+var (
+	_ ext.Observability           = (*transportObs)(nil)
+	_ ext.ConnectionObservability = (*transportObs)(nil)
+)
 
 // transportObs is the per-transport handle. Every series is bound when it
 // is built, so a record is an array index and an atomic add: no label
@@ -24,6 +27,8 @@ type transportObs struct {
 	frameBytes    [numDirections][ext.NumMessageTypes]prometheus.Counter
 	framesWritten [ext.NumMessageTypes]prometheus.Counter
 	rejections    [ext.NumRejectionReasons]prometheus.Counter
+	dropped       [ext.NumConnectionDrops]prometheus.Counter
+	acceptErrors  prometheus.Counter
 	backpressure  prometheus.Counter
 	peers         prometheus.Gauge
 	conns         prometheus.Gauge
@@ -48,6 +53,7 @@ func (m *VeloMetrics) Transport(key ext.TransportKey) ext.Observability {
 		conns:         m.activeConns.WithLabelValues(tr),
 		egressWait:    m.egressWait.WithLabelValues(tr),
 		writeDuration: m.writeDuration.WithLabelValues(tr),
+		acceptErrors:  m.acceptErrors.WithLabelValues(tr),
 	}
 	for t := range ext.NumMessageTypes {
 		mt := ext.MessageType(t).String()
@@ -63,6 +69,9 @@ func (m *VeloMetrics) Transport(key ext.TransportKey) ext.Observability {
 	}
 	for r := range ext.NumRejectionReasons {
 		o.rejections[r] = m.rejections.WithLabelValues(tr, ext.RejectionReason(r).String())
+	}
+	for d := range ext.NumConnectionDrops {
+		o.dropped[d] = m.connsDropped.WithLabelValues(tr, ext.ConnectionDrop(d).String())
 	}
 	return o
 }
@@ -85,6 +94,14 @@ func (o *transportObs) Rejection(reason ext.RejectionReason) {
 		o.rejections[reason].Inc()
 	}
 }
+
+func (o *transportObs) ConnectionDropped(reason ext.ConnectionDrop) {
+	if int(reason) < ext.NumConnectionDrops {
+		o.dropped[reason].Inc()
+	}
+}
+
+func (o *transportObs) AcceptError() { o.acceptErrors.Inc() }
 
 func (o *transportObs) SendBackpressure() { o.backpressure.Inc() }
 

@@ -41,7 +41,7 @@ func (c *Chunk) ReleaseN(n int) {
 }
 
 const (
-	minChunkShift = 16 // 64 KiB
+	minChunkShift = 12 // 4 KiB
 	maxChunkShift = 31
 )
 
@@ -51,12 +51,17 @@ const (
 // which in turn brings the next collection closer.
 var chunkPools [maxChunkShift - minChunkShift + 1]chan *Chunk
 
-// pooledBytesPerClass bounds the memory each size class keeps idle.
-const pooledBytesPerClass = 32 << 20
+// pooledBytesPerClass bounds the memory each size class keeps idle, and
+// maxPooledPerClass the number of chunks (so the small classes' free lists
+// stay short).
+const (
+	pooledBytesPerClass = 32 << 20
+	maxPooledPerClass   = 1024
+)
 
 func init() {
 	for i := range chunkPools {
-		chunkPools[i] = make(chan *Chunk, max(2, pooledBytesPerClass>>(i+minChunkShift)))
+		chunkPools[i] = make(chan *Chunk, min(maxPooledPerClass, max(2, pooledBytesPerClass>>(i+minChunkShift))))
 	}
 }
 
@@ -67,12 +72,20 @@ func putChunk(c *Chunk) {
 	}
 }
 
+// chunkClass is the size class of the smallest chunk of at least size bytes.
+func chunkClass(size int) int {
+	if size <= 1<<minChunkShift {
+		return 0
+	}
+	return bits.Len(uint(size-1)) - minChunkShift
+}
+
+// chunkBytes is the length of the chunk getChunk(size) returns.
+func chunkBytes(size int) int { return 1 << (chunkClass(size) + minChunkShift) }
+
 // getChunk returns a chunk of at least size bytes, biased for its reader.
 func getChunk(size int) *Chunk {
-	class := 0
-	if size > 1<<minChunkShift {
-		class = bits.Len(uint(size-1)) - minChunkShift
-	}
+	class := chunkClass(size)
 	var c *Chunk
 	select {
 	case c = <-chunkPools[class]:

@@ -3,6 +3,7 @@ package streamsock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -41,11 +42,23 @@ type Config struct {
 	// ChannelBytes bounds the send channel of one (peer, lane); sends beyond
 	// it wait in the admission gate (default 4 MiB).
 	ChannelBytes int
+	// MaxConnections bounds the inbound connections open at once. One more
+	// is closed as soon as it is accepted, and counted (default 4096).
+	MaxConnections int
+	// FrameTimeout bounds how long a frame may stay half-received. The
+	// connection is closed, and counted, once it has waited this long (or up
+	// to half as long again: the read deadline is not moved for every
+	// frame). Default 30 s.
+	FrameTimeout time.Duration
+	// Logger receives what the transport reports (default slog.Default()).
+	Logger *slog.Logger
 }
 
 const (
-	defaultGrace        = time.Second
-	defaultChannelBytes = 4 << 20
+	defaultGrace          = time.Second
+	defaultChannelBytes   = 4 << 20
+	defaultMaxConnections = 4096
+	defaultFrameTimeout   = 30 * time.Second
 	// maxBatchBytes caps one coalesced write so one batch cannot hog the
 	// writer's memory.
 	maxBatchBytes = 1 << 20
@@ -78,6 +91,21 @@ func (c *Config) fill() error {
 	}
 	if c.ChannelBytes < 0 {
 		return fmt.Errorf("streamsock: negative channel size")
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = defaultMaxConnections
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("streamsock: negative connection limit")
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = defaultFrameTimeout
+	}
+	if c.FrameTimeout < 0 {
+		return fmt.Errorf("streamsock: negative frame timeout")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return nil
 }

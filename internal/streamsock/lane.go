@@ -2,6 +2,8 @@ package streamsock
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -94,6 +96,12 @@ type lane struct {
 
 	connMu sync.Mutex
 	conn   net.Conn
+
+	// graceful: the peer said it is going away on purpose (a goodbye, or
+	// a drain echo), so the end of the connection is not a loss.
+	graceful atomic.Bool
+	// lostSent: the loss of this lane's connection was reported.
+	lostSent atomic.Bool
 
 	vec net.Buffers // the writer's gather list, reused across writes
 }
@@ -210,6 +218,7 @@ func (l *lane) run() {
 	defer l.t.wg.Done()
 	conn, err := l.dial()
 	if err != nil {
+		l.lost(err)
 		l.finish(nil, err)
 		return
 	}
@@ -228,6 +237,7 @@ func (l *lane) run() {
 		obs := l.t.obs()
 		observeWaits(obs, b.stamps)
 		if i, err := l.write(conn, b.segs, obs); err != nil {
+			l.lost(err)
 			b.written(obs, i) // what went out before the failure lets go of its buffers
 			l.report(b.segs[i:], err)
 			l.finish(conn, err)
@@ -392,20 +402,50 @@ func (l *lane) dial() (net.Conn, error) {
 }
 
 // readEchoes reads the only frames a listener sends back: ShuttingDown
-// echoes. When the socket ends while the lane still runs, the peer went
-// away, so the lane gives up its queued frames at once.
+// echoes, and the goodbye of a listener that shuts down. When the socket
+// ends while the lane still runs, the peer went away, so the lane gives up
+// its queued frames at once; without a goodbye or a drain echo first, the
+// peer is reported lost.
 func (l *lane) readEchoes(conn net.Conn) {
 	defer l.t.wg.Done()
-	r := frame.NewReader(conn, l.t.cfg.MaxFrameSize)
+	_, r := newStallGuard(conn, l.t.cfg.MaxFrameSize, l.t.cfg.FrameTimeout, nil)
 	defer r.Close()
 	for {
 		f, err := r.Next()
 		if err != nil {
+			if err == io.EOF {
+				err = errClosedByPeer
+			}
+			l.lost(err)
 			l.abort()
 			return
 		}
+		if f.Type == ext.ShuttingDown {
+			l.graceful.Store(true)
+			if len(f.Header) == 0 { // the goodbye: nothing waits on it
+				f.Release()
+				continue
+			}
+		}
 		l.t.routeInbound(f, nil)
 	}
+}
+
+// errClosedByPeer is the loss of a connection that the peer closed without
+// a goodbye.
+var errClosedByPeer = fmt.Errorf("the peer closed the connection without a goodbye: %w", io.EOF)
+
+// lost reports, once per connection, that the connection to the peer died:
+// the dial failed, a write failed, or the peer closed or reset it without a
+// goodbye or a drain echo first. Stops of our own (shutdown, unregister, a
+// new registration) are not losses, and neither is the end of a connection
+// whose peer said it was going away.
+func (l *lane) lost(err error) {
+	if l.mode.Load() != running || l.t.closing.Load() || l.graceful.Load() || !l.lostSent.CompareAndSwap(false, true) {
+		return
+	}
+	l.t.adapter.ReportPeerLost(l.peer.id, fmt.Errorf("%w: %s lane %d to %s: %w",
+		ext.ErrPeerUnreachable, l.t.cfg.Key, l.idx, l.peer.id, err))
 }
 
 // abort stops the lane at once: queued frames fail, the socket closes.

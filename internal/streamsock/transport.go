@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -38,16 +40,27 @@ type Transport struct {
 	lastPeer atomic.Pointer[peer]
 
 	ln       net.Listener
-	accepted sync.Map // net.Conn -> struct{}: listener-side sockets to close at shutdown
+	accepted sync.Map     // net.Conn -> struct{}: listener-side sockets to close at shutdown
+	inbound  atomic.Int64 // accepted connections open now
+	log      *slog.Logger
+
+	// Counters a test or an operator can read (see Stats).
+	refused    atomic.Uint64
+	stalled    atomic.Uint64
+	acceptErrs atomic.Uint64
 
 	closing  atomic.Bool
 	shutOnce sync.Once
+	stop     chan struct{} // closed at shutdown: ends the accept loop's backoff
 	closedCh chan struct{}
 	wg       sync.WaitGroup // writers and readers of every connection
 	acceptWG sync.WaitGroup
 
 	// testWriteHook, when set by a test, sees the segments of every write call.
 	testWriteHook func([]segment)
+	// testReadHook, when set by a test, sees the byte count of every read
+	// of an accepted connection.
+	testReadHook func(n int)
 }
 
 // obsBox holds the metrics handle and whether it records anything, so the
@@ -55,6 +68,7 @@ type Transport struct {
 type obsBox struct {
 	ext.Observability
 	enabled bool
+	conn    ext.ConnectionObservability // nil when the handle has none
 }
 
 // New makes a transport over the given network.
@@ -62,7 +76,8 @@ func New(n Network, cfg Config) (*Transport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{})}
+	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{})}
+	t.log = cfg.Logger.With("transport", string(cfg.Key))
 	empty := map[ext.InstanceID]*peer{}
 	t.peers.Store(&empty)
 	t.obsv.Store(&obsBox{Observability: ext.NopObservability{}})
@@ -88,7 +103,42 @@ func (t *Transport) SetObservability(o ext.Observability) {
 	if o == nil {
 		o = ext.NopObservability{}
 	}
-	t.obsv.Store(&obsBox{Observability: o, enabled: o.Enabled()})
+	co, _ := o.(ext.ConnectionObservability)
+	t.obsv.Store(&obsBox{Observability: o, enabled: o.Enabled(), conn: co})
+}
+
+// Stats are counts of what a transport did to protect itself.
+type Stats struct {
+	// RefusedConnections: inbound connections closed at accept because
+	// MaxConnections were already open.
+	RefusedConnections uint64
+	// StalledConnections: inbound connections closed because a frame stayed
+	// half-received past FrameTimeout.
+	StalledConnections uint64
+	// AcceptErrors: failed accepts, each followed by a backoff.
+	AcceptErrors uint64
+}
+
+// Stats reads the transport's counters.
+func (t *Transport) Stats() Stats {
+	return Stats{
+		RefusedConnections: t.refused.Load(),
+		StalledConnections: t.stalled.Load(),
+		AcceptErrors:       t.acceptErrs.Load(),
+	}
+}
+
+// dropped counts an inbound connection closed for reason.
+func (t *Transport) dropped(reason ext.ConnectionDrop) {
+	switch reason {
+	case ext.DropOverLimit:
+		t.refused.Add(1)
+	case ext.DropStalledFrame:
+		t.stalled.Add(1)
+	}
+	if co := t.obsv.Load().conn; co != nil {
+		co.ConnectionDropped(reason)
+	}
 }
 
 // Start listens and returns the endpoint peers dial.
@@ -165,7 +215,12 @@ func (t *Transport) Unregister(id ext.InstanceID) {
 	}
 }
 
+// abortAll stops every lane of a peer that is gone. It takes the lane lock,
+// so a lane that a send is starting right now is either seen here or sees
+// gone and does not start.
 func (p *peer) abortAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i := range p.lanes {
 		if l := p.lanes[i].Load(); l != nil {
 			l.abort()
@@ -216,6 +271,10 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 		l := t.laneFor(p, lane)
 		if l == nil {
 			f.Release()
+			if p.gone.Load() {
+				obs.Rejection(ext.RejectUnknownPeer)
+				return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
+			}
 			return ext.SendOutcome{}, ext.ErrTransportClosed
 		}
 		out, err := l.gate.Send(of, frame.PreambleLen+size)
@@ -258,7 +317,9 @@ func (t *Transport) laneFor(p *peer, idx int) *lane {
 	if l := p.lanes[idx].Load(); l != nil {
 		return l
 	}
-	if t.closing.Load() {
+	// A peer unregistered since the lookup gets no new lane: nothing
+	// would ever stop it.
+	if t.closing.Load() || p.gone.Load() {
 		return nil
 	}
 	l := newLane(t, p, idx)
@@ -291,11 +352,28 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 }
 
 // Shutdown tears the transport down. Writers keep writing the frames already
-// queued until the grace ends and fail the rest; the listener closes. Closed
-// reports when that is done.
-func (t *Transport) Shutdown() {
+// queued until the grace ends and fail the rest; the listener closes, and
+// each accepted connection gets a goodbye before it closes, so its dialer
+// knows this end went away on purpose. Closed reports when that is done.
+func (t *Transport) Shutdown() { t.shutdown(false) }
+
+// Kill stops the transport as a crash would: the listener and every
+// connection close at once, without a goodbye, and queued frames fail.
+// Tests use it to play a peer that dies.
+func (t *Transport) Kill() { t.shutdown(true) }
+
+// goodbyeWait bounds the goodbye writes at shutdown, all of them together:
+// a peer that does not read must not hold the shutdown.
+const goodbyeWait = 100 * time.Millisecond
+
+// goodbye is a ShuttingDown frame with an empty header. A request echo
+// always has a header, so the dialer cannot take one for the other.
+var goodbye = frame.Append(nil, ext.Frame{Type: ext.ShuttingDown})
+
+func (t *Transport) shutdown(abrupt bool) {
 	t.shutOnce.Do(func() {
 		t.closing.Store(true)
+		close(t.stop)
 		deadline := time.Now().Add(t.cfg.TeardownGrace)
 		t.peersMu.Lock()
 		peers := *t.peers.Load()
@@ -304,7 +382,11 @@ func (t *Transport) Shutdown() {
 			// Take the lane lock so no lane starts after this walk.
 			p.mu.Lock()
 			for i := range p.lanes {
-				if l := p.lanes[i].Load(); l != nil {
+				switch l := p.lanes[i].Load(); {
+				case l == nil:
+				case abrupt:
+					l.abort()
+				default:
 					l.teardown(deadline)
 				}
 			}
@@ -317,8 +399,17 @@ func (t *Transport) Shutdown() {
 		if c, ok := t.net.(interface{ Cleanup() }); ok {
 			c.Cleanup()
 		}
+		byeBy := time.Now().Add(goodbyeWait)
 		t.accepted.Range(func(k, _ any) bool {
-			k.(net.Conn).Close()
+			conn := k.(net.Conn)
+			if !abrupt {
+				// The deadline also ends an echo write that a peer which
+				// does not read has left blocked, which holds the
+				// connection's write lock.
+				conn.SetWriteDeadline(byeBy)
+				conn.Write(goodbye)
+			}
+			conn.Close()
 			return true
 		})
 		go t.waitClosed(deadline.Add(500 * time.Millisecond))
@@ -346,21 +437,49 @@ func (t *Transport) waitClosed(limit time.Time) {
 // second passed) and the listener is closed.
 func (t *Transport) Closed() <-chan struct{} { return t.closedCh }
 
-// acceptLoop runs one reader per accepted connection.
+// acceptLoop runs one reader per accepted connection. A failed accept is
+// retried after a pause that starts at 5 ms and doubles up to 1 s, as
+// net/http's Server.Serve does: running out of file descriptors (EMFILE,
+// ENFILE) passes once connections close, and returning would leave the
+// node deaf for good while it still looked alive.
 func (t *Transport) acceptLoop() {
 	defer t.acceptWG.Done()
+	var delay time.Duration
 	for {
 		conn, err := t.ln.Accept()
 		if err != nil {
 			if t.closing.Load() {
 				return
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			t.acceptErrs.Add(1)
+			if co := t.obsv.Load().conn; co != nil {
+				co.AcceptError()
 			}
-			return
+			if !temporary(err) {
+				// Close the socket too, so peers are refused at once
+				// rather than queued in a backlog nobody reads.
+				t.log.Error("accept failed; no more inbound connections", "err", err)
+				t.ln.Close()
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			t.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-t.stop:
+				timer.Stop()
+				return
+			}
+			continue
 		}
+		delay = 0
+		if t.inbound.Load() >= int64(t.cfg.MaxConnections) {
+			t.dropped(ext.DropOverLimit)
+			conn.Close()
+			continue
+		}
+		t.inbound.Add(1)
 		t.accepted.Store(conn, struct{}{})
 		if t.closing.Load() {
 			conn.Close()
@@ -369,6 +488,19 @@ func (t *Transport) acceptLoop() {
 		t.wg.Add(1)
 		go t.serve(conn)
 	}
+}
+
+// temporary reports whether a failed accept may succeed later: a timeout,
+// or the process or system out of descriptors or memory.
+func temporary(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var te interface{ Temporary() bool }
+	if errors.As(err, &te) && te.Temporary() { // EMFILE, ENFILE, EINTR, timeouts
+		return true
+	}
+	return errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
 // serve reads frames from one accepted connection until it ends. A bad
@@ -380,9 +512,10 @@ func (t *Transport) serve(conn net.Conn) {
 	defer func() {
 		conn.Close()
 		t.accepted.Delete(conn)
+		t.inbound.Add(-1)
 		t.obs().ActiveConnections(-1)
 	}()
-	r := frame.NewReader(conn, t.cfg.MaxFrameSize)
+	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
 	defer r.Close()
 	var in inbound
 	for {
@@ -402,7 +535,7 @@ func (t *Transport) serve(conn net.Conn) {
 			return
 		}
 		if err != nil {
-			t.noteReadError(err)
+			t.noteReadError(err, conn)
 			return
 		}
 	}
@@ -452,12 +585,15 @@ func (in *inbound) flush(t *Transport, conn net.Conn) bool {
 	return ok
 }
 
-func (t *Transport) noteReadError(err error) {
+func (t *Transport) noteReadError(err error, conn net.Conn) {
 	switch {
 	case errors.Is(err, ext.ErrFrameTooLarge):
 		t.obs().Rejection(ext.RejectTooLarge)
 	case errors.Is(err, frame.ErrMalformed):
 		t.obs().Rejection(ext.RejectMalformed)
+	case errors.Is(err, errStalled):
+		t.dropped(ext.DropStalledFrame)
+		t.log.Warn("closed an inbound connection", "remote", fmt.Sprint(conn.RemoteAddr()), "err", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -426,5 +427,61 @@ func TestCheckHealthOverTCP(t *testing.T) {
 	}
 	if err := tx.tr.CheckHealth(ctx, ext.NewInstanceID()); !errors.Is(err, ext.ErrPeerNotRegistered) {
 		t.Fatalf("unknown peer: %v, want ErrPeerNotRegistered", err)
+	}
+}
+
+// WithMaxConnections and WithFrameTimeout reach the transport, and what they
+// close shows in Stats and in the metrics: with a limit of one connection, a
+// second is closed at once, and the first, which sent half a frame, is
+// closed once the frame timeout passes.
+func TestConnectionLimitAndFrameTimeoutOverTCP(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tcp.New(tcp.WithMaxConnections(1), tcp.WithFrameTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetObservability(m.Transport(tcp.Key))
+	a := ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{})
+	ep, err := tr.Start(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		tr.Shutdown()
+		<-tr.Closed()
+		a.Close()
+	}()
+
+	half, err := dialRaw(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer half.Close()
+	if _, err := half.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Payload: make([]byte, 100)})[:20]); err != nil {
+		t.Fatal(err)
+	}
+	// Accepted in order: once the second is refused, the first holds the place.
+	second, err := dialRaw(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	for _, c := range []net.Conn{second, half} {
+		c.SetReadDeadline(time.Now().Add(failAfter))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("read %d bytes, %v: want the node to close the connection", n, err)
+		}
+	}
+	if s := tr.Stats(); s.RefusedConnections != 1 || s.StalledConnections != 1 || s.AcceptErrors != 0 {
+		t.Fatalf("Stats = %+v, want one refused and one stalled connection", s)
+	}
+	for reason, want := range map[string]float64{"over_limit": 1, "stalled_frame": 1} {
+		if v := metricValue(t, reg, "velo_transport_connections_dropped_total", map[string]string{"transport": "tcp", "reason": reason}); v != want {
+			t.Errorf("connections_dropped_total{reason=%q} = %v, want %v", reason, v, want)
+		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/transporttest"
 	"github.com/velo-go/velo/transport/tcp"
+	"github.com/velo-go/velo/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,6 +36,7 @@ func factory() transporttest.Factory {
 			return tr
 		},
 		DialRaw: func(ep []byte) (net.Conn, error) { return dialRaw(ep) },
+		Kill:    tcp.Kill,
 	}
 }
 

@@ -6,6 +6,7 @@ package uds
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,15 +50,108 @@ func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelByt
 func WithPriority(p int) Option { return func(o *options) { o.cfg.Priority = p } }
 
 // New builds a UDS transport. It listens when the node starts it.
-func New(opts ...Option) (*streamsock.Transport, error) {
+func New(opts ...Option) (*Transport, error) {
 	var o options
 	o.cfg.Key = Key
 	o.cfg.Priority = 200
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return streamsock.New(&network{o: o}, o.cfg)
+	s, err := streamsock.New(&network{o: o}, o.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{s: s}, nil
 }
+
+// Transport is the Unix domain socket messenger transport. It implements ext.Transport;
+// the node calls its methods, and an application needs only New, the
+// options, and Stats.
+type Transport struct {
+	s *streamsock.Transport
+}
+
+var _ ext.Transport = (*Transport)(nil)
+
+// Key is the address key, "uds".
+func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
+
+// Priority orders transports that reach the same peer; higher wins.
+func (t *Transport) Priority() int { return t.s.Priority() }
+
+// Start listens and returns the address entry peers dial.
+func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([]byte, error) {
+	return t.s.Start(ctx, adapter)
+}
+
+// Register learns a peer's endpoint. Nothing is dialed until the first send.
+func (t *Transport) Register(p ext.PeerInfo) error { return t.s.Register(p) }
+
+// Unregister forgets a peer and closes its connections; frames still queued
+// for it fail at once.
+func (t *Transport) Unregister(id ext.InstanceID) { t.s.Unregister(id) }
+
+// Send sends f on lane 0 without waiting for the wire.
+func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
+	return t.s.SendOnLane(target, 0, f)
+}
+
+// SendOnLane sends f on one of the ordered lanes to target without waiting
+// for the wire.
+func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	return t.s.SendOnLane(target, lane, f)
+}
+
+// Lanes is the number of ordered connections kept to each peer.
+func (t *Transport) Lanes(target ext.InstanceID) int { return t.s.Lanes(target) }
+
+// MaxMessageSize is the largest header plus payload sent or accepted.
+func (t *Transport) MaxMessageSize() int { return t.s.MaxMessageSize() }
+
+// CheckHealth reports a peer healthy when one of its lanes is connected,
+// and otherwise dials it once.
+func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
+	return t.s.CheckHealth(ctx, target)
+}
+
+// SetObservability installs the metrics handle.
+func (t *Transport) SetObservability(o ext.Observability) { t.s.SetObservability(o) }
+
+// Shutdown writes what is queued until the teardown grace ends, fails the
+// rest, says goodbye on each accepted connection and closes the listener.
+func (t *Transport) Shutdown() { t.s.Shutdown() }
+
+// Closed is closed once the writers are done (or the grace plus half a
+// second passed) and the listener is closed.
+func (t *Transport) Closed() <-chan struct{} { return t.s.Closed() }
+
+// Stats are the counts of what the transport did to protect itself.
+type Stats struct {
+	// RefusedConnections: inbound connections closed as soon as they were
+	// accepted, because WithMaxConnections were already open.
+	RefusedConnections uint64
+	// StalledConnections: inbound connections closed because a frame
+	// stayed half-received past WithFrameTimeout.
+	StalledConnections uint64
+	// AcceptErrors: failed accepts (out of file descriptors, say), each
+	// followed by a pause of 5 ms doubling up to 1 s.
+	AcceptErrors uint64
+}
+
+// Stats reads the transport's counters.
+func (t *Transport) Stats() Stats { return Stats(t.s.Stats()) }
+
+// WithMaxConnections bounds the inbound connections open at once (default
+// 4096). One more is closed as soon as it is accepted, and counted.
+func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConnections = n } }
+
+// WithFrameTimeout bounds how long a frame may stay half-received before
+// its connection is closed (default 30 s). The cut comes between one and
+// one and a half timeouts after the frame started.
+func WithFrameTimeout(d time.Duration) Option { return func(o *options) { o.cfg.FrameTimeout = d } }
+
+// WithLogger sets where the transport logs (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
 
 type network struct {
 	o      options

@@ -2,15 +2,18 @@ package uds_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/transporttest"
+	"github.com/velo-go/velo/transport/transporttest"
 	"github.com/velo-go/velo/transport/uds"
 )
 
@@ -45,6 +48,7 @@ func factory() transporttest.Factory {
 			}
 			return net.Dial("unix", path)
 		},
+		Kill: uds.Kill,
 	}
 }
 
@@ -74,5 +78,45 @@ func TestEndpointForm(t *testing.T) {
 		if _, err := uds.SocketPath([]byte(bad)); err == nil {
 			t.Errorf("SocketPath(%q) accepted", bad)
 		}
+	}
+}
+
+// WithMaxConnections reaches the transport: with a limit of one, a second
+// connection is closed at once and counted.
+func TestConnectionLimitOverUDS(t *testing.T) {
+	tr, err := uds.New(uds.WithMaxConnections(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{})
+	ep, err := tr.Start(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		tr.Shutdown()
+		<-tr.Closed()
+		a.Close()
+	}()
+	path, err := uds.SocketPath(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := second.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("second connection: read %d bytes, %v; want EOF", n, err)
+	}
+	if s := tr.Stats(); s.RefusedConnections != 1 {
+		t.Fatalf("Stats = %+v, want one refused connection", s)
 	}
 }

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +18,16 @@ import (
 )
 
 const waitLimit = 20 * time.Second
+
+// closeLimit bounds the wait for a receiver to close a connection it must
+// close at once.
+const closeLimit = 5 * time.Second
+
+// isTimeout reports whether err is a deadline or timeout error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
 
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -318,12 +332,22 @@ func testMalformed(t *testing.T, f Factory) {
 	defer bad.Close()
 	// Wrong schema version, then junk.
 	bad.Write([]byte{0x00, 0x07, 0x00, 0, 0, 0, 1, 0, 0, 0, 1, 0xFF, 0xFF})
-	bad.SetReadDeadline(time.Now().Add(waitLimit))
+	// Closing is immediate; the deadline only catches a receiver that
+	// keeps the connection.
+	bad.SetReadDeadline(time.Now().Add(closeLimit))
 	var one [1]byte
-	if _, err := bad.Read(one[:]); err == nil {
+	n, err := bad.Read(one[:])
+	switch {
+	case n > 0 || err == nil:
 		t.Fatal("receiver answered a malformed frame instead of closing")
-	} else if errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal("receiver kept the malformed connection open")
+	case isTimeout(err):
+		// A read deadline fails with os.ErrDeadlineExceeded, a net.Error
+		// whose Timeout is true; it is not context.DeadlineExceeded, which
+		// this check once compared with, so it passed a receiver that kept
+		// the connection open.
+		t.Fatalf("receiver kept the malformed connection open for %v", closeLimit)
+	case !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET):
+		t.Fatalf("reading the malformed connection: %v, want EOF or a reset", err)
 	}
 	// The good connection still works.
 	mustSend(t, tx.tr, rx.id, 0, seqFrame(0, 1, nil))
@@ -356,4 +380,92 @@ func testUnknownPeer(t *testing.T, f Factory) {
 	if err := tx.tr.CheckHealth(context.Background(), ext.NewInstanceID()); !errors.Is(err, ext.ErrPeerNotRegistered) {
 		t.Fatalf("health of unknown peer: %v", err)
 	}
+}
+
+// lossLimit is how soon a dead peer must be reported lost.
+const lossLimit = 100 * time.Millisecond
+
+// losses records the peer-lost reports of an adapter.
+type losses struct {
+	mu    sync.Mutex
+	peers []ext.InstanceID
+	errs  []error
+	first chan time.Time
+}
+
+func recordLosses(a *ext.TransportAdapter) *losses {
+	l := &losses{first: make(chan time.Time, 1)}
+	a.SetPeerLostHandler(func(peer ext.InstanceID, err error) {
+		now := time.Now()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.peers = append(l.peers, peer)
+		l.errs = append(l.errs, err)
+		if len(l.peers) == 1 {
+			l.first <- now
+		}
+	})
+	return l
+}
+
+func (l *losses) check(t testing.TB, peer ext.InstanceID, want int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.peers) != want {
+		t.Fatalf("%d peer-lost reports (%v), want %d", len(l.peers), l.errs, want)
+	}
+	for i := range l.peers {
+		if l.peers[i] != peer || !errors.Is(l.errs[i], ext.ErrPeerUnreachable) {
+			t.Fatalf("peer-lost report %d: peer %v, error %v; want %v and ErrPeerUnreachable", i, l.peers[i], l.errs[i], peer)
+		}
+	}
+}
+
+// testPeerLost kills a peer the sender has a live connection to: the sender
+// reports it lost within lossLimit, and only once, even after its own
+// shutdown has closed everything that could report again.
+func testPeerLost(t *testing.T, f Factory) {
+	if f.Kill == nil {
+		t.Skip("the factory cannot kill a transport")
+	}
+	rx := start(t, f, Options{}, 0)
+	tx := start(t, f, Options{}, 0)
+	lost := recordLosses(tx.adapter)
+	tx.register(t, rx)
+	mustSend(t, tx.tr, rx.id, 0, seqFrame(0, 0, []byte("hello")))
+	collect(t, rx, 1) // the connection is up
+	killed := time.Now()
+	f.Kill(rx.tr)
+	select {
+	case at := <-lost.first:
+		if d := at.Sub(killed); d > lossLimit {
+			t.Fatalf("the dead peer was reported lost %v after it died, want within %v", d, lossLimit)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the dead peer was never reported lost")
+	}
+	tx.tr.Shutdown()
+	<-tx.tr.Closed()
+	lost.check(t, rx.id, 1)
+}
+
+// testOwnShutdownNoLoss: closing our own connections (unregister, then
+// shutdown) is not the loss of a peer, which lives on.
+func testOwnShutdownNoLoss(t *testing.T, f Factory) {
+	rx := start(t, f, Options{}, 0)
+	tx := start(t, f, Options{Lanes: 2}, 0)
+	lost := recordLosses(tx.adapter)
+	tx.register(t, rx)
+	for l := 0; l < 2; l++ {
+		mustSend(t, tx.tr, rx.id, l, seqFrame(l, 0, nil))
+	}
+	collect(t, rx, 2)
+	tx.tr.Unregister(rx.id)
+	tx.register(t, rx)
+	mustSend(t, tx.tr, rx.id, 0, seqFrame(0, 1, nil))
+	collect(t, rx, 1)
+	tx.tr.Shutdown()
+	<-tx.tr.Closed()
+	lost.check(t, rx.id, 0)
 }

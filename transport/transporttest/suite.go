@@ -1,6 +1,31 @@
-// Package transporttest is the conformance suite that every messenger
-// transport runs: per-lane order, large frames, many peers, admission,
-// the drain echo, teardown, unregister and malformed input.
+// Package transporttest is the conformance suite for messenger
+// transports: the rules of ext.Transport that a node relies on, checked
+// against real instances of the transport.
+//
+// Every transport of this module runs it, and a transport written outside
+// the module should too. Give Run a Factory that builds the transport with
+// the options the suite asks for, from a test of your own:
+//
+//	func TestConformance(t *testing.T) {
+//		transporttest.Run(t, transporttest.Factory{
+//			New: func(t testing.TB, o transporttest.Options) ext.Transport {
+//				tr, err := mytransport.New(mytransport.WithLanes(o.Lanes))
+//				if err != nil {
+//					t.Fatal(err)
+//				}
+//				return tr
+//			},
+//		})
+//	}
+//
+// The suite checks per-lane order, large frames, many peers, admission
+// (pending sends resolve in order), the drain echo, frames written across
+// teardown, unregister failing queued frames, oversized frames, unknown
+// peers, and that our own shutdown reports no peer lost. With the optional
+// hooks it also checks that a malformed frame closes only its connection
+// (DialRaw) and that a peer that dies is reported lost, once, within
+// 100 ms (Kill). Each test starts its own transports, and the whole suite
+// takes a few seconds.
 package transporttest
 
 import (
@@ -23,11 +48,16 @@ type Options struct {
 
 // Factory builds transports for the suite.
 type Factory struct {
-	// New builds an unstarted transport.
+	// New builds an unstarted transport. Options left at zero mean the
+	// transport's defaults.
 	New func(t testing.TB, o Options) ext.Transport
 	// DialRaw opens a plain socket to a started transport's endpoint, for
 	// feeding it bad bytes. Nil skips the malformed-input test.
 	DialRaw func(endpoint []byte) (net.Conn, error)
+	// Kill stops a started transport as a crash of its process would: its
+	// listener and every connection close at once, with none of what an
+	// orderly shutdown says to peers. Nil skips the peer-loss test.
+	Kill func(tr ext.Transport)
 }
 
 // node is one started transport with its adapter.
@@ -77,4 +107,6 @@ func Run(t *testing.T, f Factory) {
 	t.Run("MalformedFrameClosesOnlyItsConnection", func(t *testing.T) { testMalformed(t, f) })
 	t.Run("FrameTooLargeIsRefused", func(t *testing.T) { testTooLarge(t, f) })
 	t.Run("SendToUnknownPeer", func(t *testing.T) { testUnknownPeer(t, f) })
+	t.Run("APeerThatDiesIsReportedLostOnce", func(t *testing.T) { testPeerLost(t, f) })
+	t.Run("OurOwnShutdownReportsNoPeerLost", func(t *testing.T) { testOwnShutdownNoLoss(t, f) })
 }

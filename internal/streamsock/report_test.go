@@ -1,17 +1,22 @@
 package streamsock
 
 import (
-	"github.com/velo-go/velo/ext"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/ext"
 )
 
-// Small (coalesced) frames against a stalled peer: the writer's write fails
-// at the teardown deadline inside a 1 MiB coalesced segment; run() reports
-// the whole segment from s.off, including frames already on the wire.
-func TestReviewPartialWriteReportsDeliveredFrames(t *testing.T) {
+// A write that fails inside a coalesced segment reports only the frames of
+// it that are not on the wire.
+//
+// The bug: small (coalesced) frames against a stalled peer: the writer's
+// write fails at the teardown deadline inside a 1 MiB coalesced segment;
+// run() reported the whole segment from s.off, including frames already on
+// the wire.
+func TestAWriteCutInsideACoalescedSegmentReportsOnlyItsUnwrittenFrames(t *testing.T) {
 	const n = 3000
 	peer := newRawPeer(t, smallBuf)
 	nw := &testNet{sndbuf: smallBuf, release: make(chan struct{})}
@@ -41,10 +46,12 @@ func TestReviewPartialWriteReportsDeliveredFrames(t *testing.T) {
 }
 
 // Sends that waited in the admission gate and were failed when their lane
-// died are reported through ReportSendError: a messenger caller whose
-// request was Pending waits on its reply, not on the admission, and would
-// otherwise wait for its deadline (for ever without one).
-func TestReviewPendingSendsFailedSilently(t *testing.T) {
+// died are reported through ReportSendError, once each.
+//
+// The bug: they were failed silently. A messenger caller whose request was
+// Pending waits on its reply, not on the admission, and would otherwise
+// wait for its deadline (for ever without one).
+func TestSendsWaitingInTheGateAreReportedWhenTheirLaneDies(t *testing.T) {
 	const n = 400
 	peer := newRawPeer(t, smallBuf)
 	nw := &testNet{sndbuf: smallBuf}

@@ -1,0 +1,250 @@
+package streamsock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// Peer loss: a connection this transport dialed that ends without a goodbye
+// is reported through the adapter's ReportPeerLost, once per connection, at
+// once; our own stops and a peer's orderly shutdown are not losses.
+
+// lossRecorder records the adapter's peer-lost reports.
+type lossRecorder struct {
+	mu    sync.Mutex
+	peers []ext.InstanceID
+	errs  []error
+	at    []time.Time
+	first chan struct{}
+}
+
+func recordLosses(a *ext.TransportAdapter) *lossRecorder {
+	r := &lossRecorder{first: make(chan struct{})}
+	a.SetPeerLostHandler(func(peer ext.InstanceID, err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.peers = append(r.peers, peer)
+		r.errs = append(r.errs, err)
+		r.at = append(r.at, time.Now())
+		if len(r.peers) == 1 {
+			close(r.first)
+		}
+	})
+	return r
+}
+
+func (r *lossRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.peers)
+}
+
+// waitFirst returns the time of the first report, failing the test if none comes.
+func (r *lossRecorder) waitFirst(tb testing.TB) time.Time {
+	tb.Helper()
+	select {
+	case <-r.first:
+	case <-time.After(failAfter):
+		tb.Fatal("no peer-lost report")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.at[0]
+}
+
+// check fails the test unless there were exactly want reports, all for
+// peer and all matching ErrPeerUnreachable.
+func (r *lossRecorder) check(tb testing.TB, peer ext.InstanceID, want int) {
+	tb.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.peers) != want {
+		tb.Fatalf("%d peer-lost reports (%v), want %d", len(r.peers), r.errs, want)
+	}
+	for i := range r.peers {
+		if r.peers[i] != peer || !errors.Is(r.errs[i], ext.ErrPeerUnreachable) {
+			tb.Fatalf("report %d: peer %v, err %v; want %v and ErrPeerUnreachable", i, r.peers[i], r.errs[i], peer)
+		}
+	}
+}
+
+// connectedPair returns a sender with a live lane to a consuming receiver.
+func connectedPair(t *testing.T, lanes int) (tx, rx *testNode) {
+	t.Helper()
+	return connectedPairOn(t, tcpNet{}, lanes)
+}
+
+// connectedPairOn is connectedPair with the sender on nw.
+func connectedPairOn(t *testing.T, nw Network, lanes int) (tx, rx *testNode) {
+	t.Helper()
+	rx = newNode(t, Config{})
+	var got atomic.Int64
+	stop := make(chan struct{})
+	wg := consume(rx, &got, stop)
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	tx = newNodeOn(t, nw, Config{Lanes: lanes})
+	if err := tx.t.Register(rx.info()); err != nil {
+		t.Fatal(err)
+	}
+	for l := range lanes {
+		if _, err := tx.t.SendOnLane(rx.id, l, seqMsg(l, []byte("hello"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCount(t, &got, int64(lanes))
+	return tx, rx
+}
+
+// waitLanesGone waits until every lane of tx to peer has retired.
+func waitLanesGone(t *testing.T, tx *testNode, peer ext.InstanceID) {
+	t.Helper()
+	p := (*tx.t.peers.Load())[peer]
+	eventually(t, "the lanes to retire", func() bool {
+		for i := range p.lanes {
+			if p.lanes[i].Load() != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A peer that dies (its listener and connections close with no goodbye) is
+// reported lost within milliseconds, once per connection, though both the
+// echo reader and the writer of the connection see it end.
+func TestAPeerThatDiesIsReportedLostOncePerConnection(t *testing.T) {
+	const lanes = 2
+	tx, rx := connectedPair(t, lanes)
+	losses := recordLosses(tx.a)
+	killed := time.Now()
+	rx.t.Kill()
+	first := losses.waitFirst(t)
+	t.Logf("first loss reported %v after the kill", first.Sub(killed))
+	if d := first.Sub(killed); d > 100*time.Millisecond {
+		t.Fatalf("peer loss reported %v after the kill, want within 100 ms", d)
+	}
+	waitLanesGone(t, tx, rx.id)
+	// Our own shutdown after the loss reports nothing more; once Closed,
+	// every goroutine that could report has ended.
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+	losses.check(t, rx.id, lanes)
+}
+
+// A peer that shuts down in order says goodbye on each connection before it
+// closes it: its end is not a loss. The next send dials, is refused, and
+// that is one.
+func TestAPeerThatShutsDownInOrderIsNotReportedLost(t *testing.T) {
+	nw := &testNet{}
+	tx, rx := connectedPairOn(t, nw, 1)
+	losses := recordLosses(tx.a)
+	rx.t.Shutdown()
+	<-rx.t.Closed()
+	waitLanesGone(t, tx, rx.id)
+	losses.check(t, rx.id, 0)
+
+	fails := recordFailures(tx.a, rx.id)
+	// Hold the dial until the frame is admitted: a refused dial can
+	// otherwise fail the lane before the send reaches it, and the send
+	// then returns the error itself.
+	nw.release = make(chan struct{})
+	if out, err := tx.t.Send(rx.id, seqMsg(7, nil)); err != nil || !out.Admitted() {
+		t.Fatalf("send: admitted %v, %v", out.Admitted(), err)
+	}
+	close(nw.release)
+	losses.waitFirst(t)
+	eventually(t, "the frame behind the failed dial to be reported", func() bool { return fails.count.Load() == 1 })
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+	losses.check(t, rx.id, 1)
+	if reported, _ := fails.check(t); len(reported) != 1 || reported[0] != 7 {
+		t.Fatalf("send failures reported: %v, want frame 7 once", reported)
+	}
+}
+
+// Once a peer echoed a request as ShuttingDown, it is draining: the end of
+// its connection is its shutdown, not a loss, even without a goodbye (a
+// peer of another implementation sends none).
+func TestTheEndOfADrainingPeersConnectionIsNotALoss(t *testing.T) {
+	tx, rx := connectedPair(t, 1)
+	losses := recordLosses(tx.a)
+	rx.a.State().BeginDrain()
+	if _, err := tx.t.Send(rx.id, seqMsg(1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	if _, err := tx.a.Shutdowns().Pop(ctx); err != nil {
+		t.Fatalf("no drain echo: %v", err)
+	}
+	rx.t.Kill()
+	waitLanesGone(t, tx, rx.id)
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+	losses.check(t, rx.id, 0)
+}
+
+// Our own stops are not losses: an unregister closes the peer's
+// connections, and so does our shutdown, while the peer lives on.
+func TestOurOwnStopsReportNoLoss(t *testing.T) {
+	tx, rx := connectedPair(t, 2)
+	losses := recordLosses(tx.a)
+	tx.t.Unregister(rx.id)
+	if err := tx.t.Register(rx.info()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.t.Send(rx.id, seqMsg(1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a lane to connect again", func() bool {
+		l := (*tx.t.peers.Load())[rx.id].lanes[0].Load()
+		if l == nil {
+			return false
+		}
+		l.connMu.Lock()
+		defer l.connMu.Unlock()
+		return l.conn != nil
+	})
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+	losses.check(t, rx.id, 0)
+}
+
+// A dial that fails is a loss, reported once, and every frame queued behind
+// it is reported failed once.
+func TestAFailedDialIsALossAndFailsEachQueuedFrameOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{"tcp": []byte(ln.Addr().String())}}
+	ln.Close() // nothing listens there now
+	nw := &testNet{release: make(chan struct{})}
+	tx := newNodeOn(t, nw, Config{})
+	losses := recordLosses(tx.a)
+	fails := recordFailures(tx.a, dead.InstanceID)
+	if err := tx.t.Register(dead); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := range n {
+		if _, err := tx.t.Send(dead.InstanceID, seqMsg(i, make([]byte, 100))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(nw.release) // the dial goes ahead with all n queued behind it
+	losses.waitFirst(t)
+	eventually(t, "every queued frame reported", func() bool { return fails.count.Load() >= n })
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+	losses.check(t, dead.InstanceID, 1)
+	reported, _ := fails.check(t)
+	checkAccounted(t, n, nil, reported)
+}

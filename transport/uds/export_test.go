@@ -1,0 +1,7 @@
+package uds
+
+import "github.com/velo-go/velo/ext"
+
+// Kill stops a Unix domain socket transport as a crash would, for the conformance
+// suite's peer-loss test.
+func Kill(tr ext.Transport) { tr.(*Transport).s.Kill() }
