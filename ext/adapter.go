@@ -297,11 +297,12 @@ func (a *TransportAdapter) ReportSendError(target InstanceID, f Frame, err error
 // SetPeerLostHandler installs the callback for lost peer connections.
 func (a *TransportAdapter) SetPeerLostHandler(h PeerLostHandler) { a.onLost.Store(&h) }
 
-// ReportPeerLost tells the node that a connection to peer ended without a
-// graceful close: a reset, end of stream without a drain, a failed write or
-// a failed dial. The node fails what waits on that peer at once. A
-// transport reports each loss once per connection; err should wrap
-// ErrPeerUnreachable (it is wrapped here if it does not).
+// ReportPeerLost tells the node that a connection to peer ended: a reset,
+// end of stream, a failed write or a failed dial. The node fails what waits
+// on that peer at once. A transport reports each end once per connection;
+// err should wrap ErrPeerUnreachable (it is wrapped here if it does not),
+// and also ErrPeerShutdown when the peer had said it was shutting down, so
+// that what waits on it fails as refused by a shutdown, not as lost.
 func (a *TransportAdapter) ReportPeerLost(peer InstanceID, err error) {
 	if !errors.Is(err, ErrPeerUnreachable) {
 		err = fmt.Errorf("%w: %w", ErrPeerUnreachable, err)

@@ -96,6 +96,11 @@ var (
 	// (reset, end of stream without a drain, a failed write or dial), so
 	// what waits on that peer will get no answer.
 	ErrPeerUnreachable = errors.New("velo: peer unreachable")
+	// ErrPeerShutdown: the connection ended because the peer shut down in
+	// order (it said goodbye, or it had echoed a request as draining). A
+	// peer-lost report for such an end matches it as well as
+	// ErrPeerUnreachable.
+	ErrPeerShutdown = errors.New("velo: peer shut down")
 )
 
 // FrameTooLargeError says which size was refused. It matches ErrFrameTooLarge.

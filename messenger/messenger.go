@@ -90,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
 		undeliveredFn: cfg.OnUndelivered,
-		peers: newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
+		peers:         newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	m.wid = m.id.WorkerID()
 	var exhausted func()
@@ -697,7 +697,8 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 
 // onPeerLost runs when a transport lost its connection to a peer. Every
 // call waiting on that peer fails at once with ErrPeerUnreachable (and
-// ErrShuttingDown too when the peer had begun to drain), and the next call
+// ErrShuttingDown too when the peer said it was shutting down: a goodbye
+// or a drain echo), and the next call
 // runs the handshake again, which finds out whether the node at that
 // address is still the same instance.
 func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
@@ -705,10 +706,24 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	if p, ok := m.peers.get(id); ok {
 		p.helloOK.Store(false)
 	}
+	if errors.Is(err, ext.ErrPeerShutdown) {
+		m.draining.Store(w, struct{}{}) // what follows (refused dials) is its shutdown too
+	}
 	if _, ok := m.draining.Load(w); ok {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
 	}
-	m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
+	fail := func() {
+		m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
+	}
+	if errors.Is(err, ext.ErrPeerShutdown) {
+		// The peer shut down in order: it answered what it accepted, but
+		// its answers travel on its own connection to us, which may trail
+		// the end of ours by a little. What has no answer by then was
+		// refused.
+		time.AfterFunc(peerShutdownGrace, fail)
+	} else {
+		fail()
+	}
 	m.regMu.Lock()
 	hooks := m.lostHooks
 	m.regMu.Unlock()
@@ -716,6 +731,10 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 		fn(id, err)
 	}
 }
+
+// peerShutdownGrace is how long the calls to a peer that shut down in order
+// may still get their answers after its connection ended.
+const peerShutdownGrace = 50 * time.Millisecond
 
 // OnPeerLost registers fn to hear when a transport lost its connection to
 // a peer (err matches ErrPeerUnreachable). fn runs on the transport's

@@ -80,8 +80,8 @@ func TestKilledPeerFailsWhatWaitsOnIt(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	srv.kill(t)
 	killed := time.Now()
+	srv.kill(t)
 	var worst time.Duration
 	for i := range inFlight + 1 {
 		select {

@@ -415,6 +415,9 @@ func (l *lane) readEchoes(conn net.Conn) {
 		if err != nil {
 			if err == io.EOF {
 				err = errClosedByPeer
+				if l.graceful.Load() {
+					err = errClosedAfterGoodbye
+				}
 			}
 			l.lost(err)
 			l.abort()
@@ -432,20 +435,29 @@ func (l *lane) readEchoes(conn net.Conn) {
 }
 
 // errClosedByPeer is the loss of a connection that the peer closed without
-// a goodbye.
-var errClosedByPeer = fmt.Errorf("the peer closed the connection without a goodbye: %w", io.EOF)
+// a goodbye; errClosedAfterGoodbye the end of one it closed after one.
+var (
+	errClosedByPeer       = fmt.Errorf("the peer closed the connection without a goodbye: %w", io.EOF)
+	errClosedAfterGoodbye = fmt.Errorf("the peer closed the connection after it said it was shutting down: %w", io.EOF)
+)
 
-// lost reports, once per connection, that the connection to the peer died:
-// the dial failed, a write failed, or the peer closed or reset it without a
-// goodbye or a drain echo first. Stops of our own (shutdown, unregister, a
-// new registration) are not losses, and neither is the end of a connection
-// whose peer said it was going away.
+// lost reports, once per connection, that the connection to the peer
+// ended while the lane ran: the dial failed, a write failed, or the peer
+// closed or reset it. When the peer had said it was going away (a goodbye,
+// or a drain echo) the report also matches ext.ErrPeerShutdown, so the
+// node fails what still waits on it as refused by a shutdown rather than
+// lost. Stops of our own (shutdown, unregister, a new registration) report
+// nothing.
 func (l *lane) lost(err error) {
-	if l.mode.Load() != running || l.t.closing.Load() || l.graceful.Load() || !l.lostSent.CompareAndSwap(false, true) {
+	if l.mode.Load() != running || l.t.closing.Load() || !l.lostSent.CompareAndSwap(false, true) {
 		return
 	}
+	why := ext.ErrPeerUnreachable
+	if l.graceful.Load() {
+		why = fmt.Errorf("%w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
+	}
 	l.t.adapter.ReportPeerLost(l.peer.id, fmt.Errorf("%w: %s lane %d to %s: %w",
-		ext.ErrPeerUnreachable, l.t.cfg.Key, l.idx, l.peer.id, err))
+		why, l.t.cfg.Key, l.idx, l.peer.id, err))
 }
 
 // abort stops the lane at once: queued frames fail, the socket closes.

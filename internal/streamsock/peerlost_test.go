@@ -12,9 +12,10 @@ import (
 	"github.com/velo-go/velo/ext"
 )
 
-// Peer loss: a connection this transport dialed that ends without a goodbye
-// is reported through the adapter's ReportPeerLost, once per connection, at
-// once; our own stops and a peer's orderly shutdown are not losses.
+// Peer loss: a connection this transport dialed that ends is reported
+// through the adapter's ReportPeerLost, once per connection, at once; the
+// report of a peer's orderly shutdown (a goodbye, or a drain echo, first)
+// also matches ext.ErrPeerShutdown; our own stops report nothing.
 
 // lossRecorder records the adapter's peer-lost reports.
 type lossRecorder struct {
@@ -139,16 +140,20 @@ func TestAPeerThatDiesIsReportedLostOncePerConnection(t *testing.T) {
 }
 
 // A peer that shuts down in order says goodbye on each connection before it
-// closes it: its end is not a loss. The next send dials, is refused, and
-// that is one.
-func TestAPeerThatShutsDownInOrderIsNotReportedLost(t *testing.T) {
+// closes it: the end of the connection is reported once, as a shutdown
+// (ErrPeerShutdown), so what waits on the peer fails as refused, not lost.
+// The next send dials, is refused, and that is a loss of its own.
+func TestAPeerThatShutsDownInOrderIsReportedAsAShutdown(t *testing.T) {
 	nw := &testNet{}
 	tx, rx := connectedPairOn(t, nw, 1)
 	losses := recordLosses(tx.a)
 	rx.t.Shutdown()
 	<-rx.t.Closed()
 	waitLanesGone(t, tx, rx.id)
-	losses.check(t, rx.id, 0)
+	losses.check(t, rx.id, 1)
+	if !errors.Is(losses.errs[0], ext.ErrPeerShutdown) {
+		t.Fatalf("the end after a goodbye was reported as %v, want ErrPeerShutdown", losses.errs[0])
+	}
 
 	fails := recordFailures(tx.a, rx.id)
 	// Hold the dial until the frame is admitted: a refused dial can
@@ -159,20 +164,23 @@ func TestAPeerThatShutsDownInOrderIsNotReportedLost(t *testing.T) {
 		t.Fatalf("send: admitted %v, %v", out.Admitted(), err)
 	}
 	close(nw.release)
-	losses.waitFirst(t)
+	eventually(t, "the refused dial to be reported", func() bool { return losses.count() == 2 })
 	eventually(t, "the frame behind the failed dial to be reported", func() bool { return fails.count.Load() == 1 })
 	tx.t.Shutdown()
 	<-tx.t.Closed()
-	losses.check(t, rx.id, 1)
+	losses.check(t, rx.id, 2)
+	if errors.Is(losses.errs[1], ext.ErrPeerShutdown) {
+		t.Fatalf("a refused dial was reported as a shutdown: %v", losses.errs[1])
+	}
 	if reported, _ := fails.check(t); len(reported) != 1 || reported[0] != 7 {
 		t.Fatalf("send failures reported: %v, want frame 7 once", reported)
 	}
 }
 
 // Once a peer echoed a request as ShuttingDown, it is draining: the end of
-// its connection is its shutdown, not a loss, even without a goodbye (a
+// its connection is reported as its shutdown, even without a goodbye (a
 // peer of another implementation sends none).
-func TestTheEndOfADrainingPeersConnectionIsNotALoss(t *testing.T) {
+func TestTheEndOfADrainingPeersConnectionIsAShutdown(t *testing.T) {
 	tx, rx := connectedPair(t, 1)
 	losses := recordLosses(tx.a)
 	rx.a.State().BeginDrain()
@@ -188,7 +196,10 @@ func TestTheEndOfADrainingPeersConnectionIsNotALoss(t *testing.T) {
 	waitLanesGone(t, tx, rx.id)
 	tx.t.Shutdown()
 	<-tx.t.Closed()
-	losses.check(t, rx.id, 0)
+	losses.check(t, rx.id, 1)
+	if !errors.Is(losses.errs[0], ext.ErrPeerShutdown) {
+		t.Fatalf("the end of a draining peer's connection was reported as %v, want ErrPeerShutdown", losses.errs[0])
+	}
 }
 
 // Our own stops are not losses: an unregister closes the peer's

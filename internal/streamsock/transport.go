@@ -402,14 +402,25 @@ func (t *Transport) shutdown(abrupt bool) {
 		byeBy := time.Now().Add(goodbyeWait)
 		t.accepted.Range(func(k, _ any) bool {
 			conn := k.(net.Conn)
-			if !abrupt {
-				// The deadline also ends an echo write that a peer which
-				// does not read has left blocked, which holds the
-				// connection's write lock.
-				conn.SetWriteDeadline(byeBy)
-				conn.Write(goodbye)
+			if abrupt {
+				conn.Close()
+				return true
 			}
-			conn.Close()
+			// The deadline also ends an echo write that a peer which
+			// does not read has left blocked, which holds the
+			// connection's write lock.
+			conn.SetWriteDeadline(byeBy)
+			conn.Write(goodbye)
+			// Half-close, and let the reader discard what still comes
+			// until the dialer closes its end: closing a socket with
+			// unread bytes resets it, and a reset can destroy the
+			// goodbye before the dialer reads it. The timer bounds a
+			// dialer that never closes.
+			if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				time.AfterFunc(goodbyeWait, func() { conn.Close() })
+			} else {
+				conn.Close()
+			}
 			return true
 		})
 		go t.waitClosed(deadline.Add(500 * time.Millisecond))
@@ -551,6 +562,17 @@ type inbound struct {
 // ShuttingDown in one write. It returns false when the connection should close.
 func (in *inbound) flush(t *Transport, conn net.Conn) bool {
 	if len(in.msgs) == 0 {
+		return true
+	}
+	if t.closing.Load() {
+		// After the goodbye nothing is admitted or echoed (the write side
+		// may be closed): the dialer fails what it sent as refused by the
+		// shutdown when its connection ends.
+		for i := range in.msgs {
+			in.msgs[i].Frame.Release()
+		}
+		clear(in.msgs)
+		in.msgs = in.msgs[:0]
 		return true
 	}
 	obs := t.obs()
