@@ -1,0 +1,54 @@
+package messenger_test
+
+import (
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// A fire-and-forget message that the transport took and then could not
+// deliver (here: every dial is refused) is counted for its peer and
+// reported to the node's undelivered handler with its handler name: Send
+// itself returned nil, so this is the only way the sender can know.
+func TestUndeliveredMessagesAreCountedAndReported(t *testing.T) {
+	type report struct {
+		peer    ext.InstanceID
+		handler string
+		err     error
+	}
+	var mu sync.Mutex
+	var reports []report
+	sender := newNode(t, velo.WithUndeliveredHandler(func(peer ext.InstanceID, handler string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, report{peer, handler, err})
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	closed := ln.Addr().String()
+	ln.Close()
+	gone := ext.NewInstanceID()
+	must(t, sender.RegisterPeer(ext.PeerInfo{InstanceID: gone, Address: ext.WorkerAddress{tcp.Key: []byte(closed)}}))
+	const sends = 5
+	for range sends {
+		// A system handler skips the handshake, so Send only queues.
+		if err := sender.Send(testCtx(t), gone, "_notify", []byte("x")); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+	waitFor(t, "every message to be reported undelivered", func() bool { return sender.Undelivered(gone) == sends })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != sends {
+		t.Fatalf("%d reports, want %d", len(reports), sends)
+	}
+	for _, r := range reports {
+		if r.peer != gone || r.handler != "_notify" || r.err == nil {
+			t.Fatalf("report %+v, want peer %s, handler _notify and an error", r, gone)
+		}
+	}
+}
