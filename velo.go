@@ -14,6 +14,7 @@ package velo
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
@@ -56,6 +57,18 @@ func WithUndeliveredHandler(fn func(peer ext.InstanceID, handler string, err err
 // and most 65536: a response id names its slot in 16 bits).
 func WithResponseSlots(n int) Option {
 	return func(c *messenger.Config) { c.ResponseSlots = n }
+}
+
+// WithMaxRunningHandlers caps the handlers the node runs at once (default
+// 10,000, messenger.DefaultMaxRunningHandlers). A request that arrives at
+// the cap is answered at once with ErrOverloaded.
+func WithMaxRunningHandlers(n int) Option {
+	return func(c *messenger.Config) { c.MaxRunningHandlers = n }
+}
+
+// WithLogger sends the node's warnings to l instead of slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *messenger.Config) { c.Logger = l }
 }
 
 // New starts a node.
@@ -130,7 +143,7 @@ const (
 
 // Overflow policies for ordered lanes.
 const (
-	Block  = messenger.Block
+	Warn   = messenger.Warn
 	Reject = messenger.Reject
 )
 

@@ -11,6 +11,14 @@ import (
 	"github.com/velo-go/velo/ext"
 )
 
+// Dispatch never waits on the reader goroutine. The reader that delivered
+// a request also reads the replies that its connection carries, so a
+// reader held up by a busy handler stalls every call that waits for one of
+// those replies: a handler that calls back the peer that sent it work would
+// wait for ever. Every mode therefore queues (ordered lanes, a spawn pool
+// under WithMaxConcurrent) or refuses at once (ErrLaneFull, ErrOverloaded);
+// only WithInline runs on the reader, by its own contract.
+
 // job is one admitted request on its way to its handler.
 type job struct {
 	msg ext.InboundMessage
@@ -21,22 +29,25 @@ type job struct {
 // registered is a handler as the messenger runs it.
 type registered struct {
 	Handler
-	m   *Messenger
-	sem chan struct{} // MaxConcurrent permits; nil when unbounded
+	m      *Messenger
+	system bool          // a '_' handler of velo's own: never refused for overload
+	sem    chan struct{} // MaxConcurrent permits of ordered lanes; nil when unbounded
 
-	lanesMu sync.Mutex
-	lanes   map[ext.WorkerID]*orderedLane
+	lanesMu  sync.Mutex
+	lanes    map[ext.WorkerID]*orderedLane
+	overWarn logLimiter // the log line of a lane over its soft depth
 
 	pool spawnPool // workers of spawn mode
 
 	met *handlerMetrics // nil without metrics
 }
 
-func (m *Messenger) newRegistered(h Handler) *registered {
-	r := &registered{Handler: h, m: m, lanes: map[ext.WorkerID]*orderedLane{}}
-	if h.opts.maxConcurrent > 0 {
+func (m *Messenger) newRegistered(h Handler, system bool) *registered {
+	r := &registered{Handler: h, m: m, system: system, lanes: map[ext.WorkerID]*orderedLane{}}
+	if h.opts.maxConcurrent > 0 && h.opts.mode != Spawn {
 		r.sem = make(chan struct{}, h.opts.maxConcurrent)
 	}
+	r.pool.max = h.opts.maxConcurrent
 	if m.met != nil {
 		r.met = newHandlerMetrics(m.met, h.name)
 	}
@@ -44,11 +55,15 @@ func (m *Messenger) newRegistered(h Handler) *registered {
 }
 
 // dispatch hands a request to its handler in the handler's mode. It runs on
-// the transport's reader goroutine and must not wait, except when an
-// ordered lane with the Block policy is full.
+// the transport's reader goroutine and never waits (except for an inline
+// handler, which runs right here).
 func (r *registered) dispatch(j job) {
 	switch r.opts.mode {
 	case Spawn:
+		if !r.system && r.m.overCap() {
+			r.m.refuseOverloaded(j, r.name)
+			return
+		}
 		r.pool.submit(r, j)
 	case Inline:
 		select {
@@ -59,6 +74,10 @@ func (r *registered) dispatch(j job) {
 			r.run(j) // the reader goroutine runs it: no hand-off
 		}
 	default:
+		if !r.system && r.m.overCap() {
+			r.m.refuseOverloaded(j, r.name)
+			return
+		}
 		key := j.hdr.id.Worker()
 		if r.opts.mode == OrderedGlobal {
 			key = 0
@@ -67,18 +86,43 @@ func (r *registered) dispatch(j job) {
 	}
 }
 
+// spawnBatch gathers a reader's consecutive requests to one spawn-mode
+// handler into a segment, which the handler's pool takes with one lock:
+// a read of many small requests is one hand-off, not one per request.
+// Requests of other modes go on at once, after what was gathered.
+type spawnBatch struct {
+	r   *registered
+	seg *jobSeg
+}
+
+func (b *spawnBatch) dispatch(r *registered, j job) {
+	if r.opts.mode != Spawn {
+		b.flush()
+		r.dispatch(j)
+		return
+	}
+	if !r.system && r.m.overCap() {
+		r.m.refuseOverloaded(j, r.name)
+		return
+	}
+	if b.r != r || b.seg.tail == segJobs {
+		b.flush()
+		b.r, b.seg = r, newSeg()
+	}
+	b.seg.jobs[b.seg.tail] = j
+	b.seg.tail++
+}
+
+// flush hands what was gathered to its pool.
+func (b *spawnBatch) flush() {
+	if b.seg != nil {
+		b.r.pool.submitSeg(b.r, b.seg)
+		b.r, b.seg = nil, nil
+	}
+}
+
 // run calls the handler, answers the caller and releases the request.
 func (r *registered) run(j job) {
-	if r.sem != nil {
-		select {
-		case r.sem <- struct{}{}:
-			defer func() { <-r.sem }()
-		case <-r.m.done:
-			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
-			j.msg.Done()
-			return
-		}
-	}
 	c := Context{
 		Payload: j.msg.Payload, Handler: r.name, m: r.m,
 		headers: j.hdr.headers, sender: j.hdr.id.Worker(), rtype: j.hdr.rtype,
@@ -108,6 +152,102 @@ func (r *registered) call(c *Context) (resp []byte, err error) {
 	return r.fn(c)
 }
 
+// refuse answers a request that will not run with err and releases it.
+func (r *registered) refuse(j job, err error) {
+	r.m.reply(j.hdr, r.name, nil, err)
+	j.msg.Done()
+}
+
+// ---- the node's cap on running handlers ----
+//
+// m.runs counts the handlers running now, in spawn and ordered mode. A
+// request that arrives while it is at the cap (Config.MaxRunningHandlers)
+// is refused with ErrOverloaded; one admitted below the cap may wait in a
+// queue (a burst, an ordered lane) and runs later. Spawn workers are held
+// to the cap too, so it bounds goroutines: a pool with requests queued that
+// may not start a worker because the node is at its cap registers as
+// starved, and the next handler to finish starts that worker. Velo's own
+// system handlers are never refused nor held back: they are short, and a
+// peer needs them answered (the handshake, event triggers).
+
+// overCap reports whether the node runs as many handlers as it allows.
+func (m *Messenger) overCap() bool { return m.runs.Load() >= m.maxRuns }
+
+// releaseRun ends a run and hands the freed place to a starved pool.
+func (m *Messenger) releaseRun() {
+	if m.runs.Add(-1) < m.maxRuns && m.nStarved.Load() > 0 {
+		m.kickStarved()
+	}
+}
+
+// addStarved registers r's pool as waiting for a place under the cap. The
+// pool's lock is held (lock order: pool, then starvedMu). It reports
+// whether the node is still at its cap: when it is not, a run ended while
+// the pool registered (releaseRun may have looked before), so the caller
+// starts its worker itself.
+func (m *Messenger) addStarved(r *registered) bool {
+	m.starvedMu.Lock()
+	m.starved = append(m.starved, r)
+	m.nStarved.Add(1)
+	m.starvedMu.Unlock()
+	return m.overCap()
+}
+
+// kickStarved lets starved pools start a worker, until one does or the
+// node is at its cap again. An entry can be stale (the pool's own workers
+// took its queue meanwhile); skipping it must not strand the next one.
+func (m *Messenger) kickStarved() {
+	for !m.overCap() {
+		m.starvedMu.Lock()
+		if len(m.starved) == 0 {
+			m.starvedMu.Unlock()
+			return
+		}
+		r := m.starved[0]
+		m.starved[0] = nil
+		m.starved = m.starved[1:]
+		m.nStarved.Add(-1)
+		m.starvedMu.Unlock()
+		p := &r.pool
+		p.mu.Lock()
+		p.starved = false
+		a := p.needWorkerLocked(r)
+		p.mu.Unlock()
+		if a != spawnNothing {
+			p.act(r, a)
+			return
+		}
+	}
+}
+
+// refuseOverloaded answers a request with ErrOverloaded at once.
+func (m *Messenger) refuseOverloaded(j job, handler string) {
+	m.countFailure("dispatch", "overloaded")
+	if m.overloadWarn.allow() {
+		m.logger().Warn("velo: node runs as many handlers as it allows; refusing requests with ErrOverloaded",
+			"handler", handler, "max_running_handlers", m.maxRuns,
+			"metric", `velo_messenger_dispatch_failures_total{reason="overloaded"}`)
+	}
+	m.reply(j.hdr, handler, nil, ErrOverloaded)
+	j.msg.Done()
+}
+
+// logLimiter lets a log line through at most once per logEvery.
+type logLimiter struct{ last atomic.Int64 }
+
+const logEvery = 10 * time.Second
+
+func (l *logLimiter) allow() bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if last != 0 && now-last < int64(logEvery) {
+		return false
+	}
+	return l.last.CompareAndSwap(last, now)
+}
+
+// ---- ordered lanes ----
+
 // lane returns the live ordered lane for key, making one if needed.
 func (r *registered) lane(key ext.WorkerID) *orderedLane {
 	r.lanesMu.Lock()
@@ -116,7 +256,6 @@ func (r *registered) lane(key ext.WorkerID) *orderedLane {
 		return l
 	}
 	l := &orderedLane{r: r, key: key, notify: make(chan struct{}, 1)}
-	l.space = sync.NewCond(&l.mu)
 	r.lanes[key] = l
 	if r.met != nil {
 		r.met.lanes.Inc()
@@ -127,63 +266,73 @@ func (r *registered) lane(key ext.WorkerID) *orderedLane {
 
 // orderedLane runs one sender's requests (or everyone's, for a global lane)
 // in arrival order, on one goroutine that lives while the lane has work and
-// stops after the idle TTL.
+// stops after the idle TTL. Its queue has no hard bound: the soft depth
+// (OrderedConfig.MaxQueueDepth) either warns or refuses, and never makes
+// the reader wait.
 type orderedLane struct {
 	r      *registered
 	key    ext.WorkerID
 	mu     sync.Mutex
-	space  *sync.Cond
 	q      []job
 	run    bool // the lane goroutine is alive
 	parked bool // it waits on notify
 	dead   bool // it stopped; the lane left the map
 	notify chan struct{}
 	last   atomic.Int64 // unix nanos of the last job finished
+	// depth counts the requests queued and not yet started, including the
+	// ones the loop took off q and has not reached: the soft depth is
+	// measured against it. Raised under mu, lowered by the loop without it,
+	// so push may read it a little high (refuse a shade early), never low.
+	depth atomic.Int64
 }
 
 // laneTimerArms counts idle-timer arms, for a test that holds the cost.
 var laneTimerArms atomic.Int64
 
 // push queues a job, applying the overflow policy. It starts the lane's
-// goroutine when none runs.
+// goroutine when none runs. It never waits.
 func (l *orderedLane) push(j job) {
+	r := l.r
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
 		select {
-		case <-l.r.m.done:
+		case <-r.m.done:
 			// Stopped at teardown: refuse rather than look for another lane.
-			l.r.m.reply(j.hdr, l.r.name, nil, ErrShuttingDown)
-			j.msg.Done()
+			r.refuse(j, ErrShuttingDown)
 		default:
 			// Retired between lookup and push: a new lane takes it.
-			l.r.lane(l.key).push(j)
+			r.lane(l.key).push(j)
 		}
 		return
 	}
-	if max := l.r.opts.maxDepth; max > 0 && len(l.q) >= max {
-		if l.r.opts.overflow == Reject {
+	if max := r.opts.maxDepth; max > 0 && l.depth.Load() >= int64(max) {
+		if r.opts.overflow == Reject {
 			l.mu.Unlock()
-			l.r.m.countFailure("dispatch", "ordered_lane_shed")
-			l.r.m.reply(j.hdr, l.r.name, nil, ErrLaneFull)
-			j.msg.Done()
+			r.m.countFailure("dispatch", "ordered_lane_shed")
+			if r.overWarn.allow() {
+				r.m.logger().Warn("velo: ordered lane at its max queue depth; refusing messages with ErrLaneFull",
+					"handler", r.name, "max_queue_depth", max, "lane", uint64(l.key),
+					"metric", `velo_messenger_dispatch_failures_total{reason="ordered_lane_shed"}`)
+			}
+			r.refuse(j, ErrLaneFull)
 			return
 		}
-		for len(l.q) >= max && !l.dead {
-			l.space.Wait()
+		// Warn: queue it anyway, count it, and say so now and then.
+		if r.met != nil {
+			r.met.overDepth.Inc()
 		}
-		if l.dead {
-			// The lane stopped (shutdown) while we waited for room.
-			l.mu.Unlock()
-			l.r.m.reply(j.hdr, l.r.name, nil, ErrShuttingDown)
-			j.msg.Done()
-			return
+		if r.overWarn.allow() {
+			r.m.logger().Warn("velo: ordered lane over its max queue depth; the handler falls behind its sender",
+				"handler", r.name, "max_queue_depth", max, "depth", l.depth.Load(), "lane", uint64(l.key),
+				"metric", "velo_messenger_ordered_lane_over_depth_total")
 		}
 	}
-	if l.r.met != nil {
+	if r.met != nil {
 		j.at = time.Now()
-		l.r.met.depth.Inc()
+		r.met.depth.Inc()
 	}
+	l.depth.Add(1)
 	l.q = append(l.q, j)
 	switch {
 	case !l.run:
@@ -197,7 +346,8 @@ func (l *orderedLane) push(j job) {
 }
 
 func (l *orderedLane) loop() {
-	ttl := l.r.opts.idleTTL
+	r := l.r
+	ttl := r.opts.idleTTL
 	var timer *time.Timer
 	var expired <-chan time.Time
 	if ttl > 0 {
@@ -208,7 +358,7 @@ func (l *orderedLane) loop() {
 		expired = timer.C
 		defer timer.Stop()
 	}
-	done := l.r.m.done
+	done := r.m.done
 	var batch []job
 	for {
 		l.mu.Lock()
@@ -237,26 +387,46 @@ func (l *orderedLane) loop() {
 			}
 		}
 		batch, l.q = l.q, batch[:0]
-		l.space.Broadcast()
 		l.mu.Unlock()
 		for i := range batch {
-			select {
-			case <-done:
+			if !l.runOne(batch[i]) {
 				// Teardown: what is still queued is refused, not run.
 				l.refuse(batch[i:])
 				l.stop()
 				return
-			default:
 			}
-			if l.r.met != nil {
-				l.r.met.depth.Dec()
-				l.r.met.wait.Observe(time.Since(batch[i].at).Seconds())
-			}
-			l.r.run(batch[i])
 			batch[i] = job{}
 		}
 		l.last.Store(time.Now().UnixNano())
 	}
+}
+
+// runOne runs one request of the lane, with a MaxConcurrent permit when the
+// handler has a limit. It reports false, running nothing, at teardown.
+func (l *orderedLane) runOne(j job) bool {
+	r := l.r
+	select {
+	case <-r.m.done:
+		return false
+	default:
+	}
+	if r.sem != nil {
+		select {
+		case r.sem <- struct{}{}:
+			defer func() { <-r.sem }()
+		case <-r.m.done:
+			return false
+		}
+	}
+	l.depth.Add(-1)
+	if r.met != nil {
+		r.met.depth.Dec()
+		r.met.wait.Observe(time.Since(j.at).Seconds())
+	}
+	r.m.runs.Add(1) // counted while it runs, never held back: the lane is one goroutine
+	r.run(j)
+	r.m.releaseRun()
+	return true
 }
 
 // retire removes an idle lane. It reports false when work arrived meanwhile.
@@ -275,7 +445,6 @@ func (l *orderedLane) retire() bool {
 	default:
 	}
 	l.dead, l.run = true, false
-	l.space.Broadcast()
 	if l.r.lanes[l.key] == l {
 		delete(l.r.lanes, l.key)
 		if l.r.met != nil {
@@ -294,7 +463,6 @@ func (l *orderedLane) stop() {
 	l.mu.Lock()
 	q := l.q
 	l.q, l.dead = nil, true
-	l.space.Broadcast()
 	l.mu.Unlock()
 	if l.r.lanes[l.key] == l {
 		delete(l.r.lanes, l.key)
@@ -309,11 +477,11 @@ func (l *orderedLane) stop() {
 // refuse answers queued requests with ErrShuttingDown and releases them.
 func (l *orderedLane) refuse(jobs []job) {
 	for i := range jobs {
+		l.depth.Add(-1)
 		if l.r.met != nil {
 			l.r.met.depth.Dec()
 		}
-		l.r.m.reply(jobs[i].hdr, l.r.name, nil, ErrShuttingDown)
-		jobs[i].msg.Done()
+		l.r.refuse(jobs[i], ErrShuttingDown)
 		jobs[i] = job{}
 	}
 }
@@ -328,90 +496,285 @@ type handlerMetrics struct {
 	lanes     prometheus.Gauge
 	depth     prometheus.Gauge
 	wait      prometheus.Observer
+	overDepth prometheus.Counter
 
 	lanesCreated prometheus.Counter
 }
 
-// spawnPool runs spawn-mode requests on reusable goroutines: each request
-// still gets a goroutine of its own while it runs (a request that blocks
-// never holds up another), but a busy handler reuses its workers instead of
-// starting one goroutine per request. A worker that finds the queue empty
-// parks, up to maxParked of them; the others exit. No timers.
+// ---- spawn mode ----
+
+// spawnPool runs spawn-mode requests on reusable goroutines.
+//
+// Spawn mode promises that a request never waits for another one's handler
+// to return: a handler that blocks holds up nobody. The pool keeps that
+// promise without a goroutine per request. The rule: while requests are
+// queued, one worker is on its way to the queue and in no handler (it is
+// "searching"). A worker that takes a request and leaves more behind makes
+// sure the next searching worker exists (wakes a parked one or starts one)
+// before it runs its own. So a queued request always has a free worker
+// coming, while a burst of short requests is run by the few workers that
+// come back for more, with one wake per worker rather than one per request.
+//
+// Under WithMaxConcurrent(n) at most n workers run the handler; requests
+// beyond that wait in the queue, not on goroutines, and a worker that
+// finishes takes the next one.
+//
+// A worker that finds nothing to do parks, up to maxParked of them; the
+// others exit. No timers.
 type spawnPool struct {
-	mu     sync.Mutex
-	q      []job
-	head   int
-	parked int
-	wake   chan struct{}
+	mu        sync.Mutex
+	q         jobQueue
+	max       int  // MaxConcurrent; 0: unbounded
+	running   int  // workers inside the handler
+	searching int  // workers woken or started that have not taken a request yet (0 or 1)
+	parked    int  // workers waiting on wake
+	starved   bool // in the node's starved list (see releaseRun)
+	workers   int  // live workers, for tests
+	wake      chan struct{}
+	onPark    func() // test seam: runs as a worker parks
 }
 
 // maxParked bounds the idle workers one handler keeps.
 const maxParked = 16
 
+// spawnAction is what a pool operation asks its caller to do once it has
+// let go of the lock.
+type spawnAction uint8
+
+const (
+	spawnNothing spawnAction = iota
+	spawnWake                // send a token on wake
+	spawnStart               // start a worker
+)
+
+// submit queues a request.
 func (p *spawnPool) submit(r *registered, j job) {
 	p.mu.Lock()
-	// Checked under the lock that refuseQueued takes, so a request queued
-	// at teardown is either run or refused, never stranded.
+	// Checked under the lock that the workers' teardown takes, so a request
+	// queued at teardown is either run or refused, never stranded.
 	select {
 	case <-r.m.done:
 		p.mu.Unlock()
-		r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
-		j.msg.Done()
+		r.refuse(j, ErrShuttingDown)
 		return
 	default:
 	}
-	if p.wake == nil {
-		p.wake = make(chan struct{}, maxParked)
+	p.q.push(j)
+	a := p.needWorkerLocked(r)
+	p.mu.Unlock()
+	p.act(r, a)
+}
+
+// submitSeg queues the requests of a segment filled by the caller, under
+// one lock. The pool owns the segment from now on.
+func (p *spawnPool) submitSeg(r *registered, s *jobSeg) {
+	p.mu.Lock()
+	select {
+	case <-r.m.done:
+		p.mu.Unlock()
+		for i := s.head; i < s.tail; i++ {
+			r.refuse(s.jobs[i], ErrShuttingDown)
+			s.jobs[i] = job{}
+		}
+		freeSeg(s)
+		return
+	default:
 	}
-	p.q = append(p.q, j)
+	p.q.pushSeg(s)
+	a := p.needWorkerLocked(r)
+	p.mu.Unlock()
+	p.act(r, a)
+}
+
+// needWorkerLocked makes sure a searching worker exists while requests
+// wait that a worker may take: under the handler's MaxConcurrent and the
+// node's cap.
+func (p *spawnPool) needWorkerLocked(r *registered) spawnAction {
+	if p.searching > 0 || p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
+		return spawnNothing
+	}
+	if !r.system && r.m.overCap() {
+		if p.starved {
+			return spawnNothing
+		}
+		p.starved = true
+		if r.m.addStarved(r) {
+			return spawnNothing
+		}
+	}
+	p.searching++
 	if p.parked > 0 {
 		p.parked--
-		p.mu.Unlock()
-		p.wake <- struct{}{}
-		return
+		return spawnWake
 	}
-	p.mu.Unlock()
-	go p.work(r)
+	p.workers++
+	return spawnStart
 }
 
-// refuseQueued answers what is still queued at teardown with
-// ErrShuttingDown: a worker leaving must not strand a request's guard.
-func (p *spawnPool) refuseQueued(r *registered) {
-	p.mu.Lock()
-	left := append([]job(nil), p.q[p.head:]...)
-	clear(p.q)
-	p.q, p.head = p.q[:0], 0
-	p.mu.Unlock()
-	for _, j := range left {
-		r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
-		j.msg.Done()
+func (p *spawnPool) act(r *registered, a spawnAction) {
+	switch a {
+	case spawnWake:
+		p.wake <- struct{}{} // never full: one token per parked worker
+	case spawnStart:
+		go p.work(r)
 	}
 }
 
-// work runs queued requests until none is left, then parks or exits.
+// work takes requests until none is left that it may run, then parks or
+// exits. It starts as the searching worker.
 func (p *spawnPool) work(r *registered) {
+	searching, ran := true, false
 	for {
 		p.mu.Lock()
-		if p.head == len(p.q) {
-			p.q, p.head = p.q[:0], 0
+		if searching {
+			p.searching--
+			searching = false
+		}
+		if ran {
+			p.running--
+			ran = false
+		}
+		select {
+		case <-r.m.done:
+			p.workers--
+			left := p.q.takeAll()
+			p.mu.Unlock()
+			p.refuseAll(r, left)
+			return
+		default:
+		}
+		if p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
 			if p.parked >= maxParked {
+				p.workers--
 				p.mu.Unlock()
 				return
 			}
+			if p.wake == nil {
+				p.wake = make(chan struct{}, maxParked)
+			}
 			p.parked++
 			p.mu.Unlock()
+			if p.onPark != nil {
+				p.onPark()
+			}
 			select {
 			case <-p.wake:
+				searching = true
 				continue
 			case <-r.m.done:
-				p.refuseQueued(r)
+				p.mu.Lock()
+				p.workers--
+				left := p.q.takeAll()
+				p.mu.Unlock()
+				p.refuseAll(r, left)
 				return
 			}
 		}
-		j := p.q[p.head]
-		p.q[p.head] = job{}
-		p.head++
+		j := p.q.pop()
+		p.running++
+		ran = true
+		r.m.runs.Add(1)
+		a := p.needWorkerLocked(r)
 		p.mu.Unlock()
+		p.act(r, a)
 		r.run(j)
+		r.m.releaseRun()
 	}
+}
+
+// refuseAll answers requests still queued at teardown with ErrShuttingDown:
+// a worker leaving must not strand a request's guard.
+func (p *spawnPool) refuseAll(r *registered, left []job) {
+	for _, j := range left {
+		r.refuse(j, ErrShuttingDown)
+	}
+}
+
+// jobQueue is a FIFO of jobs in fixed-size segments. A reader fills a
+// segment of its own without the pool's lock and links it in with one lock
+// (submitBatch); growing never copies the jobs already queued, and spent
+// segments go back to a pool.
+type jobQueue struct {
+	head, tail *jobSeg
+	n          int
+}
+
+// segJobs is the number of jobs in one segment: about one read's worth of
+// small messages, and a few KiB of memory.
+const segJobs = 64
+
+type jobSeg struct {
+	jobs       [segJobs]job
+	head, tail int
+	next       *jobSeg
+}
+
+var segPool = sync.Pool{New: func() any { return new(jobSeg) }}
+
+func newSeg() *jobSeg { return segPool.Get().(*jobSeg) }
+
+// freeSeg returns an emptied segment (its jobs zeroed as they were taken).
+func freeSeg(s *jobSeg) {
+	s.head, s.tail, s.next = 0, 0, nil
+	segPool.Put(s)
+}
+
+func (q *jobQueue) push(j job) {
+	if q.tail == nil || q.tail.tail == segJobs {
+		q.link(newSeg())
+	}
+	q.tail.jobs[q.tail.tail] = j
+	q.tail.tail++
+	q.n++
+}
+
+// pushSeg links a filled segment; the queue owns it from now on.
+func (q *jobQueue) pushSeg(s *jobSeg) {
+	q.link(s)
+	q.n += s.tail - s.head
+}
+
+func (q *jobQueue) link(s *jobSeg) {
+	if q.tail == nil {
+		q.head, q.tail = s, s
+		return
+	}
+	q.tail.next, q.tail = s, s
+}
+
+// pop takes the oldest job; the queue must not be empty.
+func (q *jobQueue) pop() job {
+	for q.head.head == q.head.tail {
+		q.dropHead()
+	}
+	s := q.head
+	j := s.jobs[s.head]
+	s.jobs[s.head] = job{}
+	s.head++
+	q.n--
+	if s.head == s.tail && (s.tail == segJobs || s != q.tail) {
+		q.dropHead()
+	}
+	return j
+}
+
+func (q *jobQueue) dropHead() {
+	s := q.head
+	q.head = s.next
+	if q.head == nil {
+		q.tail = nil
+	}
+	freeSeg(s)
+}
+
+// takeAll empties the queue into a new slice.
+func (q *jobQueue) takeAll() []job {
+	out := make([]job, 0, q.n)
+	for q.n > 0 {
+		out = append(out, q.pop())
+	}
+	for q.head != nil {
+		q.dropHead()
+	}
+	return out
 }

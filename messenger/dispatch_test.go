@@ -304,35 +304,6 @@ func TestOrderedRejectShedsOverTheSoftDepth(t *testing.T) {
 	}
 }
 
-// TestOrderedBlockWaitsForRoom: under the Block policy nothing is shed; the
-// messages over the depth wait and then run in order.
-func TestOrderedBlockWaitsForRoom(t *testing.T) {
-	sm := newMetrics(t)
-	server, callers := cluster(t, 1, velo.WithMetrics(sm))
-	a := callers[0]
-	ctx := testCtx(t)
-	hold, in := newGate(t), make(chan struct{}, 1)
-	log := newSequenceLog(6)
-	must(t, server.Register(velo.FireHandler("blk", func(c *velo.Context) {
-		if unseq(c.Payload) == 0 {
-			in <- struct{}{}
-			hold.wait()
-		}
-		log.add(c)
-	}, velo.WithOrderedConfig(velo.OrderedConfig{MaxQueueDepth: 1, Overflow: velo.Block}))))
-	must(t, a.Send(ctx, server.InstanceID(), "blk", seq(0)))
-	recv(t, in, "the first message to block the lane")
-	for i := 1; i < 6; i++ {
-		must(t, a.Send(ctx, server.InstanceID(), "blk", seq(i)))
-	}
-	hold.open()
-	recv(t, log.done, "all messages")
-	log.checkInOrder(t, callers, 6)
-	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("dispatch", "ordered_lane_shed")); n != 0 {
-		t.Fatalf("Block shed %v messages", n)
-	}
-}
-
 // TestIdleLanesStop: a lane idle for its TTL stops (the lane gauge returns
 // to zero), and the next message starts a fresh one.
 func TestIdleLanesStop(t *testing.T) {

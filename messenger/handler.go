@@ -116,7 +116,9 @@ type DispatchMode uint8
 
 // Dispatch modes.
 const (
-	// Spawn runs each request on its own goroutine (the default).
+	// Spawn runs requests concurrently (the default): a request never
+	// waits for another one's handler to return. Workers are reused, so a
+	// burst of short requests does not start a goroutine per request.
 	Spawn DispatchMode = iota
 	// Ordered keeps one lane per sending instance: a sender's requests run
 	// in arrival order, different senders in parallel.
@@ -128,15 +130,22 @@ const (
 	Inline
 )
 
-// OverflowPolicy says what an ordered lane does past its soft depth.
+// OverflowPolicy says what an ordered lane does with a message that
+// arrives while MaxQueueDepth messages already wait on it. Neither policy
+// makes the connection's reader wait: that reader also carries the replies
+// to the calls the node's handlers make, so waiting there could deadlock a
+// handler that calls back its sender, and under WithOrderedGlobal one slow
+// handler would stall every peer.
 type OverflowPolicy uint8
 
 // Overflow policies.
 const (
-	// Block makes the connection's reader wait for room.
-	Block OverflowPolicy = iota
-	// Reject refuses the message (the caller gets an error; counted as
-	// ordered_lane_shed).
+	// Warn queues the message anyway (the queue has no hard bound), counts
+	// it in velo_messenger_ordered_lane_over_depth_total and logs a warning
+	// (at most one line per handler every 10 s). The default.
+	Warn OverflowPolicy = iota
+	// Reject refuses the message: the caller gets ErrLaneFull (counted as
+	// ordered_lane_shed); a fire-and-forget message is dropped.
 	Reject
 )
 
@@ -147,7 +156,9 @@ type OrderedConfig struct {
 	// IdleLaneTTL stops a lane idle this long (default 30 s). Negative
 	// keeps lanes for ever (the book's None).
 	IdleLaneTTL time.Duration
-	// MaxQueueDepth is a soft per-lane limit that drives Overflow; 0 means none.
+	// MaxQueueDepth is a soft per-lane limit that drives Overflow; 0 means
+	// none. A lane's depth counts the messages waiting on it, not the one
+	// its handler is running.
 	MaxQueueDepth int
 	Overflow      OverflowPolicy
 }
@@ -202,13 +213,19 @@ func WithOrderedConfig(c OrderedConfig) HandlerOption {
 		if c.IdleLaneTTL != 0 {
 			o.idleTTL = c.IdleLaneTTL
 		}
+		if c.Overflow > Reject {
+			return fmt.Errorf("velo: unknown overflow policy %d", c.Overflow)
+		}
 		o.maxDepth, o.overflow = c.MaxQueueDepth, c.Overflow
 		return nil
 	}
 }
 
 // WithMaxConcurrent bounds how many requests of this handler run at once,
-// across lanes, without changing the order inside a lane. 0 is refused.
+// across lanes, without changing the order inside a lane. It bounds
+// goroutines too: in spawn mode the requests over the limit wait in the
+// handler's queue, not on goroutines of their own, and each worker that
+// finishes takes the next one. 0 is refused.
 func WithMaxConcurrent(n int) HandlerOption {
 	return func(o *handlerOptions) error {
 		if n <= 0 {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,26 @@ type Config struct {
 	// Bytes already handed to the kernel when a connection dies are lost
 	// without a report: no transport can know of them.
 	OnUndelivered func(peer ext.InstanceID, handler string, err error)
+	// MaxRunningHandlers caps the handlers this node runs at once, over all
+	// handlers (default DefaultMaxRunningHandlers). A request that arrives
+	// at the cap is answered with ErrOverloaded at once. Inline handlers,
+	// which run on the connection's reader, and velo's own system handlers
+	// are not refused.
+	MaxRunningHandlers int
+	// Logger receives the messenger's warnings (an ordered lane over its
+	// depth, requests refused for overload); nil means slog.Default().
+	Logger *slog.Logger
 }
+
+// DefaultMaxRunningHandlers is the node's cap on running handlers unless
+// Config.MaxRunningHandlers sets one. It is a guard against running out of
+// memory, not a tuning knob: each running handler holds a goroutine (a few
+// KiB of stack, more if it grows) and its request, so 10,000 bound that to
+// tens of MiB, while leaving room for handlers that mostly wait (on a call
+// to another node, on I/O), where thousands in flight are normal. A cap
+// based on GOMAXPROCS would refuse such waiting handlers long before the
+// CPU is busy.
+const DefaultMaxRunningHandlers = 10_000
 
 // Messenger is one node's messaging engine.
 type Messenger struct {
@@ -60,6 +80,15 @@ type Messenger struct {
 	shutDone chan struct{}
 	shutErr  error
 	done     chan struct{} // closed at teardown: ordered lanes stop
+
+	// The node's cap on running handlers (dispatch.go).
+	maxRuns      int64
+	runs         atomic.Int64 // handlers running now
+	overloadWarn logLimiter
+	starvedMu    sync.Mutex
+	starved      []*registered // spawn pools waiting for a place under the cap
+	nStarved     atomic.Int32
+	log          *slog.Logger
 
 	handshakes atomic.Int64 // _hello calls made, for tests
 	unmatched  atomic.Int64 // replies that matched no waiting call
@@ -87,10 +116,17 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	if cfg.ResponseSlots < 1 || cfg.ResponseSlots > maxSlots {
 		return nil, fmt.Errorf("velo: response slots %d out of range [1, %d]", cfg.ResponseSlots, maxSlots)
 	}
+	if cfg.MaxRunningHandlers == 0 {
+		cfg.MaxRunningHandlers = DefaultMaxRunningHandlers
+	}
+	if cfg.MaxRunningHandlers < 0 {
+		return nil, fmt.Errorf("velo: max running handlers must be at least 1, got %d", cfg.MaxRunningHandlers)
+	}
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
 		undeliveredFn: cfg.OnUndelivered,
 		peers:         newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
+		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
 	var exhausted func()
@@ -156,6 +192,14 @@ func (m *Messenger) RegisterSystem(h Handler) error {
 	return m.register(h, true)
 }
 
+// logger is where the messenger's warnings go.
+func (m *Messenger) logger() *slog.Logger {
+	if m.log != nil {
+		return m.log
+	}
+	return slog.Default()
+}
+
 // InstanceOf returns the instance registered for a worker id.
 func (m *Messenger) InstanceOf(w ext.WorkerID) (ext.InstanceID, bool) { return m.peers.byWorker(w) }
 
@@ -179,7 +223,7 @@ func (m *Messenger) register(h Handler, system bool) error {
 		return fmt.Errorf("%w: %q", ErrDuplicateHandler, h.name)
 	}
 	next := copyMap(old)
-	next[h.name] = m.newRegistered(h)
+	next[h.name] = m.newRegistered(h, system)
 	m.handlers.Store(&next)
 	return nil
 }
@@ -563,6 +607,8 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 // onMessages receives admitted requests on a transport's reader goroutine.
 func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 	hs := *m.handlers.Load()
+	var spawned spawnBatch
+	defer spawned.flush()
 	for _, msg := range batch {
 		if m.met != nil {
 			m.met.InboundDequeued.Inc()
@@ -587,7 +633,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 			msg.Done()
 			continue
 		}
-		r.dispatch(job{msg: msg, hdr: hdr})
+		spawned.dispatch(r, job{msg: msg, hdr: hdr})
 	}
 }
 

@@ -13,6 +13,7 @@ func newHandlerMetrics(vm *metrics.VeloMetrics, name string) *handlerMetrics {
 	m := &handlerMetrics{
 		inFlight: hm.InFlight, lanes: hm.OrderedLanes, depth: hm.OrderedLaneDepth,
 		wait: hm.OrderedLaneWait, lanesCreated: hm.OrderedLanesCreated,
+		overDepth: hm.OrderedLaneOverDepth,
 	}
 	for rt := FireAndForget; rt <= UnaryResponse; rt++ {
 		m.reqBytes[rt] = vm.HandlerRequestBytes.WithLabelValues(name, rt.String())

@@ -40,6 +40,7 @@ type VeloMetrics struct {
 	OrderedLaneDepth      *prometheus.GaugeVec     // handler
 	OrderedLaneWait       *prometheus.HistogramVec // handler
 	OrderedLanesCreated   *prometheus.CounterVec   // handler
+	OrderedLaneOverDepth  *prometheus.CounterVec   // handler
 	DispatchFailures      *prometheus.CounterVec   // stage, reason
 	ClientResolution      *prometheus.CounterVec   // path, outcome
 	PendingResponses      prometheus.Gauge
@@ -118,6 +119,8 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			"Time a message waited on its ordering lane before the handler started.", "handler"),
 		OrderedLanesCreated: counterVec("velo_messenger_ordered_lanes_created_total",
 			"Ordering lanes created; minus the live lane gauge, this gives lanes reaped.", "handler"),
+		OrderedLaneOverDepth: counterVec("velo_messenger_ordered_lane_over_depth_total",
+			"Messages queued on an ordering lane that already held its max queue depth (overflow policy Warn).", "handler"),
 		DispatchFailures: counterVec("velo_messenger_dispatch_failures_total",
 			"Failures on the messenger dispatch and response paths.", "stage", "reason"),
 		ClientResolution: counterVec("velo_messenger_client_resolution_total",
@@ -141,7 +144,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.connsDropped, m.acceptErrors,
 		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
 		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
-		m.OrderedLanesCreated, m.DispatchFailures, m.ClientResolution,
+		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
 		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
 	}
 	for i, c := range all {
@@ -160,21 +163,23 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 // HandlerMetrics holds the messenger series that carry only the handler
 // label, bound to one handler name.
 type HandlerMetrics struct {
-	InFlight            prometheus.Gauge
-	OrderedLanes        prometheus.Gauge
-	OrderedLaneDepth    prometheus.Gauge
-	OrderedLaneWait     prometheus.Observer
-	OrderedLanesCreated prometheus.Counter
+	InFlight             prometheus.Gauge
+	OrderedLanes         prometheus.Gauge
+	OrderedLaneDepth     prometheus.Gauge
+	OrderedLaneWait      prometheus.Observer
+	OrderedLanesCreated  prometheus.Counter
+	OrderedLaneOverDepth prometheus.Counter
 }
 
 // Handler binds the handler-only messenger series to name. Call it once
 // when the handler is registered and keep the result. m must not be nil.
 func (m *VeloMetrics) Handler(name string) HandlerMetrics {
 	return HandlerMetrics{
-		InFlight:            m.HandlerInFlight.WithLabelValues(name),
-		OrderedLanes:        m.OrderedLanes.WithLabelValues(name),
-		OrderedLaneDepth:    m.OrderedLaneDepth.WithLabelValues(name),
-		OrderedLaneWait:     m.OrderedLaneWait.WithLabelValues(name),
-		OrderedLanesCreated: m.OrderedLanesCreated.WithLabelValues(name),
+		InFlight:             m.HandlerInFlight.WithLabelValues(name),
+		OrderedLanes:         m.OrderedLanes.WithLabelValues(name),
+		OrderedLaneDepth:     m.OrderedLaneDepth.WithLabelValues(name),
+		OrderedLaneWait:      m.OrderedLaneWait.WithLabelValues(name),
+		OrderedLanesCreated:  m.OrderedLanesCreated.WithLabelValues(name),
+		OrderedLaneOverDepth: m.OrderedLaneOverDepth.WithLabelValues(name),
 	}
 }
