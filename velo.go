@@ -105,6 +105,7 @@ type (
 	CallOption     = messenger.CallOption
 	RemoteError    = messenger.RemoteError
 	OrderedConfig  = messenger.OrderedConfig
+	OverflowPolicy = messenger.OverflowPolicy
 	ShutdownPolicy = messenger.ShutdownPolicy
 )
 

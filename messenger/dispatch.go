@@ -530,6 +530,7 @@ type spawnPool struct {
 	parked    int  // workers waiting on wake
 	starved   bool // in the node's starved list (see releaseRun)
 	workers   int  // live workers, for tests
+	handoffs  int  // workers woken or started, for tests
 	wake      chan struct{}
 	onPark    func() // test seam: runs as a worker parks
 }
@@ -603,6 +604,7 @@ func (p *spawnPool) needWorkerLocked(r *registered) spawnAction {
 		}
 	}
 	p.searching++
+	p.handoffs++
 	if p.parked > 0 {
 		p.parked--
 		return spawnWake

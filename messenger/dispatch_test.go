@@ -1,8 +1,10 @@
 package messenger_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
 )
 
 // cluster starts one server and n callers that each registered the server.
@@ -248,59 +251,239 @@ func TestOrderedWithMaxConcurrentOne(t *testing.T) {
 	}
 }
 
-// TestOrderedRejectShedsOverTheSoftDepth: with the lane blocked and its
-// queue at MaxQueueDepth, further messages are refused, counted, and their
-// callers told; another sender's lane is not affected.
-func TestOrderedRejectShedsOverTheSoftDepth(t *testing.T) {
-	sm := newMetrics(t)
-	server, callers := cluster(t, 2, velo.WithMetrics(sm))
+// logRecords is a slog handler that keeps the messages it is given.
+type logRecords struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecords) WithGroup(string) slog.Handler            { return l }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
+	return nil
+}
+
+func (l *logRecords) containing(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// overDepth drives one ordered lane of depth 2 past its soft depth twice,
+// under policy, and checks what each message met. Sender A's messages are
+// numbered 0..5; 0 and 1 hold the lane until released.
+//
+//   - 0 runs and holds; 1 and 2 fill the lane; 3 arrives over the depth.
+//   - 0 is released: the lane takes 1, 2 (and 3) off its queue at once and
+//     runs 1, which holds. 2 still waits, so the depth is 1 (2 with 3):
+//     a lane that measured only its queue would take both 4 and 5 as
+//     under the depth.
+//   - 4 and 5 arrive; then everything is released.
+//
+// Meanwhile sender B's lane is not affected, and A's connection goes on
+// carrying its other calls: nothing waits on the reader.
+func overDepth(t *testing.T, policy velo.OverflowPolicy) (results []error, order []int, sm *metrics.VeloMetrics, logs *logRecords) {
+	sm, logs = newMetrics(t), &logRecords{}
+	server, callers := cluster(t, 2, velo.WithMetrics(sm), velo.WithLogger(slog.New(logs)))
 	a, b := callers[0], callers[1]
 	ctx := testCtx(t)
-	const depth, extra = 2, 5
-	hold, in := newGate(t), make(chan struct{}, 1)
-	var first atomic.Bool
-	var ran atomic.Int64
-	must(t, server.Register(velo.SyncHandler("bulk", func(c *velo.Context) error {
-		ran.Add(1)
-		if c.SenderWorkerID() == a.WorkerID() && first.CompareAndSwap(false, true) {
-			in <- struct{}{}
-			return hold.wait()
+	gates := []*gate{newGate(t), newGate(t)}
+	in := make(chan int, 2)
+	var mu sync.Mutex
+	must(t, server.Register(velo.UnaryHandler("bulk", func(c *velo.Context) ([]byte, error) {
+		if c.SenderWorkerID() != a.WorkerID() {
+			return nil, nil
 		}
-		return nil
-	}, velo.WithOrderedConfig(velo.OrderedConfig{MaxQueueDepth: depth, Overflow: velo.Reject}))))
-	// Handshakes first, so that only "bulk" requests are counted below.
-	must(t, b.WaitForHandler(ctx, server.InstanceID(), "bulk"))
-
-	results := make(chan error, extra+1)
-	go func() { results <- a.Sync(ctx, server.InstanceID(), "bulk", nil) }()
-	recv(t, in, "the first message to block the lane")
-	for range extra {
-		go func() { results <- a.Sync(ctx, server.InstanceID(), "bulk", nil) }()
+		i := unseq(c.Payload)
+		mu.Lock()
+		order = append(order, i)
+		mu.Unlock()
+		if i < len(gates) {
+			in <- i
+			return nil, gates[i].wait()
+		}
+		return nil, nil
+	}, velo.WithOrderedConfig(velo.OrderedConfig{MaxQueueDepth: 2, Overflow: policy}))))
+	must(t, server.Register(velo.UnaryHandler("ping", func(c *velo.Context) ([]byte, error) {
+		return []byte("pong"), nil
+	})))
+	for _, c := range callers {
+		must(t, c.WaitForHandler(ctx, server.InstanceID(), "bulk"))
 	}
-	// depth messages queue; the rest are shed and fail at once.
-	for range extra - depth {
-		err := recv(t, results, "a shed call")
-		re := remoteErr(t, err)
-		if re.Handler != "bulk" || !strings.Contains(re.Message, "ordered lane is full") {
-			t.Fatalf("shed call: %v", err)
+	depth := sm.Handler("bulk").OrderedLaneDepth
+	var calls []<-chan result
+	call := func(i int) { calls = append(calls, callAsync(t, ctx, a, server.InstanceID(), "bulk", seq(i))) }
+	// queued waits until the lane holds n messages, or (Reject) until
+	// message i came back refused.
+	queued := func(n, i int) {
+		if policy == velo.Reject {
+			res := recv(t, calls[i], "a refused call")
+			calls[i] = nil
+			results[i] = res.err
+			return
+		}
+		waitFor(t, "messages to queue", func() bool { return testutil.ToFloat64(depth) == float64(n) })
+	}
+	results = make([]error, 6)
+
+	call(0)
+	if got := recv(t, in, "message 0 to hold the lane"); got != 0 {
+		t.Fatalf("message %d ran first", got)
+	}
+	call(1)
+	call(2)
+	call(3)
+	queued(3, 3)
+	// A's connection still carries other calls, and B's lane is its own.
+	if resp, err := a.Unary(ctx, server.InstanceID(), "ping", nil); err != nil || string(resp) != "pong" {
+		t.Fatalf("a call on the connection of the full lane: %q, %v", resp, err)
+	}
+	if _, err := b.Unary(ctx, server.InstanceID(), "bulk", nil); err != nil {
+		t.Fatalf("another sender's lane: %v", err)
+	}
+
+	gates[0].open()
+	if got := recv(t, in, "message 1 to hold the lane"); got != 1 {
+		t.Fatalf("message %d ran second", got)
+	}
+	call(4)
+	call(5)
+	queued(4, 5)
+	gates[1].open()
+	for i, ch := range calls {
+		if ch != nil {
+			results[i] = recv(t, ch, "a call").err
 		}
 	}
-	shed := sm.DispatchFailures.WithLabelValues("dispatch", "ordered_lane_shed")
-	if n := testutil.ToFloat64(shed); n != extra-depth {
-		t.Fatalf("ordered_lane_shed = %v, want %d", n, extra-depth)
-	}
-	// B has its own lane: A's full lane sheds nothing of B's.
-	must(t, b.Sync(ctx, server.InstanceID(), "bulk", nil))
+	mu.Lock()
+	defer mu.Unlock()
+	return results, slices.Clone(order), sm, logs
+}
 
-	hold.open()
-	for range depth + 1 {
-		must(t, recv(t, results, "a queued call"))
+// TestOrderedRejectShedsOverTheSoftDepth: under Reject, a message that
+// finds MaxQueueDepth messages waiting on its lane is refused at once with
+// ErrLaneFull (which the caller matches with errors.Is) and counted; the
+// others run, in order. Messages the lane took off its queue and has not
+// reached still count toward its depth.
+func TestOrderedRejectShedsOverTheSoftDepth(t *testing.T) {
+	results, order, sm, logs := overDepth(t, velo.Reject)
+	for i, err := range results {
+		shed := i == 3 || i == 5
+		switch {
+		case shed && !errors.Is(err, velo.ErrLaneFull):
+			t.Errorf("message %d: %v, want ErrLaneFull", i, err)
+		case shed && remoteErr(t, err).Handler != "bulk":
+			t.Errorf("message %d: %v does not name the handler", i, err)
+		case !shed && err != nil:
+			t.Errorf("message %d: %v, want it run", i, err)
+		}
 	}
-	if n := ran.Load(); n != depth+2 {
-		t.Fatalf("handler ran %d times, want %d (queued + first + B)", n, depth+2)
+	if want := []int{0, 1, 2, 4}; !slices.Equal(order, want) {
+		t.Errorf("ran %v, want %v", order, want)
 	}
-	if n := testutil.ToFloat64(shed); n != extra-depth {
-		t.Fatalf("ordered_lane_shed = %v after the release", n)
+	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("dispatch", "ordered_lane_shed")); n != 2 {
+		t.Errorf("ordered_lane_shed = %v, want 2", n)
+	}
+	if n := logs.containing("ordered lane"); n != 1 {
+		t.Errorf("%d log lines about the full lane, want 1 (at most one per handler every 10 s)", n)
+	}
+}
+
+// TestOrderedWarnQueuesOverTheSoftDepth: under Warn (the default), a
+// message over the soft depth is queued all the same, counted in
+// velo_messenger_ordered_lane_over_depth_total, and logged at most once a
+// while; everything runs in order and nothing is refused.
+func TestOrderedWarnQueuesOverTheSoftDepth(t *testing.T) {
+	results, order, sm, logs := overDepth(t, velo.Warn)
+	for i, err := range results {
+		if err != nil {
+			t.Errorf("message %d: %v, want it run", i, err)
+		}
+	}
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+		t.Errorf("ran %v, want %v", order, want)
+	}
+	// 3 (behind 1, 2), then 4 (behind 2, 3) and 5 (behind 2, 3, 4).
+	if n := testutil.ToFloat64(sm.Handler("bulk").OrderedLaneOverDepth); n != 3 {
+		t.Errorf("over-depth messages counted: %v, want 3", n)
+	}
+	if n := testutil.ToFloat64(sm.DispatchFailures.WithLabelValues("dispatch", "ordered_lane_shed")); n != 0 {
+		t.Errorf("Warn shed %v messages", n)
+	}
+	if n := logs.containing("ordered lane"); n != 1 {
+		t.Errorf("%d log lines about the lane over its depth, want 1 (at most one per handler every 10 s)", n)
+	}
+}
+
+// TestHandlerCallsBackItsCallerUnderAFullLane: a handler that makes a
+// unary call to the node that sent it the request finishes while its lane
+// is far over its soft depth. The answer to that call comes back on the
+// connection that also carries the queued requests; when a full lane made
+// the reader wait for room (the old Block policy), the answer was never
+// read and the handler, its lane and its caller waited for ever. With a
+// global lane, every sender's connection is in the same position.
+func TestHandlerCallsBackItsCallerUnderAFullLane(t *testing.T) {
+	for _, mode := range []struct {
+		name    string
+		global  bool
+		callers int
+	}{{"per-sender", false, 1}, {"global", true, 2}} {
+		t.Run(mode.name, func(t *testing.T) {
+			const per = 5
+			sm := newMetrics(t)
+			server, callers := cluster(t, mode.callers, velo.WithMetrics(sm))
+			ctx := testCtx(t)
+			for _, c := range callers {
+				must(t, c.Register(velo.UnaryHandler("ping", func(*velo.Context) ([]byte, error) { return []byte("pong"), nil })))
+			}
+			hold := newGate(t)
+			var first atomic.Bool
+			must(t, server.Register(velo.UnaryHandler("work", func(c *velo.Context) ([]byte, error) {
+				if first.CompareAndSwap(false, true) {
+					hold.wait()
+				}
+				sender, ok := c.SenderInstanceID()
+				if !ok {
+					return nil, errors.New("sender unknown after its handshake")
+				}
+				return c.Messenger().Unary(ctx, sender, "ping", nil)
+			}, velo.WithOrderedConfig(velo.OrderedConfig{Global: mode.global, MaxQueueDepth: 1}))))
+			for _, c := range callers {
+				must(t, c.WaitForHandler(ctx, server.InstanceID(), "work"))
+			}
+			var results []<-chan result
+			for _, c := range callers {
+				for range per {
+					results = append(results, callAsync(t, ctx, c, server.InstanceID(), "work", nil))
+				}
+			}
+			total := per * mode.callers
+			depth := sm.Handler("work").OrderedLaneDepth
+			lanes := total - mode.callers // one running per lane (global: one in all)
+			if mode.global {
+				lanes = total - 1
+			}
+			waitFor(t, "the lane to fill past its depth", func() bool { return testutil.ToFloat64(depth) == float64(lanes) })
+			hold.open()
+			for i, ch := range results {
+				if res := recv(t, ch, "a call whose handler calls back"); res.err != nil || string(res.resp) != "pong" {
+					t.Fatalf("call %d: %q, %v", i, res.resp, res.err)
+				}
+			}
+			if n := testutil.ToFloat64(sm.Handler("work").OrderedLaneOverDepth); n == 0 {
+				t.Fatal("the lane never went over its depth: the test proved nothing")
+			}
+		})
 	}
 }
 

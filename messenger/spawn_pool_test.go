@@ -1,0 +1,147 @@
+package messenger
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// poolNode is a messenger with just enough in it for dispatch: requests
+// are fire-and-forget, so nothing is answered.
+func poolNode(t *testing.T, maxRuns int) (*Messenger, *ext.ShutdownState) {
+	m := &Messenger{done: make(chan struct{}), maxRuns: int64(maxRuns)}
+	t.Cleanup(func() {
+		select {
+		case <-m.done:
+		default:
+			close(m.done) // parked workers leave
+		}
+	})
+	return m, ext.NewShutdownState()
+}
+
+func fireJob(t *testing.T, st *ext.ShutdownState) job {
+	g, ok := st.TryAcquire()
+	if !ok {
+		t.Fatal("the test's shutdown state refused a request")
+	}
+	return job{msg: ext.InboundMessage{Guard: g}, hdr: requestHeader{rtype: FireAndForget}}
+}
+
+func drained(t *testing.T, st *ext.ShutdownState, what string) {
+	t.Helper()
+	st.BeginDrain()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.WaitForDrain(ctx); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// TestSpawnBurstReusesWorkers: a burst of short requests, delivered as a
+// reader delivers them (in reads of 64), is run by a few workers that come
+// back for more, not by a goroutine started or woken per request (which is
+// what the pool did before: 6,400 hand-offs for 6,400 requests).
+func TestSpawnBurstReusesWorkers(t *testing.T) {
+	const reads, perRead = 100, 64
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var ran atomic.Int64
+	r := m.newRegistered(FireHandler("burst", func(*Context) { ran.Add(1) }), false)
+	for range reads {
+		var b spawnBatch
+		for range perRead {
+			b.dispatch(r, fireJob(t, st))
+		}
+		b.flush()
+	}
+	drained(t, st, "the burst")
+	if n := ran.Load(); n != reads*perRead {
+		t.Fatalf("%d requests ran, want %d", n, reads*perRead)
+	}
+	r.pool.mu.Lock()
+	handoffs := r.pool.handoffs
+	r.pool.mu.Unlock()
+	t.Logf("%d requests, %d workers woken or started", reads*perRead, handoffs)
+	if handoffs > reads*perRead/4 {
+		t.Fatalf("%d hand-offs for %d requests: workers are not reused", handoffs, reads*perRead)
+	}
+}
+
+// TestSpawnPoolWaitsForTheCapWithoutAGoroutine: a request admitted below
+// the node's cap whose pool finds the node at its cap when it would start
+// a worker starts none; it runs when another handler finishes. The pool
+// registers as starved and the finishing run starts its worker. Without
+// that hand-over the request would wait until the next request to its own
+// handler, or for ever.
+func TestSpawnPoolWaitsForTheCapWithoutAGoroutine(t *testing.T) {
+	m, st := poolNode(t, 1)
+	in, hold := make(chan struct{}), make(chan struct{})
+	busy := m.newRegistered(FireHandler("busy", func(*Context) { close(in); <-hold }), false)
+	ran := make(chan struct{})
+	waiting := m.newRegistered(FireHandler("waiting", func(*Context) { close(ran) }), false)
+	busy.dispatch(fireJob(t, st))
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first handler never ran")
+	}
+	// Admitted before the cap was reached (same read), queued after.
+	waiting.pool.submit(waiting, fireJob(t, st))
+	waiting.pool.mu.Lock()
+	workers, starved, queued := waiting.pool.workers, waiting.pool.starved, waiting.pool.q.n
+	waiting.pool.mu.Unlock()
+	if workers != 0 || !starved || queued != 1 {
+		t.Fatalf("at the cap: %d workers, starved %v, %d queued; want 0, true, 1", workers, starved, queued)
+	}
+	// A request that arrives now is refused at once, not queued.
+	if !m.overCap() {
+		t.Fatal("the node is not at its cap with one handler running and a cap of 1")
+	}
+	close(hold)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting request never ran after the running handler finished")
+	}
+	drained(t, st, "both requests")
+}
+
+// TestSpawnReadNeverWaitsBehindABlockedHandler: requests that arrive in
+// one read are handed to the pool together, and the first of them blocks
+// until all the others have run. The worker that takes it must first make
+// sure another worker comes for the rest; a pool that let one worker run a
+// read's requests one after the other would wait here for ever.
+func TestSpawnReadNeverWaitsBehindABlockedHandler(t *testing.T) {
+	const n = 10
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var others atomic.Int64
+	allRan := make(chan struct{})
+	first := true
+	r := m.newRegistered(FireHandler("read", func(c *Context) {
+		if c.Payload != nil {
+			<-allRan
+			return
+		}
+		if others.Add(1) == n-1 {
+			close(allRan)
+		}
+	}), false)
+	var b spawnBatch
+	for range n {
+		j := fireJob(t, st)
+		if first {
+			j.msg.Payload, first = []byte("block"), false
+		}
+		b.dispatch(r, j)
+	}
+	b.flush()
+	select {
+	case <-allRan:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d requests ran while the first one's handler waited for them", others.Load(), n-1)
+	}
+	drained(t, st, "the read")
+}
