@@ -10,9 +10,10 @@ import (
 )
 
 // The tests of this file pin bugs found by review and fixed; each failed
-// before its fix.
+// before its fix. A test is named for the behaviour it holds; its comment
+// tells the bug as it was found.
 
-// TestRegressionRefusedCompletionRacesWithCompletions: a refused completion
+// TestRefusedCompletionDoesNotRaceOtherCompletions: a refused completion
 // (a stale or repeated handle) must not read the outcome cache outside the
 // manager's lock while other events complete. complete() in manager.go
 // unlocks m.mu and then calls m.done.get(h): a map read racing with the map
@@ -22,7 +23,7 @@ import (
 // stale handle) hit the same path on handler goroutines, which is why
 // TestRemoteTriggerRequestRefusals and TestConcurrentRemoteCompletion are
 // skipped under -race until the fix. Fix: read the cache before unlocking.
-func TestRegressionRefusedCompletionRacesWithCompletions(t *testing.T) {
+func TestRefusedCompletionDoesNotRaceOtherCompletions(t *testing.T) {
 	ctx := testCtx(t)
 	m := events.NewLocal()
 	stale := newEvent(t, m)
@@ -43,14 +44,14 @@ func TestRegressionRefusedCompletionRacesWithCompletions(t *testing.T) {
 	<-done
 }
 
-// TestRegressionHandleTextRejectsJunk: a text handle is exactly 32 hex
+// TestHandleTextRejectsJunk: a text handle is exactly 32 hex
 // digits; anything else is an error, not a different handle. UnmarshalText
 // uses fmt.Sscanf("%016x%016x"), which skips leading spaces before each
 // number and stops a number at the first non-hex character, so
 // " 1020304050607081112131415161718" reads as event(1020304050607081:
 // 0112131415161718) and "...171g" drops the g. Fix: hex.Decode into 16
 // bytes and read both halves big-endian.
-func TestRegressionHandleTextRejectsJunk(t *testing.T) {
+func TestHandleTextRejectsJunk(t *testing.T) {
 	for _, in := range []string{
 		"",
 		"0102030405060708111213141516171",   // 31 digits
@@ -70,14 +71,14 @@ func TestRegressionHandleTextRejectsJunk(t *testing.T) {
 	}
 }
 
-// TestRegressionSubscribeToForeignHandle: an owner took _event_subscribe
+// TestSubscribeToForeignHandleRecordsNothing: an owner took _event_subscribe
 // for a handle whose upper half names another worker as its own, when the
 // lower half matched one of its live slots: it recorded a subscriber that
 // it would later notify for an event the handle does not name. An honest
 // node sends a subscription only to the owner, so this takes a confused or
 // hostile peer. Fix: tellWhenDone (remote.go) answers "unknown" at once
 // when h.Owner() is not this node, and records nothing.
-func TestRegressionSubscribeToForeignHandle(t *testing.T) {
+func TestSubscribeToForeignHandleRecordsNothing(t *testing.T) {
 	ctx := testCtx(t)
 	a, b := pair(t, false)
 	e := newEvent(t, a.Events)

@@ -16,14 +16,15 @@ import (
 )
 
 // The tests of this file pin bugs found by review and fixed; each failed
-// before its fix.
+// before its fix. A test is named for the behaviour it holds; its comment
+// tells the bug as it was found.
 
-// TestRegressionOverlongHandlerNameFailsFast: Messenger.request does not
+// TestOverlongHandlerNameFailsAtOnce: Messenger.request does not
 // check the handler name. A name over 1,024 bytes goes on the wire, the
 // remote drops the header as malformed, and the caller waits for its
 // deadline (for ever without one). A name over 65,535 bytes is worse: its
 // length is truncated to 16 bits in the header.
-func TestRegressionOverlongHandlerNameFailsFast(t *testing.T) {
+func TestOverlongHandlerNameFailsAtOnce(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	must(t, b.Register(velo.UnaryHandler("x", func(c *velo.Context) ([]byte, error) { return nil, nil })))
 	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "x"))
@@ -37,10 +38,10 @@ func TestRegressionOverlongHandlerNameFailsFast(t *testing.T) {
 	}
 }
 
-// TestRegressionTimeoutZeroDoesNotWaitForever: Timeout(0) (a drain budget
+// TestShutdownTimeoutZeroDoesNotWaitForHandlers: Timeout(0) (a drain budget
 // that ran out) means "no drain", but shutdown treats timeout 0 as
 // WaitForever and waits for the blocked handler.
-func TestRegressionTimeoutZeroDoesNotWaitForever(t *testing.T) {
+func TestShutdownTimeoutZeroDoesNotWaitForHandlers(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	hold, in := newGate(t), make(chan struct{}, 1)
 	must(t, b.Register(velo.SyncHandler("h", func(c *velo.Context) error { in <- struct{}{}; return hold.wait() })))
@@ -61,12 +62,12 @@ func TestRegressionTimeoutZeroDoesNotWaitForever(t *testing.T) {
 	hold.open()
 }
 
-// TestRegressionQueuedOrderedRequestsAreDroppedAtTeardown: the book says a
+// TestTeardownRefusesQueuedOrderedRequests: the book says a
 // Timeout shutdown drops accepted requests still queued when the budget
 // runs out. An ordered lane runs its whole queue first: its loop checks
 // the messenger's done channel only when the queue is empty, so handlers
 // of queued requests run after Shutdown returned.
-func TestRegressionQueuedOrderedRequestsAreDroppedAtTeardown(t *testing.T) {
+func TestTeardownRefusesQueuedOrderedRequests(t *testing.T) {
 	sm := newMetrics(t)
 	a, b := pair(t, nil, []velo.Option{velo.WithMetrics(sm)})
 	ctx := testCtx(t)
@@ -106,10 +107,10 @@ func goroutineRunning(fn string) bool {
 	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn))
 }
 
-// TestRegressionRemoteHandlersBeforeHandshake: RemoteHandlers asks
+// TestRemoteHandlersAnswersBeforeAnyCall: RemoteHandlers asks
 // _list_handlers without a handshake. A remote that has not met the caller
 // has no route for the answer, so the call waits for its deadline.
-func TestRegressionRemoteHandlersBeforeHandshake(t *testing.T) {
+func TestRemoteHandlersAnswersBeforeAnyCall(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	must(t, b.Register(velo.UnaryHandler("x", func(c *velo.Context) ([]byte, error) { return nil, nil })))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -120,11 +121,11 @@ func TestRegressionRemoteHandlersBeforeHandshake(t *testing.T) {
 	}
 }
 
-// TestRegressionSendKeepsTheCallersPayload: Send returns once the transport
+// TestSendCopiesTheCallersPayload: Send returns once the transport
 // took the frame, but a payload over 64 KiB is written from the caller's
 // slice later, by the connection's writer. A caller that reuses its buffer
 // after Send returned (as io.Writer users do) sends corrupted messages.
-func TestRegressionSendKeepsTheCallersPayload(t *testing.T) {
+func TestSendCopiesTheCallersPayload(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	ctx := testCtx(t)
 	const n = 100
@@ -152,7 +153,7 @@ func TestRegressionSendKeepsTheCallersPayload(t *testing.T) {
 	}
 }
 
-// TestRegressionHandlerMayAnswerWithItsPayload: a handler that answers with
+// TestHandlerMayAnswerWithItsPayload: a handler that answers with
 // its request's Payload (an echo, or a slice of the request) gets a
 // corrupted answer when it is over 64 KiB. The reply frame's payload
 // aliases the read buffer, the frame carries no Owner, and run() calls
@@ -160,7 +161,7 @@ func TestRegressionSendKeepsTheCallersPayload(t *testing.T) {
 // has written the reply in place. The corruption needs the buffer to be
 // reused first, so this test finds it on most runs, not all; with the fix
 // it passes every time.
-func TestRegressionHandlerMayAnswerWithItsPayload(t *testing.T) {
+func TestHandlerMayAnswerWithItsPayload(t *testing.T) {
 	a, b := pair(t, nil, nil)
 	ctx := testCtx(t)
 	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
