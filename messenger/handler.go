@@ -184,7 +184,8 @@ func WithOrdered() HandlerOption {
 // connection, with no hand-off to another goroutine. On a small machine a
 // hand-off wakes an idle CPU and costs more than a short handler (see
 // docs/benchmarks.md), so this is for handlers that answer in microseconds
-// from memory.
+// from memory. It saves the most with callers that use UnaryAsync: a
+// waiting Unary caller is still woken by a hand-off on its own node.
 //
 // The handler must not block and must never wait for a reply (Unary, Sync,
 // an event): while it runs, its connection reads nothing else, and a reply
