@@ -264,6 +264,21 @@ func TestRemoteErrorsKeepTheirIdentity(t *testing.T) {
 		t.Errorf("full lane: %v", full)
 	}
 
+	busy := newNode(t, velo.WithMaxRunningHandlers(1))
+	must(t, caller.RegisterPeer(busy.PeerInfo()))
+	hold, running := make(chan struct{}), make(chan struct{}, 1)
+	defer close(hold)
+	must(t, busy.Register(velo.UnaryHandler("hold", func(*velo.Context) ([]byte, error) {
+		running <- struct{}{}
+		<-hold
+		return nil, nil
+	})))
+	go caller.Unary(ctx, busy.InstanceID(), "hold", nil)
+	<-running
+	if _, err := caller.Unary(ctx, busy.InstanceID(), "hold", nil); !errors.Is(err, velo.ErrOverloaded) {
+		t.Errorf("overloaded node: %v", err)
+	}
+
 	server.BeginDrain()
 	if _, err := caller.Unary(ctx, id, "nobody_either", nil); !errors.Is(err, velo.ErrShuttingDown) {
 		t.Errorf("draining node: %v", err)
