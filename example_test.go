@@ -38,9 +38,9 @@ type AddResponse struct {
 func Example() {
 	ctx := context.Background()
 	server := startNode(ctx)
-	defer server.Shutdown(velo.WaitForever())
+	defer server.Shutdown(context.Background())
 	client := startNode(ctx)
-	defer client.Shutdown(velo.WaitForever())
+	defer client.Shutdown(context.Background())
 
 	err := server.Register(velo.TypedUnaryHandler("add", func(c *velo.Context, req AddRequest) (AddResponse, error) {
 		return AddResponse{Sum: req.A + req.B}, nil
@@ -68,9 +68,9 @@ func Example() {
 func Example_errors() {
 	ctx := context.Background()
 	server := startNode(ctx)
-	defer server.Shutdown(velo.Timeout(time.Second))
+	defer shutdownWithin(server, time.Second)
 	client := startNode(ctx)
-	defer client.Shutdown(velo.WaitForever())
+	defer client.Shutdown(context.Background())
 
 	release := make(chan struct{})
 	defer close(release)

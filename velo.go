@@ -22,60 +22,62 @@ import (
 	"github.com/velo-go/velo/metrics"
 )
 
-// Node is one velo instance. Its messaging methods are the messenger's;
-// Events is its distributed event manager.
+// Node is one velo instance: its messenger, which sends active messages
+// and serves handlers, and Events, its distributed event manager.
 type Node struct {
-	*messenger.Messenger
+	m      *messenger.Messenger
 	Events *events.Manager
 }
 
-// Option configures New.
-type Option func(*messenger.Config)
+// Option configures New. Only this package makes them.
+type Option struct{ apply func(*messenger.Config) }
 
 // WithTransport adds a transport (TCP, UDS, ...). At least one is needed.
 func WithTransport(t ext.Transport) Option {
-	return func(c *messenger.Config) { c.Transports = append(c.Transports, t) }
+	return Option{func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}
 }
 
 // WithDiscovery finds peers that were not registered by hand.
 func WithDiscovery(d ext.PeerDiscovery) Option {
-	return func(c *messenger.Config) { c.Discovery = d }
+	return Option{func(c *messenger.Config) { c.Discovery = d }}
 }
 
 // WithMetrics records into a VeloMetrics registered by the caller.
 func WithMetrics(m *metrics.VeloMetrics) Option {
-	return func(c *messenger.Config) { c.Metrics = m }
+	return Option{func(c *messenger.Config) { c.Metrics = m }}
 }
 
 // WithUndeliveredHandler installs fn to hear of every message a transport
 // admitted and then failed or discarded (see messenger.Config.OnUndelivered).
 func WithUndeliveredHandler(fn func(peer ext.InstanceID, handler string, err error)) Option {
-	return func(c *messenger.Config) { c.OnUndelivered = fn }
+	return Option{func(c *messenger.Config) { c.OnUndelivered = fn }}
 }
 
 // WithResponseSlots bounds the calls waiting for an answer at once (default
 // and most 65536: a response id names its slot in 16 bits).
 func WithResponseSlots(n int) Option {
-	return func(c *messenger.Config) { c.ResponseSlots = n }
+	return Option{func(c *messenger.Config) { c.ResponseSlots = n }}
 }
 
 // WithMaxRunningHandlers caps the handlers the node runs at once (default
 // 10,000, messenger.DefaultMaxRunningHandlers). A request that arrives at
 // the cap is answered at once with ErrOverloaded.
 func WithMaxRunningHandlers(n int) Option {
-	return func(c *messenger.Config) { c.MaxRunningHandlers = n }
+	return Option{func(c *messenger.Config) { c.MaxRunningHandlers = n }}
 }
 
 // WithLogger sends the node's warnings to l instead of slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return func(c *messenger.Config) { c.Logger = l }
+	return Option{func(c *messenger.Config) { c.Logger = l }}
 }
 
 // New starts a node.
 func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var cfg messenger.Config
 	for _, o := range opts {
-		o(&cfg)
+		if o.apply != nil {
+			o.apply(&cfg)
+		}
 	}
 	m, err := messenger.New(ctx, cfg)
 	if err != nil {
@@ -83,19 +85,102 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	ev, err := events.NewDistributed(m)
 	if err != nil {
-		m.Shutdown(messenger.Timeout(0))
+		stopNow, cancel := context.WithCancel(context.Background())
+		cancel()
+		m.Shutdown(stopNow)
 		return nil, err
 	}
-	return &Node{Messenger: m, Events: ev}, nil
+	return &Node{m: m, Events: ev}, nil
 }
 
-// Shutdown drains and stops the node (see messenger.Messenger.Shutdown),
-// then fails the remote event waits still pending.
-func (n *Node) Shutdown(p ShutdownPolicy) error {
-	err := n.Messenger.Shutdown(p)
+// Shutdown drains and stops the node, as http.Server.Shutdown does: new
+// requests are refused at once (their callers get ErrShuttingDown), the
+// requests already accepted run until none is left or ctx is done, then
+// the transports stop and the remote event waits still pending fail. It
+// returns ctx's error when ctx cut the drain short; an already done ctx
+// stops without draining.
+func (n *Node) Shutdown(ctx context.Context) error {
+	err := n.m.Shutdown(ctx)
 	n.Events.Close()
 	return err
 }
+
+// BeginDrain refuses new requests (their callers fail fast with
+// ErrShuttingDown) while accepted work, answers and drain-exempt handlers
+// go on. Call Shutdown to finish.
+func (n *Node) BeginDrain() { n.m.BeginDrain() }
+
+// Done is closed once Shutdown has finished.
+func (n *Node) Done() <-chan struct{} { return n.m.Done() }
+
+// InstanceID of this node.
+func (n *Node) InstanceID() ext.InstanceID { return n.m.InstanceID() }
+
+// WorkerID of this node: the 64-bit routing name derived from its InstanceID.
+func (n *Node) WorkerID() ext.WorkerID { return n.m.WorkerID() }
+
+// PeerInfo is what another node needs to reach this one.
+func (n *Node) PeerInfo() ext.PeerInfo { return n.m.PeerInfo() }
+
+// Register adds a handler. Names starting with '_' are reserved.
+func (n *Node) Register(h Handler) error { return n.m.Register(h) }
+
+// Handlers lists the user handlers registered here.
+func (n *Node) Handlers() []string { return n.m.Handlers() }
+
+// RegisterPeer makes a peer reachable on every transport both sides have.
+func (n *Node) RegisterPeer(info ext.PeerInfo) error { return n.m.RegisterPeer(info) }
+
+// UnregisterPeer forgets a peer; a later send fails as to a peer never registered.
+func (n *Node) UnregisterPeer(id ext.InstanceID) { n.m.UnregisterPeer(id) }
+
+// DiscoverAndRegisterPeer looks a peer up through discovery and registers it.
+func (n *Node) DiscoverAndRegisterPeer(ctx context.Context, id ext.InstanceID) error {
+	return n.m.DiscoverAndRegisterPeer(ctx, id)
+}
+
+// Send is fire-and-forget: it returns once a transport took the message.
+// A message the transport later fails to deliver is counted (Undelivered)
+// and reported to WithUndeliveredHandler.
+func (n *Node) Send(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
+	return n.m.Send(ctx, target, handler, payload, opts...)
+}
+
+// Sync waits until the remote handler has run; its error comes back as a
+// *RemoteError.
+func (n *Node) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
+	return n.m.Sync(ctx, target, handler, payload, opts...)
+}
+
+// Unary returns the remote handler's answer. The deadline of ctx bounds
+// the whole call.
+func (n *Node) Unary(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
+	return n.m.Unary(ctx, target, handler, payload, opts...)
+}
+
+// UnaryAsync is Unary with a callback instead of a waiting goroutine; see
+// messenger.Messenger.UnaryAsync for when and where done runs.
+func (n *Node) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	return n.m.UnaryAsync(ctx, target, handler, payload, done, opts...)
+}
+
+// RemoteHandlers lists the user handlers of a peer, asking it.
+func (n *Node) RemoteHandlers(ctx context.Context, target ext.InstanceID) ([]string, error) {
+	return n.m.RemoteHandlers(ctx, target)
+}
+
+// WaitForHandler returns once target serves handler, or ctx ends.
+func (n *Node) WaitForHandler(ctx context.Context, target ext.InstanceID, handler string) error {
+	return n.m.WaitForHandler(ctx, target, handler)
+}
+
+// Undelivered is how many messages to peer the transports took and then
+// failed or discarded.
+func (n *Node) Undelivered(peer ext.InstanceID) int64 { return n.m.Undelivered(peer) }
+
+// Messenger is the node's messenger, for what the facade does not cover:
+// system handlers, counters, subsystems built on it.
+func (n *Node) Messenger() *messenger.Messenger { return n.m }
 
 // Names from the messenger, so most programs import only velo.
 type (
@@ -106,22 +191,9 @@ type (
 	RemoteError    = messenger.RemoteError
 	OrderedConfig  = messenger.OrderedConfig
 	OverflowPolicy = messenger.OverflowPolicy
-	ShutdownPolicy = messenger.ShutdownPolicy
 )
 
 var (
-	UnaryHandler         = messenger.UnaryHandler
-	SyncHandler          = messenger.SyncHandler
-	FireHandler          = messenger.FireHandler
-	WithOrdered          = messenger.WithOrdered
-	WithOrderedGlobal    = messenger.WithOrderedGlobal
-	WithOrderedConfig    = messenger.WithOrderedConfig
-	WithMaxConcurrent    = messenger.WithMaxConcurrent
-	WithInline           = messenger.WithInline
-	WithDrainExempt      = messenger.WithDrainExempt
-	WithHeaders          = messenger.WithHeaders
-	WaitForever          = messenger.WaitForever
-	Timeout              = messenger.Timeout
 	ErrRequestTimeout    = messenger.ErrRequestTimeout
 	ErrShuttingDown      = messenger.ErrShuttingDown
 	ErrPeerNotRegistered = messenger.ErrPeerNotRegistered
@@ -148,18 +220,58 @@ const (
 	Reject = messenger.Reject
 )
 
+// UnaryHandler answers each request with bytes or an error.
+func UnaryHandler(name string, fn func(*Context) ([]byte, error), opts ...HandlerOption) Handler {
+	return messenger.UnaryHandler(name, fn, opts...)
+}
+
+// SyncHandler acknowledges each request once it has run, or returns its
+// error to the caller.
+func SyncHandler(name string, fn func(*Context) error, opts ...HandlerOption) Handler {
+	return messenger.SyncHandler(name, fn, opts...)
+}
+
+// FireHandler runs for fire-and-forget messages; nothing goes back.
+func FireHandler(name string, fn func(*Context), opts ...HandlerOption) Handler {
+	return messenger.FireHandler(name, fn, opts...)
+}
+
 // TypedUnaryHandler decodes JSON requests into In and encodes Out as JSON.
 func TypedUnaryHandler[In, Out any](name string, fn func(*Context, In) (Out, error), opts ...HandlerOption) Handler {
 	return messenger.TypedUnaryHandler(name, fn, opts...)
 }
 
-// TypedUnary calls a typed handler: req goes as JSON, the answer is decoded into Resp.
-func TypedUnary[Resp any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req any, opts ...CallOption) (Resp, error) {
-	return messenger.TypedUnary[Resp](ctx, n.Messenger, target, handler, req, opts...)
+// WithOrdered runs a handler's requests in arrival order per sending node.
+func WithOrdered() HandlerOption { return messenger.WithOrdered() }
+
+// WithOrderedGlobal runs a handler's requests in one total order.
+func WithOrderedGlobal() HandlerOption { return messenger.WithOrderedGlobal() }
+
+// WithOrderedConfig runs a handler's requests in order with explicit settings.
+func WithOrderedConfig(c OrderedConfig) HandlerOption { return messenger.WithOrderedConfig(c) }
+
+// WithMaxConcurrent bounds how many requests of a handler run at once.
+func WithMaxConcurrent(n int) HandlerOption { return messenger.WithMaxConcurrent(n) }
+
+// WithInline runs each request on the goroutine that read it off the
+// connection; see messenger.WithInline for when that pays.
+func WithInline() HandlerOption { return messenger.WithInline() }
+
+// WithDrainExempt lets a handler's requests in during a drain: for handlers
+// that serve work already accepted.
+func WithDrainExempt() HandlerOption { return messenger.WithDrainExempt() }
+
+// WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
+func WithHeaders(h map[string]string) CallOption { return messenger.WithHeaders(h) }
+
+// TypedUnary calls a typed handler: req goes as JSON, the answer is
+// decoded into Resp. Req is inferred: velo.TypedUnary[Answer](ctx, n, ...).
+func TypedUnary[Resp, Req any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req Req, opts ...CallOption) (Resp, error) {
+	return messenger.TypedUnary[Resp](ctx, n.m, target, handler, req, opts...)
 }
 
 // TypedUnaryAsync is TypedUnary with a callback instead of a waiting
-// goroutine; see Messenger.UnaryAsync for when and where done runs.
-func TypedUnaryAsync[Resp any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req any, done func(Resp, error), opts ...CallOption) error {
-	return messenger.TypedUnaryAsync(ctx, n.Messenger, target, handler, req, done, opts...)
+// goroutine; see messenger.Messenger.UnaryAsync for when and where done runs.
+func TypedUnaryAsync[Resp, Req any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req Req, done func(Resp, error), opts ...CallOption) error {
+	return messenger.TypedUnaryAsync(ctx, n.m, target, handler, req, done, opts...)
 }

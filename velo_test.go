@@ -30,7 +30,7 @@ func node(t *testing.T, opts ...velo.Option) *velo.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Shutdown(velo.Timeout(5 * time.Second)) })
+	t.Cleanup(func() { shutdownWithin(n, 5*time.Second) })
 	return n
 }
 
@@ -44,7 +44,7 @@ func TestNewValidatesOptions(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithResponseSlots(slots)); err == nil {
-			n.Shutdown(velo.WaitForever())
+			n.Shutdown(context.Background())
 			t.Fatalf("%d response slots accepted", slots)
 		}
 	}
@@ -98,7 +98,7 @@ func TestFacadeCalls(t *testing.T) {
 		t.Fatalf("WithMetrics: %v failed requests counted", n)
 	}
 	cp := *client
-	if cp.InstanceID() != client.InstanceID() || cp.Messenger != client.Messenger {
+	if cp.InstanceID() != client.InstanceID() || cp.Messenger() != client.Messenger() {
 		t.Fatal("a copy of a Node is another node")
 	}
 	// The facade's errors are the messenger's.
@@ -123,7 +123,7 @@ func TestFacadeShutdown(t *testing.T) {
 	if err := client.Sync(ctx, server.InstanceID(), "ok", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Shutdown(velo.WaitForever()); err != nil {
+	if err := client.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -134,7 +134,14 @@ func TestFacadeShutdown(t *testing.T) {
 	if err := client.Sync(ctx, server.InstanceID(), "ok", nil); !errors.Is(err, velo.ErrShuttingDown) {
 		t.Fatalf("call after shutdown: %v", err)
 	}
-	if err := client.Shutdown(velo.WaitForever()); err != nil {
+	if err := client.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second shutdown: %v", err)
 	}
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

@@ -50,7 +50,7 @@ func startNode(t testing.TB, withMetrics bool) *testNode {
 	if err != nil {
 		t.Fatalf("velo.New: %v", err)
 	}
-	t.Cleanup(func() { n.Shutdown(velo.Timeout(5 * time.Second)) })
+	t.Cleanup(func() { shutdownWithin(n, 5*time.Second) })
 	return &testNode{Node: n, reg: reg, tr: tr}
 }
 
@@ -179,4 +179,11 @@ func stillPending(t testing.TB, m *events.Manager, h events.Handle, what string)
 	if err := m.Wait(ctx, h); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%s: Wait returned %v, want the event still pending", what, err)
 	}
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

@@ -306,7 +306,7 @@ func TestShutdownFailsPendingRemoteWait(t *testing.T) {
 	e := newEvent(t, a.Events)
 	w := subscribed(t, ctx, a, b, e.Handle())
 
-	if err := b.Shutdown(velo.Timeout(5 * time.Second)); err != nil {
+	if err := shutdownWithin(b, 5*time.Second); err != nil {
 		t.Fatalf("B.Shutdown: %v", err)
 	}
 	// The wait ends during Shutdown; allow only the waiter's wake-up.
@@ -326,7 +326,7 @@ func TestShutdownFailsPendingRemoteWait(t *testing.T) {
 		t.Errorf("NewEvent after shutdown: %v, want ErrClosed", err)
 	}
 	e.Trigger() // A notifies a node that is gone: no hang, no panic
-	if err := a.Shutdown(velo.Timeout(5 * time.Second)); err != nil {
+	if err := shutdownWithin(a, 5*time.Second); err != nil {
 		t.Fatalf("A.Shutdown: %v", err)
 	}
 	goleak.VerifyNone(t)

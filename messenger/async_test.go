@@ -164,7 +164,7 @@ func TestUnaryAsyncFailsAtShutdown(t *testing.T) {
 	must(t, a.WaitForHandler(testCtx(t), b.InstanceID(), "ask"))
 	ch := callAsync(t, context.Background(), a, b.InstanceID(), "ask", nil)
 	recv(t, in, "the handler to start")
-	must(t, a.Shutdown(velo.WaitForever()))
+	must(t, a.Shutdown(context.Background()))
 	if r := recv(t, ch, "the call to fail"); !errors.Is(r.err, velo.ErrShuttingDown) {
 		t.Fatalf("want ErrShuttingDown, got %v", r.err)
 	}
@@ -289,7 +289,7 @@ func TestCallsRacingShutdownAllEnd(t *testing.T) {
 		go repeat(func() { a.Unary(context.Background(), b.InstanceID(), "never", nil) })
 	}
 	waitFor(t, "calls to be in flight", func() bool { return started.Load() > 100 })
-	must(t, a.Shutdown(velo.Timeout(0)))
+	must(t, shutdownWithin(a, 0))
 	close(stop)
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
@@ -308,7 +308,7 @@ func TestUnaryAsyncCallerMayReuseItsBuffer(t *testing.T) {
 	must(t, err)
 	a, err := velo.New(context.Background(), velo.WithTransport(tr))
 	must(t, err)
-	t.Cleanup(func() { a.Shutdown(velo.Timeout(5 * time.Second)) })
+	t.Cleanup(func() { shutdownWithin(a, 5*time.Second) })
 	b := newNode(t)
 	must(t, a.RegisterPeer(b.PeerInfo()))
 	ctx := testCtx(t)
@@ -361,11 +361,11 @@ func TestCallbackMayCallShutdown(t *testing.T) {
 		if !errors.Is(err, velo.ErrShuttingDown) {
 			t.Errorf("want ErrShuttingDown, got %v", err)
 		}
-		again <- a.Shutdown(velo.WaitForever())
+		again <- a.Shutdown(context.Background())
 	}))
 	recv(t, in, "the handler to start")
 	shut := make(chan error, 1)
-	go func() { shut <- a.Shutdown(velo.Timeout(0)) }()
+	go func() { shut <- shutdownWithin(a, 0) }()
 	recv(t, shut, "the shutdown")
 	recv(t, again, "the callback's own Shutdown call")
 	hold.open()

@@ -39,7 +39,7 @@ func TestForgedRepliesNeverCompleteACall(t *testing.T) {
 		answer <- resp
 	}()
 	recv(t, started, "the victim's call to reach the handler")
-	before := victim.UnmatchedReplies()
+	before := victim.Messenger().UnmatchedReplies()
 
 	// Guesses: the low slots, with small generations (what a counter would
 	// give) and with generations spread over the 48 bits.
@@ -59,7 +59,7 @@ func TestForgedRepliesNeverCompleteACall(t *testing.T) {
 		}
 	}
 	waitFor(t, "every forged reply to reach the victim", func() bool {
-		return victim.UnmatchedReplies()-before >= forged
+		return victim.Messenger().UnmatchedReplies()-before >= forged
 	})
 	select {
 	case resp := <-answer:
@@ -70,7 +70,7 @@ func TestForgedRepliesNeverCompleteACall(t *testing.T) {
 	if resp := recv(t, answer, "the victim's own answer"); string(resp) != "real" {
 		t.Fatalf("the victim's call returned %q, want its own answer", resp)
 	}
-	if got := victim.UnmatchedReplies() - before; got != forged {
+	if got := victim.Messenger().UnmatchedReplies() - before; got != forged {
 		t.Fatalf("victim counted %d unmatched replies, want %d", got, forged)
 	}
 }

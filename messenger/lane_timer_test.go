@@ -23,7 +23,7 @@ func internalPair(t *testing.T) (caller, server *Messenger) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { m.Shutdown(Timeout(5 * time.Second)) })
+		t.Cleanup(func() { shutdownWithin(m, 5*time.Second) })
 		return m
 	}
 	caller, server = start(), start()
@@ -105,4 +105,11 @@ func TestParseRequestHeaderDoesNotAllocate(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("parseRequestHeader allocated %v times", n)
 	}
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

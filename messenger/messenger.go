@@ -954,46 +954,28 @@ func (m *Messenger) sendReply(id ResponseID, f ext.Frame) bool {
 	return true
 }
 
-// ShutdownPolicy bounds the drain of a shutdown.
-type ShutdownPolicy struct {
-	timeout time.Duration
-	bounded bool
-}
-
-// WaitForever drains until no admitted request is in flight.
-func WaitForever() ShutdownPolicy { return ShutdownPolicy{} }
-
-// Timeout drains for at most d; requests still queued then are dropped.
-// Timeout(0) does not wait at all.
-func Timeout(d time.Duration) ShutdownPolicy {
-	return ShutdownPolicy{timeout: max(d, 0), bounded: true}
-}
-
 // BeginDrain refuses new requests (their callers fail fast with
 // ErrShuttingDown) while accepted work, responses and drain-exempt
 // handlers go on.
 func (m *Messenger) BeginDrain() { m.state.BeginDrain() }
 
-// Shutdown runs gate, drain, teardown and close. Concurrent calls wait for
-// the first. It returns context.DeadlineExceeded when a Timeout policy cut
-// the drain short.
-func (m *Messenger) Shutdown(p ShutdownPolicy) error {
+// Shutdown runs gate, drain, teardown and close, as http.Server.Shutdown
+// does: it drains until no admitted request is in flight or ctx is done,
+// whichever comes first, then stops. Requests still queued when ctx ends
+// are refused with ErrShuttingDown. Concurrent calls wait for the first. It
+// returns ctx's error when ctx cut the drain short. Pass an already done
+// context to stop without draining.
+func (m *Messenger) Shutdown(ctx context.Context) error {
 	m.shutOnce.Do(func() {
 		defer close(m.shutDone)
-		m.shutErr = m.shutdown(p)
+		m.shutErr = m.shutdown(ctx)
 	})
 	<-m.shutDone
 	return m.shutErr
 }
 
-func (m *Messenger) shutdown(p ShutdownPolicy) error {
-	m.state.BeginDrain() // 1. gate
-	ctx := context.Background()
-	if p.bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.timeout)
-		defer cancel()
-	}
+func (m *Messenger) shutdown(ctx context.Context) error {
+	m.state.BeginDrain()                  // 1. gate
 	drainErr := m.state.WaitForDrain(ctx) // 2. drain
 	m.stopped.Store(true)                 // 3. teardown
 	close(m.done)                         // ordered lanes stop; their queued requests are refused

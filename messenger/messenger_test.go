@@ -51,7 +51,7 @@ func newNode(t testing.TB, opts ...velo.Option) *velo.Node {
 			return // the test shut it down and checked the result
 		default:
 		}
-		if err := n.Shutdown(velo.Timeout(5 * time.Second)); err != nil {
+		if err := shutdownWithin(n, 5*time.Second); err != nil {
 			t.Errorf("shutdown of %s: %v", n.InstanceID(), err)
 		}
 	})
@@ -250,7 +250,7 @@ func TestFourPatterns(t *testing.T) {
 		if out.Sum != 5 {
 			t.Fatalf("sum %d", out.Sum)
 		}
-		out, err = messenger.TypedUnary[addResp](ctx, a.Messenger, b.InstanceID(), "add", addReq{A: 40, B: 2})
+		out, err = messenger.TypedUnary[addResp](ctx, a.Messenger(), b.InstanceID(), "add", addReq{A: 40, B: 2})
 		must(t, err)
 		if out.Sum != 42 {
 			t.Fatalf("sum %d", out.Sum)
@@ -598,7 +598,7 @@ func TestHandshakeOnce(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if h := a.Handshakes(); h != 1 {
+	if h := a.Messenger().Handshakes(); h != 1 {
 		t.Fatalf("%d concurrent first calls made %d handshakes, want 1", n, h)
 	}
 	for range 10 {
@@ -607,11 +607,11 @@ func TestHandshakeOnce(t *testing.T) {
 	}
 	must(t, a.Send(ctx, b.InstanceID(), "ping", nil))
 	must(t, a.Sync(ctx, b.InstanceID(), "ping", nil))
-	if h := a.Handshakes(); h != 1 {
+	if h := a.Messenger().Handshakes(); h != 1 {
 		t.Fatalf("later calls made handshakes: %d", h)
 	}
 	// The server learned the caller from the hello and never had to greet it.
-	if h := b.Handshakes(); h != 0 {
+	if h := b.Messenger().Handshakes(); h != 0 {
 		t.Fatalf("the server made %d handshakes", h)
 	}
 }
@@ -632,8 +632,8 @@ func TestWaitForHandler(t *testing.T) {
 	if got := testutil.ToFloat64(bm.InboundDequeued); got != inbound {
 		t.Fatalf("WaitForHandler for a known handler sent %v requests", got-inbound)
 	}
-	if a.Handshakes() != 1 {
-		t.Fatalf("handshakes %d", a.Handshakes())
+	if a.Messenger().Handshakes() != 1 {
+		t.Fatalf("handshakes %d", a.Messenger().Handshakes())
 	}
 
 	waiting := make(chan struct{})
@@ -690,3 +690,10 @@ func TestUnknownPeer(t *testing.T) {
 func seq(i int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(i)) }
 
 func unseq(p []byte) int { return int(binary.BigEndian.Uint32(p)) }
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
+}

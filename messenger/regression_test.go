@@ -48,7 +48,7 @@ func TestShutdownTimeoutZeroDoesNotWaitForHandlers(t *testing.T) {
 	go a.Sync(testCtx(t), b.InstanceID(), "h", nil)
 	recv(t, in, "the handler to start")
 	done := make(chan error, 1)
-	go func() { done <- b.Shutdown(velo.Timeout(0)) }()
+	go func() { done <- shutdownWithin(b, 0) }()
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -91,7 +91,7 @@ func TestTeardownRefusesQueuedOrderedRequests(t *testing.T) {
 	}
 	depth := sm.Handler("o").OrderedLaneDepth
 	waitFor(t, "five queued messages", func() bool { return testutil.ToFloat64(depth) == 5 })
-	if err := b.Shutdown(velo.Timeout(50 * time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+	if err := shutdownWithin(b, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	stopped.Store(true)

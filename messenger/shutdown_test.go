@@ -42,7 +42,7 @@ func TestInFlightRequestHoldsTheDrain(t *testing.T) {
 	var released atomic.Bool
 	shut := make(chan bool, 1)
 	go func() {
-		err := b.Shutdown(velo.WaitForever())
+		err := b.Shutdown(context.Background())
 		if err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
@@ -174,7 +174,7 @@ func TestThousandInFlightAreAllAnswered(t *testing.T) {
 	var released atomic.Bool
 	shut := make(chan bool, 1)
 	go func() {
-		if err := b.Shutdown(velo.WaitForever()); err != nil {
+		if err := b.Shutdown(context.Background()); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		shut <- released.Load()
@@ -205,7 +205,7 @@ func TestConcurrentShutdownsShareOneRun(t *testing.T) {
 	recv(t, in, "the handler to start")
 
 	first := make(chan error, 1)
-	go func() { first <- b.Shutdown(velo.Timeout(100 * time.Millisecond)) }()
+	go func() { first <- shutdownWithin(b, 100*time.Millisecond) }()
 	waitFor(t, "the first shutdown to begin", func() bool {
 		return errors.Is(a.Sync(ctx, b.InstanceID(), "probe", nil), velo.ErrShuttingDown)
 	})
@@ -215,7 +215,7 @@ func TestConcurrentShutdownsShareOneRun(t *testing.T) {
 	}
 	second := make(chan result, 1)
 	go func() {
-		err := b.Shutdown(velo.WaitForever()) // would wait for ever if it ran its own drain
+		err := b.Shutdown(context.Background()) // would wait for ever if it ran its own drain
 		select {
 		case <-b.Done():
 			second <- result{err, true}
@@ -235,7 +235,7 @@ func TestConcurrentShutdownsShareOneRun(t *testing.T) {
 		t.Fatalf("the second Shutdown returned %v, the first %v", r.err, err1)
 	}
 	// A third, later call returns the same at once.
-	if err := b.Shutdown(velo.WaitForever()); err != err1 {
+	if err := b.Shutdown(context.Background()); err != err1 {
 		t.Fatalf("a later Shutdown returned %v", err)
 	}
 	hold.open()
@@ -280,7 +280,7 @@ func TestOwnShutdownFailsCallsWithoutDeadline(t *testing.T) {
 				t.Fatalf("the call ended before the caller shut down: %v", err)
 			default:
 			}
-			must(t, a.Shutdown(velo.WaitForever()))
+			must(t, a.Shutdown(context.Background()))
 			if err := recv(t, done, "the call to fail"); !errors.Is(err, velo.ErrShuttingDown) {
 				t.Fatalf("want ErrShuttingDown, got %v", err)
 			}
@@ -322,7 +322,7 @@ func TestPeerGoneMidCall(t *testing.T) {
 		done <- err
 	}()
 	recv(t, in, "the handler to start")
-	if err := b.Shutdown(velo.Timeout(50 * time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+	if err := shutdownWithin(b, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("server shutdown: want DeadlineExceeded for the cut drain, got %v", err)
 	}
 	err := recv(t, done, "the call to fail")

@@ -9,7 +9,7 @@ import (
 )
 
 // TypedUnary sends req as JSON and decodes the JSON answer into Resp.
-func TypedUnary[Resp any](ctx context.Context, m *Messenger, target ext.InstanceID, handler string, req any, opts ...CallOption) (Resp, error) {
+func TypedUnary[Resp, Req any](ctx context.Context, m *Messenger, target ext.InstanceID, handler string, req Req, opts ...CallOption) (Resp, error) {
 	var out Resp
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -29,7 +29,7 @@ func TypedUnary[Resp any](ctx context.Context, m *Messenger, target ext.Instance
 // JSON and done gets the answer decoded into Resp. done runs as for
 // UnaryAsync: exactly once, on the goroutine that completes the call, and
 // not at all when TypedUnaryAsync returns an error.
-func TypedUnaryAsync[Resp any](ctx context.Context, m *Messenger, target ext.InstanceID, handler string, req any, done func(Resp, error), opts ...CallOption) error {
+func TypedUnaryAsync[Resp, Req any](ctx context.Context, m *Messenger, target ext.InstanceID, handler string, req Req, done func(Resp, error), opts ...CallOption) error {
 	if done == nil {
 		return fmt.Errorf("velo: TypedUnaryAsync needs a callback")
 	}

@@ -22,7 +22,7 @@ func runDemo(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer a.Shutdown(velo.Timeout(2 * time.Second))
+	defer shutdownWithin(a, 2*time.Second)
 	fmt.Printf("  node A %s at %s\n", a.InstanceID(), tcpAddr(a))
 	fmt.Printf("  node B %s at %s\n", b.InstanceID(), tcpAddr(b))
 
@@ -202,7 +202,7 @@ func demoDrain(ctx context.Context, a, b *velo.Node) (string, error) {
 		return "", fmt.Errorf("expected ErrShuttingDown, got %v", err)
 	}
 	took := time.Since(start)
-	if err := b.Shutdown(velo.WaitForever()); err != nil {
+	if err := b.Shutdown(context.Background()); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("A's call failed fast (%v) with the drain echo; B then shut down", took.Round(time.Microsecond)), nil
@@ -257,4 +257,11 @@ func tcpAddr(n *velo.Node) string {
 		return err.Error()
 	}
 	return addr
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

@@ -170,7 +170,7 @@ func TestAgainstRustReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Shutdown(velo.Timeout(2 * time.Second))
+	defer shutdownWithin(g, 2*time.Second)
 	var fired atomic.Int64
 	for _, h := range []velo.Handler{
 		velo.UnaryHandler("go_echo", func(c *velo.Context) ([]byte, error) { return append([]byte(nil), c.Payload...), nil }),
@@ -373,4 +373,11 @@ func keys(a ext.WorkerAddress) []string {
 		out = append(out, string(k)+"="+strconv.Itoa(len(a[k]))+"B")
 	}
 	return out
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

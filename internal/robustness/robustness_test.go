@@ -32,7 +32,7 @@ func newNode(t *testing.T, opts ...velo.Option) *velo.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Shutdown(velo.Timeout(2 * time.Second)) })
+	t.Cleanup(func() { shutdownWithin(n, 2*time.Second) })
 	return n
 }
 
@@ -197,7 +197,7 @@ func TestShutdownUnderLoadLosesNothing(t *testing.T) {
 	for started.Load() < 10*callers { // under load
 		time.Sleep(time.Millisecond)
 	}
-	must(t, server.Shutdown(velo.WaitForever()))
+	must(t, server.Shutdown(context.Background()))
 	now := time.Now()
 	finished.Store(&now)
 	wg.Wait()
@@ -286,4 +286,11 @@ func TestRemoteErrorsKeepTheirIdentity(t *testing.T) {
 	if !strings.Contains(full.Error(), "lane") {
 		t.Logf("lane error text: %v", full)
 	}
+}
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
 }

@@ -70,7 +70,7 @@ func TestEndpointForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Shutdown(velo.WaitForever())
+	defer n.Shutdown(context.Background())
 	if ep := string(n.PeerInfo().Address[uds.Key]); !strings.HasPrefix(ep, "uds:///") {
 		t.Errorf("advertised entry %q, want uds://<absolute path>", ep)
 	}

@@ -158,7 +158,7 @@ func eventsPair(ctx context.Context, kind string) (p *eventsNodes, err error) {
 		return nil, err
 	}
 	if p.b, err = start(bm); err != nil {
-		p.a.Shutdown(velo.Timeout(5 * time.Second))
+		shutdownWithin(p.a, 5*time.Second)
 		return nil, err
 	}
 	err = p.a.RegisterPeer(p.b.PeerInfo())
@@ -187,8 +187,8 @@ type eventsNodes struct {
 }
 
 func (p *eventsNodes) stop() {
-	p.b.Shutdown(velo.Timeout(5 * time.Second))
-	p.a.Shutdown(velo.Timeout(5 * time.Second))
+	shutdownWithin(p.b, 5*time.Second)
+	shutdownWithin(p.a, 5*time.Second)
 }
 
 // settled waits until A has handled B's subscription (so A has recorded

@@ -100,3 +100,10 @@ func PairWith(kind string, ca, cb ext.AdapterConfig) (a, b *Node, err error) {
 	}
 	return a, b, nil
 }
+
+// shutdownWithin shuts n down, draining for at most d.
+func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return n.Shutdown(ctx)
+}

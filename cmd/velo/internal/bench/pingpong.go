@@ -89,12 +89,12 @@ func veloPair(ctx context.Context, kind string) (a, b *velo.Node, stop func(), e
 		return nil, nil, nil, err
 	}
 	if b, err = start(); err != nil {
-		a.Shutdown(velo.WaitForever())
+		a.Shutdown(context.Background())
 		return nil, nil, nil, err
 	}
 	stop = func() {
-		a.Shutdown(velo.Timeout(5 * time.Second))
-		b.Shutdown(velo.Timeout(5 * time.Second))
+		shutdownWithin(a, 5*time.Second)
+		shutdownWithin(b, 5*time.Second)
 	}
 	if err = b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
 		return append([]byte(nil), c.Payload...), nil
