@@ -566,3 +566,44 @@ func TestUndeliveredSubscriptionFailsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A subscription goes when its last waiter gives up: a later wait
+// subscribes again instead of joining one nobody waits on.
+func TestSubscriptionGoesWithItsLastWaiter(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := pair(t, true)
+	e := newEvent(t, a.Events)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	err := b.Events.Wait(short, e.Handle())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait on a pending event with a short deadline: %v", err)
+	}
+	subs := b.Events.Subscriptions()
+	w := waitAsync(ctx, b.Events, e.Handle())
+	eventually(t, "a new subscription", func() bool { return b.Events.Subscriptions() == subs+1 })
+	e.Trigger()
+	if err := recv(t, w, "the second wait"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Merge honours its ctx: when it ends before a remote input completes, the
+// merged event is poisoned with ctx's error and nothing is left waiting.
+func TestMergeHonoursItsContext(t *testing.T) {
+	ctx := testCtx(t)
+	a, b := pair(t, false)
+	remote := newEvent(t, b.Events)
+	mctx, cancel := context.WithCancel(ctx)
+	merged, err := a.Events.Merge(mctx, remote.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	err = a.Events.Wait(ctx, merged)
+	var pe *events.PoisonedError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Reason, context.Canceled.Error()) {
+		t.Fatalf("merged event after its ctx ended: %v, want poisoned by %v", err, context.Canceled)
+	}
+	remote.Trigger()
+}

@@ -43,7 +43,8 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// A peer killed (SIGKILL) with 64 calls in flight: every call fails within
+// A peer killed (SIGKILL) with 64 calls in flight (Unary and Sync): every
+// call fails within
 // 100 ms of the kill with ErrPeerUnreachable, and so does a wait on one of
 // its events. A second wait on that event subscribes again (and fails at
 // once: nobody answers at that address).
@@ -64,9 +65,14 @@ func TestKilledPeerFailsWhatWaitsOnIt(t *testing.T) {
 		at  time.Time
 	}
 	results := make(chan result, inFlight+1)
-	for range inFlight {
+	for i := range inFlight {
 		go func() {
-			_, err := caller.Unary(ctx, target, "block", nil)
+			var err error
+			if i%4 == 0 { // a quarter are Sync calls, which wait for an Ack
+				err = caller.Sync(ctx, target, "block", nil)
+			} else {
+				_, err = caller.Unary(ctx, target, "block", nil)
+			}
 			results <- result{err, time.Now()}
 		}()
 	}
