@@ -68,7 +68,12 @@ func Example() {
 func Example_errors() {
 	ctx := context.Background()
 	server := startNode(ctx)
-	defer shutdownWithin(server, time.Second)
+	defer func() {
+		// Drain for at most a second, then stop.
+		stopCtx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		server.Shutdown(stopCtx)
+	}()
 	client := startNode(ctx)
 	defer client.Shutdown(context.Background())
 
