@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
@@ -132,9 +133,18 @@ func (r *remote) ownerLost(peer ext.InstanceID, err error) {
 		subs[i] = r.subs[h]
 	}
 	r.m.mu.Unlock()
-	for i, h := range lost {
-		r.settle(h, subs[i], false, "", fmt.Errorf("velo: wait on %s: %w", h, err))
+	fail := func() {
+		for i, h := range lost {
+			r.settle(h, subs[i], false, "", fmt.Errorf("velo: wait on %s: %w", h, err))
+		}
 	}
+	if errors.Is(err, ext.ErrPeerShutdown) {
+		// An owner that shut down in order sent the completions it had;
+		// they may trail the end of the connection a little.
+		time.AfterFunc(messenger.PeerShutdownGrace, fail)
+		return
+	}
+	fail()
 }
 
 func (r *remote) subscribe(h Handle, c *completion) {

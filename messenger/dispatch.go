@@ -137,6 +137,12 @@ func (r *registered) run(j job) {
 		r.met.inFlight.Dec()
 		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
 	}
+	if err != nil {
+		// A handler's own error never carries a wire code, even when it
+		// wraps one of ours (a downstream call that met ErrShuttingDown):
+		// the code would tell the caller that this node is shutting down.
+		err = handlerError{err}
+	}
 	r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
 	// The guard goes last: the drain waits until the reply is admitted.
 	j.msg.Done()
@@ -780,3 +786,9 @@ func (q *jobQueue) takeAll() []job {
 	}
 	return out
 }
+
+// handlerError hides a handler's error from the wire codes (codeOf): only
+// its text goes back.
+type handlerError struct{ err error }
+
+func (e handlerError) Error() string { return e.err.Error() }

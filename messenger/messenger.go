@@ -99,7 +99,7 @@ type Messenger struct {
 	// when their connections close, that is a shutdown, not a crash.
 	draining  sync.Map // ext.WorkerID → struct{}
 	lostCalls atomic.Int64
-	greeted   atomic.Pointer[map[ext.WorkerID]struct{}] // copy on write, under regMu
+	greeted   sync.Map // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 
 	undeliveredFn func(ext.InstanceID, string, error)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
@@ -139,8 +139,6 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	}
 	empty := map[string]*registered{}
 	m.handlers.Store(&empty)
-	none := map[ext.WorkerID]struct{}{}
-	m.greeted.Store(&none)
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
 		OnMessages:  m.onMessages,
 		OnFrame:     m.onFrame,
@@ -331,12 +329,35 @@ func (m *Messenger) Send(ctx context.Context, target ext.InstanceID, handler str
 	return err
 }
 
+// sendError is the error of a send that a transport refused. When the
+// peer had said it was shutting down, the error also matches
+// ErrShuttingDown: that refusal is its shutdown, not a fault.
+func (m *Messenger) sendError(handler string, target ext.InstanceID, err error) error {
+	if _, ok := m.draining.Load(target.WorkerID()); ok {
+		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
+	}
+	return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+}
+
+// systemOnly refuses a user handler name in the calls that skip the
+// handshake: a node serves user handlers only to callers that greeted it.
+func systemOnly(call, handler string) error {
+	if !strings.HasPrefix(handler, "_") {
+		return fmt.Errorf("velo: %s is for system handlers ('_' names), not %q", call, handler)
+	}
+	return nil
+}
+
 // Post is Send that never waits: it hands the message to the transport and
 // returns, even when the peer's send channel is full (the message then
 // waits in the transport's admission gate). Only a message that could not
 // be handed over at all returns an error. System subsystems use it where a
-// stalled peer must not hold up the caller (event completions).
+// stalled peer must not hold up the caller (event completions); it skips
+// the handshake, so it takes only system handler names.
 func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) error {
+	if err := systemOnly("Post", handler); err != nil {
+		return err
+	}
 	hb, err := m.prepare(handler, nil)
 	if err != nil {
 		return err
@@ -346,7 +367,7 @@ func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) 
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
 	if _, err := p.primary.Send(target, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)); err != nil {
-		return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+		return m.sendError(handler, target, err)
 	}
 	return nil
 }
@@ -426,6 +447,13 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 			return nil, err
 		}
 		defer m.slots.release(idx)
+		// The wait for a slot can outlast the connection the handshake
+		// ran on: a call to a user handler greets again if it was lost.
+		if !strings.HasPrefix(handler, "_") && !p.helloOK.Load() {
+			if err := m.ensureHello(ctx, p); err != nil {
+				return nil, err
+			}
+		}
 		// Shutdown fails the busy slots after it sets stopped: a call that
 		// took its slot too late for that sees stopped here instead.
 		if m.stopped.Load() {
@@ -439,7 +467,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	}
 	out, err := p.primary.Send(target, requestFrame(rt, id, handler, hb, payload))
 	if err != nil {
-		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+		return nil, m.sendError(handler, target, err)
 	}
 	if rt == FireAndForget {
 		if err := out.Wait(ctx); err != nil {
@@ -482,8 +510,12 @@ func (m *Messenger) Handshake(ctx context.Context, target ext.InstanceID) error 
 // slot, and waits for the Ack or Response sent to that slot. build gets the
 // slot's id and returns the payload. This is how a protocol whose request is
 // fire-and-forget but whose answer is awaited (the reference's event
-// trigger requests) is spoken; ctx bounds the wait.
+// trigger requests) is spoken; ctx bounds the wait. Like Post it skips the
+// handshake and takes only system handler names.
 func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte) ([]byte, error) {
+	if err := systemOnly("FireAndAwait", handler); err != nil {
+		return nil, err
+	}
 	if _, err := m.prepare(handler, nil); err != nil {
 		return nil, err
 	}
@@ -509,7 +541,7 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	// a write that fails after admission fails this wait at once.
 	out, err := p.primary.Send(target, requestFrame(FireAndForget, id, handler, nil, build(id)))
 	if err != nil {
-		return nil, fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+		return nil, m.sendError(handler, target, err)
 	}
 	if err := out.Wait(ctx); err != nil {
 		return nil, err
@@ -592,7 +624,7 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	}
 	id := ResponseID{Lo: uint64(m.wid), Hi: token}
 	if _, err := p.primary.Send(target, requestFrame(UnaryResponse, id, handler, hb, payload)); err != nil {
-		return unsent(fmt.Errorf("velo: send %q to %s: %w", handler, target, err))
+		return unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
 	// cannot (Background) costs nothing.
@@ -750,6 +782,7 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	w := id.WorkerID()
 	if p, ok := m.peers.get(id); ok {
+		p.epoch.Add(1)
 		p.helloOK.Store(false)
 	}
 	if errors.Is(err, ext.ErrPeerShutdown) {
@@ -766,7 +799,7 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 		// its answers travel on its own connection to us, which may trail
 		// the end of ours by a little. What has no answer by then was
 		// refused.
-		time.AfterFunc(peerShutdownGrace, fail)
+		time.AfterFunc(PeerShutdownGrace, fail)
 	} else {
 		fail()
 	}
@@ -778,9 +811,11 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	}
 }
 
-// peerShutdownGrace is how long the calls to a peer that shut down in order
-// may still get their answers after its connection ended.
-const peerShutdownGrace = 50 * time.Millisecond
+// PeerShutdownGrace is how long what waits on a peer that shut down in
+// order may still get its answer after the peer's connection ended: the
+// answers travel on the peer's own connection to this node, which may
+// trail the end of ours a little.
+const PeerShutdownGrace = 50 * time.Millisecond
 
 // OnPeerLost registers fn to hear when a transport lost its connection to
 // a peer (err matches ErrPeerUnreachable). fn runs on the transport's

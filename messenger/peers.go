@@ -22,6 +22,10 @@ type peer struct {
 	// peer's address: calls to it fail with ErrPeerRestarted until the new
 	// instance is registered (a new peer entry).
 	restarted atomic.Bool
+	// epoch counts the connections lost to this peer. A handshake that
+	// saw the epoch move while it ran proves nothing about the instance now
+	// at the address, so it does not count.
+	epoch atomic.Uint64
 }
 
 // peerTable maps instance and worker ids to peers. Sends read it without

@@ -282,17 +282,23 @@ func (t *slotTable) failPeer(peer ext.WorkerID, err error) int {
 func (t *slotTable) failAll(err error) { t.failWhere(err, nil) }
 
 // failWhere delivers err to every busy slot that match accepts (all when
-// match is nil). match may be called without the slot's lock.
+// match is nil). match is called without the slot's lock and again with it.
 func (t *slotTable) failWhere(err error, match func(*slot) bool) int {
 	var async []uint64
 	failed := 0
 	for i := range t.slots[:t.fresh.Load()] {
 		s := &t.slots[i]
 		if match != nil && !match(s) {
-			continue
+			continue // a cheap look first: most slots are not this peer's
 		}
 		s.mu.Lock()
+		// The slot may have moved on to another call since the look:
+		// match again under the lock, with the generation that the token
+		// (and so deliver) will check.
 		token, busy, isAsync := makeToken(s.gen, uint32(i)), s.busy, s.done != nil
+		if match != nil && !match(s) {
+			busy = false
+		}
 		s.mu.Unlock()
 		switch {
 		case busy && isAsync:

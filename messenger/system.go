@@ -3,6 +3,7 @@ package messenger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -106,7 +107,6 @@ func (p *peer) setHandlers(names []string) {
 		set[n] = struct{}{}
 	}
 	p.handlers.Store(&set)
-	p.helloOK.Store(true)
 }
 
 func (p *peer) hasHandler(name string) bool {
@@ -148,6 +148,9 @@ func (m *Messenger) ensureHello(ctx context.Context, p *peer) error {
 	p.helloRun = ch
 	p.helloMu.Unlock()
 	err := m.hello(ctx, p)
+	for try := 0; errors.Is(err, errStaleHello) && try < 3; try++ {
+		err = m.hello(ctx, p) // the connection was lost meanwhile: greet again
+	}
 	p.helloMu.Lock()
 	p.helloRun = nil
 	p.helloMu.Unlock()
@@ -155,8 +158,13 @@ func (m *Messenger) ensureHello(ctx context.Context, p *peer) error {
 	return err
 }
 
+// errStaleHello: the connection to the peer was lost while the handshake
+// ran, so its answer may come from an instance that is gone.
+var errStaleHello = fmt.Errorf("%w: the connection was lost during the handshake", ErrPeerUnreachable)
+
 func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	m.handshakes.Add(1)
+	epoch := p.epoch.Load()
 	info := m.info
 	body, err := json.Marshal(helloRequest{PeerInfo: &info})
 	if err != nil {
@@ -179,6 +187,10 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 		return err
 	}
 	p.setHandlers(h.Handlers)
+	if p.epoch.Load() != epoch {
+		return errStaleHello
+	}
+	p.helloOK.Store(true)
 	m.draining.Delete(p.info.WorkerID()) // a fresh handshake: it is serving again
 	return nil
 }
@@ -187,19 +199,10 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 // request for a user handler from a worker that did not is refused with
 // ErrPeerRestarted: every caller greets an instance before its first such
 // request, so one that did not greeted an earlier instance at this address.
-func (m *Messenger) greet(w ext.WorkerID) {
-	if m.greetedBy(w) {
-		return
-	}
-	m.regMu.Lock()
-	defer m.regMu.Unlock()
-	next := copyMap(*m.greeted.Load())
-	next[w] = struct{}{}
-	m.greeted.Store(&next)
-}
+func (m *Messenger) greet(w ext.WorkerID) { m.greeted.Store(w, struct{}{}) }
 
 func (m *Messenger) greetedBy(w ext.WorkerID) bool {
-	_, ok := (*m.greeted.Load())[w]
+	_, ok := m.greeted.Load(w)
 	return ok
 }
 

@@ -59,14 +59,23 @@ func TestRepliesOnTheWire(t *testing.T) {
 	idLE := binary.LittleEndian.AppendUint64(nil, uint64(caller.WorkerID()))
 	idLE = binary.LittleEndian.AppendUint64(idLE, token)
 
-	// A node serves user handlers only to callers that greeted it.
+	// A node serves user handlers only to callers that greeted it: before
+	// the handshake, the request is refused with the code of
+	// ErrPeerRestarted (the caller greeted some earlier instance, if any).
+	early := wireRequestHeader(2, uint64(caller.WorkerID()), token, "echo", nil)
+	_, err = out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: early, Payload: []byte("hi")}))
+	must(t, err)
+	replies = recv(t, accepted, "the server to dial the caller")
+	t.Cleanup(func() { replies.Close() })
+	if typ, h, _ := readFrame(t, replies); typ != ext.Response || !bytes.Equal(h, codedHeader(idLE, "peer_restarted")) {
+		t.Fatalf("a request before the handshake was answered with type %d header % x, want the peer_restarted code", typ, h)
+	}
+
 	body, err := json.Marshal(map[string]any{"peer_info": ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}})
 	must(t, err)
 	hello := wireRequestHeader(2, uint64(caller.WorkerID()), token, "_hello", nil)
 	_, err = out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: hello, Payload: body}))
 	must(t, err)
-	replies = recv(t, accepted, "the server to dial the caller")
-	t.Cleanup(func() { replies.Close() })
 	if typ, _, p := readFrame(t, replies); typ != ext.Response || !bytes.Contains(p, []byte(`"handlers"`)) {
 		t.Fatalf("hello answered with type %d: %s", typ, p)
 	}

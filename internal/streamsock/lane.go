@@ -111,6 +111,7 @@ func newLane(t *Transport, p *peer, idx int) *lane {
 	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
 	t.wg.Add(1)
+	t.writers.Add(1)
 	go l.run()
 	return l
 }
@@ -216,6 +217,7 @@ func (l *lane) recycleLocked(b *batch) {
 
 func (l *lane) run() {
 	defer l.t.wg.Done()
+	defer l.t.writers.Done()
 	conn, err := l.dial()
 	if err != nil {
 		l.lost(err)

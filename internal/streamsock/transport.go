@@ -54,6 +54,7 @@ type Transport struct {
 	stop     chan struct{} // closed at shutdown: ends the accept loop's backoff
 	closedCh chan struct{}
 	wg       sync.WaitGroup // writers and readers of every connection
+	writers  sync.WaitGroup // the lane writers alone: the goodbye waits for them
 	acceptWG sync.WaitGroup
 
 	// testWriteHook, when set by a test, sees the segments of every write call.
@@ -362,8 +363,9 @@ func (t *Transport) Shutdown() { t.shutdown(false) }
 // Tests use it to play a peer that dies.
 func (t *Transport) Kill() { t.shutdown(true) }
 
-// goodbyeWait bounds the goodbye writes at shutdown, all of them together:
-// a peer that does not read must not hold the shutdown.
+// goodbyeWait bounds each goodbye write at shutdown, and how long a
+// connection stays half-closed after it: a peer that does not read or
+// never closes must not hold the shutdown.
 const goodbyeWait = 100 * time.Millisecond
 
 // goodbye is a ShuttingDown frame with an empty header. A request echo
@@ -399,32 +401,63 @@ func (t *Transport) shutdown(abrupt bool) {
 		if c, ok := t.net.(interface{ Cleanup() }); ok {
 			c.Cleanup()
 		}
-		byeBy := time.Now().Add(goodbyeWait)
-		t.accepted.Range(func(k, _ any) bool {
-			conn := k.(net.Conn)
-			if abrupt {
-				conn.Close()
+		if abrupt {
+			t.accepted.Range(func(k, _ any) bool {
+				k.(net.Conn).Close()
 				return true
-			}
-			// The deadline also ends an echo write that a peer which
-			// does not read has left blocked, which holds the
-			// connection's write lock.
-			conn.SetWriteDeadline(byeBy)
-			conn.Write(goodbye)
-			// Half-close, and let the reader discard what still comes
-			// until the dialer closes its end: closing a socket with
-			// unread bytes resets it, and a reset can destroy the
-			// goodbye before the dialer reads it. The timer bounds a
-			// dialer that never closes.
-			if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-				time.AfterFunc(goodbyeWait, func() { conn.Close() })
-			} else {
-				conn.Close()
-			}
-			return true
-		})
+			})
+		} else {
+			t.wg.Add(1)
+			go t.sayGoodbye(deadline)
+		}
 		go t.waitClosed(deadline.Add(500 * time.Millisecond))
 	})
+}
+
+// sayGoodbye tells each accepted connection's dialer that this end is
+// going. It waits first for the lane writers to write what they had queued
+// (answers to those dialers, on connections of their own), up to the
+// teardown deadline: a dialer fails what still waits on this node soon
+// after the goodbye, so the answers should be out before it.
+func (t *Transport) sayGoodbye(deadline time.Time) {
+	defer t.wg.Done()
+	flushed := make(chan struct{})
+	go func() {
+		t.writers.Wait()
+		close(flushed)
+	}()
+	timer := time.NewTimer(time.Until(deadline))
+	select {
+	case <-flushed:
+	case <-timer.C:
+	}
+	timer.Stop()
+	var wg sync.WaitGroup
+	t.accepted.Range(func(k, _ any) bool {
+		wg.Add(1)
+		go func(conn net.Conn) { // each its own write: one stuck peer holds up nobody else
+			defer wg.Done()
+			byeOne(conn)
+		}(k.(net.Conn))
+		return true
+	})
+	wg.Wait()
+}
+
+// byeOne writes the goodbye on one accepted connection, then half-closes
+// it and lets its reader discard what still comes until the dialer closes
+// its end: closing a socket with unread bytes resets it, and a reset can
+// destroy the goodbye before the dialer reads it. The deadline ends a
+// write to a dialer that does not read (which may also hold an echo write
+// blocked), and the timer a dialer that never closes.
+func byeOne(conn net.Conn) {
+	conn.SetWriteDeadline(time.Now().Add(goodbyeWait))
+	conn.Write(goodbye)
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		time.AfterFunc(goodbyeWait, func() { conn.Close() })
+		return
+	}
+	conn.Close()
 }
 
 func (t *Transport) waitClosed(limit time.Time) {
