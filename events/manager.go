@@ -46,6 +46,7 @@ type completion struct {
 	err      error                                // set instead when the wait itself failed (shutdown, network)
 	onDone   []func(poisoned bool, reason string) // run once, outside the lock
 	waiters  int                                  // remote waits on it; guarded by the manager's lock
+	sub      uint64                               // which subscription of this node it is (remote waits)
 }
 
 func newCompletion() *completion { return &completion{done: make(chan struct{})} }

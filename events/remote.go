@@ -30,6 +30,7 @@ type remote struct {
 	subs map[Handle]*completion
 
 	subscribes atomic.Int64 // subscription messages sent, for tests
+	subSeq     atomic.Uint64
 	handled    atomic.Int64 // subscriptions and trigger requests served as owner
 	recorded   atomic.Int64 // of those, the ones recorded for a pending event
 	closed     chan struct{}
@@ -98,6 +99,7 @@ func (r *remote) wait(ctx context.Context, h Handle) error {
 			return ErrClosed
 		}
 		c = newCompletion()
+		c.sub = r.subSeq.Add(1)
 		r.subs[h] = c
 		// The subscription runs on its own goroutine so that one waiter
 		// giving up does not end it for the others.
@@ -166,7 +168,7 @@ func (r *remote) subscribe(h Handle, c *completion) {
 	err := r.handshake(ctx, owner)
 	if err == nil {
 		err = r.msg.Send(ctx, owner, subscribeHandler, mustJSON(subscribeMsg{
-			Handle: handleU128(h), SubscriberWorker: uint64(r.msg.WorkerID()), SubscriberInstance: r.msg.InstanceID(),
+			Handle: handleU128(h), SubscriberWorker: uint64(r.msg.WorkerID()), SubscriberInstance: r.msg.InstanceID(), Sub: c.sub,
 		}))
 	}
 	if err != nil {
@@ -189,7 +191,7 @@ func (r *remote) subscribeUndelivered(payload []byte, err error) {
 	r.m.mu.Lock()
 	c := r.subs[h]
 	r.m.mu.Unlock()
-	if c != nil {
+	if c != nil && c.sub == msg.Sub { // a later subscription is not this one's business
 		r.settle(h, c, false, "", fmt.Errorf("velo: subscribe to %s: not sent: %w", h, err))
 	}
 }

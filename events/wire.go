@@ -16,10 +16,16 @@ import (
 
 // subscribeMsg asks the owner of an event to send _event_trigger to the
 // subscriber when the event completes, or at once if it has.
+//
+// Sub is this implementation's addition (the reference ignores it): which
+// of this node's subscriptions to the handle sent the message, so that a
+// report that the message was not delivered fails that subscription and
+// never a later one.
 type subscribeMsg struct {
 	Handle             u128           `json:"handle"`
 	SubscriberWorker   uint64         `json:"subscriber_worker"`
 	SubscriberInstance ext.InstanceID `json:"subscriber_instance"`
+	Sub                uint64         `json:"velo_sub,omitempty"`
 }
 
 // completionMsg tells a subscriber how an event ended. Unknown is this
