@@ -366,6 +366,16 @@ func TestMetricsCountFramesOnBothEnds(t *testing.T) {
 		runtime.Gosched()
 	}
 
+	// The reader counts a batch once the node has taken it, which can be
+	// after the test popped its messages.
+	accepted := with("direction", "inbound", "outcome", "accepted", "message_type", "message")
+	for metricValue(t, regRx, "velo_transport_frames_total", accepted) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("inbound frames_total stuck at %v of %d", metricValue(t, regRx, "velo_transport_frames_total", accepted), n)
+		}
+		runtime.Gosched()
+	}
+
 	checks := []struct {
 		reg       *prometheus.Registry
 		side      string
