@@ -3,7 +3,6 @@ package events_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -543,12 +542,9 @@ func TestUndeliveredSubscriptionFailsAtOnce(t *testing.T) {
 	if err := recv(t, w, "first wait"); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
+	// Port 1 on loopback: nothing listens there, and unlike a port just
+	// closed, no other test's listener can take it meanwhile.
+	const closed = "127.0.0.1:1"
 	if err := b.tr.Register(ext.PeerInfo{InstanceID: a.InstanceID(), Address: ext.WorkerAddress{tcp.Key: []byte(closed)}}); err != nil {
 		t.Fatal(err)
 	}

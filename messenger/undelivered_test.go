@@ -1,7 +1,6 @@
 package messenger_test
 
 import (
-	"net"
 	"sync"
 	"testing"
 
@@ -27,10 +26,9 @@ func TestUndeliveredMessagesAreCountedAndReported(t *testing.T) {
 		defer mu.Unlock()
 		reports = append(reports, report{peer, handler, err})
 	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	closed := ln.Addr().String()
-	ln.Close()
+	// Port 1 on loopback: nothing listens there, and unlike a port just
+	// closed, no other test's listener can take it meanwhile.
+	const closed = "127.0.0.1:1"
 	gone := ext.NewInstanceID()
 	must(t, sender.RegisterPeer(ext.PeerInfo{InstanceID: gone, Address: ext.WorkerAddress{tcp.Key: []byte(closed)}}))
 	// A system handler skips the handshake, so Send only queues. Once the

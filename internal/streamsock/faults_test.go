@@ -49,9 +49,6 @@ func (n *testNet) Listen(ctx context.Context) (net.Listener, []byte, error) {
 
 func (n *testNet) Dial(ctx context.Context, ep []byte) (net.Conn, error) {
 	n.dials.Add(1)
-	if n.fail.Load() {
-		return nil, errTestDial
-	}
 	if n.entered != nil {
 		select {
 		case n.entered <- struct{}{}:
@@ -64,6 +61,9 @@ func (n *testNet) Dial(ctx context.Context, ep []byte) (net.Conn, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if n.fail.Load() { // after the release, so a test can queue behind a dial that then fails
+		return nil, errTestDial
 	}
 	var d net.Dialer
 	if n.sndbuf > 0 {

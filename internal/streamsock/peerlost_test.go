@@ -3,7 +3,6 @@ package streamsock
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,13 +230,11 @@ func TestOurOwnStopsReportNoLoss(t *testing.T) {
 // A dial that fails is a loss, reported once, and every frame queued behind
 // it is reported failed once.
 func TestAFailedDialIsALossAndFailsEachQueuedFrameOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{"tcp": []byte(ln.Addr().String())}}
-	ln.Close() // nothing listens there now
+	// The dial fails by the test network's hand: a closed port can be
+	// taken again by another test's listener before the dial reaches it.
+	dead := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{"tcp": []byte("127.0.0.1:1")}}
 	nw := &testNet{release: make(chan struct{})}
+	nw.fail.Store(true)
 	tx := newNodeOn(t, nw, Config{})
 	losses := recordLosses(tx.a)
 	fails := recordFailures(tx.a, dead.InstanceID)
