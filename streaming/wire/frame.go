@@ -150,7 +150,8 @@ func AppendBytesItem(dst, payload []byte) []byte {
 
 // AppendErrorFrame appends a SenderError or TransportError frame. Text
 // that is not UTF-8 has its bad bytes replaced with U+FFFD, because the
-// reference's String cannot hold them and would refuse the frame.
+// reference's String cannot hold them and would refuse the frame. It
+// panics on any other kind, a programming error.
 func AppendErrorFrame(dst []byte, kind Kind, text string) []byte {
 	if kind != KindSenderError && kind != KindTransportError {
 		panic("wire: AppendErrorFrame of " + kind.String())
