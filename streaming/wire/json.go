@@ -1,0 +1,195 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The control bodies are JSON, as serde_json writes them: the reference's
+// typed handlers (lib/velo/src/messenger/handlers/mod.rs, typed_unary_async)
+// read their input and write their output with serde_json, and the client
+// writes the payload with serde_json::to_vec. serde_json writes fields in
+// declaration order, no spaces, integers as plain numbers, and an enum as
+// {"Variant":{…}}.
+//
+// The reader is written against serde_json's rules, not encoding/json's:
+// keys match exactly (encoding/json folds case), a key given twice is
+// refused (serde's derive refuses a duplicate field), null is not an empty
+// string or list, and numbers are unsigned integers only. Unknown keys are
+// skipped, as serde skips them.
+
+// appendJSONString appends s as serde_json writes a string: ", \ and the
+// control characters escaped (\b \f \n \r \t by name, the rest as \u00xx
+// in lower-case hex), everything else as it is. Invalid UTF-8 becomes
+// U+FFFD, as a Rust String cannot hold it.
+func appendJSONString(dst []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				dst = append(dst, "\uFFFD"...)
+			} else {
+				dst = append(dst, s[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		switch c {
+		case '"':
+			dst = append(dst, '\\', '"')
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			if c < 0x20 {
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			} else {
+				dst = append(dst, c)
+			}
+		}
+		i++
+	}
+	return append(dst, '"')
+}
+
+func appendJSONField(dst []byte, first bool, name string) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	return append(dst, '"', ':')
+}
+
+func appendHiLoJSON(dst []byte, hi, lo uint64) []byte {
+	dst = append(dst, `{"hi":`...)
+	dst = strconv.AppendUint(dst, hi, 10)
+	dst = append(dst, `,"lo":`...)
+	dst = strconv.AppendUint(dst, lo, 10)
+	return append(dst, '}')
+}
+
+// jsonObject calls visit for each member of the JSON object that fills b,
+// in order. It refuses anything but one object, a key given twice, and
+// input that is not UTF-8.
+func jsonObject(b []byte, what string, visit func(key string, val json.RawMessage) error) error {
+	if !utf8.Valid(b) {
+		return malformed("%s: not UTF-8", what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return malformed("%s: not a JSON object", what)
+	}
+	var seen []string // bodies have a handful of keys
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return malformed("%s: %v", what, err)
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return malformed("%s: bad key", what)
+		}
+		for _, k := range seen {
+			if k == key {
+				return malformed("%s: duplicate field %q", what, key)
+			}
+		}
+		seen = append(seen, key)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return malformed("%s: field %q: %v", what, key, err)
+		}
+		if err := visit(key, val); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return malformed("%s: %v", what, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return malformed("%s: data after the object", what)
+	}
+	return nil
+}
+
+// jsonUint reads an unsigned integer of at most bits bits: digits only, as
+// serde_json reads a u64 or u32 (no sign, fraction, exponent or quotes).
+func jsonUint(val json.RawMessage, bits int, field string) (uint64, error) {
+	if len(val) == 0 {
+		return 0, malformed("%s: empty", field)
+	}
+	for _, c := range val {
+		if c < '0' || c > '9' {
+			return 0, malformed("%s: %.40q is not an unsigned integer", field, val)
+		}
+	}
+	v, err := strconv.ParseUint(string(val), 10, bits)
+	if err != nil {
+		return 0, malformed("%s: %.40q does not fit %d bits", field, val, bits)
+	}
+	return v, nil
+}
+
+func jsonString(val json.RawMessage, field string) (string, error) {
+	var s string
+	if len(val) == 0 || val[0] != '"' || json.Unmarshal(val, &s) != nil {
+		return "", malformed("%s: not a string", field)
+	}
+	return s, nil
+}
+
+func jsonStrings(val json.RawMessage, field string) ([]string, error) {
+	if len(val) == 0 || val[0] != '[' {
+		return nil, malformed("%s: not a list", field)
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(val, &raws); err != nil {
+		return nil, malformed("%s: %v", field, err)
+	}
+	out := make([]string, 0, len(raws))
+	for _, r := range raws {
+		s, err := jsonString(r, field)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func parseHiLoJSON(b []byte) (hi, lo uint64, err error) {
+	var haveHi, haveLo bool
+	err = jsonObject(b, "handle", func(key string, val json.RawMessage) error {
+		var err error
+		switch key {
+		case "hi":
+			hi, err = jsonUint(val, 64, "handle.hi")
+			haveHi = true
+		case "lo":
+			lo, err = jsonUint(val, 64, "handle.lo")
+			haveLo = true
+		}
+		return err
+	})
+	if err == nil && (!haveHi || !haveLo) {
+		err = malformed("handle: missing hi or lo")
+	}
+	return hi, lo, err
+}
