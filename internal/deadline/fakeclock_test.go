@@ -11,7 +11,8 @@ type fakeClock struct {
 	mu    sync.Mutex
 	now   time.Time
 	timer *fakeTimer
-	made  int // timers created: the sweeper must create exactly one
+	made  int            // timers created: the sweeper must create exactly one
+	arms  chan time.Time // each time the timer is armed, if there is room
 }
 
 type fakeTimer struct {
@@ -22,7 +23,7 @@ type fakeTimer struct {
 }
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	return &fakeClock{now: time.Unix(1_700_000_000, 0), arms: make(chan time.Time, 64)}
 }
 
 func (c *fakeClock) Now() time.Time {
@@ -81,6 +82,10 @@ func (t *fakeTimer) resetLocked(d time.Duration) {
 	default:
 	}
 	t.armed, t.when = true, t.c.now.Add(d)
+	select {
+	case t.c.arms <- t.when:
+	default:
+	}
 	if d <= 0 {
 		t.armed = false
 		t.ch <- t.c.now

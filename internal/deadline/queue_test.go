@@ -110,18 +110,22 @@ func TestSweeperSleepsUntilEarliestDeadline(t *testing.T) {
 	}
 }
 
-// waitArmed waits for the sweeper to arm its timer at want. Each check
-// follows a full sweeper pass, so this waits on the sweeper, not on time.
+// waitArmed waits for the sweeper to arm its timer at want: it reads the
+// arm events of the fake clock, so it waits on the sweeper, not on time.
 func waitArmed(t *testing.T, clk *fakeClock, want time.Time) {
 	t.Helper()
-	for range 10000 {
-		if at, ok := clk.armedAt(); ok && at.Equal(want) {
-			return
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case at := <-clk.arms:
+			if at.Equal(want) {
+				return
+			}
+		case <-timeout:
+			at, ok := clk.armedAt()
+			t.Fatalf("timer armed at %v (%v), want %v", at, ok, want)
 		}
-		runtime.Gosched()
 	}
-	at, ok := clk.armedAt()
-	t.Fatalf("timer armed at %v (%v), want %v", at, ok, want)
 }
 
 func TestResetLaterAndEarlier(t *testing.T) {
