@@ -29,10 +29,9 @@ var (
 // makes a channel under the lock, and the party that changes the state
 // closes it.
 type anchorState struct {
-	mgr     *Manager
-	handle  wire.AnchorHandle
-	capLim  int
-	removed bool // out of the registry; guarded by mu, set by the Manager
+	mgr    *Manager
+	handle wire.AnchorHandle
+	capLim int
 
 	mu        sync.Mutex
 	q         ring
@@ -47,7 +46,8 @@ type anchorState struct {
 	endErr    error         // the error that ended the stream, returned again
 }
 
-// wakeLocked closes the channels of whoever waits. Caller holds mu.
+// wakeData and wakeSpace close the channel of whoever waits. The caller
+// holds mu.
 func (st *anchorState) wakeData() {
 	if st.dataWait != nil {
 		close(st.dataWait)
@@ -71,7 +71,9 @@ func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) er
 		case s.done:
 			st.mu.Unlock()
 			return ErrSenderClosed
-		case st.cancelled:
+		case st.cancelled || st.endErr != nil:
+			// Cancelled, or ended on the consumer's side (an item that
+			// did not decode): nobody will read what comes next.
 			st.mu.Unlock()
 			return ErrCancelled
 		case st.q.n < st.capLim:
@@ -196,6 +198,7 @@ func (st *anchorState) endLocked(err error) {
 	}
 	st.q.clear()
 	st.wakeData()
+	st.wakeSpace()
 }
 
 // requestStop fires the stop signal, now or for a producer that attaches
@@ -229,7 +232,6 @@ func (st *anchorState) cancel(closing bool) {
 		}
 	}
 	st.endLocked(ErrCancelled)
-	st.wakeSpace()
 	if closing {
 		st.closed = true
 	}

@@ -54,7 +54,8 @@ func (s *Sender[T]) Handle() wire.AnchorHandle { return s.st.handle }
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
-// (ErrCancelled).
+// (ErrCancelled). It also returns ErrCancelled once the consumer's stream
+// has ended on its side (an item that did not decode).
 func (s *Sender[T]) Send(ctx context.Context, item T) error {
 	return s.st.push(ctx, &s.senderCore, s.encode(item))
 }

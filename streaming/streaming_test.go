@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming/wire"
+	"go.uber.org/goleak"
 )
 
 const testOwner = ext.WorkerID(0x1122334455667788)
@@ -708,6 +709,11 @@ func TestConcurrentStreamKeepsOrder(t *testing.T) {
 func TestNoGoroutinePerStream(t *testing.T) {
 	m := NewManager(testOwner)
 	ctx := context.Background()
+	// Let the goroutines of earlier tests finish exiting first, so the
+	// baseline counts only what stays.
+	if err := goleak.Find(); err != nil {
+		t.Fatal(err)
+	}
 	base := runtime.NumGoroutine()
 
 	anchors := make([]*Anchor[[]byte], 0, 1000)
@@ -827,5 +833,32 @@ func BenchmarkSameWorkerRecord(b *testing.B) {
 	for b.Loop() {
 		s.SendBytes(ctx, benchPayload)
 		a.NextBytes(ctx)
+	}
+}
+
+// After the consumer's stream ends on an item that does not decode, the
+// producer's sends fail instead of filling an inlet nobody reads.
+func TestSendAfterConsumerEnded(t *testing.T) {
+	m := NewManager(testOwner)
+	a, err := CreateAnchor[point](m, WithCapacity(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	s, err := AttachAnchor[[]byte](ctx, m, a.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Send(ctx, []byte("not a point"))
+	var de *DecodeError
+	if _, err := a.Next(ctx); !errors.As(err, &de) {
+		t.Fatalf("Next = %v, want a DecodeError", err)
+	}
+	for range 2 { // more than the capacity: none waits
+		if err := s.Send(ctx, []byte("x")); !errors.Is(err, ErrCancelled) {
+			t.Fatalf("Send after the consumer ended = %v, want ErrCancelled", err)
+		}
 	}
 }
