@@ -111,7 +111,13 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		// The consumer closed its anchor: the terminal has no inlet to
 		// enter (the book's same-worker Discarded).
 		out, err = RetireDiscarded, ErrCancelled
-	} else {
+	} else if st.endErr == nil && !(detach && st.q.n > 0 && isDetached(st.q.last())) {
+		// Terminals go past the capacity, so this is what bounds them: a
+		// stream that ended on the consumer's side takes none (nobody
+		// reads them), and Detached frames in a row collapse into one
+		// (the consumer skips them), so that attach/detach cycles with
+		// no reader cannot grow the inlet. Both still count as handed
+		// on: the anchor is open.
 		st.q.push(frame)
 		st.wakeData()
 	}
@@ -278,6 +284,10 @@ func (r *ring) push(b []byte) {
 	r.buf[(r.head+r.n)%len(r.buf)] = b
 	r.n++
 }
+
+func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
+
+func isDetached(b []byte) bool { return len(b) > 0 && &b[0] == &detachedFrame[0] }
 
 func (r *ring) pop() []byte {
 	b := r.buf[r.head]

@@ -862,3 +862,48 @@ func TestSendAfterConsumerEnded(t *testing.T) {
 		}
 	}
 }
+
+// Terminals go past the inlet's capacity, so a producer that attaches and
+// detaches in a loop, with no reader or after a cancel, must not grow the
+// inlet.
+func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
+	m := NewManager(testOwner)
+	ctx := context.Background()
+	for _, cancelled := range []bool{false, true} {
+		a, err := CreateAnchor[[]byte](m, WithCapacity(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cancelled {
+			a.Controller().Cancel()
+		}
+		for i := range 1000 {
+			s, err := AttachAnchor[[]byte](ctx, m, a.Handle())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				s.Send(ctx, []byte("x"))
+			}
+			r := s.Retired()
+			if err := s.Detach(); err != nil {
+				t.Fatal(err)
+			}
+			if out := <-r; out != RetireSent {
+				t.Fatalf("retired %v, want Sent", out)
+			}
+		}
+		a.st.mu.Lock()
+		n := a.st.q.n
+		a.st.mu.Unlock()
+		if want := map[bool]int{false: 2, true: 0}[cancelled]; n != want {
+			t.Fatalf("cancelled=%v: %d frames in the inlet after 1,000 detaches, want %d", cancelled, n, want)
+		}
+		if !cancelled {
+			if got := mustNext(t, a); string(got) != "x" {
+				t.Fatalf("Next = %q", got)
+			}
+		}
+		a.Close()
+	}
+}
