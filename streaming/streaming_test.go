@@ -907,3 +907,37 @@ func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
 		a.Close()
 	}
 }
+
+// dataBlocked reports whether a Next waits for a frame.
+func dataBlocked(st *anchorState) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.dataWait != nil
+}
+
+// A Next that waits is woken by a send, and by a cancel from another
+// goroutine.
+func TestBlockedNextWakes(t *testing.T) {
+	m := NewManager(testOwner)
+	a, s := newPair[[]byte](t, m)
+	ctx := context.Background()
+	got := make(chan error, 1)
+	go func() {
+		v, err := a.Next(ctx)
+		if err == nil && string(v) != "late" {
+			err = fmt.Errorf("Next = %q", v)
+		}
+		got <- err
+	}()
+	waitFor(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
+	s.Send(ctx, []byte("late"))
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, err := a.Next(ctx); got <- err }()
+	waitFor(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
+	a.Controller().Cancel()
+	if err := <-got; !errors.Is(err, ErrCancelled) {
+		t.Fatalf("Next after cancel = %v, want ErrCancelled", err)
+	}
+}
