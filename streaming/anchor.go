@@ -1,0 +1,129 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"io"
+	"iter"
+
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Anchor is the consumer's end of a stream of items of type T. Make one
+// with CreateAnchor, give its Handle to a producer, read with Next,
+// NextBytes or All, and Close it when done.
+//
+// Next, NextBytes and All are meant for one consumer goroutine; Close and
+// the Controller may be used from any goroutine.
+type Anchor[T any] struct {
+	st     anchorState
+	decode func([]byte) (T, error)
+}
+
+// Handle names the anchor to a producer. It is the only credential a
+// producer needs: send it only to the producer that needs it.
+func (a *Anchor[T]) Handle() wire.AnchorHandle { return a.st.handle }
+
+// Next returns the next item. It waits until an item arrives, the stream
+// ends, or ctx is done. A *SenderError is a soft error and the stream goes
+// on. The stream ends with io.EOF (the producer finalized),
+// ErrSenderDropped, a *TransportError, a *DecodeError or ErrCancelled;
+// Next then returns that error again.
+//
+// For T = []byte the item aliases its frame, which the consumer owns.
+func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
+	var zero T
+	f, err := a.st.pop(ctx)
+	if err != nil {
+		return zero, err
+	}
+	if f.Kind == wire.KindSenderError {
+		return zero, &SenderError{Message: f.Message}
+	}
+	v, err := a.decode(f.Item)
+	if err != nil {
+		a.st.end(err)
+		return zero, err
+	}
+	return v, nil
+}
+
+// NextBytes returns the payload of the next byte item (a MessagePack
+// binary, what SendBytes and a []byte Send write), aliasing its frame with
+// no copy. Everything other than an item behaves as in Next. An item that
+// is not a binary ends the stream with a *DecodeError.
+func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
+	f, err := a.st.pop(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if f.Kind == wire.KindSenderError {
+		return nil, &SenderError{Message: f.Message}
+	}
+	p, err := bytesPayload(f.Item)
+	if err != nil {
+		a.st.end(err)
+		return nil, err
+	}
+	return p, nil
+}
+
+// All ranges over the stream: each item with a nil error, each soft error
+// (*SenderError) with a zero item. It stops after a finalized stream
+// without yielding io.EOF; any other end, ctx's included, is yielded once
+// as the last pair.
+func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		for {
+			v, err := a.Next(ctx)
+			if err == io.EOF {
+				return
+			}
+			if !yield(v, err) {
+				return
+			}
+			var se *SenderError
+			if err != nil && !errors.As(err, &se) {
+				return
+			}
+		}
+	}
+}
+
+// Controller returns the handle that stops or cancels this stream from
+// any goroutine.
+func (a *Anchor[T]) Controller() Controller { return Controller{st: &a.st} }
+
+// Close cancels the stream if it has not ended, and removes the anchor
+// from its Manager. A producer's later Finalize, Detach or Close is then
+// discarded (RetireDiscarded). Close is idempotent and returns nil.
+func (a *Anchor[T]) Close() error {
+	a.st.cancel(true)
+	return nil
+}
+
+// Controller stops or cancels a stream from outside its consumer. Its zero
+// value does nothing.
+type Controller struct {
+	st *anchorState
+}
+
+// RequestStop asks the producer to finish: its Sender.Stopped channel
+// closes, and the producer may send its final output and Finalize. Nothing
+// buffered is discarded. A stop made before a producer attaches is kept.
+// It is idempotent.
+func (c Controller) RequestStop() {
+	if c.st != nil {
+		c.st.requestStop()
+	}
+}
+
+// Cancel ends the stream at once: Next returns ErrCancelled, the
+// producer's Stopped and Cancelled channels close, and its sends fail with
+// ErrCancelled. A cancel made before a producer attaches is kept: the
+// producer sees it on attach. It is idempotent.
+func (c Controller) Cancel() {
+	if c.st != nil {
+		c.st.cancel(false)
+	}
+}

@@ -1,0 +1,37 @@
+// Package streaming moves a sequence of typed items from a producer to a
+// consumer: the streams of the velo book (chapter Streaming).
+//
+// The consumer creates an Anchor with CreateAnchor and hands its handle to
+// a producer. The producer attaches with AttachAnchor and gets a Sender.
+// Items, soft errors and one terminal frame (Finalized, Detached or
+// Dropped) travel from the Sender to the Anchor in order. The consumer
+// reads them with Anchor.Next, Anchor.NextBytes or the iterator
+// Anchor.All.
+//
+// Only the same-worker path is built: the producer and the consumer use the
+// same Manager. Frames go straight into the anchor's inlet, a bounded
+// mutex-guarded queue, with no goroutine per anchor or per sender. Remote
+// attach, per-stream transports, the mux, MPSC anchors, heartbeats and
+// reservations are not built yet (docs/streams.md).
+//
+// Lifecycle and errors:
+//
+//   - Next returns io.EOF after the producer finalized the stream,
+//     ErrSenderDropped after the producer closed its Sender without
+//     finalizing, a *TransportError when delivery failed, and ErrCancelled
+//     after the consumer cancelled. These end the stream, and Next returns
+//     the same error again.
+//   - A *SenderError is a soft error: the producer reported it, and the
+//     stream goes on.
+//   - Detached does not end the stream: the anchor waits for another
+//     producer to attach.
+//   - Close the Anchor when done with it (defer anchor.Close()). Close
+//     cancels the stream if it has not ended, and removes the anchor from
+//     its Manager.
+//
+// Items are MessagePack, as on the wire. The module has no general
+// MessagePack encoder, so an item type T is either []byte (a MessagePack
+// binary, the book's Bytes item) or a type that encodes and decodes itself:
+// the Sender needs T to implement MsgpackAppender and the Anchor needs *T
+// to implement MsgpackUnmarshaler.
+package streaming

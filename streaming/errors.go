@@ -1,0 +1,70 @@
+package streaming
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrSenderDropped ends a stream whose producer closed its Sender without
+// finalizing (the book's StreamFrame::Dropped).
+var ErrSenderDropped = errors.New("velo: stream sender dropped")
+
+// ErrCancelled is returned by a send after the consumer cancelled the
+// stream or closed its anchor, and by Next after the consumer cancelled.
+var ErrCancelled = errors.New("velo: stream cancelled")
+
+// ErrAnchorNotFound is returned by AttachAnchor for a handle that names no
+// live anchor of the Manager: never created, ended or closed.
+var ErrAnchorNotFound = errors.New("velo: stream anchor not found")
+
+// ErrAlreadyAttached is returned by AttachAnchor when another Sender is
+// attached to the anchor. A default (SPSC) anchor takes one producer at a
+// time.
+var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
+
+// ErrRemoteAttach is returned by AttachAnchor for a handle owned by another
+// worker: remote attach is not built yet.
+var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker is not built yet")
+
+// ErrMPSCNotBuilt is returned by AttachAnchor for the handle of an MPSC
+// anchor: MPSC anchors are not built yet.
+var ErrMPSCNotBuilt = errors.New("velo: MPSC anchors are not built yet")
+
+// ErrSenderClosed is returned by a Sender used after Finalize, Detach or
+// Close.
+var ErrSenderClosed = errors.New("velo: stream sender already finalized, detached or closed")
+
+// ErrUnsupportedItem is returned by CreateAnchor and AttachAnchor for an
+// item type that is neither []byte nor MessagePack-capable (see the
+// package documentation).
+var ErrUnsupportedItem = errors.New("velo: unsupported stream item type")
+
+// ErrBadCapacity is returned by CreateAnchor for a capacity below 1.
+var ErrBadCapacity = errors.New("velo: stream inlet capacity must be at least 1")
+
+// SenderError is a soft error that the producer put in the stream (the
+// book's StreamFrame::SenderError). The stream goes on after it.
+type SenderError struct {
+	Message string
+}
+
+func (e *SenderError) Error() string { return "velo: stream sender error: " + e.Message }
+
+// TransportError ends a stream whose delivery failed (the book's
+// StreamFrame::TransportError).
+type TransportError struct {
+	Message string
+}
+
+func (e *TransportError) Error() string { return "velo: stream transport error: " + e.Message }
+
+// DecodeError ends a stream whose frame or item could not be decoded.
+type DecodeError struct {
+	Err error
+}
+
+func (e *DecodeError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
+
+// Unwrap returns the cause, so that errors.Is(err, wire.ErrMalformed)
+// matches a malformed frame.
+func (e *DecodeError) Unwrap() error { return e.Err }

@@ -1,0 +1,304 @@
+package streaming
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// DefaultCapacity is the number of frames an anchor's inlet holds before
+// Send waits.
+const DefaultCapacity = 256
+
+// closedChan is returned for a signal that has already fired.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Frames without a value, shared by every stream; the consumer only reads
+// them.
+var (
+	finalizedFrame = []byte(wire.FinalizedFrame)
+	detachedFrame  = []byte(wire.DetachedFrame)
+	droppedFrame   = []byte(wire.DroppedFrame)
+)
+
+// anchorState is one anchor's inlet and lifecycle, shared by the Anchor,
+// its Controller, the Manager's registry and the attached Sender. One mutex
+// guards all of it. Nothing here owns a goroutine: a party that must wait
+// makes a channel under the lock, and the party that changes the state
+// closes it.
+type anchorState struct {
+	mgr    *Manager
+	handle wire.AnchorHandle
+	capLim int
+
+	mu        sync.Mutex
+	q         ring
+	dataWait  chan struct{} // a consumer waits for a frame or an end
+	spaceWait chan struct{} // senders wait for room or a state change
+	attached  bool
+	stopReq   bool
+	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
+	closed    bool          // the consumer closed the anchor: terminals are discarded
+	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
+	cancelCh  chan struct{} // made on demand; closed by cancel
+	endErr    error         // the error that ended the stream, returned again
+}
+
+// wakeData and wakeSpace close the channel of whoever waits. The caller
+// holds mu.
+func (st *anchorState) wakeData() {
+	if st.dataWait != nil {
+		close(st.dataWait)
+		st.dataWait = nil
+	}
+}
+
+func (st *anchorState) wakeSpace() {
+	if st.spaceWait != nil {
+		close(st.spaceWait)
+		st.spaceWait = nil
+	}
+}
+
+// push puts an item or soft-error frame into the inlet for sender s,
+// waiting while the inlet is full. A cancel, the end of s, or ctx wakes it.
+func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) error {
+	st.mu.Lock()
+	for {
+		switch {
+		case s.done:
+			st.mu.Unlock()
+			return ErrSenderClosed
+		case st.cancelled || st.endErr != nil:
+			// Cancelled, or ended on the consumer's side (an item that
+			// did not decode): nobody will read what comes next.
+			st.mu.Unlock()
+			return ErrCancelled
+		case st.q.n < st.capLim:
+			st.q.push(frame)
+			st.wakeData()
+			st.mu.Unlock()
+			return nil
+		}
+		if st.spaceWait == nil {
+			st.spaceWait = make(chan struct{})
+		}
+		w := st.spaceWait
+		st.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		st.mu.Lock()
+	}
+}
+
+// terminate ends sender s with a terminal frame. It never waits: the
+// terminal goes into the inlet past its capacity, behind every frame
+// already there. It returns the retirement of the stream's output.
+func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (RetireOutcome, error) {
+	st.mu.Lock()
+	if s.done {
+		st.mu.Unlock()
+		return 0, ErrSenderClosed
+	}
+	s.done = true
+	out, err := RetireSent, error(nil)
+	if st.closed {
+		// The consumer closed its anchor: the terminal has no inlet to
+		// enter (the book's same-worker Discarded).
+		out, err = RetireDiscarded, ErrCancelled
+	} else if st.endErr == nil && !(detach && st.q.n > 0 && isDetached(st.q.last())) {
+		// Terminals go past the capacity, so this is what bounds them: a
+		// stream that ended on the consumer's side takes none (nobody
+		// reads them), and Detached frames in a row collapse into one
+		// (the consumer skips them), so that attach/detach cycles with
+		// no reader cannot grow the inlet. Both still count as handed
+		// on: the anchor is open.
+		st.q.push(frame)
+		st.wakeData()
+	}
+	if detach {
+		st.attached = false
+	}
+	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
+	waiters := s.retireWaiters
+	s.retireWaiters = nil
+	s.outcome = out
+	st.mu.Unlock()
+	for _, w := range waiters {
+		w <- out
+		close(w)
+	}
+	return out, err
+}
+
+// pop takes the next frame the consumer must see: an item or a soft error
+// (Kind Item or SenderError), or an error that ends the stream. It skips
+// heartbeats and Detached (the anchor waits for the next producer) and
+// turns terminals into errors: io.EOF for Finalized.
+func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
+	st.mu.Lock()
+	for {
+		if st.endErr != nil {
+			err := st.endErr
+			st.mu.Unlock()
+			return wire.Frame{}, err
+		}
+		if st.q.n == 0 {
+			if st.dataWait == nil {
+				st.dataWait = make(chan struct{})
+			}
+			w := st.dataWait
+			st.mu.Unlock()
+			select {
+			case <-w:
+			case <-ctx.Done():
+				return wire.Frame{}, ctx.Err()
+			}
+			st.mu.Lock()
+			continue
+		}
+		b := st.q.pop()
+		st.wakeSpace()
+		f, err := wire.DecodeFrame(b)
+		if err != nil {
+			err = &DecodeError{Err: err}
+		} else {
+			switch f.Kind {
+			case wire.KindItem, wire.KindSenderError:
+				st.mu.Unlock()
+				return f, nil
+			case wire.KindHeartbeat, wire.KindDetached:
+				continue
+			case wire.KindFinalized:
+				err = io.EOF
+			case wire.KindDropped:
+				err = ErrSenderDropped
+			case wire.KindTransportError:
+				err = &TransportError{Message: f.Message}
+			}
+		}
+		st.endLocked(err)
+		st.mu.Unlock()
+		st.mgr.remove(st)
+		return wire.Frame{}, err
+	}
+}
+
+// end ends the stream with err on the consumer's side (an item that does
+// not decode) and removes the anchor from the registry.
+func (st *anchorState) end(err error) {
+	st.mu.Lock()
+	st.endLocked(err)
+	st.mu.Unlock()
+	st.mgr.remove(st)
+}
+
+func (st *anchorState) endLocked(err error) {
+	if st.endErr == nil {
+		st.endErr = err
+	}
+	st.q.clear()
+	st.wakeData()
+	st.wakeSpace()
+}
+
+// requestStop fires the stop signal, now or for a producer that attaches
+// later.
+func (st *anchorState) requestStop() {
+	st.mu.Lock()
+	st.stopLocked()
+	st.mu.Unlock()
+}
+
+func (st *anchorState) stopLocked() {
+	if !st.stopReq {
+		st.stopReq = true
+		if st.stopCh != nil {
+			close(st.stopCh)
+		}
+	}
+}
+
+// cancel ends delivery and fires both producer signals. With closing, the
+// anchor also leaves the registry and later terminals are discarded;
+// without, the entry stays so that a producer attaching later still sees
+// the cancel.
+func (st *anchorState) cancel(closing bool) {
+	st.mu.Lock()
+	st.stopLocked()
+	if !st.cancelled {
+		st.cancelled = true
+		if st.cancelCh != nil {
+			close(st.cancelCh)
+		}
+	}
+	st.endLocked(ErrCancelled)
+	if closing {
+		st.closed = true
+	}
+	st.mu.Unlock()
+	if closing {
+		st.mgr.remove(st)
+	}
+}
+
+// signal returns the stop or cancel channel, made on demand so that a
+// stream nobody watches pays nothing for it.
+func (st *anchorState) signal(cancel bool) <-chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ch, fired := &st.stopCh, st.stopReq
+	if cancel {
+		ch, fired = &st.cancelCh, st.cancelled
+	}
+	if fired {
+		return closedChan
+	}
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	return *ch
+}
+
+// ring is a FIFO of frames that grows as needed. The capacity limit is the
+// caller's business: terminals may go past it.
+type ring struct {
+	buf  [][]byte
+	head int
+	n    int
+}
+
+func (r *ring) push(b []byte) {
+	if r.n == len(r.buf) {
+		nb := make([][]byte, max(4, 2*len(r.buf)))
+		for i := range r.n {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = b
+	r.n++
+}
+
+func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
+
+func isDetached(b []byte) bool { return len(b) > 0 && &b[0] == &detachedFrame[0] }
+
+func (r *ring) pop() []byte {
+	b := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	return b
+}
+
+// clear drops every frame, so that an ended stream holds no memory for them.
+func (r *ring) clear() {
+	clear(r.buf)
+	r.head, r.n = 0, 0
+}

@@ -1,0 +1,142 @@
+package streaming
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// RetireOutcome says what became of a stream's output on the producer's
+// node once the Sender finalized, detached or closed.
+type RetireOutcome uint8
+
+const (
+	// RetireSent: the terminal (and so every record before it) was handed
+	// on. On the same worker: it is in the anchor's inlet. A cancel
+	// through a Controller while the anchor is open still gives Sent.
+	RetireSent RetireOutcome = iota + 1
+	// RetireDiscarded: the output was thrown away before it was handed
+	// on. On the same worker: the consumer had closed its anchor.
+	RetireDiscarded
+)
+
+func (o RetireOutcome) String() string {
+	switch o {
+	case RetireSent:
+		return "Sent"
+	case RetireDiscarded:
+		return "Discarded"
+	}
+	return fmt.Sprintf("RetireOutcome(%d)", uint8(o))
+}
+
+// senderCore is the part of a Sender that the inlet reads. Its fields are
+// guarded by st.mu.
+type senderCore struct {
+	st            *anchorState
+	done          bool // finalized, detached or closed
+	outcome       RetireOutcome
+	retireWaiters []chan RetireOutcome
+}
+
+// Sender is a producer's end of a stream, from AttachAnchor. It ends with
+// exactly one of Finalize, Detach or Close; a producer that stops early
+// must still call Close (defer sender.Close()), or the consumer waits.
+// Its methods are safe to call from many goroutines.
+type Sender[T any] struct {
+	senderCore
+	encode func(T) []byte
+}
+
+// Handle names the anchor this Sender is attached to.
+func (s *Sender[T]) Handle() wire.AnchorHandle { return s.st.handle }
+
+// Send puts one item in the stream. It waits while the anchor's inlet is
+// full, until there is room, ctx is done, or the consumer cancels
+// (ErrCancelled). It also returns ErrCancelled once the consumer's stream
+// has ended on its side (an item that did not decode).
+func (s *Sender[T]) Send(ctx context.Context, item T) error {
+	return s.st.push(ctx, &s.senderCore, s.encode(item))
+}
+
+// SendBytes puts one byte item in the stream: payload as a MessagePack
+// binary, the same frame that Send writes for a []byte item. It copies
+// payload once, into the frame; the caller keeps payload. It waits as Send
+// does.
+func (s *Sender[T]) SendBytes(ctx context.Context, payload []byte) error {
+	return s.st.push(ctx, &s.senderCore, bytesItemFrame(payload))
+}
+
+// SendFrame puts a finished Item frame in the stream, such as the result
+// of wire.ByteItemBuilder.Finish, with no copy. The stream owns frame
+// after the call: do not change it. It waits as Send does.
+func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
+	f, err := wire.DecodeFrame(frame)
+	if err != nil {
+		return err
+	}
+	if f.Kind != wire.KindItem {
+		return fmt.Errorf("velo: SendFrame takes an Item frame, not %v", f.Kind)
+	}
+	return s.st.push(ctx, &s.senderCore, frame)
+}
+
+// SendError puts a soft error in the stream: the consumer's Next returns a
+// *SenderError with msg, and the stream goes on. It waits as Send does.
+func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
+	return s.st.push(ctx, &s.senderCore, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+}
+
+// Finalize ends the stream normally: the consumer reads io.EOF after every
+// item before it. It never waits, even when the inlet is full. It returns
+// ErrCancelled if the consumer had closed its anchor (the output is
+// discarded) and ErrSenderClosed if the Sender had already ended.
+func (s *Sender[T]) Finalize() error {
+	_, err := s.st.terminate(&s.senderCore, finalizedFrame, false)
+	return err
+}
+
+// Detach ends this Sender without ending the stream: the consumer goes on
+// waiting, and another producer may attach to the same handle at once.
+// It never waits; its errors are Finalize's.
+func (s *Sender[T]) Detach() error {
+	_, err := s.st.terminate(&s.senderCore, detachedFrame, true)
+	return err
+}
+
+// Close ends the stream without finalizing: the consumer reads
+// ErrSenderDropped after every item before it. After Finalize or Detach it
+// does nothing and returns nil, so it can be deferred. It never waits.
+func (s *Sender[T]) Close() error {
+	_, err := s.st.terminate(&s.senderCore, droppedFrame, false)
+	if err == ErrSenderClosed {
+		return nil
+	}
+	return err
+}
+
+// Stopped closes when the consumer requests a graceful stop, or cancels.
+// The producer may then send its final output and Finalize.
+func (s *Sender[T]) Stopped() <-chan struct{} { return s.st.signal(false) }
+
+// Cancelled closes when the consumer cancels the stream or closes its
+// anchor. Sends then fail with ErrCancelled.
+func (s *Sender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
+
+// Retired returns a channel that yields the RetireOutcome once the Sender
+// has finalized, detached or closed, and is then closed. Any number of
+// them may be taken, before or after the end.
+func (s *Sender[T]) Retired() <-chan RetireOutcome {
+	ch := make(chan RetireOutcome, 1)
+	st := s.st
+	st.mu.Lock()
+	if s.outcome != 0 {
+		ch <- s.outcome
+		close(ch)
+	} else {
+		s.retireWaiters = append(s.retireWaiters, ch)
+	}
+	st.mu.Unlock()
+	return ch
+}
