@@ -16,6 +16,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	m := streaming.NewManager(ext.NewInstanceID().WorkerID())
+	defer m.Close()
 
 	anchor, err := streaming.CreateAnchor[[]byte](m)
 	if err != nil {

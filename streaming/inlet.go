@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -44,6 +45,13 @@ type anchorState struct {
 	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
 	cancelCh  chan struct{} // made on demand; closed by cancel
 	endErr    error         // the error that ended the stream, returned again
+
+	// The unattached deadline (reservation.go): armed while the anchor
+	// has an entry in the Manager's queue; deadline is in nanoseconds
+	// since Manager.base, lifetime the length of one unattached window.
+	armed    bool
+	deadline int64
+	lifetime time.Duration
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
@@ -123,6 +131,7 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 	}
 	if detach {
 		st.attached = false
+		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
 	waiters := s.retireWaiters

@@ -6,17 +6,27 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/deadline"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Manager creates the anchors of one node and attaches producers to them.
-// It holds the anchors in a registry sharded by local id. It starts no
-// goroutines.
+// It holds the anchors in a registry sharded by local id. It owns one
+// goroutine, the sweeper of the unattached deadlines of all its anchors
+// (see reservation.go); Close stops it.
 type Manager struct {
 	owner  ext.WorkerID
 	shards [registryShards]registryShard
+
+	res        ReservationConfig
+	base       time.Time       // origin of anchorState.deadline
+	unattached *deadline.Queue // keyed by local id
+	closed     atomic.Bool
+	expired    atomic.Uint64 // anchors ended by their unattached timeout
 }
 
 const registryShards = 32
@@ -28,12 +38,20 @@ type registryShard struct {
 }
 
 // NewManager returns the Manager of the node whose WorkerID is owner. Its
-// handles carry owner in their upper 64 bits.
-func NewManager(owner ext.WorkerID) *Manager {
-	m := &Manager{owner: owner}
+// handles carry owner in their upper 64 bits. It starts the sweeper of
+// unattached deadlines: Close the Manager when done.
+func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
+	m := &Manager{owner: owner, res: DefaultReservationConfig()}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(m)
+		}
+	}
 	for i := range m.shards {
 		m.shards[i].m = make(map[uint64]*anchorState)
 	}
+	m.base = time.Now()
+	m.unattached = deadline.New(deadline.DefaultShards, m.expireUnattached)
 	return m
 }
 
@@ -60,7 +78,10 @@ func (m *Manager) shard(localID uint64) *registryShard {
 // register gives st a fresh random local id and puts it in the registry.
 // The id is the only credential a producer needs (the book: "the local ID
 // in the handle is random"), so it comes from crypto/rand, never a counter.
-func (m *Manager) register(st *anchorState) {
+// It reports false, registering nothing, once Close has begun: the flag is
+// read under the shard lock that Close's sweep of the registry takes, so an
+// anchor is either refused or cancelled by Close, never missed.
+func (m *Manager) register(st *anchorState) bool {
 	var b [8]byte
 	for {
 		rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
@@ -70,11 +91,15 @@ func (m *Manager) register(st *anchorState) {
 		}
 		s := m.shard(id)
 		s.mu.Lock()
+		if m.closed.Load() {
+			s.mu.Unlock()
+			return false
+		}
 		if _, taken := s.m[id]; !taken {
 			st.handle = wire.NewAnchorHandle(m.owner, id)
 			s.m[id] = st
 			s.mu.Unlock()
-			return
+			return true
 		}
 		s.mu.Unlock()
 	}
@@ -88,15 +113,21 @@ func (m *Manager) lookup(localID uint64) *anchorState {
 	return st
 }
 
-// remove takes st out of the registry; it is idempotent.
+// remove takes st out of the registry, and its unattached deadline out of
+// the queue, so that an ended anchor leaves nothing behind; it is
+// idempotent.
 func (m *Manager) remove(st *anchorState) {
 	id := st.handle.LocalID()
 	s := m.shard(id)
 	s.mu.Lock()
-	if s.m[id] == st {
+	mine := s.m[id] == st
+	if mine {
 		delete(s.m, id)
 	}
 	s.mu.Unlock()
+	if mine {
+		m.unattached.Remove(id)
+	}
 }
 
 // AnchorOption changes one setting of CreateAnchor.
@@ -105,7 +136,8 @@ type AnchorOption struct {
 }
 
 type anchorConfig struct {
-	capacity int
+	capacity   int
+	unattached time.Duration // 0: the Manager's ReservationConfig
 }
 
 // WithCapacity sets how many frames the anchor's inlet holds before Send
@@ -131,10 +163,24 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 	if cfg.capacity < 1 {
 		return nil, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
 	}
+	if cfg.unattached < 0 {
+		return nil, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
+	}
+	if cfg.unattached == 0 {
+		cfg.unattached = m.res.UnattachedTimeout
+	}
 	a := &Anchor[T]{decode: decode}
 	a.st.mgr = m
 	a.st.capLim = cfg.capacity
-	m.register(&a.st)
+	a.st.lifetime = cfg.unattached
+	if !m.register(&a.st) {
+		return nil, ErrManagerClosed
+	}
+	// Armed after register: the key of the deadline is the local id. No
+	// one else knows the handle yet, so nothing races with this.
+	a.st.mu.Lock()
+	a.st.armLocked()
+	a.st.mu.Unlock()
 	return a, nil
 }
 
@@ -174,6 +220,7 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 		return nil, fmt.Errorf("%w: %v", ErrAlreadyAttached, handle)
 	}
 	st.attached = true
+	st.disarmLocked() // an attached anchor has no unattached deadline
 	s := &Sender[T]{encode: encode}
 	s.st = st
 	return s, nil

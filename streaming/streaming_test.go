@@ -93,7 +93,7 @@ func sendBlocked(st *anchorState) bool {
 }
 
 func TestHandleIsOwnedAndRandom(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	seen := map[uint64]bool{}
 	var anchors []*Anchor[[]byte]
 	for range 1000 {
@@ -130,7 +130,7 @@ func TestHandleIsOwnedAndRandom(t *testing.T) {
 }
 
 func TestSendNextFinalize(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 	for _, w := range []string{"a", "bb", ""} {
@@ -162,7 +162,7 @@ func TestSendNextFinalize(t *testing.T) {
 }
 
 func TestMsgpackItems(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[point](t, m)
 	ctx := context.Background()
 	if err := s.Send(ctx, point{1, 2}); err != nil {
@@ -201,7 +201,7 @@ func TestMsgpackItems(t *testing.T) {
 
 // An item that does not decode ends the stream with a DecodeError.
 func TestItemThatDoesNotDecode(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, err := CreateAnchor[point](m)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestItemThatDoesNotDecode(t *testing.T) {
 }
 
 func TestSoftErrorAndIterator(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 	s.Send(ctx, []byte("x"))
@@ -251,7 +251,7 @@ func TestSoftErrorAndIterator(t *testing.T) {
 }
 
 func TestIteratorYieldsTheEnd(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	s.Send(context.Background(), []byte("x"))
 	s.Close()
@@ -265,7 +265,7 @@ func TestIteratorYieldsTheEnd(t *testing.T) {
 }
 
 func TestCloseGivesSenderDropped(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	s.Send(context.Background(), []byte("last"))
 	if err := s.Close(); err != nil {
@@ -286,7 +286,7 @@ func TestCloseGivesSenderDropped(t *testing.T) {
 // Detach does not end the stream: another producer attaches at once, even
 // before the consumer has read the Detached frame, and its items follow.
 func TestDetachThenReattach(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s1 := newPair[[]byte](t, m)
 	ctx := context.Background()
 	s1.Send(ctx, []byte("one"))
@@ -319,7 +319,7 @@ func TestDetachThenReattach(t *testing.T) {
 }
 
 func TestStopBeforeAndAfterAttach(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	ctx := context.Background()
 
 	a, err := CreateAnchor[[]byte](m)
@@ -358,7 +358,7 @@ func TestStopBeforeAndAfterAttach(t *testing.T) {
 }
 
 func TestCancelBeforeAttach(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	ctx := context.Background()
 	a, err := CreateAnchor[[]byte](m)
 	if err != nil {
@@ -397,7 +397,7 @@ func TestCancelBeforeAttach(t *testing.T) {
 }
 
 func TestCancelAfterAttach(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 	s.Send(ctx, []byte("dropped by the cancel"))
@@ -418,7 +418,7 @@ func TestCancelAfterAttach(t *testing.T) {
 // A Send that waits for room in a full inlet returns ErrCancelled as soon
 // as the consumer cancels, and another returns when its ctx ends.
 func TestCancelWakesBlockedSend(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m, WithCapacity(1))
 	ctx := context.Background()
 	if err := s.Send(ctx, []byte("fills the inlet")); err != nil {
@@ -448,7 +448,7 @@ func TestCancelWakesBlockedSend(t *testing.T) {
 
 // Reading makes room for a blocked Send.
 func TestReadWakesBlockedSend(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m, WithCapacity(1))
 	ctx := context.Background()
 	s.Send(ctx, []byte("1"))
@@ -479,7 +479,7 @@ func TestTerminalOnFullInlet(t *testing.T) {
 		{"Detach", (*Sender[[]byte]).Detach, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewManager(testOwner)
+			m := newTestManager(t)
 			a, s := newPair[[]byte](t, m, WithCapacity(3))
 			ctx := context.Background()
 			for i := range 3 {
@@ -507,7 +507,7 @@ func TestTerminalOnFullInlet(t *testing.T) {
 }
 
 func TestRetirement(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	ctx := context.Background()
 
 	t.Run("FinalizeIsSent", func(t *testing.T) {
@@ -565,7 +565,7 @@ func TestRetirement(t *testing.T) {
 }
 
 func TestByteItems(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 
@@ -608,7 +608,7 @@ func TestByteItems(t *testing.T) {
 
 // NextBytes on an item that is not a binary ends the stream.
 func TestNextBytesOnTypedItem(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[point](t, m)
 	s.Send(context.Background(), point{1, 2})
 	var de *DecodeError
@@ -635,7 +635,7 @@ func TestItemPrefixMatchesWire(t *testing.T) {
 }
 
 func TestAttachErrors(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	ctx := context.Background()
 	a, err := CreateAnchor[[]byte](m)
 	if err != nil {
@@ -660,7 +660,7 @@ func TestAttachErrors(t *testing.T) {
 }
 
 func TestNextHonoursContext(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, _ := newPair[[]byte](t, m)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
@@ -676,7 +676,7 @@ func TestNextHonoursContext(t *testing.T) {
 // A producer and a consumer on two goroutines through a small inlet: every
 // item arrives, in order.
 func TestConcurrentStreamKeepsOrder(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m, WithCapacity(4))
 	const n = 5000
 	go func() {
@@ -707,13 +707,13 @@ func TestConcurrentStreamKeepsOrder(t *testing.T) {
 // live attached streams, and 1,000 finished lifecycles, leave the
 // goroutine count at its baseline.
 func TestNoGoroutinePerStream(t *testing.T) {
-	m := NewManager(testOwner)
 	ctx := context.Background()
 	// Let the goroutines of earlier tests finish exiting first, so the
 	// baseline counts only what stays.
 	if err := goleak.Find(); err != nil {
 		t.Fatal(err)
 	}
+	m := newTestManager(t) // its one sweeper is in the baseline
 	base := runtime.NumGoroutine()
 
 	anchors := make([]*Anchor[[]byte], 0, 1000)
@@ -790,7 +790,7 @@ var benchPayload = []byte("a forty-byte token of a response stream.")
 // A byte record on an attached stream costs one allocation (its frame,
 // the book's one copy) and nothing to read.
 func TestByteRecordAllocations(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -818,7 +818,7 @@ func TestByteRecordAllocations(t *testing.T) {
 }
 
 func BenchmarkSameWorkerLifecycle(b *testing.B) {
-	m := NewManager(testOwner)
+	m := newTestManager(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		lifecycle(b, m)
@@ -826,7 +826,7 @@ func BenchmarkSameWorkerLifecycle(b *testing.B) {
 }
 
 func BenchmarkSameWorkerRecord(b *testing.B) {
-	m := NewManager(testOwner)
+	m := newTestManager(b)
 	a, s := newPair[[]byte](b, m)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -839,7 +839,7 @@ func BenchmarkSameWorkerRecord(b *testing.B) {
 // After the consumer's stream ends on an item that does not decode, the
 // producer's sends fail instead of filling an inlet nobody reads.
 func TestSendAfterConsumerEnded(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, err := CreateAnchor[point](m, WithCapacity(1))
 	if err != nil {
 		t.Fatal(err)
@@ -867,7 +867,7 @@ func TestSendAfterConsumerEnded(t *testing.T) {
 // detaches in a loop, with no reader or after a cancel, must not grow the
 // inlet.
 func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	ctx := context.Background()
 	for _, cancelled := range []bool{false, true} {
 		a, err := CreateAnchor[[]byte](m, WithCapacity(2))
@@ -918,7 +918,7 @@ func dataBlocked(st *anchorState) bool {
 // A Next that waits is woken by a send, and by a cancel from another
 // goroutine.
 func TestBlockedNextWakes(t *testing.T) {
-	m := NewManager(testOwner)
+	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx := context.Background()
 	got := make(chan error, 1)

@@ -1,0 +1,213 @@
+package streaming
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Forever, as an unattached timeout, makes an anchor wait for a producer
+// with no limit (the book's Duration::MAX). Such an anchor has no entry in
+// the deadline queue.
+const Forever time.Duration = math.MaxInt64
+
+// ReservationConfig sets how long an anchor is kept for a producer that has
+// not attached yet. Start from DefaultReservationConfig and change fields.
+type ReservationConfig struct {
+	// UnattachedTimeout is how long an anchor waits for a producer to
+	// attach, after it is created and again after each Detach. An anchor
+	// that waits longer ends with ErrUnattachedTimeout. 120 s by default;
+	// Forever waits with no limit; WithUnattachedTimeout overrides it per
+	// anchor.
+	UnattachedTimeout time.Duration
+	// AcceptWindow is how long a bind waits to be claimed on the
+	// messenger mux (the book's prebind_timeout), 180 s by default. The
+	// mux is not built yet: the Manager keeps the value for it.
+	AcceptWindow time.Duration
+}
+
+// DefaultReservationConfig returns the book's defaults: an unattached
+// timeout of 120 s and an accept window of 180 s.
+func DefaultReservationConfig() ReservationConfig {
+	return ReservationConfig{UnattachedTimeout: 120 * time.Second, AcceptWindow: 180 * time.Second}
+}
+
+// ManagerOption changes one setting of NewManager.
+type ManagerOption struct {
+	apply func(*Manager)
+}
+
+// WithReservationConfig sets the Manager's ReservationConfig. A field that
+// is zero or negative keeps its default.
+func WithReservationConfig(c ReservationConfig) ManagerOption {
+	return ManagerOption{func(m *Manager) {
+		if c.UnattachedTimeout > 0 {
+			m.res.UnattachedTimeout = c.UnattachedTimeout
+		}
+		if c.AcceptWindow > 0 {
+			m.res.AcceptWindow = c.AcceptWindow
+		}
+	}}
+}
+
+// WithUnattachedTimeout sets this anchor's unattached timeout, overriding
+// the Manager's ReservationConfig. It must be positive; Forever waits with
+// no limit.
+func WithUnattachedTimeout(d time.Duration) AnchorOption {
+	return AnchorOption{func(c *anchorConfig) {
+		if d <= 0 {
+			d = -1 // refused by CreateAnchor, even for 0
+		}
+		c.unattached = d
+	}}
+}
+
+// ErrUnattachedTimeout ends the stream of an anchor that no producer
+// attached to within its unattached timeout. The anchor is then gone from
+// its Manager: an attach gets ErrAnchorNotFound.
+var ErrUnattachedTimeout = errors.New("velo: stream anchor unattached timeout")
+
+// ErrBadUnattachedTimeout is returned by CreateAnchor for an unattached
+// timeout that is not positive.
+var ErrBadUnattachedTimeout = errors.New("velo: unattached timeout must be positive (Forever waits with no limit)")
+
+// ErrManagerClosed is returned by CreateAnchor after Manager.Close.
+var ErrManagerClosed = errors.New("velo: stream manager closed")
+
+// ErrRemoteRenewal is returned by RenewReservations for handles owned by
+// another worker: remote renewal (_anchor_renew) is not built yet.
+var ErrRemoteRenewal = errors.New("velo: renewal of anchors on another worker is not built yet")
+
+// UnattachedExpired counts the anchors of this Manager that ended because
+// no producer attached within their unattached timeout.
+func (m *Manager) UnattachedExpired() uint64 { return m.expired.Load() }
+
+// ReservationConfig returns the Manager's reservation settings.
+func (m *Manager) ReservationConfig() ReservationConfig { return m.res }
+
+// RenewReservations starts a new unattached window, of the anchor's full
+// unattached timeout, for each handle that names a live, unattached anchor
+// of this Manager. Renewal of an attached, expired, cancelled, closed or
+// unknown anchor is a successful no-op, including when it races with an
+// attach or an expiry: renewal never revives a stream. Handles of other
+// workers are skipped and reported with ErrRemoteRenewal; the local ones
+// are renewed all the same.
+func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
+	remote := 0
+	for _, h := range handles {
+		if h.Owner() != m.owner {
+			remote++
+			continue
+		}
+		if h.IsMPSC() {
+			continue // the book: renewal does not extend an MPSC anchor
+		}
+		st := m.lookup(h.LocalID())
+		if st == nil {
+			continue
+		}
+		st.mu.Lock()
+		st.renewLocked()
+		st.mu.Unlock()
+	}
+	if remote > 0 {
+		return fmt.Errorf("%w: %d handle(s)", ErrRemoteRenewal, remote)
+	}
+	return nil
+}
+
+// Close stops the sweeper of unattached deadlines and cancels every anchor
+// still in the Manager, as Anchor.Close does: consumers get ErrCancelled,
+// attached producers see Cancelled. Later CreateAnchor calls fail with
+// ErrManagerClosed. Close is idempotent and returns nil.
+func (m *Manager) Close() error {
+	m.closed.Store(true)
+	m.unattached.Close()
+	var live []*anchorState
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for _, st := range s.m {
+			live = append(live, st)
+		}
+		s.mu.Unlock()
+	}
+	for _, st := range live {
+		st.cancel(true)
+	}
+	return nil
+}
+
+// now is the time in the unit of anchorState.deadline.
+func (m *Manager) now() int64 { return int64(time.Since(m.base)) }
+
+// armLocked starts an unattached window: one entry in the Manager's queue,
+// no goroutine and no timer. It does nothing for an anchor that has ended
+// or waits Forever. The caller holds st.mu; the queue's shard lock nests
+// inside it (the sweeper calls expireUnattached with no queue lock held).
+func (st *anchorState) armLocked() {
+	if st.endErr != nil || st.closed || st.lifetime == Forever {
+		return
+	}
+	m := st.mgr
+	now := time.Now()
+	st.deadline = satAdd(int64(now.Sub(m.base)), st.lifetime)
+	st.armed = true
+	m.unattached.Add(st.handle.LocalID(), now.Add(st.lifetime))
+}
+
+// disarmLocked takes the unattached deadline out of the queue (attach).
+func (st *anchorState) disarmLocked() {
+	if st.armed {
+		st.armed = false
+		st.mgr.unattached.Remove(st.handle.LocalID())
+	}
+}
+
+// renewLocked moves a live unattached deadline to a full window from now.
+// Reset does nothing for an entry the sweeper has already taken to expire,
+// so a renewal that races with the expiry cannot revive the stream: the
+// deadline stays, and expireUnattached ends the anchor.
+func (st *anchorState) renewLocked() {
+	if !st.armed || st.endErr != nil || st.closed {
+		return // attached, cancelled, expired or closed: a no-op
+	}
+	m := st.mgr
+	now := time.Now()
+	if m.unattached.Reset(st.handle.LocalID(), now.Add(st.lifetime)) {
+		st.deadline = satAdd(int64(now.Sub(m.base)), st.lifetime)
+	}
+}
+
+// expireUnattached is the queue's onExpire, on the sweeper goroutine. The
+// entry may be stale: the anchor attached, or attached and detached (a new
+// window, a new entry), or was renewed, between the pop and this lock; the
+// armed flag and the deadline tell. An anchor that expires ends with
+// ErrUnattachedTimeout (unless a cancel ended it first: the consumer sees
+// one end only) and leaves the registry.
+func (m *Manager) expireUnattached(id uint64) {
+	st := m.lookup(id)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	if !st.armed || st.closed || m.now() < st.deadline {
+		st.mu.Unlock()
+		return
+	}
+	st.armed = false
+	st.endLocked(ErrUnattachedTimeout)
+	st.mu.Unlock()
+	m.expired.Add(1)
+	m.remove(st)
+}
+
+func satAdd(a int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + int64(d)
+}
