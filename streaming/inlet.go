@@ -42,14 +42,14 @@ type anchorState struct {
 	stopReq   bool
 	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
 	closed    bool          // the consumer closed the anchor: terminals are discarded
+	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
 	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
 	cancelCh  chan struct{} // made on demand; closed by cancel
 	endErr    error         // the error that ended the stream, returned again
 
-	// The unattached deadline (reservation.go): armed while the anchor
-	// has an entry in the Manager's queue; deadline is in nanoseconds
-	// since Manager.base, lifetime the length of one unattached window.
-	armed    bool
+	// The unattached deadline (reservation.go), set while armed: in
+	// nanoseconds since Manager.base; lifetime is the length of one
+	// unattached window.
 	deadline int64
 	lifetime time.Duration
 }

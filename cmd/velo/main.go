@@ -24,6 +24,8 @@ const usage = `usage:
                             messenger calls/s and msgs/s against raw and grpc-go
       ping-pong             unary round trip against raw TCP and grpc-go
       events                local event cost, remote wait latency, many waiters
+      anchor-setup          unattached anchors (create time, goroutines, RSS);
+                            same-worker stream lifecycles (rate, latency, CPU)
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {
