@@ -12,7 +12,10 @@
 // same Manager. Frames go straight into the anchor's inlet, a bounded
 // mutex-guarded queue, with no goroutine per anchor or per sender. Remote
 // attach, per-stream transports, the mux, MPSC anchors, heartbeats and
-// reservations are not built yet (docs/streams.md).
+// remote renewal are not built yet (docs/streams.md). An anchor that no
+// producer attaches to within its unattached timeout ends with
+// ErrUnattachedTimeout; one sweeper goroutine per Manager serves all
+// these deadlines (reservation.go).
 //
 // Lifecycle and errors:
 //
