@@ -199,10 +199,13 @@ func (m *Manager) expireUnattached(id uint64) {
 		return
 	}
 	st.armed = false
+	// Out of the registry before the consumer wakes, so that a consumer
+	// that sees the end finds nothing left behind. remove takes a
+	// registry shard lock inside st.mu; nothing takes them the other way.
+	m.remove(st)
+	m.expired.Add(1)
 	st.endLocked(ErrUnattachedTimeout)
 	st.mu.Unlock()
-	m.expired.Add(1)
-	m.remove(st)
 }
 
 func satAdd(a int64, d time.Duration) int64 {
