@@ -44,6 +44,9 @@ type anchorState struct {
 	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
 	cancelCh  chan struct{} // made on demand; closed by cancel
 	endErr    error         // the error that ended the stream, returned again
+	// conn is the per-stream connection of a remote producer, if one is
+	// attached: cancel closes it, which is how the producer hears of it.
+	conn io.Closer
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
@@ -241,7 +244,11 @@ func (st *anchorState) cancel(closing bool) {
 	if closing {
 		st.closed = true
 	}
+	conn := st.conn
 	st.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
 	if closing {
 		st.mgr.remove(st)
 	}
