@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -91,6 +92,12 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 		SessionID:              session,
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
 		SupportedTransportKeys: []string{wire.TCPStreamKey},
+	}
+	// The owner answers through its peer table: the _hello exchange puts
+	// this node there (a system handler's call does not greet on its own).
+	// A draining owner refuses _hello and may know this node already.
+	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	body, err := r.msg.Unary(ctx, info.InstanceID, wire.AnchorAttachHandler, req.AppendJSON(nil))
 	if err != nil {

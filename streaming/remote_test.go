@@ -68,7 +68,11 @@ func connect(t *testing.T, ms ...*messenger.Messenger) {
 
 func twoNodes(t *testing.T) (producer, consumer *remoteNode) {
 	producer, consumer = newRemoteNode(t), newRemoteNode(t)
-	connect(t, producer.msg, consumer.msg)
+	// Only the producer knows the consumer, as when the handle came in a
+	// request: the attach's handshake introduces the producer.
+	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
 	return producer, consumer
 }
 
