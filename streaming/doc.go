@@ -8,10 +8,13 @@
 // reads them with Anchor.Next, Anchor.NextBytes or the iterator
 // Anchor.All.
 //
-// Only the same-worker path is built: the producer and the consumer use the
-// same Manager. Frames go straight into the anchor's inlet, a bounded
-// mutex-guarded queue, with no goroutine per anchor or per sender. Remote
-// attach, per-stream transports, the mux, MPSC anchors, heartbeats and
+// On the same worker, the producer and the consumer use the same Manager,
+// and frames go straight into the anchor's inlet, a bounded mutex-guarded
+// queue, with no goroutine per anchor or per sender. Between nodes, each
+// node has a Manager from NewNodeManager (velo.Node.Streams): AttachAnchor
+// makes the _anchor_attach round trip to the anchor's owner and opens one
+// TCP connection for the stream, whose frames the owner feeds into the
+// same inlet. The mux, the gRPC transport, MPSC anchors, heartbeats and
 // reservations are not built yet (docs/streams.md).
 //
 // Lifecycle and errors:
