@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -501,4 +502,170 @@ func TestRemoteAcceptWindow(t *testing.T) {
 	if _, err := nextWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("want ErrSenderDropped, got %v", err)
 	}
+}
+
+// waitGoroutines waits until at most n goroutines run (those of finished
+// streams exit after their connection closes), and returns the count.
+func waitGoroutines(n int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := runtime.NumGoroutine()
+		if got <= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRemoteGoroutinesPerStream: a live remote stream costs three
+// goroutines in all (the producer's pump and watcher, the consumer's
+// reader), and a finished one none.
+func TestRemoteGoroutinesPerStream(t *testing.T) {
+	producer, consumer := twoNodes(t)
+	ctx := context.Background()
+	stream := func() (*Anchor[[]byte], *Sender[[]byte]) {
+		a, err := CreateAnchor[[]byte](consumer.sm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nextWithin(t, a, 5*time.Second); err != nil { // the reader is up
+			t.Fatal(err)
+		}
+		return a, s
+	}
+	// A first stream sets up the messenger's connections and workers.
+	a, s := stream()
+	s.Finalize()
+	a.Next(ctx)
+	a.Close()
+	// The messenger's handler workers park and leave on their own, and the
+	// first stream's goroutines may still be leaving: allow a few either
+	// way.
+	const slack = 8
+	base := runtime.NumGoroutine()
+	const n = 100
+	anchors := make([]*Anchor[[]byte], 0, n)
+	senders := make([]*Sender[[]byte], 0, n)
+	for range n {
+		a, s := stream()
+		anchors, senders = append(anchors, a), append(senders, s)
+	}
+	if got := runtime.NumGoroutine(); got > base+3*n+slack || got < base+3*n-slack {
+		t.Fatalf("%d live remote streams: %d goroutines, baseline %d, want about %d", n, got, base, base+3*n)
+	}
+	for i, s := range senders {
+		s.Finalize()
+		if _, err := nextWithin(t, anchors[i], 5*time.Second); err != io.EOF {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		anchors[i].Close()
+	}
+	if got := waitGoroutines(base + slack); got > base+slack {
+		t.Fatalf("after %d finished remote streams: %d goroutines, baseline %d", n, got, base)
+	}
+	if got := consumer.sm.ActiveAnchors(); got != 0 {
+		t.Fatalf("ActiveAnchors = %d after every stream ended", got)
+	}
+}
+
+// TestRemoteBadFrame: a per-stream frame with a header (the reference
+// never writes one) ends the stream with a *TransportError; the node
+// goes on.
+func TestRemoteBadFrame(t *testing.T) {
+	consumer := newRemoteNode(t)
+	raw := newMessenger(t)
+	connect(t, raw, consumer.msg)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c := dialStream(t, raw, consumer, a.Handle())
+	if _, err := nextWithin(t, a, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bad := []byte{0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 'h'} // Message, a 1-byte header, no payload
+	if _, err := c.Write(bad); err != nil {
+		t.Fatal(err)
+	}
+	var te *TransportError
+	if _, err := nextWithin(t, a, 5*time.Second); !errors.As(err, &te) {
+		t.Fatalf("want a *TransportError, got %v", err)
+	}
+}
+
+// BenchmarkRemoteRecord: 40-byte byte items from one node to an anchor on
+// another, over the per-stream connection, the consumer on its own
+// goroutine. ns/op is per item, end to end.
+func BenchmarkRemoteRecord(b *testing.B) {
+	producer, consumer := benchNodes(b)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 40)
+	done := make(chan error, 1)
+	b.ResetTimer()
+	go func() {
+		for {
+			if _, err := a.NextBytes(ctx); err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				done <- err
+				return
+			}
+		}
+	}()
+	for range b.N {
+		if err := s.SendBytes(ctx, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Finalize()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchNodes(b *testing.B) (producer, consumer *remoteNode) {
+	mk := func() *remoteNode {
+		tr, err := tcp.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sm, err := NewNodeManager(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			sm.Shutdown()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			msg.Shutdown(ctx)
+		})
+		return &remoteNode{msg: msg, sm: sm}
+	}
+	producer, consumer = mk(), mk()
+	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
+		b.Fatal(err)
+	}
+	return producer, consumer
 }
