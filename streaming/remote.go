@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -341,7 +342,7 @@ func (r *remote) serve(c net.Conn) {
 	defer r.untrack(c)
 	var pre [wire.TCPPreambleLen]byte
 	c.SetReadDeadline(time.Now().Add(preambleTimeout))
-	if _, err := readFull(c, pre[:]); err != nil {
+	if _, err := io.ReadFull(c, pre[:]); err != nil {
 		return
 	}
 	key, _ := wire.DecodeTCPPreamble(pre[:])
@@ -415,16 +416,4 @@ func (r *remote) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-func readFull(c net.Conn, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		k, err := c.Read(b[n:])
-		n += k
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
