@@ -20,88 +20,119 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming"
 )
 
 // Node is one velo instance: its messenger, which sends active messages
-// and serves handlers, and Events, its distributed event manager.
+// and serves handlers, Events, its distributed event manager, and Streams,
+// its stream anchors (same worker, and to and from other nodes over one
+// TCP connection per stream).
 type Node struct {
-	m      *messenger.Messenger
-	Events *events.Manager
+	m       *messenger.Messenger
+	Events  *events.Manager
+	Streams *streaming.Manager
 }
 
 // Option configures New. Only this package makes them.
-type Option struct{ apply func(*messenger.Config) }
+type Option struct {
+	apply  func(*messenger.Config)
+	stream []streaming.NodeOption
+}
+
+// WithStreamListenAddr sets the address of the node's per-stream TCP
+// listener (127.0.0.1:0 unless set); see streaming.NewNodeManager.
+func WithStreamListenAddr(addr string) Option {
+	return Option{stream: []streaming.NodeOption{streaming.WithStreamListenAddr(addr)}}
+}
 
 // WithTransport adds a transport (TCP, UDS, ...). At least one is needed.
 func WithTransport(t ext.Transport) Option {
-	return Option{func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}
+	return Option{apply: func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}
 }
 
 // WithDiscovery finds peers that were not registered by hand.
 func WithDiscovery(d ext.PeerDiscovery) Option {
-	return Option{func(c *messenger.Config) { c.Discovery = d }}
+	return Option{apply: func(c *messenger.Config) { c.Discovery = d }}
 }
 
 // WithMetrics records into a VeloMetrics registered by the caller.
 func WithMetrics(m *metrics.VeloMetrics) Option {
-	return Option{func(c *messenger.Config) { c.Metrics = m }}
+	return Option{apply: func(c *messenger.Config) { c.Metrics = m }}
 }
 
 // WithUndeliveredHandler installs fn to hear of every message a transport
 // admitted and then failed or discarded (see messenger.Config.OnUndelivered).
 func WithUndeliveredHandler(fn func(peer ext.InstanceID, handler string, err error)) Option {
-	return Option{func(c *messenger.Config) { c.OnUndelivered = fn }}
+	return Option{apply: func(c *messenger.Config) { c.OnUndelivered = fn }}
 }
 
 // WithResponseSlots bounds the calls waiting for an answer at once (default
 // and most 65536: a response id names its slot in 16 bits).
 func WithResponseSlots(n int) Option {
-	return Option{func(c *messenger.Config) { c.ResponseSlots = n }}
+	return Option{apply: func(c *messenger.Config) { c.ResponseSlots = n }}
 }
 
 // WithMaxRunningHandlers caps the handlers the node runs at once (default
 // 10,000, messenger.DefaultMaxRunningHandlers). A request that arrives at
 // the cap is answered at once with ErrOverloaded.
 func WithMaxRunningHandlers(n int) Option {
-	return Option{func(c *messenger.Config) { c.MaxRunningHandlers = n }}
+	return Option{apply: func(c *messenger.Config) { c.MaxRunningHandlers = n }}
 }
 
 // WithLogger sends the node's warnings to l instead of slog.Default().
 func WithLogger(l *slog.Logger) Option {
-	return Option{func(c *messenger.Config) { c.Logger = l }}
+	return Option{apply: func(c *messenger.Config) { c.Logger = l }}
 }
 
 // New starts a node.
 func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var cfg messenger.Config
+	var sopts []streaming.NodeOption
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
 		}
+		sopts = append(sopts, o.stream...)
+	}
+	if cfg.Logger != nil {
+		sopts = append(sopts, streaming.WithStreamLogger(cfg.Logger))
 	}
 	m, err := messenger.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ev, err := events.NewDistributed(m)
-	if err != nil {
-		stopNow, cancel := context.WithCancel(context.Background())
+	stopNow := func() {
+		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		m.Shutdown(stopNow)
+		m.Shutdown(ctx)
+	}
+	// Before PeerInfo is handed out: the stream listener is an entry of
+	// this node's address.
+	streams, err := streaming.NewNodeManager(m, sopts...)
+	if err != nil {
+		stopNow()
 		return nil, err
 	}
-	return &Node{m: m, Events: ev}, nil
+	ev, err := events.NewDistributed(m)
+	if err != nil {
+		streams.Close()
+		stopNow()
+		return nil, err
+	}
+	return &Node{m: m, Events: ev, Streams: streams}, nil
 }
 
 // Shutdown drains and stops the node, as http.Server.Shutdown does: new
 // requests are refused at once (their callers get ErrShuttingDown), the
 // requests already accepted run until none is left or ctx is done, then
-// the transports stop and the remote event waits still pending fail. It
+// the transports stop, the remote event waits still pending fail, and the
+// streams stop (streaming.Manager.Shutdown). It
 // returns ctx's error when ctx cut the drain short; an already done ctx
 // stops without draining.
 func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.m.Shutdown(ctx)
 	n.Events.Close()
+	n.Streams.Close()
 	return err
 }
 

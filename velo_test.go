@@ -3,6 +3,7 @@ package velo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -144,4 +146,68 @@ func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Durat
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return n.Shutdown(ctx)
+}
+
+// TestStreamsBetweenNodes: a node's Streams attaches to an anchor on
+// another node; items arrive and Finalize ends the stream with io.EOF.
+// A producer whose node shuts down mid stream ends its consumer's stream
+// with ErrSenderDropped.
+func TestStreamsBetweenNodes(t *testing.T) {
+	a, b := node(t), node(t)
+	if err := a.RegisterPeer(b.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	anchor, err := streaming.CreateAnchor[[]byte](b.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anchor.Close()
+	s, err := streaming.AttachAnchor[[]byte](ctx, a.Streams, anchor.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"hello", "from", "a"} {
+		if err := s.Send(ctx, []byte(tok)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for item, err := range anchor.All(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(item))
+	}
+	if fmt.Sprint(got) != "[hello from a]" {
+		t.Fatalf("got %q", got)
+	}
+
+	second, err := streaming.CreateAnchor[[]byte](b.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	s2, err := streaming.AttachAnchor[[]byte](ctx, a.Streams, second.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.Send(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := shutdownWithin(a, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Next(ctx); !errors.Is(err, streaming.ErrSenderDropped) {
+		t.Fatalf("after the producer's node shut down: %v, want ErrSenderDropped", err)
+	}
 }

@@ -63,6 +63,7 @@ const DefaultMaxRunningHandlers = 10_000
 type Messenger struct {
 	id      ext.InstanceID
 	wid     ext.WorkerID
+	infoMu  sync.Mutex
 	info    ext.PeerInfo
 	state   *ext.ShutdownState
 	adapter *ext.TransportAdapter
@@ -176,7 +177,36 @@ func (m *Messenger) InstanceID() ext.InstanceID { return m.id }
 func (m *Messenger) WorkerID() ext.WorkerID { return m.wid }
 
 // PeerInfo is what another node needs to reach this one.
-func (m *Messenger) PeerInfo() ext.PeerInfo { return m.info }
+func (m *Messenger) PeerInfo() ext.PeerInfo {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	return m.info
+}
+
+// AdvertiseAddress adds an entry to this node's address, for a subsystem
+// that listens on its own (the per-stream TCP listener of package
+// streaming, under "tcp-stream"). Peers learn it from PeerInfo and the
+// handshake, so call it before PeerInfo is handed out. A key that is
+// already in the address with another endpoint is an error.
+func (m *Messenger) AdvertiseAddress(key ext.TransportKey, endpoint []byte) error {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	addr, err := m.info.Address.Merge(ext.WorkerAddress{key: endpoint})
+	if err != nil {
+		return err
+	}
+	m.info.Address = addr
+	return nil
+}
+
+// PeerInfoOf returns the PeerInfo registered for a worker id: how a
+// subsystem finds a peer's address entries (a streaming endpoint).
+func (m *Messenger) PeerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
+	if p, ok := m.peers.getWorker(w); ok {
+		return p.info, true
+	}
+	return ext.PeerInfo{}, false
+}
 
 // Register adds a handler. Names starting with '_' are reserved.
 func (m *Messenger) Register(h Handler) error { return m.register(h, false) }

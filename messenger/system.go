@@ -165,7 +165,7 @@ var errStaleHello = fmt.Errorf("%w: the connection was lost during the handshake
 func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	m.handshakes.Add(1)
 	epoch := p.epoch.Load()
-	info := m.info
+	info := m.PeerInfo()
 	body, err := json.Marshal(helloRequest{PeerInfo: &info})
 	if err != nil {
 		return err

@@ -8,14 +8,17 @@
 // reads them with Anchor.Next, Anchor.NextBytes or the iterator
 // Anchor.All.
 //
-// Only the same-worker path is built: the producer and the consumer use the
-// same Manager. Frames go straight into the anchor's inlet, a bounded
-// mutex-guarded queue, with no goroutine per anchor or per sender. Remote
-// attach, per-stream transports, the mux, MPSC anchors, heartbeats and
-// remote renewal are not built yet (docs/streams.md). An anchor that no
-// producer attaches to within its unattached timeout ends with
-// ErrUnattachedTimeout; one sweeper goroutine per Manager serves all
-// these deadlines (reservation.go).
+// On the same worker, the producer and the consumer use the same Manager,
+// and frames go straight into the anchor's inlet, a bounded mutex-guarded
+// queue, with no goroutine per anchor or per sender. Between nodes, each
+// node has a Manager from NewNodeManager (velo.Node.Streams): AttachAnchor
+// makes the _anchor_attach round trip to the anchor's owner and opens one
+// TCP connection for the stream, whose frames the owner feeds into the
+// same inlet. An anchor that no producer attaches to within its unattached
+// timeout ends with ErrUnattachedTimeout; one sweeper goroutine per Manager
+// serves all these deadlines (reservation.go). The mux, the gRPC transport,
+// MPSC anchors, heartbeats and remote renewal are not built yet
+// (docs/streams.md).
 //
 // Lifecycle and errors:
 //

@@ -23,8 +23,9 @@ var ErrAnchorNotFound = errors.New("velo: stream anchor not found")
 var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
 
 // ErrRemoteAttach is returned by AttachAnchor for a handle owned by another
-// worker: remote attach is not built yet.
-var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker is not built yet")
+// worker when the Manager is not bound to a messenger (NewManager rather
+// than NewNodeManager).
+var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker needs a Manager from NewNodeManager")
 
 // ErrMPSCNotBuilt is returned by AttachAnchor for the handle of an MPSC
 // anchor: MPSC anchors are not built yet.

@@ -52,6 +52,10 @@ type anchorState struct {
 	// unattached window.
 	deadline int64
 	lifetime time.Duration
+
+	// conn is the per-stream connection of a remote producer, if one is
+	// attached: cancel closes it, which is how the producer hears of it.
+	conn io.Closer
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
@@ -250,7 +254,11 @@ func (st *anchorState) cancel(closing bool) {
 	if closing {
 		st.closed = true
 	}
+	conn := st.conn
 	st.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
 	if closing {
 		st.mgr.remove(st)
 	}

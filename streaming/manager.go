@@ -27,6 +27,8 @@ type Manager struct {
 	unattached *deadline.Queue // keyed by local id
 	closed     atomic.Bool
 	expired    atomic.Uint64 // anchors ended by their unattached timeout
+
+	remote *remote // set by NewNodeManager: streams to and from other workers
 }
 
 const registryShards = 32
@@ -189,9 +191,11 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 // pointer), and should match the anchor's T: the items travel as
 // MessagePack, so the two ends need only agree on the bytes.
 //
-// Only the same-worker path is built: the handle's owner must be m's.
-// A stop or cancel that the consumer made before the attach is already
-// fired on the returned Sender.
+// A handle of another worker needs a Manager from NewNodeManager: the
+// attach then makes the _anchor_attach round trip to the owner and opens
+// one TCP connection for the stream (see NewNodeManager). On the same
+// worker, a stop or cancel that the consumer made before the attach is
+// already fired on the returned Sender.
 func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
 	encode, err := encoderFor[T]()
 	if err != nil {
@@ -200,11 +204,14 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if handle.Owner() != m.owner {
-		return nil, fmt.Errorf("%w: %v", ErrRemoteAttach, handle)
-	}
 	if handle.IsMPSC() {
 		return nil, fmt.Errorf("%w: %v", ErrMPSCNotBuilt, handle)
+	}
+	if handle.Owner() != m.owner {
+		if m.remote == nil {
+			return nil, fmt.Errorf("%w: %v", ErrRemoteAttach, handle)
+		}
+		return attachRemote(ctx, m.remote, handle, encode)
 	}
 	st := m.lookup(handle.LocalID())
 	if st == nil {

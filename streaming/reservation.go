@@ -121,7 +121,9 @@ func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
 
 // Close stops the sweeper of unattached deadlines and cancels every anchor
 // still in the Manager, as Anchor.Close does: consumers get ErrCancelled,
-// attached producers see Cancelled. Later CreateAnchor calls fail with
+// attached producers see Cancelled. On a Manager from NewNodeManager it
+// also closes the stream listener and every per-stream connection, and
+// waits for their goroutines. Later CreateAnchor calls fail with
 // ErrManagerClosed. Close is idempotent and returns nil.
 func (m *Manager) Close() error {
 	m.closed.Store(true)
@@ -138,6 +140,7 @@ func (m *Manager) Close() error {
 	for _, st := range live {
 		st.cancel(true)
 	}
+	m.stopRemote()
 	return nil
 }
 

@@ -47,17 +47,23 @@ type senderCore struct {
 type Sender[T any] struct {
 	senderCore
 	encode func(T) []byte
+	rs     *remoteSender // set for an anchor of another worker; st is then nil
 }
 
 // Handle names the anchor this Sender is attached to.
-func (s *Sender[T]) Handle() wire.AnchorHandle { return s.st.handle }
+func (s *Sender[T]) Handle() wire.AnchorHandle {
+	if s.rs != nil {
+		return s.rs.handle
+	}
+	return s.st.handle
+}
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
 // (ErrCancelled). It also returns ErrCancelled once the consumer's stream
 // has ended on its side (an item that did not decode).
 func (s *Sender[T]) Send(ctx context.Context, item T) error {
-	return s.st.push(ctx, &s.senderCore, s.encode(item))
+	return s.put(ctx, s.encode(item))
 }
 
 // SendBytes puts one byte item in the stream: payload as a MessagePack
@@ -65,7 +71,7 @@ func (s *Sender[T]) Send(ctx context.Context, item T) error {
 // payload once, into the frame; the caller keeps payload. It waits as Send
 // does.
 func (s *Sender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.st.push(ctx, &s.senderCore, bytesItemFrame(payload))
+	return s.put(ctx, bytesItemFrame(payload))
 }
 
 // SendFrame puts a finished Item frame in the stream, such as the result
@@ -79,13 +85,13 @@ func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	if f.Kind != wire.KindItem {
 		return fmt.Errorf("velo: SendFrame takes an Item frame, not %v", f.Kind)
 	}
-	return s.st.push(ctx, &s.senderCore, frame)
+	return s.put(ctx, frame)
 }
 
 // SendError puts a soft error in the stream: the consumer's Next returns a
 // *SenderError with msg, and the stream goes on. It waits as Send does.
 func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
-	return s.st.push(ctx, &s.senderCore, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+	return s.put(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
 }
 
 // Finalize ends the stream normally: the consumer reads io.EOF after every
@@ -93,23 +99,21 @@ func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
 // ErrCancelled if the consumer had closed its anchor (the output is
 // discarded) and ErrSenderClosed if the Sender had already ended.
 func (s *Sender[T]) Finalize() error {
-	_, err := s.st.terminate(&s.senderCore, finalizedFrame, false)
-	return err
+	return s.end(finalizedFrame, false)
 }
 
 // Detach ends this Sender without ending the stream: the consumer goes on
 // waiting, and another producer may attach to the same handle at once.
 // It never waits; its errors are Finalize's.
 func (s *Sender[T]) Detach() error {
-	_, err := s.st.terminate(&s.senderCore, detachedFrame, true)
-	return err
+	return s.end(detachedFrame, true)
 }
 
 // Close ends the stream without finalizing: the consumer reads
 // ErrSenderDropped after every item before it. After Finalize or Detach it
 // does nothing and returns nil, so it can be deferred. It never waits.
 func (s *Sender[T]) Close() error {
-	_, err := s.st.terminate(&s.senderCore, droppedFrame, false)
+	err := s.end(droppedFrame, false)
 	if err == ErrSenderClosed {
 		return nil
 	}
@@ -118,16 +122,29 @@ func (s *Sender[T]) Close() error {
 
 // Stopped closes when the consumer requests a graceful stop, or cancels.
 // The producer may then send its final output and Finalize.
-func (s *Sender[T]) Stopped() <-chan struct{} { return s.st.signal(false) }
+func (s *Sender[T]) Stopped() <-chan struct{} {
+	if s.rs != nil {
+		return s.rs.cancelCh // a remote stop request is not built yet
+	}
+	return s.st.signal(false)
+}
 
 // Cancelled closes when the consumer cancels the stream or closes its
 // anchor. Sends then fail with ErrCancelled.
-func (s *Sender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
+func (s *Sender[T]) Cancelled() <-chan struct{} {
+	if s.rs != nil {
+		return s.rs.cancelCh
+	}
+	return s.st.signal(true)
+}
 
 // Retired returns a channel that yields the RetireOutcome once the Sender
 // has finalized, detached or closed, and is then closed. Any number of
 // them may be taken, before or after the end.
 func (s *Sender[T]) Retired() <-chan RetireOutcome {
+	if s.rs != nil {
+		return s.rs.retired()
+	}
 	ch := make(chan RetireOutcome, 1)
 	st := s.st
 	st.mu.Lock()

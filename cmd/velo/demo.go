@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -43,6 +44,7 @@ func runDemo(args []string) error {
 		{"1000 unary round trips", func() (string, error) { return demoRoundTrips(ctx, a, b) }},
 		{"1000 chained UnaryAsync calls to an inline handler", func() (string, error) { return demoAsync(ctx, a, b) }},
 		{"A waits on an event that B triggers", func() (string, error) { return demoEvent(ctx, a, b) }},
+		{"A streams 5 tokens to an anchor on B", func() (string, error) { return demoStream(ctx, a, b) }},
 		{"B drains, then A calls it", func() (string, error) { return demoDrain(ctx, a, b) }},
 	}
 	for i, s := range steps {
@@ -248,6 +250,40 @@ func demoEvent(ctx context.Context, a, b *velo.Node) (string, error) {
 	}
 	return fmt.Sprintf("A woke %v after B's trigger, over %d subscription; a second wait took %v, from A's cache, with no message",
 		took.Round(time.Microsecond), a.Events.Subscriptions()-subs, time.Since(again).Round(100*time.Nanosecond)), nil
+}
+
+func demoStream(ctx context.Context, a, b *velo.Node) (string, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	anchor, err := streaming.CreateAnchor[[]byte](b.Streams)
+	if err != nil {
+		return "", err
+	}
+	defer anchor.Close()
+	start := time.Now()
+	sender, err := streaming.AttachAnchor[[]byte](sctx, a.Streams, anchor.Handle())
+	if err != nil {
+		return "", err
+	}
+	defer sender.Close()
+	attached := time.Since(start)
+	go func() {
+		for _, tok := range []string{"the", "quick", "brown", "fox", "jumps"} {
+			if sender.Send(sctx, []byte(tok)) != nil {
+				return
+			}
+		}
+		sender.Finalize()
+	}()
+	var got []string
+	for item, err := range anchor.All(sctx) {
+		if err != nil {
+			return "", err
+		}
+		got = append(got, string(item))
+	}
+	return fmt.Sprintf("B read %q then io.EOF, over %s; the attach took %v",
+		got, sender.NegotiatedTransport(), attached.Round(time.Microsecond)), nil
 }
 
 // tcpAddr is the address a peer would dial to reach n over TCP.

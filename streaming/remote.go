@@ -1,0 +1,405 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// Streams between workers (lib/velo/src/streaming/control.rs and
+// tcp_transport.rs of the reference).
+//
+// The producer asks the anchor's owner with _anchor_attach (JSON bodies
+// from package wire), offering the transport keys it can connect on. The
+// owner binds the stream on its per-stream TCP listener and answers with
+// the key ("tcp-stream", the only one built) and a routing session id.
+// The producer then opens one TCP connection for the stream, writes the
+// 16-byte preamble (anchor local id, routing session id) and the stream
+// frames as messenger frames with an empty header. The owner's reader
+// feeds them into the anchor's inlet, the one the same-worker path fills.
+//
+// The listener's address is not in the attach answer: as in the
+// reference, it is an entry of the owner's WorkerAddress under
+// "tcp-stream", in the format of the messenger TCP transport's entry. The
+// producer reads it from the PeerInfo it registered for the owner.
+
+// AcceptWindow is how long a stream bound by _anchor_attach waits for its
+// producer's connection (the reference's fixed ACCEPT_TIMEOUT). After it
+// the anchor sees ErrSenderDropped.
+const AcceptWindow = 60 * time.Second
+
+// preambleTimeout bounds how long a connection may take to send its
+// preamble (the reference's TOKEN_READ_TIMEOUT); it also bounds the dial.
+const preambleTimeout = 20 * time.Second
+
+// DefaultHeartbeatInterval is the heartbeat interval this node answers an
+// attach with. Heartbeats are not sent or watched yet; the field is
+// answered as the reference answers it.
+const DefaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
+
+// ItemTooLargeError is returned by a send on a stream between workers for
+// an item whose frame is larger than Limit (wire.MaxTCPFrame, 16 MiB): the
+// per-stream connection could not carry it. Nothing is sent and the stream
+// goes on.
+type ItemTooLargeError struct {
+	Size, Limit int
+}
+
+func (e *ItemTooLargeError) Error() string {
+	return fmt.Sprintf("velo: stream item of %d bytes exceeds the limit of %d", e.Size, e.Limit)
+}
+
+// NodeOption changes one setting of NewNodeManager.
+type NodeOption struct {
+	apply func(*nodeConfig)
+}
+
+type nodeConfig struct {
+	listen       string
+	acceptWindow time.Duration
+	log          *slog.Logger
+}
+
+// WithStreamListenAddr sets the address of the per-stream TCP listener
+// ("127.0.0.1:0" unless set). Its actual address is advertised, so port 0
+// is fine.
+func WithStreamListenAddr(addr string) NodeOption {
+	return NodeOption{func(c *nodeConfig) { c.listen = addr }}
+}
+
+// WithStreamLogger sends the manager's warnings to l instead of
+// slog.Default().
+func WithStreamLogger(l *slog.Logger) NodeOption {
+	return NodeOption{func(c *nodeConfig) { c.log = l }}
+}
+
+// withAcceptWindow shortens the accept window, for tests.
+func withAcceptWindow(d time.Duration) NodeOption {
+	return NodeOption{func(c *nodeConfig) { c.acceptWindow = d }}
+}
+
+// remote is what a Manager from NewNodeManager has beyond the same-worker
+// registry: the messenger, the per-stream listener, the streams bound and
+// waiting for their connection, and the live connections of both ends.
+type remote struct {
+	m            *Manager
+	msg          *messenger.Messenger
+	ln           net.Listener
+	acceptWindow time.Duration
+	log          *slog.Logger
+	routing      atomic.Uint64 // the last routing session id given out
+	session      atomic.Uint64 // the last producer session id given out
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[wire.TCPPreamble]*pendingBind
+	conns   map[net.Conn]struct{} // every per-stream connection, both ends
+	wg      sync.WaitGroup        // accept loop, readers, pumps, watchers
+}
+
+// pendingBind is a stream that _anchor_attach bound and whose connection
+// has not arrived.
+type pendingBind struct {
+	st    *anchorState
+	timer *time.Timer
+}
+
+// NewNodeManager returns the Manager of msg's node, able to stream to and
+// from other workers. It listens for per-stream TCP connections (on
+// 127.0.0.1:0 unless WithStreamListenAddr says otherwise), advertises the
+// listener under "tcp-stream" in msg's address, and registers the
+// _anchor_attach handler. Call it before handing out msg's PeerInfo, so
+// that peers learn the listener. Close stops it.
+func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, error) {
+	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return nil, fmt.Errorf("velo: stream listener: %w", err)
+	}
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil || ap.Addr().IsUnspecified() {
+		// A wildcard address names no interface a peer could dial; the
+		// messenger TCP transport lists the interfaces then, which is not
+		// built here.
+		ln.Close()
+		return nil, fmt.Errorf("velo: stream listener %s: listen on a specific address", ln.Addr())
+	}
+	ip := ap.Addr().Unmap()
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: ip.String(), Port: ap.Port(), PrefixLen: uint8(ip.BitLen())}})
+	if err := msg.AdvertiseAddress(wire.TCPStreamKey, ep); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	m := NewManager(msg.WorkerID())
+	r := &remote{
+		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
+		pending: make(map[wire.TCPPreamble]*pendingBind),
+		conns:   make(map[net.Conn]struct{}),
+	}
+	m.remote = r
+	if err := msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach)); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	r.wg.Add(1)
+	go r.acceptLoop()
+	return m, nil
+}
+
+// StreamAddr is the address of the per-stream TCP listener, or nil for a
+// Manager from NewManager.
+func (m *Manager) StreamAddr() net.Addr {
+	if m.remote == nil {
+		return nil
+	}
+	return m.remote.ln.Addr()
+}
+
+// stopRemote stops the streams between workers (Close calls it): it
+// closes the listener and every per-stream connection (remote producers see
+// their stream cancelled, remote consumers see ErrSenderDropped) and waits
+// for the Manager's goroutines.
+func (m *Manager) stopRemote() {
+	r := m.remote
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.closed = true
+	for k, pb := range r.pending {
+		pb.timer.Stop()
+		delete(r.pending, k)
+	}
+	for c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.ln.Close()
+	r.wg.Wait()
+}
+
+// track adds a per-stream connection to the set that Close closes,
+// and counts the goroutines that will serve it. It is false once the
+// Manager is shut down.
+func (r *remote) track(c net.Conn, goroutines int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.conns[c] = struct{}{}
+	r.wg.Add(goroutines)
+	return true
+}
+
+func (r *remote) untrack(c net.Conn) {
+	c.Close()
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+func refuseAttach(format string, args ...any) ([]byte, error) {
+	resp := wire.AttachResponse{Refused: true, Reason: fmt.Sprintf(format, args...)}
+	return resp.AppendJSON(nil), nil
+}
+
+// onAttach is the _anchor_attach handler: it binds the stream on the
+// per-stream listener and answers with the key and the routing session.
+// The reference picks messenger-mux-v1 when both ends offer it and its
+// default transport otherwise; the mux is not built, so the answer is
+// always "tcp-stream", whatever was offered (an empty offer included).
+func (r *remote) onAttach(c *messenger.Context) ([]byte, error) {
+	req, err := wire.DecodeAttachRequest(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if req.Handle.IsMPSC() {
+		return refuseAttach("anchor %v is mpsc; use _mpsc_anchor_attach", req.Handle)
+	}
+	st := r.m.lookup(req.Handle.LocalID())
+	if st == nil {
+		return refuseAttach("anchor %v not found", req.Handle)
+	}
+	st.mu.Lock()
+	switch {
+	case st.closed || (st.endErr != nil && !st.cancelled):
+		st.mu.Unlock()
+		return refuseAttach("anchor %v not found", req.Handle)
+	case st.attached:
+		st.mu.Unlock()
+		return refuseAttach("anchor %v already attached", req.Handle)
+	}
+	st.attached = true
+	st.mu.Unlock()
+
+	// A routing session of our own, not the producer's session id: two
+	// producers on different workers may use the same one (control.rs).
+	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
+	pb := &pendingBind{st: st}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		st.mu.Lock()
+		st.attached = false
+		st.mu.Unlock()
+		return refuseAttach("node is shutting down")
+	}
+	r.pending[key] = pb
+	// One timer per bound stream, stopped when its connection arrives.
+	pb.timer = time.AfterFunc(r.acceptWindow, func() { r.expire(key, pb) })
+	r.mu.Unlock()
+
+	resp := wire.AttachResponse{
+		TransportKey:        wire.TCPStreamKey,
+		HeartbeatIntervalMS: uint64(DefaultHeartbeatInterval / time.Millisecond),
+		RoutingSessionID:    key.SessionID,
+	}
+	return resp.AppendJSON(nil), nil
+}
+
+// expire ends a bound stream whose connection did not arrive in the
+// accept window: the anchor sees ErrSenderDropped, as in the reference.
+func (r *remote) expire(key wire.TCPPreamble, pb *pendingBind) {
+	r.mu.Lock()
+	if r.pending[key] != pb {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.pending, key)
+	r.mu.Unlock()
+	r.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
+	pb.st.terminate(&senderCore{st: pb.st}, droppedFrame, false)
+}
+
+func (r *remote) acceptLoop() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			r.log.Warn("velo: stream listener", "err", err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-r.msg.Stopped():
+			}
+			continue
+		}
+		if !r.track(c, 1) {
+			c.Close()
+			return
+		}
+		go r.serve(c)
+	}
+}
+
+// serve reads one per-stream connection: the preamble, then frames into
+// the anchor's inlet until a terminal frame, the connection's end, or the
+// consumer's cancel (which closes the connection).
+func (r *remote) serve(c net.Conn) {
+	defer r.wg.Done()
+	defer r.untrack(c)
+	var pre [wire.TCPPreambleLen]byte
+	c.SetReadDeadline(time.Now().Add(preambleTimeout))
+	if _, err := io.ReadFull(c, pre[:]); err != nil {
+		return
+	}
+	key, _ := wire.DecodeTCPPreamble(pre[:])
+	r.mu.Lock()
+	pb := r.pending[key]
+	delete(r.pending, key)
+	r.mu.Unlock()
+	if pb == nil {
+		r.log.Warn("velo: stream connection for no bound stream", "anchor", key.AnchorID, "session", key.SessionID)
+		return
+	}
+	pb.timer.Stop()
+	c.SetReadDeadline(time.Time{})
+	st := pb.st
+	st.mu.Lock()
+	gone := st.cancelled || st.closed
+	if !gone {
+		st.conn = c
+	}
+	st.mu.Unlock()
+	if gone {
+		// A cancel made before the producer connected: closing the
+		// connection is how the producer hears of it.
+		return
+	}
+	defer func() {
+		st.mu.Lock()
+		if st.conn == c {
+			st.conn = nil
+		}
+		st.mu.Unlock()
+	}()
+	proxy := &senderCore{st: st}
+	fr := frame.NewReader(c, wire.MaxTCPFrame)
+	defer fr.Close()
+	for {
+		f, err := fr.Next()
+		if err != nil {
+			// The connection ended without a terminal frame: the
+			// producer's node died or cut it. Tell the consumer now,
+			// behind the items already in the inlet.
+			st.terminate(proxy, droppedFrame, false)
+			return
+		}
+		if f.Type != ext.Message || len(f.Header) != 0 {
+			msg := fmt.Sprintf("per-stream frame of type %d with a %d-byte header", f.Type, len(f.Header))
+			st.terminate(proxy, wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
+			return
+		}
+		p := f.Payload
+		switch string(p) {
+		case wire.HeartbeatFrame:
+			continue
+		case wire.FinalizedFrame:
+			st.terminate(proxy, finalizedFrame, false)
+			return
+		case wire.DroppedFrame:
+			st.terminate(proxy, droppedFrame, false)
+			return
+		case wire.DetachedFrame:
+			st.terminate(proxy, detachedFrame, true)
+			return
+		}
+		if len(p) > 0 && p[0] == 0x81 && len(p) > 2 && p[1] == 0xae { // {"TransportError": …}
+			st.terminate(proxy, p, false)
+			return
+		}
+		if err := st.push(context.Background(), proxy, p); err != nil {
+			// Cancelled or ended on the consumer's side: closing the
+			// connection tells the producer.
+			return
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// egressCapacity is how many frames a remote Sender queues for its pump
+// before Send waits: the inlet's default, so the two paths push back alike.
+const egressCapacity = DefaultCapacity
+
+// remoteSender is the producer's end of a stream to an anchor of another
+// worker: the connection, the frames queued for the egress pump, and the
+// stream's end.
+//
+// Each stream has two goroutines while it lives, both needed by the
+// blocking net.Conn API: the egress pump, which packs what is queued into
+// one write (the reference's egress_pump task), and a watcher blocked in a
+// Read, which is how a consumer's cancel is seen (the consumer closes the
+// connection and writes nothing).
+type remoteSender struct {
+	r         *remote
+	handle    wire.AnchorHandle
+	key       string
+	conn      net.Conn
+	cancelCh  chan struct{} // closed when the consumer cancels or the connection fails
+	pumpWake  chan struct{} // cap 1: frames were queued, or the stream ended
+	spaceWait chan struct{} // senders wait for room
+
+	mu            sync.Mutex
+	q             [][]byte
+	done          bool // a terminal is queued
+	cancelled     bool
+	closing       bool // the pump closed the connection after the terminal
+	outcome       RetireOutcome
+	retireWaiters []chan RetireOutcome
+}
+
+// NegotiatedTransport is the transport key the anchor's owner answered the
+// attach with ("tcp-stream"), or "" on the same worker, where no transport
+// is involved.
+func (s *Sender[T]) NegotiatedTransport() string {
+	if s.rs != nil {
+		return s.rs.key
+	}
+	return ""
+}
+
+func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
+	if s.rs != nil {
+		return s.rs.push(ctx, frame)
+	}
+	return s.st.push(ctx, &s.senderCore, frame)
+}
+
+func (s *Sender[T]) end(frame []byte, detach bool) error {
+	if s.rs != nil {
+		return s.rs.terminate(frame)
+	}
+	_, err := s.st.terminate(&s.senderCore, frame, detach)
+	return err
+}
+
+// attachRemote makes the _anchor_attach round trip to the handle's owner,
+// dials its per-stream listener and starts the stream's pump.
+func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*Sender[T], error) {
+	owner := handle.Owner()
+	info, ok := r.msg.PeerInfoOf(owner)
+	if !ok {
+		return nil, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	}
+	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: the owner advertises no per-stream listener: %w", handle, err)
+	}
+	addr, err := tcp.DialAddr(ep)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	session := r.session.Add(1)
+	req := wire.AttachRequest{
+		Handle:                 handle,
+		SessionID:              session,
+		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
+		SupportedTransportKeys: []string{wire.TCPStreamKey},
+	}
+	// The owner answers through its peer table: the _hello exchange puts
+	// this node there (a system handler's call does not greet on its own).
+	// A draining owner refuses _hello and may know this node already.
+	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	body, err := r.msg.Unary(ctx, info.InstanceID, wire.AnchorAttachHandler, req.AppendJSON(nil))
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	resp, err := wire.DecodeAttachResponse(body)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	if resp.Refused {
+		return nil, attachRefusal(handle, resp.Reason)
+	}
+	if resp.TransportKey != wire.TCPStreamKey {
+		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node has not", handle, resp.TransportKey)
+	}
+	routing := resp.RoutingSessionID
+	if routing == 0 {
+		routing = session
+	}
+	dctx, cancel := context.WithTimeout(ctx, preambleTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		// The owner waits for this connection until its accept window
+		// ends, then its anchor sees ErrSenderDropped.
+		return nil, fmt.Errorf("velo: attach %v: dial %s: %w", handle, addr, err)
+	}
+	pre := wire.TCPPreamble{AnchorID: handle.LocalID(), SessionID: routing}.Append(make([]byte, 0, 64))
+	conn.SetWriteDeadline(deadlineOf(dctx))
+	if _, err := conn.Write(pre); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("velo: attach %v: write preamble: %w", handle, err)
+	}
+	conn.SetWriteDeadline(time.Time{})
+	rs := &remoteSender{
+		r: r, handle: handle, key: resp.TransportKey, conn: conn,
+		cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
+	}
+	if !r.track(conn, 2) {
+		conn.Close()
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
+	}
+	go rs.pump()
+	go rs.watch()
+	return &Sender[T]{encode: encode, rs: rs}, nil
+}
+
+// attachRefusal turns the owner's reason into the error the same-worker
+// attach returns for it, so that errors.Is works on both paths.
+func attachRefusal(handle wire.AnchorHandle, reason string) error {
+	switch {
+	case strings.Contains(reason, "already attached"):
+		return fmt.Errorf("%w: %v (owner: %s)", ErrAlreadyAttached, handle, reason)
+	case strings.Contains(reason, "not found"):
+		return fmt.Errorf("%w: %v (owner: %s)", ErrAnchorNotFound, handle, reason)
+	}
+	return fmt.Errorf("velo: attach %v refused: %s", handle, reason)
+}
+
+// push queues one frame for the pump, waiting while the queue is full.
+func (rs *remoteSender) push(ctx context.Context, frame []byte) error {
+	if len(frame) > wire.MaxTCPFrame {
+		return &ItemTooLargeError{Size: len(frame), Limit: wire.MaxTCPFrame}
+	}
+	rs.mu.Lock()
+	for {
+		switch {
+		case rs.done:
+			rs.mu.Unlock()
+			return ErrSenderClosed
+		case rs.cancelled:
+			rs.mu.Unlock()
+			return ErrCancelled
+		case len(rs.q) < egressCapacity:
+			rs.q = append(rs.q, frame)
+			first := len(rs.q) == 1
+			rs.mu.Unlock()
+			if first {
+				rs.wake()
+			}
+			return nil
+		}
+		if rs.spaceWait == nil {
+			rs.spaceWait = make(chan struct{})
+		}
+		w := rs.spaceWait
+		rs.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		rs.mu.Lock()
+	}
+}
+
+func (rs *remoteSender) wake() {
+	select {
+	case rs.pumpWake <- struct{}{}:
+	default:
+	}
+}
+
+func (rs *remoteSender) wakeSpaceLocked() {
+	if rs.spaceWait != nil {
+		close(rs.spaceWait)
+		rs.spaceWait = nil
+	}
+}
+
+// terminate queues a terminal past the queue's capacity; it never waits.
+// The pump writes it behind every frame before it and retires the stream.
+func (rs *remoteSender) terminate(frame []byte) error {
+	rs.mu.Lock()
+	if rs.done {
+		rs.mu.Unlock()
+		return ErrSenderClosed
+	}
+	rs.done = true
+	if rs.cancelled {
+		rs.mu.Unlock()
+		rs.retire(RetireDiscarded)
+		rs.wake()
+		return ErrCancelled
+	}
+	rs.q = append(rs.q, frame)
+	rs.wakeSpaceLocked()
+	rs.mu.Unlock()
+	rs.wake()
+	return nil
+}
+
+// retire records the outcome once and wakes whoever waits for it.
+func (rs *remoteSender) retire(out RetireOutcome) {
+	rs.mu.Lock()
+	if rs.outcome != 0 {
+		rs.mu.Unlock()
+		return
+	}
+	rs.outcome = out
+	waiters := rs.retireWaiters
+	rs.retireWaiters = nil
+	rs.mu.Unlock()
+	for _, w := range waiters {
+		w <- out
+		close(w)
+	}
+}
+
+func (rs *remoteSender) retired() <-chan RetireOutcome {
+	ch := make(chan RetireOutcome, 1)
+	rs.mu.Lock()
+	if rs.outcome != 0 {
+		ch <- rs.outcome
+		close(ch)
+	} else {
+		rs.retireWaiters = append(rs.retireWaiters, ch)
+	}
+	rs.mu.Unlock()
+	return ch
+}
+
+// fail marks the stream cancelled: the consumer closed the connection, a
+// write failed, or the node shut down.
+func (rs *remoteSender) fail() {
+	rs.mu.Lock()
+	if rs.cancelled || rs.closing {
+		rs.mu.Unlock()
+		return
+	}
+	rs.cancelled = true
+	close(rs.cancelCh)
+	rs.wakeSpaceLocked()
+	rs.mu.Unlock()
+	rs.wake()
+}
+
+// pump writes what is queued, all of it in one write, until it has written
+// the terminal or the connection failed. Then it closes the connection.
+func (rs *remoteSender) pump() {
+	defer rs.r.wg.Done()
+	defer rs.r.untrack(rs.conn)
+	var buf []byte
+	var batch [][]byte
+	for {
+		rs.mu.Lock()
+		for len(rs.q) == 0 && !rs.cancelled {
+			rs.mu.Unlock()
+			<-rs.pumpWake
+			rs.mu.Lock()
+		}
+		if rs.cancelled {
+			// Nothing queued is handed on; a terminal that was queued
+			// is discarded.
+			rs.q = nil
+			rs.mu.Unlock()
+			rs.retire(RetireDiscarded)
+			return
+		}
+		batch, rs.q = rs.q, batch[:0]
+		// done is set as the terminal is queued, and nothing is queued
+		// after it: the terminal is the last frame of this batch.
+		terminal := rs.done
+		rs.closing = terminal // the watcher's wake-up after this is ours
+		rs.wakeSpaceLocked()
+		rs.mu.Unlock()
+
+		buf = buf[:0]
+		for i, f := range batch {
+			buf = wire.AppendTCPFrame(buf, f)
+			batch[i] = nil
+		}
+		if _, err := rs.conn.Write(buf); err != nil {
+			rs.mu.Lock()
+			rs.closing = false
+			rs.mu.Unlock()
+			rs.fail()
+			rs.retire(RetireDiscarded)
+			return
+		}
+		if terminal {
+			rs.retire(RetireSent)
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil // do not keep a large item's buffer for the rest of the stream
+		}
+	}
+}
+
+// watch waits for the consumer to close the connection. The consumer never
+// writes, so any return of Read is the end of the connection.
+func (rs *remoteSender) watch() {
+	defer rs.r.wg.Done()
+	var b [1]byte
+	rs.conn.Read(b[:])
+	// The consumer closed the connection (or wrote, which it must not), or
+	// Close closed it; fail does nothing once the pump wrote the
+	// terminal and closed it itself.
+	rs.fail()
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
