@@ -27,9 +27,13 @@ var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
 // than NewNodeManager).
 var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker needs a Manager from NewNodeManager")
 
-// ErrMPSCNotBuilt is returned by AttachAnchor for the handle of an MPSC
-// anchor: MPSC anchors are not built yet.
-var ErrMPSCNotBuilt = errors.New("velo: MPSC anchors are not built yet")
+// ErrMPSCNotBuilt is returned by AttachMPSCAnchor for the handle of an
+// MPSC anchor on another worker: remote MPSC is not built yet.
+var ErrMPSCNotBuilt = errors.New("velo: MPSC anchors on another worker are not built yet")
+
+// ErrAnchorKind is returned by AttachAnchor for the handle of an MPSC
+// anchor, and by AttachMPSCAnchor for the handle of an SPSC anchor.
+var ErrAnchorKind = errors.New("velo: stream anchor handle of the wrong kind")
 
 // ErrSenderClosed is returned by a Sender used after Finalize, Detach or
 // Close.

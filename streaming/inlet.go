@@ -56,6 +56,8 @@ type anchorState struct {
 	// conn is the per-stream connection of a remote producer, if one is
 	// attached: cancel closes it, which is how the producer hears of it.
 	conn io.Closer
+
+	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller

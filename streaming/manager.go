@@ -82,14 +82,18 @@ func (m *Manager) shard(localID uint64) *registryShard {
 // in the handle is random"), so it comes from crypto/rand, never a counter.
 // It reports false, registering nothing, once Close has begun: the flag is
 // read under the shard lock that Close's sweep of the registry takes, so an
-// anchor is either refused or cancelled by Close, never missed.
-func (m *Manager) register(st *anchorState) bool {
+// anchor is either refused or cancelled by Close, never missed. With mpsc,
+// the id carries wire.MPSCBit, in the handle and as the registry key.
+func (m *Manager) register(st *anchorState, mpsc bool) bool {
 	var b [8]byte
 	for {
 		rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
 		id := binary.LittleEndian.Uint64(b[:]) &^ wire.MPSCBit
 		if id == 0 {
 			continue
+		}
+		if mpsc {
+			id |= wire.MPSCBit
 		}
 		s := m.shard(id)
 		s.mu.Lock()
@@ -98,7 +102,7 @@ func (m *Manager) register(st *anchorState) bool {
 			return false
 		}
 		if _, taken := s.m[id]; !taken {
-			st.handle = wire.NewAnchorHandle(m.owner, id)
+			st.handle = wire.AnchorHandle{Hi: uint64(m.owner), Lo: id}
 			s.m[id] = st
 			s.mu.Unlock()
 			return true
@@ -175,7 +179,7 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 	a.st.mgr = m
 	a.st.capLim = cfg.capacity
 	a.st.lifetime = cfg.unattached
-	if !m.register(&a.st) {
+	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed
 	}
 	// Armed after register: the key of the deadline is the local id. No
@@ -205,7 +209,7 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 		return nil, err
 	}
 	if handle.IsMPSC() {
-		return nil, fmt.Errorf("%w: %v", ErrMPSCNotBuilt, handle)
+		return nil, fmt.Errorf("%w: %v names an MPSC anchor; use AttachMPSCAnchor", ErrAnchorKind, handle)
 	}
 	if handle.Owner() != m.owner {
 		if m.remote == nil {

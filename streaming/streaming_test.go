@@ -646,8 +646,8 @@ func TestAttachErrors(t *testing.T) {
 	if _, err := AttachAnchor[[]byte](ctx, m, wire.NewAnchorHandle(testOwner+1, h.LocalID())); !errors.Is(err, ErrRemoteAttach) {
 		t.Fatalf("remote attach = %v, want ErrRemoteAttach", err)
 	}
-	if _, err := AttachAnchor[[]byte](ctx, m, wire.NewMPSCAnchorHandle(testOwner, h.LocalID())); !errors.Is(err, ErrMPSCNotBuilt) {
-		t.Fatalf("MPSC attach = %v, want ErrMPSCNotBuilt", err)
+	if _, err := AttachAnchor[[]byte](ctx, m, wire.NewMPSCAnchorHandle(testOwner, h.LocalID())); !errors.Is(err, ErrAnchorKind) {
+		t.Fatalf("MPSC attach = %v, want ErrAnchorKind", err)
 	}
 	if _, err := AttachAnchor[[]byte](ctx, m, wire.NewAnchorHandle(testOwner, h.LocalID()^1)); !errors.Is(err, ErrAnchorNotFound) {
 		t.Fatalf("forged handle = %v, want ErrAnchorNotFound", err)

@@ -1,0 +1,505 @@
+package streaming
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Many producers, one consumer (the book's MPSC anchors).
+//
+// An MPSC anchor is an anchorState, in the same registry and under the same
+// mutex as an SPSC one: its handle has wire.MPSCBit set, and its registry
+// key carries the bit too, so an SPSC lookup never finds it. Each frame in
+// the inlet is tagged with its producer's SenderID in a ring of ids kept in
+// step with the ring of frames. Nothing here owns a goroutine.
+
+// SenderID names one producer of an MPSC anchor. The anchor gives ids from
+// 1 up, one per attach, and never gives the same id twice: a producer that
+// detaches and attaches again gets a new one.
+type SenderID uint64
+
+func (id SenderID) String() string { return fmt.Sprintf("SenderID(%d)", uint64(id)) }
+
+// MPSCKind says what an MPSCFrame carries.
+type MPSCKind uint8
+
+const (
+	// MPSCItem: Item holds an item of the producer.
+	MPSCItem MPSCKind = iota + 1
+	// MPSCSenderError: the producer sent a soft error; Err is a
+	// *SenderError.
+	MPSCSenderError
+	// MPSCDetached: the producer detached. It sends nothing more.
+	MPSCDetached
+	// MPSCDropped: the producer closed its sender without detaching. It
+	// sends nothing more. Err is nil (reserved for a transport error of a
+	// remote producer, a *TransportError).
+	MPSCDropped
+	// MPSCBadItem: an item of the producer did not decode as T; Err is a
+	// *DecodeError. The stream goes on (the reference keeps the anchor
+	// alive and names the sender).
+	MPSCBadItem
+)
+
+func (k MPSCKind) String() string {
+	switch k {
+	case MPSCItem:
+		return "Item"
+	case MPSCSenderError:
+		return "SenderError"
+	case MPSCDetached:
+		return "Detached"
+	case MPSCDropped:
+		return "Dropped"
+	case MPSCBadItem:
+		return "BadItem"
+	}
+	return fmt.Sprintf("MPSCKind(%d)", uint8(k))
+}
+
+// MPSCFrame is one thing that an MPSC anchor delivers, tagged with the
+// producer that sent it. None of them ends the stream: Detached and Dropped
+// end one producer only.
+type MPSCFrame[T any] struct {
+	Sender SenderID
+	Kind   MPSCKind
+	Item   T     // set for MPSCItem
+	Err    error // set for MPSCSenderError and MPSCBadItem; see MPSCDropped
+}
+
+// mpscAnchor is the untyped part of an MPSC anchor. Its fields beyond st
+// are guarded by st.mu.
+type mpscAnchor struct {
+	st      anchorState
+	ids     idRing // the SenderID of each frame in st.q, in step with it
+	nextID  uint64
+	senders int // attached producers
+}
+
+// MPSCAnchor is the consumer's end of a stream with many producers. Make
+// one with CreateMPSCAnchor, give its Handle to the producers (each calls
+// AttachMPSCAnchor), read with Next or All, and Close it when done. Only
+// the consumer ends the stream: Close, a Controller's Cancel, or the
+// unattached timeout if one was set.
+//
+// Next and All are meant for one consumer goroutine; Close and the
+// Controller may be used from any goroutine.
+type MPSCAnchor[T any] struct {
+	a      mpscAnchor
+	decode func([]byte) (T, error)
+}
+
+// CreateMPSCAnchor makes an anchor for items of type T that accepts many
+// producers at once, and registers it with m. Its inlet holds
+// DefaultCapacity frames from all producers together unless WithCapacity
+// says otherwise. It has no unattached timeout unless
+// WithUnattachedTimeout sets one (the Manager's ReservationConfig applies
+// to SPSC anchors only): the timeout then runs while no producer is
+// attached, from creation and again each time the last producer leaves,
+// and ends the stream with ErrUnattachedTimeout. RenewReservations does
+// not extend it.
+func CreateMPSCAnchor[T any](m *Manager, opts ...AnchorOption) (*MPSCAnchor[T], error) {
+	decode, err := decoderFor[T]()
+	if err != nil {
+		return nil, err
+	}
+	cfg := anchorConfig{capacity: DefaultCapacity}
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.capacity < 1 {
+		return nil, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
+	}
+	if cfg.unattached < 0 {
+		return nil, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
+	}
+	if cfg.unattached == 0 {
+		cfg.unattached = Forever
+	}
+	an := &MPSCAnchor[T]{decode: decode}
+	st := &an.a.st
+	st.mgr = m
+	st.capLim = cfg.capacity
+	st.lifetime = cfg.unattached
+	st.mpsc = &an.a
+	if !m.register(st, true) {
+		return nil, ErrManagerClosed
+	}
+	st.mu.Lock()
+	st.armLocked() // nothing for Forever
+	st.mu.Unlock()
+	return an, nil
+}
+
+// Handle names the anchor to producers; its local id has wire.MPSCBit set.
+func (an *MPSCAnchor[T]) Handle() wire.AnchorHandle { return an.a.st.handle }
+
+// Senders counts the producers attached now.
+func (an *MPSCAnchor[T]) Senders() int {
+	an.a.st.mu.Lock()
+	defer an.a.st.mu.Unlock()
+	return an.a.senders
+}
+
+// Next returns the next frame of any producer: an item, a soft error, an
+// item that did not decode, or the departure of one producer (Detached or
+// Dropped). The frames of one producer come in the order it sent them.
+// Next waits until a frame arrives, the stream ends, or ctx is done. An
+// error ends the stream — ErrCancelled after Close or a Controller's
+// Cancel, ErrUnattachedTimeout — and Next then returns it again; ctx's
+// error does not end the stream.
+//
+// For T = []byte the item aliases its frame, which the consumer owns.
+func (an *MPSCAnchor[T]) Next(ctx context.Context) (MPSCFrame[T], error) {
+	id, f, bad, err := an.a.pop(ctx)
+	if err != nil {
+		return MPSCFrame[T]{}, err
+	}
+	out := MPSCFrame[T]{Sender: id}
+	if bad != nil {
+		out.Kind, out.Err = MPSCBadItem, bad
+		return out, nil
+	}
+	switch f.Kind {
+	case wire.KindItem:
+		v, err := an.decode(f.Item)
+		if err != nil {
+			out.Kind, out.Err = MPSCBadItem, err
+		} else {
+			out.Kind, out.Item = MPSCItem, v
+		}
+	case wire.KindSenderError:
+		out.Kind, out.Err = MPSCSenderError, &SenderError{Message: f.Message}
+	case wire.KindDetached, wire.KindFinalized:
+		// A producer cannot finalize an MPSC anchor: the reference reads
+		// a Finalized frame as Detached.
+		out.Kind = MPSCDetached
+	case wire.KindDropped:
+		out.Kind = MPSCDropped
+	case wire.KindTransportError:
+		out.Kind, out.Err = MPSCDropped, &TransportError{Message: f.Message}
+	}
+	return out, nil
+}
+
+// All ranges over the stream: each frame with a nil error, until the stream
+// ends or ctx is done; that error is yielded once as the last pair.
+func (an *MPSCAnchor[T]) All(ctx context.Context) iter.Seq2[MPSCFrame[T], error] {
+	return func(yield func(MPSCFrame[T], error) bool) {
+		for {
+			f, err := an.Next(ctx)
+			if !yield(f, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Controller returns the handle that stops or cancels this stream from any
+// goroutine. RequestStop closes the Stopped channel of every producer,
+// attached now or later; Cancel ends the stream for all of them.
+func (an *MPSCAnchor[T]) Controller() Controller { return Controller{st: &an.a.st} }
+
+// Close cancels the stream if it has not ended, and removes the anchor from
+// its Manager: every producer's Cancelled channel closes, its sends fail
+// with ErrCancelled, and its later Detach or Close is discarded
+// (RetireDiscarded). Close is idempotent and returns nil.
+func (an *MPSCAnchor[T]) Close() error {
+	an.a.st.cancel(true)
+	return nil
+}
+
+// MPSCSender is one producer's end of an MPSC stream, from
+// AttachMPSCAnchor. It ends with Detach or Close; it cannot finalize the
+// stream, which only the consumer ends. A producer that stops early must
+// still call Close (defer sender.Close()). Its methods are safe to call
+// from many goroutines.
+type MPSCSender[T any] struct {
+	senderCore
+	a      *mpscAnchor
+	id     SenderID
+	encode func(T) []byte
+}
+
+// AttachMPSCAnchor attaches a producer to the MPSC anchor that handle names
+// and returns its MPSCSender, with a SenderID of its own. T is as in
+// AttachAnchor. It waits while the anchor's inlet is full, until there is
+// room or ctx is done: so producers that attach and leave against a
+// consumer that does not read cannot grow the inlet (each attached producer
+// adds at most one frame past the capacity, its Detached or Dropped).
+//
+// It returns ErrAnchorKind for an SPSC handle, ErrAnchorNotFound for an
+// anchor that is unknown, closed or ended, and ErrMPSCNotBuilt for an
+// anchor of another worker. A stop or cancel that the consumer made before
+// the attach is already fired on the returned sender.
+func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
+	encode, err := encoderFor[T]()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !handle.IsMPSC() {
+		return nil, fmt.Errorf("%w: %v names an SPSC anchor; use AttachAnchor", ErrAnchorKind, handle)
+	}
+	if handle.Owner() != m.owner {
+		return nil, fmt.Errorf("%w: %v", ErrMPSCNotBuilt, handle)
+	}
+	st := m.lookup(handle.LocalID())
+	if st == nil || st.mpsc == nil {
+		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
+	}
+	a := st.mpsc
+	st.mu.Lock()
+	for {
+		if st.closed || (st.endErr != nil && !st.cancelled) {
+			// Ended or closed between the lookup and the lock.
+			st.mu.Unlock()
+			return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
+		}
+		if st.cancelled || st.q.n < st.capLim {
+			break
+		}
+		if st.spaceWait == nil {
+			st.spaceWait = make(chan struct{})
+		}
+		w := st.spaceWait
+		st.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		st.mu.Lock()
+	}
+	a.nextID++
+	a.senders++
+	if a.senders == 1 {
+		st.disarmLocked() // the unattached timeout runs only with no producer
+	}
+	s := &MPSCSender[T]{a: a, id: SenderID(a.nextID), encode: encode}
+	s.st = st
+	st.mu.Unlock()
+	return s, nil
+}
+
+// SenderID is this producer's id within the anchor: the Sender of each of
+// its frames at the consumer.
+func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
+
+// Handle names the anchor this sender is attached to.
+func (s *MPSCSender[T]) Handle() wire.AnchorHandle { return s.st.handle }
+
+// Send puts one item in the stream. It waits while the anchor's inlet is
+// full, until there is room, ctx is done, or the consumer cancels
+// (ErrCancelled). After Detach or Close it returns ErrSenderClosed.
+func (s *MPSCSender[T]) Send(ctx context.Context, item T) error {
+	return s.a.push(ctx, &s.senderCore, s.id, s.encode(item))
+}
+
+// SendBytes puts one byte item in the stream, as Sender.SendBytes does.
+func (s *MPSCSender[T]) SendBytes(ctx context.Context, payload []byte) error {
+	return s.a.push(ctx, &s.senderCore, s.id, bytesItemFrame(payload))
+}
+
+// SendError puts a soft error in the stream: the consumer reads an
+// MPSCSenderError frame with msg. It waits as Send does.
+func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
+	return s.a.push(ctx, &s.senderCore, s.id, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+}
+
+// Detach ends this producer: the consumer reads an MPSCDetached frame
+// after its items, and the stream goes on. It never waits. It returns
+// ErrCancelled if the consumer had closed its anchor (RetireDiscarded) and
+// ErrSenderClosed if the sender had already ended.
+func (s *MPSCSender[T]) Detach() error {
+	_, err := s.a.terminate(&s.senderCore, s.id, detachedFrame)
+	return err
+}
+
+// Close ends this producer without detaching: the consumer reads an
+// MPSCDropped frame after its items, and the stream goes on. After Detach
+// it does nothing and returns nil, so it can be deferred. It never waits.
+func (s *MPSCSender[T]) Close() error {
+	_, err := s.a.terminate(&s.senderCore, s.id, droppedFrame)
+	if err == ErrSenderClosed {
+		return nil
+	}
+	return err
+}
+
+// Stopped closes when the consumer requests a graceful stop, or cancels.
+func (s *MPSCSender[T]) Stopped() <-chan struct{} { return s.st.signal(false) }
+
+// Cancelled closes when the consumer cancels the stream or closes its
+// anchor. Sends then fail with ErrCancelled.
+func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
+
+// Retired returns a channel that yields the RetireOutcome once the sender
+// has detached or closed, and is then closed: RetireSent when its last
+// frame entered the anchor's inlet (a Controller's Cancel while the anchor
+// is open included), RetireDiscarded when the consumer had closed its
+// anchor. Any number of them may be taken, before or after the end. (The
+// reference has no Retired for MPSC senders; its same-worker SPSC
+// semantics apply here.)
+func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
+	ch := make(chan RetireOutcome, 1)
+	st := s.st
+	st.mu.Lock()
+	if s.outcome != 0 {
+		ch <- s.outcome
+		close(ch)
+	} else {
+		s.retireWaiters = append(s.retireWaiters, ch)
+	}
+	st.mu.Unlock()
+	return ch
+}
+
+// push puts an item or soft-error frame of producer s (id) into the inlet,
+// waiting while it is full. A cancel, the end of p, or ctx wakes it.
+func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame []byte) error {
+	st := &a.st
+	st.mu.Lock()
+	for {
+		switch {
+		case s.done:
+			st.mu.Unlock()
+			return ErrSenderClosed
+		case st.cancelled || st.endErr != nil:
+			st.mu.Unlock()
+			return ErrCancelled
+		case st.q.n < st.capLim:
+			st.q.push(frame)
+			a.ids.push(id)
+			st.wakeData()
+			st.mu.Unlock()
+			return nil
+		}
+		if st.spaceWait == nil {
+			st.spaceWait = make(chan struct{})
+		}
+		w := st.spaceWait
+		st.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		st.mu.Lock()
+	}
+}
+
+// terminate ends producer s (id) with its Detached or Dropped frame. It never
+// waits: the frame goes past the inlet's capacity, behind every frame
+// already there. When the last producer leaves, the unattached timeout (if
+// any) starts again.
+func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (RetireOutcome, error) {
+	st := &a.st
+	st.mu.Lock()
+	if s.done {
+		st.mu.Unlock()
+		return 0, ErrSenderClosed
+	}
+	s.done = true
+	out, err := RetireSent, error(nil)
+	if st.closed {
+		out, err = RetireDiscarded, ErrCancelled
+	} else if st.endErr == nil {
+		st.q.push(frame)
+		a.ids.push(id)
+		st.wakeData()
+	}
+	a.senders--
+	if a.senders == 0 {
+		st.armLocked()
+	}
+	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
+	waiters := s.retireWaiters
+	s.retireWaiters = nil
+	s.outcome = out
+	st.mu.Unlock()
+	for _, w := range waiters {
+		w <- out
+		close(w)
+	}
+	return out, err
+}
+
+// pop takes the next frame and its producer, skipping heartbeats. A frame
+// that does not decode comes back as bad, a *DecodeError of its producer,
+// not as the end of the stream (end).
+func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, end error) {
+	st := &a.st
+	st.mu.Lock()
+	for {
+		if st.endErr != nil {
+			err := st.endErr
+			a.ids.clear()
+			st.mu.Unlock()
+			return 0, wire.Frame{}, nil, err
+		}
+		if st.q.n == 0 {
+			if st.dataWait == nil {
+				st.dataWait = make(chan struct{})
+			}
+			w := st.dataWait
+			st.mu.Unlock()
+			select {
+			case <-w:
+			case <-ctx.Done():
+				return 0, wire.Frame{}, nil, ctx.Err()
+			}
+			st.mu.Lock()
+			continue
+		}
+		b := st.q.pop()
+		id = a.ids.pop()
+		st.wakeSpace()
+		f, err := wire.DecodeFrame(b)
+		if err != nil {
+			st.mu.Unlock()
+			return id, wire.Frame{}, &DecodeError{Err: err}, nil
+		}
+		if f.Kind == wire.KindHeartbeat {
+			continue
+		}
+		st.mu.Unlock()
+		return id, f, nil, nil
+	}
+}
+
+// idRing is a FIFO of SenderIDs that grows as needed, kept in step with
+// anchorState.q.
+type idRing struct {
+	buf  []SenderID
+	head int
+	n    int
+}
+
+func (r *idRing) push(id SenderID) {
+	if r.n == len(r.buf) {
+		nb := make([]SenderID, max(4, 2*len(r.buf)))
+		for i := range r.n {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = id
+	r.n++
+}
+
+func (r *idRing) pop() SenderID {
+	id := r.buf[r.head]
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	return id
+}
+
+func (r *idRing) clear() { r.head, r.n = 0, 0 }
