@@ -16,9 +16,11 @@
 // TCP connection for the stream, whose frames the owner feeds into the
 // same inlet. An anchor that no producer attaches to within its unattached
 // timeout ends with ErrUnattachedTimeout; one sweeper goroutine per Manager
-// serves all these deadlines (reservation.go). The mux, the gRPC transport,
-// MPSC anchors, heartbeats and remote renewal are not built yet
-// (docs/streams.md).
+// serves all these deadlines (reservation.go). CreateMPSCAnchor makes an
+// anchor for many producers on the same worker (mpsc.go): each attaches
+// with AttachMPSCAnchor, and the consumer reads MPSCFrames tagged with a
+// SenderID. The mux, the gRPC transport, MPSC between nodes, heartbeats and
+// remote renewal are not built yet (docs/streams.md).
 //
 // Lifecycle and errors:
 //
