@@ -26,7 +26,8 @@ const egressCapacity = DefaultCapacity
 // blocking net.Conn API: the egress pump, which packs what is queued into
 // one write (the reference's egress_pump task), and a watcher blocked in a
 // Read, which is how a consumer's cancel is seen (the consumer closes the
-// connection and writes nothing).
+// connection and writes nothing). Its heartbeats come from the Manager's
+// one heartbeater (heartbeat.go), not from a goroutine of its own.
 type remoteSender struct {
 	r         *remote
 	handle    wire.AnchorHandle
