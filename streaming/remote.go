@@ -46,8 +46,9 @@ const AcceptWindow = 60 * time.Second
 const preambleTimeout = 20 * time.Second
 
 // DefaultHeartbeatInterval is the heartbeat interval this node answers an
-// attach with. Heartbeats are not sent or watched yet; the field is
-// answered as the reference answers it.
+// attach with unless WithHeartbeatInterval says otherwise: the producer
+// beats at it, and the stream's reader ends a stream silent for
+// DetectionMultiplier of them (see heartbeat.go).
 const DefaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
 
 // ItemTooLargeError is returned by a send on a stream between workers for
@@ -70,6 +71,7 @@ type NodeOption struct {
 type nodeConfig struct {
 	listen       string
 	acceptWindow time.Duration
+	heartbeat    time.Duration
 	log          *slog.Logger
 }
 
@@ -99,7 +101,10 @@ type remote struct {
 	msg          *messenger.Messenger
 	ln           net.Listener
 	acceptWindow time.Duration
+	heartbeat    time.Duration // answered to attaches, and watched by readers
 	log          *slog.Logger
+	hb           *heartbeater  // beats this node's remote senders
+	firings      atomic.Uint64 // streams ended by the watchdog
 	routing      atomic.Uint64 // the last routing session id given out
 	session      atomic.Uint64 // the last producer session id given out
 
@@ -133,6 +138,10 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
+	if cfg.heartbeat < time.Millisecond {
+		cfg.heartbeat = DefaultHeartbeatInterval
+	}
+	cfg.heartbeat = cfg.heartbeat.Truncate(time.Millisecond) // what the wire carries
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return nil, fmt.Errorf("velo: stream listener: %w", err)
@@ -154,6 +163,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	m := NewManager(msg.WorkerID())
 	r := &remote{
 		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
+		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
 		pending: make(map[wire.TCPPreamble]*pendingBind),
 		conns:   make(map[net.Conn]struct{}),
 	}
@@ -162,8 +172,9 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		ln.Close()
 		return nil, err
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.acceptLoop()
+	go r.hb.run(r.wg.Done) // one for all the streams this node produces
 	return m, nil
 }
 
@@ -186,6 +197,7 @@ func (m *Manager) stopRemote() {
 		return
 	}
 	r.mu.Lock()
+	first := !r.closed
 	r.closed = true
 	for k, pb := range r.pending {
 		pb.timer.Stop()
@@ -195,6 +207,9 @@ func (m *Manager) stopRemote() {
 		c.Close()
 	}
 	r.mu.Unlock()
+	if first {
+		close(r.hb.stop)
+	}
 	r.ln.Close()
 	r.wg.Wait()
 }
@@ -273,7 +288,7 @@ func (r *remote) onAttach(c *messenger.Context) ([]byte, error) {
 
 	resp := wire.AttachResponse{
 		TransportKey:        wire.TCPStreamKey,
-		HeartbeatIntervalMS: uint64(DefaultHeartbeatInterval / time.Millisecond),
+		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    key.SessionID,
 	}
 	return resp.AppendJSON(nil), nil
@@ -341,7 +356,6 @@ func (r *remote) serve(c net.Conn) {
 		return
 	}
 	pb.timer.Stop()
-	c.SetReadDeadline(time.Time{})
 	st := pb.st
 	st.mu.Lock()
 	gone := st.cancelled || st.closed
@@ -364,8 +378,16 @@ func (r *remote) serve(c net.Conn) {
 	proxy := &senderCore{st: st}
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
 	defer fr.Close()
+	var wd watchdog
+	wd.start(c, r.heartbeat)
 	for {
 		f, err := fr.Next()
+		if timeout, fire := wd.expired(err); fire {
+			r.fire(st, proxy, &wd)
+			return
+		} else if timeout {
+			continue
+		}
 		if err != nil {
 			// The connection ended without a terminal frame: the
 			// producer's node died or cut it. Tell the consumer now,
@@ -381,6 +403,7 @@ func (r *remote) serve(c net.Conn) {
 		p := f.Payload
 		switch string(p) {
 		case wire.HeartbeatFrame:
+			wd.frame() // never handed on: the consumer does not see it
 			continue
 		case wire.FinalizedFrame:
 			st.terminate(proxy, finalizedFrame, false)
@@ -401,5 +424,6 @@ func (r *remote) serve(c net.Conn) {
 			// connection tells the producer.
 			return
 		}
+		wd.frame()
 	}
 }

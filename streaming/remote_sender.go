@@ -26,7 +26,8 @@ const egressCapacity = DefaultCapacity
 // blocking net.Conn API: the egress pump, which packs what is queued into
 // one write (the reference's egress_pump task), and a watcher blocked in a
 // Read, which is how a consumer's cancel is seen (the consumer closes the
-// connection and writes nothing).
+// connection and writes nothing). Its heartbeats come from the Manager's
+// one heartbeater (heartbeat.go), not from a goroutine of its own.
 type remoteSender struct {
 	r         *remote
 	handle    wire.AnchorHandle
@@ -38,6 +39,7 @@ type remoteSender struct {
 
 	mu            sync.Mutex
 	q             [][]byte
+	active        bool // a frame was queued since the last heartbeat (heartbeat.go)
 	done          bool // a terminal is queued
 	cancelled     bool
 	closing       bool // the pump closed the connection after the terminal
@@ -143,6 +145,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	}
 	go rs.pump()
 	go rs.watch()
+	r.hb.add(rs, time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond)
 	return &Sender[T]{encode: encode, rs: rs}, nil
 }
 
@@ -174,6 +177,7 @@ func (rs *remoteSender) push(ctx context.Context, frame []byte) error {
 			return ErrCancelled
 		case len(rs.q) < egressCapacity:
 			rs.q = append(rs.q, frame)
+			rs.active = true
 			first := len(rs.q) == 1
 			rs.mu.Unlock()
 			if first {
@@ -281,6 +285,7 @@ func (rs *remoteSender) fail() {
 func (rs *remoteSender) pump() {
 	defer rs.r.wg.Done()
 	defer rs.r.untrack(rs.conn)
+	defer rs.r.hb.remove(rs)
 	var buf []byte
 	var batch [][]byte
 	for {
