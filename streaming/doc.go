@@ -19,8 +19,10 @@
 // serves all these deadlines (reservation.go). CreateMPSCAnchor makes an
 // anchor for many producers on the same worker (mpsc.go): each attaches
 // with AttachMPSCAnchor, and the consumer reads MPSCFrames tagged with a
-// SenderID. The mux, the gRPC transport, MPSC between nodes, heartbeats and
-// remote renewal are not built yet (docs/streams.md).
+// SenderID. Remote producers send heartbeats when idle (one goroutine per
+// Manager, heartbeat.go), and a remote stream silent for three heartbeat
+// windows ends with ErrSenderDropped. The mux, the gRPC transport, MPSC
+// between nodes and remote renewal are not built yet (docs/streams.md).
 //
 // Lifecycle and errors:
 //
