@@ -55,9 +55,14 @@ func WithDiscovery(d ext.PeerDiscovery) Option {
 	return Option{apply: func(c *messenger.Config) { c.Discovery = d }}
 }
 
-// WithMetrics records into a VeloMetrics registered by the caller.
+// WithMetrics records into a VeloMetrics registered by the caller: the
+// messenger's families and, through streaming.WithNodeMetrics, the
+// Streaming family of the node's streams.
 func WithMetrics(m *metrics.VeloMetrics) Option {
-	return Option{apply: func(c *messenger.Config) { c.Metrics = m }}
+	return Option{
+		apply:  func(c *messenger.Config) { c.Metrics = m },
+		stream: []streaming.NodeOption{streaming.WithNodeMetrics(m)},
+	}
 }
 
 // WithUndeliveredHandler installs fn to hear of every message a transport

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -46,6 +47,19 @@ type VeloMetrics struct {
 	PendingResponses      prometheus.Gauge
 	ResponseSlotExhausted prometheus.Counter
 	InboundDequeued       prometheus.Counter
+
+	// Streaming family; see Streaming.
+	streamOps        *prometheus.CounterVec   // operation, outcome, transport_scheme
+	streamOpDur      *prometheus.HistogramVec // operation, outcome, transport_scheme
+	streamAttachRTT  *prometheus.HistogramVec // outcome, transport_scheme
+	streamBP         *prometheus.CounterVec   // transport_scheme
+	streamProducerBP prometheus.Counter
+	streamWatchdog   prometheus.Counter
+	streamCreated    *prometheus.CounterVec // kind (ours, not the book's)
+	streamUnattached prometheus.Counter     // ours, not the book's
+	streamActive     *activeAnchors
+	streamOnce       sync.Once
+	stream           *StreamingMetrics
 }
 
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -137,6 +151,33 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			Name: "velo_messenger_inbound_dequeued_total",
 			Help: "Messages the dispatch loop took off the messenger inbound queue.",
 		}),
+
+		streamOps: counterVec("velo_streaming_anchor_operations_total",
+			"Streaming control-plane operations observed by Velo.",
+			"operation", "outcome", "transport_scheme"),
+		streamOpDur: histVec("velo_streaming_anchor_operation_duration_seconds",
+			"Streaming control-plane operation duration.",
+			"operation", "outcome", "transport_scheme"),
+		streamAttachRTT: histVec("velo_streaming_anchor_attach_rtt_seconds",
+			"Wall time a remote anchor attach spent in flight, measured by the sender across the round trip to the owner's attach handler.",
+			"outcome", "transport_scheme"),
+		streamBP: counterVec("velo_streaming_backpressure_total",
+			"Streaming backpressure events observed by Velo.", "transport_scheme"),
+		streamProducerBP: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_producer_send_backpressure_total",
+			Help: "Stream sends that found the anchor inlet or the sender's egress queue full and waited for room.",
+		}),
+		streamWatchdog: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_heartbeat_watchdog_firings_total",
+			Help: "Heartbeat-watchdog firings: a stream went DetectionMultiplier heartbeat intervals with no frame and was ended with a Dropped sentinel.",
+		}),
+		streamCreated: counterVec("velo_streaming_anchors_created_total",
+			"Anchors created, by kind (spsc, mpsc).", "kind"),
+		streamUnattached: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_unattached_timeouts_total",
+			Help: "Anchors ended because no producer attached within their unattached timeout.",
+		}),
+		streamActive: newActiveAnchors(),
 	}
 	all := []prometheus.Collector{
 		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
@@ -146,6 +187,8 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
 		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
 		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
+		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
+		m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {

@@ -236,3 +236,69 @@ func TestHandlerBinds(t *testing.T) {
 		t.Errorf("ordered_lanes_created{handler=echo} = %v, want 1", got)
 	}
 }
+
+// Every Streaming series exists, at zero, once the handle is built, and
+// one VeloMetrics hands out one handle.
+func TestStreamingPrebindsEverySeries(t *testing.T) {
+	reg, m := mustRegister(t)
+	s := m.Streaming()
+	if s == nil || m.Streaming() != s {
+		t.Fatal("Streaming: want one non-nil handle per VeloMetrics")
+	}
+	for name, want := range map[string]int{
+		"velo_streaming_anchor_operations_total":           int(NumStreamOps) * 2 * int(NumStreamSchemes),
+		"velo_streaming_anchor_operation_duration_seconds": int(NumStreamOps) * 2 * int(NumStreamSchemes),
+		"velo_streaming_anchor_attach_rtt_seconds":         2 * int(NumStreamSchemes),
+		"velo_streaming_backpressure_total":                int(NumStreamSchemes),
+		"velo_streaming_anchors_created_total":             2,
+		"velo_streaming_producer_send_backpressure_total":  1,
+		"velo_streaming_heartbeat_watchdog_firings_total":  1,
+		"velo_streaming_unattached_timeouts_total":         1,
+		"velo_streaming_active_anchors":                    1,
+	} {
+		if got := len(gather(t, reg, name)); got != want {
+			t.Errorf("%s: %d series, want %d", name, got, want)
+		}
+	}
+	untrack := s.TrackActive(func() int { return 4 })
+	s.TrackActive(func() int { return 3 })()
+	if v := gather(t, reg, "velo_streaming_active_anchors")[""].GetGauge().GetValue(); v != 4 {
+		t.Fatalf("active anchors = %v, want 4", v)
+	}
+	untrack()
+	untrack()
+	if v := gather(t, reg, "velo_streaming_active_anchors")[""].GetGauge().GetValue(); v != 0 {
+		t.Fatalf("active anchors after untrack = %v, want 0", v)
+	}
+}
+
+func TestStreamingNilAndRecords(t *testing.T) {
+	var nilM *VeloMetrics
+	if nilM.Streaming() != nil {
+		t.Fatal("nil VeloMetrics gave a Streaming handle")
+	}
+	reg, m := mustRegister(t)
+	s := m.Streaming()
+	s.Operation(StreamAttach, SchemeTCPStream, false, time.Millisecond)
+	s.Operation(NumStreamOps, SchemeLocal, true, 0) // out of range: dropped
+	s.ProducerBackpressure(SchemeTCPStream)
+	s.AnchorCreated(true)
+	s.WatchdogFiring()
+	s.UnattachedTimeout()
+	s.AttachRTT(SchemeOf("tcp-stream"), true, time.Millisecond)
+	for name, labels := range map[string]string{
+		"velo_streaming_anchor_operations_total":          "operation=attach,outcome=error,transport_scheme=tcp-stream",
+		"velo_streaming_backpressure_total":               "transport_scheme=tcp-stream",
+		"velo_streaming_producer_send_backpressure_total": "",
+		"velo_streaming_anchors_created_total":            "kind=mpsc",
+		"velo_streaming_heartbeat_watchdog_firings_total": "",
+		"velo_streaming_unattached_timeouts_total":        "",
+	} {
+		if v := gather(t, reg, name)[labels].GetCounter().GetValue(); v != 1 {
+			t.Errorf("%s{%s} = %v, want 1", name, labels, v)
+		}
+	}
+	if n := gather(t, reg, "velo_streaming_anchor_attach_rtt_seconds")["outcome=success,transport_scheme=tcp-stream"].GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("attach rtt count = %d, want 1", n)
+	}
+}

@@ -237,6 +237,9 @@ func (r *remote) fire(st *anchorState, proxy *senderCore, w *watchdog) {
 	depth := st.q.n
 	st.mu.Unlock()
 	r.firings.Add(1)
+	if met := r.m.met; met != nil {
+		met.WatchdogFiring()
+	}
 	r.log.Warn("velo: stream heartbeat watchdog fired, injecting Dropped (saturation indicator: a full inlet means a slow consumer)",
 		"local_id", st.handle.LocalID(),
 		"anchor_inlet_len", depth,

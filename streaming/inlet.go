@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -79,6 +80,7 @@ func (st *anchorState) wakeSpace() {
 // push puts an item or soft-error frame into the inlet for sender s,
 // waiting while the inlet is full. A cancel, the end of s, or ctx wakes it.
 func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) error {
+	waited := false // counted once per send, however long it waits
 	st.mu.Lock()
 	for {
 		switch {
@@ -95,6 +97,12 @@ func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) er
 			st.wakeData()
 			st.mu.Unlock()
 			return nil
+		}
+		if !waited {
+			waited = true
+			if met := st.mgr.met; met != nil {
+				met.ProducerBackpressure(metrics.SchemeLocal)
+			}
 		}
 		if st.spaceWait == nil {
 			st.spaceWait = make(chan struct{})
@@ -246,6 +254,9 @@ func (st *anchorState) stopLocked() {
 func (st *anchorState) cancel(closing bool) {
 	st.mu.Lock()
 	st.stopLocked()
+	// A cancel counts when it ends a live stream: not again, and not on
+	// a stream that had already ended (finalized, expired, ...).
+	counted := !st.cancelled && st.endErr == nil
 	if !st.cancelled {
 		st.cancelled = true
 		if st.cancelCh != nil {
@@ -258,6 +269,9 @@ func (st *anchorState) cancel(closing bool) {
 	}
 	conn := st.conn
 	st.mu.Unlock()
+	if counted && st.mgr.met != nil {
+		st.mgr.met.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)
+	}
 	if conn != nil {
 		conn.Close()
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/deadline"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -29,6 +30,31 @@ type Manager struct {
 	expired    atomic.Uint64 // anchors ended by their unattached timeout
 
 	remote *remote // set by NewNodeManager: streams to and from other workers
+
+	met     *metrics.StreamingMetrics // nil: no metrics, nothing recorded
+	untrack func()                    // removes ActiveAnchors from the gauge's sources
+}
+
+// WithMetrics makes the Manager record into the Streaming family of vm
+// (metrics.VeloMetrics.Streaming). A nil vm records nothing.
+func WithMetrics(vm *metrics.VeloMetrics) ManagerOption {
+	return ManagerOption{func(m *Manager) { m.met = vm.Streaming() }}
+}
+
+// opStart reads the clock for an operation's duration, only when metrics
+// are installed.
+func (m *Manager) opStart() time.Time {
+	if m.met == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// opDone counts an operation that began at start.
+func (m *Manager) opDone(op metrics.StreamOp, sc metrics.StreamScheme, start time.Time, err error) {
+	if m.met != nil {
+		m.met.Operation(op, sc, err == nil, time.Since(start))
+	}
 }
 
 const registryShards = 32
@@ -54,6 +80,9 @@ func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
 	}
 	m.base = time.Now()
 	m.unattached = deadline.New(deadline.DefaultShards, m.expireUnattached)
+	if m.met != nil {
+		m.untrack = m.met.TrackActive(m.ActiveAnchors)
+	}
 	return m
 }
 
@@ -156,6 +185,16 @@ func WithCapacity(n int) AnchorOption {
 // m. T is []byte or a type whose pointer is a MsgpackUnmarshaler;
 // the choice is made here, once, not per item.
 func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
+	start := m.opStart()
+	a, err := createAnchor[T](m, opts)
+	m.opDone(metrics.StreamCreate, metrics.SchemeLocal, start, err)
+	if err == nil && m.met != nil {
+		m.met.AnchorCreated(false)
+	}
+	return a, err
+}
+
+func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	decode, err := decoderFor[T]()
 	if err != nil {
 		return nil, err
@@ -201,6 +240,19 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
 func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
+	start := m.opStart()
+	s, err := attachAnchor[T](ctx, m, handle)
+	// A remote attach is counted by the owner's handler (operation
+	// "attach") and here only as its round trip (attach_rtt): the book's
+	// queueing query subtracts one from the other, so the sender must not
+	// add its own, longer, attach durations to the owner's.
+	if handle.Owner() == m.owner {
+		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
+	}
+	return s, err
+}
+
+func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
 	encode, err := encoderFor[T]()
 	if err != nil {
 		return nil, err

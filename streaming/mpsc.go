@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -102,6 +103,16 @@ type MPSCAnchor[T any] struct {
 // and ends the stream with ErrUnattachedTimeout. RenewReservations does
 // not extend it.
 func CreateMPSCAnchor[T any](m *Manager, opts ...AnchorOption) (*MPSCAnchor[T], error) {
+	start := m.opStart()
+	an, err := createMPSCAnchor[T](m, opts)
+	m.opDone(metrics.StreamCreate, metrics.SchemeLocal, start, err)
+	if err == nil && m.met != nil {
+		m.met.AnchorCreated(true)
+	}
+	return an, err
+}
+
+func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], error) {
 	decode, err := decoderFor[T]()
 	if err != nil {
 		return nil, err
@@ -238,6 +249,15 @@ type MPSCSender[T any] struct {
 // anchor of another worker. A stop or cancel that the consumer made before
 // the attach is already fired on the returned sender.
 func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
+	start := m.opStart()
+	s, err := attachMPSCAnchor[T](ctx, m, handle)
+	if handle.Owner() == m.owner { // remote MPSC attach is not built
+		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
+	}
+	return s, err
+}
+
+func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
 	encode, err := encoderFor[T]()
 	if err != nil {
 		return nil, err
@@ -319,7 +339,10 @@ func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
 // ErrCancelled if the consumer had closed its anchor (RetireDiscarded) and
 // ErrSenderClosed if the sender had already ended.
 func (s *MPSCSender[T]) Detach() error {
+	m := s.st.mgr
+	start := m.opStart()
 	_, err := s.a.terminate(&s.senderCore, s.id, detachedFrame)
+	m.opDone(metrics.StreamDetach, metrics.SchemeLocal, start, err)
 	return err
 }
 
@@ -366,6 +389,7 @@ func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
 // waiting while it is full. A cancel, the end of p, or ctx wakes it.
 func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame []byte) error {
 	st := &a.st
+	waited := false // counted once per send, however long it waits
 	st.mu.Lock()
 	for {
 		switch {
@@ -381,6 +405,12 @@ func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame
 			st.wakeData()
 			st.mu.Unlock()
 			return nil
+		}
+		if !waited {
+			waited = true
+			if met := st.mgr.met; met != nil {
+				met.ProducerBackpressure(metrics.SchemeLocal)
+			}
 		}
 		if st.spaceWait == nil {
 			st.spaceWait = make(chan struct{})

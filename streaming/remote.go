@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -73,6 +75,7 @@ type nodeConfig struct {
 	acceptWindow time.Duration
 	heartbeat    time.Duration
 	log          *slog.Logger
+	metrics      *metrics.VeloMetrics
 }
 
 // WithStreamListenAddr sets the address of the per-stream TCP listener
@@ -86,6 +89,12 @@ func WithStreamListenAddr(addr string) NodeOption {
 // slog.Default().
 func WithStreamLogger(l *slog.Logger) NodeOption {
 	return NodeOption{func(c *nodeConfig) { c.log = l }}
+}
+
+// WithNodeMetrics makes the Manager record into the Streaming family of vm,
+// as WithMetrics does for NewManager. A nil vm records nothing.
+func WithNodeMetrics(vm *metrics.VeloMetrics) NodeOption {
+	return NodeOption{func(c *nodeConfig) { c.metrics = vm }}
 }
 
 // withAcceptWindow shortens the accept window, for tests.
@@ -160,7 +169,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		ln.Close()
 		return nil, err
 	}
-	m := NewManager(msg.WorkerID())
+	m := NewManager(msg.WorkerID(), WithMetrics(cfg.metrics))
 	r := &remote{
 		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
 		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
@@ -235,6 +244,9 @@ func (r *remote) untrack(c net.Conn) {
 	r.mu.Unlock()
 }
 
+// refusedPrefix starts every refusal that refuseAttach writes.
+var refusedPrefix = []byte(`{"Err":`)
+
 func refuseAttach(format string, args ...any) ([]byte, error) {
 	resp := wire.AttachResponse{Refused: true, Reason: fmt.Sprintf(format, args...)}
 	return resp.AppendJSON(nil), nil
@@ -246,6 +258,17 @@ func refuseAttach(format string, args ...any) ([]byte, error) {
 // default transport otherwise; the mux is not built, so the answer is
 // always "tcp-stream", whatever was offered (an empty offer included).
 func (r *remote) onAttach(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
+	body, err := r.attach(c)
+	if met := r.m.met; met != nil {
+		// Refused attaches are answered, not failed: they count as errors.
+		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
+		met.Operation(metrics.StreamAttach, metrics.SchemeTCPStream, ok, time.Since(start))
+	}
+	return body, err
+}
+
+func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	req, err := wire.DecodeAttachRequest(c.Payload)
 	if err != nil {
 		return nil, err

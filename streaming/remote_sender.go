@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -101,11 +102,22 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
+	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, info.InstanceID, wire.AnchorAttachHandler, req.AppendJSON(nil))
-	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	var resp wire.AttachResponse
+	if err == nil {
+		resp, err = wire.DecodeAttachResponse(body)
 	}
-	resp, err := wire.DecodeAttachResponse(body)
+	if met := r.m.met; met != nil {
+		// The sender's view of the round trip: success only for an
+		// answer that bound the stream, under the key it names.
+		ok := err == nil && !resp.Refused
+		sc := metrics.SchemeUnknown
+		if ok {
+			sc = metrics.SchemeOf(resp.TransportKey)
+		}
+		met.AttachRTT(sc, ok, time.Since(rttStart))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
@@ -166,6 +178,7 @@ func (rs *remoteSender) push(ctx context.Context, frame []byte) error {
 	if len(frame) > wire.MaxTCPFrame {
 		return &ItemTooLargeError{Size: len(frame), Limit: wire.MaxTCPFrame}
 	}
+	waited := false // counted once per send, however long it waits
 	rs.mu.Lock()
 	for {
 		switch {
@@ -184,6 +197,12 @@ func (rs *remoteSender) push(ctx context.Context, frame []byte) error {
 				rs.wake()
 			}
 			return nil
+		}
+		if !waited {
+			waited = true
+			if met := rs.r.m.met; met != nil {
+				met.ProducerBackpressure(metrics.SchemeOf(rs.key))
+			}
 		}
 		if rs.spaceWait == nil {
 			rs.spaceWait = make(chan struct{})

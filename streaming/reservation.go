@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -102,6 +103,11 @@ func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
 			remote++
 			continue
 		}
+		// Each local handle counts as one successful renew, the no-ops
+		// included: the call did what it promises for it.
+		if m.met != nil {
+			m.met.Operation(metrics.StreamRenew, metrics.SchemeLocal, true, 0)
+		}
 		if h.IsMPSC() {
 			continue // the book: renewal does not extend an MPSC anchor
 		}
@@ -112,6 +118,11 @@ func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
 		st.mu.Lock()
 		st.renewLocked()
 		st.mu.Unlock()
+	}
+	if remote > 0 && m.met != nil {
+		for range remote {
+			m.met.Operation(metrics.StreamRenew, metrics.SchemeUnknown, false, 0)
+		}
 	}
 	if remote > 0 {
 		return fmt.Errorf("%w: %d handle(s)", ErrRemoteRenewal, remote)
@@ -141,6 +152,9 @@ func (m *Manager) Close() error {
 		st.cancel(true)
 	}
 	m.stopRemote()
+	if m.untrack != nil {
+		m.untrack() // idempotent
+	}
 	return nil
 }
 
@@ -207,6 +221,9 @@ func (m *Manager) expireUnattached(id uint64) {
 	// registry shard lock inside st.mu; nothing takes them the other way.
 	m.remove(st)
 	m.expired.Add(1)
+	if m.met != nil {
+		m.met.UnattachedTimeout()
+	}
 	st.endLocked(ErrUnattachedTimeout)
 	st.mu.Unlock()
 }

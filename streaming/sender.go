@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -99,14 +100,32 @@ func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
 // ErrCancelled if the consumer had closed its anchor (the output is
 // discarded) and ErrSenderClosed if the Sender had already ended.
 func (s *Sender[T]) Finalize() error {
-	return s.end(finalizedFrame, false)
+	return s.endCounted(metrics.StreamFinalize, finalizedFrame, false)
+}
+
+// endCounted ends the Sender as end does, and counts op.
+func (s *Sender[T]) endCounted(op metrics.StreamOp, frame []byte, detach bool) error {
+	m, sc := s.manager()
+	start := m.opStart()
+	err := s.end(frame, detach)
+	m.opDone(op, sc, start, err)
+	return err
+}
+
+// manager is the Manager of this Sender's node, and the scheme its
+// operations count under.
+func (s *Sender[T]) manager() (*Manager, metrics.StreamScheme) {
+	if s.rs != nil {
+		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
+	}
+	return s.st.mgr, metrics.SchemeLocal
 }
 
 // Detach ends this Sender without ending the stream: the consumer goes on
 // waiting, and another producer may attach to the same handle at once.
 // It never waits; its errors are Finalize's.
 func (s *Sender[T]) Detach() error {
-	return s.end(detachedFrame, true)
+	return s.endCounted(metrics.StreamDetach, detachedFrame, true)
 }
 
 // Close ends the stream without finalizing: the consumer reads

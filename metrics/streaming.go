@@ -1,0 +1,230 @@
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// StreamOp is the operation label of velo_streaming_anchor_operations_total
+// and velo_streaming_anchor_operation_duration_seconds.
+type StreamOp uint8
+
+const (
+	StreamCreate   StreamOp = iota // an anchor made (SPSC or MPSC)
+	StreamAttach                   // a producer attached (the owner's side of a remote attach too)
+	StreamDetach                   // a producer detached
+	StreamFinalize                 // a producer finalized
+	StreamCancel                   // the consumer cancelled or closed a live stream
+	StreamRenew                    // one handle of RenewReservations
+	NumStreamOps
+)
+
+var streamOpNames = [NumStreamOps]string{"create", "attach", "detach", "finalize", "cancel", "renew"}
+
+func (o StreamOp) String() string {
+	if o < NumStreamOps {
+		return streamOpNames[o]
+	}
+	return "unknown"
+}
+
+// StreamScheme is the transport_scheme label of the streaming families.
+type StreamScheme uint8
+
+const (
+	// SchemeLocal: the operation stayed on this worker (same-worker
+	// streams, and operations of the Manager such as create and renew).
+	SchemeLocal StreamScheme = iota
+	// SchemeTCPStream: a stream to or from another worker over one TCP
+	// connection per stream ("tcp-stream").
+	SchemeTCPStream
+	// SchemeUnknown: a remote operation that failed before a transport
+	// was agreed.
+	SchemeUnknown
+	NumStreamSchemes
+)
+
+var streamSchemeNames = [NumStreamSchemes]string{"local", "tcp-stream", "unknown"}
+
+func (s StreamScheme) String() string {
+	if s < NumStreamSchemes {
+		return streamSchemeNames[s]
+	}
+	return "unknown"
+}
+
+// SchemeOf maps a negotiated transport key to its scheme.
+func SchemeOf(key string) StreamScheme {
+	if key == "tcp-stream" {
+		return SchemeTCPStream
+	}
+	return SchemeUnknown
+}
+
+const (
+	outcomeSuccess = 0
+	outcomeError   = 1
+)
+
+var streamOutcomeNames = [2]string{"success", "error"}
+
+// StreamingMetrics is the pre-bound handle of the Streaming family, from
+// VeloMetrics.Streaming. Every series exists, at zero, once it is built; a
+// record is an array index and an atomic add. The streaming package holds
+// a *StreamingMetrics and records nothing when it is nil.
+type StreamingMetrics struct {
+	ops          [NumStreamOps][2][NumStreamSchemes]prometheus.Counter
+	dur          [NumStreamOps][2][NumStreamSchemes]prometheus.Observer
+	attachRTT    [2][NumStreamSchemes]prometheus.Observer
+	created      [2]prometheus.Counter // spsc, mpsc
+	backpressure [NumStreamSchemes]prometheus.Counter
+	producerBP   prometheus.Counter
+	watchdog     prometheus.Counter
+	unattached   prometheus.Counter
+	active       *activeAnchors
+}
+
+// Streaming returns the handle of the Streaming family. Every call on one
+// VeloMetrics returns the same handle. On a nil *VeloMetrics it returns
+// nil, which the streaming package takes as "no metrics".
+func (m *VeloMetrics) Streaming() *StreamingMetrics {
+	if m == nil {
+		return nil
+	}
+	m.streamOnce.Do(func() {
+		s := &StreamingMetrics{
+			producerBP: m.streamProducerBP,
+			watchdog:   m.streamWatchdog,
+			unattached: m.streamUnattached,
+			active:     m.streamActive,
+		}
+		for o := range NumStreamOps {
+			for oc := range 2 {
+				for sc := range NumStreamSchemes {
+					l := []string{StreamOp(o).String(), streamOutcomeNames[oc], StreamScheme(sc).String()}
+					s.ops[o][oc][sc] = m.streamOps.WithLabelValues(l...)
+					s.dur[o][oc][sc] = m.streamOpDur.WithLabelValues(l...)
+				}
+			}
+		}
+		for oc := range 2 {
+			for sc := range NumStreamSchemes {
+				s.attachRTT[oc][sc] = m.streamAttachRTT.WithLabelValues(streamOutcomeNames[oc], StreamScheme(sc).String())
+			}
+		}
+		s.created[0] = m.streamCreated.WithLabelValues("spsc")
+		s.created[1] = m.streamCreated.WithLabelValues("mpsc")
+		for sc := range NumStreamSchemes {
+			s.backpressure[sc] = m.streamBP.WithLabelValues(StreamScheme(sc).String())
+		}
+		m.stream = s
+	})
+	return m.stream
+}
+
+func outcomeIndex(ok bool) int {
+	if ok {
+		return outcomeSuccess
+	}
+	return outcomeError
+}
+
+// Operation counts one operation and observes its duration.
+func (s *StreamingMetrics) Operation(op StreamOp, sc StreamScheme, ok bool, d time.Duration) {
+	if op >= NumStreamOps || sc >= NumStreamSchemes {
+		return
+	}
+	oc := outcomeIndex(ok)
+	s.ops[op][oc][sc].Inc()
+	s.dur[op][oc][sc].Observe(d.Seconds())
+}
+
+// AttachRTT observes the round trip of a remote attach, measured by the
+// producer's node.
+func (s *StreamingMetrics) AttachRTT(sc StreamScheme, ok bool, d time.Duration) {
+	if sc < NumStreamSchemes {
+		s.attachRTT[outcomeIndex(ok)][sc].Observe(d.Seconds())
+	}
+}
+
+// AnchorCreated counts an anchor made, by kind.
+func (s *StreamingMetrics) AnchorCreated(mpsc bool) {
+	if mpsc {
+		s.created[1].Inc()
+	} else {
+		s.created[0].Inc()
+	}
+}
+
+// ProducerBackpressure counts a send that found the inlet (or the remote
+// sender's egress queue) full and had to wait for room: once per send,
+// however long it waited.
+func (s *StreamingMetrics) ProducerBackpressure(sc StreamScheme) {
+	s.producerBP.Inc()
+	if sc < NumStreamSchemes {
+		s.backpressure[sc].Inc()
+	}
+}
+
+// WatchdogFiring counts a stream ended by the heartbeat watchdog.
+func (s *StreamingMetrics) WatchdogFiring() { s.watchdog.Inc() }
+
+// UnattachedTimeout counts an anchor ended by its unattached timeout.
+func (s *StreamingMetrics) UnattachedTimeout() { s.unattached.Inc() }
+
+// TrackActive adds fn to the sources of velo_streaming_active_anchors,
+// which sums them at scrape time. Call the returned function, once or
+// more, to remove it (when the Manager closes).
+func (s *StreamingMetrics) TrackActive(fn func() int) (untrack func()) {
+	return s.active.add(fn)
+}
+
+// activeAnchors is the collector of velo_streaming_active_anchors: it reads
+// the registries of the Managers that report into it when scraped, so that
+// nothing is counted per create or remove.
+type activeAnchors struct {
+	desc *prometheus.Desc
+
+	mu      sync.Mutex
+	next    uint64
+	sources map[uint64]func() int
+}
+
+func newActiveAnchors() *activeAnchors {
+	return &activeAnchors{
+		desc: prometheus.NewDesc("velo_streaming_active_anchors",
+			"Anchors currently present in the streaming registry.", nil, nil),
+		sources: make(map[uint64]func() int),
+	}
+}
+
+func (a *activeAnchors) add(fn func() int) func() {
+	a.mu.Lock()
+	a.next++
+	id := a.next
+	a.sources[id] = fn
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		delete(a.sources, id)
+		a.mu.Unlock()
+	}
+}
+
+func (a *activeAnchors) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
+
+func (a *activeAnchors) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	fns := make([]func() int, 0, len(a.sources))
+	for _, fn := range a.sources {
+		fns = append(fns, fn)
+	}
+	a.mu.Unlock()
+	n := 0
+	for _, fn := range fns { // outside the lock: a source takes its own locks
+		n += fn()
+	}
+	ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, float64(n))
+}
