@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,5 +210,69 @@ func TestStreamsBetweenNodes(t *testing.T) {
 	}
 	if _, err := second.Next(ctx); !errors.Is(err, streaming.ErrSenderDropped) {
 		t.Fatalf("after the producer's node shut down: %v, want ErrSenderDropped", err)
+	}
+}
+
+// TestNodeStreamMetrics: velo.WithMetrics reaches the node's streams: a
+// stream between two nodes counts on the owner (attach, active anchors)
+// and on the producer (attach round trip).
+func TestNodeStreamMetrics(t *testing.T) {
+	oreg, preg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	ovm, err := metrics.Register(oreg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvm, err := metrics.Register(preg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, producer := node(t, velo.WithMetrics(ovm)), node(t, velo.WithMetrics(pvm))
+	if err := producer.RegisterPeer(owner.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	anchor, err := streaming.CreateAnchor[[]byte](owner.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anchor.Close()
+	s, err := streaming.AttachAnchor[[]byte](ctx, producer.Streams, anchor.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := testutil.GatherAndCompare(oreg, strings.NewReader(`
+# HELP velo_streaming_active_anchors Anchors currently present in the streaming registry.
+# TYPE velo_streaming_active_anchors gauge
+velo_streaming_active_anchors 1
+`), "velo_streaming_active_anchors"); err != nil {
+		t.Fatal(err)
+	}
+	count := func(reg *prometheus.Registry, name, label, value string) uint64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total uint64
+		for _, f := range fams {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label && l.GetValue() == value {
+						total += uint64(m.GetCounter().GetValue()) + m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		return total
+	}
+	if n := count(oreg, "velo_streaming_anchor_operations_total", "transport_scheme", "tcp-stream"); n != 1 {
+		t.Fatalf("owner: %d tcp-stream operations, want 1 (the attach)", n)
+	}
+	if n := count(preg, "velo_streaming_anchor_attach_rtt_seconds", "outcome", "success"); n != 1 {
+		t.Fatalf("producer: %d attach round trips, want 1", n)
 	}
 }
