@@ -28,6 +28,8 @@ const usage = `usage:
                             same-worker stream lifecycles (rate, latency, CPU)
       stream-lifecycle      short streams, plain against awaiting Retired(),
                             same worker or per-stream TCP (rate, latency, CPU)
+      mpsc-fanin            P producers into one same-worker MPSC anchor
+                            (items/s, CPU per item)
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {
