@@ -26,6 +26,10 @@ const usage = `usage:
       events                local event cost, remote wait latency, many waiters
       anchor-setup          unattached anchors (create time, goroutines, RSS);
                             same-worker stream lifecycles (rate, latency, CPU)
+      stream-lifecycle      short streams, plain against awaiting Retired(),
+                            same worker or per-stream TCP (rate, latency, CPU)
+      mpsc-fanin            P producers into one same-worker MPSC anchor
+                            (items/s, CPU per item)
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {
