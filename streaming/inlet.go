@@ -80,6 +80,12 @@ func (st *anchorState) wakeSpace() {
 // push puts an item or soft-error frame into the inlet for sender s,
 // waiting while the inlet is full. A cancel, the end of s, or ctx wakes it.
 func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) error {
+	return st.pushTagged(ctx, s, frame, nil, 0)
+}
+
+// pushTagged is push for an MPSC anchor too: ids, when set, gets id in step
+// with the frame, so the consumer knows which producer sent it.
+func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []byte, ids *idRing, id SenderID) error {
 	waited := false // counted once per send, however long it waits
 	st.mu.Lock()
 	for {
@@ -94,6 +100,9 @@ func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) er
 			return ErrCancelled
 		case st.q.n < st.capLim:
 			st.q.push(frame)
+			if ids != nil {
+				ids.push(id)
+			}
 			st.wakeData()
 			st.mu.Unlock()
 			return nil

@@ -194,11 +194,9 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 	return a, err
 }
 
-func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
-	decode, err := decoderFor[T]()
-	if err != nil {
-		return nil, err
-	}
+// anchorOptions applies opts to the defaults and checks them; an unset
+// unattached timeout becomes unattached.
+func anchorOptions(opts []AnchorOption, unattached time.Duration) (anchorConfig, error) {
 	cfg := anchorConfig{capacity: DefaultCapacity}
 	for _, o := range opts {
 		if o.apply != nil {
@@ -206,13 +204,25 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 		}
 	}
 	if cfg.capacity < 1 {
-		return nil, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
+		return cfg, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
 	}
 	if cfg.unattached < 0 {
-		return nil, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
+		return cfg, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
 	}
 	if cfg.unattached == 0 {
-		cfg.unattached = m.res.UnattachedTimeout
+		cfg.unattached = unattached
+	}
+	return cfg, nil
+}
+
+func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
+	decode, err := decoderFor[T]()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := anchorOptions(opts, m.res.UnattachedTimeout)
+	if err != nil {
+		return nil, err
 	}
 	a := &Anchor[T]{decode: decode}
 	a.st.mgr = m

@@ -117,20 +117,9 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 	if err != nil {
 		return nil, err
 	}
-	cfg := anchorConfig{capacity: DefaultCapacity}
-	for _, o := range opts {
-		if o.apply != nil {
-			o.apply(&cfg)
-		}
-	}
-	if cfg.capacity < 1 {
-		return nil, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
-	}
-	if cfg.unattached < 0 {
-		return nil, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
-	}
-	if cfg.unattached == 0 {
-		cfg.unattached = Forever
+	cfg, err := anchorOptions(opts, Forever)
+	if err != nil {
+		return nil, err
 	}
 	an := &MPSCAnchor[T]{decode: decode}
 	st := &an.a.st
@@ -386,44 +375,9 @@ func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
 }
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
-// waiting while it is full. A cancel, the end of p, or ctx wakes it.
+// waiting while it is full. A cancel, the end of s, or ctx wakes it.
 func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame []byte) error {
-	st := &a.st
-	waited := false // counted once per send, however long it waits
-	st.mu.Lock()
-	for {
-		switch {
-		case s.done:
-			st.mu.Unlock()
-			return ErrSenderClosed
-		case st.cancelled || st.endErr != nil:
-			st.mu.Unlock()
-			return ErrCancelled
-		case st.q.n < st.capLim:
-			st.q.push(frame)
-			a.ids.push(id)
-			st.wakeData()
-			st.mu.Unlock()
-			return nil
-		}
-		if !waited {
-			waited = true
-			if met := st.mgr.met; met != nil {
-				met.ProducerBackpressure(metrics.SchemeLocal)
-			}
-		}
-		if st.spaceWait == nil {
-			st.spaceWait = make(chan struct{})
-		}
-		w := st.spaceWait
-		st.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		st.mu.Lock()
-	}
+	return a.st.pushTagged(ctx, s, frame, &a.ids, id)
 }
 
 // terminate ends producer s (id) with its Detached or Dropped frame. It never
