@@ -265,7 +265,7 @@ func TestRemoteErrorsKeepTheirIdentity(t *testing.T) {
 			results <- err
 		}()
 	}
-	full = <-results // the first to end is one the lane refused
+	full = within(t, results, "a refusal from the full lane") // the first to end is one the lane refused
 	if !errors.Is(full, velo.ErrLaneFull) {
 		t.Errorf("full lane: %v", full)
 	}
@@ -280,7 +280,7 @@ func TestRemoteErrorsKeepTheirIdentity(t *testing.T) {
 		return nil, nil
 	})))
 	go caller.Unary(ctx, busy.InstanceID(), "hold", nil)
-	<-running
+	within(t, running, "the first hold to run")
 	if _, err := caller.Unary(ctx, busy.InstanceID(), "hold", nil); !errors.Is(err, velo.ErrOverloaded) {
 		t.Errorf("overloaded node: %v", err)
 	}
@@ -299,4 +299,16 @@ func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Durat
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return n.Shutdown(ctx)
+}
+
+// within receives from ch, failing the test after failAfter.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(failAfter):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
 }
