@@ -82,9 +82,7 @@ func TestKilledPeerFailsWhatWaitsOnIt(t *testing.T) {
 		err := caller.Events.Wait(ctx, srv.hello.Event)
 		results <- result{err, time.Now()}
 	}()
-	for caller.Events.Subscriptions() == subs { // the wait has subscribed
-		time.Sleep(time.Millisecond)
-	}
+	until(t, "the wait to subscribe", func() bool { return caller.Events.Subscriptions() != subs })
 
 	killed := time.Now()
 	srv.kill(t)
@@ -200,9 +198,7 @@ func TestShutdownUnderLoadLosesNothing(t *testing.T) {
 			}
 		}()
 	}
-	for started.Load() < 10*callers { // under load
-		time.Sleep(time.Millisecond)
-	}
+	until(t, "the callers to get going", func() bool { return started.Load() >= 10*callers }) // under load
 	// The drain has no deadline of its own here (every admitted request
 	// must be answered); the test's bound turns a drain that never ends
 	// into a failure rather than a hang.
@@ -315,5 +311,17 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 	case <-time.After(failAfter):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
+	}
+}
+
+// until polls cond (a counter) until it holds, failing after failAfter.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(failAfter)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
