@@ -157,14 +157,9 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	waiters := s.retireWaiters
-	s.retireWaiters = nil
-	s.outcome = out
+	waiters := s.settleLocked(out)
 	st.mu.Unlock()
-	for _, w := range waiters {
-		w <- out
-		close(w)
-	}
+	wakeRetired(waiters, out)
 	return out, err
 }
 

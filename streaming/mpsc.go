@@ -361,17 +361,9 @@ func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
 // reference has no Retired for MPSC senders; its same-worker SPSC
 // semantics apply here.)
 func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
-	ch := make(chan RetireOutcome, 1)
-	st := s.st
-	st.mu.Lock()
-	if s.outcome != 0 {
-		ch <- s.outcome
-		close(ch)
-	} else {
-		s.retireWaiters = append(s.retireWaiters, ch)
-	}
-	st.mu.Unlock()
-	return ch
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return s.watchLocked()
 }
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
@@ -405,14 +397,9 @@ func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (Retire
 		st.armLocked()
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	waiters := s.retireWaiters
-	s.retireWaiters = nil
-	s.outcome = out
+	waiters := s.settleLocked(out)
 	st.mu.Unlock()
-	for _, w := range waiters {
-		w <- out
-		close(w)
-	}
+	wakeRetired(waiters, out)
 	return out, err
 }
 

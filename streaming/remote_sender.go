@@ -38,14 +38,13 @@ type remoteSender struct {
 	pumpWake  chan struct{} // cap 1: frames were queued, or the stream ended
 	spaceWait chan struct{} // senders wait for room
 
-	mu            sync.Mutex
-	q             [][]byte
-	active        bool // a frame was queued since the last heartbeat (heartbeat.go)
-	done          bool // a terminal is queued
-	cancelled     bool
-	closing       bool // the pump closed the connection after the terminal
-	outcome       RetireOutcome
-	retireWaiters []chan RetireOutcome
+	mu        sync.Mutex
+	q         [][]byte
+	active    bool // a frame was queued since the last heartbeat (heartbeat.go)
+	done      bool // a terminal is queued
+	cancelled bool
+	closing   bool // the pump closed the connection after the terminal
+	retirement
 }
 
 // NegotiatedTransport is the transport key the anchor's owner answered the
@@ -261,27 +260,15 @@ func (rs *remoteSender) retire(out RetireOutcome) {
 		rs.mu.Unlock()
 		return
 	}
-	rs.outcome = out
-	waiters := rs.retireWaiters
-	rs.retireWaiters = nil
+	waiters := rs.settleLocked(out)
 	rs.mu.Unlock()
-	for _, w := range waiters {
-		w <- out
-		close(w)
-	}
+	wakeRetired(waiters, out)
 }
 
 func (rs *remoteSender) retired() <-chan RetireOutcome {
-	ch := make(chan RetireOutcome, 1)
 	rs.mu.Lock()
-	if rs.outcome != 0 {
-		ch <- rs.outcome
-		close(ch)
-	} else {
-		rs.retireWaiters = append(rs.retireWaiters, ch)
-	}
-	rs.mu.Unlock()
-	return ch
+	defer rs.mu.Unlock()
+	return rs.watchLocked()
 }
 
 // fail marks the stream cancelled: the consumer closed the connection, a

@@ -35,10 +35,44 @@ func (o RetireOutcome) String() string {
 // senderCore is the part of a Sender that the inlet reads. Its fields are
 // guarded by st.mu.
 type senderCore struct {
-	st            *anchorState
-	done          bool // finalized, detached or closed
-	outcome       RetireOutcome
-	retireWaiters []chan RetireOutcome
+	st   *anchorState
+	done bool // finalized, detached or closed
+	retirement
+}
+
+// retirement is the outcome of a sender's output and who waits for it.
+// Its owner guards it with a lock of its own.
+type retirement struct {
+	outcome RetireOutcome // 0 until known
+	waiters []chan RetireOutcome
+}
+
+// watchLocked returns a channel that yields the outcome once known, then
+// closes. The caller holds the owner's lock.
+func (r *retirement) watchLocked() <-chan RetireOutcome {
+	ch := make(chan RetireOutcome, 1)
+	if r.outcome != 0 {
+		ch <- r.outcome
+		close(ch)
+	} else {
+		r.waiters = append(r.waiters, ch)
+	}
+	return ch
+}
+
+// settleLocked records out and returns the waiters, to be woken with
+// wakeRetired once the owner's lock is released.
+func (r *retirement) settleLocked(out RetireOutcome) []chan RetireOutcome {
+	ws := r.waiters
+	r.waiters, r.outcome = nil, out
+	return ws
+}
+
+func wakeRetired(ws []chan RetireOutcome, out RetireOutcome) {
+	for _, w := range ws {
+		w <- out
+		close(w)
+	}
 }
 
 // Sender is a producer's end of a stream, from AttachAnchor. It ends with
@@ -164,15 +198,7 @@ func (s *Sender[T]) Retired() <-chan RetireOutcome {
 	if s.rs != nil {
 		return s.rs.retired()
 	}
-	ch := make(chan RetireOutcome, 1)
-	st := s.st
-	st.mu.Lock()
-	if s.outcome != 0 {
-		ch <- s.outcome
-		close(ch)
-	} else {
-		s.retireWaiters = append(s.retireWaiters, ch)
-	}
-	st.mu.Unlock()
-	return ch
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return s.watchLocked()
 }
