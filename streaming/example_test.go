@@ -44,7 +44,8 @@ func Example() {
 		}
 		fmt.Printf("%s\n", chunk)
 	}
-	fmt.Println("retired:", <-retired)
+	<-retired
+	fmt.Println("retired:", sender.Outcome())
 	// Output:
 	// hello
 	// error: velo: stream sender error: one row was bad

@@ -1,6 +1,9 @@
 package streaming
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // newTestManager returns a Manager that is closed when the test ends, so
 // that its sweeper goroutine does not outlive the test (goleak).
@@ -9,4 +12,16 @@ func newTestManager(tb testing.TB, opts ...ManagerOption) *Manager {
 	m := NewManager(testOwner, opts...)
 	tb.Cleanup(func() { m.Close() })
 	return m
+}
+
+// retiredOutcome waits (bounded) for a Retired channel to close and
+// returns the sender's outcome.
+func retiredOutcome(t testing.TB, r <-chan struct{}, s interface{ Outcome() RetireOutcome }) RetireOutcome {
+	t.Helper()
+	select {
+	case <-r:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Retired did not close within 10 s")
+	}
+	return s.Outcome()
 }

@@ -157,9 +157,8 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	waiters := s.settleLocked(out)
+	s.settleLocked(out)
 	st.mu.Unlock()
-	wakeRetired(waiters, out)
 	return out, err
 }
 

@@ -353,18 +353,25 @@ func (s *MPSCSender[T]) Stopped() <-chan struct{} { return s.st.signal(false) }
 // anchor. Sends then fail with ErrCancelled.
 func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
 
-// Retired returns a channel that yields the RetireOutcome once the sender
-// has detached or closed, and is then closed: RetireSent when its last
-// frame entered the anchor's inlet (a Controller's Cancel while the anchor
-// is open included), RetireDiscarded when the consumer had closed its
-// anchor. Any number of them may be taken, before or after the end. (The
-// reference has no Retired for MPSC senders; its same-worker SPSC
-// semantics apply here.)
-func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
+// Retired returns a channel that closes once the sender has detached or
+// closed; Outcome then says RetireSent when its last frame entered the
+// anchor's inlet (a Controller's Cancel while the anchor is open
+// included), RetireDiscarded when the consumer had closed its anchor. Any
+// number of waiters may take it, before or after the end. (The reference
+// has no Retired for MPSC senders; its same-worker SPSC semantics apply
+// here.)
+func (s *MPSCSender[T]) Retired() <-chan struct{} {
+	if s.known() != 0 {
+		return closedFor(&s.retirement)
+	}
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	return s.watchLocked()
 }
+
+// Outcome is the RetireOutcome of the sender's output once Retired has
+// closed, and 0 before.
+func (s *MPSCSender[T]) Outcome() RetireOutcome { return s.known() }
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
 // waiting while it is full. A cancel, the end of s, or ctx wakes it.
@@ -397,9 +404,8 @@ func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (Retire
 		st.armLocked()
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	waiters := s.settleLocked(out)
+	s.settleLocked(out)
 	st.mu.Unlock()
-	wakeRetired(waiters, out)
 	return out, err
 }
 

@@ -256,16 +256,18 @@ func (rs *remoteSender) terminate(frame []byte) error {
 // retire records the outcome once and wakes whoever waits for it.
 func (rs *remoteSender) retire(out RetireOutcome) {
 	rs.mu.Lock()
-	if rs.outcome != 0 {
+	if rs.known() != 0 {
 		rs.mu.Unlock()
 		return
 	}
-	waiters := rs.settleLocked(out)
+	rs.settleLocked(out)
 	rs.mu.Unlock()
-	wakeRetired(waiters, out)
 }
 
-func (rs *remoteSender) retired() <-chan RetireOutcome {
+func (rs *remoteSender) retired() <-chan struct{} {
+	if rs.known() != 0 {
+		return closedFor(&rs.retirement)
+	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	return rs.watchLocked()

@@ -142,7 +142,7 @@ func TestRemoteStreamFinalize(t *testing.T) {
 			t.Fatalf("want io.EOF, got %v", err)
 		}
 	}
-	if out := <-retired; out != RetireSent {
+	if out := retiredOutcome(t, retired, s); out != RetireSent {
 		t.Fatalf("retired %v, want Sent", out)
 	}
 	if err := s.Send(ctx, []byte("late")); !errors.Is(err, ErrSenderClosed) {
@@ -337,7 +337,7 @@ func TestRemoteConsumerCancel(t *testing.T) {
 		if err := s.Finalize(); !errors.Is(err, ErrCancelled) {
 			t.Fatalf("Finalize after cancel: %v", err)
 		}
-		if out := <-retired; out != RetireDiscarded {
+		if out := retiredOutcome(t, retired, s); out != RetireDiscarded {
 			t.Fatalf("retired %v, want Discarded", out)
 		}
 		a.Close()

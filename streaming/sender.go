@@ -3,6 +3,8 @@ package streaming
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -40,38 +42,56 @@ type senderCore struct {
 	retirement
 }
 
-// retirement is the outcome of a sender's output and who waits for it.
-// Its owner guards it with a lock of its own.
+// retirement is the outcome of a sender's output and the one channel its
+// waiters share. Its owner guards it with a lock of its own.
+//
+// A stream that nobody watches never makes the channel, and a watcher that
+// comes after the end gets an already-closed channel: the common cases cost no
+// allocation and no channel operation beyond the close.
 type retirement struct {
-	outcome RetireOutcome // 0 until known
-	waiters []chan RetireOutcome
+	outcome atomic.Uint32 // a RetireOutcome, 0 until known; read without the lock
+	done    chan struct{} // made by the first watcher before the end
 }
 
-// watchLocked returns a channel that yields the outcome once known, then
-// closes. The caller holds the owner's lock.
-func (r *retirement) watchLocked() <-chan RetireOutcome {
-	ch := make(chan RetireOutcome, 1)
-	if r.outcome != 0 {
-		ch <- r.outcome
-		close(ch)
-	} else {
-		r.waiters = append(r.waiters, ch)
+// known returns the outcome, 0 until the sender has ended. It takes no lock.
+func (r *retirement) known() RetireOutcome { return RetireOutcome(r.outcome.Load()) }
+
+// closedChs are the Retired channels of senders whose outcome is known.
+// Even a closed channel is received from under its lock, so one shared
+// channel would bounce between cores when many streams retire at once;
+// closedFor spreads the senders over several.
+var closedChs = func() (cs [16]chan struct{}) {
+	for i := range cs {
+		cs[i] = make(chan struct{})
+		close(cs[i])
 	}
-	return ch
+	return cs
+}()
+
+// closedFor picks a closed channel for the retirement at r by its address.
+func closedFor(r *retirement) chan struct{} {
+	return closedChs[(uintptr(unsafe.Pointer(r))>>6)%uintptr(len(closedChs))]
 }
 
-// settleLocked records out and returns the waiters, to be woken with
-// wakeRetired once the owner's lock is released.
-func (r *retirement) settleLocked(out RetireOutcome) []chan RetireOutcome {
-	ws := r.waiters
-	r.waiters, r.outcome = nil, out
-	return ws
+// watchLocked returns the channel that closes once the outcome is known.
+// The caller holds the owner's lock.
+func (r *retirement) watchLocked() <-chan struct{} {
+	if r.known() != 0 {
+		return closedFor(r)
+	}
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	return r.done
 }
 
-func wakeRetired(ws []chan RetireOutcome, out RetireOutcome) {
-	for _, w := range ws {
-		w <- out
-		close(w)
+// settleLocked records out and closes the waiters' channel, if any. The
+// caller holds the owner's lock; closing under it is fine (a close never
+// blocks), and it keeps the outcome visible before any waiter wakes.
+func (r *retirement) settleLocked(out RetireOutcome) {
+	r.outcome.Store(uint32(out))
+	if r.done != nil {
+		close(r.done)
 	}
 }
 
@@ -191,14 +211,26 @@ func (s *Sender[T]) Cancelled() <-chan struct{} {
 	return s.st.signal(true)
 }
 
-// Retired returns a channel that yields the RetireOutcome once the Sender
-// has finalized, detached or closed, and is then closed. Any number of
-// them may be taken, before or after the end.
-func (s *Sender[T]) Retired() <-chan RetireOutcome {
+// Retired returns a channel that closes once the Sender has finalized,
+// detached or closed; Outcome then says what became of its output. Any
+// number of waiters may take it, before or after the end.
+func (s *Sender[T]) Retired() <-chan struct{} {
 	if s.rs != nil {
 		return s.rs.retired()
+	}
+	if s.known() != 0 { // the common case, after the end: no lock
+		return closedFor(&s.retirement)
 	}
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
 	return s.watchLocked()
+}
+
+// Outcome is the RetireOutcome of the Sender's output once Retired has
+// closed, and 0 before.
+func (s *Sender[T]) Outcome() RetireOutcome {
+	if s.rs != nil {
+		return s.rs.known()
+	}
+	return s.known()
 }

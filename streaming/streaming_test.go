@@ -387,7 +387,7 @@ func TestCancelBeforeAttach(t *testing.T) {
 	if err := s.Finalize(); err != nil {
 		t.Fatal(err)
 	}
-	if out := <-r; out != RetireSent {
+	if out := retiredOutcome(t, r, s); out != RetireSent {
 		t.Fatalf("retired %v, want Sent", out)
 	}
 	a.Close()
@@ -514,16 +514,16 @@ func TestRetirement(t *testing.T) {
 		_, s := newPair[[]byte](t, m)
 		r1, r2 := s.Retired(), s.Retired()
 		select {
-		case out := <-r1:
-			t.Fatalf("retired %v before the end", out)
+		case <-r1:
+			t.Fatalf("retired %v before the end", s.Outcome())
 		default:
 		}
 		s.Send(ctx, []byte("x"))
 		s.Finalize()
-		if a, b := <-r1, <-r2; a != RetireSent || b != RetireSent {
+		if a, b := retiredOutcome(t, r1, s), retiredOutcome(t, r2, s); a != RetireSent || b != RetireSent {
 			t.Fatalf("retired %v and %v, want Sent", a, b)
 		}
-		if out := <-s.Retired(); out != RetireSent {
+		if out := retiredOutcome(t, s.Retired(), s); out != RetireSent {
 			t.Fatalf("Retired after the end = %v", out)
 		}
 	})
@@ -532,7 +532,7 @@ func TestRetirement(t *testing.T) {
 			_, s := newPair[[]byte](t, m)
 			r := s.Retired()
 			end(s)
-			if out := <-r; out != RetireSent {
+			if out := retiredOutcome(t, r, s); out != RetireSent {
 				t.Fatalf("retired %v, want Sent", out)
 			}
 		}
@@ -549,7 +549,7 @@ func TestRetirement(t *testing.T) {
 		if err := s.Finalize(); !errors.Is(err, ErrCancelled) {
 			t.Fatalf("Finalize after the anchor closed = %v, want ErrCancelled", err)
 		}
-		if out := <-r; out != RetireDiscarded {
+		if out := retiredOutcome(t, r, s); out != RetireDiscarded {
 			t.Fatalf("retired %v, want Discarded", out)
 		}
 	})
@@ -558,7 +558,7 @@ func TestRetirement(t *testing.T) {
 		r := s.Retired()
 		a.Controller().Cancel()
 		s.Close()
-		if out := <-r; out != RetireSent {
+		if out := retiredOutcome(t, r, s); out != RetireSent {
 			t.Fatalf("retired %v, want Sent", out)
 		}
 	})
@@ -757,7 +757,11 @@ func TestNoGoroutinePerStream(t *testing.T) {
 
 // lifecycle is one same-worker stream: create, attach, send one item,
 // finalize, read to the end.
-func lifecycle(tb testing.TB, m *Manager) {
+func lifecycle(tb testing.TB, m *Manager) { lifecycleRetired(tb, m, false) }
+
+// lifecycleRetired is lifecycle; with retired, the producer also awaits
+// Retired after Finalize and checks the outcome.
+func lifecycleRetired(tb testing.TB, m *Manager, retired bool) {
 	ctx := context.Background()
 	a, err := CreateAnchor[[]byte](m)
 	if err != nil {
@@ -772,6 +776,12 @@ func lifecycle(tb testing.TB, m *Manager) {
 	}
 	if err := s.Finalize(); err != nil {
 		tb.Fatal(err)
+	}
+	if retired {
+		<-s.Retired()
+		if s.Outcome() != RetireSent {
+			tb.Fatal(s.Outcome())
+		}
 	}
 	for {
 		_, err := a.NextBytes(ctx)
@@ -818,10 +828,14 @@ func TestByteRecordAllocations(t *testing.T) {
 }
 
 func BenchmarkSameWorkerLifecycle(b *testing.B) {
-	m := newTestManager(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		lifecycle(b, m)
+	for _, retired := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "retired"}[retired], func(b *testing.B) {
+			m := newTestManager(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				lifecycleRetired(b, m, retired)
+			}
+		})
 	}
 }
 
@@ -889,7 +903,7 @@ func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
 			if err := s.Detach(); err != nil {
 				t.Fatal(err)
 			}
-			if out := <-r; out != RetireSent {
+			if out := retiredOutcome(t, r, s); out != RetireSent {
 				t.Fatalf("retired %v, want Sent", out)
 			}
 		}

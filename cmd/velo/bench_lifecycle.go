@@ -11,7 +11,7 @@ func init() {
 	extraHarnesses["stream-lifecycle"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
 		path := fs.String("path", "same-worker", "same-worker (one manager) or per-stream (a second velo node attaches over one TCP connection per stream)")
 		modes := fs.String("mode", strings.Join(bench.StreamLifecycleModes, ","),
-			"comma-separated arms, run side by side and rotated per rep: plain (move on after Finalize), retired (await Sender.Retired())")
+			"comma-separated arms, run side by side and rotated per rep: plain (move on after Finalize), retired (await Sender.Retired() taken after Finalize), retired-early (taken before the first send)")
 		streams := fs.Int("streams", 0, "measured lifecycles per arm and rep (default 200000 same-worker, 2000 per-stream)")
 		conc := fs.Int("concurrency", 0, "goroutines running lifecycles at once (default 64 same-worker, 16 per-stream)")
 		items := fs.Int("items", 1, "items in each stream")

@@ -17,7 +17,13 @@ import (
 
 // StreamLifecycleModes are the arms of the stream-lifecycle harness: what
 // the producer does after Finalize. Each rep runs them in rotated order.
-var StreamLifecycleModes = []string{"plain", "retired"}
+//
+//   - plain: move on after Finalize;
+//   - retired: await Sender.Retired() taken after Finalize, the usual Go
+//     form (a known outcome gives a shared closed channel);
+//   - retired-early: take Retired() before the first send and await it
+//     after Finalize (one channel made per stream).
+var StreamLifecycleModes = []string{"plain", "retired", "retired-early"}
 
 // StreamLifecyclePaths are the stream paths the harness can run on.
 var StreamLifecyclePaths = []string{"same-worker", "per-stream"}
@@ -102,7 +108,7 @@ func startLifecycleEnds(ctx context.Context, path string) (*lifecycleEnds, error
 
 // streamLifecycle is one stream end to end: the consumer creates an
 // anchor, the producer attaches, sends items, finalizes and, in mode
-// retired, awaits Retired(); then the consumer reads to the end. It
+// retired*, awaits Retired(); then the consumer reads to the end. It
 // returns how long the producer held the stream after Finalize (the
 // clock's own cost in mode plain).
 func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items int, payload []byte) (time.Duration, error) {
@@ -116,9 +122,9 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 		return 0, err
 	}
 	defer s.Close()
-	var retired <-chan streaming.RetireOutcome
-	if mode == "retired" {
-		retired = s.Retired() // taken before the end, as docs/streams.md says
+	var retired <-chan struct{}
+	if mode == "retired-early" {
+		retired = s.Retired() // taken before the end: a channel of its own
 	}
 	for range items {
 		if err := s.SendBytes(ctx, payload); err != nil {
@@ -131,10 +137,13 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 	// Both modes read the clock here and after the wait, so the arms
 	// differ by the wait alone.
 	t := time.Now()
+	if mode == "retired" {
+		retired = s.Retired()
+	}
 	if retired != nil {
 		select {
-		case out := <-retired:
-			if out != streaming.RetireSent {
+		case <-retired:
+			if out := s.Outcome(); out != streaming.RetireSent {
 				return 0, fmt.Errorf("retired %v, want %v", out, streaming.RetireSent)
 			}
 		case <-ctx.Done():
@@ -185,15 +194,21 @@ func StreamLifecycle(cfg StreamLifecycleConfig, r *Report) error {
 			}
 		}
 	}
-	if slices.Contains(cfg.Modes, "plain") && slices.Contains(cfg.Modes, "retired") {
-		num, _ := r.Find(streamLifecycleHarness, "retired", "cpu_us_per_lifecycle", params)
-		den, _ := r.Find(streamLifecycleHarness, "plain", "cpu_us_per_lifecycle", params)
-		r.Ratio(streamLifecycleHarness, "retired/plain", "cpu_us_per_lifecycle_ratio", num, den, params)
-		num, _ = r.Find(streamLifecycleHarness, "retired", "lifecycles_per_s", params)
-		den, _ = r.Find(streamLifecycleHarness, "plain", "lifecycles_per_s", params)
-		r.Ratio(streamLifecycleHarness, "retired/plain", "lifecycles_per_s_ratio", num, den, params)
+	for _, arm := range []string{"retired", "retired-early"} {
+		if slices.Contains(cfg.Modes, "plain") && slices.Contains(cfg.Modes, arm) {
+			lifecycleRatios(r, arm, params)
+		}
 	}
 	return nil
+}
+
+// lifecycleRatios adds arm/plain ratios of CPU and rate, paired by rep.
+func lifecycleRatios(r *Report, arm string, params map[string]any) {
+	for _, metric := range []string{"cpu_us_per_lifecycle", "lifecycles_per_s"} {
+		num, _ := r.Find(streamLifecycleHarness, arm, metric, params)
+		den, _ := r.Find(streamLifecycleHarness, "plain", metric, params)
+		r.Ratio(streamLifecycleHarness, arm+"/plain", metric+"_ratio", num, den, params)
+	}
 }
 
 func lifecycleArm(ctx context.Context, e *lifecycleEnds, cfg StreamLifecycleConfig, mode string, payload []byte, params map[string]any, r *Report) error {
