@@ -54,6 +54,10 @@ type VeloMetrics struct {
 	streamAttachRTT  *prometheus.HistogramVec // outcome, transport_scheme
 	streamBP         *prometheus.CounterVec   // transport_scheme
 	streamProducerBP prometheus.Counter
+	streamReaderBP   prometheus.Counter
+	streamServerBP   prometheus.Counter // registered, never moved: see docs/metrics.md
+	streamFrames     prometheus.Counter
+	streamFlushes    prometheus.Counter
 	streamWatchdog   prometheus.Counter
 	streamCreated    *prometheus.CounterVec // kind (ours, not the book's)
 	streamUnattached prometheus.Counter     // ours, not the book's
@@ -167,6 +171,22 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			Name: "velo_streaming_producer_send_backpressure_total",
 			Help: "Stream sends that found the anchor inlet or the sender's egress queue full and waited for room.",
 		}),
+		streamReaderBP: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_reader_pump_backpressure_total",
+			Help: "Frames the reader of a per-stream connection found no room for in the anchor's inlet, and waited.",
+		}),
+		streamServerBP: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_server_pump_backpressure_total",
+			Help: "Always zero here: the reader of a per-stream connection feeds the anchor's inlet directly, with no bind-side channel between them.",
+		}),
+		streamFrames: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_frames_written_total",
+			Help: "Stream frames (items, heartbeats, terminals) the per-stream egress pump wrote to its connection.",
+		}),
+		streamFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "velo_streaming_egress_flushes_total",
+			Help: "Batches the per-stream egress pump handed to its connection in one write that succeeded.",
+		}),
 		streamWatchdog: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "velo_streaming_heartbeat_watchdog_firings_total",
 			Help: "Heartbeat-watchdog firings: a stream went DetectionMultiplier heartbeat intervals with no frame and was ended with a Dropped sentinel.",
@@ -188,7 +208,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
 		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
 		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
-		m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
+		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {

@@ -252,6 +252,10 @@ func TestStreamingPrebindsEverySeries(t *testing.T) {
 		"velo_streaming_backpressure_total":                int(NumStreamSchemes),
 		"velo_streaming_anchors_created_total":             2,
 		"velo_streaming_producer_send_backpressure_total":  1,
+		"velo_streaming_reader_pump_backpressure_total":    1,
+		"velo_streaming_server_pump_backpressure_total":    1,
+		"velo_streaming_frames_written_total":              1,
+		"velo_streaming_egress_flushes_total":              1,
 		"velo_streaming_heartbeat_watchdog_firings_total":  1,
 		"velo_streaming_unattached_timeouts_total":         1,
 		"velo_streaming_active_anchors":                    1,
@@ -286,7 +290,12 @@ func TestStreamingNilAndRecords(t *testing.T) {
 	s.WatchdogFiring()
 	s.UnattachedTimeout()
 	s.AttachRTT(SchemeOf("tcp-stream"), true, time.Millisecond)
+	s.ReaderPumpBackpressure()
+	s.EgressFlushed(1)
 	for name, labels := range map[string]string{
+		"velo_streaming_reader_pump_backpressure_total":   "",
+		"velo_streaming_frames_written_total":             "",
+		"velo_streaming_egress_flushes_total":             "",
 		"velo_streaming_anchor_operations_total":          "operation=attach,outcome=error,transport_scheme=tcp-stream",
 		"velo_streaming_backpressure_total":               "transport_scheme=tcp-stream",
 		"velo_streaming_producer_send_backpressure_total": "",
@@ -300,5 +309,27 @@ func TestStreamingNilAndRecords(t *testing.T) {
 	}
 	if n := gather(t, reg, "velo_streaming_anchor_attach_rtt_seconds")["outcome=success,transport_scheme=tcp-stream"].GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("attach rtt count = %d, want 1", n)
+	}
+}
+
+// The per-stream pump and reader record once per write and once per wait;
+// neither may allocate.
+func TestStreamingNoAllocs(t *testing.T) {
+	reg, m := mustRegister(t)
+	s := m.Streaming()
+	for name, f := range map[string]func(){
+		"EgressFlushed":          func() { s.EgressFlushed(3) },
+		"ReaderPumpBackpressure": func() { s.ReaderPumpBackpressure() },
+		"ProducerBackpressure":   func() { s.ProducerBackpressure(SchemeTCPStream) },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocations per call, want 0", name, n)
+		}
+	}
+	// AllocsPerRun makes one warm-up call before its 1000.
+	frames := gather(t, reg, "velo_streaming_frames_written_total")[""].GetCounter().GetValue()
+	flushes := gather(t, reg, "velo_streaming_egress_flushes_total")[""].GetCounter().GetValue()
+	if frames != 3*1001 || flushes != 1001 {
+		t.Fatalf("frames %v, flushes %v; want %v and 1001", frames, flushes, 3*1001)
 	}
 }

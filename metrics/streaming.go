@@ -81,6 +81,9 @@ type StreamingMetrics struct {
 	created      [2]prometheus.Counter // spsc, mpsc
 	backpressure [NumStreamSchemes]prometheus.Counter
 	producerBP   prometheus.Counter
+	readerBP     prometheus.Counter
+	frames       prometheus.Counter
+	flushes      prometheus.Counter
 	watchdog     prometheus.Counter
 	unattached   prometheus.Counter
 	active       *activeAnchors
@@ -96,6 +99,9 @@ func (m *VeloMetrics) Streaming() *StreamingMetrics {
 	m.streamOnce.Do(func() {
 		s := &StreamingMetrics{
 			producerBP: m.streamProducerBP,
+			readerBP:   m.streamReaderBP,
+			frames:     m.streamFrames,
+			flushes:    m.streamFlushes,
 			watchdog:   m.streamWatchdog,
 			unattached: m.streamUnattached,
 			active:     m.streamActive,
@@ -166,6 +172,19 @@ func (s *StreamingMetrics) ProducerBackpressure(sc StreamScheme) {
 	if sc < NumStreamSchemes {
 		s.backpressure[sc].Inc()
 	}
+}
+
+// ReaderPumpBackpressure counts a frame that the reader of a per-stream
+// connection found no room for in the anchor's inlet: once per frame,
+// however long it waited. It is the consumer's node that counts it.
+func (s *StreamingMetrics) ReaderPumpBackpressure() { s.readerBP.Inc() }
+
+// EgressFlushed counts one write of the per-stream egress pump that
+// carried frames stream frames. Call it only once the write succeeded, so
+// that the counters describe what reached the socket.
+func (s *StreamingMetrics) EgressFlushed(frames int) {
+	s.frames.Add(float64(frames))
+	s.flushes.Inc()
 }
 
 // WatchdogFiring counts a stream ended by the heartbeat watchdog.

@@ -109,9 +109,7 @@ func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []by
 		}
 		if !waited {
 			waited = true
-			if met := st.mgr.met; met != nil {
-				met.ProducerBackpressure(metrics.SchemeLocal)
-			}
+			st.countWait(s)
 		}
 		if st.spaceWait == nil {
 			st.spaceWait = make(chan struct{})
@@ -124,6 +122,19 @@ func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []by
 			return ctx.Err()
 		}
 		st.mu.Lock()
+	}
+}
+
+// countWait counts a push that found the inlet full. The owner's reader of
+// a per-stream connection is not a producer: its waits are the first step
+// of the saturation cascade, and the producer counts its own on its node.
+func (st *anchorState) countWait(s *senderCore) {
+	switch met := st.mgr.met; {
+	case met == nil:
+	case s.pump:
+		met.ReaderPumpBackpressure()
+	default:
+		met.ProducerBackpressure(metrics.SchemeLocal)
 	}
 }
 

@@ -398,7 +398,7 @@ func (r *remote) serve(c net.Conn) {
 		}
 		st.mu.Unlock()
 	}()
-	proxy := &senderCore{st: st}
+	proxy := &senderCore{st: st, pump: true}
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
 	defer fr.Close()
 	var wd watchdog

@@ -332,6 +332,9 @@ func (rs *remoteSender) pump() {
 			rs.retire(RetireDiscarded)
 			return
 		}
+		if met := rs.r.m.met; met != nil {
+			met.EgressFlushed(len(batch))
+		}
 		if terminal {
 			rs.retire(RetireSent)
 			return

@@ -39,6 +39,10 @@ func (o RetireOutcome) String() string {
 type senderCore struct {
 	st   *anchorState
 	done bool // finalized, detached or closed
+	// pump marks the reader of a per-stream connection pushing for a
+	// remote producer: its waits are the reader pump's backpressure, not
+	// a Send's.
+	pump bool
 	retirement
 }
 

@@ -10,8 +10,9 @@ import (
 func init() {
 	extraHarnesses["stream-lifecycle"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
 		path := fs.String("path", "same-worker", "same-worker (one manager) or per-stream (a second velo node attaches over one TCP connection per stream)")
-		modes := fs.String("mode", strings.Join(bench.StreamLifecycleModes, ","),
-			"comma-separated arms, run side by side and rotated per rep: plain (move on after Finalize), retired (await Sender.Retired() taken after Finalize), retired-early (taken before the first send)")
+		modes := fs.String("mode", "",
+			"comma-separated arms, run side by side and rotated per rep: plain (move on after Finalize), retired (await Sender.Retired() taken after Finalize), "+
+				"retired-early (Retired() taken before the first send), ack (await an active message the consumer sends once it read Finalized; per-stream only) (default every mode the path has)")
 		streams := fs.Int("streams", 0, "measured lifecycles per arm and rep (default 200000 same-worker, 2000 per-stream)")
 		conc := fs.Int("concurrency", 0, "goroutines running lifecycles at once (default 64 same-worker, 16 per-stream)")
 		items := fs.Int("items", 1, "items in each stream")
@@ -21,6 +22,9 @@ func init() {
 			cfg := bench.StreamLifecycleConfig{
 				Path: *path, Modes: splitList(*modes), Streams: *streams, Concurrency: *conc,
 				Items: *items, Payload: *payload, Warmup: *warmup, Reps: *reps,
+			}
+			if len(cfg.Modes) == 0 {
+				cfg.Modes = bench.StreamLifecycleModesFor(cfg.Path)
 			}
 			if cfg.Streams == 0 {
 				cfg.Streams = 200000

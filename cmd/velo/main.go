@@ -26,7 +26,7 @@ const usage = `usage:
       events                local event cost, remote wait latency, many waiters
       anchor-setup          unattached anchors (create time, goroutines, RSS);
                             same-worker stream lifecycles (rate, latency, CPU)
-      stream-lifecycle      short streams, plain against awaiting Retired(),
+      stream-lifecycle      short streams, plain against awaiting Retired() or an ack,
                             same worker or per-stream TCP (rate, latency, CPU)
       mpsc-fanin            P producers into one same-worker MPSC anchor
                             (items/s, CPU per item)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,10 +21,22 @@ import (
 //
 //   - plain: move on after Finalize;
 //   - retired: await Sender.Retired() taken after Finalize, the usual Go
-//     form (a known outcome gives a shared closed channel);
+//     form (a known outcome gives an already-closed channel);
 //   - retired-early: take Retired() before the first send and await it
-//     after Finalize (one channel made per stream).
-var StreamLifecycleModes = []string{"plain", "retired", "retired-early"}
+//     after Finalize (one channel made per stream);
+//   - ack: await an active message the consumer sends after it read
+//     Finalized. It needs a messenger between the ends, so it runs on
+//     the per-stream path only (StreamLifecycleModesFor).
+var StreamLifecycleModes = []string{"plain", "retired", "retired-early", "ack"}
+
+// StreamLifecycleModesFor is every mode path can run: the same-worker path
+// has one Manager and no messenger, so it has no ack.
+func StreamLifecycleModesFor(path string) []string {
+	if path == "same-worker" {
+		return []string{"plain", "retired", "retired-early"}
+	}
+	return StreamLifecycleModes
+}
 
 // StreamLifecyclePaths are the stream paths the harness can run on.
 var StreamLifecyclePaths = []string{"same-worker", "per-stream"}
@@ -50,11 +63,11 @@ func (c StreamLifecycleConfig) Validate() error {
 		return errors.New("no mode to run")
 	}
 	for _, m := range c.Modes {
-		if m == "ack" {
-			return errors.New("mode ack is not built yet (plain, retired)")
-		}
 		if !slices.Contains(StreamLifecycleModes, m) {
 			return fmt.Errorf("unknown mode %q (want %v)", m, StreamLifecycleModes)
+		}
+		if !slices.Contains(StreamLifecycleModesFor(c.Path), m) {
+			return fmt.Errorf("mode %s needs two velo nodes: run it with --path per-stream", m)
 		}
 	}
 	if c.Streams < 1 || c.Concurrency < 1 || c.Items < 0 || c.Payload < 0 || c.Warmup < 0 || c.Reps < 1 {
@@ -72,6 +85,65 @@ const streamLifecycleHarness = "stream-lifecycle"
 type lifecycleEnds struct {
 	consumer, producer *streaming.Manager
 	stop               func()
+
+	// For mode ack, per-stream path only: the consumer's node sends
+	// lifecycleAckHandler to the producer's, which wakes acks.
+	consumerNode *velo.Node
+	producerID   ext.InstanceID
+	acks         *ackWaiters
+}
+
+// lifecycleAckHandler is the producer node's handler for the consumer's
+// "I read Finalized" message.
+const lifecycleAckHandler = "bench_lifecycle_ack"
+
+// ackWaiters are the producers waiting for the consumer's ack, by the
+// local id of the stream's anchor (unique on the consumer's node, and the
+// producer has one consumer node).
+type ackWaiters struct {
+	mu   sync.Mutex
+	wait map[uint64]chan struct{}
+}
+
+// expect registers a waiter for id; call it before the ack can be sent.
+func (w *ackWaiters) expect(id uint64) <-chan struct{} {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	w.wait[id] = ch
+	w.mu.Unlock()
+	return ch
+}
+
+// pending is how many waiters are registered (none on a nil w).
+func (w *ackWaiters) pending() int {
+	if w == nil {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.wait)
+}
+
+func (w *ackWaiters) forget(id uint64) {
+	w.mu.Lock()
+	delete(w.wait, id)
+	w.mu.Unlock()
+}
+
+// deliver wakes the waiter of the id in payload. It runs inline on the
+// messenger's reader, so it only takes a lock and closes a channel.
+func (w *ackWaiters) deliver(payload []byte) {
+	if len(payload) != 8 {
+		return
+	}
+	id := binary.BigEndian.Uint64(payload)
+	w.mu.Lock()
+	ch := w.wait[id]
+	delete(w.wait, id)
+	w.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 }
 
 func startLifecycleEnds(ctx context.Context, path string) (*lifecycleEnds, error) {
@@ -103,14 +175,30 @@ func startLifecycleEnds(ctx context.Context, path string) (*lifecycleEnds, error
 		stop()
 		return nil, err
 	}
-	return &lifecycleEnds{consumer: b.Streams, producer: a.Streams, stop: stop}, nil
+	acks := &ackWaiters{wait: make(map[uint64]chan struct{})}
+	if err := a.Register(velo.FireHandler(lifecycleAckHandler, func(c *velo.Context) { acks.deliver(c.Payload) }, velo.WithInline())); err != nil {
+		stop()
+		return nil, err
+	}
+	// The consumer's node learns the producer's from the attach
+	// handshake too; registering it here keeps the first ack from
+	// depending on that.
+	if err := b.RegisterPeer(a.PeerInfo()); err != nil {
+		stop()
+		return nil, err
+	}
+	return &lifecycleEnds{consumer: b.Streams, producer: a.Streams, stop: stop,
+		consumerNode: b, producerID: a.InstanceID(), acks: acks}, nil
 }
 
 // streamLifecycle is one stream end to end: the consumer creates an
 // anchor, the producer attaches, sends items, finalizes and, in mode
-// retired*, awaits Retired(); then the consumer reads to the end. It
-// returns how long the producer held the stream after Finalize (the
-// clock's own cost in mode plain).
+// retired*, awaits Retired(); then the consumer reads to the end. In mode
+// ack the consumer reads to the end first and sends the producer's node an
+// active message, which the producer awaits. It returns how long the
+// producer held the stream after Finalize (the clock's own cost in mode
+// plain). One goroutine plays both ends, so in mode ack the hold includes
+// the consumer's reads.
 func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items int, payload []byte) (time.Duration, error) {
 	a, err := streaming.CreateAnchor[[]byte](e.consumer)
 	if err != nil {
@@ -123,8 +211,14 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 	}
 	defer s.Close()
 	var retired <-chan struct{}
-	if mode == "retired-early" {
+	var acked <-chan struct{}
+	switch mode {
+	case "retired-early":
 		retired = s.Retired() // taken before the end: a channel of its own
+	case "ack":
+		id := a.Handle().LocalID()
+		acked = e.acks.expect(id)
+		defer e.acks.forget(id) // a lifecycle that fails leaves no waiter
 	}
 	for range items {
 		if err := s.SendBytes(ctx, payload); err != nil {
@@ -134,13 +228,14 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 	if err := s.Finalize(); err != nil {
 		return 0, err
 	}
-	// Both modes read the clock here and after the wait, so the arms
+	// Every mode reads the clock here and after the wait, so the arms
 	// differ by the wait alone.
 	t := time.Now()
 	if mode == "retired" {
 		retired = s.Retired()
 	}
-	if retired != nil {
+	switch {
+	case retired != nil:
 		select {
 		case <-retired:
 			if out := s.Outcome(); out != streaming.RetireSent {
@@ -149,18 +244,42 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
+	case acked != nil:
+		if err := readToEnd(ctx, a, items); err != nil {
+			return 0, err
+		}
+		if err := sendAck(ctx, e, a.Handle().LocalID()); err != nil {
+			return 0, err
+		}
+		select {
+		case <-acked:
+			return time.Since(t), nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 	held := time.Since(t)
+	return held, readToEnd(ctx, a, items)
+}
+
+// sendAck is the consumer telling the producer's node that it read
+// Finalized on the anchor with local id id.
+func sendAck(ctx context.Context, e *lifecycleEnds, id uint64) error {
+	return e.consumerNode.Send(ctx, e.producerID, lifecycleAckHandler, binary.BigEndian.AppendUint64(nil, id))
+}
+
+// readToEnd reads a's items up to Finalized and checks there were items.
+func readToEnd(ctx context.Context, a *streaming.Anchor[[]byte], items int) error {
 	for i := 0; ; i++ {
 		_, err := a.NextBytes(ctx)
 		if err == io.EOF {
 			if i != items {
-				return 0, fmt.Errorf("read %d items, want %d", i, items)
+				return fmt.Errorf("read %d items, want %d", i, items)
 			}
-			return held, nil
+			return nil
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 	}
 }
@@ -172,8 +291,8 @@ func streamLifecycle(ctx context.Context, e *lifecycleEnds, mode string, items i
 // Concurrency goroutines, and reports lifecycles per second, latency
 // percentiles of one lifecycle, process CPU (getrusage user+sys, GC
 // included) per lifecycle, and how long the producer held the stream
-// after Finalize. cpu_us_per_lifecycle_ratio is retired/plain,
-// paired by rep.
+// after Finalize. cpu_us_per_lifecycle_ratio and lifecycles_per_s_ratio
+// are retired/plain and ack/plain, paired by rep.
 func StreamLifecycle(cfg StreamLifecycleConfig, r *Report) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -194,20 +313,20 @@ func StreamLifecycle(cfg StreamLifecycleConfig, r *Report) error {
 			}
 		}
 	}
-	for _, arm := range []string{"retired", "retired-early"} {
-		if slices.Contains(cfg.Modes, "plain") && slices.Contains(cfg.Modes, arm) {
-			lifecycleRatios(r, arm, params)
+	for _, mode := range []string{"retired", "retired-early", "ack"} {
+		if slices.Contains(cfg.Modes, "plain") && slices.Contains(cfg.Modes, mode) {
+			addPlainRatios(r, mode, params)
 		}
 	}
 	return nil
 }
 
-// lifecycleRatios adds arm/plain ratios of CPU and rate, paired by rep.
-func lifecycleRatios(r *Report, arm string, params map[string]any) {
+// addPlainRatios adds mode/plain for CPU and rate, paired by rep.
+func addPlainRatios(r *Report, mode string, params map[string]any) {
 	for _, metric := range []string{"cpu_us_per_lifecycle", "lifecycles_per_s"} {
-		num, _ := r.Find(streamLifecycleHarness, arm, metric, params)
+		num, _ := r.Find(streamLifecycleHarness, mode, metric, params)
 		den, _ := r.Find(streamLifecycleHarness, "plain", metric, params)
-		r.Ratio(streamLifecycleHarness, arm+"/plain", metric+"_ratio", num, den, params)
+		r.Ratio(streamLifecycleHarness, mode+"/plain", metric+"_ratio", num, den, params)
 	}
 }
 
@@ -259,6 +378,9 @@ func lifecycleArm(ctx context.Context, e *lifecycleEnds, cfg StreamLifecycleConf
 	}
 	if k := e.consumer.ActiveAnchors(); k != 0 {
 		return fmt.Errorf("%d anchors left after the run", k)
+	}
+	if k := e.acks.pending(); k != 0 {
+		return fmt.Errorf("%d producers still wait for an ack after the run", k)
 	}
 	k := float64(cfg.Streams)
 	r.Add(streamLifecycleHarness, mode, "lifecycles_per_s", "per_s", k/wall.Seconds(), params)
