@@ -104,7 +104,11 @@ func (r *remote) sender(c *messenger.Context) *remoteSender {
 	r.sendersMu.Lock()
 	rs := r.senders[req.SenderStreamID]
 	r.sendersMu.Unlock()
-	if rs == nil || rs.handle.Owner() != c.SenderWorkerID() {
+	if rs == nil {
+		return nil
+	}
+	if rs.handle.Owner() != c.SenderWorkerID() {
+		r.strangerSignals.Add(1)
 		return nil
 	}
 	return rs

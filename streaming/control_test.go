@@ -144,9 +144,8 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		}
 		within(t, s.Cancelled(), time.Second, "Cancelled")
 		within(t, s.Stopped(), time.Second, "Stopped")
-		if n := producer.sm.ActiveSenders(); n != 0 {
-			t.Fatalf("%d senders left in the registry", n)
-		}
+		// The pump leaves the registry once it retires the stream.
+		waitFor(t, "registry empty", func() bool { return producer.sm.ActiveSenders() == 0 })
 		a.Close()
 	}
 }
@@ -185,18 +184,17 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// Sync waits until the handler ran, so the check below is not early.
 	if err := stranger.Handshake(ctx, producer.msg.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
 	if err := stranger.Post(producer.msg.InstanceID(), wire.StreamCancelHandler, body); err != nil {
 		t.Fatal(err)
 	}
-	// The owner's stop comes after the stranger's cancel on another
-	// connection; once the stop is seen, look for the cancel.
-	a.Controller().RequestStop()
-	within(t, s.Stopped(), 5*time.Second, "Stopped")
+	waitFor(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.strangerSignals.Load() == 1 })
 	notClosed(t, s.Cancelled(), "Cancelled by a stranger")
+	notClosed(t, s.Stopped(), "Stopped by a stranger")
+	a.Controller().RequestStop() // the owner's stop still works
+	within(t, s.Stopped(), 5*time.Second, "Stopped")
 }
 
 // unaryNull calls a control handler and wants the unit answer.

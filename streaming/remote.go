@@ -127,7 +127,8 @@ type remote struct {
 	sendersMu sync.Mutex
 	senders   map[uint64]*remoteSender
 
-	renewRequests atomic.Uint64 // _anchor_renew requests served (tests count batches)
+	renewRequests   atomic.Uint64 // _anchor_renew requests served (tests count batches)
+	strangerSignals atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
 }
 
 // pendingBind is a stream that _anchor_attach bound and whose connection
