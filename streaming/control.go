@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -171,23 +173,36 @@ func (r *remote) takeBind(st *anchorState) *remoteBind {
 // onAnchorDetach: the remote producer detached. The anchor stays, and a
 // new producer may attach at once.
 func (r *remote) onAnchorDetach(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
 	st, err := r.target(c.Payload)
-	if st == nil {
-		return unitAnswer, err
+	var b *remoteBind
+	if st != nil {
+		b = r.takeBind(st)
 	}
-	if b := r.takeBind(st); b != nil {
+	if b != nil {
 		st.terminate(b.proxy, detachedFrame, true)
 		st.closeConn(b)
 	}
-	return unitAnswer, nil
+	r.countControl(metrics.StreamDetach, start, b != nil)
+	return unitAnswer, err
+}
+
+// countControl counts a control handler's operation as the reference
+// does: a success when it found something to act on.
+func (r *remote) countControl(op metrics.StreamOp, start time.Time, found bool) {
+	if met := r.m.met; met != nil {
+		met.Operation(op, metrics.SchemeTCPStream, found, time.Since(start))
+	}
 }
 
 // onAnchorFinalize: the producer finished. The anchor leaves the registry
 // and the consumer reads io.EOF after the items before. A producer
 // attached on this worker is left alone.
 func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
 	st, err := r.target(c.Payload)
 	if st == nil {
+		r.countControl(metrics.StreamFinalize, start, false)
 		return unitAnswer, err
 	}
 	b := r.takeBind(st)
@@ -199,6 +214,7 @@ func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
 		local := st.attached
 		st.mu.Unlock()
 		if local {
+			r.countControl(metrics.StreamFinalize, start, false)
 			return unitAnswer, nil
 		}
 	}
@@ -207,6 +223,7 @@ func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
 	if b != nil {
 		st.closeConn(b)
 	}
+	r.countControl(metrics.StreamFinalize, start, true)
 	return unitAnswer, nil
 }
 
