@@ -21,8 +21,11 @@
 // with AttachMPSCAnchor, and the consumer reads MPSCFrames tagged with a
 // SenderID. Remote producers send heartbeats when idle (one goroutine per
 // Manager, heartbeat.go), and a remote stream silent for three heartbeat
-// windows ends with ErrSenderDropped. The mux, the gRPC transport, MPSC
-// between nodes and remote renewal are not built yet (docs/streams.md).
+// windows ends with ErrSenderDropped. A stop or cancel crosses nodes as a
+// _stream_stop or _stream_cancel message (control.go), and
+// RenewReservations renews anchors of other workers with _anchor_renew.
+// The mux, the gRPC transport and MPSC between nodes are not built yet
+// (docs/streams.md).
 //
 // Lifecycle and errors:
 //

@@ -57,6 +57,9 @@ type anchorState struct {
 	// conn is the per-stream connection of a remote producer, if one is
 	// attached: cancel closes it, which is how the producer hears of it.
 	conn io.Closer
+	// bind is the remote producer bound by _anchor_attach, if any: a stop
+	// or cancel is also sent to it as a message (control.go).
+	bind *remoteBind
 
 	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
 }
@@ -248,17 +251,24 @@ func (st *anchorState) endLocked(err error) {
 // later.
 func (st *anchorState) requestStop() {
 	st.mu.Lock()
-	st.stopLocked()
+	first := st.stopLocked()
+	b := st.bind
 	st.mu.Unlock()
+	if first && b != nil {
+		b.signal(StreamStopHandler)
+	}
 }
 
-func (st *anchorState) stopLocked() {
-	if !st.stopReq {
-		st.stopReq = true
-		if st.stopCh != nil {
-			close(st.stopCh)
-		}
+// stopLocked fires the stop signal and reports whether it was the first.
+func (st *anchorState) stopLocked() bool {
+	if st.stopReq {
+		return false
 	}
+	st.stopReq = true
+	if st.stopCh != nil {
+		close(st.stopCh)
+	}
+	return true
 }
 
 // cancel ends delivery and fires both producer signals. With closing, the
@@ -271,7 +281,8 @@ func (st *anchorState) cancel(closing bool) {
 	// A cancel counts when it ends a live stream: not again, and not on
 	// a stream that had already ended (finalized, expired, ...).
 	counted := !st.cancelled && st.endErr == nil
-	if !st.cancelled {
+	first := !st.cancelled
+	if first {
 		st.cancelled = true
 		if st.cancelCh != nil {
 			close(st.cancelCh)
@@ -281,13 +292,16 @@ func (st *anchorState) cancel(closing bool) {
 	if closing {
 		st.closed = true
 	}
-	conn := st.conn
+	conn, b := st.conn, st.bind
 	st.mu.Unlock()
 	if counted && st.mgr.met != nil {
 		st.mgr.met.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)
 	}
+	if first && b != nil {
+		b.signal(wire.StreamCancelHandler)
+	}
 	if conn != nil {
-		conn.Close()
+		conn.Close() // the backstop, if the message is lost
 	}
 	if closing {
 		st.mgr.remove(st)

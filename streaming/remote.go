@@ -122,12 +122,20 @@ type remote struct {
 	pending map[wire.TCPPreamble]*pendingBind
 	conns   map[net.Conn]struct{} // every per-stream connection, both ends
 	wg      sync.WaitGroup        // accept loop, readers, pumps, watchers
+
+	// This node's remote senders by stream id (control.go).
+	sendersMu sync.Mutex
+	senders   map[uint64]*remoteSender
+
+	renewRequests   atomic.Uint64 // _anchor_renew requests served (tests count batches)
+	strangerSignals atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
 }
 
 // pendingBind is a stream that _anchor_attach bound and whose connection
 // has not arrived.
 type pendingBind struct {
 	st    *anchorState
+	bind  *remoteBind
 	timer *time.Timer
 }
 
@@ -175,9 +183,14 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
 		pending: make(map[wire.TCPPreamble]*pendingBind),
 		conns:   make(map[net.Conn]struct{}),
+		senders: make(map[uint64]*remoteSender),
 	}
 	m.remote = r
-	if err := msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach)); err != nil {
+	err = msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach))
+	if err == nil {
+		err = r.registerControl()
+	}
+	if err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -289,18 +302,30 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 		st.mu.Unlock()
 		return refuseAttach("anchor %v already attached", req.Handle)
 	}
-	st.attached = true
-	st.mu.Unlock()
-
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).
 	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
-	pb := &pendingBind{st: st}
+	b := &remoteBind{r: r, key: key, producer: req.CancelHandle.Producer(),
+		streamID: req.CancelHandle.StreamID(), proxy: &senderCore{st: st, pump: true}}
+	pb := &pendingBind{st: st, bind: b}
+	st.attached = true
+	st.disarmLocked() // bound: the accept window, not the unattached timeout, runs now
+	st.bind = b
+	// A stop or cancel made before this attach is sent now; the producer
+	// registered its sender before it asked, so the message cannot come
+	// too early.
+	stop, cancel := st.stopReq, st.cancelled
+	st.mu.Unlock()
+
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
 		st.mu.Lock()
 		st.attached = false
+		st.armLocked()
+		if st.bind == b {
+			st.bind = nil
+		}
 		st.mu.Unlock()
 		return refuseAttach("node is shutting down")
 	}
@@ -308,6 +333,12 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	// One timer per bound stream, stopped when its connection arrives.
 	pb.timer = time.AfterFunc(r.acceptWindow, func() { r.expire(key, pb) })
 	r.mu.Unlock()
+	switch {
+	case cancel:
+		b.signal(wire.StreamCancelHandler)
+	case stop:
+		b.signal(StreamStopHandler)
+	}
 
 	resp := wire.AttachResponse{
 		TransportKey:        wire.TCPStreamKey,
@@ -328,7 +359,7 @@ func (r *remote) expire(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	r.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
-	pb.st.terminate(&senderCore{st: pb.st}, droppedFrame, false)
+	pb.st.dropBind(pb.bind)
 }
 
 func (r *remote) acceptLoop() {
@@ -379,16 +410,16 @@ func (r *remote) serve(c net.Conn) {
 		return
 	}
 	pb.timer.Stop()
-	st := pb.st
+	st, b := pb.st, pb.bind
 	st.mu.Lock()
-	gone := st.cancelled || st.closed
+	// Cancelled before the producer connected, or ended by a control
+	// message: closing the connection is how the producer hears of it.
+	gone := st.cancelled || st.closed || b.proxy.done
 	if !gone {
-		st.conn = c
+		st.conn, b.conn = c, c
 	}
 	st.mu.Unlock()
 	if gone {
-		// A cancel made before the producer connected: closing the
-		// connection is how the producer hears of it.
 		return
 	}
 	defer func() {
@@ -397,8 +428,9 @@ func (r *remote) serve(c net.Conn) {
 			st.conn = nil
 		}
 		st.mu.Unlock()
+		st.clearBind(b)
 	}()
-	proxy := &senderCore{st: st, pump: true}
+	proxy := b.proxy
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
 	defer fr.Close()
 	var wd watchdog

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -34,6 +35,8 @@ type remoteSender struct {
 	handle    wire.AnchorHandle
 	key       string
 	conn      net.Conn
+	id        uint64        // the stream id in the attach's CancelHandle: the registry key
+	stopCh    chan struct{} // closed by _stream_stop, and by every cancel
 	cancelCh  chan struct{} // closed when the consumer cancels or the connection fails
 	pumpWake  chan struct{} // cap 1: frames were queued, or the stream ended
 	spaceWait chan struct{} // senders wait for room
@@ -43,6 +46,7 @@ type remoteSender struct {
 	active    bool // a frame was queued since the last heartbeat (heartbeat.go)
 	done      bool // a terminal is queued
 	cancelled bool
+	stopped   bool // stopCh is closed
 	closing   bool // the pump closed the connection after the terminal
 	retirement
 }
@@ -89,6 +93,24 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	session := r.session.Add(1)
+	rs := &remoteSender{
+		r: r, handle: handle, id: session,
+		stopCh: make(chan struct{}), cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
+	}
+	// Registered before the request leaves: the owner may send a stop or
+	// a cancel (one made before this attach) before its answer arrives.
+	r.addSender(rs)
+	s, err := bindRemote(ctx, r, rs, info.InstanceID, addr, encode)
+	if err != nil {
+		r.dropSender(rs)
+	}
+	return s, err
+}
+
+// bindRemote makes the _anchor_attach round trip for rs, dials the
+// owner's listener and starts the pump.
+func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte) (*Sender[T], error) {
+	handle, session := rs.handle, rs.id
 	req := wire.AttachRequest{
 		Handle:                 handle,
 		SessionID:              session,
@@ -98,11 +120,11 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	// The owner answers through its peer table: the _hello exchange puts
 	// this node there (a system handler's call does not greet on its own).
 	// A draining owner refuses _hello and may know this node already.
-	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+	if err := r.msg.Handshake(ctx, owner); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	rttStart := r.m.opStart()
-	body, err := r.msg.Unary(ctx, info.InstanceID, wire.AnchorAttachHandler, req.AppendJSON(nil))
+	body, err := r.msg.Unary(ctx, owner, wire.AnchorAttachHandler, req.AppendJSON(nil))
 	var resp wire.AttachResponse
 	if err == nil {
 		resp, err = wire.DecodeAttachResponse(body)
@@ -146,10 +168,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 		return nil, fmt.Errorf("velo: attach %v: write preamble: %w", handle, err)
 	}
 	conn.SetWriteDeadline(time.Time{})
-	rs := &remoteSender{
-		r: r, handle: handle, key: resp.TransportKey, conn: conn,
-		cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
-	}
+	rs.key, rs.conn = resp.TransportKey, conn
 	if !r.track(conn, 2) {
 		conn.Close()
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
@@ -255,6 +274,8 @@ func (rs *remoteSender) terminate(frame []byte) error {
 
 // retire records the outcome once and wakes whoever waits for it.
 func (rs *remoteSender) retire(out RetireOutcome) {
+	// Out of the registry first: whoever sees the outcome finds no entry.
+	rs.r.dropSender(rs)
 	rs.mu.Lock()
 	if rs.known() != 0 {
 		rs.mu.Unlock()
@@ -283,9 +304,25 @@ func (rs *remoteSender) fail() {
 	}
 	rs.cancelled = true
 	close(rs.cancelCh)
+	rs.stopLocked()
 	rs.wakeSpaceLocked()
 	rs.mu.Unlock()
 	rs.wake()
+}
+
+// stop fires Stopped only: the consumer asked for a graceful end, and the
+// producer may still send its last items and Finalize.
+func (rs *remoteSender) stop() {
+	rs.mu.Lock()
+	rs.stopLocked()
+	rs.mu.Unlock()
+}
+
+func (rs *remoteSender) stopLocked() {
+	if !rs.stopped {
+		rs.stopped = true
+		close(rs.stopCh)
+	}
 }
 
 // pump writes what is queued, all of it in one write, until it has written
@@ -294,6 +331,7 @@ func (rs *remoteSender) pump() {
 	defer rs.r.wg.Done()
 	defer rs.r.untrack(rs.conn)
 	defer rs.r.hb.remove(rs)
+	defer rs.r.dropSender(rs) // the stream ended: no signal can reach it now
 	var buf []byte
 	var batch [][]byte
 	for {

@@ -1,11 +1,13 @@
 package streaming
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -79,8 +81,13 @@ var ErrBadUnattachedTimeout = errors.New("velo: unattached timeout must be posit
 var ErrManagerClosed = errors.New("velo: stream manager closed")
 
 // ErrRemoteRenewal is returned by RenewReservations for handles owned by
-// another worker: remote renewal (_anchor_renew) is not built yet.
-var ErrRemoteRenewal = errors.New("velo: renewal of anchors on another worker is not built yet")
+// another worker when the Manager is not a node's (NewManager): it has no
+// messenger to reach their owner.
+var ErrRemoteRenewal = errors.New("velo: renewal of anchors on another worker needs a Manager from NewNodeManager")
+
+// DefaultRenewTimeout bounds a RenewReservations call that renews on
+// other workers; RenewReservationsContext takes the caller's deadline.
+const DefaultRenewTimeout = 10 * time.Second
 
 // UnattachedExpired counts the anchors of this Manager that ended because
 // no producer attached within their unattached timeout.
@@ -90,44 +97,71 @@ func (m *Manager) UnattachedExpired() uint64 { return m.expired.Load() }
 func (m *Manager) ReservationConfig() ReservationConfig { return m.res }
 
 // RenewReservations starts a new unattached window, of the anchor's full
-// unattached timeout, for each handle that names a live, unattached anchor
-// of this Manager. Renewal of an attached, expired, cancelled, closed or
-// unknown anchor is a successful no-op, including when it races with an
-// attach or an expiry: renewal never revives a stream. Handles of other
-// workers are skipped and reported with ErrRemoteRenewal; the local ones
-// are renewed all the same.
+// unattached timeout, for each handle that names a live, unattached SPSC
+// anchor. Renewal of an attached, expired, cancelled, closed or unknown
+// anchor is a successful no-op, including when it races with an attach or
+// an expiry: renewal never revives a stream. Handles of other workers are
+// sent to their owner (_anchor_renew, at most wire.MaxRenewBatch per
+// request), bounded by DefaultRenewTimeout; a failed request, or an owner
+// without the handler, is an error. The local handles are renewed all the
+// same.
 func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
-	remote := 0
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultRenewTimeout)
+	defer cancel()
+	return m.RenewReservationsContext(ctx, handles...)
+}
+
+// RenewReservationsContext is RenewReservations with the caller's context
+// bounding the requests to other workers.
+func (m *Manager) RenewReservationsContext(ctx context.Context, handles ...wire.AnchorHandle) error {
+	var byOwner map[ext.WorkerID][]wire.AnchorHandle
+	n := 0
 	for _, h := range handles {
-		if h.Owner() != m.owner {
-			remote++
+		if h.Owner() == m.owner {
+			// Each local handle counts as one successful renew, the
+			// no-ops included: the call did what it promises for it.
+			m.countRenew(metrics.SchemeLocal, true, 1)
+			m.renewLocal(h)
 			continue
 		}
-		// Each local handle counts as one successful renew, the no-ops
-		// included: the call did what it promises for it.
-		if m.met != nil {
-			m.met.Operation(metrics.StreamRenew, metrics.SchemeLocal, true, 0)
+		if byOwner == nil {
+			byOwner = make(map[ext.WorkerID][]wire.AnchorHandle)
 		}
-		if h.IsMPSC() {
-			continue // the book: renewal does not extend an MPSC anchor
-		}
-		st := m.lookup(h.LocalID())
-		if st == nil {
-			continue
-		}
-		st.mu.Lock()
-		st.renewLocked()
-		st.mu.Unlock()
+		byOwner[h.Owner()] = append(byOwner[h.Owner()], h)
+		n++
 	}
-	if remote > 0 && m.met != nil {
-		for range remote {
-			m.met.Operation(metrics.StreamRenew, metrics.SchemeUnknown, false, 0)
+	if n == 0 {
+		return nil
+	}
+	if m.remote == nil {
+		m.countRenew(metrics.SchemeUnknown, false, n)
+		return fmt.Errorf("%w: %d handle(s)", ErrRemoteRenewal, n)
+	}
+	err := m.remote.renewRemote(ctx, byOwner)
+	m.countRenew(metrics.SchemeTCPStream, err == nil, n)
+	return err
+}
+
+func (m *Manager) countRenew(sc metrics.StreamScheme, ok bool, n int) {
+	if m.met != nil {
+		for range n {
+			m.met.Operation(metrics.StreamRenew, sc, ok, 0)
 		}
 	}
-	if remote > 0 {
-		return fmt.Errorf("%w: %d handle(s)", ErrRemoteRenewal, remote)
+}
+
+// renewLocal renews one handle of this Manager, if it can be renewed.
+func (m *Manager) renewLocal(h wire.AnchorHandle) {
+	if h.IsMPSC() {
+		return // the book: renewal does not extend an MPSC anchor
 	}
-	return nil
+	st := m.lookup(h.LocalID())
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	st.renewLocked()
+	st.mu.Unlock()
 }
 
 // Close stops the sweeper of unattached deadlines and cancels every anchor

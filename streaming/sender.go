@@ -201,7 +201,7 @@ func (s *Sender[T]) Close() error {
 // The producer may then send its final output and Finalize.
 func (s *Sender[T]) Stopped() <-chan struct{} {
 	if s.rs != nil {
-		return s.rs.cancelCh // a remote stop request is not built yet
+		return s.rs.stopCh
 	}
 	return s.st.signal(false)
 }

@@ -1,0 +1,353 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Control messages between the two ends of a stream between workers
+// (control.rs of the reference).
+//
+// The producer's node keeps its remote senders in a registry keyed by the
+// stream id of the CancelHandle it sent in _anchor_attach. The consumer's
+// node sends _stream_stop and _stream_cancel to that id, fire-and-forget.
+// The owner of an anchor serves _anchor_detach, _anchor_finalize and
+// _anchor_cancel, which a Rust producer sends instead of a terminal frame.
+// A Go producer ends its stream with a terminal frame on its connection,
+// so it never sends these three.
+
+// StreamStopHandler is the producer's handler for a consumer's graceful
+// stop. The book names it (chapter 10) but reference 0.9 has no such
+// handler; its body is that of _stream_cancel.
+const StreamStopHandler = wire.StreamStopHandler
+
+// unitAnswer is the answer of a handler that returns nothing: serde_json
+// writes Rust's () as null, and a Rust caller decodes it.
+var unitAnswer = []byte("null")
+
+// remoteBind is a stream that _anchor_attach bound on this node: the
+// producer to signal, and the proxy sender that feeds the inlet for it.
+// A nil *remoteBind in anchorState means no remote producer to signal.
+type remoteBind struct {
+	r        *remote
+	key      wire.TCPPreamble // the bind's entry in remote.pending
+	producer ext.WorkerID
+	streamID uint64 // the producer's id for the stream (CancelHandle)
+	proxy    *senderCore
+	conn     net.Conn // set by the reader once the connection came; guarded by the anchor's mu
+}
+
+// signal tells the producer of the stream to stop or cancel. It never
+// waits: a stalled peer must not hold up the consumer. A lost message is
+// covered for a cancel by the closing of the connection.
+func (b *remoteBind) signal(handler string) {
+	inst, ok := b.r.msg.InstanceOf(b.producer)
+	if !ok {
+		return
+	}
+	body := (&wire.StreamCancelRequest{SenderStreamID: b.streamID}).AppendJSON(nil)
+	if err := b.r.msg.Post(inst, handler, body); err != nil {
+		b.r.log.Debug("velo: stream control message not sent", "handler", handler, "err", err)
+	}
+}
+
+// registerControl registers the control handlers of both ends. All are
+// drain-exempt: they serve streams that were already accepted (the book,
+// chapter 10).
+func (r *remote) registerControl() error {
+	ex := messenger.WithDrainExempt()
+	for _, h := range []messenger.Handler{
+		messenger.FireHandler(wire.StreamCancelHandler, r.onStreamCancel, ex),
+		messenger.FireHandler(StreamStopHandler, r.onStreamStop, ex),
+		messenger.UnaryHandler(wire.AnchorDetachHandler, r.onAnchorDetach, ex),
+		messenger.UnaryHandler(wire.AnchorFinalizeHandler, r.onAnchorFinalize, ex),
+		messenger.UnaryHandler(wire.AnchorCancelHandler, r.onAnchorCancel, ex),
+		messenger.UnaryHandler(AnchorRenewHandler, r.onAnchorRenew, ex),
+	} {
+		if err := r.msg.RegisterSystem(h); err != nil {
+			return err
+		}
+	}
+	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) { r.peerLost(peer.WorkerID()) })
+	return nil
+}
+
+// addSender and dropSender keep the registry of this node's remote senders.
+func (r *remote) addSender(rs *remoteSender) {
+	r.sendersMu.Lock()
+	r.senders[rs.id] = rs
+	r.sendersMu.Unlock()
+}
+
+func (r *remote) dropSender(rs *remoteSender) {
+	r.sendersMu.Lock()
+	if r.senders[rs.id] == rs {
+		delete(r.senders, rs.id)
+	}
+	r.sendersMu.Unlock()
+}
+
+// sender finds the sender a control message names. Only the anchor's
+// owner may signal it: the stream id is a counter, so anyone could guess
+// one, but the messenger stamps each request with its sender's worker.
+func (r *remote) sender(c *messenger.Context) *remoteSender {
+	req, err := wire.DecodeStreamCancelRequest(c.Payload)
+	if err != nil {
+		return nil
+	}
+	r.sendersMu.Lock()
+	rs := r.senders[req.SenderStreamID]
+	r.sendersMu.Unlock()
+	if rs == nil {
+		return nil
+	}
+	if rs.handle.Owner() != c.SenderWorkerID() {
+		r.strangerSignals.Add(1)
+		return nil
+	}
+	return rs
+}
+
+// ActiveSenders counts this node's remote senders that a stop or cancel
+// can still reach: attaching or streaming.
+func (m *Manager) ActiveSenders() int {
+	if m.remote == nil {
+		return 0
+	}
+	m.remote.sendersMu.Lock()
+	defer m.remote.sendersMu.Unlock()
+	return len(m.remote.senders)
+}
+
+// onStreamCancel: the consumer cancelled. Idempotent; an unknown id is a
+// stream that already ended.
+func (r *remote) onStreamCancel(c *messenger.Context) {
+	if rs := r.sender(c); rs != nil {
+		r.dropSender(rs)
+		rs.fail()
+	}
+}
+
+// onStreamStop: the consumer asks for a graceful end. The sender stays
+// registered: a cancel may still follow.
+func (r *remote) onStreamStop(c *messenger.Context) {
+	if rs := r.sender(c); rs != nil {
+		rs.stop()
+	}
+}
+
+// target finds the SPSC anchor a handle request names, or nil: an unknown,
+// ended or MPSC anchor makes these handlers successful no-ops.
+func (r *remote) target(payload []byte) (*anchorState, error) {
+	req, err := wire.DecodeHandleRequest(payload)
+	if err != nil {
+		return nil, err
+	}
+	if req.Handle.Owner() != r.m.owner || req.Handle.IsMPSC() {
+		return nil, nil
+	}
+	return r.m.lookup(req.Handle.LocalID()), nil
+}
+
+// takeBind detaches the remote bind from st and forgets its pending entry.
+// It returns nil when no remote producer was bound.
+func (r *remote) takeBind(st *anchorState) *remoteBind {
+	st.mu.Lock()
+	b := st.bind
+	st.bind = nil
+	st.mu.Unlock()
+	if b != nil {
+		r.unpend(b)
+	}
+	return b
+}
+
+// onAnchorDetach: the remote producer detached. The anchor stays, and a
+// new producer may attach at once.
+func (r *remote) onAnchorDetach(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
+	st, err := r.target(c.Payload)
+	var b *remoteBind
+	if st != nil {
+		b = r.takeBind(st)
+	}
+	if b != nil {
+		st.terminate(b.proxy, detachedFrame, true)
+		st.closeConn(b)
+	}
+	r.countControl(metrics.StreamDetach, start, b != nil)
+	return unitAnswer, err
+}
+
+// countControl counts a control handler's operation as the reference
+// does: a success when it found something to act on.
+func (r *remote) countControl(op metrics.StreamOp, start time.Time, found bool) {
+	if met := r.m.met; met != nil {
+		met.Operation(op, metrics.SchemeTCPStream, found, time.Since(start))
+	}
+}
+
+// onAnchorFinalize: the producer finished. The anchor leaves the registry
+// and the consumer reads io.EOF after the items before. A producer
+// attached on this worker is left alone.
+func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
+	st, err := r.target(c.Payload)
+	if st == nil {
+		r.countControl(metrics.StreamFinalize, start, false)
+		return unitAnswer, err
+	}
+	b := r.takeBind(st)
+	proxy := &senderCore{st: st}
+	if b != nil {
+		proxy = b.proxy
+	} else {
+		st.mu.Lock()
+		local := st.attached
+		st.mu.Unlock()
+		if local {
+			r.countControl(metrics.StreamFinalize, start, false)
+			return unitAnswer, nil
+		}
+	}
+	r.m.remove(st)
+	st.terminate(proxy, finalizedFrame, false)
+	if b != nil {
+		st.closeConn(b)
+	}
+	r.countControl(metrics.StreamFinalize, start, true)
+	return unitAnswer, nil
+}
+
+// onAnchorCancel: the producer gave up. The anchor leaves the registry,
+// and the consumer reads ErrCancelled. The bind is taken first, so no
+// _stream_cancel goes back to the producer that asked.
+func (r *remote) onAnchorCancel(c *messenger.Context) ([]byte, error) {
+	st, err := r.target(c.Payload)
+	if st == nil {
+		return unitAnswer, err
+	}
+	r.takeBind(st)
+	st.cancel(false)
+	r.m.remove(st)
+	return unitAnswer, nil
+}
+
+// unpend forgets the pending entry of b, if its connection never came.
+func (r *remote) unpend(b *remoteBind) {
+	r.mu.Lock()
+	pb := r.pending[b.key]
+	if pb != nil && pb.bind == b {
+		delete(r.pending, b.key)
+		pb.timer.Stop()
+	}
+	r.mu.Unlock()
+}
+
+// peerLost ends at once the streams bound for a producer whose node is
+// gone and whose connection never came, instead of at the accept window.
+func (r *remote) peerLost(w ext.WorkerID) {
+	var lost []*pendingBind
+	r.mu.Lock()
+	for k, pb := range r.pending {
+		if pb.bind.producer == w {
+			delete(r.pending, k)
+			pb.timer.Stop()
+			lost = append(lost, pb)
+		}
+	}
+	r.mu.Unlock()
+	for _, pb := range lost {
+		r.log.Warn("velo: stream bound but its producer's node was lost before it connected", "anchor", pb.bind.key.AnchorID)
+		pb.st.dropBind(pb.bind)
+	}
+}
+
+// dropBind ends the stream of bind b with Dropped, as a connection that
+// ended without a terminal does.
+func (st *anchorState) dropBind(b *remoteBind) {
+	st.clearBind(b)
+	st.terminate(b.proxy, droppedFrame, false)
+}
+
+// clearBind forgets b once its stream ended: a later cancel has no
+// producer to signal.
+func (st *anchorState) clearBind(b *remoteBind) {
+	st.mu.Lock()
+	if st.bind == b {
+		st.bind = nil
+	}
+	st.mu.Unlock()
+}
+
+// closeConn closes the connection of bind b, whose stream ended by a
+// control message: its reader then stops.
+func (st *anchorState) closeConn(b *remoteBind) {
+	st.mu.Lock()
+	c := b.conn
+	st.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// AnchorRenewHandler renews unattached reservations on their owner. Go
+// defines it (reference 0.9 has none); see docs/wire.md.
+const AnchorRenewHandler = wire.AnchorRenewHandler
+
+// onAnchorRenew renews the local anchors a batch names, with the rules of
+// RenewReservations: every entry that cannot be renewed is a no-op.
+func (r *remote) onAnchorRenew(c *messenger.Context) ([]byte, error) {
+	req, err := wire.DecodeRenewRequest(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	r.renewRequests.Add(1)
+	for _, h := range req.Handles {
+		if h.Owner() == r.m.owner {
+			r.m.renewLocal(h)
+		}
+	}
+	return unitAnswer, nil
+}
+
+// renewRemote renews the reservations of other workers: one unary call
+// per batch of at most wire.MaxRenewBatch handles of one owner. It stops
+// at the first failure of an owner and goes on with the next owner.
+func (r *remote) renewRemote(ctx context.Context, byOwner map[ext.WorkerID][]wire.AnchorHandle) error {
+	var errs []error
+	for owner, hs := range byOwner {
+		if err := r.renewOwner(ctx, owner, hs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *remote) renewOwner(ctx context.Context, owner ext.WorkerID, hs []wire.AnchorHandle) error {
+	inst, ok := r.msg.InstanceOf(owner)
+	if !ok {
+		return fmt.Errorf("velo: renew on worker %v: %w", owner, messenger.ErrPeerNotRegistered)
+	}
+	// The owner answers through its peer table, as for an attach.
+	if err := r.msg.Handshake(ctx, inst); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return fmt.Errorf("velo: renew on worker %v: %w", owner, err)
+	}
+	for len(hs) > 0 {
+		n := min(len(hs), wire.MaxRenewBatch)
+		req := wire.RenewRequest{Handles: hs[:n]}
+		if _, err := r.msg.Unary(ctx, inst, AnchorRenewHandler, req.AppendJSON(nil)); err != nil {
+			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, err)
+		}
+		hs = hs[n:]
+	}
+	return nil
+}
