@@ -18,7 +18,8 @@ func DecodeHeader(p []byte) (BatchHeader, error) {
 	}, nil
 }
 
-// Batch is a payload that Decode has accounted for byte by byte.
+// Batch is a payload that Decode has accounted for byte by byte. It refers
+// to the payload, which must not change while its records are in use.
 type Batch struct {
 	// Header is a copy for the caller to read; the walk does not trust it.
 	Header  BatchHeader
@@ -77,15 +78,20 @@ type Reader struct {
 	left int
 }
 
-// Next returns the next record, or false after the last one. It repeats no
-// check: Decode made them all, and only a Batch from Decode has records.
+// Next returns the next record, or false after the last one. It repeats
+// none of Decode's checks, only the bounds, so that a payload changed after
+// Decode (a reused buffer) ends the walk instead of panicking.
 func (r *Reader) Next() (Record, bool) {
-	if r.left == 0 {
+	p, off := r.p, r.off
+	if r.left == 0 || len(p)-off < RecordHeaderLen {
 		return Record{}, false
 	}
-	p, off := r.p, r.off
 	start := off + RecordHeaderLen
 	end := start + int(be.Uint32(p[off+9:]))
+	if end > len(p) || end < start {
+		r.left = 0
+		return Record{}, false
+	}
 	r.off, r.left = end, r.left-1
 	return Record{
 		Type:   RecordType(p[off]),

@@ -251,3 +251,17 @@ func TestAccessorsOnOtherTypesAreZero(t *testing.T) {
 		t.Error("OpenSlot read a short body")
 	}
 }
+
+// A payload overwritten after Decode (a reused buffer) ends the walk early
+// instead of panicking.
+func TestWalkSurvivesAChangedPayload(t *testing.T) {
+	p := goldenMixed(t)
+	b, err := Decode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(p[16+9:], []byte{0xff, 0xff, 0xff, 0xff}) // first record's len
+	if r := b.Records(); !isDone(&r) {
+		t.Error("walked a record whose length now runs past the end")
+	}
+}
