@@ -18,17 +18,20 @@ func DecodeHeader(p []byte) (BatchHeader, error) {
 	}, nil
 }
 
-// Batch is a payload that Decode has accounted for byte by byte.
+// Batch is a payload that Decode has accounted for byte by byte. It refers
+// to the payload, which must not change while its records are in use.
 type Batch struct {
+	// Header is a copy for the caller to read; the walk does not trust it.
 	Header  BatchHeader
 	payload []byte
+	count   int
 }
 
 // Decode checks a whole _stream_batch payload: the header, then every
 // record, then that nothing follows the last one. Checking everything before
 // ingress applies anything means a bad batch is refused whole, never half
 // applied. On a refusal the returned Batch still carries the header when the
-// payload held one, for metering.
+// payload held one, for metering, and walks no records.
 func Decode(p []byte) (Batch, error) {
 	h, err := DecodeHeader(p)
 	if err != nil {
@@ -46,16 +49,14 @@ func Decode(p []byte) (Batch, error) {
 		if off == len(p) {
 			return b, refuse(ErrCountMismatch, off, "header declares "+itoa(int(h.Count))+" records, payload ends after "+itoa(i))
 		}
-		_, next, err := parseRecord(p, off)
-		if err != nil {
+		if off, err = checkRecord(p, off); err != nil {
 			return b, err
 		}
-		off = next
 	}
 	if off != len(p) {
 		return b, refuse(ErrTrailingBytes, off, itoa(len(p)-off)+" bytes after "+itoa(int(h.Count))+" records")
 	}
-	b.payload = p
+	b.payload, b.count = p, int(h.Count)
 	return b, nil
 }
 
@@ -63,11 +64,11 @@ func Decode(p []byte) (Batch, error) {
 func (b Batch) Lane() int { return b.Header.Lane() }
 
 // Len is the number of records.
-func (b Batch) Len() int { return int(b.Header.Count) }
+func (b Batch) Len() int { return b.count }
 
 // Records starts a walk over the records in wire order.
 func (b Batch) Records() Reader {
-	return Reader{p: b.payload, off: BatchHeaderLen, left: int(b.Header.Count)}
+	return Reader{p: b.payload, off: BatchHeaderLen, left: b.count}
 }
 
 // Reader walks the records of a decoded batch. It holds no copy of anything.
@@ -77,26 +78,35 @@ type Reader struct {
 	left int
 }
 
-// Next returns the next record, or false after the last one.
+// Next returns the next record, or false after the last one. It repeats
+// none of Decode's checks, only the bounds, so that a payload changed after
+// Decode (a reused buffer) ends the walk instead of panicking.
 func (r *Reader) Next() (Record, bool) {
-	if r.left == 0 {
+	p, off := r.p, r.off
+	if r.left == 0 || len(p)-off < RecordHeaderLen {
 		return Record{}, false
 	}
-	rec, next, err := parseRecord(r.p, r.off)
-	if err != nil {
-		// Decode has checked every record, so this means a Reader made from
-		// something other than a Batch; stop rather than yield garbage.
+	start := off + RecordHeaderLen
+	end := start + int(be.Uint32(p[off+9:]))
+	if end > len(p) || end < start {
 		r.left = 0
 		return Record{}, false
 	}
-	r.off, r.left = next, r.left-1
-	return rec, true
+	r.off, r.left = end, r.left-1
+	return Record{
+		Type:   RecordType(p[off]),
+		Slot:   SlotID(be.Uint32(p[off+1:])),
+		Seq:    be.Uint32(p[off+5:]),
+		Body:   p[start:end:end],
+		Offset: off,
+	}, true
 }
 
 // Record is one record of a batch. Body is the raw body of any type, as a
 // sub-slice of the payload with its capacity cut at the body's end, so that
-// an append to it copies instead of overwriting the next record. The typed
-// fields are set for the types that carry them and zero otherwise.
+// an append to it copies instead of overwriting the next record. The
+// methods read the fields of the control bodies; each returns zero values
+// for a record of another type.
 type Record struct {
 	Type RecordType
 	Slot SlotID
@@ -105,64 +115,72 @@ type Record struct {
 	Body []byte
 	// Offset is where the record header starts in the payload.
 	Offset int
-
-	AnchorID  uint64          // OpenSlot
-	SessionID uint64          // OpenSlot, LifecycleSlot
-	Reason    CloseReason     // CloseSlot
-	Credit    uint32          // CreditUpdate
-	Action    LifecycleAction // LifecycleSlot
 }
 
-// parseRecord reads the record whose header starts at off and returns it
-// with the offset just past it. It trusts no field until the bytes behind
-// it are in hand.
-func parseRecord(p []byte, off int) (Record, int, error) {
+// OpenSlot reads an OpenSlot body: the anchor and the session it claims.
+func (r Record) OpenSlot() (anchorID, sessionID uint64) {
+	if r.Type != OpenSlot || len(r.Body) != OpenSlotBodyLen {
+		return 0, 0
+	}
+	return be.Uint64(r.Body), be.Uint64(r.Body[8:])
+}
+
+// CloseReason reads a CloseSlot body.
+func (r Record) CloseReason() CloseReason {
+	if r.Type != CloseSlot || len(r.Body) != CloseSlotBodyLen {
+		return 0
+	}
+	return CloseReason(r.Body[0])
+}
+
+// Credit reads a CreditUpdate body: the data credits granted.
+func (r Record) Credit() uint32 {
+	if r.Type != CreditUpdate || len(r.Body) != CreditUpdateBodyLen {
+		return 0
+	}
+	return be.Uint32(r.Body)
+}
+
+// Lifecycle reads a LifecycleSlot body: the session it targets and the
+// action.
+func (r Record) Lifecycle() (sessionID uint64, action LifecycleAction) {
+	if r.Type != LifecycleSlot || len(r.Body) != LifecycleSlotBodyLen {
+		return 0, 0
+	}
+	return be.Uint64(r.Body), LifecycleAction(r.Body[8])
+}
+
+// checkRecord checks the record whose header starts at off and returns the
+// offset just past it. It trusts no field until the bytes behind it are in
+// hand.
+func checkRecord(p []byte, off int) (int, error) {
 	if len(p)-off < RecordHeaderLen {
-		return Record{}, 0, refuse(ErrTruncated, off, "record header needs 13 bytes, "+itoa(len(p)-off)+" remain")
+		return 0, refuse(ErrTruncated, off, "record header needs 13 bytes, "+itoa(len(p)-off)+" remain")
 	}
-	rec := Record{
-		Type:   RecordType(p[off]),
-		Slot:   SlotID(be.Uint32(p[off+1:])),
-		Seq:    be.Uint32(p[off+5:]),
-		Offset: off,
-	}
-	if !rec.Type.Known() {
-		return Record{}, 0, refuse(ErrUnknownType, off, "record_type "+itoa(int(rec.Type)))
+	t := RecordType(p[off])
+	if !t.Known() {
+		return 0, refuse(ErrUnknownType, off, "record_type "+itoa(int(t)))
 	}
 	start := off + RecordHeaderLen
 	n := uint64(be.Uint32(p[off+9:]))
 	if n > uint64(len(p)-start) {
-		return Record{}, 0, refuse(ErrTruncated, off, "body of "+utoa(n)+" bytes, "+itoa(len(p)-start)+" remain")
+		return 0, refuse(ErrTruncated, off, "body of "+utoa(n)+" bytes, "+itoa(len(p)-start)+" remain")
 	}
 	end := start + int(n)
-	rec.Body = p[start:end:end]
-	if err := parseBody(&rec); err != nil {
-		return Record{}, 0, err
-	}
-	return rec, end, nil
+	return end, checkBody(t, p[start:end], off)
 }
 
-// parseBody checks a body's size against its type and reads its fields.
-func parseBody(rec *Record) error {
-	b := rec.Body
-	if want := rec.Type.fixedBodyLen(); want >= 0 && len(b) != want {
-		return refuse(ErrBodyLength, rec.Offset, rec.Type.String()+" body of "+itoa(len(b))+" bytes, want "+itoa(want))
+// checkBody checks a body's size against its type, and the values of the
+// one-byte enums.
+func checkBody(t RecordType, b []byte, off int) error {
+	if want := t.fixedBodyLen(); want >= 0 && len(b) != want {
+		return refuse(ErrBodyLength, off, t.String()+" body of "+itoa(len(b))+" bytes, want "+itoa(want))
 	}
-	switch rec.Type {
-	case OpenSlot:
-		rec.AnchorID, rec.SessionID = be.Uint64(b), be.Uint64(b[8:])
-	case CloseSlot:
-		rec.Reason = CloseReason(b[0])
-		if !rec.Reason.Known() {
-			return refuse(ErrUnknownReason, rec.Offset, "reason "+itoa(int(b[0])))
-		}
-	case CreditUpdate:
-		rec.Credit = be.Uint32(b)
-	case LifecycleSlot:
-		rec.SessionID, rec.Action = be.Uint64(b), LifecycleAction(b[8])
-		if !rec.Action.Known() {
-			return refuse(ErrUnknownAction, rec.Offset, "action "+itoa(int(b[8])))
-		}
+	switch {
+	case t == CloseSlot && !CloseReason(b[0]).Known():
+		return refuse(ErrUnknownReason, off, "reason "+itoa(int(b[0])))
+	case t == LifecycleSlot && !LifecycleAction(b[8]).Known():
+		return refuse(ErrUnknownAction, off, "action "+itoa(int(b[8])))
 	}
 	return nil
 }

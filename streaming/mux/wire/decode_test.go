@@ -205,9 +205,63 @@ func reencode(t testing.TB, b Batch) []byte {
 	}
 	r := b.Records()
 	for rec, ok := r.Next(); ok; rec, ok = r.Next() {
-		if err := encodeOne(&e, rec); err != nil {
+		if err := encodeOne(&e, typed(rec)); err != nil {
 			t.Fatalf("%+v does not encode: %v", rec, err)
 		}
 	}
 	return e.Bytes()
+}
+
+// A Batch not made by Decode walks nothing, whatever its header says.
+func TestHandMadeBatchWalksNothing(t *testing.T) {
+	b := Batch{Header: BatchHeader{Version: Version, Count: 5}}
+	if r := b.Records(); !isDone(&r) || b.Len() != 0 {
+		t.Error("a hand-made Batch yields records")
+	}
+	good, err := Decode(goldenMixed(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good.Header.Count = 60000 // the walk must not believe an edited header
+	n := 0
+	for r := good.Records(); !isDone(&r); {
+		n++
+	}
+	if n != 4 {
+		t.Errorf("walked %d records, want 4", n)
+	}
+}
+
+func TestAccessorsOnOtherTypesAreZero(t *testing.T) {
+	body := make([]byte, 16)
+	for i := range body {
+		body[i] = 0xff
+	}
+	for _, typ := range []RecordType{Data, OpenSlot, CloseSlot, CreditUpdate, SlotHeartbeat, LifecycleSlot} {
+		r := Record{Type: typ, Body: body}
+		a, s := r.OpenSlot()
+		ls, la := r.Lifecycle()
+		if typ != OpenSlot && (a != 0 || s != 0) || typ != CloseSlot && r.CloseReason() != 0 ||
+			typ != CreditUpdate && r.Credit() != 0 || typ != LifecycleSlot && (ls != 0 || la != 0) {
+			t.Errorf("%v: an accessor of another type read its body", typ)
+		}
+	}
+	// A body of the wrong size, as only a hand-made Record can have, reads zero.
+	if a, _ := (Record{Type: OpenSlot, Body: body[:3]}).OpenSlot(); a != 0 {
+		t.Error("OpenSlot read a short body")
+	}
+}
+
+// A payload overwritten after Decode (a reused buffer) ends the walk early
+// instead of panicking.
+func TestWalkSurvivesAChangedPayload(t *testing.T) {
+	p := goldenMixed(t)
+	b, err := Decode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(p[16+9:], []byte{0xff, 0xff, 0xff, 0xff}) // first record's len
+	if r := b.Records(); !isDone(&r) {
+		t.Error("walked a record whose length now runs past the end")
+	}
 }

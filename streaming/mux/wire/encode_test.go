@@ -133,7 +133,7 @@ func TestRoundTripRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
 		lane, epoch, seq := rng.IntN(Lanes), rng.Uint64(), rng.Uint32()
-		recs := make([]Record, rng.IntN(40))
+		recs := make([]tRec, rng.IntN(40))
 		for i := range recs {
 			recs[i] = randomRecord(rng)
 		}
@@ -157,8 +157,8 @@ func TestRoundTripRandom(t *testing.T) {
 	}
 }
 
-func randomRecord(rng *rand.Rand) Record {
-	rec := Record{Type: RecordType(rng.IntN(6)), Slot: SlotID(rng.Uint32()), Seq: rng.Uint32()}
+func randomRecord(rng *rand.Rand) tRec {
+	rec := tRec{Type: RecordType(rng.IntN(6)), Slot: SlotID(rng.Uint32()), Seq: rng.Uint32()}
 	switch rec.Type {
 	case Data:
 		rec.Body = make([]byte, rng.IntN(100))

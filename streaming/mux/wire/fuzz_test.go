@@ -58,7 +58,7 @@ func FuzzEncode(f *testing.F) {
 		if err := e.Start(nil, lane, uint64(len(ops)), uint32(len(ops))*7); err != nil {
 			t.Fatal(err)
 		}
-		var want []Record
+		var want []tRec
 		for len(ops) > 0 {
 			rec, rest := opRecord(ops)
 			ops = rest
@@ -87,10 +87,10 @@ func FuzzEncode(f *testing.F) {
 
 // opRecord takes one record's worth of input: a type byte, then up to 17
 // bytes of fields, shorter inputs padded with zeros.
-func opRecord(ops []byte) (Record, []byte) {
+func opRecord(ops []byte) (tRec, []byte) {
 	var field [18]byte
 	n := copy(field[:], ops)
-	rec := Record{
+	rec := tRec{
 		Type: RecordType(field[0] % 6),
 		Slot: SlotID(binary.BigEndian.Uint32(field[1:])),
 		Seq:  uint32(field[5]),
