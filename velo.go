@@ -45,6 +45,12 @@ func WithStreamListenAddr(addr string) Option {
 	return Option{stream: []streaming.NodeOption{streaming.WithStreamListenAddr(addr)}}
 }
 
+// WithMux sets the messenger mux of the node's streams (on by default;
+// MuxConfig{Disabled: true} streams over one TCP connection per stream).
+func WithMux(c streaming.MuxConfig) Option {
+	return Option{stream: []streaming.NodeOption{streaming.WithMux(c)}}
+}
+
 // WithTransport adds a transport (TCP, UDS, ...). At least one is needed.
 func WithTransport(t ext.Transport) Option {
 	return Option{apply: func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}

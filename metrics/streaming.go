@@ -43,10 +43,13 @@ const (
 	// SchemeUnknown: a remote operation that failed before a transport
 	// was agreed.
 	SchemeUnknown
+	// SchemeMux: a stream to or from another worker over the messenger
+	// mux ("messenger-mux-v2").
+	SchemeMux
 	NumStreamSchemes
 )
 
-var streamSchemeNames = [NumStreamSchemes]string{"local", "tcp-stream", "unknown"}
+var streamSchemeNames = [NumStreamSchemes]string{"local", "tcp-stream", "unknown", "messenger-mux-v2"}
 
 func (s StreamScheme) String() string {
 	if s < NumStreamSchemes {
@@ -57,8 +60,11 @@ func (s StreamScheme) String() string {
 
 // SchemeOf maps a negotiated transport key to its scheme.
 func SchemeOf(key string) StreamScheme {
-	if key == "tcp-stream" {
+	switch key {
+	case "tcp-stream":
 		return SchemeTCPStream
+	case "messenger-mux-v2":
+		return SchemeMux
 	}
 	return SchemeUnknown
 }

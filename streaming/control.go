@@ -255,6 +255,10 @@ func (r *remote) unpend(b *remoteBind) {
 // peerLost ends at once the streams bound for a producer whose node is
 // gone and whose connection never came, instead of at the accept window.
 func (r *remote) peerLost(w ext.WorkerID) {
+	if r.mux != nil {
+		r.mux.dropBinds(w)
+		r.mux.peerLost(w)
+	}
 	var lost []*pendingBind
 	r.mu.Lock()
 	for k, pb := range r.pending {

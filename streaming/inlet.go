@@ -62,6 +62,10 @@ type anchorState struct {
 	bind *remoteBind
 
 	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
+
+	// feed is the mux slot that fills the inlet, while one does
+	// (mux_ingress.go): each frame the consumer takes returns its credit.
+	feed *inSlot
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
@@ -204,6 +208,9 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 		}
 		b := st.q.pop()
 		st.wakeSpace()
+		if st.feed != nil {
+			st.feed.took()
+		}
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
 			err = &DecodeError{Err: err}
@@ -252,10 +259,13 @@ func (st *anchorState) endLocked(err error) {
 func (st *anchorState) requestStop() {
 	st.mu.Lock()
 	first := st.stopLocked()
-	b := st.bind
+	b, feed := st.bind, st.feed
 	st.mu.Unlock()
 	if first && b != nil {
 		b.signal(StreamStopHandler)
+	}
+	if first && feed != nil {
+		feed.requestStop()
 	}
 }
 
@@ -292,8 +302,11 @@ func (st *anchorState) cancel(closing bool) {
 	if closing {
 		st.closed = true
 	}
-	conn, b := st.conn, st.bind
+	conn, b, feed := st.conn, st.bind, st.feed
 	st.mu.Unlock()
+	if feed != nil && first {
+		feed.consumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail
+	}
 	if counted && st.mgr.met != nil {
 		st.mgr.met.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)
 	}

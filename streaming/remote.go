@@ -71,6 +71,7 @@ type NodeOption struct {
 }
 
 type nodeConfig struct {
+	mux          MuxConfig
 	listen       string
 	acceptWindow time.Duration
 	heartbeat    time.Duration
@@ -107,6 +108,7 @@ func withAcceptWindow(d time.Duration) NodeOption {
 // waiting for their connection, and the live connections of both ends.
 type remote struct {
 	m            *Manager
+	mux          *mux // nil when the mux is off
 	msg          *messenger.Messenger
 	ln           net.Listener
 	acceptWindow time.Duration
@@ -190,6 +192,9 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	if err == nil {
 		err = r.registerControl()
 	}
+	if err == nil {
+		err = r.startMux(cfg.mux)
+	}
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -217,6 +222,9 @@ func (m *Manager) stopRemote() {
 	r := m.remote
 	if r == nil {
 		return
+	}
+	if r.mux != nil {
+		r.mux.close()
 	}
 	r.mu.Lock()
 	first := !r.closed
@@ -292,6 +300,9 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil {
 		return refuseAttach("anchor %v not found", req.Handle)
+	}
+	if r.mux != nil && offersMux(req.SupportedTransportKeys) {
+		return r.attachMux(st, c.SenderWorkerID())
 	}
 	st.mu.Lock()
 	switch {

@@ -55,6 +55,9 @@ type remoteSender struct {
 // attach with ("tcp-stream"), or "" on the same worker, where no transport
 // is involved.
 func (s *Sender[T]) NegotiatedTransport() string {
+	if s.mx != nil {
+		return muxWireKey
+	}
 	if s.rs != nil {
 		return s.rs.key
 	}
@@ -62,6 +65,9 @@ func (s *Sender[T]) NegotiatedTransport() string {
 }
 
 func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
+	if s.mx != nil {
+		return s.mx.push(ctx, frame)
+	}
 	if s.rs != nil {
 		return s.rs.push(ctx, frame)
 	}
@@ -69,6 +75,9 @@ func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
 }
 
 func (s *Sender[T]) end(frame []byte, detach bool) error {
+	if s.mx != nil {
+		return s.mx.terminate(frame)
+	}
 	if s.rs != nil {
 		return s.rs.terminate(frame)
 	}
@@ -84,13 +93,15 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	if !ok {
 		return nil, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
 	}
+	// The listener's address matters only if the owner answers the
+	// per-stream path; an owner with the mux may have none.
+	var addr string
 	ep, err := info.Address.Lookup(wire.TCPStreamKey)
-	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: the owner advertises no per-stream listener: %w", handle, err)
+	if err == nil {
+		addr, err = tcp.DialAddr(ep)
 	}
-	addr, err := tcp.DialAddr(ep)
-	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	if err != nil && r.mux == nil {
+		return nil, fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
 	}
 	session := r.session.Add(1)
 	rs := &remoteSender{
@@ -115,7 +126,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 		Handle:                 handle,
 		SessionID:              session,
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
-		SupportedTransportKeys: []string{wire.TCPStreamKey},
+		SupportedTransportKeys: r.offeredKeys(),
 	}
 	// The owner answers through its peer table: the _hello exchange puts
 	// this node there (a system handler's call does not greet on its own).
@@ -145,8 +156,12 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if resp.Refused {
 		return nil, attachRefusal(handle, resp.Reason)
 	}
-	if resp.TransportKey != wire.TCPStreamKey {
-		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node has not", handle, resp.TransportKey)
+	if resp.TransportKey == muxWireKey && r.mux != nil {
+		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
+		return openMuxSender(ctx, r, handle, resp, encode)
+	}
+	if resp.TransportKey != wire.TCPStreamKey || addr == "" {
+		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node cannot use", handle, resp.TransportKey)
 	}
 	routing := resp.RoutingSessionID
 	if routing == 0 {

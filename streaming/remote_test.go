@@ -45,6 +45,9 @@ func newMessenger(t *testing.T) *messenger.Messenger {
 func newRemoteNode(t *testing.T, opts ...NodeOption) *remoteNode {
 	t.Helper()
 	msg := newMessenger(t)
+	// The per-stream suite runs with the mux off; mux tests turn it on
+	// with a later WithMux.
+	opts = append([]NodeOption{WithMux(MuxConfig{Disabled: true})}, opts...)
 	sm, err := NewNodeManager(msg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -651,7 +654,7 @@ func benchNodes(b *testing.B) (producer, consumer *remoteNode) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sm, err := NewNodeManager(msg)
+		sm, err := NewNodeManager(msg, WithMux(MuxConfig{Disabled: true}))
 		if err != nil {
 			b.Fatal(err)
 		}

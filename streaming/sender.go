@@ -106,11 +106,15 @@ func (r *retirement) settleLocked(out RetireOutcome) {
 type Sender[T any] struct {
 	senderCore
 	encode func(T) []byte
-	rs     *remoteSender // set for an anchor of another worker; st is then nil
+	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st is then nil
+	mx     *outSlot      // set for an anchor of another worker on the mux; st is then nil
 }
 
 // Handle names the anchor this Sender is attached to.
 func (s *Sender[T]) Handle() wire.AnchorHandle {
+	if s.mx != nil {
+		return s.mx.handle
+	}
 	if s.rs != nil {
 		return s.rs.handle
 	}
@@ -173,6 +177,9 @@ func (s *Sender[T]) endCounted(op metrics.StreamOp, frame []byte, detach bool) e
 // manager is the Manager of this Sender's node, and the scheme its
 // operations count under.
 func (s *Sender[T]) manager() (*Manager, metrics.StreamScheme) {
+	if s.mx != nil {
+		return s.mx.b.mx.m, metrics.SchemeMux
+	}
 	if s.rs != nil {
 		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
 	}
@@ -200,6 +207,9 @@ func (s *Sender[T]) Close() error {
 // Stopped closes when the consumer requests a graceful stop, or cancels.
 // The producer may then send its final output and Finalize.
 func (s *Sender[T]) Stopped() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.signalCh(false)
+	}
 	if s.rs != nil {
 		return s.rs.stopCh
 	}
@@ -209,6 +219,9 @@ func (s *Sender[T]) Stopped() <-chan struct{} {
 // Cancelled closes when the consumer cancels the stream or closes its
 // anchor. Sends then fail with ErrCancelled.
 func (s *Sender[T]) Cancelled() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.signalCh(true)
+	}
 	if s.rs != nil {
 		return s.rs.cancelCh
 	}
@@ -219,6 +232,9 @@ func (s *Sender[T]) Cancelled() <-chan struct{} {
 // detached or closed; Outcome then says what became of its output. Any
 // number of waiters may take it, before or after the end.
 func (s *Sender[T]) Retired() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.retiredCh()
+	}
 	if s.rs != nil {
 		return s.rs.retired()
 	}
@@ -233,6 +249,9 @@ func (s *Sender[T]) Retired() <-chan struct{} {
 // Outcome is the RetireOutcome of the Sender's output once Retired has
 // closed, and 0 before.
 func (s *Sender[T]) Outcome() RetireOutcome {
+	if s.mx != nil {
+		return s.mx.known()
+	}
 	if s.rs != nil {
 		return s.rs.known()
 	}

@@ -9,7 +9,7 @@ import (
 
 func init() {
 	extraHarnesses["stream-lifecycle"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		path := fs.String("path", "same-worker", "same-worker (one manager) or per-stream (a second velo node attaches over one TCP connection per stream)")
+		path := fs.String("path", "same-worker", "same-worker (one manager), per-stream (a second velo node attaches over one TCP connection per stream) or mux (a second velo node over the messenger mux)")
 		modes := fs.String("mode", "",
 			"comma-separated arms, run side by side and rotated per rep: plain (move on after Finalize), retired (await Sender.Retired() taken after Finalize), "+
 				"retired-early (Retired() taken before the first send), ack (await an active message the consumer sends once it read Finalized; per-stream only) (default every mode the path has)")
@@ -28,13 +28,13 @@ func init() {
 			}
 			if cfg.Streams == 0 {
 				cfg.Streams = 200000
-				if cfg.Path == "per-stream" {
+				if cfg.Path != "same-worker" {
 					cfg.Streams = 2000
 				}
 			}
 			if cfg.Concurrency == 0 {
 				cfg.Concurrency = 64
-				if cfg.Path == "per-stream" {
+				if cfg.Path != "same-worker" {
 					cfg.Concurrency = 16
 				}
 			}

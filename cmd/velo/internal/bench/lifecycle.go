@@ -39,7 +39,7 @@ func StreamLifecycleModesFor(path string) []string {
 }
 
 // StreamLifecyclePaths are the stream paths the harness can run on.
-var StreamLifecyclePaths = []string{"same-worker", "per-stream"}
+var StreamLifecyclePaths = []string{"same-worker", "per-stream", "mux"}
 
 // StreamLifecycleConfig sets the stream-lifecycle harness (the book's
 // stream_lifecycle).
@@ -156,7 +156,8 @@ func startLifecycleEnds(ctx context.Context, path string) (*lifecycleEnds, error
 		if err != nil {
 			return nil, err
 		}
-		return velo.New(ctx, velo.WithTransport(tr))
+		// The per-stream path turns the mux off; the mux path keeps it on.
+		return velo.New(ctx, velo.WithTransport(tr), velo.WithMux(streaming.MuxConfig{Disabled: path != "mux"}))
 	}
 	a, err := start()
 	if err != nil {

@@ -38,7 +38,7 @@ func TestStreamLifecycleSmallRun(t *testing.T) {
 		})
 	}
 	for _, bad := range []StreamLifecycleConfig{
-		{Path: "mux", Modes: []string{"plain"}, Streams: 1, Concurrency: 1, Reps: 1},
+		{Path: "carrier-pigeon", Modes: []string{"plain"}, Streams: 1, Concurrency: 1, Reps: 1},
 		{Path: "same-worker", Modes: []string{"nope"}, Streams: 1, Concurrency: 1, Reps: 1},
 		{Path: "same-worker", Modes: []string{"plain"}, Streams: 0, Concurrency: 1, Reps: 1},
 		{Path: "same-worker", Modes: []string{"ack"}, Streams: 1, Concurrency: 1, Reps: 1}, // no messenger

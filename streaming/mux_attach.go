@@ -1,0 +1,154 @@
+package streaming
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Attach negotiation for the mux (book chapter 05, "Negotiation and
+// compatibility"). A producer with the mux offers messenger-mux-v2 before
+// tcp-stream; an owner with the mux answers it only when offered, and the
+// per-stream path otherwise, so that older peers and Rust 0.9 nodes (which
+// offer messenger-mux-v1, a different wire) meet on tcp-stream.
+
+// MuxDisableEnv turns the mux off for a process when set to 1, true, yes
+// or on: the rollback the book describes.
+const MuxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
+
+// WithMux sets the messenger mux of a node Manager (on by default).
+func WithMux(c MuxConfig) NodeOption {
+	return NodeOption{func(nc *nodeConfig) { nc.mux = c }}
+}
+
+// muxDisabledByEnv reads MuxDisableEnv.
+func muxDisabledByEnv() bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(MuxDisableEnv))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// startMux builds the mux of r and registers its batch handlers, one per
+// lane, inline on the reader goroutine: ingress never blocks.
+func (r *remote) startMux(cfg MuxConfig) error {
+	if cfg.Disabled || muxDisabledByEnv() {
+		return nil
+	}
+	mx := newMux(cfg, r.heartbeat, r.postBatch)
+	mx.m = r.m
+	for lane := range muxwire.Lanes {
+		h := messenger.FireHandler(muxwire.HandlerName(lane), func(c *messenger.Context) {
+			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)
+		}, messenger.WithInline(), messenger.WithDrainExempt())
+		if err := r.msg.RegisterSystem(h); err != nil {
+			mx.close()
+			return err
+		}
+	}
+	r.mux = mx
+	return nil
+}
+
+// postBatch hands one batch to the messenger for peer. It never waits:
+// a congested peer parks the batch in the transport's admission gate.
+func (r *remote) postBatch(peer ext.WorkerID, lane int, batch []byte) error {
+	inst, ok := r.msg.InstanceOf(peer)
+	if !ok {
+		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
+	}
+	return r.msg.Post(inst, muxwire.HandlerName(lane), batch)
+}
+
+// offersMux says whether an attach request names this build's mux.
+func offersMux(keys []string) bool { return slices.Contains(keys, muxWireKey) }
+
+// attachMux binds st for the mux: the producer's OpenSlot claims it within
+// the accept window. The caller checked st and holds no lock.
+func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, error) {
+	st.mu.Lock()
+	switch {
+	case st.closed || (st.endErr != nil && !st.cancelled):
+		st.mu.Unlock()
+		return refuseAttach("anchor %v not found", st.handle)
+	case st.attached:
+		st.mu.Unlock()
+		return refuseAttach("anchor %v already attached", st.handle)
+	}
+	st.attached = true
+	st.disarmLocked() // bound: the accept window runs now
+	st.mu.Unlock()
+	session := r.routing.Add(1)
+	if !r.mux.bind(st, producer, session, r.muxAcceptWindow()) {
+		st.mu.Lock()
+		st.attached = false
+		st.armLocked()
+		st.mu.Unlock()
+		return refuseAttach("node is shutting down")
+	}
+	resp := wire.AttachResponse{
+		TransportKey:        muxWireKey,
+		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
+		RoutingSessionID:    session,
+		InitialCredit:       r.mux.cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+	}
+	return resp.AppendJSON(nil), nil
+}
+
+// muxAcceptWindow is how long a mux bind waits for its OpenSlot: the
+// reservation config's accept window (180 s by default).
+func (r *remote) muxAcceptWindow() time.Duration {
+	if r.acceptWindow != AcceptWindow { // shortened for a test
+		return r.acceptWindow
+	}
+	return r.m.res.AcceptWindow
+}
+
+// openMuxSender opens the slot of a stream the owner bound for the mux.
+func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) []byte) (*Sender[T], error) {
+	if resp.InitialCredit == 0 {
+		// No shipped owner answers this; a fallback would reach nothing.
+		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b, err := r.mux.batcherFor(handle.Owner())
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
+	}
+	s, err := b.open(handle.LocalID(), resp.RoutingSessionID, resp.InitialCredit)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
+	}
+	s.handle = handle
+	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// FlushBatch asks every mux batcher of this node to write what producers
+// staged. Under FlushManual it is the write; under FlushAuto it forces
+// one. It never blocks and never fails; with no mux it does nothing.
+func (m *Manager) FlushBatch() {
+	if m.remote != nil && m.remote.mux != nil {
+		m.remote.mux.flushAll()
+	}
+}
+
+// offeredKeys are the transports this node's producers offer, the mux
+// first.
+func (r *remote) offeredKeys() []string {
+	if r.mux != nil {
+		return []string{muxWireKey, wire.TCPStreamKey}
+	}
+	return []string{wire.TCPStreamKey}
+}

@@ -1,0 +1,701 @@
+package streaming
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// The producer's side of the messenger mux (book chapter 05, "Egress").
+//
+// Every stream to one peer is a slot of that peer's batcher. A Send puts
+// its frame in the slot's queue under the batcher's lock and wakes the
+// batcher only when the slot becomes ready (it had nothing sendable) and
+// the batcher is asleep: one wake per batch, never one per record. The
+// batcher's goroutine takes every ready slot's records up to its credit,
+// writes them into one _stream_batch, and posts it. A slot without credit
+// keeps its records queued (the book's withheld queue); the Send that
+// finds the queue full waits, and other slots go on.
+//
+// One lock per batcher guards its slots; the batcher holds it only while
+// it copies records into the batch buffer, never while it posts.
+
+// batcher is the egress of one (peer, lane).
+type batcher struct {
+	mx   *mux
+	peer ext.WorkerID
+	lane int
+
+	// writeMu orders posts: a batch takes its batch_seq and goes to the
+	// transport under it, so the peer sees batch_seq in order even when an
+	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	epoch   uint64
+	seq     uint32 // the last batch_seq used in this epoch
+	slots   []*outSlot
+	gens    []uint8  // generation of each index ever allocated
+	free    []uint32 // free indices, last in first out
+	live    int      // open slots
+	ready   []*outSlot
+	credit  map[muxwire.SlotID]uint32           // CreditUpdate replies owed for the peer's slots
+	closes  map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
+	signals map[muxwire.SlotID]lifecycleSignal    // LifecycleSlot records owed for the peer's slots
+	awake   bool                                 // the goroutine is building; no wake needed
+	kicked  bool                                 // FlushBatch under the Manual policy
+	lingerT *time.Timer                          // reply_linger of a batch of only credit replies
+	stopped bool
+	lastUse time.Time
+
+	wake chan struct{} // cap 1
+	done chan struct{} // closed when the goroutine returns
+}
+
+// outSlot is one stream of this node on the batcher: the sender's side of
+// a slot. It is guarded by the batcher's lock.
+type outSlot struct {
+	b        *batcher
+	handle   wire.AnchorHandle
+	id       muxwire.SlotID
+	anchorID uint64
+	session  uint64 // the routing session the owner answered with
+
+	q       [][]byte // records not yet written: the inlet and the withheld queue
+	qBytes  int
+	credit  uint32 // data credit the consumer granted and this side has not spent
+	seq     uint32 // next frame_seq
+	inReady bool
+	active  bool // a record was queued since the last heartbeat
+
+	terminal  bool // a terminal is queued: nothing more is accepted
+	closed    bool // the slot is gone (terminal written, refused, epoch death)
+	cancelled bool
+	stopped   bool
+	stopCh    chan struct{}
+	cancelCh  chan struct{}
+	spaceWait chan struct{}
+	retirement
+}
+
+func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
+	b := &batcher{
+		mx: mx, peer: peer, lane: lane,
+		epoch:  mx.epochs.Add(1),
+		credit: make(map[muxwire.SlotID]uint32),
+		closes: make(map[muxwire.SlotID]muxwire.CloseReason),
+		signals: make(map[muxwire.SlotID]lifecycleSignal),
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	b.lastUse = time.Now()
+	go b.run()
+	return b
+}
+
+// open allocates a slot for a stream the owner bound as (anchorID,
+// session), and posts its OpenSlot in a batch of its own before it
+// returns, so that the owner's accept window measures the attach and not
+// the first token. The slot starts with credit.
+func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return nil, ErrCancelled
+	}
+	idx, ok := b.allocLocked()
+	if !ok {
+		b.mu.Unlock()
+		return nil, errSlotsExhausted
+	}
+	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
+	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit}
+	b.slots[idx] = s
+	b.live++
+	b.lastUse = time.Now()
+	open := s.seq
+	s.seq++
+	b.mu.Unlock()
+
+	var enc muxwire.Encoder
+	b.writeMu.Lock()
+	b.mu.Lock()
+	b.seq++
+	epoch, seq := b.epoch, b.seq
+	b.mu.Unlock()
+	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+muxwire.RecordHeaderLen+muxwire.OpenSlotBodyLen), b.lane, epoch, seq)
+	enc.OpenSlot(id, open, anchorID, session)
+	err := b.mx.post(b.peer, b.lane, enc.Batch())
+	b.writeMu.Unlock()
+	b.mx.countBatch(1)
+	if err != nil {
+		b.epochDeath()
+		return nil, err
+	}
+	return s, nil
+}
+
+// allocLocked takes a free index (the last freed first) or a new one.
+func (b *batcher) allocLocked() (uint32, bool) {
+	if n := len(b.free); n > 0 {
+		idx := b.free[n-1]
+		b.free = b.free[:n-1]
+		return idx, true
+	}
+	if len(b.slots) > muxwire.MaxSlotIndex || len(b.slots) >= maxMuxSlots {
+		return 0, false
+	}
+	b.slots = append(b.slots, nil)
+	b.gens = append(b.gens, 0)
+	return uint32(len(b.slots) - 1), true
+}
+
+// releaseLocked frees s's index with its generation bumped, so that a
+// late record for the old stream cannot reach the next one.
+func (b *batcher) releaseLocked(s *outSlot) {
+	idx := s.id.Index()
+	if b.slots[idx] != s {
+		return
+	}
+	b.slots[idx] = nil
+	b.gens[idx]++
+	b.free = append(b.free, idx)
+	b.live--
+	b.lastUse = time.Now()
+}
+
+// maxMuxRecord is the largest record the mux carries inline: one that
+// goes alone in a batch of the messenger's largest frame. Larger records
+// wait for rendezvous staging (not built).
+const maxMuxRecord = wire.MaxTCPFrame - 1024
+
+// push queues one record of s, waiting while its queue is full.
+func (s *outSlot) push(ctx context.Context, frame []byte) error {
+	if len(frame) > maxMuxRecord {
+		return &ItemTooLargeError{Size: len(frame), Limit: maxMuxRecord}
+	}
+	b := s.b
+	waited := false
+	b.mu.Lock()
+	for {
+		switch {
+		case s.terminal:
+			b.mu.Unlock()
+			return ErrSenderClosed
+		case s.cancelled || s.closed:
+			b.mu.Unlock()
+			return ErrCancelled
+		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget):
+			s.q = append(s.q, frame)
+			s.qBytes += len(frame)
+			s.active = true
+			wake := s.readyLocked()
+			b.mu.Unlock()
+			if wake {
+				b.signal()
+			}
+			return nil
+		}
+		if !waited {
+			waited = true
+			b.mx.producerBackpressure()
+		}
+		if s.spaceWait == nil {
+			s.spaceWait = make(chan struct{})
+		}
+		w := s.spaceWait
+		b.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+	}
+}
+
+// readyLocked lists s for the batcher when it has something it may send,
+// and says whether the batcher must be woken to see it.
+func (s *outSlot) readyLocked() bool {
+	if s.inReady || len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+		return false
+	}
+	b := s.b
+	s.inReady = true
+	b.ready = append(b.ready, s)
+	return !b.awake && b.autoFlush()
+}
+
+func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
+
+// terminate queues a terminal past the queue's limit; it never waits. The
+// batcher writes it behind every record before it, with CloseSlot in the
+// same batch, and then retires the stream.
+func (s *outSlot) terminate(frame []byte) error {
+	b := s.b
+	b.mu.Lock()
+	if s.terminal {
+		b.mu.Unlock()
+		return ErrSenderClosed
+	}
+	s.terminal = true
+	if s.cancelled || s.closed {
+		s.settleLocked(RetireDiscarded)
+		b.mu.Unlock()
+		return ErrCancelled
+	}
+	s.q = append(s.q, frame)
+	s.qBytes += len(frame)
+	wake := s.readyLocked()
+	s.wakeSpaceLocked()
+	urgent := !b.awake && !wake && s.inReady // listed but the policy waits: a terminal makes its batch urgent
+	b.mu.Unlock()
+	if wake || urgent {
+		b.signal()
+	}
+	return nil
+}
+
+func (s *outSlot) wakeSpaceLocked() {
+	if s.spaceWait != nil {
+		close(s.spaceWait)
+		s.spaceWait = nil
+	}
+}
+
+// grant adds credit the consumer returned and lists the slot again.
+func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
+	b.mu.Lock()
+	s := b.slotLocked(id)
+	if s == nil || s.closed {
+		b.mu.Unlock()
+		return
+	}
+	s.credit += delta
+	wake := s.readyLocked()
+	b.mu.Unlock()
+	if wake {
+		b.signal()
+	}
+}
+
+// slotLocked is the live slot with exactly id, or nil.
+func (b *batcher) slotLocked(id muxwire.SlotID) *outSlot {
+	idx := id.Index()
+	if int(idx) >= len(b.slots) {
+		return nil
+	}
+	if s := b.slots[idx]; s != nil && s.id == id {
+		return s
+	}
+	return nil
+}
+
+// signal wakes the batcher's goroutine; a wake already pending is enough.
+func (b *batcher) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// autoFlush is true under the default policy: write at the end of every
+// wake. Under Manual, data waits for FlushBatch.
+func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush != FlushManual }
+
+// kick is FlushBatch for this batcher: the next wake writes what is
+// staged, whatever the policy.
+func (b *batcher) kick() {
+	b.mu.Lock()
+	b.kicked = true
+	b.mu.Unlock()
+	b.signal()
+}
+
+// reply queues a CreditUpdate for a slot the peer owns on this node's
+// ingress. Replies coalesce per slot; a batch of only replies waits up to
+// reply_linger for company.
+func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
+	b.mu.Lock()
+	if _, closing := b.closes[id]; !closing {
+		b.credit[id] += delta
+	}
+	start := b.lingerT == nil && !b.awake
+	if start {
+		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.signal)
+	}
+	b.mu.Unlock()
+}
+
+// replyClose queues a CloseSlot for a slot the peer owns; it supersedes
+// the slot's credit and is urgent.
+func (b *batcher) replyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.mu.Lock()
+	delete(b.credit, id)
+	b.closes[id] = reason
+	b.mu.Unlock()
+	b.signal()
+}
+
+// lifecycleSignal is a stop or cancel a consumer sends its producer.
+type lifecycleSignal struct {
+	session uint64
+	action  muxwire.LifecycleAction
+}
+
+// replyLifecycle queues a stop or cancel for a slot the peer owns; a
+// cancel wins over a stop of the same session. It is urgent.
+func (b *batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.mu.Lock()
+	if old, ok := b.signals[id]; !ok || old.session != session || action == muxwire.Cancel {
+		b.signals[id] = lifecycleSignal{session, action}
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
+// run is the batcher's goroutine: one wake, one pass over what is ready,
+// one write per batch (cut at max_batch_bytes).
+func (b *batcher) run() {
+	defer close(b.done)
+	for {
+		select {
+		case <-b.wake:
+		case <-b.mx.stop:
+			b.epochDeathWith(nil)
+			return
+		}
+		b.mu.Lock()
+		if b.stopped {
+			b.mu.Unlock()
+			return
+		}
+		b.awake = true
+		b.mu.Unlock()
+		b.flush()
+	}
+}
+
+// flush writes everything the policy lets go now.
+func (b *batcher) flush() {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	for {
+		batch, records, retired, more := b.build()
+		if batch == nil {
+			break
+		}
+		err := b.mx.post(b.peer, b.lane, batch)
+		b.mx.countBatch(records)
+		if err != nil {
+			for _, s := range retired {
+				s.retire(RetireDiscarded)
+			}
+			b.writeMu.Unlock()
+			b.epochDeath()
+			b.writeMu.Lock()
+			return
+		}
+		for _, s := range retired {
+			s.retire(RetireSent)
+		}
+		if !more {
+			break
+		}
+	}
+}
+
+// retire settles s's retirement under the batcher's lock.
+func (s *outSlot) retire(out RetireOutcome) {
+	s.b.mu.Lock()
+	if s.known() == 0 {
+		s.settleLocked(out)
+	}
+	s.b.mu.Unlock()
+}
+
+// build takes what may go now into one batch. It returns nil when there is
+// nothing; more says that a clamp cut the batch and more is ready.
+func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	data := b.autoFlush() || b.kicked
+	lingerDone := b.lingerT == nil
+	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
+		b.awake = false
+		return nil, 0, nil, false
+	}
+	var enc muxwire.Encoder
+	enc.Start(make([]byte, 0, 512), b.lane, b.epoch, b.seq+1)
+	limit := b.mx.cfg.MaxBatchBytes
+	full := func(n int) bool { return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords }
+	for id, reason := range b.closes {
+		if full(muxwire.CloseSlotBodyLen) {
+			break
+		}
+		enc.CloseSlot(id, 0, reason)
+		delete(b.closes, id)
+	}
+	for id, sg := range b.signals {
+		if full(muxwire.LifecycleSlotBodyLen) {
+			break
+		}
+		enc.LifecycleSlot(id, 0, sg.session, sg.action)
+		delete(b.signals, id)
+	}
+	for id, d := range b.credit {
+		if full(muxwire.CreditUpdateBodyLen) {
+			break
+		}
+		enc.CreditUpdate(id, 0, d)
+		delete(b.credit, id)
+	}
+	if b.lingerT != nil {
+		b.lingerT.Stop()
+		b.lingerT = nil
+	}
+	keep := b.ready[:0]
+	cut := false
+	for i, s := range b.ready {
+		if cut || (!data && !s.terminal) {
+			keep = append(keep, b.ready[i:]...)
+			break
+		}
+		var done bool
+		done, cut = b.drainSlotLocked(s, &enc, full)
+		if done {
+			retired = append(retired, s)
+		}
+		if cut && len(s.q) > 0 && !s.closed {
+			keep = append(keep, s)
+			continue
+		}
+		s.inReady = false
+		if !s.closed && s.readyAgainLocked() {
+			keep = append(keep, s)
+		}
+	}
+	clear(b.ready[len(keep):])
+	b.ready = keep
+	more = cut || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
+	if !more {
+		b.kicked = false
+		if len(b.ready) == 0 || !data {
+			b.awake = false
+		}
+	}
+	if enc.Count() == 0 {
+		b.awake = more
+		return nil, 0, retired, false
+	}
+	b.seq++
+	return enc.Batch(), enc.Count(), retired, more || len(b.ready) > 0 && data
+}
+
+func (b *batcher) hasUrgentLocked() bool {
+	for _, s := range b.ready {
+		if s.terminal {
+			return true
+		}
+	}
+	return false
+}
+
+// readyAgainLocked re-lists a slot that still has sendable records.
+func (s *outSlot) readyAgainLocked() bool {
+	if len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+		return false
+	}
+	s.inReady = true
+	return true
+}
+
+// drainSlotLocked writes s's records into enc while it has credit and the
+// batch has room. A terminal is written with its CloseSlot and ends the
+// slot; done says so. cut says the batch is full.
+func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool) (done, cut bool) {
+	n := 0
+	for len(s.q) > 0 {
+		rec := s.q[0]
+		last := s.terminal && len(s.q) == 1
+		if !last && s.credit == 0 {
+			break
+		}
+		need := len(rec)
+		if last {
+			need += muxwire.RecordHeaderLen + muxwire.CloseSlotBodyLen
+		}
+		if full(need) {
+			cut = true
+			break
+		}
+		enc.Data(s.id, s.seq, rec)
+		s.seq++
+		s.q[0] = nil
+		s.q = s.q[1:]
+		s.qBytes -= len(rec)
+		n++
+		if last {
+			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
+			s.seq++
+			s.closed = true
+			b.releaseLocked(s)
+			done = true
+			break
+		}
+		s.credit--
+	}
+	if n > 0 {
+		if len(s.q) == 0 {
+			s.q = nil // let the backing array go; a busy slot makes a new one
+		}
+		s.wakeSpaceLocked()
+	}
+	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {
+		b.mx.creditExhausted()
+	}
+	return done, cut
+}
+
+// closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
+// cancelled or dropped its anchor; ProtocolError): the producer's sends
+// fail with ErrCancelled and its output is discarded.
+func (b *batcher) closeByPeer(id muxwire.SlotID) {
+	b.mu.Lock()
+	s := b.slotLocked(id)
+	if s == nil {
+		b.mu.Unlock()
+		b.mx.controlRefused()
+		return
+	}
+	s.endLocked()
+	b.mu.Unlock()
+}
+
+// endLocked closes s as cancelled: signals fire, waiting sends fail, the
+// output is discarded, the index is freed.
+func (s *outSlot) endLocked() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.cancelLocked()
+	s.q, s.qBytes = nil, 0
+	s.settleLocked(RetireDiscarded)
+	s.b.releaseLocked(s)
+}
+
+func (s *outSlot) cancelLocked() {
+	s.stopLocked()
+	if !s.cancelled {
+		s.cancelled = true
+		if s.cancelCh != nil {
+			close(s.cancelCh)
+		}
+	}
+	s.wakeSpaceLocked()
+}
+
+func (s *outSlot) stopLocked() {
+	if !s.stopped {
+		s.stopped = true
+		if s.stopCh != nil {
+			close(s.stopCh)
+		}
+	}
+}
+
+// lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
+// the stream with this session, never of a later stream on the index.
+func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.slotLocked(id)
+	if s == nil || s.session != session {
+		return
+	}
+	if action == muxwire.Cancel {
+		s.cancelLocked()
+	} else {
+		s.stopLocked()
+	}
+}
+
+// signalCh returns the stop or cancel channel of s, made on demand.
+func (s *outSlot) signalCh(cancel bool) <-chan struct{} {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	ch, fired := &s.stopCh, s.stopped
+	if cancel {
+		ch, fired = &s.cancelCh, s.cancelled
+	}
+	if fired {
+		return closedChan
+	}
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	return *ch
+}
+
+func (s *outSlot) retiredCh() <-chan struct{} {
+	if s.known() != 0 {
+		return closedFor(&s.retirement)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.watchLocked()
+}
+
+// epochDeath ends every live slot of the batcher (a refused batch, a lost
+// peer) and starts a new epoch: the owner retires the old epoch's slots
+// when the first batch of the new one arrives.
+func (b *batcher) epochDeath() { b.epochDeathWith(nil) }
+
+func (b *batcher) epochDeathWith(_ error) {
+	b.mu.Lock()
+	for _, s := range b.slots {
+		if s != nil {
+			s.endLocked()
+		}
+	}
+	b.ready = b.ready[:0]
+	clear(b.credit)
+	clear(b.closes)
+	clear(b.signals)
+	b.epoch = b.mx.epochs.Add(1)
+	b.seq = 0
+	b.mu.Unlock()
+	b.mx.epochDeaths()
+}
+
+// idle says the batcher has no live slot and has not been used for ttl.
+func (b *batcher) idle(now time.Time, ttl time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live == 0 && len(b.credit) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && now.Sub(b.lastUse) >= ttl
+}
+
+// stop ends the batcher's goroutine and fails its slots.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
+	b.stopped = true
+	if b.lingerT != nil {
+		b.lingerT.Stop()
+	}
+	b.mu.Unlock()
+	b.epochDeath()
+	b.signal()
+	<-b.done
+}
+
+var _ = metrics.SchemeLocal

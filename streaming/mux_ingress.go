@@ -1,0 +1,540 @@
+package streaming
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// The consumer's side of the messenger mux (book chapter 05, "Flow
+// control", "Credit return").
+//
+// _stream_batch runs inline on the connection's reader goroutine and never
+// blocks: a Data record goes into its anchor's inlet past the inlet's
+// limit, into room that credit reserved, so the lane never waits for a
+// slow consumer. Credit returns when the consumer takes a record: the
+// anchor's pop counts it on the slot and lists the slot as dirty; only the
+// take that lists it rings the sweeper. Credit then rides back on the next
+// inbound batch of that peer (the arrival path), on the sweeper's doorbell
+// visit (at most once per DrainVisitFloor per peer), or on the periodic
+// walk.
+
+// bindKey names a stream the owner bound for the mux and whose OpenSlot
+// has not arrived: the anchor id and the routing session the attach answer
+// gave.
+type bindKey struct{ anchor, session uint64 }
+
+// muxBind is a bound stream waiting for its OpenSlot.
+type muxBind struct {
+	st     *anchorState
+	peer   ext.WorkerID // the producer that attached
+	credit uint32
+	timer  *time.Timer // the accept window
+}
+
+// ingressPeer is the slot table of one sending peer (lane 0).
+type ingressPeer struct {
+	mx   *mux
+	peer ext.WorkerID
+
+	mu        sync.Mutex
+	epoch     uint64
+	haveEpoch bool
+	lastSeq   uint32
+	slots     []*inSlot // by slot index: a dense table, no hash per record
+	live      int
+
+	dirtyMu   sync.Mutex
+	dirty     []*inSlot
+	lastVisit time.Time
+}
+
+// inSlot is one stream from the peer, feeding an anchor.
+type inSlot struct {
+	ip      *ingressPeer
+	id      muxwire.SlotID
+	st      *anchorState
+	session uint64
+	nextSeq uint32
+	held    uint32 // data credit the producer holds, as this side counts it
+
+	drained atomic.Uint32 // records the consumer took since the last reconcile
+	dirty   atomic.Bool
+
+	delivered bool // something arrived since the watchdog's last look
+	misses    int
+	terminal  bool
+}
+
+// ingressFor returns the table of peer, making it on first use.
+func (mx *mux) ingressFor(peer ext.WorkerID) *ingressPeer {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	ip := mx.ingress[peer]
+	if ip == nil && !mx.closed {
+		ip = &ingressPeer{mx: mx, peer: peer}
+		mx.ingress[peer] = ip
+	}
+	return ip
+}
+
+// bind registers a stream of st for the mux, to be claimed by the OpenSlot
+// of producer peer with session; window is the accept window.
+func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration) bool {
+	k := bindKey{st.handle.LocalID(), session}
+	bd := &muxBind{st: st, peer: peer, credit: mx.cfg.InitialCredit}
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.closed {
+		return false
+	}
+	mx.binds[k] = bd
+	bd.timer = time.AfterFunc(window, func() { mx.expireBind(k, bd) })
+	return true
+}
+
+// expireBind ends a bound stream whose OpenSlot did not come in the
+// accept window: the consumer sees ErrSenderDropped.
+func (mx *mux) expireBind(k bindKey, bd *muxBind) {
+	mx.mu.Lock()
+	if mx.binds[k] != bd {
+		mx.mu.Unlock()
+		return
+	}
+	delete(mx.binds, k)
+	mx.mu.Unlock()
+	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+}
+
+// claim takes the bind an OpenSlot names, if peer made it.
+func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	bd := mx.binds[k]
+	if bd == nil || bd.peer != peer {
+		return nil
+	}
+	delete(mx.binds, k)
+	bd.timer.Stop()
+	return bd
+}
+
+// dropBinds ends the binds of a lost producer at once.
+func (mx *mux) dropBinds(peer ext.WorkerID) {
+	mx.mu.Lock()
+	var gone []*muxBind
+	for k, bd := range mx.binds {
+		if bd.peer == peer {
+			bd.timer.Stop()
+			delete(mx.binds, k)
+			gone = append(gone, bd)
+		}
+	}
+	mx.mu.Unlock()
+	for _, bd := range gone {
+		bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+	}
+}
+
+// replies is what one batch makes this side send back to its peer.
+type replies struct {
+	closes []closeReply
+	stops  []*inSlot
+}
+
+type closeReply struct {
+	id     muxwire.SlotID
+	reason muxwire.CloseReason
+}
+
+// handleBatch applies one _stream_batch from peer. It never blocks on a
+// consumer. A malformed batch is refused whole.
+func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
+	batch, err := muxwire.Decode(payload)
+	if err != nil {
+		mx.n.protocolErrors.Add(1)
+		return err
+	}
+	if batch.Lane() != lane {
+		return nil // the book's lane_mismatch: its slot ids belong to another batcher
+	}
+	ip := mx.ingressFor(peer)
+	if ip == nil {
+		return nil
+	}
+	mx.n.batchesRecv.Add(1)
+	mx.n.recordsRecv.Add(uint64(batch.Len()))
+	// One copy per batch: records keep sub-slices of it.
+	own := append([]byte(nil), payload...)
+	var rep replies
+	ip.mu.Lock()
+	if !ip.acceptEpochLocked(batch.Header) {
+		ip.mu.Unlock()
+		return nil
+	}
+	recs := batch.Records()
+	for {
+		rec, ok := recs.Next()
+		if !ok {
+			break
+		}
+		rec.Body = own[rec.Offset+muxwire.RecordHeaderLen : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body) : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body)]
+		ip.applyLocked(rec, &rep)
+	}
+	ip.mu.Unlock()
+	ip.send(rep)
+	ip.reconcileDirty() // the arrival path: credit rides back with this batch's wake
+	return nil
+}
+
+// acceptEpochLocked discards a batch of an old epoch, and retires every
+// slot of the old epoch when a new one starts.
+func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) bool {
+	switch {
+	case !ip.haveEpoch:
+		ip.epoch, ip.haveEpoch = h.Epoch, true
+	case h.Epoch < ip.epoch:
+		return false
+	case h.Epoch > ip.epoch:
+		ip.retireAllLocked()
+		ip.epoch = h.Epoch
+	}
+	ip.lastSeq = h.Seq
+	return true
+}
+
+func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
+	switch rec.Type {
+	case muxwire.OpenSlot:
+		ip.openLocked(rec, rep)
+	case muxwire.Data:
+		ip.dataLocked(rec, rep)
+	case muxwire.CloseSlot:
+		switch rec.CloseReason() {
+		case muxwire.TerminalSent, muxwire.PeerGone:
+			if s := ip.slotLocked(rec.Slot); s != nil {
+				ip.endLocked(s, !s.terminal)
+			}
+		default: // UnknownSlot, ProtocolError: about a slot of ours
+			if b := ip.mx.existingBatcher(ip.peer); b != nil {
+				b.closeByPeer(rec.Slot)
+			}
+		}
+	case muxwire.CreditUpdate:
+		if b := ip.mx.existingBatcher(ip.peer); b != nil {
+			ip.mx.n.creditReceived.Add(uint64(rec.Credit()))
+			b.grant(rec.Slot, rec.Credit())
+		} else {
+			ip.mx.controlRefused()
+		}
+	case muxwire.LifecycleSlot:
+		if b := ip.mx.existingBatcher(ip.peer); b != nil {
+			session, action := rec.Lifecycle()
+			b.lifecycle(rec.Slot, session, action)
+		}
+	case muxwire.SlotHeartbeat:
+		if s := ip.slotLocked(rec.Slot); s != nil {
+			s.delivered = true
+		}
+	}
+}
+
+// openLocked claims the bind an OpenSlot names and opens its slot. An
+// unknown pair is answered with CloseSlot{UnknownSlot}; an index still in
+// use by another stream with ProtocolError.
+func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
+	idx := int(rec.Slot.Index())
+	if idx < len(ip.slots) {
+		if old := ip.slots[idx]; old != nil {
+			if old.id == rec.Slot {
+				return // a duplicate OpenSlot
+			}
+			ip.mx.n.protocolErrors.Add(1)
+			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError})
+			return
+		}
+	}
+	anchorID, session := rec.OpenSlot()
+	bd := ip.mx.claim(bindKey{anchorID, session}, ip.peer)
+	if bd == nil {
+		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+		return
+	}
+	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, session: session, nextSeq: rec.Seq + 1, held: bd.credit}
+	st := bd.st
+	st.mu.Lock()
+	gone := st.cancelled || st.closed
+	if !gone {
+		st.feed = s
+	}
+	stop := st.stopReq
+	st.mu.Unlock()
+	if gone {
+		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+		return
+	}
+	if stop { // a stop made before the producer's OpenSlot came is kept
+		rep.stops = append(rep.stops, s)
+	}
+	for len(ip.slots) <= idx {
+		ip.slots = append(ip.slots, nil)
+	}
+	ip.slots[idx] = s
+	ip.live++
+}
+
+// dataLocked hands one record to its anchor: in sequence, into room its
+// credit reserved, or the slot ends with a protocol error.
+func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
+	s := ip.slotLocked(rec.Slot)
+	if s == nil {
+		if idx := int(rec.Slot.Index()); idx < len(ip.slots) && ip.slots[idx] != nil {
+			ip.mx.n.generationMismatch.Add(1)
+		}
+		return
+	}
+	if rec.Seq != s.nextSeq {
+		// Part 1 has no rendezvous singletons, so nothing may arrive out
+		// of order: a gap is a lost batch or a broken peer.
+		ip.mx.n.protocolErrors.Add(1)
+		ip.endLocked(s, true)
+		rep.closes = append(rep.closes, closeReply{s.id, muxwire.ProtocolError})
+		return
+	}
+	s.nextSeq++
+	s.delivered = true
+	body := rec.Body
+	if wire.IsTerminalFrame(body) {
+		s.terminal = true
+		ip.deliverTerminal(s, body)
+		return
+	}
+	if s.held == 0 {
+		ip.mx.n.protocolErrors.Add(1) // more records than credit
+	} else {
+		s.held--
+	}
+	if !s.st.deliver(body) {
+		// The consumer is gone: tell the producer, once.
+		ip.endLocked(s, false)
+		rep.closes = append(rep.closes, closeReply{s.id, muxwire.UnknownSlot})
+	}
+}
+
+// deliverTerminal ends the stream on the consumer with the frame the
+// producer ended it with.
+func (ip *ingressPeer) deliverTerminal(s *inSlot, body []byte) {
+	frame, detach := canonicalTerminal(body)
+	s.st.terminate(&senderCore{st: s.st}, frame, detach)
+}
+
+// canonicalTerminal maps a terminal record to the shared frame of its kind
+// (a TransportError keeps its own bytes).
+func canonicalTerminal(body []byte) ([]byte, bool) {
+	switch string(body) {
+	case wire.FinalizedFrame:
+		return finalizedFrame, false
+	case wire.DroppedFrame:
+		return droppedFrame, false
+	case wire.DetachedFrame:
+		return detachedFrame, true
+	}
+	return body, false
+}
+
+// slotLocked is the live slot with exactly id, or nil.
+func (ip *ingressPeer) slotLocked(id muxwire.SlotID) *inSlot {
+	idx := int(id.Index())
+	if idx >= len(ip.slots) {
+		return nil
+	}
+	if s := ip.slots[idx]; s != nil && s.id == id {
+		return s
+	}
+	return nil
+}
+
+// endLocked takes s out of the table; with drop, the consumer sees
+// ErrSenderDropped behind what it has.
+func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
+	idx := int(s.id.Index())
+	if ip.slots[idx] != s {
+		return
+	}
+	ip.slots[idx] = nil
+	ip.live--
+	s.st.mu.Lock()
+	if s.st.feed == s {
+		s.st.feed = nil
+	}
+	s.st.mu.Unlock()
+	if drop && !s.terminal {
+		s.terminal = true
+		s.st.terminate(&senderCore{st: s.st}, droppedFrame, false)
+	}
+}
+
+// retireAll ends every slot of the peer with Dropped (epoch death, a lost
+// peer, shutdown).
+func (ip *ingressPeer) retireAll() {
+	ip.mu.Lock()
+	ip.retireAllLocked()
+	ip.mu.Unlock()
+}
+
+func (ip *ingressPeer) retireAllLocked() {
+	for _, s := range ip.slots {
+		if s != nil {
+			ip.endLocked(s, true)
+		}
+	}
+}
+
+// send posts the replies a batch made.
+func (ip *ingressPeer) send(rep replies) {
+	if len(rep.closes) == 0 && len(rep.stops) == 0 {
+		return
+	}
+	b, err := ip.mx.batcherFor(ip.peer)
+	if err != nil {
+		return
+	}
+	for _, c := range rep.closes {
+		b.replyClose(c.id, c.reason)
+	}
+	for _, s := range rep.stops {
+		b.replyLifecycle(s.id, s.session, muxwire.Stop)
+	}
+}
+
+// requestStop sends the producer a graceful stop (LifecycleSlot).
+func (s *inSlot) requestStop() {
+	if b, err := s.ip.mx.batcherFor(s.ip.peer); err == nil {
+		b.replyLifecycle(s.id, s.session, muxwire.Stop)
+	}
+}
+
+// took is the anchor's pop telling the slot that the consumer took a
+// record: the credit for it may go back. Only the take that lists the
+// slot as dirty rings the sweeper.
+func (s *inSlot) took() {
+	s.drained.Add(1)
+	if s.dirty.CompareAndSwap(false, true) {
+		s.ip.markDirty(s)
+	}
+}
+
+func (ip *ingressPeer) markDirty(s *inSlot) {
+	ip.dirtyMu.Lock()
+	ip.dirty = append(ip.dirty, s)
+	first := len(ip.dirty) == 1
+	ip.dirtyMu.Unlock()
+	if first {
+		ip.mx.ring()
+	}
+}
+
+// ring wakes the sweeper for a doorbell visit.
+func (mx *mux) ring() {
+	select {
+	case mx.bell <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileDirty returns the credit of every dirty slot of the peer.
+func (ip *ingressPeer) reconcileDirty() {
+	ip.dirtyMu.Lock()
+	ds := ip.dirty
+	ip.dirty = nil
+	ip.lastVisit = time.Now()
+	ip.dirtyMu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	ip.mu.Lock()
+	grants := make([]closeReply, 0, len(ds)) // id and delta; reason unused
+	deltas := make([]uint32, 0, len(ds))
+	for _, s := range ds {
+		s.dirty.Store(false) // before the swap: a take after it lists the slot again
+		d := s.drained.Swap(0)
+		if d == 0 || ip.slotLocked(s.id) != s {
+			continue
+		}
+		s.held += d
+		grants = append(grants, closeReply{id: s.id})
+		deltas = append(deltas, d)
+	}
+	ip.mu.Unlock()
+	if len(grants) == 0 {
+		return
+	}
+	b, err := ip.mx.batcherFor(ip.peer)
+	if err != nil {
+		return
+	}
+	for i, g := range grants {
+		ip.mx.n.creditSent.Add(uint64(deltas[i]))
+		b.reply(g.id, deltas[i])
+	}
+}
+
+// consumerGone closes the slot of an anchor that its consumer cancelled
+// or closed, and tells the producer (CloseSlot{UnknownSlot}), so that an
+// idle producer learns of it without sending again.
+func (s *inSlot) consumerGone() {
+	ip := s.ip
+	ip.mu.Lock()
+	live := ip.slotLocked(s.id) == s
+	if live {
+		ip.endLocked(s, false)
+	}
+	ip.mu.Unlock()
+	if !live {
+		return
+	}
+	if b, err := ip.mx.batcherFor(ip.peer); err == nil {
+		b.replyClose(s.id, muxwire.UnknownSlot)
+	}
+}
+
+// watch is one watchdog window over the peer's slots: a slot that got
+// nothing while its producer held credit misses the window; after
+// DetectionMultiplier misses it ends with Dropped.
+func (ip *ingressPeer) watch() (fired int) {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	for _, s := range ip.slots {
+		if s == nil {
+			continue
+		}
+		switch {
+		case s.delivered || s.held == 0:
+			s.delivered, s.misses = false, 0
+		default:
+			s.misses++
+			if s.misses >= DetectionMultiplier {
+				ip.endLocked(s, true)
+				fired++
+			}
+		}
+	}
+	return fired
+}
+
+// deliver puts a record from the mux into the inlet, past its limit (the
+// producer's credit bounds it). It is false when the consumer is gone.
+func (st *anchorState) deliver(frame []byte) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cancelled || st.closed || st.endErr != nil {
+		return false
+	}
+	st.q.push(frame)
+	st.wakeData()
+	return true
+}

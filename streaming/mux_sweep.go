@@ -1,0 +1,172 @@
+package streaming
+
+import (
+	"time"
+)
+
+// sweep is the mux's one background goroutine per Manager. It answers
+// doorbells (credit a consumer freed on a peer that sends nothing more),
+// walks every table each CreditSweepInterval as a backstop and to evict
+// idle batchers, and once per heartbeat window runs the stream watchdog
+// and beats this node's idle producer slots. An idle node's tick finds
+// nothing to visit and allocates nothing.
+func (mx *mux) sweep() {
+	defer mx.sweeping.Done()
+	walk := time.NewTicker(mx.cfg.CreditSweepInterval)
+	defer walk.Stop()
+	beat := time.NewTicker(mx.heartbeat)
+	defer beat.Stop()
+	floor := time.NewTimer(time.Hour)
+	floor.Stop()
+	pending := false // a doorbell waits for its floor
+	for {
+		select {
+		case <-mx.stop:
+			floor.Stop()
+			return
+		case <-mx.bell:
+			if !pending {
+				if wait := mx.doorbell(); wait > 0 {
+					pending = true
+					floor.Reset(wait)
+				}
+			}
+		case <-floor.C:
+			pending = false
+			if wait := mx.doorbell(); wait > 0 {
+				pending = true
+				floor.Reset(wait)
+			}
+		case now := <-walk.C:
+			mx.walk(now)
+		case <-beat.C:
+			mx.watchdog()
+			mx.beat()
+		}
+	}
+}
+
+// doorbell visits the peers with dirty slots, each at most once per
+// DrainVisitFloor. It returns how long until a skipped peer may be
+// visited, or 0.
+func (mx *mux) doorbell() time.Duration {
+	var wait time.Duration
+	now := time.Now()
+	for _, ip := range mx.ingressPeers() {
+		ip.dirtyMu.Lock()
+		n, last := len(ip.dirty), ip.lastVisit
+		ip.dirtyMu.Unlock()
+		if n == 0 {
+			continue
+		}
+		if d := mx.cfg.DrainVisitFloor - now.Sub(last); d > 0 {
+			if wait == 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
+		ip.reconcileDirty()
+	}
+	return wait
+}
+
+// walk is the periodic backstop: every dirty slot of every peer returns
+// its credit, and idle batchers go.
+func (mx *mux) walk(now time.Time) {
+	mx.mu.Lock()
+	empty := len(mx.ingress) == 0 && len(mx.batchers) == 0
+	mx.mu.Unlock()
+	if empty {
+		return
+	}
+	for _, ip := range mx.ingressPeers() {
+		ip.reconcileDirty()
+	}
+	mx.evictIdle(now)
+}
+
+func (mx *mux) ingressPeers() []*ingressPeer {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if len(mx.ingress) == 0 {
+		return nil
+	}
+	ips := make([]*ingressPeer, 0, len(mx.ingress))
+	for _, ip := range mx.ingress {
+		ips = append(ips, ip)
+	}
+	return ips
+}
+
+func (mx *mux) allBatchers() []*batcher {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if len(mx.batchers) == 0 {
+		return nil
+	}
+	bs := make([]*batcher, 0, len(mx.batchers))
+	for _, b := range mx.batchers {
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// evictIdle stops batchers with no live slot that were idle for
+// BatcherIdleTTL.
+func (mx *mux) evictIdle(now time.Time) {
+	for _, b := range mx.allBatchers() {
+		if !b.idle(now, mx.cfg.BatcherIdleTTL) {
+			continue
+		}
+		mx.mu.Lock()
+		if mx.batchers[b.peer] == b {
+			delete(mx.batchers, b.peer)
+		}
+		mx.mu.Unlock()
+		b.stop()
+	}
+}
+
+// watchdog runs one window of the stream watchdog over every peer.
+func (mx *mux) watchdog() {
+	for _, ip := range mx.ingressPeers() {
+		if n := ip.watch(); n > 0 {
+			mx.n.watchdogFirings.Add(uint64(n))
+		}
+	}
+}
+
+// beat queues a heartbeat record on each of this node's slots that sent
+// nothing in the last window and has room; heartbeats ride as ordinary
+// Data records, so they spend credit and show upstream saturation.
+func (mx *mux) beat() {
+	for _, b := range mx.allBatchers() {
+		b.beat()
+	}
+}
+
+func (b *batcher) beat() {
+	b.mu.Lock()
+	wake := false
+	for _, s := range b.slots {
+		if s == nil || s.terminal || s.closed {
+			continue
+		}
+		if s.active {
+			s.active = false
+			continue
+		}
+		if len(s.q) >= b.mx.cfg.inletRecords() {
+			continue
+		}
+		s.q = append(s.q, heartbeatFrame)
+		s.qBytes += len(heartbeatFrame)
+		if s.readyLocked() {
+			wake = true
+		}
+	}
+	b.mu.Unlock()
+	if wake {
+		b.signal()
+	}
+}
