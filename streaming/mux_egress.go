@@ -44,12 +44,12 @@ type batcher struct {
 	free    []uint32 // free indices, last in first out
 	live    int      // open slots
 	ready   []*outSlot
-	credit  map[muxwire.SlotID]uint32           // CreditUpdate replies owed for the peer's slots
+	credit  map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	closes  map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
-	signals map[muxwire.SlotID]lifecycleSignal    // LifecycleSlot records owed for the peer's slots
-	awake   bool                                 // the goroutine is building; no wake needed
-	kicked  bool                                 // FlushBatch under the Manual policy
-	lingerT *time.Timer                          // reply_linger of a batch of only credit replies
+	signals map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
+	awake   bool                                   // the goroutine is building; no wake needed
+	kicked  bool                                   // FlushBatch under the Manual policy
+	lingerT *time.Timer                            // reply_linger of a batch of only credit replies
 	stopped bool
 	lastUse time.Time
 
@@ -86,12 +86,12 @@ type outSlot struct {
 func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 	b := &batcher{
 		mx: mx, peer: peer, lane: lane,
-		epoch:  mx.epochs.Add(1),
-		credit: make(map[muxwire.SlotID]uint32),
-		closes: make(map[muxwire.SlotID]muxwire.CloseReason),
+		epoch:   mx.epochs.Add(1),
+		credit:  make(map[muxwire.SlotID]uint32),
+		closes:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		signals: make(map[muxwire.SlotID]lifecycleSignal),
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
 	}
 	b.lastUse = time.Now()
 	go b.run()
@@ -433,7 +433,9 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	var enc muxwire.Encoder
 	enc.Start(make([]byte, 0, 512), b.lane, b.epoch, b.seq+1)
 	limit := b.mx.cfg.MaxBatchBytes
-	full := func(n int) bool { return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords }
+	full := func(n int) bool {
+		return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords
+	}
 	for id, reason := range b.closes {
 		if full(muxwire.CloseSlotBodyLen) {
 			break
