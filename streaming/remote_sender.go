@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -75,18 +76,9 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
 func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*Sender[T], error) {
-	owner := handle.Owner()
-	info, ok := r.msg.PeerInfoOf(owner)
-	if !ok {
-		return nil, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
-	}
-	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	owner, addr, err := r.reachOwner(ctx, handle)
 	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: the owner advertises no per-stream listener: %w", handle, err)
-	}
-	addr, err := tcp.DialAddr(ep)
-	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+		return nil, err
 	}
 	session := r.session.Add(1)
 	req := wire.AttachRequest{
@@ -95,38 +87,73 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
 		SupportedTransportKeys: []string{wire.TCPStreamKey},
 	}
-	// The owner answers through its peer table: the _hello exchange puts
-	// this node there (a system handler's call does not greet on its own).
-	// A draining owner refuses _hello and may know this node already.
-	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
-	}
 	rttStart := r.m.opStart()
-	body, err := r.msg.Unary(ctx, info.InstanceID, wire.AnchorAttachHandler, req.AppendJSON(nil))
+	body, err := r.msg.Unary(ctx, owner, wire.AnchorAttachHandler, req.AppendJSON(nil))
 	var resp wire.AttachResponse
 	if err == nil {
 		resp, err = wire.DecodeAttachResponse(body)
 	}
-	if met := r.m.met; met != nil {
-		// The sender's view of the round trip: success only for an
-		// answer that bound the stream, under the key it names.
-		ok := err == nil && !resp.Refused
-		sc := metrics.SchemeUnknown
-		if ok {
-			sc = metrics.SchemeOf(resp.TransportKey)
-		}
-		met.AttachRTT(sc, ok, time.Since(rttStart))
-	}
+	r.countAttachRTT(rttStart, err == nil && !resp.Refused, resp.TransportKey)
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	if resp.Refused {
 		return nil, attachRefusal(handle, resp.Reason)
 	}
-	if resp.TransportKey != wire.TCPStreamKey {
-		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node has not", handle, resp.TransportKey)
+	rs, err := r.openStream(ctx, handle, addr, resp.TransportKey, resp.RoutingSessionID, session, resp.HeartbeatIntervalMS)
+	if err != nil {
+		return nil, err
 	}
-	routing := resp.RoutingSessionID
+	return &Sender[T]{encode: encode, rs: rs}, nil
+}
+
+// reachOwner finds the instance that owns handle and the address of its
+// per-stream listener, and makes sure the owner knows this node.
+func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, string, error) {
+	owner := handle.Owner()
+	info, ok := r.msg.PeerInfoOf(owner)
+	if !ok {
+		return ext.InstanceID{}, "", fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	}
+	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	if err != nil {
+		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: the owner advertises no per-stream listener: %w", handle, err)
+	}
+	addr, err := tcp.DialAddr(ep)
+	if err != nil {
+		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	// The owner answers through its peer table: the _hello exchange puts
+	// this node there (a system handler's call does not greet on its own).
+	// A draining owner refuses _hello and may know this node already.
+	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	return info.InstanceID, addr, nil
+}
+
+// countAttachRTT records the sender's view of the round trip: success only
+// for an answer that bound the stream, under the key it names.
+func (r *remote) countAttachRTT(start time.Time, ok bool, key string) {
+	met := r.m.met
+	if met == nil {
+		return
+	}
+	sc := metrics.SchemeUnknown
+	if ok {
+		sc = metrics.SchemeOf(key)
+	}
+	met.AttachRTT(sc, ok, time.Since(start))
+}
+
+// openStream opens the per-stream connection that an attach answer bound:
+// it dials the owner's listener at addr, writes the preamble (routing, or
+// session for an owner that answered none) and starts the pump, the
+// watcher and the heartbeats.
+func (r *remote) openStream(ctx context.Context, handle wire.AnchorHandle, addr, key string, routing, session, heartbeatMS uint64) (*remoteSender, error) {
+	if key != wire.TCPStreamKey {
+		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node has not", handle, key)
+	}
 	if routing == 0 {
 		routing = session
 	}
@@ -147,7 +174,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	}
 	conn.SetWriteDeadline(time.Time{})
 	rs := &remoteSender{
-		r: r, handle: handle, key: resp.TransportKey, conn: conn,
+		r: r, handle: handle, key: key, conn: conn,
 		cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
 	}
 	if !r.track(conn, 2) {
@@ -156,8 +183,8 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	}
 	go rs.pump()
 	go rs.watch()
-	r.hb.add(rs, time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond)
-	return &Sender[T]{encode: encode, rs: rs}, nil
+	r.hb.add(rs, time.Duration(heartbeatMS)*time.Millisecond)
+	return rs, nil
 }
 
 // attachRefusal turns the owner's reason into the error the same-worker
