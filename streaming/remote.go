@@ -129,6 +129,7 @@ type remote struct {
 type pendingBind struct {
 	st    *anchorState
 	timer *time.Timer
+	mpsc  *mpscRemote // set for a producer of an MPSC anchor (mpsc_remote.go)
 }
 
 // NewNodeManager returns the Manager of msg's node, able to stream to and
@@ -178,6 +179,10 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	}
 	m.remote = r
 	if err := msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach)); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := r.registerMPSC(); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -328,6 +333,10 @@ func (r *remote) expire(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	r.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
+	if pb.mpsc != nil {
+		pb.st.mpsc.endRemote(pb.mpsc, droppedFrame)
+		return
+	}
 	pb.st.terminate(&senderCore{st: pb.st}, droppedFrame, false)
 }
 
@@ -379,6 +388,10 @@ func (r *remote) serve(c net.Conn) {
 		return
 	}
 	pb.timer.Stop()
+	if pb.mpsc != nil {
+		r.serveMPSC(c, pb.st.mpsc, pb.mpsc)
+		return
+	}
 	st := pb.st
 	st.mu.Lock()
 	gone := st.cancelled || st.closed
