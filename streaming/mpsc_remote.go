@@ -242,7 +242,7 @@ func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
 	for {
 		f, err := fr.Next()
 		if timeout, fire := wd.expired(err); fire {
-			r.fireMPSC(a, p, &wd)
+			r.fireMPSC(a, p)
 			return
 		} else if timeout {
 			continue
@@ -286,16 +286,10 @@ func mpscTerminal(p []byte) []byte {
 	return nil
 }
 
-// fireMPSC ends a silent remote producer as Dropped. Unlike an SPSC
-// stream it is not counted in WatchdogFirings: the book counts the
-// watchdog of SPSC readers only, and the other producers go on.
-func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote, w *watchdog) {
-	r.log.Warn("velo: MPSC producer silent for too long, injecting Dropped for it",
-		"local_id", a.st.handle.LocalID(),
-		"sender_id", uint64(p.id),
-		"silent_ms", time.Since(w.last).Milliseconds(),
-		"heartbeat_deadline_ms", w.window.Milliseconds(),
-		"detection_multiplier", DetectionMultiplier)
+// fireMPSC ends a silent remote producer as Dropped, for it alone. The
+// book (Stream saturation) has an MPSC reader neither log nor count a
+// watchdog firing: WatchdogFirings and its warning stay SPSC signals.
+func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
 	a.endRemote(p, droppedFrame)
 }
 

@@ -418,10 +418,11 @@ func TestRemoteMPSCAttachRefused(t *testing.T) {
 // TestRemoteMPSCWatchdog: a remote producer that goes silent (its node
 // stops beating, the connection open) is ended as that producer's Dropped
 // between two and three heartbeat windows after its last frame; another
-// producer goes on, and the Manager's WatchdogFirings does not count it
-// (only SPSC readers are counted).
+// producer goes on, and the owner neither counts it in WatchdogFirings
+// nor logs it (the book: an MPSC reader does neither).
 func TestRemoteMPSCWatchdog(t *testing.T) {
-	producer, consumer := hbNodes(t, nil)
+	var log syncBuffer
+	producer, consumer := hbNodes(t, &log)
 	an := newMPSC(t, consumer.sm)
 	local := attachMPSC(t, consumer.sm, an.Handle())
 	producer.sm.remote.hb.paused.Store(true)
@@ -444,6 +445,9 @@ func TestRemoteMPSCWatchdog(t *testing.T) {
 	}
 	if n := consumer.sm.WatchdogFirings(); n != 0 {
 		t.Fatalf("WatchdogFirings = %d, want 0 for an MPSC producer", n)
+	}
+	if strings.Contains(log.String(), "watchdog") {
+		t.Fatalf("the owner logged a firing for an MPSC producer:\n%s", log.String())
 	}
 	if err := local.Send(ctx, []byte("still")); err != nil {
 		t.Fatal(err)
