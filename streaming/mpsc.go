@@ -411,12 +411,14 @@ func (s *MPSCSender[T]) Cancelled() <-chan struct{} {
 }
 
 // Retired returns a channel that yields the RetireOutcome once the sender
-// has detached or closed, and is then closed: RetireSent when its last
-// frame entered the anchor's inlet (a Controller's Cancel while the anchor
-// is open included), RetireDiscarded when the consumer had closed its
-// anchor. Any number of them may be taken, before or after the end. (The
-// reference has no Retired for MPSC senders; its same-worker SPSC
-// semantics apply here.)
+// has detached or closed, and is then closed. On the same worker:
+// RetireSent when its last frame entered the anchor's inlet (a
+// Controller's Cancel while the anchor is open included), RetireDiscarded
+// when the consumer had closed its anchor. For an anchor on another node,
+// as for a remote Sender: RetireSent once the terminal was written to the
+// connection, RetireDiscarded when the connection ended first. Any number
+// of them may be taken, before or after the end. (The reference has no
+// Retired for MPSC senders; the SPSC semantics apply here.)
 func (s *MPSCSender[T]) Retired() <-chan RetireOutcome {
 	if s.rs != nil {
 		return s.rs.retired()
