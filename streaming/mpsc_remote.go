@@ -30,7 +30,7 @@ import (
 // On the owner, one reader goroutine per remote producer feeds the shared
 // inlet. Whatever ends that producer — its Detached or Dropped frame, its
 // connection closing, its silence for DetectionMultiplier heartbeat
-// windows, _mpsc_anchor_detach, or an accept window with no connection —
+// windows, _mpsc_anchor_detach, or no connection within its connect window —
 // gives the consumer that producer's MPSCDetached or MPSCDropped, and the
 // stream goes on. The consumer's Cancel or Close closes every producer's
 // connection, which is how the producers hear of it (their sends fail with
@@ -126,7 +126,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return refuseMPSCAttach("node is shutting down")
 	}
 	r.pending[key] = pb
-	pb.timer = time.AfterFunc(r.acceptWindow, func() { r.expire(key, pb) })
+	pb.timer = time.AfterFunc(r.mpscConnectWindow(), func() { r.expireMPSC(key, pb) })
 	r.mu.Unlock()
 	resp := wire.MPSCAttachResponse{
 		TransportKey:        wire.TCPStreamKey,
@@ -135,6 +135,36 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		RoutingSessionID:    key.SessionID,
 	}
 	return resp.AppendJSON(nil), nil
+}
+
+// mpscConnectWindow is how long the owner waits for the connection of a
+// producer it counted. The reference's per-sender reader starts its
+// heartbeat watch at the attach, so a producer that never connects is
+// dropped after DetectionMultiplier windows, or the accept window if that
+// is shorter.
+func (r *remote) mpscConnectWindow() time.Duration {
+	return min(r.acceptWindow, DetectionMultiplier*r.heartbeat)
+}
+
+// expireMPSC drops a counted producer whose connection did not come in
+// time, unless something else ended it first (a release after a failed
+// dial, the consumer's cancel).
+func (r *remote) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
+	r.mu.Lock()
+	if r.pending[key] != pb {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.pending, key)
+	r.mu.Unlock()
+	st := pb.st
+	st.mu.Lock()
+	done := pb.mpsc.core.done
+	st.mu.Unlock()
+	if !done {
+		r.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.id))
+		st.mpsc.endRemote(pb.mpsc, droppedFrame)
+	}
 }
 
 // addRemote counts a new producer from another worker and gives it its
@@ -322,9 +352,22 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	}
 	rs, err := r.openStream(ctx, handle, addr, resp.TransportKey, resp.RoutingSessionID, session, resp.HeartbeatIntervalMS)
 	if err != nil {
-		// The owner counts this producer until its accept window ends,
-		// then the consumer reads its MPSCDropped.
+		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err
 	}
 	return &MPSCSender[T]{id: SenderID(resp.SenderID), encode: encode, rs: rs}, nil
+}
+
+// releaseTimeout bounds the release of a producer whose connection failed.
+const releaseTimeout = time.Second
+
+// releaseMPSC tells the owner that a producer it counted will not connect
+// (_mpsc_anchor_detach), so that the consumer reads its MPSCDetached now
+// and not after the owner's connect window. It is best effort: if it
+// fails, that window still ends the producer.
+func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	req := wire.MPSCDetachRequest{Handle: handle, SenderID: id}
+	r.msg.Unary(ctx, owner, wire.MPSCAnchorDetachHandler, req.AppendJSON(nil))
 }

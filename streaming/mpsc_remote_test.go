@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
@@ -632,6 +633,85 @@ func TestRemoteMPSCOwnerWireGolden(t *testing.T) {
 	}
 	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCDetached || f.Sender != 1 {
 		t.Fatalf("%+v, want Detached of SenderID(1): a producer cannot finalize", f)
+	}
+	if got := an.Senders(); got != 0 {
+		t.Fatalf("Senders = %d, want 0", got)
+	}
+}
+
+// TestRemoteMPSCNeverConnects: a producer that attaches and never
+// connects is counted, then dropped after three heartbeat windows (the
+// reference's reader watches heartbeats from the attach), and the stream
+// goes on.
+func TestRemoteMPSCNeverConnects(t *testing.T) {
+	producer, consumer := hbNodes(t, nil)
+	an := newMPSC(t, consumer.sm)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := producer.msg.Handshake(ctx, consumer.msg.InstanceID()); err != nil {
+		t.Fatal(err)
+	}
+	req := wire.AttachRequest{Handle: an.Handle(), SessionID: 1, CancelHandle: wire.NewCancelHandle(producer.msg.WorkerID(), 1)}
+	start := time.Now()
+	body, err := producer.msg.Unary(ctx, consumer.msg.InstanceID(), wire.MPSCAnchorAttachHandler, req.AppendJSON(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := wire.DecodeMPSCAttachResponse(body)
+	if err != nil || resp.Refused || resp.SenderID != 1 {
+		t.Fatalf("attach answer %+v, %v", resp, err)
+	}
+	if got := an.Senders(); got != 1 {
+		t.Fatalf("Senders = %d, want 1 (counted at the answer)", got)
+	}
+	f := nextFrameWithin(t, an, 5*time.Second)
+	took := time.Since(start)
+	if f.Kind != MPSCDropped || f.Sender != 1 {
+		t.Fatalf("%+v, want Dropped of SenderID(1)", f)
+	}
+	if lo, hi := DetectionMultiplier*testWindow, DetectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
+		t.Fatalf("dropped %v after the attach, want within [%v, %v]", took, lo, hi)
+	}
+	if got := an.Senders(); got != 0 {
+		t.Fatalf("Senders = %d, want 0", got)
+	}
+}
+
+// TestRemoteMPSCDialFailsReleases: the attach is answered but the
+// producer cannot reach the owner's stream listener. The producer tells
+// the owner (_mpsc_anchor_detach), so the consumer reads that producer's
+// Detached at once, not after the owner's connect window (15 s here).
+func TestRemoteMPSCDialFailsReleases(t *testing.T) {
+	producer, consumer := newRemoteNode(t), newRemoteNode(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close() // nothing listens there now: the dial is refused
+	info := consumer.msg.PeerInfo()
+	addr := make(ext.WorkerAddress, len(info.Address)+1) // a copy: the messenger's own stays
+	for k, v := range info.Address {
+		addr[k] = v
+	}
+	info.Address = addr
+	info.Address[wire.TCPStreamKey] = tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(dead.Port), PrefixLen: 32}})
+	if err := producer.msg.RegisterPeer(info); err != nil {
+		t.Fatal(err)
+	}
+	an := newMPSC(t, consumer.sm)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := AttachMPSCAnchor[[]byte](ctx, producer.sm, an.Handle()); err == nil || !strings.Contains(err.Error(), "dial") {
+		t.Fatalf("attach = %v, want the dial's error", err)
+	}
+	f := nextFrameWithin(t, an, 5*time.Second)
+	if f.Kind != MPSCDetached || f.Sender != 1 {
+		t.Fatalf("%+v, want Detached of SenderID(1)", f)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("released %v after the attach, want well within the 15 s connect window", took)
 	}
 	if got := an.Senders(); got != 0 {
 		t.Fatalf("Senders = %d, want 0", got)

@@ -333,10 +333,6 @@ func (r *remote) expire(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	r.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
-	if pb.mpsc != nil {
-		pb.st.mpsc.endRemote(pb.mpsc, droppedFrame)
-		return
-	}
 	pb.st.terminate(&senderCore{st: pb.st}, droppedFrame, false)
 }
 
