@@ -717,3 +717,29 @@ func TestRemoteMPSCDialFailsReleases(t *testing.T) {
 		t.Fatalf("Senders = %d, want 0", got)
 	}
 }
+
+// TestRemoteMPSCHeartbeatKeepsIdleProducer: a remote producer that sends
+// nothing for several heartbeat windows is kept alive by its node's
+// heartbeats, and its next item arrives.
+func TestRemoteMPSCHeartbeatKeepsIdleProducer(t *testing.T) {
+	producer, consumer := hbNodes(t, nil)
+	an := newMPSC(t, consumer.sm)
+	s := attachMPSCRemoteT(t, producer, an.Handle())
+	// Twice the detection time with nothing but heartbeats: the consumer
+	// must see nothing at all (no Dropped).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*DetectionMultiplier*testWindow)
+	f, err := an.Next(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next while the producer idles = %+v, %v; want the wait's own deadline", f, err)
+	}
+	if err := s.Send(context.Background(), []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCItem || string(f.Item) != "late" {
+		t.Fatalf("%+v, want the late item", f)
+	}
+	if n := producer.sm.remote.hb.beats.Load(); n == 0 {
+		t.Fatal("no heartbeat was sent")
+	}
+}
