@@ -262,7 +262,7 @@ func (r *remote) peerLost(w ext.WorkerID) {
 	var lost []*pendingBind
 	r.mu.Lock()
 	for k, pb := range r.pending {
-		if pb.bind.producer == w {
+		if pb.bind != nil && pb.bind.producer == w {
 			delete(r.pending, k)
 			pb.timer.Stop()
 			lost = append(lost, pb)

@@ -17,14 +17,14 @@
 // same inlet. An anchor that no producer attaches to within its unattached
 // timeout ends with ErrUnattachedTimeout; one sweeper goroutine per Manager
 // serves all these deadlines (reservation.go). CreateMPSCAnchor makes an
-// anchor for many producers on the same worker (mpsc.go): each attaches
-// with AttachMPSCAnchor, and the consumer reads MPSCFrames tagged with a
+// anchor for many producers (mpsc.go): each attaches with
+// AttachMPSCAnchor, on the same worker or from another node
+// (_mpsc_anchor_attach and one TCP connection per producer,
+// mpsc_remote.go), and the consumer reads MPSCFrames tagged with a
 // SenderID. Remote producers send heartbeats when idle (one goroutine per
 // Manager, heartbeat.go), and a remote stream silent for three heartbeat
-// windows ends with ErrSenderDropped. A stop or cancel crosses nodes as a
-// _stream_stop or _stream_cancel message (control.go), and
-// RenewReservations renews anchors of other workers with _anchor_renew.
-// The mux, the gRPC transport and MPSC between nodes are not built yet
+// windows ends with ErrSenderDropped (for an MPSC anchor, that producer
+// alone ends, as Dropped). The gRPC transport is not built
 // (docs/streams.md).
 //
 // Lifecycle and errors:

@@ -22,14 +22,10 @@ var ErrAnchorNotFound = errors.New("velo: stream anchor not found")
 // time.
 var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
 
-// ErrRemoteAttach is returned by AttachAnchor for a handle owned by another
-// worker when the Manager is not bound to a messenger (NewManager rather
-// than NewNodeManager).
+// ErrRemoteAttach is returned by AttachAnchor and AttachMPSCAnchor for a
+// handle owned by another worker when the Manager is not bound to a
+// messenger (NewManager rather than NewNodeManager).
 var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker needs a Manager from NewNodeManager")
-
-// ErrMPSCNotBuilt is returned by AttachMPSCAnchor for the handle of an
-// MPSC anchor on another worker: remote MPSC is not built yet.
-var ErrMPSCNotBuilt = errors.New("velo: MPSC anchors on another worker are not built yet")
 
 // ErrAnchorKind is returned by AttachAnchor for the handle of an MPSC
 // anchor, and by AttachMPSCAnchor for the handle of an SPSC anchor.

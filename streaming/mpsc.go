@@ -78,6 +78,9 @@ type mpscAnchor struct {
 	ids     idRing // the SenderID of each frame in st.q, in step with it
 	nextID  uint64
 	senders int // attached producers
+	// remotes are the producers on other workers (mpsc_remote.go); made
+	// on the first one.
+	remotes map[SenderID]*mpscRemote
 }
 
 // MPSCAnchor is the consumer's end of a stream with many producers. Make
@@ -224,6 +227,7 @@ type MPSCSender[T any] struct {
 	a      *mpscAnchor
 	id     SenderID
 	encode func(T) []byte
+	rs     *remoteSender // set for an anchor of another worker; st and a are then nil
 }
 
 // AttachMPSCAnchor attaches a producer to the MPSC anchor that handle names
@@ -233,14 +237,18 @@ type MPSCSender[T any] struct {
 // consumer that does not read cannot grow the inlet (each attached producer
 // adds at most one frame past the capacity, its Detached or Dropped).
 //
-// It returns ErrAnchorKind for an SPSC handle, ErrAnchorNotFound for an
-// anchor that is unknown, closed or ended, and ErrMPSCNotBuilt for an
-// anchor of another worker. A stop or cancel that the consumer made before
-// the attach is already fired on the returned sender.
+// It returns ErrAnchorKind for an SPSC handle and ErrAnchorNotFound for an
+// anchor that is unknown, closed or ended. A stop or cancel that the
+// consumer made before the attach is already fired on the returned sender.
+//
+// A handle of another worker needs a Manager from NewNodeManager: the
+// attach then makes the _mpsc_anchor_attach round trip to the owner, which
+// gives the SenderID, and opens one TCP connection for this producer
+// (mpsc_remote.go). It does not wait for room in the inlet; the sends do.
 func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
 	start := m.opStart()
 	s, err := attachMPSCAnchor[T](ctx, m, handle)
-	if handle.Owner() == m.owner { // remote MPSC attach is not built
+	if handle.Owner() == m.owner { // a remote attach is counted by its owner, as in AttachAnchor
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
 	}
 	return s, err
@@ -258,7 +266,10 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 		return nil, fmt.Errorf("%w: %v names an SPSC anchor; use AttachAnchor", ErrAnchorKind, handle)
 	}
 	if handle.Owner() != m.owner {
-		return nil, fmt.Errorf("%w: %v", ErrMPSCNotBuilt, handle)
+		if m.remote == nil {
+			return nil, fmt.Errorf("%w: %v", ErrRemoteAttach, handle)
+		}
+		return attachMPSCRemote(ctx, m.remote, handle, encode)
 	}
 	st := m.lookup(handle.LocalID())
 	if st == nil || st.mpsc == nil {
@@ -303,24 +314,47 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
 
 // Handle names the anchor this sender is attached to.
-func (s *MPSCSender[T]) Handle() wire.AnchorHandle { return s.st.handle }
+func (s *MPSCSender[T]) Handle() wire.AnchorHandle {
+	if s.rs != nil {
+		return s.rs.handle
+	}
+	return s.st.handle
+}
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
 // (ErrCancelled). After Detach or Close it returns ErrSenderClosed.
 func (s *MPSCSender[T]) Send(ctx context.Context, item T) error {
-	return s.a.push(ctx, &s.senderCore, s.id, s.encode(item))
+	return s.put(ctx, s.encode(item))
 }
 
 // SendBytes puts one byte item in the stream, as Sender.SendBytes does.
 func (s *MPSCSender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.a.push(ctx, &s.senderCore, s.id, bytesItemFrame(payload))
+	return s.put(ctx, bytesItemFrame(payload))
 }
 
 // SendError puts a soft error in the stream: the consumer reads an
 // MPSCSenderError frame with msg. It waits as Send does.
 func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
-	return s.a.push(ctx, &s.senderCore, s.id, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+	return s.put(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+}
+
+// put queues an item or soft-error frame: into the inlet on the same
+// worker, for the connection's pump otherwise.
+func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
+	if s.rs != nil {
+		return s.rs.push(ctx, frame)
+	}
+	return s.a.push(ctx, &s.senderCore, s.id, frame)
+}
+
+// end ends this producer with its terminal frame.
+func (s *MPSCSender[T]) end(frame []byte) error {
+	if s.rs != nil {
+		return s.rs.terminate(frame)
+	}
+	_, err := s.a.terminate(&s.senderCore, s.id, frame)
+	return err
 }
 
 // Detach ends this producer: the consumer reads an MPSCDetached frame
@@ -328,18 +362,27 @@ func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
 // ErrCancelled if the consumer had closed its anchor (RetireDiscarded) and
 // ErrSenderClosed if the sender had already ended.
 func (s *MPSCSender[T]) Detach() error {
-	m := s.st.mgr
+	m, sc := s.manager()
 	start := m.opStart()
-	_, err := s.a.terminate(&s.senderCore, s.id, detachedFrame)
-	m.opDone(metrics.StreamDetach, metrics.SchemeLocal, start, err)
+	err := s.end(detachedFrame)
+	m.opDone(metrics.StreamDetach, sc, start, err)
 	return err
+}
+
+// manager is the Manager of this producer's node, and the scheme its
+// operations count under.
+func (s *MPSCSender[T]) manager() (*Manager, metrics.StreamScheme) {
+	if s.rs != nil {
+		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
+	}
+	return s.st.mgr, metrics.SchemeLocal
 }
 
 // Close ends this producer without detaching: the consumer reads an
 // MPSCDropped frame after its items, and the stream goes on. After Detach
 // it does nothing and returns nil, so it can be deferred. It never waits.
 func (s *MPSCSender[T]) Close() error {
-	_, err := s.a.terminate(&s.senderCore, s.id, droppedFrame)
+	err := s.end(droppedFrame)
 	if err == ErrSenderClosed {
 		return nil
 	}
@@ -347,20 +390,39 @@ func (s *MPSCSender[T]) Close() error {
 }
 
 // Stopped closes when the consumer requests a graceful stop, or cancels.
-func (s *MPSCSender[T]) Stopped() <-chan struct{} { return s.st.signal(false) }
+// For a producer on another worker, a stop request is not carried yet:
+// Stopped closes on a cancel only, as Cancelled does.
+func (s *MPSCSender[T]) Stopped() <-chan struct{} {
+	if s.rs != nil {
+		return s.rs.cancelCh
+	}
+	return s.st.signal(false)
+}
 
 // Cancelled closes when the consumer cancels the stream or closes its
 // anchor. Sends then fail with ErrCancelled.
-func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.st.signal(true) }
+// For a producer on another worker, it also closes when its connection
+// fails: the owner closes it to cancel.
+func (s *MPSCSender[T]) Cancelled() <-chan struct{} {
+	if s.rs != nil {
+		return s.rs.cancelCh
+	}
+	return s.st.signal(true)
+}
 
 // Retired returns a channel that closes once the sender has detached or
-// closed; Outcome then says RetireSent when its last frame entered the
-// anchor's inlet (a Controller's Cancel while the anchor is open
-// included), RetireDiscarded when the consumer had closed its anchor. Any
-// number of waiters may take it, before or after the end. (The reference
-// has no Retired for MPSC senders; its same-worker SPSC semantics apply
-// here.)
+// closed; Outcome then says what became of its output. On the same
+// worker: RetireSent when its last frame entered the anchor's inlet (a
+// Controller's Cancel while the anchor is open included), RetireDiscarded
+// when the consumer had closed its anchor. For an anchor on another node,
+// as for a remote Sender: RetireSent once the terminal was written to the
+// connection, RetireDiscarded when the connection ended first. Any number
+// of waiters may take it, before or after the end. (The reference has no
+// Retired for MPSC senders; the SPSC semantics apply here.)
 func (s *MPSCSender[T]) Retired() <-chan struct{} {
+	if s.rs != nil {
+		return s.rs.retired()
+	}
 	if s.known() != 0 {
 		return closedFor(&s.retirement)
 	}
@@ -371,7 +433,12 @@ func (s *MPSCSender[T]) Retired() <-chan struct{} {
 
 // Outcome is the RetireOutcome of the sender's output once Retired has
 // closed, and 0 before.
-func (s *MPSCSender[T]) Outcome() RetireOutcome { return s.known() }
+func (s *MPSCSender[T]) Outcome() RetireOutcome {
+	if s.rs != nil {
+		return s.rs.known()
+	}
+	return s.known()
+}
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
 // waiting while it is full. A cancel, the end of s, or ctx wakes it.

@@ -79,8 +79,8 @@ func TestMPSCAttachErrors(t *testing.T) {
 		t.Fatalf("AttachAnchor(MPSC) = %v, want ErrAnchorKind", err)
 	}
 	other := wire.NewMPSCAnchorHandle(testOwner+1, an.Handle().LocalID())
-	if _, err := AttachMPSCAnchor[[]byte](ctx, m, other); !errors.Is(err, ErrMPSCNotBuilt) {
-		t.Fatalf("other worker = %v, want ErrMPSCNotBuilt", err)
+	if _, err := AttachMPSCAnchor[[]byte](ctx, m, other); !errors.Is(err, ErrRemoteAttach) {
+		t.Fatalf("other worker without a NodeManager = %v, want ErrRemoteAttach", err)
 	}
 	forged := wire.AnchorHandle{Hi: uint64(testOwner), Lo: an.Handle().LocalID() ^ 1}
 	if _, err := AttachMPSCAnchor[[]byte](ctx, m, forged); !errors.Is(err, ErrAnchorNotFound) {

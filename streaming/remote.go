@@ -139,6 +139,7 @@ type pendingBind struct {
 	st    *anchorState
 	bind  *remoteBind
 	timer *time.Timer
+	mpsc  *mpscRemote // set for a producer of an MPSC anchor (mpsc_remote.go)
 }
 
 // NewNodeManager returns the Manager of msg's node, able to stream to and
@@ -196,6 +197,10 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		err = r.startMux(cfg.mux)
 	}
 	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := r.registerMPSC(); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -421,6 +426,10 @@ func (r *remote) serve(c net.Conn) {
 		return
 	}
 	pb.timer.Stop()
+	if pb.mpsc != nil {
+		r.serveMPSC(c, pb.st.mpsc, pb.mpsc)
+		return
+	}
 	st, b := pb.st, pb.bind
 	st.mu.Lock()
 	// Cancelled before the producer connected, or ended by a control

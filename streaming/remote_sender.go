@@ -88,30 +88,15 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
 func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*Sender[T], error) {
-	owner := handle.Owner()
-	info, ok := r.msg.PeerInfoOf(owner)
-	if !ok {
-		return nil, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	owner, addr, err := r.reachOwner(ctx, handle)
+	if err != nil {
+		return nil, err
 	}
-	// The listener's address matters only if the owner answers the
-	// per-stream path; an owner with the mux may have none.
-	var addr string
-	ep, err := info.Address.Lookup(wire.TCPStreamKey)
-	if err == nil {
-		addr, err = tcp.DialAddr(ep)
-	}
-	if err != nil && r.mux == nil {
-		return nil, fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
-	}
-	session := r.session.Add(1)
-	rs := &remoteSender{
-		r: r, handle: handle, id: session,
-		stopCh: make(chan struct{}), cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
-	}
+	rs := newRemoteSender(r, handle, r.session.Add(1))
 	// Registered before the request leaves: the owner may send a stop or
 	// a cancel (one made before this attach) before its answer arrives.
 	r.addSender(rs)
-	s, err := bindRemote(ctx, r, rs, info.InstanceID, addr, encode)
+	s, err := bindRemote(ctx, r, rs, owner, addr, encode)
 	if err != nil {
 		r.dropSender(rs)
 	}
@@ -128,28 +113,13 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
 		SupportedTransportKeys: r.offeredKeys(),
 	}
-	// The owner answers through its peer table: the _hello exchange puts
-	// this node there (a system handler's call does not greet on its own).
-	// A draining owner refuses _hello and may know this node already.
-	if err := r.msg.Handshake(ctx, owner); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
-	}
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, wire.AnchorAttachHandler, req.AppendJSON(nil))
 	var resp wire.AttachResponse
 	if err == nil {
 		resp, err = wire.DecodeAttachResponse(body)
 	}
-	if met := r.m.met; met != nil {
-		// The sender's view of the round trip: success only for an
-		// answer that bound the stream, under the key it names.
-		ok := err == nil && !resp.Refused
-		sc := metrics.SchemeUnknown
-		if ok {
-			sc = metrics.SchemeOf(resp.TransportKey)
-		}
-		met.AttachRTT(sc, ok, time.Since(rttStart))
-	}
+	r.countAttachRTT(rttStart, err == nil && !resp.Refused, resp.TransportKey)
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
@@ -160,10 +130,69 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
 		return openMuxSender(ctx, r, handle, resp, encode)
 	}
-	if resp.TransportKey != wire.TCPStreamKey || addr == "" {
-		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node cannot use", handle, resp.TransportKey)
+	if _, err := r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS); err != nil {
+		return nil, err
 	}
-	routing := resp.RoutingSessionID
+	return &Sender[T]{encode: encode, rs: rs}, nil
+}
+
+// reachOwner finds the instance that owns handle and the address of its
+// per-stream listener, and makes sure the owner knows this node. With the
+// mux on, an owner without a listener is fine: the address is then "".
+func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, string, error) {
+	owner := handle.Owner()
+	info, ok := r.msg.PeerInfoOf(owner)
+	if !ok {
+		return ext.InstanceID{}, "", fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	}
+	var addr string
+	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	if err == nil {
+		addr, err = tcp.DialAddr(ep)
+	}
+	if err != nil && r.mux == nil {
+		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
+	}
+	// The owner answers through its peer table: the _hello exchange puts
+	// this node there (a system handler's call does not greet on its own).
+	// A draining owner refuses _hello and may know this node already.
+	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	return info.InstanceID, addr, nil
+}
+
+// countAttachRTT records the sender's view of the round trip: success only
+// for an answer that bound the stream, under the key it names.
+func (r *remote) countAttachRTT(start time.Time, ok bool, key string) {
+	met := r.m.met
+	if met == nil {
+		return
+	}
+	sc := metrics.SchemeUnknown
+	if ok {
+		sc = metrics.SchemeOf(key)
+	}
+	met.AttachRTT(sc, ok, time.Since(start))
+}
+
+// newRemoteSender makes the producer's end of a per-stream connection.
+func newRemoteSender(r *remote, handle wire.AnchorHandle, id uint64) *remoteSender {
+	return &remoteSender{
+		r: r, handle: handle, id: id,
+		stopCh: make(chan struct{}), cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
+	}
+}
+
+// openStream opens the per-stream connection that an attach answer bound
+// for rs: it dials the owner's listener at addr, writes the preamble
+// (routing, or rs's session for an owner that answered none) and starts
+// the pump, the watcher and the heartbeats.
+func (r *remote) openStream(ctx context.Context, rs *remoteSender, addr, key string, routing, heartbeatMS uint64) (*remoteSender, error) {
+	handle, session := rs.handle, rs.id
+	if key != wire.TCPStreamKey || addr == "" {
+		return nil, fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node cannot use", handle, key)
+	}
 	if routing == 0 {
 		routing = session
 	}
@@ -183,15 +212,15 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 		return nil, fmt.Errorf("velo: attach %v: write preamble: %w", handle, err)
 	}
 	conn.SetWriteDeadline(time.Time{})
-	rs.key, rs.conn = resp.TransportKey, conn
+	rs.key, rs.conn = key, conn
 	if !r.track(conn, 2) {
 		conn.Close()
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 	}
 	go rs.pump()
 	go rs.watch()
-	r.hb.add(rs, time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond)
-	return &Sender[T]{encode: encode, rs: rs}, nil
+	r.hb.add(rs, time.Duration(heartbeatMS)*time.Millisecond)
+	return rs, nil
 }
 
 // attachRefusal turns the owner's reason into the error the same-worker

@@ -1,0 +1,370 @@
+package streaming
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// MPSC anchors between workers (mpsc/control.rs of the reference).
+//
+// A producer on another worker asks the owner with _mpsc_anchor_attach
+// (the body of _anchor_attach). The owner gives it the next SenderID at
+// once, binds a routing session on the per-stream TCP listener, and
+// answers with the key, the heartbeat interval, the SenderID and the
+// routing session. The producer then opens one connection exactly as an
+// SPSC producer does: the same 16-byte preamble (the anchor's local id,
+// MPSC bit included, and the routing session) and the same stream frames.
+// The frames carry no SenderID: the owner knows the producer from the
+// routing session of its connection, and tags each frame as it enters the
+// inlet. So nothing on the wire is new.
+//
+// On the owner, one reader goroutine per remote producer feeds the shared
+// inlet. Whatever ends that producer — its Detached or Dropped frame, its
+// connection closing, its silence for DetectionMultiplier heartbeat
+// windows, _mpsc_anchor_detach, or no connection within its connect window —
+// gives the consumer that producer's MPSCDetached or MPSCDropped, and the
+// stream goes on. The consumer's Cancel or Close closes every producer's
+// connection, which is how the producers hear of it (their sends fail with
+// ErrCancelled); the reference sends _stream_cancel instead, which is not
+// built here.
+
+// mpscRemote is one producer of an MPSC anchor on another worker, as its
+// owner sees it. Its fields are guarded by the anchor's st.mu.
+type mpscRemote struct {
+	core senderCore // what the inlet sees as the sender
+	id   SenderID
+	conn net.Conn // nil until the producer connects
+}
+
+// mpscConns closes the connection of every remote producer of an MPSC
+// anchor: it is the anchor's conn, which cancel closes (inlet.go).
+type mpscConns struct{ a *mpscAnchor }
+
+func (mc mpscConns) Close() error {
+	st := &mc.a.st
+	st.mu.Lock()
+	var cs []net.Conn
+	for _, p := range mc.a.remotes {
+		if p.conn != nil {
+			cs = append(cs, p.conn)
+		}
+	}
+	st.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return nil
+}
+
+// registerMPSC adds the three MPSC control handlers of the owner.
+func (r *remote) registerMPSC() error {
+	for _, h := range []messenger.Handler{
+		messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, r.onMPSCAttach),
+		messenger.UnaryHandler(wire.MPSCAnchorDetachHandler, r.onMPSCDetach),
+		messenger.UnaryHandler(wire.MPSCAnchorCancelHandler, r.onMPSCCancel),
+	} {
+		if err := r.msg.RegisterSystem(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func refuseMPSCAttach(format string, args ...any) ([]byte, error) {
+	resp := wire.MPSCAttachResponse{Refused: true, Reason: fmt.Sprintf(format, args...)}
+	return resp.AppendJSON(nil), nil
+}
+
+// onMPSCAttach is the _mpsc_anchor_attach handler, counted as the SPSC
+// one is.
+func (r *remote) onMPSCAttach(c *messenger.Context) ([]byte, error) {
+	start := r.m.opStart()
+	body, err := r.mpscAttach(c)
+	if met := r.m.met; met != nil {
+		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
+		met.Operation(metrics.StreamAttach, metrics.SchemeTCPStream, ok, time.Since(start))
+	}
+	return body, err
+}
+
+func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
+	req, err := wire.DecodeAttachRequest(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if !req.Handle.IsMPSC() {
+		return refuseMPSCAttach("anchor %v is spsc; use _anchor_attach", req.Handle)
+	}
+	st := r.m.lookup(req.Handle.LocalID())
+	if st == nil || st.mpsc == nil {
+		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+	}
+	p, ok := st.mpsc.addRemote()
+	if !ok {
+		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+	}
+	// A routing session of our own: producers on different workers may
+	// use the same session id.
+	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
+	pb := &pendingBind{st: st, mpsc: p}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		st.mpsc.endRemote(p, droppedFrame)
+		return refuseMPSCAttach("node is shutting down")
+	}
+	r.pending[key] = pb
+	pb.timer = time.AfterFunc(r.mpscConnectWindow(), func() { r.expireMPSC(key, pb) })
+	r.mu.Unlock()
+	resp := wire.MPSCAttachResponse{
+		TransportKey:        wire.TCPStreamKey,
+		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
+		SenderID:            uint64(p.id),
+		RoutingSessionID:    key.SessionID,
+	}
+	return resp.AppendJSON(nil), nil
+}
+
+// mpscConnectWindow is how long the owner waits for the connection of a
+// producer it counted. The reference's per-sender reader starts its
+// heartbeat watch at the attach, so a producer that never connects is
+// dropped after DetectionMultiplier windows, or the accept window if that
+// is shorter.
+func (r *remote) mpscConnectWindow() time.Duration {
+	return min(r.acceptWindow, DetectionMultiplier*r.heartbeat)
+}
+
+// expireMPSC drops a counted producer whose connection did not come in
+// time, unless something else ended it first (a release after a failed
+// dial, the consumer's cancel).
+func (r *remote) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
+	r.mu.Lock()
+	if r.pending[key] != pb {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.pending, key)
+	r.mu.Unlock()
+	st := pb.st
+	st.mu.Lock()
+	done := pb.mpsc.core.done
+	st.mu.Unlock()
+	if !done {
+		r.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.id))
+		st.mpsc.endRemote(pb.mpsc, droppedFrame)
+	}
+}
+
+// addRemote counts a new producer from another worker and gives it its
+// SenderID, as a same-worker attach does (without waiting for room: a
+// handler must answer, and the producer's sends wait instead). It is
+// false for an anchor that is closed or ended; a cancelled one still takes
+// the producer, which hears of the cancel when its connection is closed.
+func (a *mpscAnchor) addRemote() (*mpscRemote, bool) {
+	st := &a.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || (st.endErr != nil && !st.cancelled) {
+		return nil, false
+	}
+	a.nextID++
+	a.senders++
+	if a.senders == 1 {
+		st.disarmLocked()
+	}
+	p := &mpscRemote{id: SenderID(a.nextID)}
+	p.core.st = st
+	if a.remotes == nil {
+		a.remotes = make(map[SenderID]*mpscRemote)
+	}
+	a.remotes[p.id] = p
+	if st.conn == nil {
+		st.conn = mpscConns{a}
+	}
+	return p, true
+}
+
+// endRemote ends remote producer p with frame (its Detached or Dropped for
+// the consumer) and forgets it. It is idempotent: only the first end
+// counts.
+func (a *mpscAnchor) endRemote(p *mpscRemote, frame []byte) {
+	a.terminate(&p.core, p.id, frame)
+	a.st.mu.Lock()
+	if a.remotes[p.id] == p {
+		delete(a.remotes, p.id)
+	}
+	a.st.mu.Unlock()
+}
+
+// onMPSCDetach is the _mpsc_anchor_detach handler: the consumer reads the
+// producer's MPSCDetached, and its connection, if any, is closed.
+func (r *remote) onMPSCDetach(c *messenger.Context) ([]byte, error) {
+	req, err := wire.DecodeMPSCDetachRequest(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	st := r.m.lookup(req.Handle.LocalID())
+	if st == nil || st.mpsc == nil {
+		return unitAnswer, nil // gone already: nothing to do, as in the reference
+	}
+	a := st.mpsc
+	st.mu.Lock()
+	p := a.remotes[SenderID(req.SenderID)]
+	st.mu.Unlock()
+	if p == nil {
+		return unitAnswer, nil
+	}
+	a.endRemote(p, detachedFrame)
+	st.mu.Lock()
+	conn := p.conn
+	st.mu.Unlock()
+	if conn != nil {
+		conn.Close() // ends its reader; the producer sees the stream cancelled
+	}
+	return unitAnswer, nil
+}
+
+// onMPSCCancel is the _mpsc_anchor_cancel handler: a producer cancels the
+// whole anchor. It is the consumer's Close done from afar: the consumer's
+// Next returns ErrCancelled and every producer's connection is closed.
+func (r *remote) onMPSCCancel(c *messenger.Context) ([]byte, error) {
+	req, err := wire.DecodeHandleRequest(c.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if st := r.m.lookup(req.Handle.LocalID()); st != nil && st.mpsc != nil {
+		st.cancel(true)
+	}
+	return unitAnswer, nil
+}
+
+// serveMPSC reads the connection of remote producer p into the anchor's
+// inlet, each frame tagged with p's SenderID, until p ends. Whatever ends
+// the read ends p alone.
+func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
+	st := &a.st
+	defer a.endRemote(p, droppedFrame) // a no-op after an explicit end
+	st.mu.Lock()
+	gone := st.cancelled || st.closed || p.core.done
+	if !gone {
+		p.conn = c
+	}
+	st.mu.Unlock()
+	if gone {
+		return // closing the connection tells the producer
+	}
+	fr := frame.NewReader(c, wire.MaxTCPFrame)
+	defer fr.Close()
+	var wd watchdog
+	wd.start(c, r.heartbeat)
+	for {
+		f, err := fr.Next()
+		if timeout, fire := wd.expired(err); fire {
+			r.fireMPSC(a, p)
+			return
+		} else if timeout {
+			continue
+		}
+		if err != nil {
+			return // the connection ended with no terminal: Dropped
+		}
+		if f.Type != ext.Message || len(f.Header) != 0 {
+			msg := fmt.Sprintf("per-stream frame of type %d with a %d-byte header", f.Type, len(f.Header))
+			a.endRemote(p, wire.AppendErrorFrame(nil, wire.KindTransportError, msg))
+			return
+		}
+		if string(f.Payload) == wire.HeartbeatFrame {
+			wd.frame()
+			continue
+		}
+		if end := mpscTerminal(f.Payload); end != nil {
+			a.endRemote(p, end)
+			return
+		}
+		if a.push(context.Background(), &p.core, p.id, f.Payload) != nil {
+			return // cancelled, or p was ended by _mpsc_anchor_detach
+		}
+		wd.frame()
+	}
+}
+
+// mpscTerminal returns the frame that ends a remote producer for a
+// terminal it sent, or nil. A producer cannot finalize an MPSC anchor: a
+// Finalized is read as Detached, as the reference does.
+func mpscTerminal(p []byte) []byte {
+	switch string(p) {
+	case wire.FinalizedFrame, wire.DetachedFrame:
+		return detachedFrame
+	case wire.DroppedFrame:
+		return droppedFrame
+	}
+	if len(p) > 2 && p[0] == 0x81 && p[1] == 0xae { // {"TransportError": …}
+		return p
+	}
+	return nil
+}
+
+// fireMPSC ends a silent remote producer as Dropped, for it alone. The
+// book (Stream saturation) has an MPSC reader neither log nor count a
+// watchdog firing: WatchdogFirings and its warning stay SPSC signals.
+func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
+	a.endRemote(p, droppedFrame)
+}
+
+// attachMPSCRemote makes the _mpsc_anchor_attach round trip to the
+// handle's owner and opens the producer's connection.
+func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*MPSCSender[T], error) {
+	owner, addr, err := r.reachOwner(ctx, handle)
+	if err != nil {
+		return nil, err
+	}
+	session := r.session.Add(1)
+	req := wire.AttachRequest{
+		Handle:                 handle,
+		SessionID:              session,
+		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
+		SupportedTransportKeys: []string{wire.TCPStreamKey},
+	}
+	rttStart := r.m.opStart()
+	body, err := r.msg.Unary(ctx, owner, wire.MPSCAnchorAttachHandler, req.AppendJSON(nil))
+	var resp wire.MPSCAttachResponse
+	if err == nil {
+		resp, err = wire.DecodeMPSCAttachResponse(body)
+	}
+	r.countAttachRTT(rttStart, err == nil && !resp.Refused, resp.TransportKey)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	if resp.Refused {
+		return nil, attachRefusal(handle, resp.Reason)
+	}
+	rs, err := r.openStream(ctx, newRemoteSender(r, handle, session), addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS)
+	if err != nil {
+		r.releaseMPSC(owner, handle, resp.SenderID)
+		return nil, err
+	}
+	return &MPSCSender[T]{id: SenderID(resp.SenderID), encode: encode, rs: rs}, nil
+}
+
+// releaseTimeout bounds the release of a producer whose connection failed.
+const releaseTimeout = time.Second
+
+// releaseMPSC tells the owner that a producer it counted will not connect
+// (_mpsc_anchor_detach), so that the consumer reads its MPSCDetached now
+// and not after the owner's connect window. It is best effort: if it
+// fails, that window still ends the producer.
+func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	req := wire.MPSCDetachRequest{Handle: handle, SenderID: id}
+	r.msg.Unary(ctx, owner, wire.MPSCAnchorDetachHandler, req.AppendJSON(nil))
+}
