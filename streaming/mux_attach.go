@@ -152,3 +152,30 @@ func (r *remote) offeredKeys() []string {
 	}
 	return []string{wire.TCPStreamKey}
 }
+
+// MuxStats are counts of this node's mux since it started.
+type MuxStats struct {
+	BatchesSent, RecordsSent         uint64
+	BatchesReceived, RecordsReceived uint64
+	LiveSlotsOut, LiveSlotsIn        int // open slots: this node's producers, and streams into it
+	CreditExhausted                  uint64
+	EpochDeaths                      uint64
+	ProtocolErrors                   uint64
+	WatchdogFirings                  uint64
+}
+
+// MuxStats returns the mux's counts; zero with no mux.
+func (m *Manager) MuxStats() MuxStats {
+	if m.remote == nil || m.remote.mux == nil {
+		return MuxStats{}
+	}
+	mx := m.remote.mux
+	out, in := mx.liveSlots()
+	return MuxStats{
+		BatchesSent: mx.n.batchesSent.Load(), RecordsSent: mx.n.recordsSent.Load(),
+		BatchesReceived: mx.n.batchesRecv.Load(), RecordsReceived: mx.n.recordsRecv.Load(),
+		LiveSlotsOut: out, LiveSlotsIn: in,
+		CreditExhausted: mx.n.creditExhausted.Load(), EpochDeaths: mx.n.epochDeaths.Load(),
+		ProtocolErrors: mx.n.protocolErrors.Load(), WatchdogFirings: mx.n.watchdogFirings.Load(),
+	}
+}

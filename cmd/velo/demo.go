@@ -44,7 +44,7 @@ func runDemo(args []string) error {
 		{"1000 unary round trips", func() (string, error) { return demoRoundTrips(ctx, a, b) }},
 		{"1000 chained UnaryAsync calls to an inline handler", func() (string, error) { return demoAsync(ctx, a, b) }},
 		{"A waits on an event that B triggers", func() (string, error) { return demoEvent(ctx, a, b) }},
-		{"A streams 5 tokens to an anchor on B", func() (string, error) { return demoStream(ctx, a, b) }},
+		{"A streams tokens to an anchor on B until B asks it to stop", func() (string, error) { return demoStream(ctx, a, b) }},
 		{"B drains, then A calls it", func() (string, error) { return demoDrain(ctx, a, b) }},
 	}
 	for i, s := range steps {
@@ -267,23 +267,48 @@ func demoStream(ctx context.Context, a, b *velo.Node) (string, error) {
 	}
 	defer sender.Close()
 	attached := time.Since(start)
-	go func() {
-		for _, tok := range []string{"the", "quick", "brown", "fox", "jumps"} {
-			if sender.Send(sctx, []byte(tok)) != nil {
-				return
-			}
-		}
-		sender.Finalize()
-	}()
+	go produceUntilStopped(sctx, sender)
+	// B reads five tokens, asks A to stop, and reads on to the end: the
+	// tokens already on their way, then A's final item.
 	var got []string
 	for item, err := range anchor.All(sctx) {
 		if err != nil {
 			return "", err
 		}
 		got = append(got, string(item))
+		if len(got) == 5 {
+			anchor.Controller().RequestStop()
+		}
 	}
-	return fmt.Sprintf("B read %q then io.EOF, over %s; the attach took %v",
-		got, sender.NegotiatedTransport(), attached.Round(time.Microsecond)), nil
+	out := b.Streams.MuxStats()
+	perBatch := 0.0
+	if out.BatchesReceived > 0 {
+		perBatch = float64(out.RecordsReceived) / float64(out.BatchesReceived)
+	}
+	return fmt.Sprintf("B read %q, asked A to stop after 5, then read A's final item and io.EOF, over %s; "+
+		"the attach took %v; B received %d mux batches, %.1f records per batch",
+		got, sender.NegotiatedTransport(), attached.Round(time.Microsecond), out.BatchesReceived, perBatch), nil
+}
+
+// produceUntilStopped sends a token every millisecond until the consumer
+// asks to stop, then answers the stop with a final item and finalizes.
+func produceUntilStopped(ctx context.Context, sender *streaming.Sender[[]byte]) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		if sender.Send(ctx, fmt.Appendf(nil, "tok%d", n)) != nil {
+			return
+		}
+		select {
+		case <-sender.Stopped():
+			sender.Send(ctx, fmt.Appendf(nil, "[stopped after %d tokens]", n))
+			sender.Finalize()
+			return
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // tcpAddr is the address a peer would dial to reach n over TCP.
