@@ -260,9 +260,16 @@ func (st *anchorState) requestStop() {
 	st.mu.Lock()
 	first := st.stopLocked()
 	b, feed := st.bind, st.feed
+	var remotes []*remoteBind
+	if first && st.mpsc != nil {
+		remotes = st.mpsc.remoteControls()
+	}
 	st.mu.Unlock()
 	if first && b != nil {
 		b.signal(StreamStopHandler)
+	}
+	for _, rb := range remotes {
+		rb.signal(StreamStopHandler)
 	}
 	if first && feed != nil {
 		feed.requestStop()

@@ -390,11 +390,10 @@ func (s *MPSCSender[T]) Close() error {
 }
 
 // Stopped closes when the consumer requests a graceful stop, or cancels.
-// For a producer on another worker, a stop request is not carried yet:
-// Stopped closes on a cancel only, as Cancelled does.
+// A producer on another worker hears of the stop by _stream_stop.
 func (s *MPSCSender[T]) Stopped() <-chan struct{} {
 	if s.rs != nil {
-		return s.rs.cancelCh
+		return s.rs.stopCh
 	}
 	return s.st.signal(false)
 }

@@ -42,7 +42,8 @@ import (
 type mpscRemote struct {
 	core senderCore // what the inlet sees as the sender
 	id   SenderID
-	conn net.Conn // nil until the producer connects
+	conn net.Conn    // nil until the producer connects
+	ctl  *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
 }
 
 // mpscConns closes the connection of every remote producer of an MPSC
@@ -111,6 +112,16 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	p, ok := st.mpsc.addRemote()
 	if !ok {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+	}
+	ctl := &remoteBind{r: r, producer: req.CancelHandle.Producer(), streamID: req.CancelHandle.StreamID()}
+	st.mu.Lock()
+	p.ctl = ctl
+	stop := st.stopReq
+	st.mu.Unlock()
+	if stop {
+		// A stop made before this producer attached is kept: the producer
+		// registered its sender before it asked, so this cannot come early.
+		ctl.signal(StreamStopHandler)
 	}
 	// A routing session of our own: producers on different workers may
 	// use the same session id.
@@ -334,6 +345,16 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
 		SupportedTransportKeys: []string{wire.TCPStreamKey},
 	}
+	// Registered before the request leaves, so that a stop the owner
+	// sends at the attach finds it (control.go).
+	rs := newRemoteSender(r, handle, session)
+	r.addSender(rs)
+	ok := false
+	defer func() {
+		if !ok {
+			r.dropSender(rs)
+		}
+	}()
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, wire.MPSCAnchorAttachHandler, req.AppendJSON(nil))
 	var resp wire.MPSCAttachResponse
@@ -347,11 +368,12 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	if resp.Refused {
 		return nil, attachRefusal(handle, resp.Reason)
 	}
-	rs, err := r.openStream(ctx, newRemoteSender(r, handle, session), addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS)
+	_, err = r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err
 	}
+	ok = true
 	return &MPSCSender[T]{id: SenderID(resp.SenderID), encode: encode, rs: rs}, nil
 }
 
@@ -367,4 +389,16 @@ func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id 
 	defer cancel()
 	req := wire.MPSCDetachRequest{Handle: handle, SenderID: id}
 	r.msg.Unary(ctx, owner, wire.MPSCAnchorDetachHandler, req.AppendJSON(nil))
+}
+
+// remoteControls lists where to send a stop for each remote producer.
+// The caller holds the anchor's mu.
+func (a *mpscAnchor) remoteControls() []*remoteBind {
+	var out []*remoteBind
+	for _, p := range a.remotes {
+		if p.ctl != nil {
+			out = append(out, p.ctl)
+		}
+	}
+	return out
 }

@@ -743,3 +743,49 @@ func TestRemoteMPSCHeartbeatKeepsIdleProducer(t *testing.T) {
 		t.Fatal("no heartbeat was sent")
 	}
 }
+
+// TestRemoteMPSCStop: a consumer's RequestStop reaches producers on other
+// nodes (one attached before the stop, one after, which finds it kept);
+// each answers with a final item and detaches, and the stream goes on
+// until the consumer ends it.
+func TestRemoteMPSCStop(t *testing.T) {
+	consumer, p1, p2 := newRemoteNode(t), newRemoteNode(t), newRemoteNode(t)
+	knows(t, consumer, p1, p2)
+	an := newMPSC(t, consumer.sm)
+	early := attachMPSCRemoteT(t, p1, an.Handle())
+	an.Controller().RequestStop()
+	late := attachMPSCRemoteT(t, p2, an.Handle())
+	for _, s := range []*MPSCSender[[]byte]{early, late} {
+		select {
+		case <-s.Stopped():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("producer %v never saw the stop", s.SenderID())
+		}
+		select {
+		case <-s.Cancelled():
+			t.Fatal("a stop cancelled the producer")
+		default:
+		}
+		if err := s.Send(context.Background(), []byte("last")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Detach(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items, detached := 0, 0
+	for detached < 2 {
+		f := nextFrameWithin(t, an, 5*time.Second)
+		switch f.Kind {
+		case MPSCItem:
+			items++
+		case MPSCDetached:
+			detached++
+		default:
+			t.Fatalf("unexpected frame %v (%v)", f.Kind, f.Err)
+		}
+	}
+	if items != 2 {
+		t.Fatalf("%d final items, want 2", items)
+	}
+}
