@@ -235,8 +235,11 @@ func (r *remote) onAnchorCancel(c *messenger.Context) ([]byte, error) {
 	if st == nil {
 		return unitAnswer, err
 	}
-	r.takeBind(st)
+	b := r.takeBind(st)
 	st.cancel(false)
+	if b != nil {
+		st.closeConn(b) // the producer asked; its connection has nothing more to carry
+	}
 	r.m.remove(st)
 	return unitAnswer, nil
 }

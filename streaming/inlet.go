@@ -54,11 +54,9 @@ type anchorState struct {
 	deadline int64
 	lifetime time.Duration
 
-	// conn is the per-stream connection of a remote producer, if one is
-	// attached: cancel closes it, which is how the producer hears of it.
-	conn io.Closer
 	// bind is the remote producer bound by _anchor_attach, if any: a stop
-	// or cancel is also sent to it as a message (control.go).
+	// or cancel is sent to it as a message (control.go), and its
+	// connection is closed as the backstop.
 	bind *remoteBind
 
 	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
@@ -309,7 +307,14 @@ func (st *anchorState) cancel(closing bool) {
 	if closing {
 		st.closed = true
 	}
-	conn, b, feed := st.conn, st.bind, st.feed
+	b, feed := st.bind, st.feed
+	var conn io.Closer // the per-stream connections: closing them is the backstop
+	switch {
+	case b != nil && b.conn != nil:
+		conn = b.conn
+	case st.mpsc != nil && len(st.mpsc.remotes) > 0:
+		conn = mpscConns{st.mpsc}
+	}
 	st.mu.Unlock()
 	if feed != nil && first {
 		feed.consumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail

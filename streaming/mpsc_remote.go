@@ -198,9 +198,6 @@ func (a *mpscAnchor) addRemote() (*mpscRemote, bool) {
 		a.remotes = make(map[SenderID]*mpscRemote)
 	}
 	a.remotes[p.id] = p
-	if st.conn == nil {
-		st.conn = mpscConns{a}
-	}
 	return p, true
 }
 

@@ -436,20 +436,13 @@ func (r *remote) serve(c net.Conn) {
 	// message: closing the connection is how the producer hears of it.
 	gone := st.cancelled || st.closed || b.proxy.done
 	if !gone {
-		st.conn, b.conn = c, c
+		b.conn = c
 	}
 	st.mu.Unlock()
 	if gone {
 		return
 	}
-	defer func() {
-		st.mu.Lock()
-		if st.conn == c {
-			st.conn = nil
-		}
-		st.mu.Unlock()
-		st.clearBind(b)
-	}()
+	defer st.clearBind(b)
 	proxy := b.proxy
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
 	defer fr.Close()
