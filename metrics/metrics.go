@@ -57,6 +57,8 @@ type VeloMetrics struct {
 	streamReaderBP   prometheus.Counter
 	streamServerBP   prometheus.Counter // registered, never moved: see docs/metrics.md
 	streamFrames     prometheus.Counter
+	muxPerBatch      *prometheus.HistogramVec // direction
+	muxCollector     *muxCollector
 	streamFlushes    prometheus.Counter
 	streamWatchdog   prometheus.Counter
 	streamCreated    *prometheus.CounterVec // kind (ours, not the book's)
@@ -198,6 +200,8 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			Help: "Anchors ended because no producer attached within their unattached timeout.",
 		}),
 		streamActive: newActiveAnchors(),
+		muxPerBatch:  newMuxPerBatch(),
+		muxCollector: newMuxCollector(),
 	}
 	all := []prometheus.Collector{
 		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
@@ -209,6 +213,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
 		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
 		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
+		m.muxPerBatch, m.muxCollector,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {
