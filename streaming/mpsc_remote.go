@@ -105,6 +105,9 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	if !req.Handle.IsMPSC() {
 		return refuseMPSCAttach("anchor %v is spsc; use _anchor_attach", req.Handle)
 	}
+	if r.ln == nil {
+		return refuseMPSCAttach("this node serves streams only over %s, which MPSC anchors do not use yet", muxWireKey)
+	}
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil || st.mpsc == nil {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -28,6 +29,16 @@ const MuxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
 func WithMux(c MuxConfig) NodeOption {
 	return NodeOption{func(nc *nodeConfig) { nc.mux = c }}
 }
+
+// WithMuxOnly builds a node with no per-stream listener: every stream
+// between nodes rides the mux. Attaches that do not offer the mux are
+// refused, and so are MPSC attaches from other nodes (MPSC over the mux is
+// not built). It fails the build when the mux is disabled.
+func WithMuxOnly() NodeOption {
+	return NodeOption{func(nc *nodeConfig) { nc.muxOnly = true }}
+}
+
+var errMuxOnlyDisabled = errors.New("velo: a mux-only node needs the mux: it is disabled (MuxConfig.Disabled or " + MuxDisableEnv + ")")
 
 // muxDisabledByEnv reads MuxDisableEnv.
 func muxDisabledByEnv() bool {

@@ -72,6 +72,7 @@ type NodeOption struct {
 
 type nodeConfig struct {
 	mux          MuxConfig
+	muxOnly      bool
 	listen       string
 	acceptWindow time.Duration
 	heartbeat    time.Duration
@@ -143,11 +144,12 @@ type pendingBind struct {
 }
 
 // NewNodeManager returns the Manager of msg's node, able to stream to and
-// from other workers. It listens for per-stream TCP connections (on
-// 127.0.0.1:0 unless WithStreamListenAddr says otherwise), advertises the
-// listener under "tcp-stream" in msg's address, and registers the
-// _anchor_attach handler. Call it before handing out msg's PeerInfo, so
-// that peers learn the listener. Close stops it.
+// from other workers. It registers the attach and control handlers and the
+// mux's batch handlers, and, unless WithMuxOnly, listens for per-stream TCP
+// connections (on 127.0.0.1:0 unless WithStreamListenAddr says otherwise)
+// and advertises the listener under "tcp-stream" in msg's address. Call it
+// before handing out msg's PeerInfo, so that peers learn the listener.
+// Close stops it.
 func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, error) {
 	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow}
 	for _, o := range opts {
@@ -162,7 +164,56 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		cfg.heartbeat = DefaultHeartbeatInterval
 	}
 	cfg.heartbeat = cfg.heartbeat.Truncate(time.Millisecond) // what the wire carries
-	ln, err := net.Listen("tcp", cfg.listen)
+	if cfg.muxOnly && (cfg.mux.Disabled || muxDisabledByEnv()) {
+		return nil, errMuxOnlyDisabled
+	}
+	var ln net.Listener
+	if !cfg.muxOnly {
+		var err error
+		if ln, err = listenStreams(msg, cfg.listen); err != nil {
+			return nil, err
+		}
+	}
+	m := NewManager(msg.WorkerID(), WithMetrics(cfg.metrics))
+	r := &remote{
+		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
+		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
+		pending: make(map[wire.TCPPreamble]*pendingBind),
+		conns:   make(map[net.Conn]struct{}),
+		senders: make(map[uint64]*remoteSender),
+	}
+	m.remote = r
+	if err := r.register(cfg); err != nil {
+		m.Close() // closes the listener and the mux
+		return nil, err
+	}
+	r.wg.Add(1)
+	go r.hb.run(r.wg.Done) // one for all the streams this node produces
+	if ln != nil {
+		r.wg.Add(1)
+		go r.acceptLoop()
+	}
+	return m, nil
+}
+
+// register registers the node's stream handlers and starts the mux.
+func (r *remote) register(cfg nodeConfig) error {
+	err := r.msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach))
+	if err == nil {
+		err = r.registerControl()
+	}
+	if err == nil {
+		err = r.startMux(cfg.mux)
+	}
+	if err == nil {
+		err = r.registerMPSC()
+	}
+	return err
+}
+
+// listenStreams opens the per-stream listener and advertises it.
+func listenStreams(msg *messenger.Messenger, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("velo: stream listener: %w", err)
 	}
@@ -180,40 +231,13 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		ln.Close()
 		return nil, err
 	}
-	m := NewManager(msg.WorkerID(), WithMetrics(cfg.metrics))
-	r := &remote{
-		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
-		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
-		pending: make(map[wire.TCPPreamble]*pendingBind),
-		conns:   make(map[net.Conn]struct{}),
-		senders: make(map[uint64]*remoteSender),
-	}
-	m.remote = r
-	err = msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach))
-	if err == nil {
-		err = r.registerControl()
-	}
-	if err == nil {
-		err = r.startMux(cfg.mux)
-	}
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	if err := r.registerMPSC(); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	r.wg.Add(2)
-	go r.acceptLoop()
-	go r.hb.run(r.wg.Done) // one for all the streams this node produces
-	return m, nil
+	return ln, nil
 }
 
 // StreamAddr is the address of the per-stream TCP listener, or nil for a
-// Manager from NewManager.
+// Manager from NewManager or one built WithMuxOnly.
 func (m *Manager) StreamAddr() net.Addr {
-	if m.remote == nil {
+	if m.remote == nil || m.remote.ln == nil {
 		return nil
 	}
 	return m.remote.ln.Addr()
@@ -245,7 +269,9 @@ func (m *Manager) stopRemote() {
 	if first {
 		close(r.hb.stop)
 	}
-	r.ln.Close()
+	if r.ln != nil {
+		r.ln.Close()
+	}
 	r.wg.Wait()
 }
 
@@ -308,6 +334,9 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	}
 	if r.mux != nil && offersMux(req.SupportedTransportKeys) {
 		return r.attachMux(st, c.SenderWorkerID())
+	}
+	if r.ln == nil {
+		return refuseAttach("this node serves streams only over %s", muxWireKey)
 	}
 	st.mu.Lock()
 	switch {
