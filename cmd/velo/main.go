@@ -30,6 +30,8 @@ const usage = `usage:
                             same worker or per-stream TCP (rate, latency, CPU)
       mpsc-fanin            P producers into one same-worker MPSC anchor
                             (items/s, CPU per item)
+      response-plane        frontends and continuous-batching engines: mux, per-stream
+                            and grpc-go (TTFT, token latency, tokens/s, CPU per token)
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {

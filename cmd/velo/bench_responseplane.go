@@ -1,0 +1,31 @@
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/velo-go/velo/cmd/velo/internal/bench"
+)
+
+func init() {
+	extraHarnesses["response-plane"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
+		arms := fs.String("arms", "mux,per-stream,grpc", "comma-separated arms, interleaved per rep: mux (velo over the messenger mux), per-stream (velo with the mux off) and grpc (grpc-go server streaming)")
+		hosts := fs.Int("anchor-hosts", 2, "frontends: nodes that own the response streams")
+		engines := fs.Int("engines", 4, "engines: nodes that run continuous batching and stream tokens")
+		requests := fs.Int("requests", 2000, "requests per arm and rep, one response stream each")
+		maxBatch := fs.Int("max-batch", 32, "active requests one engine holds at once")
+		tokens := fs.Int("tokens", 64, "tokens in every response (40 bytes each)")
+		delay := fs.Float64("pass-delay-ms", 0, "gap between an engine's forward passes, in milliseconds")
+		flush := fs.String("flush-policy", "auto", "mux arm, engines: auto (velo's default: write at every batcher wake) or manual (FlushBatch once per forward pass; see docs/benchmarks.md for its known stalls)")
+		frontFlush := fs.String("frontend-flush-policy", "auto", "mux arm: flush policy of the anchor hosts, which send only credit replies and never call FlushBatch")
+		credit := fs.Uint("initial-credit", 0, "mux arm: per-stream credit window (0: velo's default, 32)")
+		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
+		return func() error {
+			return bench.ResponsePlane(bench.ResponsePlaneConfig{
+				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
+				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
+				Flush: *flush, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Reps: *reps, Timeout: *timeout,
+			}, r)
+		}
+	}
+}

@@ -1,0 +1,502 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/streaming"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// The response-plane harness (the book's response_plane_bench, chapter 21)
+// models the serving shape the mux exists for. Anchor hosts stand in for
+// frontends and own one response stream per request. Engines run
+// continuous batching: each forward pass puts exactly one token on every
+// active request's stream. Requests reach the engines round-robin over an
+// in-process channel, and the response path is real: frontends and
+// engines are separate nodes, so every attach and every token crosses
+// loopback TCP.
+//
+// Arms, interleaved per rep (rotated):
+//   - mux: velo with the messenger mux (every Sender must negotiate
+//     messenger-mux-v2, or the run fails);
+//   - per-stream: the same velo code with the mux off (one TCP connection
+//     per stream; every Sender must negotiate tcp-stream);
+//   - grpc: grpc-go, one server-streaming call per request over one
+//     HTTP/2 connection per frontend–engine pair; the engine is the gRPC
+//     server and streams the tokens.
+
+// ResponsePlaneArms are the arms of the response-plane harness.
+var ResponsePlaneArms = []string{"mux", "per-stream", "grpc"}
+
+const responsePlaneHarness = "response-plane"
+
+// rpTokenBytes is the size of one token's payload.
+const rpTokenBytes = 40
+
+// ResponsePlaneConfig sets the response-plane harness.
+type ResponsePlaneConfig struct {
+	Arms        []string
+	AnchorHosts int // frontends
+	Engines     int
+	Requests    int
+	MaxBatch    int // active requests per engine
+	Tokens      int // tokens in every request
+	PassDelay   time.Duration
+	Flush       string // mux flush policy of the engines: manual (FlushBatch once per pass) or auto
+	// FrontendFlush is the mux flush policy of the anchor hosts, which
+	// send only control (credit replies); "" is auto. A frontend never
+	// calls FlushBatch.
+	FrontendFlush string
+	InitialCredit uint32 // mux credit window; 0 is velo's default
+	Reps          int
+	// Timeout bounds one arm of one rep; a run that takes longer fails.
+	Timeout time.Duration
+}
+
+// Validate reports a config that cannot run.
+func (c ResponsePlaneConfig) Validate() error {
+	if len(c.Arms) == 0 {
+		return errors.New("no arm to run")
+	}
+	for _, a := range c.Arms {
+		if !slices.Contains(ResponsePlaneArms, a) {
+			return fmt.Errorf("unknown arm %q (want %v)", a, ResponsePlaneArms)
+		}
+	}
+	if c.AnchorHosts < 1 || c.Engines < 1 || c.Requests < 1 || c.MaxBatch < 1 || c.Tokens < 1 || c.Reps < 1 {
+		return errors.New("anchor hosts, engines, requests, max batch, tokens and reps must be positive")
+	}
+	if c.PassDelay < 0 {
+		return errors.New("pass delay must not be negative")
+	}
+	if c.Flush != "manual" && c.Flush != "auto" {
+		return fmt.Errorf("unknown flush policy %q (want manual or auto)", c.Flush)
+	}
+	if c.FrontendFlush != "" && c.FrontendFlush != "manual" && c.FrontendFlush != "auto" {
+		return fmt.Errorf("unknown frontend flush policy %q (want manual or auto)", c.FrontendFlush)
+	}
+	return nil
+}
+
+// rpStream is one request's response stream as the engine sees it.
+type rpStream interface {
+	send(ctx context.Context, token []byte) error
+	finish() error
+}
+
+// rpPlane is one arm's set of frontends and engines.
+type rpPlane interface {
+	// open is the frontend side of request i: it creates the response
+	// stream on frontend h towards engine e, starts a goroutine that runs
+	// consume on what arrives, and returns what the engine needs to bind.
+	open(ctx context.Context, i, h, e int, consume func(next func() ([]byte, error)) error) (any, error)
+	// bind is the engine side: engine e takes over the stream of a
+	// dispatched request.
+	bind(ctx context.Context, e int, req any) (rpStream, error)
+	// pass ends one forward pass of engine e (the manual flush).
+	pass(e int)
+	close()
+}
+
+// ResponsePlane runs the harness and adds its figures to r.
+func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.FrontendFlush == "" {
+		cfg.FrontendFlush = "auto"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	params := map[string]any{"anchor_hosts": cfg.AnchorHosts, "engines": cfg.Engines, "requests": cfg.Requests,
+		"max_batch": cfg.MaxBatch, "tokens": cfg.Tokens, "pass_delay_ms": float64(cfg.PassDelay) / float64(time.Millisecond),
+		"flush_policy": cfg.Flush, "frontend_flush_policy": cfg.FrontendFlush, "procs": runtime.GOMAXPROCS(0)}
+	for rep := 0; rep < cfg.Reps; rep++ {
+		for _, arm := range rotated(cfg.Arms, rep) {
+			if err := responsePlaneRun(cfg, arm, params, r); err != nil {
+				return fmt.Errorf("%s, rep %d: %w", arm, rep+1, err)
+			}
+		}
+	}
+	for _, pair := range [][2]string{{"mux", "grpc"}, {"mux", "per-stream"}} {
+		if !slices.Contains(cfg.Arms, pair[0]) || !slices.Contains(cfg.Arms, pair[1]) {
+			continue
+		}
+		for _, metric := range []string{"cpu_us_per_token", "tokens_per_s"} {
+			num, _ := r.Find(responsePlaneHarness, pair[0], metric, params)
+			den, _ := r.Find(responsePlaneHarness, pair[1], metric, params)
+			r.Ratio(responsePlaneHarness, pair[0]+"/"+pair[1], metric+"_ratio", num, den, params)
+		}
+	}
+	return nil
+}
+
+func newPlane(ctx context.Context, cfg ResponsePlaneConfig, arm string) (rpPlane, error) {
+	switch arm {
+	case "mux":
+		policy := func(name string) streaming.FlushPolicy {
+			if name == "manual" {
+				return streaming.FlushManual
+			}
+			return streaming.FlushAuto
+		}
+		host := streaming.MuxConfig{InitialCredit: cfg.InitialCredit, Flush: policy(cfg.FrontendFlush)}
+		engine := streaming.MuxConfig{InitialCredit: cfg.InitialCredit, Flush: policy(cfg.Flush)}
+		return newVeloPlane(ctx, cfg, host, engine, "messenger-mux-v2")
+	case "per-stream":
+		off := streaming.MuxConfig{Disabled: true}
+		return newVeloPlane(ctx, cfg, off, off, wire.TCPStreamKey)
+	case "grpc":
+		return newGRPCPlane(cfg)
+	}
+	return nil, fmt.Errorf("unknown arm %q", arm)
+}
+
+// responsePlaneRun is one arm of one rep on fresh nodes.
+func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any, r *Report) error {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), cfg.Timeout, errors.New("run timed out"))
+	defer cancel()
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	plane, err := newPlane(ctx, cfg, arm)
+	if err != nil {
+		return err
+	}
+	defer plane.close()
+
+	n, T := cfg.Requests, cfg.Tokens
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) }
+	dispatched := make([]int64, n)
+	ttft := make([]int64, n)
+	tokLat := make([]int64, n*T)
+	var errMu sync.Mutex
+	var firstErr error
+	setErr := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		fail(err)
+	}
+
+	queues := make([]chan rpQueued, cfg.Engines)
+	for e := range queues {
+		queues[e] = make(chan rpQueued, n)
+	}
+	var engines sync.WaitGroup
+	for e := range cfg.Engines {
+		engines.Add(1)
+		go func() {
+			defer engines.Done()
+			if err := rpEngine(ctx, cfg, plane, e, queues[e], now); err != nil {
+				setErr(fmt.Errorf("engine %d: %w", e, err))
+			}
+		}()
+	}
+
+	runtime.GC()
+	writes0, cpu0, t0 := writeSyscalls(), processCPU(), time.Now()
+	var consumers sync.WaitGroup
+	for i := 0; i < n; i++ {
+		h, e := i%cfg.AnchorHosts, i%cfg.Engines
+		consume := func(next func() ([]byte, error)) error {
+			for pos := 0; ; pos++ {
+				p, err := next()
+				if err == io.EOF {
+					if pos != T {
+						return fmt.Errorf("request %d: %d tokens, want %d", i, pos, T)
+					}
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("request %d, token %d: %w", i, pos, err)
+				}
+				at := now()
+				if len(p) != rpTokenBytes {
+					return fmt.Errorf("request %d: token of %d bytes", i, len(p))
+				}
+				idx, got := binary.BigEndian.Uint64(p), int(binary.BigEndian.Uint32(p[8:]))
+				if idx != uint64(i) || got != pos {
+					return fmt.Errorf("request %d: got token %d of request %d at position %d", i, got, idx, pos)
+				}
+				if pos == 0 {
+					ttft[i] = at - dispatched[i]
+				}
+				if pos < T {
+					tokLat[i*T+pos] = at - int64(binary.BigEndian.Uint64(p[12:]))
+				}
+			}
+		}
+		consumers.Add(1)
+		dispatched[i] = now()
+		req, err := plane.open(ctx, i, h, e, func(next func() ([]byte, error)) error {
+			defer consumers.Done()
+			err := consume(next)
+			if err != nil {
+				setErr(err)
+			}
+			return err
+		})
+		if err != nil {
+			consumers.Done()
+			setErr(fmt.Errorf("request %d: open: %w", i, err))
+			break
+		}
+		queues[e] <- rpQueued{idx: i, req: req}
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	consumers.Wait()
+	wall, cpu, writes := time.Since(t0), processCPU()-cpu0, writeSyscalls()-writes0
+	engines.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+
+	tokens := float64(n * T)
+	r.Add(responsePlaneHarness, arm, "requests_per_s", "per_s", float64(n)/wall.Seconds(), params)
+	r.Add(responsePlaneHarness, arm, "tokens_per_s", "per_s", tokens/wall.Seconds(), params)
+	r.Add(responsePlaneHarness, arm, "cpu_us_per_token", "us", float64(cpu.Nanoseconds())/tokens/1e3, params)
+	if writes > 0 {
+		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(writes), params)
+	}
+	addQuantiles(r, arm, "ttft_", "ms", 1e6, ttft, []float64{0.5, 0.95, 0.99}, params)
+	addQuantiles(r, arm, "token_latency_", "us", 1e3, tokLat, []float64{0.5, 0.95, 0.99}, params)
+	return nil
+}
+
+// addQuantiles adds prefix+"pNN_"+unit for each q of ns (nanoseconds),
+// divided by div.
+func addQuantiles(r *Report, arm, prefix, unit string, div float64, ns []int64, qs []float64, params map[string]any) {
+	s := slices.Clone(ns)
+	slices.Sort(s)
+	for _, q := range qs {
+		v := float64(s[int(q*float64(len(s)-1))]) / div
+		r.Add(responsePlaneHarness, arm, fmt.Sprintf("%sp%d_%s", prefix, int(q*100+0.5), unit), unit, v, params)
+	}
+}
+
+// writeSyscalls is the write system calls this process has made
+// (/proc/self/io syscw: write, writev and their kin), or 0 where that
+// file is missing. Both ends of every arm live in this process, so a
+// delta counts the writes of frontends and engines, control included.
+func writeSyscalls() uint64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// rpQueued is a dispatched request on an engine's queue.
+type rpQueued struct {
+	idx int
+	req any
+}
+
+// rpEngine is one engine's continuous batching loop: admit queued requests
+// up to MaxBatch, then one forward pass puts one token on every active
+// stream, finishes the streams that reached Tokens, ends the pass, and
+// waits PassDelay.
+func rpEngine(ctx context.Context, cfg ResponsePlaneConfig, plane rpPlane, e int, queue <-chan rpQueued, now func() int64) error {
+	type active struct {
+		st  rpStream
+		idx uint64
+		pos int
+	}
+	batch := make([]active, 0, cfg.MaxBatch)
+	open := true
+	admit := func(q rpQueued) error {
+		st, err := plane.bind(ctx, e, q.req)
+		if err != nil {
+			return fmt.Errorf("request %d: bind: %w", q.idx, err)
+		}
+		batch = append(batch, active{st: st, idx: uint64(q.idx)})
+		return nil
+	}
+	for open || len(batch) > 0 {
+		// Admission: wait only when the batch is empty.
+	admitting:
+		for open && len(batch) < cfg.MaxBatch {
+			if len(batch) == 0 {
+				select {
+				case q, ok := <-queue:
+					if !ok {
+						open = false
+						break admitting
+					}
+					if err := admit(q); err != nil {
+						return err
+					}
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+				continue
+			}
+			select {
+			case q, ok := <-queue:
+				if !ok {
+					open = false
+					break admitting
+				}
+				if err := admit(q); err != nil {
+					return err
+				}
+			default:
+				break admitting
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		// One forward pass.
+		for j := range batch {
+			a := &batch[j]
+			tok := make([]byte, rpTokenBytes) // grpc may hold a sent message: a fresh buffer per token
+			binary.BigEndian.PutUint64(tok, a.idx)
+			binary.BigEndian.PutUint32(tok[8:], uint32(a.pos))
+			binary.BigEndian.PutUint64(tok[12:], uint64(now()))
+			if err := a.st.send(ctx, tok); err != nil {
+				return fmt.Errorf("request %d, token %d: %w", a.idx, a.pos, err)
+			}
+			a.pos++
+		}
+		kept := batch[:0]
+		for _, a := range batch {
+			if a.pos < cfg.Tokens {
+				kept = append(kept, a)
+				continue
+			}
+			if err := a.st.finish(); err != nil {
+				return fmt.Errorf("request %d: finish: %w", a.idx, err)
+			}
+		}
+		clear(batch[len(kept):])
+		batch = kept
+		plane.pass(e)
+		if cfg.PassDelay > 0 {
+			time.Sleep(cfg.PassDelay)
+		}
+	}
+	return nil
+}
+
+// veloPlane is the velo arms: AnchorHosts frontend nodes and Engines
+// engine nodes, each its own velo node on loopback TCP, every frontend
+// registered with every engine.
+type veloPlane struct {
+	hosts, engines []*velo.Node
+	wantKey        string
+	manual         bool
+}
+
+func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine streaming.MuxConfig, wantKey string) (*veloPlane, error) {
+	p := &veloPlane{wantKey: wantKey, manual: !engine.Disabled && engine.Flush == streaming.FlushManual}
+	start := func(mc streaming.MuxConfig) (*velo.Node, error) {
+		tr, err := NewTransport("tcp")
+		if err != nil {
+			return nil, err
+		}
+		return velo.New(ctx, velo.WithTransport(tr), velo.WithMux(mc))
+	}
+	for range cfg.AnchorHosts {
+		n, err := start(host)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.hosts = append(p.hosts, n)
+	}
+	for range cfg.Engines {
+		n, err := start(engine)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.engines = append(p.engines, n)
+	}
+	for _, h := range p.hosts {
+		for _, e := range p.engines {
+			if err := h.RegisterPeer(e.PeerInfo()); err != nil {
+				p.close()
+				return nil, err
+			}
+			if err := e.RegisterPeer(h.PeerInfo()); err != nil {
+				p.close()
+				return nil, err
+			}
+		}
+	}
+	return p, nil
+}
+
+func (p *veloPlane) open(ctx context.Context, i, h, e int, consume func(func() ([]byte, error)) error) (any, error) {
+	a, err := streaming.CreateAnchor[[]byte](p.hosts[h].Streams)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer a.Close()
+		consume(func() ([]byte, error) { return a.NextBytes(ctx) })
+	}()
+	return a.Handle(), nil
+}
+
+type veloStream struct{ s *streaming.Sender[[]byte] }
+
+func (p *veloPlane) bind(ctx context.Context, e int, req any) (rpStream, error) {
+	s, err := streaming.AttachAnchor[[]byte](ctx, p.engines[e].Streams, req.(wire.AnchorHandle))
+	if err != nil {
+		return nil, err
+	}
+	if got := s.NegotiatedTransport(); got != p.wantKey {
+		s.Close()
+		return nil, fmt.Errorf("negotiated %q, want %q", got, p.wantKey)
+	}
+	return veloStream{s: s}, nil
+}
+
+func (s veloStream) send(ctx context.Context, tok []byte) error { return s.s.SendBytes(ctx, tok) }
+
+func (s veloStream) finish() error {
+	err := s.s.Finalize()
+	s.s.Close()
+	return err
+}
+
+func (p *veloPlane) pass(e int) {
+	if p.manual {
+		p.engines[e].Streams.FlushBatch()
+	}
+}
+
+func (p *veloPlane) close() {
+	for _, n := range append(slices.Clone(p.engines), p.hosts...) {
+		shutdownWithin(n, 5*time.Second)
+	}
+}
