@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -90,7 +92,30 @@ func DialAddr(raw []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return pick(ifs, localPrefixes()), nil
+	if len(ifs) == 1 { // nothing to choose: skip the interface list
+		return net.JoinHostPort(ifs[0].IP, strconv.Itoa(int(ifs[0].Port))), nil
+	}
+	return pick(ifs, cachedPrefixes()), nil
+}
+
+// prefixCache keeps this host's interface prefixes for a few seconds:
+// listing them asks the kernel (netlink on Linux), which cost a stream
+// attach more than the rest of its round trip.
+var prefixCache struct {
+	sync.Mutex
+	at  time.Time
+	val []netip.Prefix
+}
+
+const prefixCacheTTL = 5 * time.Second
+
+func cachedPrefixes() []netip.Prefix {
+	prefixCache.Lock()
+	defer prefixCache.Unlock()
+	if prefixCache.val == nil || time.Since(prefixCache.at) > prefixCacheTTL {
+		prefixCache.val, prefixCache.at = localPrefixes(), time.Now()
+	}
+	return prefixCache.val
 }
 
 func pick(ifs []Interface, local []netip.Prefix) string {
