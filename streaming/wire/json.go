@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"strconv"
 	"unicode/utf8"
 )
@@ -88,22 +87,28 @@ func appendHiLoJSON(dst []byte, hi, lo uint64) []byte {
 // jsonObject calls visit for each member of the JSON object that fills b,
 // in order. It refuses anything but one object, a key given twice, and
 // input that is not UTF-8.
+//
+// It checks the syntax once with json.Valid and then walks the members by
+// hand: json.Decoder's token stream allocated for every token, and the
+// attach bodies it reads are on the path of every stream's setup.
 func jsonObject(b []byte, what string, visit func(key string, val json.RawMessage) error) error {
 	if !utf8.Valid(b) {
 		return malformed("%s: not UTF-8", what)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	if !json.Valid(b) {
+		return malformed("%s: not valid JSON", what)
+	}
+	i := skipJSONSpace(b, 0)
+	if b[i] != '{' {
 		return malformed("%s: not a JSON object", what)
 	}
-	var seen []string // bodies have a handful of keys
-	for dec.More() {
-		tok, err := dec.Token()
+	i = skipJSONSpace(b, i+1)
+	var seenBuf [8]string // bodies have a handful of keys
+	seen := seenBuf[:0]
+	for b[i] != '}' {
+		end := scanJSONString(b, i)
+		key, err := jsonKey(b[i:end])
 		if err != nil {
-			return malformed("%s: %v", what, err)
-		}
-		key, ok := tok.(string)
-		if !ok {
 			return malformed("%s: bad key", what)
 		}
 		for _, k := range seen {
@@ -112,21 +117,88 @@ func jsonObject(b []byte, what string, visit func(key string, val json.RawMessag
 			}
 		}
 		seen = append(seen, key)
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return malformed("%s: field %q: %v", what, key, err)
-		}
-		if err := visit(key, val); err != nil {
+		i = skipJSONSpace(b, skipJSONSpace(b, end)+1) // past the colon
+		vend := scanJSONValue(b, i)
+		if err := visit(key, json.RawMessage(b[i:vend:vend])); err != nil {
 			return err
 		}
+		i = skipJSONSpace(b, vend)
+		if b[i] == ',' {
+			i = skipJSONSpace(b, i+1)
+		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return malformed("%s: %v", what, err)
+	return nil // json.Valid saw one value: nothing follows the object
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return malformed("%s: data after the object", what)
+	return i
+}
+
+// scanJSONString returns the index just past the string that starts at
+// b[i] (a quote). b is valid JSON.
+func scanJSONString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
 	}
-	return nil
+	return len(b)
+}
+
+// scanJSONValue returns the index just past the value that starts at b[i].
+// b is valid JSON.
+func scanJSONValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return scanJSONString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = scanJSONString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	for i < len(b) && !bytesContain(",}] \t\n\r", b[i]) {
+		i++
+	}
+	return i
+}
+
+func bytesContain(set string, c byte) bool {
+	for j := 0; j < len(set); j++ {
+		if set[j] == c {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonKey reads a quoted key; only a key with escapes pays for a decode.
+func jsonKey(q []byte) (string, error) {
+	if len(q) < 2 || q[0] != '"' {
+		return "", errors.New("not a string")
+	}
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var k string
+	err := json.Unmarshal(q, &k)
+	return k, err
 }
 
 // jsonUint reads an unsigned integer of at most bits bits: digits only, as
