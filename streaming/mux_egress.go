@@ -676,6 +676,59 @@ func (b *batcher) epochDeathWith(_ error) {
 	b.mx.epochDeaths()
 }
 
+// goodbye posts, before the mux stops, a CloseSlot for every stream
+// between this node and the peer: PeerGone for the slots of this node's
+// producers (their consumers see ErrSenderDropped at once) and
+// UnknownSlot for theirs, the peer's slots this node consumes (their
+// producers see the cancel). A refused post ends it: the peer's
+// connection is gone, and its own peer loss path takes over.
+func (b *batcher) goodbye(theirs []muxwire.SlotID) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	recs := make([]closeReply, 0, b.liveCount()+len(theirs))
+	b.mu.Lock()
+	for _, s := range b.slots {
+		if s != nil && !s.closed {
+			recs = append(recs, closeReply{s.id, muxwire.PeerGone})
+		}
+	}
+	// Closes still owed go too: Manager.Close cancels its anchors just
+	// before the mux stops, and the batcher's goroutine may not have
+	// written them yet.
+	for id, reason := range b.closes {
+		recs = append(recs, closeReply{id, reason})
+	}
+	clear(b.closes)
+	b.mu.Unlock()
+	for _, id := range theirs {
+		recs = append(recs, closeReply{id, muxwire.UnknownSlot})
+	}
+	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
+	for len(recs) > 0 {
+		n := min(len(recs), per)
+		b.mu.Lock()
+		b.seq++
+		epoch, seq := b.epoch, b.seq
+		b.mu.Unlock()
+		var enc muxwire.Encoder
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+n*muxwire.RecordLen(muxwire.CloseSlotBodyLen)), b.lane, epoch, seq)
+		for _, r := range recs[:n] {
+			enc.CloseSlot(r.id, 0, r.reason)
+		}
+		if b.mx.post(b.peer, b.lane, enc.Batch()) != nil {
+			return
+		}
+		b.mx.countBatch(n)
+		recs = recs[n:]
+	}
+}
+
+func (b *batcher) liveCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live
+}
+
 // idle says the batcher has no live slot and has not been used for ttl.
 func (b *batcher) idle(now time.Time, ttl time.Duration) bool {
 	b.mu.Lock()

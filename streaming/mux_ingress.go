@@ -164,6 +164,7 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	}
 	ip := mx.ingressFor(peer)
 	if ip == nil {
+		mx.refuseOpens(peer, lane, batch)
 		return nil
 	}
 	mx.n.batchesRecv.Add(1)
@@ -189,6 +190,32 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	ip.send(rep)
 	ip.reconcileDirty() // the arrival path: credit rides back with this batch's wake
 	return nil
+}
+
+// refuseOpens answers the OpenSlots of a batch that reached a closed mux
+// with CloseSlot{UnknownSlot}: a producer whose attach was answered just
+// before this node's Manager closed would otherwise hold its slot open
+// until its own node ends. It writes in a fresh epoch, as the batchers
+// are gone; the peer's streams from this node are over anyway.
+func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
+	var enc muxwire.Encoder
+	recs := batch.Records()
+	for {
+		rec, ok := recs.Next()
+		if !ok {
+			break
+		}
+		if rec.Type != muxwire.OpenSlot {
+			continue
+		}
+		if enc.Count() == 0 {
+			enc.Start(nil, lane, mx.epochs.Add(1), 1)
+		}
+		enc.CloseSlot(rec.Slot, 0, muxwire.UnknownSlot)
+	}
+	if enc.Count() > 0 {
+		mx.post(peer, lane, enc.Batch())
+	}
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every
@@ -376,6 +403,19 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 		s.terminal = true
 		s.st.terminate(&senderCore{st: s.st}, droppedFrame, false)
 	}
+}
+
+// liveIDs lists the peer's open slots on this node.
+func (ip *ingressPeer) liveIDs() []muxwire.SlotID {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	ids := make([]muxwire.SlotID, 0, ip.live)
+	for _, s := range ip.slots {
+		if s != nil {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
 }
 
 // retireAll ends every slot of the peer with Dropped (epoch death, a lost
