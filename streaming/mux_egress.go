@@ -36,22 +36,24 @@ type batcher struct {
 	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
 	writeMu sync.Mutex
 
-	mu      sync.Mutex
-	epoch   uint64
-	seq     uint32 // the last batch_seq used in this epoch
-	slots   []*outSlot
-	gens    []uint8  // generation of each index ever allocated
-	free    []uint32 // free indices, last in first out
-	live    int      // open slots
-	ready   []*outSlot
-	credit  map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
-	closes  map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
-	signals map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
-	awake   bool                                   // the goroutine is building; no wake needed
-	kicked  bool                                   // FlushBatch under the Manual policy
-	lingerT *time.Timer                            // reply_linger of a batch of only credit replies
-	stopped bool
-	lastUse time.Time
+	mu       sync.Mutex
+	epoch    uint64
+	seq      uint32 // the last batch_seq used in this epoch
+	slots    []*outSlot
+	gens     []uint8  // generation of each index ever allocated
+	free     []uint32 // free indices, last in first out
+	live     int      // open slots
+	ready    []*outSlot
+	credit   map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	closes   map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
+	signals  map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
+	awake    bool                                   // the goroutine is building; no wake needed
+	kicked   bool                                   // FlushBatch under the Manual policy
+	kickGen  uint64                                 // FlushBatch calls so far: what a slot queued before one is owed a write
+	lingerT  *time.Timer                            // reply_linger of a batch of only credit replies
+	lingered bool                                   // lingerT fired: the replies may go
+	stopped  bool
+	lastUse  time.Time
 
 	wake chan struct{} // cap 1
 	done chan struct{} // closed when the goroutine returns
@@ -70,6 +72,7 @@ type outSlot struct {
 	qBytes  int
 	credit  uint32 // data credit the consumer granted and this side has not spent
 	seq     uint32 // next frame_seq
+	qGen    uint64 // the batcher's kickGen when q last went from empty to not
 	inReady bool
 	active  bool // a record was queued since the last heartbeat
 
@@ -191,8 +194,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			b.mu.Unlock()
 			return ErrCancelled
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget):
-			s.q = append(s.q, frame)
-			s.qBytes += len(frame)
+			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
 			b.mu.Unlock()
@@ -219,6 +221,24 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 	}
 }
 
+// enqueueLocked appends a record to s's queue, noting the FlushBatch
+// generation it waits from.
+func (s *outSlot) enqueueLocked(frame []byte) {
+	if len(s.q) == 0 {
+		s.qGen = s.b.kickGen
+	}
+	s.q = append(s.q, frame)
+	s.qBytes += len(frame)
+}
+
+// owedLocked says a FlushBatch came while s held records it could not
+// send for lack of credit. Under FlushManual those go when credit
+// returns, without another FlushBatch: the application asked for them,
+// and the credit it waited for may come long after.
+func (s *outSlot) owedLocked() bool {
+	return len(s.q) > 0 && s.qGen < s.b.kickGen
+}
+
 // readyLocked lists s for the batcher when it has something it may send,
 // and says whether the batcher must be woken to see it.
 func (s *outSlot) readyLocked() bool {
@@ -228,7 +248,10 @@ func (s *outSlot) readyLocked() bool {
 	b := s.b
 	s.inReady = true
 	b.ready = append(b.ready, s)
-	return !b.awake && b.autoFlush()
+	// A slot that holds a terminal is urgent under every policy, also when
+	// credit comes back for the records in front of it: else, under
+	// FlushManual, the end of a stream would wait for a FlushBatch.
+	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked())
 }
 
 func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
@@ -249,8 +272,7 @@ func (s *outSlot) terminate(frame []byte) error {
 		b.mu.Unlock()
 		return ErrCancelled
 	}
-	s.q = append(s.q, frame)
-	s.qBytes += len(frame)
+	s.enqueueLocked(frame)
 	wake := s.readyLocked()
 	s.wakeSpaceLocked()
 	urgent := !b.awake && !wake && s.inReady // listed but the policy waits: a terminal makes its batch urgent
@@ -313,6 +335,7 @@ func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush != FlushManual }
 func (b *batcher) kick() {
 	b.mu.Lock()
 	b.kicked = true
+	b.kickGen++
 	b.mu.Unlock()
 	b.signal()
 }
@@ -327,9 +350,19 @@ func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
 	}
 	start := b.lingerT == nil && !b.awake
 	if start {
-		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.signal)
+		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
 	}
 	b.mu.Unlock()
+}
+
+// lingerEnd ends a reply's linger window. It marks the window over, not
+// only wakes the batcher: under FlushManual nothing else would let the
+// replies go, and the peer's producers would wait for credit for good.
+func (b *batcher) lingerEnd() {
+	b.mu.Lock()
+	b.lingered = true
+	b.mu.Unlock()
+	b.signal()
 }
 
 // replyClose queues a CloseSlot for a slot the peer owns; it supersedes
@@ -425,7 +458,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data := b.autoFlush() || b.kicked
-	lingerDone := b.lingerT == nil
+	lingerDone := b.lingerT == nil || b.lingered
 	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
 		return nil, 0, nil, false
@@ -459,14 +492,18 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	}
 	if b.lingerT != nil {
 		b.lingerT.Stop()
-		b.lingerT = nil
+		b.lingerT, b.lingered = nil, false
 	}
 	keep := b.ready[:0]
 	cut := false
 	for i, s := range b.ready {
-		if cut || (!data && !s.terminal) {
+		if cut {
 			keep = append(keep, b.ready[i:]...)
 			break
+		}
+		if !data && !s.terminal && !s.owedLocked() {
+			keep = append(keep, s)
+			continue
 		}
 		var done bool
 		done, cut = b.drainSlotLocked(s, &enc, full)
@@ -501,7 +538,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 
 func (b *batcher) hasUrgentLocked() bool {
 	for _, s := range b.ready {
-		if s.terminal {
+		if s.terminal || s.owedLocked() {
 			return true
 		}
 	}
