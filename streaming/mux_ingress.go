@@ -198,24 +198,33 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 // until its own node ends. It writes in a fresh epoch, as the batchers
 // are gone; the peer's streams from this node are over anyway.
 func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
-	var enc muxwire.Encoder
+	var closes []closeReply
 	recs := batch.Records()
 	for {
 		rec, ok := recs.Next()
 		if !ok {
 			break
 		}
-		if rec.Type != muxwire.OpenSlot {
-			continue
+		if rec.Type == muxwire.OpenSlot {
+			closes = append(closes, closeReply{rec.Slot, muxwire.UnknownSlot})
 		}
-		if enc.Count() == 0 {
-			enc.Start(nil, lane, mx.epochs.Add(1), 1)
-		}
-		enc.CloseSlot(rec.Slot, 0, muxwire.UnknownSlot)
 	}
-	if enc.Count() > 0 {
-		mx.post(peer, lane, enc.Batch())
+	mx.postCloses(peer, lane, closes)
+}
+
+// postCloses writes closes to peer without a batcher (the mux is closed),
+// in a fresh epoch. One batch: a single inbound batch cannot name more
+// slots than a batch holds.
+func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
+	if len(closes) == 0 {
+		return
 	}
+	var enc muxwire.Encoder
+	enc.Start(nil, lane, mx.epochs.Add(1), 1)
+	for _, c := range closes {
+		enc.CloseSlot(c.id, 0, c.reason)
+	}
+	mx.post(peer, lane, enc.Batch())
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every
@@ -441,6 +450,9 @@ func (ip *ingressPeer) send(rep replies) {
 	}
 	b, err := ip.mx.batcherFor(ip.peer)
 	if err != nil {
+		// The mux closed while this batch was applied: its goodbye may have
+		// missed a slot opened here just now, so answer directly.
+		ip.mx.postCloses(ip.peer, 0, rep.closes)
 		return
 	}
 	for _, c := range rep.closes {

@@ -578,8 +578,10 @@ func TestMuxPeerLoss(t *testing.T) {
 			ends := make(chan streamEnd, streams)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			var retired []*Sender[[]byte]
 			for range streams {
 				a, s := muxStream(t, producer, consumer)
+				retired = append(retired, s)
 				go consumeUntilEnd(a, ends)
 				go func() { // sends until the stream fails
 					for i := 0; ctx.Err() == nil; i++ {
@@ -607,6 +609,22 @@ func TestMuxPeerLoss(t *testing.T) {
 			t.Logf("%s: the last of %d streams ended %v after the loss", way.name, streams, worst)
 			if worst > 100*time.Millisecond {
 				t.Errorf("the last stream ended %v after the loss, want within 100ms", worst)
+			}
+			for _, s := range retired { // the producer hears of the loss too
+				select {
+				case <-s.Cancelled():
+				case <-time.After(5 * time.Second):
+					t.Fatal("a producer was not cancelled by the loss")
+				}
+			}
+			if way.name != "manager-close" {
+				return
+			}
+			for _, s := range retired { // the producer's node tore down: its output is lost
+				s.Finalize()
+				if out := retiredOutcome(t, s.Retired(), s); out != RetireDiscarded {
+					t.Fatalf("retired %v after the producer's Manager closed, want Discarded", out)
+				}
 			}
 		})
 	}
