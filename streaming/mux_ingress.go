@@ -557,7 +557,7 @@ func (s *inSlot) consumerGone() {
 // watch is one watchdog window over the peer's slots: a slot that got
 // nothing while its producer held credit misses the window; after
 // DetectionMultiplier misses it ends with Dropped.
-func (ip *ingressPeer) watch() (fired int) {
+func (ip *ingressPeer) watch() {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
 	for _, s := range ip.slots {
@@ -570,12 +570,13 @@ func (ip *ingressPeer) watch() (fired int) {
 		default:
 			s.misses++
 			if s.misses >= DetectionMultiplier {
+				// Counted before the end is delivered, so that a consumer
+				// that sees ErrSenderDropped can tell a watchdog kill.
+				ip.mx.n.watchdogFirings.Add(1)
 				ip.endLocked(s, true)
-				fired++
 			}
 		}
 	}
-	return fired
 }
 
 // deliver puts a record from the mux into the inlet, past its limit (the

@@ -104,8 +104,8 @@ func TestMuxWatchdog(t *testing.T) {
 		t.Fatalf("want ErrSenderDropped from the watchdog, got %v", err)
 	}
 	t.Logf("the watchdog ended the stream %v after its batches were lost (window %v)", time.Since(start), hb)
-	if cm.n.watchdogFirings.Load() != 1 {
-		t.Fatalf("watchdog firings %d, want 1", cm.n.watchdogFirings.Load())
+	if n := consumer.sm.WatchdogFirings(); n != 1 {
+		t.Fatalf("WatchdogFirings %d when the stream ended, want 1", n)
 	}
 }
 

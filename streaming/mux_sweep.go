@@ -148,9 +148,7 @@ func (mx *mux) evictIdle(now time.Time) {
 // watchdog runs one window of the stream watchdog over every peer.
 func (mx *mux) watchdog() {
 	for _, ip := range mx.ingressPeers() {
-		if n := ip.watch(); n > 0 {
-			mx.n.watchdogFirings.Add(uint64(n))
-		}
+		ip.watch()
 	}
 }
 
