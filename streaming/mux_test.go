@@ -731,3 +731,87 @@ func TestMuxTeardown(t *testing.T) {
 		}
 	}
 }
+
+// readAll reads n tokens in order then the end, pausing pause after each
+// (a slow consumer), and reports the first fault.
+func readAll(a *Anchor[[]byte], n int, pause time.Duration) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		for i := range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			v, err := a.Next(ctx)
+			cancel()
+			if err != nil || !bytes.Equal(v, token(i)) {
+				ch <- fmt.Errorf("token %d = %q, %v", i, v, err)
+				return
+			}
+			if pause > 0 {
+				time.Sleep(pause) // pacing only: no outcome waits on it
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := a.Next(ctx); err != io.EOF {
+			ch <- fmt.Errorf("after %d tokens: %v, want io.EOF", n, err)
+			return
+		}
+		ch <- nil
+	}()
+	return ch
+}
+
+// TestMuxMixedConsumers: slow, fast and stopped consumers share one peer;
+// every stream but the stopped one delivers all its tokens in order, the
+// ingress never stalls, no credit is lost, and the credit the consumer
+// sent is what the producer received.
+func TestMuxMixedConsumers(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 8})
+	stuck, stuckS := muxStream(t, producer, consumer)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for i := 0; stuckS.Send(ctx, token(i)) == nil; i++ {
+		}
+	}()
+	type kind struct {
+		streams, tokens int
+		pause           time.Duration
+	}
+	var ends []<-chan error
+	for _, k := range []kind{{8, 1000, 0}, {4, 100, 200 * time.Microsecond}} {
+		for range k.streams {
+			a, s := muxStream(t, producer, consumer)
+			ends = append(ends, readAll(a, k.tokens, k.pause))
+			sent, done := fillAsync(s, 0, k.tokens), make(chan error, 1)
+			ends = append(ends, done)
+			go func() {
+				err := <-sent
+				if err == nil {
+					err = s.Finalize()
+				}
+				done <- err
+			}()
+		}
+	}
+	for _, ch := range ends {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a stream sharing the peer with a stopped consumer did not finish")
+		}
+	}
+	if got := queued(&stuck.st); got != 8 {
+		t.Fatalf("the stopped consumer holds %d records, want C=8", got)
+	}
+	pm, cm := muxOf(t, producer), muxOf(t, consumer)
+	waitFor(t, "credit in flight to land", func() bool { return cm.n.creditSent.Load() == pm.n.creditReceived.Load() })
+	for _, mx := range []*mux{pm, cm} {
+		if mx.n.readerStall.Load() != 0 || mx.n.creditLost.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
+			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.n.readerStall.Load(), mx.n.creditLost.Load(), mx.n.protocolErrors.Load())
+		}
+	}
+	t.Logf("%d records in %d batches; credit exhausted %d times", pm.n.recordsSent.Load(), pm.n.batchesSent.Load(), pm.n.creditExhausted.Load())
+}
