@@ -84,13 +84,16 @@ func TestMuxManyStreamsShareConnections(t *testing.T) {
 func TestMuxAllocsPerRecord(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	a, s := muxStream(t, producer, consumer)
-	ctx := context.Background()
+	// One deadline for the whole run: a context per Next would count its
+	// own allocations (five) against the mux.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	payload := make([]byte, 40)
 	step := func() {
 		if err := s.Send(ctx, payload); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+		if _, err := a.Next(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

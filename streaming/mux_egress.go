@@ -559,9 +559,9 @@ func (s *outSlot) readyAgainLocked() bool {
 // slot; done says so. cut says the batch is full.
 func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool) (done, cut bool) {
 	n := 0
-	for len(s.q) > 0 {
-		rec := s.q[0]
-		last := s.terminal && len(s.q) == 1
+	for n < len(s.q) {
+		rec := s.q[n]
+		last := s.terminal && n == len(s.q)-1
 		if !last && s.credit == 0 {
 			break
 		}
@@ -575,8 +575,6 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		}
 		enc.Data(s.id, s.seq, rec)
 		s.seq++
-		s.q[0] = nil
-		s.q = s.q[1:]
 		s.qBytes -= len(rec)
 		n++
 		if last {
@@ -590,9 +588,12 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.credit--
 	}
 	if n > 0 {
-		if len(s.q) == 0 {
-			s.q = nil // let the backing array go; a busy slot makes a new one
-		}
+		// Shift the rest down rather than reslice, so the queue keeps its
+		// array (at most about C+1 records) and a steady stream queues
+		// without allocating.
+		rest := copy(s.q, s.q[n:])
+		clear(s.q[rest:])
+		s.q = s.q[:rest]
 		s.wakeSpaceLocked()
 	}
 	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {

@@ -50,6 +50,7 @@ type ingressPeer struct {
 
 	dirtyMu   sync.Mutex
 	dirty     []*inSlot
+	spare     []*inSlot // the other buffer of dirty: a steady stream lists slots without allocating
 	lastVisit time.Time
 }
 
@@ -502,15 +503,21 @@ func (mx *mux) ring() {
 func (ip *ingressPeer) reconcileDirty() {
 	ip.dirtyMu.Lock()
 	ds := ip.dirty
-	ip.dirty = nil
+	ip.dirty, ip.spare = ip.spare, nil
 	ip.lastVisit = time.Now()
 	ip.dirtyMu.Unlock()
 	if len(ds) == 0 {
 		return
 	}
+	defer ip.returnSpare(ds)
+	b, err := ip.mx.batcherFor(ip.peer)
+	if err != nil {
+		return
+	}
+	// Replies are queued under the table's lock (the batcher's lock nests
+	// in it, as on the arrival path), so no list of grants is built.
 	ip.mu.Lock()
-	grants := make([]closeReply, 0, len(ds)) // id and delta; reason unused
-	deltas := make([]uint32, 0, len(ds))
+	defer ip.mu.Unlock()
 	for _, s := range ds {
 		s.dirty.Store(false) // before the swap: a take after it lists the slot again
 		d := s.drained.Swap(0)
@@ -518,21 +525,20 @@ func (ip *ingressPeer) reconcileDirty() {
 			continue
 		}
 		s.held += d
-		grants = append(grants, closeReply{id: s.id})
-		deltas = append(deltas, d)
+		ip.mx.n.creditSent.Add(uint64(d))
+		b.reply(s.id, d)
 	}
-	ip.mu.Unlock()
-	if len(grants) == 0 {
-		return
+}
+
+// returnSpare keeps ds as the next dirty buffer, unless another visit
+// already left one.
+func (ip *ingressPeer) returnSpare(ds []*inSlot) {
+	clear(ds)
+	ip.dirtyMu.Lock()
+	if ip.spare == nil {
+		ip.spare = ds[:0]
 	}
-	b, err := ip.mx.batcherFor(ip.peer)
-	if err != nil {
-		return
-	}
-	for i, g := range grants {
-		ip.mx.n.creditSent.Add(uint64(deltas[i]))
-		b.reply(g.id, deltas[i])
-	}
+	ip.dirtyMu.Unlock()
 }
 
 // consumerGone closes the slot of an anchor that its consumer cancelled
