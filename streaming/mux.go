@@ -113,6 +113,7 @@ type muxCounters struct {
 	readerStall, creditLost    atomic.Uint64 // must stay 0
 	producerBackpressure       atomic.Uint64
 	creditSent, creditReceived atomic.Uint64
+	creditReposted             atomic.Uint64 // credit of a refused batch, owed again
 }
 
 // mux is the messenger mux of one Manager.

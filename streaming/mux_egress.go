@@ -45,6 +45,7 @@ type batcher struct {
 	live     int      // open slots
 	ready    []*outSlot
 	credit   map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	flying   map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
 	closes   map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals  map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake    bool                                   // the goroutine is building; no wake needed
@@ -91,6 +92,7 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 		mx: mx, peer: peer, lane: lane,
 		epoch:   mx.epochs.Add(1),
 		credit:  make(map[muxwire.SlotID]uint32),
+		flying:  make(map[muxwire.SlotID]uint32),
 		closes:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		signals: make(map[muxwire.SlotID]lifecycleSignal),
 		wake:    make(chan struct{}, 1),
@@ -425,6 +427,7 @@ func (b *batcher) flush() {
 		}
 		err := b.mx.post(b.peer, b.lane, batch)
 		b.mx.countBatch(records)
+		b.settleCredit(err == nil)
 		if err != nil {
 			for _, s := range retired {
 				s.retire(RetireDiscarded)
@@ -441,6 +444,26 @@ func (b *batcher) flush() {
 			break
 		}
 	}
+}
+
+// settleCredit forgets the credit of a posted batch, or owes it again when
+// the batch was refused: the consumer already counted it as the
+// producer's, and the producer's slots live in the peer's epoch, not in
+// the one this refusal ends. The re-post rides the next batch, at most a
+// reply linger later.
+func (b *batcher) settleCredit(posted bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !posted {
+		for id, d := range b.flying {
+			b.credit[id] += d
+			b.mx.n.creditReposted.Add(uint64(d))
+		}
+		if len(b.flying) > 0 && b.lingerT == nil && !b.stopped {
+			b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+		}
+	}
+	clear(b.flying)
 }
 
 // retire settles s's retirement under the batcher's lock.
@@ -489,6 +512,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.CreditUpdate(id, 0, d)
 		delete(b.credit, id)
+		b.flying[id] += d
 	}
 	if b.lingerT != nil {
 		b.lingerT.Stop()
@@ -705,9 +729,9 @@ func (b *batcher) epochDeathWith(_ error) {
 		}
 	}
 	b.ready = b.ready[:0]
-	clear(b.credit)
-	clear(b.closes)
-	clear(b.signals)
+	// The replies owed for the peer's slots (credit, closes, stops) stay:
+	// those slots belong to the peer's epoch, which this one's death does
+	// not end; dropping their credit would stall them for good.
 	b.epoch = b.mx.epochs.Add(1)
 	b.seq = 0
 	b.mu.Unlock()

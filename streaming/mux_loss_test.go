@@ -172,3 +172,35 @@ func TestMuxIdleSweepAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxCreditRepostedAfterRefusedReply: the consumer's batch of credit
+// replies is refused (epoch death of the consumer's batcher). That epoch
+// is the consumer's own; the producer's stream lives in the producer's
+// epoch and must not lose the credit: it is posted again, and the stream
+// finishes.
+func TestMuxCreditRepostedAfterRefusedReply(t *testing.T) {
+	const c = 4
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c})
+	var gate postGate
+	gate.install(muxOf(t, consumer))
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 2*c+1) // C delivered, C+1 withheld
+	gate.refuse.Store(1) // the first credit reply is refused
+	const n = 20 * c
+	sent := fillAsync(s, 2*c+1, n-(2*c+1))
+	for i := range n {
+		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+			cr, q, _ := slotState(s.mx)
+			t.Fatalf("token %d: %v (producer credit %d, queued %d)", i, err, cr, q)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if gate.refuse.Load() > 0 {
+		t.Fatal("no reply was refused")
+	}
+	if muxOf(t, consumer).n.creditReposted.Load() == 0 {
+		t.Fatal("credit_reposted not counted")
+	}
+}
