@@ -36,25 +36,27 @@ type batcher struct {
 	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
 	writeMu sync.Mutex
 
-	mu       sync.Mutex
-	epoch    uint64
-	seq      uint32 // the last batch_seq used in this epoch
-	slots    []*outSlot
-	gens     []uint8  // generation of each index ever allocated
-	free     []uint32 // free indices, last in first out
-	live     int      // open slots
-	ready    []*outSlot
-	credit   map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
-	flying   map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
-	closes   map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
-	signals  map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
-	awake    bool                                   // the goroutine is building; no wake needed
-	kicked   bool                                   // FlushBatch under the Manual policy
-	kickGen  uint64                                 // FlushBatch calls so far: what a slot queued before one is owed a write
-	lingerT  *time.Timer                            // reply_linger of a batch of only credit replies
-	lingered bool                                   // lingerT fired: the replies may go
-	stopped  bool
-	lastUse  time.Time
+	mu            sync.Mutex
+	epoch         uint64
+	seq           uint32 // the last batch_seq used in this epoch
+	slots         []*outSlot
+	gens          []uint8  // generation of each index ever allocated
+	free          []uint32 // free indices, last in first out
+	live          int      // open slots
+	ready         []*outSlot
+	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
+	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
+	flyingSignals map[muxwire.SlotID]lifecycleSignal     // stops and cancels in the batch being posted
+	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
+	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
+	awake         bool                                   // the goroutine is building; no wake needed
+	kicked        bool                                   // FlushBatch under the Manual policy
+	kickGen       uint64                                 // FlushBatch calls so far: what a slot queued before one is owed a write
+	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
+	lingered      bool                                   // lingerT fired: the replies may go
+	stopped       bool
+	lastUse       time.Time
 
 	wake chan struct{} // cap 1
 	done chan struct{} // closed when the goroutine returns
@@ -90,13 +92,15 @@ type outSlot struct {
 func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 	b := &batcher{
 		mx: mx, peer: peer, lane: lane,
-		epoch:   mx.epochs.Add(1),
-		credit:  make(map[muxwire.SlotID]uint32),
-		flying:  make(map[muxwire.SlotID]uint32),
-		closes:  make(map[muxwire.SlotID]muxwire.CloseReason),
-		signals: make(map[muxwire.SlotID]lifecycleSignal),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		epoch:         mx.epochs.Add(1),
+		credit:        make(map[muxwire.SlotID]uint32),
+		flying:        make(map[muxwire.SlotID]uint32),
+		flyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
+		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
+		closes:        make(map[muxwire.SlotID]muxwire.CloseReason),
+		signals:       make(map[muxwire.SlotID]lifecycleSignal),
+		wake:          make(chan struct{}, 1),
+		done:          make(chan struct{}),
 	}
 	b.lastUse = time.Now()
 	go b.run()
@@ -446,24 +450,46 @@ func (b *batcher) flush() {
 	}
 }
 
-// settleCredit forgets the credit of a posted batch, or owes it again when
-// the batch was refused: the consumer already counted it as the
-// producer's, and the producer's slots live in the peer's epoch, not in
+// settleCredit forgets the replies of a posted batch, or owes them again
+// when the batch was refused: the consumer already counted the credit as
+// the producer's, a lost cancel or stop would never reach the producer,
+// and the peer's slots they are about live in the peer's epoch, not in
 // the one this refusal ends. The re-post rides the next batch, at most a
-// reply linger later.
+// reply linger later (a linger, not a wake, so that a lane that goes on
+// refusing is not retried in a loop).
 func (b *batcher) settleCredit(posted bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !posted {
-		for id, d := range b.flying {
+		b.owePostedLocked()
+	}
+	clear(b.flying)
+	clear(b.flyingCloses)
+	clear(b.flyingSignals)
+}
+
+func (b *batcher) owePostedLocked() {
+	for id, d := range b.flying {
+		if _, closing := b.closes[id]; !closing {
 			b.credit[id] += d
 			b.mx.n.creditReposted.Add(uint64(d))
 		}
-		if len(b.flying) > 0 && b.lingerT == nil && !b.stopped {
-			b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+	}
+	for id, reason := range b.flyingCloses {
+		if _, ok := b.closes[id]; !ok {
+			b.closes[id] = reason
+			delete(b.credit, id)
 		}
 	}
-	clear(b.flying)
+	for id, sg := range b.flyingSignals {
+		if _, ok := b.signals[id]; !ok {
+			b.signals[id] = sg
+		}
+	}
+	owed := len(b.flying) + len(b.flyingCloses) + len(b.flyingSignals)
+	if owed > 0 && b.lingerT == nil && !b.stopped {
+		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+	}
 }
 
 // retire settles s's retirement under the batcher's lock.
@@ -498,6 +524,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.CloseSlot(id, 0, reason)
 		delete(b.closes, id)
+		b.flyingCloses[id] = reason
 	}
 	for id, sg := range b.signals {
 		if full(muxwire.LifecycleSlotBodyLen) {
@@ -505,6 +532,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.LifecycleSlot(id, 0, sg.session, sg.action)
 		delete(b.signals, id)
+		b.flyingSignals[id] = sg
 	}
 	for id, d := range b.credit {
 		if full(muxwire.CreditUpdateBodyLen) {

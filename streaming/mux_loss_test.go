@@ -204,3 +204,36 @@ func TestMuxCreditRepostedAfterRefusedReply(t *testing.T) {
 		t.Fatal("credit_reposted not counted")
 	}
 }
+
+// TestMuxCancelRepostedAfterRefusedBatch: the batch that carries a
+// consumer's cancel (CloseSlot{UnknownSlot}) or stop (LifecycleSlot) is
+// refused; the producer still hears of it.
+func TestMuxCancelRepostedAfterRefusedBatch(t *testing.T) {
+	for _, cancel := range []bool{true, false} {
+		producer, consumer := muxNodes(t, MuxConfig{})
+		var gate postGate
+		gate.install(muxOf(t, consumer))
+		a, s := muxStream(t, producer, consumer)
+		fill(t, s, 0, 1)
+		readTokens(t, a, 0, 1, 5*time.Second)
+		// Let the credit reply for the token go first, so the refused
+		// batch is the one with the signal.
+		waitFor(t, "the credit reply", func() bool { return muxOf(t, producer).n.creditReceived.Load() == 1 })
+		gate.refuse.Store(1)
+		heard := s.Stopped()
+		if cancel {
+			a.Controller().Cancel()
+			heard = s.Cancelled()
+		} else {
+			a.Controller().RequestStop()
+		}
+		select {
+		case <-heard:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("cancel %v: the producer did not hear of it after a refused batch", cancel)
+		}
+		if gate.refuse.Load() > 0 {
+			t.Fatal("no batch was refused")
+		}
+	}
+}
