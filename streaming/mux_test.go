@@ -815,3 +815,42 @@ func TestMuxMixedConsumers(t *testing.T) {
 	}
 	t.Logf("%d records in %d batches; credit exhausted %d times", pm.n.recordsSent.Load(), pm.n.batchesSent.Load(), pm.n.creditExhausted.Load())
 }
+
+// TestMuxDetachWithWithheldRecords: a producer detaches while records wait
+// for credit; the Detached terminal lands behind them, and a producer that
+// re-attaches at once puts nothing ahead of them.
+func TestMuxDetachWithWithheldRecords(t *testing.T) {
+	const c = 2
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c})
+	a, s1 := muxStream(t, producer, consumer)
+	fill(t, s1, 0, 2*c+1) // C delivered, C+1 withheld
+	if err := s1.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reattached := make(chan *Sender[[]byte], 1)
+	go func() { // retries while the owner has not seen the Detached frame
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			s2, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+			if err == nil {
+				reattached <- s2
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		reattached <- nil
+	}()
+	readTokens(t, a, 0, 2*c+1, 5*time.Second) // the reader frees credit; the detach lands
+	s2 := <-reattached
+	if s2 == nil {
+		t.Fatal("re-attach failed")
+	}
+	defer s2.Close()
+	fill(t, s2, 2*c+1, 3)
+	s2.Finalize()
+	readTokens(t, a, 2*c+1, 3, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+}
