@@ -854,3 +854,51 @@ func TestMuxDetachWithWithheldRecords(t *testing.T) {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
 }
+
+// TestMuxNegotiation: the mux is chosen only when both ends have it; a
+// node with it off (by config or by VELO_MESSENGER_MUX_DISABLE) meets the
+// other on tcp-stream, and the stream works either way.
+func TestMuxNegotiation(t *testing.T) {
+	on, off := WithMux(MuxConfig{}), WithMux(MuxConfig{Disabled: true})
+	cases := []struct {
+		name           string
+		prod, cons     NodeOption
+		env            string
+		want           string
+		wantProducerMx bool
+	}{
+		{"both", on, on, "", muxWireKey, true},
+		{"owner-off", on, off, "", wire.TCPStreamKey, true},
+		{"producer-off", off, on, "", wire.TCPStreamKey, false},
+		{"env-off", on, on, "yes", wire.TCPStreamKey, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv(MuxDisableEnv, tc.env)
+			}
+			producer, consumer := newRemoteNode(t, tc.prod), newRemoteNode(t, tc.cons)
+			if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
+				t.Fatal(err)
+			}
+			if got := producer.sm.remote.mux != nil; got != tc.wantProducerMx {
+				t.Fatalf("producer has a mux: %v", got)
+			}
+			a, err := CreateAnchor[[]byte](consumer.sm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			s := attachRemoteT[[]byte](t, producer, a.Handle())
+			if got := s.NegotiatedTransport(); got != tc.want {
+				t.Fatalf("NegotiatedTransport = %q, want %q", got, tc.want)
+			}
+			fill(t, s, 0, 3)
+			s.Finalize()
+			readTokens(t, a, 0, 3, 5*time.Second)
+			if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+				t.Fatalf("want io.EOF, got %v", err)
+			}
+		})
+	}
+}
