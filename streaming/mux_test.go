@@ -902,3 +902,55 @@ func TestMuxNegotiation(t *testing.T) {
 		})
 	}
 }
+
+// TestMuxLargeItems: an item past the batch size goes alone in its batch
+// and arrives intact; one past the mux's record limit is refused with an
+// *ItemTooLargeError and the stream goes on.
+func TestMuxLargeItems(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789abcdef"), (4<<20)/16)
+	var tooBig *ItemTooLargeError
+	if err := s.Send(ctx, make([]byte, maxMuxRecord+1)); !errors.As(err, &tooBig) {
+		t.Fatalf("an item past the limit: %v", err)
+	}
+	for _, v := range [][]byte{token(0), big, token(1)} {
+		if err := s.Send(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Finalize()
+	for i, want := range [][]byte{token(0), big, token(1)} {
+		v, err := nextItemWithin(t, a, 10*time.Second)
+		if err != nil || !bytes.Equal(v, want) {
+			t.Fatalf("item %d: %d bytes, %v", i, len(v), err)
+		}
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+}
+
+// TestMuxItemAtLimit: the largest item the mux accepts gets through the
+// messenger (a refusal would be epoch death for every stream to the peer).
+func TestMuxItemAtLimit(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	// The largest payload whose frame Send accepts: the frame's overhead
+	// is the same for any payload near the limit.
+	near := maxMuxRecord - 64
+	size := maxMuxRecord - (len(bytesItemFrame(make([]byte, near))) - near)
+	var tooBig *ItemTooLargeError
+	if err := s.Send(ctx, make([]byte, size+1)); !errors.As(err, &tooBig) {
+		t.Fatalf("an item of %d bytes, one past the limit: %v", size+1, err)
+	}
+	if err := s.Send(ctx, make([]byte, size)); err != nil {
+		t.Fatalf("an item of %d bytes: %v", size, err)
+	}
+	v, err := nextItemWithin(t, a, 20*time.Second)
+	if err != nil || len(v) != size {
+		t.Fatalf("got %d bytes, %v; epoch deaths %d", len(v), err, muxOf(t, producer).n.epochDeaths.Load())
+	}
+}
