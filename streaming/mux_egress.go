@@ -301,6 +301,7 @@ func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
 	if s == nil || s.closed {
+		b.refuseLocked(id)
 		b.mu.Unlock()
 		return
 	}
@@ -661,12 +662,22 @@ func (b *batcher) closeByPeer(id muxwire.SlotID) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
 	if s == nil {
+		b.refuseLocked(id)
 		b.mu.Unlock()
-		b.mx.controlRefused()
 		return
 	}
 	s.endLocked()
 	b.mu.Unlock()
+}
+
+// refuseLocked counts control from the peer for a slot this batcher never
+// opened. Control for an index it opened but has since retired is the
+// ordinary race of a close crossing the stream's end, and is dropped
+// without a count, as the book says.
+func (b *batcher) refuseLocked(id muxwire.SlotID) {
+	if int(id.Index()) >= len(b.slots) {
+		b.mx.controlRefused()
+	}
 }
 
 // endLocked closes s as cancelled: signals fire, waiting sends fail, the
