@@ -237,3 +237,29 @@ func TestMuxCancelRepostedAfterRefusedBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxWatchdogSparesStoppedConsumer: a consumer that stops reading
+// leaves its producer without credit (heartbeats spend it too); the
+// watchdog exempts a sender that holds none, so the stream survives many
+// windows and goes on when the consumer reads again.
+func TestMuxWatchdogSparesStoppedConsumer(t *testing.T) {
+	const hb = 20 * time.Millisecond
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 2}, WithHeartbeatInterval(hb))
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 1)
+	cm := muxOf(t, consumer)
+	// Ten windows: enough for heartbeats to spend the credit and for three
+	// dead windows to pass after that, were the exemption missing.
+	// Time passing is the scenario here, not a wait for an outcome.
+	<-time.After(10 * hb)
+	if n := cm.n.watchdogFirings.Load(); n != 0 {
+		t.Fatalf("the watchdog fired %d times on a stream whose consumer only paused", n)
+	}
+	readTokens(t, a, 0, 1, 5*time.Second)
+	fill(t, s, 1, 1)
+	s.Finalize()
+	readTokens(t, a, 1, 1, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+}
