@@ -55,7 +55,11 @@ func (m *Manager) WatchdogFirings() uint64 {
 	if m.remote == nil {
 		return 0
 	}
-	return m.remote.firings.Load()
+	n := m.remote.firings.Load()
+	if mx := m.remote.mux; mx != nil { // mux streams have their own watchdog
+		n += mx.n.watchdogFirings.Load()
+	}
+	return n
 }
 
 // heartbeater is the one goroutine of a Manager that beats its remote

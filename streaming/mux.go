@@ -113,6 +113,7 @@ type muxCounters struct {
 	readerStall, creditLost    atomic.Uint64 // must stay 0
 	producerBackpressure       atomic.Uint64
 	creditSent, creditReceived atomic.Uint64
+	creditReposted             atomic.Uint64 // credit of a refused batch, owed again
 }
 
 // mux is the messenger mux of one Manager.
@@ -219,6 +220,7 @@ func (mx *mux) close() {
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}
 	mx.mu.Unlock()
+	bs = mx.goodbyes(bs, ips)
 	close(mx.stop)
 	for _, b := range bs {
 		b.stop()
@@ -230,6 +232,25 @@ func (mx *mux) close() {
 		bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
 	}
 	mx.sweeping.Wait()
+}
+
+// goodbyes tells every peer, while the messenger may still carry it, that
+// this node's mux streams end: without it a peer whose connection stays up
+// learns only from its stream watchdog, three heartbeat windows later. It
+// returns bs with any batcher it had to make, so that close stops it.
+func (mx *mux) goodbyes(bs map[ext.WorkerID]*batcher, ips map[ext.WorkerID]*ingressPeer) map[ext.WorkerID]*batcher {
+	for peer, ip := range ips {
+		if bs[peer] == nil {
+			bs[peer] = newBatcher(mx, peer, 0)
+		}
+		bs[peer].goodbye(ip.liveIDs())
+	}
+	for peer, b := range bs {
+		if ips[peer] == nil {
+			b.goodbye(nil)
+		}
+	}
+	return bs
 }
 
 func (mx *mux) countBatch(records int) {

@@ -36,22 +36,27 @@ type batcher struct {
 	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
 	writeMu sync.Mutex
 
-	mu      sync.Mutex
-	epoch   uint64
-	seq     uint32 // the last batch_seq used in this epoch
-	slots   []*outSlot
-	gens    []uint8  // generation of each index ever allocated
-	free    []uint32 // free indices, last in first out
-	live    int      // open slots
-	ready   []*outSlot
-	credit  map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
-	closes  map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
-	signals map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
-	awake   bool                                   // the goroutine is building; no wake needed
-	kicked  bool                                   // FlushBatch under the Manual policy
-	lingerT *time.Timer                            // reply_linger of a batch of only credit replies
-	stopped bool
-	lastUse time.Time
+	mu            sync.Mutex
+	epoch         uint64
+	seq           uint32 // the last batch_seq used in this epoch
+	slots         []*outSlot
+	gens          []uint8  // generation of each index ever allocated
+	free          []uint32 // free indices, last in first out
+	live          int      // open slots
+	ready         []*outSlot
+	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
+	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
+	flyingSignals map[muxwire.SlotID]lifecycleSignal     // stops and cancels in the batch being posted
+	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
+	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
+	awake         bool                                   // the goroutine is building; no wake needed
+	kicked        bool                                   // FlushBatch under the Manual policy
+	kickGen       uint64                                 // FlushBatch calls so far: what a slot queued before one is owed a write
+	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
+	lingered      bool                                   // lingerT fired: the replies may go
+	stopped       bool
+	lastUse       time.Time
 
 	wake chan struct{} // cap 1
 	done chan struct{} // closed when the goroutine returns
@@ -70,6 +75,7 @@ type outSlot struct {
 	qBytes  int
 	credit  uint32 // data credit the consumer granted and this side has not spent
 	seq     uint32 // next frame_seq
+	qGen    uint64 // the batcher's kickGen when q last went from empty to not
 	inReady bool
 	active  bool // a record was queued since the last heartbeat
 
@@ -86,12 +92,15 @@ type outSlot struct {
 func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 	b := &batcher{
 		mx: mx, peer: peer, lane: lane,
-		epoch:   mx.epochs.Add(1),
-		credit:  make(map[muxwire.SlotID]uint32),
-		closes:  make(map[muxwire.SlotID]muxwire.CloseReason),
-		signals: make(map[muxwire.SlotID]lifecycleSignal),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		epoch:         mx.epochs.Add(1),
+		credit:        make(map[muxwire.SlotID]uint32),
+		flying:        make(map[muxwire.SlotID]uint32),
+		flyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
+		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
+		closes:        make(map[muxwire.SlotID]muxwire.CloseReason),
+		signals:       make(map[muxwire.SlotID]lifecycleSignal),
+		wake:          make(chan struct{}, 1),
+		done:          make(chan struct{}),
 	}
 	b.lastUse = time.Now()
 	go b.run()
@@ -191,8 +200,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			b.mu.Unlock()
 			return ErrCancelled
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget):
-			s.q = append(s.q, frame)
-			s.qBytes += len(frame)
+			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
 			b.mu.Unlock()
@@ -219,6 +227,24 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 	}
 }
 
+// enqueueLocked appends a record to s's queue, noting the FlushBatch
+// generation it waits from.
+func (s *outSlot) enqueueLocked(frame []byte) {
+	if len(s.q) == 0 {
+		s.qGen = s.b.kickGen
+	}
+	s.q = append(s.q, frame)
+	s.qBytes += len(frame)
+}
+
+// owedLocked says a FlushBatch came while s held records it could not
+// send for lack of credit. Under FlushManual those go when credit
+// returns, without another FlushBatch: the application asked for them,
+// and the credit it waited for may come long after.
+func (s *outSlot) owedLocked() bool {
+	return len(s.q) > 0 && s.qGen < s.b.kickGen
+}
+
 // readyLocked lists s for the batcher when it has something it may send,
 // and says whether the batcher must be woken to see it.
 func (s *outSlot) readyLocked() bool {
@@ -228,7 +254,10 @@ func (s *outSlot) readyLocked() bool {
 	b := s.b
 	s.inReady = true
 	b.ready = append(b.ready, s)
-	return !b.awake && b.autoFlush()
+	// A slot that holds a terminal is urgent under every policy, also when
+	// credit comes back for the records in front of it: else, under
+	// FlushManual, the end of a stream would wait for a FlushBatch.
+	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked())
 }
 
 func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
@@ -249,8 +278,7 @@ func (s *outSlot) terminate(frame []byte) error {
 		b.mu.Unlock()
 		return ErrCancelled
 	}
-	s.q = append(s.q, frame)
-	s.qBytes += len(frame)
+	s.enqueueLocked(frame)
 	wake := s.readyLocked()
 	s.wakeSpaceLocked()
 	urgent := !b.awake && !wake && s.inReady // listed but the policy waits: a terminal makes its batch urgent
@@ -273,6 +301,7 @@ func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
 	if s == nil || s.closed {
+		b.refuseLocked(id)
 		b.mu.Unlock()
 		return
 	}
@@ -313,6 +342,7 @@ func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush != FlushManual }
 func (b *batcher) kick() {
 	b.mu.Lock()
 	b.kicked = true
+	b.kickGen++
 	b.mu.Unlock()
 	b.signal()
 }
@@ -327,9 +357,19 @@ func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
 	}
 	start := b.lingerT == nil && !b.awake
 	if start {
-		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.signal)
+		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
 	}
 	b.mu.Unlock()
+}
+
+// lingerEnd ends a reply's linger window. It marks the window over, not
+// only wakes the batcher: under FlushManual nothing else would let the
+// replies go, and the peer's producers would wait for credit for good.
+func (b *batcher) lingerEnd() {
+	b.mu.Lock()
+	b.lingered = true
+	b.mu.Unlock()
+	b.signal()
 }
 
 // replyClose queues a CloseSlot for a slot the peer owns; it supersedes
@@ -392,6 +432,7 @@ func (b *batcher) flush() {
 		}
 		err := b.mx.post(b.peer, b.lane, batch)
 		b.mx.countBatch(records)
+		b.settleCredit(err == nil)
 		if err != nil {
 			for _, s := range retired {
 				s.retire(RetireDiscarded)
@@ -410,6 +451,48 @@ func (b *batcher) flush() {
 	}
 }
 
+// settleCredit forgets the replies of a posted batch, or owes them again
+// when the batch was refused: the consumer already counted the credit as
+// the producer's, a lost cancel or stop would never reach the producer,
+// and the peer's slots they are about live in the peer's epoch, not in
+// the one this refusal ends. The re-post rides the next batch, at most a
+// reply linger later (a linger, not a wake, so that a lane that goes on
+// refusing is not retried in a loop).
+func (b *batcher) settleCredit(posted bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !posted {
+		b.owePostedLocked()
+	}
+	clear(b.flying)
+	clear(b.flyingCloses)
+	clear(b.flyingSignals)
+}
+
+func (b *batcher) owePostedLocked() {
+	for id, d := range b.flying {
+		if _, closing := b.closes[id]; !closing {
+			b.credit[id] += d
+			b.mx.n.creditReposted.Add(uint64(d))
+		}
+	}
+	for id, reason := range b.flyingCloses {
+		if _, ok := b.closes[id]; !ok {
+			b.closes[id] = reason
+			delete(b.credit, id)
+		}
+	}
+	for id, sg := range b.flyingSignals {
+		if _, ok := b.signals[id]; !ok {
+			b.signals[id] = sg
+		}
+	}
+	owed := len(b.flying) + len(b.flyingCloses) + len(b.flyingSignals)
+	if owed > 0 && b.lingerT == nil && !b.stopped {
+		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+	}
+}
+
 // retire settles s's retirement under the batcher's lock.
 func (s *outSlot) retire(out RetireOutcome) {
 	s.b.mu.Lock()
@@ -425,7 +508,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data := b.autoFlush() || b.kicked
-	lingerDone := b.lingerT == nil
+	lingerDone := b.lingerT == nil || b.lingered
 	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
 		return nil, 0, nil, false
@@ -442,6 +525,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.CloseSlot(id, 0, reason)
 		delete(b.closes, id)
+		b.flyingCloses[id] = reason
 	}
 	for id, sg := range b.signals {
 		if full(muxwire.LifecycleSlotBodyLen) {
@@ -449,6 +533,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.LifecycleSlot(id, 0, sg.session, sg.action)
 		delete(b.signals, id)
+		b.flyingSignals[id] = sg
 	}
 	for id, d := range b.credit {
 		if full(muxwire.CreditUpdateBodyLen) {
@@ -456,17 +541,22 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.CreditUpdate(id, 0, d)
 		delete(b.credit, id)
+		b.flying[id] += d
 	}
 	if b.lingerT != nil {
 		b.lingerT.Stop()
-		b.lingerT = nil
+		b.lingerT, b.lingered = nil, false
 	}
 	keep := b.ready[:0]
 	cut := false
 	for i, s := range b.ready {
-		if cut || (!data && !s.terminal) {
+		if cut {
 			keep = append(keep, b.ready[i:]...)
 			break
+		}
+		if !data && !s.terminal && !s.owedLocked() {
+			keep = append(keep, s)
+			continue
 		}
 		var done bool
 		done, cut = b.drainSlotLocked(s, &enc, full)
@@ -501,7 +591,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 
 func (b *batcher) hasUrgentLocked() bool {
 	for _, s := range b.ready {
-		if s.terminal {
+		if s.terminal || s.owedLocked() {
 			return true
 		}
 	}
@@ -522,9 +612,9 @@ func (s *outSlot) readyAgainLocked() bool {
 // slot; done says so. cut says the batch is full.
 func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool) (done, cut bool) {
 	n := 0
-	for len(s.q) > 0 {
-		rec := s.q[0]
-		last := s.terminal && len(s.q) == 1
+	for n < len(s.q) {
+		rec := s.q[n]
+		last := s.terminal && n == len(s.q)-1
 		if !last && s.credit == 0 {
 			break
 		}
@@ -538,8 +628,6 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		}
 		enc.Data(s.id, s.seq, rec)
 		s.seq++
-		s.q[0] = nil
-		s.q = s.q[1:]
 		s.qBytes -= len(rec)
 		n++
 		if last {
@@ -553,9 +641,12 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.credit--
 	}
 	if n > 0 {
-		if len(s.q) == 0 {
-			s.q = nil // let the backing array go; a busy slot makes a new one
-		}
+		// Shift the rest down rather than reslice, so the queue keeps its
+		// array (at most about C+1 records) and a steady stream queues
+		// without allocating.
+		rest := copy(s.q, s.q[n:])
+		clear(s.q[rest:])
+		s.q = s.q[:rest]
 		s.wakeSpaceLocked()
 	}
 	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {
@@ -571,12 +662,22 @@ func (b *batcher) closeByPeer(id muxwire.SlotID) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
 	if s == nil {
+		b.refuseLocked(id)
 		b.mu.Unlock()
-		b.mx.controlRefused()
 		return
 	}
 	s.endLocked()
 	b.mu.Unlock()
+}
+
+// refuseLocked counts control from the peer for a slot this batcher never
+// opened. Control for an index it opened but has since retired is the
+// ordinary race of a close crossing the stream's end, and is dropped
+// without a count, as the book says.
+func (b *batcher) refuseLocked(id muxwire.SlotID) {
+	if int(id.Index()) >= len(b.slots) {
+		b.mx.controlRefused()
+	}
 }
 
 // endLocked closes s as cancelled: signals fire, waiting sends fail, the
@@ -667,13 +768,66 @@ func (b *batcher) epochDeathWith(_ error) {
 		}
 	}
 	b.ready = b.ready[:0]
-	clear(b.credit)
-	clear(b.closes)
-	clear(b.signals)
+	// The replies owed for the peer's slots (credit, closes, stops) stay:
+	// those slots belong to the peer's epoch, which this one's death does
+	// not end; dropping their credit would stall them for good.
 	b.epoch = b.mx.epochs.Add(1)
 	b.seq = 0
 	b.mu.Unlock()
 	b.mx.epochDeaths()
+}
+
+// goodbye posts, before the mux stops, a CloseSlot for every stream
+// between this node and the peer: PeerGone for the slots of this node's
+// producers (their consumers see ErrSenderDropped at once) and
+// UnknownSlot for theirs, the peer's slots this node consumes (their
+// producers see the cancel). A refused post ends it: the peer's
+// connection is gone, and its own peer loss path takes over.
+func (b *batcher) goodbye(theirs []muxwire.SlotID) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	recs := make([]closeReply, 0, b.liveCount()+len(theirs))
+	b.mu.Lock()
+	for _, s := range b.slots {
+		if s != nil && !s.closed {
+			recs = append(recs, closeReply{s.id, muxwire.PeerGone})
+		}
+	}
+	// Closes still owed go too: Manager.Close cancels its anchors just
+	// before the mux stops, and the batcher's goroutine may not have
+	// written them yet.
+	for id, reason := range b.closes {
+		recs = append(recs, closeReply{id, reason})
+	}
+	clear(b.closes)
+	b.mu.Unlock()
+	for _, id := range theirs {
+		recs = append(recs, closeReply{id, muxwire.UnknownSlot})
+	}
+	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
+	for len(recs) > 0 {
+		n := min(len(recs), per)
+		b.mu.Lock()
+		b.seq++
+		epoch, seq := b.epoch, b.seq
+		b.mu.Unlock()
+		var enc muxwire.Encoder
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+n*muxwire.RecordLen(muxwire.CloseSlotBodyLen)), b.lane, epoch, seq)
+		for _, r := range recs[:n] {
+			enc.CloseSlot(r.id, 0, r.reason)
+		}
+		if b.mx.post(b.peer, b.lane, enc.Batch()) != nil {
+			return
+		}
+		b.mx.countBatch(n)
+		recs = recs[n:]
+	}
+}
+
+func (b *batcher) liveCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.live
 }
 
 // idle says the batcher has no live slot and has not been used for ttl.

@@ -50,6 +50,7 @@ type ingressPeer struct {
 
 	dirtyMu   sync.Mutex
 	dirty     []*inSlot
+	spare     []*inSlot // the other buffer of dirty: a steady stream lists slots without allocating
 	lastVisit time.Time
 }
 
@@ -164,6 +165,7 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	}
 	ip := mx.ingressFor(peer)
 	if ip == nil {
+		mx.refuseOpens(peer, lane, batch)
 		return nil
 	}
 	mx.n.batchesRecv.Add(1)
@@ -189,6 +191,41 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	ip.send(rep)
 	ip.reconcileDirty() // the arrival path: credit rides back with this batch's wake
 	return nil
+}
+
+// refuseOpens answers the OpenSlots of a batch that reached a closed mux
+// with CloseSlot{UnknownSlot}: a producer whose attach was answered just
+// before this node's Manager closed would otherwise hold its slot open
+// until its own node ends. It writes in a fresh epoch, as the batchers
+// are gone; the peer's streams from this node are over anyway.
+func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
+	var closes []closeReply
+	recs := batch.Records()
+	for {
+		rec, ok := recs.Next()
+		if !ok {
+			break
+		}
+		if rec.Type == muxwire.OpenSlot {
+			closes = append(closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+		}
+	}
+	mx.postCloses(peer, lane, closes)
+}
+
+// postCloses writes closes to peer without a batcher (the mux is closed),
+// in a fresh epoch. One batch: a single inbound batch cannot name more
+// slots than a batch holds.
+func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
+	if len(closes) == 0 {
+		return
+	}
+	var enc muxwire.Encoder
+	enc.Start(nil, lane, mx.epochs.Add(1), 1)
+	for _, c := range closes {
+		enc.CloseSlot(c.id, 0, c.reason)
+	}
+	mx.post(peer, lane, enc.Batch())
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every
@@ -378,6 +415,19 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	}
 }
 
+// liveIDs lists the peer's open slots on this node.
+func (ip *ingressPeer) liveIDs() []muxwire.SlotID {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	ids := make([]muxwire.SlotID, 0, ip.live)
+	for _, s := range ip.slots {
+		if s != nil {
+			ids = append(ids, s.id)
+		}
+	}
+	return ids
+}
+
 // retireAll ends every slot of the peer with Dropped (epoch death, a lost
 // peer, shutdown).
 func (ip *ingressPeer) retireAll() {
@@ -401,6 +451,9 @@ func (ip *ingressPeer) send(rep replies) {
 	}
 	b, err := ip.mx.batcherFor(ip.peer)
 	if err != nil {
+		// The mux closed while this batch was applied: its goodbye may have
+		// missed a slot opened here just now, so answer directly.
+		ip.mx.postCloses(ip.peer, 0, rep.closes)
 		return
 	}
 	for _, c := range rep.closes {
@@ -450,15 +503,21 @@ func (mx *mux) ring() {
 func (ip *ingressPeer) reconcileDirty() {
 	ip.dirtyMu.Lock()
 	ds := ip.dirty
-	ip.dirty = nil
+	ip.dirty, ip.spare = ip.spare, nil
 	ip.lastVisit = time.Now()
 	ip.dirtyMu.Unlock()
 	if len(ds) == 0 {
 		return
 	}
+	defer ip.returnSpare(ds)
+	b, err := ip.mx.batcherFor(ip.peer)
+	if err != nil {
+		return
+	}
+	// Replies are queued under the table's lock (the batcher's lock nests
+	// in it, as on the arrival path), so no list of grants is built.
 	ip.mu.Lock()
-	grants := make([]closeReply, 0, len(ds)) // id and delta; reason unused
-	deltas := make([]uint32, 0, len(ds))
+	defer ip.mu.Unlock()
 	for _, s := range ds {
 		s.dirty.Store(false) // before the swap: a take after it lists the slot again
 		d := s.drained.Swap(0)
@@ -466,21 +525,20 @@ func (ip *ingressPeer) reconcileDirty() {
 			continue
 		}
 		s.held += d
-		grants = append(grants, closeReply{id: s.id})
-		deltas = append(deltas, d)
+		ip.mx.n.creditSent.Add(uint64(d))
+		b.reply(s.id, d)
 	}
-	ip.mu.Unlock()
-	if len(grants) == 0 {
-		return
+}
+
+// returnSpare keeps ds as the next dirty buffer, unless another visit
+// already left one.
+func (ip *ingressPeer) returnSpare(ds []*inSlot) {
+	clear(ds)
+	ip.dirtyMu.Lock()
+	if ip.spare == nil {
+		ip.spare = ds[:0]
 	}
-	b, err := ip.mx.batcherFor(ip.peer)
-	if err != nil {
-		return
-	}
-	for i, g := range grants {
-		ip.mx.n.creditSent.Add(uint64(deltas[i]))
-		b.reply(g.id, deltas[i])
-	}
+	ip.dirtyMu.Unlock()
 }
 
 // consumerGone closes the slot of an anchor that its consumer cancelled
@@ -505,7 +563,7 @@ func (s *inSlot) consumerGone() {
 // watch is one watchdog window over the peer's slots: a slot that got
 // nothing while its producer held credit misses the window; after
 // DetectionMultiplier misses it ends with Dropped.
-func (ip *ingressPeer) watch() (fired int) {
+func (ip *ingressPeer) watch() {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
 	for _, s := range ip.slots {
@@ -518,12 +576,13 @@ func (ip *ingressPeer) watch() (fired int) {
 		default:
 			s.misses++
 			if s.misses >= DetectionMultiplier {
+				// Counted before the end is delivered, so that a consumer
+				// that sees ErrSenderDropped can tell a watchdog kill.
+				ip.mx.n.watchdogFirings.Add(1)
 				ip.endLocked(s, true)
-				fired++
 			}
 		}
 	}
-	return fired
 }
 
 // deliver puts a record from the mux into the inlet, past its limit (the

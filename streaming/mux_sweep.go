@@ -52,13 +52,10 @@ func (mx *mux) sweep() {
 func (mx *mux) doorbell() time.Duration {
 	var wait time.Duration
 	now := time.Now()
-	for _, ip := range mx.ingressPeers() {
+	for _, ip := range mx.dirtyPeers() {
 		ip.dirtyMu.Lock()
-		n, last := len(ip.dirty), ip.lastVisit
+		last := ip.lastVisit
 		ip.dirtyMu.Unlock()
-		if n == 0 {
-			continue
-		}
 		if d := mx.cfg.DrainVisitFloor - now.Sub(last); d > 0 {
 			if wait == 0 || d < wait {
 				wait = d
@@ -79,10 +76,28 @@ func (mx *mux) walk(now time.Time) {
 	if empty {
 		return
 	}
-	for _, ip := range mx.ingressPeers() {
+	for _, ip := range mx.dirtyPeers() {
 		ip.reconcileDirty()
 	}
 	mx.evictIdle(now)
+}
+
+// dirtyPeers lists the ingress peers with slots to reconcile. It is nil,
+// and allocates nothing, when none has any: the idle node's tick. The
+// dirty lock is a leaf, so it may nest in the mux's.
+func (mx *mux) dirtyPeers() []*ingressPeer {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	var out []*ingressPeer
+	for _, ip := range mx.ingress {
+		ip.dirtyMu.Lock()
+		n := len(ip.dirty)
+		ip.dirtyMu.Unlock()
+		if n > 0 {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 func (mx *mux) ingressPeers() []*ingressPeer {
@@ -113,16 +128,19 @@ func (mx *mux) allBatchers() []*batcher {
 
 // evictIdle stops batchers with no live slot that were idle for
 // BatcherIdleTTL.
+// It takes the idle ones out under the mux's lock (a batcher's lock nests
+// in it), so that a walk with nothing to evict allocates nothing.
 func (mx *mux) evictIdle(now time.Time) {
-	for _, b := range mx.allBatchers() {
-		if !b.idle(now, mx.cfg.BatcherIdleTTL) {
-			continue
+	var gone []*batcher
+	mx.mu.Lock()
+	for peer, b := range mx.batchers {
+		if b.idle(now, mx.cfg.BatcherIdleTTL) {
+			delete(mx.batchers, peer)
+			gone = append(gone, b)
 		}
-		mx.mu.Lock()
-		if mx.batchers[b.peer] == b {
-			delete(mx.batchers, b.peer)
-		}
-		mx.mu.Unlock()
+	}
+	mx.mu.Unlock()
+	for _, b := range gone {
 		b.stop()
 	}
 }
@@ -130,9 +148,7 @@ func (mx *mux) evictIdle(now time.Time) {
 // watchdog runs one window of the stream watchdog over every peer.
 func (mx *mux) watchdog() {
 	for _, ip := range mx.ingressPeers() {
-		if n := ip.watch(); n > 0 {
-			mx.n.watchdogFirings.Add(uint64(n))
-		}
+		ip.watch()
 	}
 }
 
@@ -159,8 +175,7 @@ func (b *batcher) beat() {
 		if len(s.q) >= b.mx.cfg.inletRecords() {
 			continue
 		}
-		s.q = append(s.q, heartbeatFrame)
-		s.qBytes += len(heartbeatFrame)
+		s.enqueueLocked(heartbeatFrame)
 		if s.readyLocked() {
 			wake = true
 		}

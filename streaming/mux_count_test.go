@@ -1,0 +1,112 @@
+package streaming
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Counting tests of the mux: what many streams cost in goroutines and
+// connections, and what one record costs in allocations.
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// TestMuxManyStreamsShareConnections: 1,000 (VELO_MUX_STREAMS) concurrent
+// mux streams between two nodes add no goroutine and no connection per
+// stream, and every token arrives in order.
+func TestMuxManyStreamsShareConnections(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	ctx := context.Background()
+	// A first stream sets up the connections, batchers and workers.
+	a0, s0 := muxStream(t, producer, consumer)
+	fill(t, s0, 0, 1)
+	readTokens(t, a0, 0, 1, 5*time.Second)
+	s0.Finalize()
+	nextItemWithin(t, a0, 5*time.Second)
+	const slack = 8 // messenger handler workers come and go
+	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
+	n, tokens := 1000, 10
+	if v, err := strconv.Atoi(os.Getenv("VELO_MUX_STREAMS")); err == nil && v > 0 {
+		n = v // the book's figure is 10,000: VELO_MUX_STREAMS=10000
+	}
+	anchors := make([]*Anchor[[]byte], n)
+	senders := make([]*Sender[[]byte], n)
+	for i := range n {
+		anchors[i], senders[i] = muxStream(t, producer, consumer)
+		if err := senders[i].Send(ctx, token(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		readTokens(t, anchors[i], 0, 1, 5*time.Second)
+	}
+	g1, fd1 := runtime.NumGoroutine(), openFDs(t)
+	t.Logf("%d live mux streams: goroutines %d -> %d, open fds %d -> %d", n, g0, g1, fd0, fd1)
+	if g1 > g0+slack {
+		t.Errorf("%d live mux streams added %d goroutines, want at most %d", n, g1-g0, slack)
+	}
+	if fd1 > fd0+4 {
+		t.Errorf("%d live mux streams added %d file descriptors, want at most 4", n, fd1-fd0)
+	}
+	// Every stream sends the rest at once, interleaved on the batcher.
+	for i := range n {
+		fill(t, senders[i], 1, tokens-1)
+		if err := senders[i].Finalize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		readTokens(t, anchors[i], 1, tokens-1, 5*time.Second)
+		if _, err := nextItemWithin(t, anchors[i], 5*time.Second); err == nil {
+			t.Fatalf("stream %d: no end after its tokens", i)
+		}
+	}
+	for _, mx := range []*mux{muxOf(t, producer), muxOf(t, consumer)} {
+		waitFor(t, "no live slot", func() bool { out, in := mx.liveSlots(); return out == 0 && in == 0 })
+		if mx.n.readerStall.Load() != 0 || mx.n.creditLost.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
+			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.n.readerStall.Load(), mx.n.creditLost.Load(), mx.n.protocolErrors.Load())
+		}
+	}
+	pm := muxOf(t, producer)
+	t.Logf("producer: %d records in %d batches", pm.n.recordsSent.Load(), pm.n.batchesSent.Load())
+}
+
+// TestMuxAllocsPerRecord: allocations of one Send and one Next of a
+// []byte item over a warm mux stream (both nodes' work, the messenger's
+// included, since AllocsPerRun counts the whole process).
+func TestMuxAllocsPerRecord(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	// One deadline for the whole run: a context per Next would count its
+	// own allocations (five) against the mux.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	payload := make([]byte, 40)
+	step := func() {
+		if err := s.Send(ctx, payload); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // warm: connections, buffers, the credit loop
+		step()
+	}
+	allocs := testing.AllocsPerRun(500, step)
+	t.Logf("allocations per record (Send + Next of 40 bytes, one record per batch): %.1f", allocs)
+	if allocs > 40 {
+		t.Errorf("%.1f allocations per record", allocs)
+	}
+}
