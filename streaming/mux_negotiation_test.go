@@ -57,47 +57,6 @@ func streamOnce(t *testing.T, producer, consumer *remoteNode) (string, error) {
 	return s.NegotiatedTransport(), nil
 }
 
-// The mux is picked only when both ends have it; otherwise the stream
-// takes the per-stream path, in either direction.
-func TestMuxNegotiation(t *testing.T) {
-	off := WithMux(MuxConfig{Disabled: true})
-	for _, c := range []struct {
-		name       string
-		prod, cons NodeOption
-		want       string
-	}{
-		{"both", muxOn, muxOn, muxWireKey},
-		{"producer only", muxOn, off, wire.TCPStreamKey},
-		{"consumer only", off, muxOn, wire.TCPStreamKey},
-		{"neither", off, off, wire.TCPStreamKey},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			producer, consumer := pairWith(t, []NodeOption{c.prod}, []NodeOption{c.cons})
-			got, err := streamOnce(t, producer, consumer)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != c.want {
-				t.Fatalf("negotiated %q, want %q", got, c.want)
-			}
-		})
-	}
-}
-
-// VELO_MESSENGER_MUX_DISABLE is the rollback: with it set, a node does not
-// offer or answer the mux.
-func TestMuxDisableEnv(t *testing.T) {
-	t.Setenv(MuxDisableEnv, "yes")
-	producer, consumer := pairWith(t, []NodeOption{muxOn}, []NodeOption{muxOn})
-	got, err := streamOnce(t, producer, consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != wire.TCPStreamKey {
-		t.Fatalf("negotiated %q with the mux disabled by %s", got, MuxDisableEnv)
-	}
-}
-
 // A mux-only node has no per-stream listener, streams with mux peers, and
 // refuses producers that cannot use the mux with a clear reason.
 func TestMuxOnly(t *testing.T) {

@@ -2,6 +2,8 @@ package streaming
 
 import (
 	"time"
+
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
 // sweep is the mux's one background goroutine per Manager. It answers
@@ -158,6 +160,33 @@ func (mx *mux) watchdog() {
 func (mx *mux) beat() {
 	for _, b := range mx.allBatchers() {
 		b.beat()
+		b.probe()
+	}
+}
+
+// probe is the batcher's health check, once per heartbeat window while it
+// has live slots: an empty batch to the peer. A transport that refuses it
+// (its connection gone, this node's transport shut down) is epoch death,
+// so producers waiting for credit that will never come are cancelled
+// instead of waiting for good. An empty batch is valid on the wire and
+// costs the peer nothing but its header.
+func (b *batcher) probe() {
+	b.mu.Lock()
+	live := b.live > 0 && !b.stopped
+	b.mu.Unlock()
+	if !live {
+		return
+	}
+	b.writeMu.Lock()
+	b.mu.Lock()
+	b.seq++
+	var enc muxwire.Encoder
+	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.lane, b.epoch, b.seq)
+	b.mu.Unlock()
+	err := b.mx.post(b.peer, b.lane, enc.Batch())
+	b.writeMu.Unlock()
+	if err != nil {
+		b.epochDeath()
 	}
 }
 
