@@ -1,12 +1,14 @@
 package streaming
 
 import (
+	"encoding/binary"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
@@ -114,13 +116,20 @@ type muxCounters struct {
 	producerBackpressure       atomic.Uint64
 	creditSent, creditReceived atomic.Uint64
 	creditReposted             atomic.Uint64 // credit of a refused batch, owed again
+	sentByType                 [metrics.NumMuxRecordTypes]atomic.Uint64
+	dropped                    [metrics.NumMuxDropReasons]atomic.Uint64
+	unclaimedReaped            atomic.Uint64
+	drainVisits                atomic.Uint64
 }
 
 // mux is the messenger mux of one Manager.
 type mux struct {
-	m      *Manager
-	cfg    MuxConfig
-	epochs atomic.Uint64
+	m   *Manager
+	met *metrics.MuxMetrics // nil: no Prometheus
+	// unreport stops the metrics scrape reading this mux; nil without one.
+	unreport func()
+	cfg      MuxConfig
+	epochs   atomic.Uint64
 	// post writes one batch to peer on lane. A seam for tests; NewNodeManager
 	// sets it to a messenger Post.
 	post func(peer ext.WorkerID, lane int, batch []byte) error
@@ -232,6 +241,9 @@ func (mx *mux) close() {
 		bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
 	}
 	mx.sweeping.Wait()
+	if mx.unreport != nil {
+		mx.unreport() // its counts stay in the totals; its gauges go
+	}
 }
 
 // goodbyes tells every peer, while the messenger may still carry it, that
@@ -253,9 +265,41 @@ func (mx *mux) goodbyes(bs map[ext.WorkerID]*batcher, ips map[ext.WorkerID]*ingr
 	return bs
 }
 
-func (mx *mux) countBatch(records int) {
+// send posts one batch and, once the transport took it, counts it: its
+// records by type and its size for records_per_batch. Walking the record
+// headers costs a few nanoseconds per record, once per batch.
+func (mx *mux) send(peer ext.WorkerID, lane int, batch []byte) error {
+	if err := mx.post(peer, lane, batch); err != nil {
+		return err
+	}
+	n := countRecordTypes(batch, &mx.n.sentByType)
 	mx.n.batchesSent.Add(1)
-	mx.n.recordsSent.Add(uint64(records))
+	mx.n.recordsSent.Add(uint64(n))
+	if mx.met != nil {
+		mx.met.BatchSent(n)
+	}
+	return nil
+}
+
+// countRecordTypes adds the records of an encoded batch to by, by type,
+// and returns how many there are. The batch is one this node encoded.
+func countRecordTypes(batch []byte, by *[metrics.NumMuxRecordTypes]atomic.Uint64) int {
+	var local [metrics.NumMuxRecordTypes]uint64
+	n := 0
+	for off := muxwire.BatchHeaderLen; off+muxwire.RecordHeaderLen <= len(batch); n++ {
+		t := batch[off]
+		body := int(binary.BigEndian.Uint32(batch[off+9:]))
+		if int(t) < len(local) {
+			local[t]++
+		}
+		off += muxwire.RecordHeaderLen + body
+	}
+	for i, v := range local {
+		if v > 0 {
+			by[i].Add(v)
+		}
+	}
+	return n
 }
 
 func (mx *mux) creditExhausted()      { mx.n.creditExhausted.Add(1) }
@@ -290,3 +334,43 @@ func (mx *mux) liveSlots() (out, in int) {
 
 // muxWireKey is the transport key this build's mux answers attaches with.
 const muxWireKey = muxwire.TransportKey
+
+// snapshot is what the metrics scrape reads: the counts, and the gauges
+// computed now (live slots, records waiting in slot queues).
+func (mx *mux) snapshot() metrics.MuxSnapshot {
+	n := &mx.n
+	s := metrics.MuxSnapshot{
+		BatchesSent: n.batchesSent.Load(), BatchesReceived: n.batchesRecv.Load(),
+		ReaderStall: n.readerStall.Load(), GenerationMismatch: n.generationMismatch.Load(),
+		ControlRefused: n.controlRefused.Load(), EpochDeaths: n.epochDeaths.Load(),
+		CreditLost: n.creditLost.Load(), CreditReposted: n.creditReposted.Load(),
+		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
+		UnclaimedBindReaped: n.unclaimedReaped.Load(),
+	}
+	for i := range s.RecordsSent {
+		s.RecordsSent[i] = n.sentByType[i].Load()
+	}
+	for i := range s.RecordsDropped {
+		s.RecordsDropped[i] = n.dropped[i].Load()
+	}
+	out, in := mx.liveSlots()
+	s.LiveSlots = int64(out + in)
+	s.WithheldRecords = int64(mx.queuedRecords())
+	return s
+}
+
+// queuedRecords counts the records waiting in this node's slot queues
+// (the inlet and the withheld queue are one queue here).
+func (mx *mux) queuedRecords() int {
+	n := 0
+	for _, b := range mx.allBatchers() {
+		b.mu.Lock()
+		for _, s := range b.slots {
+			if s != nil {
+				n += len(s.q)
+			}
+		}
+		b.mu.Unlock()
+	}
+	return n
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -51,12 +52,16 @@ func muxDisabledByEnv() bool {
 
 // startMux builds the mux of r and registers its batch handlers, one per
 // lane, inline on the reader goroutine: ingress never blocks.
-func (r *remote) startMux(cfg MuxConfig) error {
+func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	if cfg.Disabled || muxDisabledByEnv() {
 		return nil
 	}
 	mx := newMux(cfg, r.heartbeat, r.postBatch)
 	mx.m = r.m
+	if met != nil {
+		mx.met = met.Mux()
+		mx.unreport = mx.met.Report(mx.snapshot)
+	}
 	for lane := range muxwire.Lanes {
 		h := messenger.FireHandler(muxwire.HandlerName(lane), func(c *messenger.Context) {
 			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)

@@ -139,9 +139,8 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 	b.mu.Unlock()
 	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+muxwire.RecordHeaderLen+muxwire.OpenSlotBodyLen), b.lane, epoch, seq)
 	enc.OpenSlot(id, open, anchorID, session)
-	err := b.mx.post(b.peer, b.lane, enc.Batch())
+	err := b.mx.send(b.peer, b.lane, enc.Batch())
 	b.writeMu.Unlock()
-	b.mx.countBatch(1)
 	if err != nil {
 		b.epochDeath()
 		return nil, err
@@ -426,12 +425,11 @@ func (b *batcher) flush() {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
 	for {
-		batch, records, retired, more := b.build()
+		batch, _, retired, more := b.build()
 		if batch == nil {
 			break
 		}
-		err := b.mx.post(b.peer, b.lane, batch)
-		b.mx.countBatch(records)
+		err := b.mx.send(b.peer, b.lane, batch)
 		b.settleCredit(err == nil)
 		if err != nil {
 			for _, s := range retired {
@@ -816,10 +814,9 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 		for _, r := range recs[:n] {
 			enc.CloseSlot(r.id, 0, r.reason)
 		}
-		if b.mx.post(b.peer, b.lane, enc.Batch()) != nil {
+		if b.mx.send(b.peer, b.lane, enc.Batch()) != nil {
 			return
 		}
-		b.mx.countBatch(n)
 		recs = recs[n:]
 	}
 }

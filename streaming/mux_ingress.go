@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -108,6 +109,7 @@ func (mx *mux) expireBind(k bindKey, bd *muxBind) {
 	}
 	delete(mx.binds, k)
 	mx.mu.Unlock()
+	mx.n.unclaimedReaped.Add(1)
 	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
 }
 
@@ -161,7 +163,10 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		return err
 	}
 	if batch.Lane() != lane {
-		return nil // the book's lane_mismatch: its slot ids belong to another batcher
+		// Its slot ids belong to another batcher: applying them could feed
+		// or retire the wrong streams.
+		mx.n.dropped[metrics.DropLaneMismatch].Add(uint64(batch.Len()))
+		return nil
 	}
 	ip := mx.ingressFor(peer)
 	if ip == nil {
@@ -170,12 +175,16 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	}
 	mx.n.batchesRecv.Add(1)
 	mx.n.recordsRecv.Add(uint64(batch.Len()))
+	if mx.met != nil {
+		mx.met.BatchReceived(batch.Len())
+	}
 	// One copy per batch: records keep sub-slices of it.
 	own := append([]byte(nil), payload...)
 	var rep replies
 	ip.mu.Lock()
 	if !ip.acceptEpochLocked(batch.Header) {
 		ip.mu.Unlock()
+		mx.n.dropped[metrics.DropStaleEpoch].Add(uint64(batch.Len()))
 		return nil
 	}
 	recs := batch.Records()
@@ -225,7 +234,7 @@ func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 	for _, c := range closes {
 		enc.CloseSlot(c.id, 0, c.reason)
 	}
-	mx.post(peer, lane, enc.Batch())
+	mx.send(peer, lane, enc.Batch())
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every
@@ -291,6 +300,7 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 				return // a duplicate OpenSlot
 			}
 			ip.mx.n.protocolErrors.Add(1)
+			ip.mx.n.dropped[metrics.DropSlotCollision].Add(1)
 			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError})
 			return
 		}
@@ -331,6 +341,10 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 	if s == nil {
 		if idx := int(rec.Slot.Index()); idx < len(ip.slots) && ip.slots[idx] != nil {
 			ip.mx.n.generationMismatch.Add(1)
+			ip.mx.n.dropped[metrics.DropGeneration].Add(1)
+		} else {
+			// Never opened here, or already closed: the index is free.
+			ip.mx.n.dropped[metrics.DropClosedSlot].Add(1)
 		}
 		return
 	}

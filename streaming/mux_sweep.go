@@ -64,6 +64,7 @@ func (mx *mux) doorbell() time.Duration {
 			}
 			continue
 		}
+		mx.n.drainVisits.Add(1)
 		ip.reconcileDirty()
 	}
 	return wait
@@ -183,7 +184,7 @@ func (b *batcher) probe() {
 	var enc muxwire.Encoder
 	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.lane, b.epoch, b.seq)
 	b.mu.Unlock()
-	err := b.mx.post(b.peer, b.lane, enc.Batch())
+	err := b.mx.send(b.peer, b.lane, enc.Batch())
 	b.writeMu.Unlock()
 	if err != nil {
 		b.epochDeath()

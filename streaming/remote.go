@@ -203,7 +203,7 @@ func (r *remote) register(cfg nodeConfig) error {
 		err = r.registerControl()
 	}
 	if err == nil {
-		err = r.startMux(cfg.mux)
+		err = r.startMux(cfg.mux, cfg.metrics)
 	}
 	if err == nil {
 		err = r.registerMPSC()
