@@ -357,13 +357,31 @@ func batchedStreamingRun(cfg BatchedStreamingConfig) (bsCounts, error) {
 		return c, err
 	}
 	c.tokens, c.passes, c.received, c.finished = tokens.Load(), passes.Load(), received.Load(), finished.Load()
-	for e, n := range engines {
-		st := n.Streams.MuxStats()
-		c.batches += st.BatchesSent
-		c.records += st.RecordsSent
-		c.tap.add(taps[e].snapshot())
-		c.flushes += counterValue(regs[e], "velo_streaming_egress_flushes_total")
-		c.frames += counterValue(regs[e], "velo_streaming_frames_written_total")
+	// The batcher counts a batch in MuxStats after the transport took it
+	// (and the per-stream pump a flush after its write), so a host can read
+	// the last tokens before the count moves. Let the counts settle before
+	// reading them: the tap's and MuxStats' agree, or every stream's frames
+	// are counted.
+	settle := time.Now().Add(2 * time.Second)
+	for {
+		c.batches, c.records, c.tap, c.flushes, c.frames = 0, 0, tapCounts{}, 0, 0
+		for e, n := range engines {
+			st := n.Streams.MuxStats()
+			c.batches += st.BatchesSent
+			c.records += st.RecordsSent
+			c.tap.add(taps[e].snapshot())
+			c.flushes += counterValue(regs[e], "velo_streaming_egress_flushes_total")
+			c.frames += counterValue(regs[e], "velo_streaming_frames_written_total")
+		}
+		settled := c.batches == c.tap.batches && c.records == c.tap.records
+		if cfg.Legacy {
+			// Every stream wrote its tokens and one terminal.
+			settled = c.frames >= c.tokens+uint64(cfg.Requests)
+		}
+		if settled || time.Now().After(settle) {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	return c, c.check(cfg, want)
 }
