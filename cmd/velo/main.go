@@ -32,6 +32,8 @@ const usage = `usage:
                             (items/s, CPU per item)
       response-plane        frontends and continuous-batching engines: mux, per-stream
                             and grpc-go (TTFT, token latency, tokens/s, CPU per token)
+      batched-streaming     anchor hosts and engines: tokens per wire write on the mux
+                            (manual or auto flush) or the per-stream path (--legacy)
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {
