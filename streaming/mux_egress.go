@@ -51,8 +51,6 @@ type batcher struct {
 	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
-	kicked        bool                                   // FlushBatch under the Manual policy
-	kickGen       uint64                                 // FlushBatch calls so far: what a slot queued before one is owed a write
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
@@ -71,13 +69,16 @@ type outSlot struct {
 	anchorID uint64
 	session  uint64 // the routing session the owner answered with
 
-	q       [][]byte // records not yet written: the inlet and the withheld queue
-	qBytes  int
-	credit  uint32 // data credit the consumer granted and this side has not spent
-	seq     uint32 // next frame_seq
-	qGen    uint64 // the batcher's kickGen when q last went from empty to not
-	inReady bool
-	active  bool // a record was queued since the last heartbeat
+	q      [][]byte // records not yet written: the inlet and the withheld queue
+	qBytes int
+	credit uint32 // data credit the consumer granted and this side has not spent
+	seq    uint32 // next frame_seq
+	// flushable is how many records at the head of q a FlushBatch
+	// released under FlushManual: they go as credit allows, and what was
+	// queued after the call waits for the next one.
+	flushable int
+	inReady   bool
+	active    bool // a record was queued since the last heartbeat
 
 	terminal  bool // a terminal is queued: nothing more is accepted
 	closed    bool // the slot is gone (terminal written, refused, epoch death)
@@ -226,12 +227,8 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 	}
 }
 
-// enqueueLocked appends a record to s's queue, noting the FlushBatch
-// generation it waits from.
+// enqueueLocked appends a record to s's queue.
 func (s *outSlot) enqueueLocked(frame []byte) {
-	if len(s.q) == 0 {
-		s.qGen = s.b.kickGen
-	}
 	s.q = append(s.q, frame)
 	s.qBytes += len(frame)
 }
@@ -241,7 +238,7 @@ func (s *outSlot) enqueueLocked(frame []byte) {
 // returns, without another FlushBatch: the application asked for them,
 // and the credit it waited for may come long after.
 func (s *outSlot) owedLocked() bool {
-	return len(s.q) > 0 && s.qGen < s.b.kickGen
+	return s.flushable > 0 && len(s.q) > 0
 }
 
 // readyLocked lists s for the batcher when it has something it may send,
@@ -338,10 +335,20 @@ func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush != FlushManual }
 
 // kick is FlushBatch for this batcher: the next wake writes what is
 // staged, whatever the policy.
+//
+// Under FlushManual it releases exactly what each slot holds now: records
+// staged after the call wait for the next one, so one call is one pass.
+// It looks at every slot of the batcher, once per call.
 func (b *batcher) kick() {
 	b.mu.Lock()
-	b.kicked = true
-	b.kickGen++
+	if !b.autoFlush() {
+		for _, s := range b.slots {
+			if s != nil && !s.closed && len(s.q) > 0 {
+				s.flushable = len(s.q)
+				s.readyLocked()
+			}
+		}
+	}
 	b.mu.Unlock()
 	b.signal()
 }
@@ -505,7 +512,7 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	data := b.autoFlush() || b.kicked
+	data := b.autoFlush()
 	lingerDone := b.lingerT == nil || b.lingered
 	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
@@ -556,8 +563,12 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 			keep = append(keep, s)
 			continue
 		}
+		limit := -1 // everything credit allows
+		if !data && !s.terminal {
+			limit = s.flushable // what the last FlushBatch released
+		}
 		var done bool
-		done, cut = b.drainSlotLocked(s, &enc, full)
+		done, cut = b.drainSlotLocked(s, &enc, full, limit)
 		if done {
 			retired = append(retired, s)
 		}
@@ -574,7 +585,6 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	b.ready = keep
 	more = cut || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
 	if !more {
-		b.kicked = false
 		if len(b.ready) == 0 || !data {
 			b.awake = false
 		}
@@ -608,9 +618,9 @@ func (s *outSlot) readyAgainLocked() bool {
 // drainSlotLocked writes s's records into enc while it has credit and the
 // batch has room. A terminal is written with its CloseSlot and ends the
 // slot; done says so. cut says the batch is full.
-func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool) (done, cut bool) {
+func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool, limit int) (done, cut bool) {
 	n := 0
-	for n < len(s.q) {
+	for n < len(s.q) && n != limit {
 		rec := s.q[n]
 		last := s.terminal && n == len(s.q)-1
 		if !last && s.credit == 0 {
@@ -638,6 +648,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		}
 		s.credit--
 	}
+	s.flushable = max(0, s.flushable-n)
 	if n > 0 {
 		// Shift the rest down rather than reslice, so the queue keeps its
 		// array (at most about C+1 records) and a steady stream queues

@@ -963,3 +963,44 @@ func TestMuxItemAtLimit(t *testing.T) {
 		t.Fatalf("got %d bytes, %v; epoch deaths %d", len(v), err, muxOf(t, producer).n.epochDeaths.Load())
 	}
 }
+
+// TestMuxManualFlushReleasesOnlyStaged: under FlushManual, FlushBatch
+// releases what each slot held at the call; a token staged right after it
+// waits for the next call, so one call writes one pass.
+func TestMuxManualFlushReleasesOnlyStaged(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
+	const streams = 20
+	var anchors []*Anchor[[]byte]
+	var senders []*Sender[[]byte]
+	for range streams {
+		a, s := muxStream(t, producer, consumer)
+		anchors, senders = append(anchors, a), append(senders, s)
+	}
+	ctx := context.Background()
+	for pass := range 3 {
+		for _, s := range senders {
+			if err := s.Send(ctx, token(pass)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		producer.sm.FlushBatch()
+		for _, s := range senders { // the next pass, staged at once
+			if err := s.Send(ctx, token(pass+100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, a := range anchors {
+			readTokens(t, a, pass, 1, 5*time.Second)
+		}
+		// Every stream got this pass's token, and the batcher is done with
+		// that call: the tokens staged after it are all still queued.
+		mx := muxOf(t, producer)
+		if q := mx.queuedRecords(); q != streams {
+			t.Fatalf("pass %d: %d records queued after the flush, want %d (the ones staged after it)", pass, q, streams)
+		}
+		producer.sm.FlushBatch()
+		for _, a := range anchors {
+			readTokens(t, a, pass+100, 1, 5*time.Second)
+		}
+	}
+}
