@@ -326,6 +326,8 @@ func TestAgainstRustReference(t *testing.T) {
 		check(t, "poison reached the owner", errors.As(err, &pe) && pe.Reason == "rust poisoned it", nil, err)
 	})
 
+	streamChecks(ctx, t, g, rs)
+
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
 		g.BeginDrain()
 		start := time.Now()

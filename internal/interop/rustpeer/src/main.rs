@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use velo::transports::tcp::TcpTransportBuilder;
+mod streams;
+
 use velo::{Event, EventHandle, Handler, InstanceId, PeerInfo, ShutdownPolicy, TypedContext, Velo};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -313,6 +315,7 @@ async fn run_cmd(
             event.trigger()?;
             Ok(String::new())
         }
+        other if streams::is_stream_cmd(other) => streams::run(velo, target, other, v).await,
         other => Err(anyhow!("unknown cmd {other:?}")),
     }
 }
