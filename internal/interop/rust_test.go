@@ -150,7 +150,7 @@ func TestAgainstRustReference(t *testing.T) {
 	if path == "" {
 		t.Skip("VELO_RUST_PEER is not set (see docs/interop.md)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	rs := startRust(t, path)
 

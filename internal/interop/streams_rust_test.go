@@ -88,6 +88,8 @@ func sameLog(got []string, want ...[]string) bool {
 
 func readN(ctx context.Context, t *testing.T, a *streaming.Anchor[[]byte], prefix string, n int) bool {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	for i := range n {
 		v, err := a.Next(ctx)
 		if err != nil || string(v) != fmt.Sprintf("%s%d", prefix, i) {
@@ -177,10 +179,20 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer)
 		good = readN(ctx, t, c, "rs-", 2)
 		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "p3"})
 		check(t, "rust detach", good && ok, d, nil)
-		rs.do(map[string]any{"cmd": "produce", "job": "p4", "handle": anchorDecimal(c.Handle()), "n": 2, "prefix": "rs-", "end": "finalize"})
+		// The Detached frame frees the anchor when the Go reader takes it
+		// off the connection, which may be after the Rust job returned:
+		// an attach in between is refused as already attached (the
+		// reference's anchors behave the same way), so retry.
+		for range 50 {
+			rs.do(map[string]any{"cmd": "produce", "job": "p4", "handle": anchorDecimal(c.Handle()), "n": 2, "prefix": "rs-", "end": "finalize"})
+			time.Sleep(20 * time.Millisecond)
+			ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "p4"})
+			if ok || !strings.Contains(d, "already attached") {
+				break
+			}
+		}
 		good = readN(ctx, t, c, "rs-", 2)
 		_, err = c.Next(ctx)
-		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "p4"})
 		check(t, "rust re-attach after detach", good && ok && err == io.EOF, d, err)
 	})
 
@@ -312,5 +324,101 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer)
 			check(t, fmt.Sprintf("offer %v", keys), ok && strings.Contains(d, `streaming_transport_key: TransportKey("tcp-stream")`) && strings.Contains(d, "initial_credit: 0"), d, nil)
 			a.Close()
 		}
+	})
+	t.Run("refusals from a rust anchor", func(t *testing.T) {
+		h := rustAnchor(t, rs, "r1", nil)
+		s, err := streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		_, err = streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
+		check(t, "a second attach is ErrAlreadyAttached", errors.Is(err, streaming.ErrAlreadyAttached), nil, err)
+		s.Finalize()
+		rustLog(t, rs, "r1", 100)
+		_, err = streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
+		check(t, "an attach after the end is ErrAnchorNotFound", errors.Is(err, streaming.ErrAnchorNotFound), nil, err)
+	})
+
+	t.Run("soft errors and large items", func(t *testing.T) {
+		h := rustAnchor(t, rs, "e1", nil)
+		s, err := streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		sendN(ctx, t, s, "go-", 0, 1)
+		s.SendError(ctx, "go soft error")
+		big := make([]byte, 1<<20)
+		copy(big, "big-go-item")
+		if err := s.Send(ctx, big); err != nil {
+			t.Fatalf("send 1 MiB: %v", err)
+		}
+		s.Finalize()
+		got := rustLog(t, rs, "e1", 100)
+		check(t, "go soft error and 1 MiB item reach rust", sameLog(got, items("go-", 0, 1),
+			[]string{"sender_error:go soft error", "item:big-go-item\x00\x00\x00\x00\x00...(1048576 bytes)", "finalized", "end"}), got, nil)
+
+		a, _ := streaming.CreateAnchor[[]byte](g.Streams)
+		defer a.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "e2", "handle": anchorDecimal(a.Handle()), "n": 2, "prefix": "rs-", "pad": 1 << 20, "soft_error": "rs soft error", "end": "finalize"})
+		var lens []int
+		for range 2 {
+			v, err := a.Next(ctx)
+			if err != nil {
+				t.Fatalf("next: %v", err)
+			}
+			lens = append(lens, len(v))
+		}
+		_, err = a.Next(ctx)
+		var se *streaming.SenderError
+		check(t, "rust soft error is a *SenderError", errors.As(err, &se) && se.Message == "rs soft error", nil, err)
+		_, err = a.Next(ctx)
+		check(t, "1 MiB rust items arrive whole, then io.EOF", err == io.EOF && lens[0] == 4+1<<20 && lens[1] == 4+1<<20, lens, err)
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "e2"})
+		check(t, "large item job", ok, d, nil)
+	})
+
+	t.Run("a go stop request to a rust producer", func(t *testing.T) {
+		// The reference has no _stream_stop: the request is dropped there,
+		// and the stream goes on until the consumer cancels.
+		a, _ := streaming.CreateAnchor[[]byte](g.Streams)
+		defer a.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "s1", "handle": anchorDecimal(a.Handle()), "n": 2, "prefix": "rs-", "end": "await_cancel"})
+		readN(ctx, t, a, "rs-", 2)
+		a.Controller().RequestStop()
+		time.Sleep(200 * time.Millisecond)
+		a.Controller().Cancel()
+		_, err := a.Next(ctx)
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "s1"})
+		check(t, "the stream survives the stop, and the cancel after it arrives", errors.Is(err, streaming.ErrCancelled) && ok && strings.Contains(d, "cancel_token_fired=true"), d, err)
+	})
+
+	t.Run("mpsc cancel across", func(t *testing.T) {
+		m, _ := streaming.CreateMPSCAnchor[[]byte](g.Streams)
+		defer m.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "mc1", "mpsc": true, "handle": anchorDecimal(m.Handle()), "n": 1, "prefix": "z", "end": "await_cancel"})
+		if f, err := m.Next(ctx); err != nil || f.Kind != streaming.MPSCItem {
+			t.Fatalf("first frame %v, %v", f, err)
+		}
+		m.Controller().Cancel()
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "mc1"})
+		check(t, "go mpsc consumer's cancel reaches the rust producer", ok && strings.Contains(d, "cancel_token_fired=true") && strings.Contains(d, "send_after=err"), d, nil)
+
+		h := rustAnchor(t, rs, "mc2", map[string]any{"mpsc": true})
+		s, err := streaming.AttachMPSCAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		defer s.Close()
+		s.Send(ctx, []byte("q"))
+		rustLog(t, rs, "mc2", 1)
+		rs.do(map[string]any{"cmd": "anchor_cancel", "id": "mc2"})
+		select {
+		case <-s.Cancelled():
+			check(t, "rust mpsc consumer's cancel closes Cancelled()", true, nil, nil)
+		case <-time.After(5 * time.Second):
+			check(t, "rust mpsc consumer's cancel closes Cancelled()", false, nil, nil)
+		}
+		err = s.Send(ctx, []byte("late"))
+		check(t, "and a send after it is ErrCancelled", errors.Is(err, streaming.ErrCancelled), nil, err)
 	})
 }

@@ -14,7 +14,10 @@
 //!   raw_attach    {handle, keys}             -> sends one _anchor_attach offering `keys`
 //!                                               and answers with the decoded response
 //!                                               (nothing connects afterwards)
-//! `end` is one of finalize, detach, drop, await_cancel.
+//!   register_peer {peer_info}                -> registers one more peer (a second Go node)
+//! `end` is one of finalize, detach, drop, await_cancel. produce also takes
+//! `pad` (bytes of 'x' appended to each item) and `soft_error` (a message
+//! sent with send_err after the items).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -65,7 +68,12 @@ fn b(v: &Value, k: &str) -> bool {
     v.get(k).and_then(|x| x.as_bool()).unwrap_or(false)
 }
 
+/// An item as logged: its text, or for a long one its first 16 bytes and
+/// its length.
 fn text(x: &ByteBuf) -> String {
+    if x.len() > 64 {
+        return format!("{}...({} bytes)", String::from_utf8_lossy(&x[..16]), x.len());
+    }
     String::from_utf8_lossy(x).into_owned()
 }
 
@@ -76,13 +84,19 @@ fn push(log: &Log, e: String) {
 pub fn is_stream_cmd(cmd: &str) -> bool {
     matches!(
         cmd,
-        "anchor_new" | "anchor_wait" | "anchor_cancel" | "produce" | "job_wait" | "raw_attach"
+        "anchor_new" | "anchor_wait" | "anchor_cancel" | "produce" | "job_wait" | "raw_attach" | "register_peer"
     )
 }
 
 pub async fn run(velo: &Arc<Velo>, target: InstanceId, cmd: &str, v: &Value) -> Result<String> {
     match cmd {
         "raw_attach" => raw_attach(velo, target, v).await,
+        "register_peer" => {
+            let pv = v.get("peer_info").cloned().ok_or_else(|| anyhow!("missing peer_info"))?;
+            let pi: velo::PeerInfo = serde_json::from_value(pv).context("deserializing PeerInfo")?;
+            velo.register_peer(pi)?;
+            Ok(String::new())
+        }
         "anchor_new" => anchor_new(velo, v),
         "anchor_wait" => anchor_wait(v).await,
         "anchor_cancel" => {
@@ -210,7 +224,13 @@ async fn produce(velo: Arc<Velo>, v: Value) -> Result<String> {
     let prefix = v.get("prefix").and_then(|x| x.as_str()).unwrap_or("rs-").to_string();
     let end = s(&v, "end")?.to_string();
     let idle = Duration::from_millis(u(&v, "idle_ms").unwrap_or(0));
-    let item = |i: u64| ByteBuf::from(format!("{prefix}{i}").into_bytes());
+    let pad = u(&v, "pad").unwrap_or(0) as usize;
+    let soft = v.get("soft_error").and_then(|x| x.as_str()).map(String::from);
+    let item = |i: u64| {
+        let mut b = format!("{prefix}{i}").into_bytes();
+        b.resize(b.len() + pad, b'x');
+        ByteBuf::from(b)
+    };
     let mut report = Vec::new();
     if b(&v, "mpsc") {
         let tx = tokio::time::timeout(Duration::from_secs(5), velo.attach_mpsc_anchor::<ByteBuf>(handle))
@@ -222,6 +242,9 @@ async fn produce(velo: Arc<Velo>, v: Value) -> Result<String> {
             tx.send(item(i)).await.map_err(|e| anyhow!("send {i}: {e}"))?;
         }
         report.push(format!("sent={n}"));
+        if let Some(m) = &soft {
+            tx.send_err(m).await.map_err(|e| anyhow!("send_err: {e}"))?;
+        }
         tokio::time::sleep(idle).await;
         match end.as_str() {
             "detach" | "finalize" => {
@@ -255,6 +278,9 @@ async fn produce(velo: Arc<Velo>, v: Value) -> Result<String> {
         tx.send(item(i)).await.map_err(|e| anyhow!("send {i}: {e}"))?;
     }
     report.push(format!("sent={n}"));
+    if let Some(m) = &soft {
+        tx.send_err(m).await.map_err(|e| anyhow!("send_err: {e}"))?;
+    }
     tokio::time::sleep(idle).await;
     match end.as_str() {
         "finalize" => {
