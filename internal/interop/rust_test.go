@@ -326,7 +326,7 @@ func TestAgainstRustReference(t *testing.T) {
 		check(t, "poison reached the owner", errors.As(err, &pe) && pe.Reason == "rust poisoned it", nil, err)
 	})
 
-	streamChecks(ctx, t, g, rs)
+	streamChecks(ctx, t, g, rs, rinfo)
 
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
 		g.BeginDrain()

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // Stream checks against the Rust peer. Items are MessagePack binaries:
@@ -100,7 +103,7 @@ func readN(ctx context.Context, t *testing.T, a *streaming.Anchor[[]byte], prefi
 	return true
 }
 
-func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer) {
+func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer, rinfo ext.PeerInfo) {
 	t.Run("go producer to rust anchor", func(t *testing.T) {
 		h := rustAnchor(t, rs, "a1", nil)
 		s, err := streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
@@ -420,5 +423,46 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer)
 		}
 		err = s.Send(ctx, []byte("late"))
 		check(t, "and a send after it is ErrCancelled", errors.Is(err, streaming.ErrCancelled), nil, err)
+	})
+	t.Run("a cancel before the rust producer attaches", func(t *testing.T) {
+		a, _ := streaming.CreateAnchor[[]byte](g.Streams)
+		defer a.Close()
+		a.Controller().Cancel()
+		rs.do(map[string]any{"cmd": "produce", "job": "cb", "handle": anchorDecimal(a.Handle()), "n": 1, "prefix": "rs-", "end": "await_cancel"})
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "cb"})
+		t.Logf("rust producer attaching to a cancelled go anchor: ok=%v %s", ok, d)
+		check(t, "the rust producer hears of the cancel", !ok || strings.Contains(d, "cancel_token_fired=true"), d, nil)
+	})
+
+	t.Run("idle rust producer and a short go heartbeat window", func(t *testing.T) {
+		// A second Go node whose anchors ask for 200 ms heartbeats: three
+		// silent windows would drop the stream.
+		tr, err := tcp.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := messenger.New(ctx, messenger.Config{Transports: []ext.Transport{tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shutdownWithin(m2, 2*time.Second)
+		sm2, err := streaming.NewNodeManager(m2, streaming.WithHeartbeatInterval(200*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sm2.Close()
+		if err := m2.RegisterPeer(rinfo); err != nil {
+			t.Fatal(err)
+		}
+		if ok, d := rs.do(map[string]any{"cmd": "register_peer", "peer_info": m2.PeerInfo()}); !ok {
+			t.Fatal(d)
+		}
+		a, _ := streaming.CreateAnchor[[]byte](sm2)
+		defer a.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "hb2", "handle": anchorDecimal(a.Handle()), "n": 1, "prefix": "rs-", "idle_ms": 1500, "end": "finalize"})
+		good := readN(ctx, t, a, "rs-", 1)
+		_, err = a.Next(ctx)
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "hb2"})
+		check(t, "an idle rust stream is not dropped", good && err == io.EOF && ok && sm2.WatchdogFirings() == 0, d, err)
 	})
 }
