@@ -37,8 +37,8 @@ type rustPeer struct {
 	mu    sync.Mutex
 }
 
-func startRust(t *testing.T, path string) *rustPeer {
-	cmd := exec.Command(path)
+func startRust(t *testing.T, path string, args ...string) *rustPeer {
+	cmd := exec.Command(path, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -327,6 +327,7 @@ func TestAgainstRustReference(t *testing.T) {
 	})
 
 	streamChecks(ctx, t, g, rs, rinfo)
+	muxPeerChecks(ctx, t, g, path)
 
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
 		g.BeginDrain()

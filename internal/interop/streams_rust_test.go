@@ -466,3 +466,71 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 		check(t, "an idle rust stream is not dropped", good && err == io.EOF && ok && sm2.WatchdogFirings() == 0, d, err)
 	})
 }
+
+// muxPeerChecks runs streams against a second Rust node with the
+// reference's mux on (messenger-mux-v1 beside tcp-stream): the Go mux is
+// v2, so both directions must settle on tcp-stream.
+func muxPeerChecks(ctx context.Context, t *testing.T, g *velo.Node, path string) {
+	t.Run("a rust node with its mux on", func(t *testing.T) {
+		rs := startRust(t, path, "--mux")
+		var rinfo ext.PeerInfo
+		raw, _ := json.Marshal(rs.next("the peer's info")["peer_info"])
+		if err := json.Unmarshal(raw, &rinfo); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.RegisterPeer(rinfo); err != nil {
+			t.Fatal(err)
+		}
+		rs.send(map[string]any{"peer_info": g.PeerInfo()})
+		if m := rs.next("registration"); m["registered"] != true {
+			t.Fatalf("not registered: %s", m["raw"])
+		}
+
+		h := rustAnchor(t, rs, "x1", nil)
+		s, err := streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("attach: %v", err)
+		}
+		check(t, "go producer negotiated tcp-stream with a mux-v1 node", s.NegotiatedTransport() == "tcp-stream", s.NegotiatedTransport(), nil)
+		sendN(ctx, t, s, "go-", 0, 3)
+		s.Finalize()
+		got := rustLog(t, rs, "x1", 100)
+		check(t, "items then finalized", sameLog(got, items("go-", 0, 3), []string{"finalized", "end"}), got, nil)
+
+		a, _ := streaming.CreateAnchor[[]byte](g.Streams)
+		defer a.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "x2", "handle": anchorDecimal(a.Handle()), "n": 3, "prefix": "rs-", "end": "finalize"})
+		good := readN(ctx, t, a, "rs-", 3)
+		_, err = a.Next(ctx)
+		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "x2"})
+		check(t, "rust producer with mux-v1 offered gets tcp-stream from go", good && err == io.EOF && ok && strings.Contains(d, "transport=tcp-stream"), d, err)
+
+		m, _ := streaming.CreateMPSCAnchor[[]byte](g.Streams)
+		defer m.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "x3", "mpsc": true, "handle": anchorDecimal(m.Handle()), "n": 2, "prefix": "m", "end": "detach"})
+		var seen []string
+		for range 3 {
+			f, err := m.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := f.Kind.String()
+			if f.Kind == streaming.MPSCItem {
+				e = string(f.Item)
+			}
+			seen = append(seen, e)
+		}
+		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "x3"})
+		check(t, "rust mpsc producer with mux-v1 offered", ok && strings.Join(seen, "|") == "m0|m1|Detached", seen, nil)
+
+		h = rustAnchor(t, rs, "x4", map[string]any{"mpsc": true})
+		ms, err := streaming.AttachMPSCAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("mpsc attach: %v", err)
+		}
+		ms.Send(ctx, []byte("q0"))
+		ms.Detach()
+		got = rustLog(t, rs, "x4", 2)
+		check(t, "go mpsc producer to a mux-v1 node", len(got) == 2 && strings.HasSuffix(got[0], ":item:q0") && strings.HasSuffix(got[1], ":detached"), got, nil)
+	})
+}

@@ -104,6 +104,14 @@ async fn build_velo(stream_default: bool) -> Result<Arc<Velo>> {
     if !stream_default {
         b = b.stream_bind_addr(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
+    // --mux: the reference's batched transport (messenger-mux-v1) is on,
+    // beside tcp-stream, as on a canary node.
+    if std::env::args().any(|a| a == "--mux") {
+        b = b.messenger_mux(velo::streaming::MuxConfig {
+            enabled: true,
+            ..Default::default()
+        })?;
+    }
     b.build().await
 }
 
