@@ -245,6 +245,19 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 		s.Finalize()
 		got := rustLog(t, rs, "hb1", 100)
 		check(t, "an idle stream is not dropped", sameLog(got, items("go-", 0, 2), []string{"finalized", "end"}), got, nil)
+
+		h = rustAnchor(t, rs, "hb2", map[string]any{"hb_ms": 200, "mpsc": true})
+		ms, err := streaming.AttachMPSCAnchor[[]byte](ctx, g.Streams, h)
+		if err != nil {
+			t.Fatalf("mpsc attach: %v", err)
+		}
+		ms.Send(ctx, []byte("go-0"))
+		time.Sleep(1500 * time.Millisecond)
+		ms.Send(ctx, []byte("go-1"))
+		ms.Detach()
+		got = rustLog(t, rs, "hb2", 3)
+		check(t, "an idle mpsc producer is not dropped", len(got) == 3 && strings.HasSuffix(got[0], ":item:go-0") &&
+			strings.HasSuffix(got[1], ":item:go-1") && strings.HasSuffix(got[2], ":detached"), got, nil)
 	})
 
 	t.Run("mpsc", func(t *testing.T) {
@@ -464,6 +477,24 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 		_, err = a.Next(ctx)
 		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "hb2"})
 		check(t, "an idle rust stream is not dropped", good && err == io.EOF && ok && sm2.WatchdogFirings() == 0, d, err)
+
+		m, _ := streaming.CreateMPSCAnchor[[]byte](sm2)
+		defer m.Close()
+		rs.do(map[string]any{"cmd": "produce", "job": "hb3", "mpsc": true, "handle": anchorDecimal(m.Handle()), "n": 1, "prefix": "rs-", "idle_ms": 1500, "end": "detach"})
+		var seen []string
+		for range 2 {
+			f, err := m.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := f.Kind.String()
+			if f.Kind == streaming.MPSCItem {
+				e = string(f.Item)
+			}
+			seen = append(seen, e)
+		}
+		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "hb3"})
+		check(t, "an idle rust mpsc producer is not dropped", ok && strings.Join(seen, "|") == "rs-0|Detached" && sm2.WatchdogFirings() == 0, seen, nil)
 	})
 }
 
