@@ -355,6 +355,18 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 		check(t, "an attach after the end is ErrAnchorNotFound", errors.Is(err, streaming.ErrAnchorNotFound), nil, err)
 	})
 
+	t.Run("renewal of a rust anchor", func(t *testing.T) {
+		// _anchor_renew is the Go node's own: the reference has no such
+		// handler, so renewing a Rust handle is an error, and a quick one.
+		h := rustAnchor(t, rs, "rn1", nil)
+		start := time.Now()
+		err := g.Streams.RenewReservations(h)
+		took := time.Since(start)
+		t.Logf("RenewReservations(rust handle) = %v after %v", err, took)
+		check(t, "renewing a rust anchor fails at once", err != nil && took < 2*time.Second, took, err)
+		rs.do(map[string]any{"cmd": "anchor_cancel", "id": "rn1"})
+	})
+
 	t.Run("soft errors and large items", func(t *testing.T) {
 		h := rustAnchor(t, rs, "e1", nil)
 		s, err := streaming.AttachAnchor[[]byte](ctx, g.Streams, h)
