@@ -80,13 +80,41 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 	if info.WorkerID() != c.SenderWorkerID() {
 		return nil, fmt.Errorf("hello from worker %s names instance %s", c.SenderWorkerID(), info.InstanceID)
 	}
-	if p, ok := m.peers.get(info.InstanceID); !ok || !sameAddress(p.info.Address, info.Address) {
+	p, ok := m.peers.get(info.InstanceID)
+	if ok {
+		info.Address = withMissing(info.Address, p.info.Address)
+	}
+	if !ok || !sameAddress(p.info.Address, info.Address) {
 		if err := m.RegisterPeer(info); err != nil {
 			return nil, err
 		}
 	}
 	m.greet(info.WorkerID())
 	return m.handlersBody()
+}
+
+// withMissing returns hello's address plus the entries of known that hello
+// lacks. A Rust node greets with its messenger's address only: its stream
+// listener ("tcp-stream") reaches peers in the PeerInfo registered out of
+// band, and a hello must not make this node forget it.
+func withMissing(hello, known ext.WorkerAddress) ext.WorkerAddress {
+	var out ext.WorkerAddress
+	for k, v := range known {
+		if _, ok := hello[k]; ok {
+			continue
+		}
+		if out == nil {
+			out = make(ext.WorkerAddress, len(hello)+len(known))
+			for hk, hv := range hello {
+				out[hk] = hv
+			}
+		}
+		out[k] = v
+	}
+	if out == nil {
+		return hello
+	}
+	return out
 }
 
 func sameAddress(a, b ext.WorkerAddress) bool {

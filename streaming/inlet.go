@@ -308,6 +308,10 @@ func (st *anchorState) cancel(closing bool) {
 		st.closed = true
 	}
 	b, feed := st.bind, st.feed
+	var remotes []*remoteBind // an MPSC anchor's producers on other workers
+	if first && st.mpsc != nil {
+		remotes = st.mpsc.remoteControls()
+	}
 	var conn io.Closer // the per-stream connections: closing them is the backstop
 	switch {
 	case b != nil && b.conn != nil:
@@ -324,6 +328,12 @@ func (st *anchorState) cancel(closing bool) {
 	}
 	if first && b != nil {
 		b.signal(wire.StreamCancelHandler)
+	}
+	// Each remote producer of an MPSC anchor gets its own _stream_cancel,
+	// as the reference's cancel_all_senders sends: a Rust producer's
+	// cancellation token fires only on that message, not on the close.
+	for _, rb := range remotes {
+		rb.signal(wire.StreamCancelHandler)
 	}
 	if conn != nil {
 		conn.Close() // the backstop, if the message is lost

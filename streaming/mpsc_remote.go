@@ -33,9 +33,10 @@ import (
 // windows, _mpsc_anchor_detach, or no connection within its connect window —
 // gives the consumer that producer's MPSCDetached or MPSCDropped, and the
 // stream goes on. The consumer's Cancel or Close closes every producer's
-// connection, which is how the producers hear of it (their sends fail with
-// ErrCancelled); the reference sends _stream_cancel instead, which is not
-// built here.
+// connection and sends each producer _stream_cancel (to the stream id of
+// its attach request), as the reference does; the closed connection is the
+// backstop if the message is lost. Either way their sends fail with
+// ErrCancelled.
 
 // mpscRemote is one producer of an MPSC anchor on another worker, as its
 // owner sees it. Its fields are guarded by the anchor's st.mu.

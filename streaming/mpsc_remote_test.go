@@ -789,3 +789,56 @@ func TestRemoteMPSCStop(t *testing.T) {
 		t.Fatalf("%d final items, want 2", items)
 	}
 }
+
+// TestRemoteMPSCCancelSendsStreamCancel: the consumer's cancel sends each
+// remote producer of an MPSC anchor _stream_cancel with the stream id of
+// its attach request, the body the reference's cancel_all_senders sends. A
+// Rust producer's cancellation token fires only on that message (seen in
+// the live interop run); the closed connection alone left it unfired.
+func TestRemoteMPSCCancelSendsStreamCancel(t *testing.T) {
+	consumer := newRemoteNode(t)
+	raw := newMessenger(t)
+	got := make(chan []byte, 4)
+	spy := messenger.FireHandler(wire.StreamCancelHandler, func(c *messenger.Context) {
+		got <- append([]byte(nil), c.Payload...)
+	})
+	if err := raw.RegisterSystem(spy); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, raw, consumer.msg)
+	an := newMPSC(t, consumer.sm)
+	h := an.Handle()
+	body := fmt.Appendf(nil, `{"handle":{"hi":%d,"lo":%d},"session_id":5,"stream_cancel_handle":{"hi":%d,"lo":5}}`, h.Hi, h.Lo, uint64(raw.WorkerID()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	answer, err := raw.Unary(ctx, consumer.msg.InstanceID(), wire.MPSCAnchorAttachHandler, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := wire.DecodeMPSCAttachResponse(answer)
+	if err != nil || resp.Refused {
+		t.Fatalf("answer %s: %v", answer, err)
+	}
+	c, err := net.Dial("tcp", consumer.sm.StreamAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := wire.TCPPreamble{AnchorID: h.LocalID(), SessionID: resp.RoutingSessionID}.Append(nil)
+	b = wire.AppendTCPFrame(b, wire.AppendBytesItem(nil, []byte("a")))
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCItem {
+		t.Fatalf("%+v, want the item", f)
+	}
+	an.Controller().Cancel()
+	select {
+	case p := <-got:
+		if want := `{"sender_stream_id":5}`; string(p) != want {
+			t.Fatalf("_stream_cancel body %s, want %s", p, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no _stream_cancel reached the producer's node")
+	}
+}

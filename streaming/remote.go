@@ -463,12 +463,20 @@ func (r *remote) serve(c net.Conn) {
 	st.mu.Lock()
 	// Cancelled before the producer connected, or ended by a control
 	// message: closing the connection is how the producer hears of it.
-	gone := st.cancelled || st.closed || b.proxy.done
+	cancelled := st.cancelled
+	gone := cancelled || st.closed || b.proxy.done
 	if !gone {
 		b.conn = c
 	}
 	st.mu.Unlock()
 	if gone {
+		if cancelled {
+			// Again, now that the producer is connected: a Rust producer
+			// registers the sender that _stream_cancel names only after
+			// its connection is up, so the message sent with the attach
+			// answer found nothing there and its token never fired.
+			b.signal(wire.StreamCancelHandler)
+		}
 		return
 	}
 	defer st.clearBind(b)

@@ -672,3 +672,43 @@ func benchNodes(b *testing.B) (producer, consumer *remoteNode) {
 	}
 	return producer, consumer
 }
+
+// TestRemoteCancelBeforeConnectResent: a producer that attaches to an
+// anchor already cancelled gets _stream_cancel with the attach answer and
+// again when its connection arrives. A Rust producer registers the sender
+// the message names only once connected, so in the live interop run the
+// first message alone never fired its cancellation token.
+func TestRemoteCancelBeforeConnectResent(t *testing.T) {
+	consumer := newRemoteNode(t)
+	raw := newMessenger(t)
+	got := make(chan []byte, 4)
+	spy := messenger.FireHandler(wire.StreamCancelHandler, func(c *messenger.Context) {
+		got <- append([]byte(nil), c.Payload...)
+	})
+	if err := raw.RegisterSystem(spy); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, raw, consumer.msg)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.Controller().Cancel()
+	c := dialStream(t, raw, consumer, a.Handle())
+	for i := range 2 {
+		select {
+		case p := <-got:
+			if want := `{"sender_stream_id":9}`; string(p) != want {
+				t.Fatalf("_stream_cancel %d: body %s, want %s", i, p, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("_stream_cancel %d never came", i)
+		}
+	}
+	// And the connection is closed: the backstop.
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection to a cancelled anchor stayed open")
+	}
+}

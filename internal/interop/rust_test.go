@@ -37,8 +37,8 @@ type rustPeer struct {
 	mu    sync.Mutex
 }
 
-func startRust(t *testing.T, path string) *rustPeer {
-	cmd := exec.Command(path)
+func startRust(t *testing.T, path string, args ...string) *rustPeer {
+	cmd := exec.Command(path, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -150,7 +150,7 @@ func TestAgainstRustReference(t *testing.T) {
 	if path == "" {
 		t.Skip("VELO_RUST_PEER is not set (see docs/interop.md)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	rs := startRust(t, path)
 
@@ -325,6 +325,9 @@ func TestAgainstRustReference(t *testing.T) {
 		var pe *events.PoisonedError
 		check(t, "poison reached the owner", errors.As(err, &pe) && pe.Reason == "rust poisoned it", nil, err)
 	})
+
+	streamChecks(ctx, t, g, rs, rinfo)
+	muxPeerChecks(ctx, t, g, path)
 
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
 		g.BeginDrain()

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use velo::transports::tcp::TcpTransportBuilder;
+mod streams;
+
 use velo::{Event, EventHandle, Handler, InstanceId, PeerInfo, ShutdownPolicy, TypedContext, Velo};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -101,6 +103,14 @@ async fn build_velo(stream_default: bool) -> Result<Arc<Velo>> {
     let mut b = Velo::builder().add_transport(Arc::new(transport));
     if !stream_default {
         b = b.stream_bind_addr(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    // --mux: the reference's batched transport (messenger-mux-v1) is on,
+    // beside tcp-stream, as on a canary node.
+    if std::env::args().any(|a| a == "--mux") {
+        b = b.messenger_mux(velo::streaming::MuxConfig {
+            enabled: true,
+            ..Default::default()
+        })?;
     }
     b.build().await
 }
@@ -313,6 +323,7 @@ async fn run_cmd(
             event.trigger()?;
             Ok(String::new())
         }
+        other if streams::is_stream_cmd(other) => streams::run(velo, target, other, v).await,
         other => Err(anyhow!("unknown cmd {other:?}")),
     }
 }
