@@ -70,7 +70,7 @@ func (mc mpscConns) Close() error {
 // registerMPSC adds the three MPSC control handlers of the owner.
 func (r *remote) registerMPSC() error {
 	for _, h := range []messenger.Handler{
-		messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, r.onMPSCAttach),
+		messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, r.onMPSCAttach, messenger.WithInline()), // as _anchor_attach
 		messenger.UnaryHandler(wire.MPSCAnchorDetachHandler, r.onMPSCDetach),
 		messenger.UnaryHandler(wire.MPSCAnchorCancelHandler, r.onMPSCCancel),
 	} {

@@ -198,7 +198,10 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 
 // register registers the node's stream handlers and starts the mux.
 func (r *remote) register(cfg nodeConfig) error {
-	err := r.msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach))
+	// Inline on the reader goroutine: the attach takes only short locks and
+	// never waits, and a hand-off to another goroutine cost more than the
+	// handler on a small machine; it is on the path of every stream's setup.
+	err := r.msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach, messenger.WithInline()))
 	if err == nil {
 		err = r.registerControl()
 	}

@@ -24,7 +24,7 @@ type remoteNode struct {
 	sm  *Manager
 }
 
-func newMessenger(t *testing.T) *messenger.Messenger {
+func newMessenger(t testing.TB) *messenger.Messenger {
 	t.Helper()
 	tr, err := tcp.New()
 	if err != nil {
