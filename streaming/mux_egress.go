@@ -44,6 +44,7 @@ type batcher struct {
 	free          []uint32 // free indices, last in first out
 	live          int      // open slots
 	ready         []*outSlot
+	opens         []*outSlot                             // OpenSlots queued for the next write (open)
 	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
 	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
@@ -78,7 +79,9 @@ type outSlot struct {
 	// queued after the call waits for the next one.
 	flushable int
 	inReady   bool
-	active    bool // a record was queued since the last heartbeat
+	active    bool   // a record was queued since the last heartbeat
+	openSeq   uint32 // the frame_seq of its OpenSlot
+	openErr   error  // why its OpenSlot was not written
 
 	terminal  bool // a terminal is queued: nothing more is accepted
 	closed    bool // the slot is gone (terminal written, refused, epoch death)
@@ -109,9 +112,15 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 }
 
 // open allocates a slot for a stream the owner bound as (anchorID,
-// session), and posts its OpenSlot in a batch of its own before it
-// returns, so that the owner's accept window measures the attach and not
-// the first token. The slot starts with credit.
+// session), and posts its OpenSlot before it returns, so that the owner's
+// accept window measures the attach and not the first token. The slot
+// starts with credit.
+//
+// OpenSlots go out by group commit: each attach queues its record, and
+// whoever then holds the write lock posts every queued one in one batch.
+// Attaches that come while a batch is being written share the next write
+// instead of each paying a system call; an attach alone still writes at
+// once.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
 	if b.stopped {
@@ -128,25 +137,63 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 	b.slots[idx] = s
 	b.live++
 	b.lastUse = time.Now()
-	open := s.seq
+	s.openSeq = s.seq
 	s.seq++
+	b.opens = append(b.opens, s)
 	b.mu.Unlock()
 
-	var enc muxwire.Encoder
 	b.writeMu.Lock()
-	b.mu.Lock()
-	b.seq++
-	epoch, seq := b.epoch, b.seq
-	b.mu.Unlock()
-	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+muxwire.RecordHeaderLen+muxwire.OpenSlotBodyLen), b.lane, epoch, seq)
-	enc.OpenSlot(id, open, anchorID, session)
-	err := b.mx.send(b.peer, b.lane, enc.Batch())
+	b.postOpens()
 	b.writeMu.Unlock()
+	b.mu.Lock()
+	err := s.openErr
+	b.mu.Unlock()
 	if err != nil {
-		b.epochDeath()
 		return nil, err
 	}
 	return s, nil
+}
+
+// postOpens writes every queued OpenSlot in one batch and records the
+// result on each slot. The caller holds writeMu.
+func (b *batcher) postOpens() {
+	b.mu.Lock()
+	opens := b.opens
+	if len(opens) == 0 {
+		b.mu.Unlock()
+		return // an earlier holder of the lock wrote ours
+	}
+	b.opens = nil
+	live := opens[:0:0]
+	for _, s := range opens {
+		if s.closed { // an epoch death came first: its peer never hears of it
+			s.openErr = ErrCancelled
+		} else {
+			live = append(live, s)
+		}
+	}
+	opens = live
+	if len(opens) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.seq++
+	epoch, seq := b.epoch, b.seq
+	b.mu.Unlock()
+	var enc muxwire.Encoder
+	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+len(opens)*muxwire.RecordLen(muxwire.OpenSlotBodyLen)), b.lane, epoch, seq)
+	for _, s := range opens {
+		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+	}
+	err := b.mx.send(b.peer, b.lane, enc.Batch())
+	if err != nil {
+		b.epochDeath() // ends the slots just opened too
+	}
+	b.mu.Lock()
+	for _, s := range opens {
+		s.openErr = err
+	}
+	b.mu.Unlock()
 }
 
 // allocLocked takes a free index (the last freed first) or a new one.
