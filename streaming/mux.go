@@ -120,6 +120,7 @@ type muxCounters struct {
 	dropped                    [metrics.NumMuxDropReasons]atomic.Uint64
 	unclaimedReaped            atomic.Uint64
 	drainVisits                atomic.Uint64
+	batchSeqGaps               atomic.Uint64
 }
 
 // mux is the messenger mux of one Manager.
@@ -345,7 +346,7 @@ func (mx *mux) snapshot() metrics.MuxSnapshot {
 		ControlRefused: n.controlRefused.Load(), EpochDeaths: n.epochDeaths.Load(),
 		CreditLost: n.creditLost.Load(), CreditReposted: n.creditReposted.Load(),
 		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
-		UnclaimedBindReaped: n.unclaimedReaped.Load(),
+		UnclaimedBindReaped: n.unclaimedReaped.Load(), BatchSeqGaps: n.batchSeqGaps.Load(),
 	}
 	for i := range s.RecordsSent {
 		s.RecordsSent[i] = n.sentByType[i].Load()

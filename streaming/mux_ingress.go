@@ -45,7 +45,7 @@ type ingressPeer struct {
 	mu        sync.Mutex
 	epoch     uint64
 	haveEpoch bool
-	lastSeq   uint32
+	lastSeq   uint32    // the high-water mark of batch_seq in this epoch
 	slots     []*inSlot // by slot index: a dense table, no hash per record
 	live      int
 
@@ -243,14 +243,33 @@ func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) bool {
 	switch {
 	case !ip.haveEpoch:
 		ip.epoch, ip.haveEpoch = h.Epoch, true
+		ip.lastSeq = h.Seq
+		return true
 	case h.Epoch < ip.epoch:
 		return false
 	case h.Epoch > ip.epoch:
 		ip.retireAllLocked()
 		ip.epoch = h.Epoch
+		ip.lastSeq = h.Seq // a new epoch restarts batch_seq: no gap to meter
+		return true
 	}
-	ip.lastSeq = h.Seq
+	ip.meterSeqLocked(h.Seq)
 	return true
+}
+
+// meterSeqLocked counts the batches missing between the highest batch_seq
+// seen in this epoch (its high-water mark) and seq. A batch that arrives
+// after its successor is below the mark: it was counted as missing once
+// and is not counted again. The mux does not retransmit, so this only
+// meters what the per-slot frame_seq checks then deal with.
+func (ip *ingressPeer) meterSeqLocked(seq uint32) {
+	if !muxwire.SeqAfter(seq, ip.lastSeq) {
+		return
+	}
+	if gap := seq - ip.lastSeq - 1; gap > 0 {
+		ip.mx.n.batchSeqGaps.Add(uint64(gap))
+	}
+	ip.lastSeq = seq
 }
 
 func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
