@@ -207,7 +207,7 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 		b := st.q.pop()
 		st.wakeSpace()
 		if st.feed != nil {
-			st.feed.took()
+			st.feed.took(len(b))
 		}
 		f, err := wire.DecodeFrame(b)
 		if err != nil {

@@ -49,6 +49,9 @@ type MuxConfig struct {
 	InitialCredit uint32
 	// SlotByteBudget caps the bytes one slot holds unsent (1 MiB).
 	SlotByteBudget int
+	// PeerByteBudget caps the bytes all the slots to one peer hold unsent
+	// (8 MiB); a slot's first record always goes in.
+	PeerByteBudget int
 	// MaxBatchBytes cuts a batch (60 KiB).
 	MaxBatchBytes int
 	// ReplyLinger is how long a batch of only credit replies waits for
@@ -78,6 +81,9 @@ func (c MuxConfig) withDefaults() MuxConfig {
 	}
 	if c.SlotByteBudget <= 0 {
 		c.SlotByteBudget = 1 << 20
+	}
+	if c.PeerByteBudget <= 0 {
+		c.PeerByteBudget = 8 << 20
 	}
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 60 << 10

@@ -44,7 +44,9 @@ type batcher struct {
 	free          []uint32 // free indices, last in first out
 	live          int      // open slots
 	ready         []*outSlot
-	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	opens         []*outSlot // OpenSlots queued for the next write (open)
+	qBytes        int        // bytes queued on every slot: the peer's byte budget
+	peerWait      chan struct{}
 	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
 	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
@@ -246,7 +248,10 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 		case s.cancelled || s.closed:
 			b.mu.Unlock()
 			return ErrCancelled
-		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget):
+		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget) &&
+			(len(s.q) == 0 || b.qBytes+len(frame) <= b.mx.cfg.PeerByteBudget):
+			// A slot's first record always fits, so a stream can always move,
+			// whatever the others to the peer hold.
 			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
@@ -260,10 +265,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			waited = true
 			b.mx.producerBackpressure()
 		}
-		if s.spaceWait == nil {
-			s.spaceWait = make(chan struct{})
-		}
-		w := s.spaceWait
+		w := s.waitChanLocked(len(frame))
 		b.mu.Unlock()
 		select {
 		case <-w:
@@ -274,10 +276,38 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 	}
 }
 
+// waitChanLocked is what a Send of n bytes that does not fit waits on: the
+// slot's own room, or, when only the peer's byte budget is full, room
+// anywhere on the peer.
+func (s *outSlot) waitChanLocked(n int) chan struct{} {
+	b := s.b
+	slotFull := len(s.q) >= b.mx.cfg.inletRecords() || s.qBytes+n > b.mx.cfg.SlotByteBudget
+	if !slotFull {
+		if b.peerWait == nil {
+			b.peerWait = make(chan struct{})
+		}
+		return b.peerWait
+	}
+	if s.spaceWait == nil {
+		s.spaceWait = make(chan struct{})
+	}
+	return s.spaceWait
+}
+
+// peerRoomLocked wakes the Sends that wait for the peer's byte budget once
+// the queued bytes fell under it.
+func (b *batcher) peerRoomLocked() {
+	if b.peerWait != nil && b.qBytes < b.mx.cfg.PeerByteBudget {
+		close(b.peerWait)
+		b.peerWait = nil
+	}
+}
+
 // enqueueLocked appends a record to s's queue.
 func (s *outSlot) enqueueLocked(frame []byte) {
 	s.q = append(s.q, frame)
 	s.qBytes += len(frame)
+	s.b.qBytes += len(frame)
 }
 
 // owedLocked says a FlushBatch came while s held records it could not
@@ -684,6 +714,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		enc.Data(s.id, s.seq, rec)
 		s.seq++
 		s.qBytes -= len(rec)
+		b.qBytes -= len(rec)
 		n++
 		if last {
 			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
@@ -704,6 +735,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		clear(s.q[rest:])
 		s.q = s.q[:rest]
 		s.wakeSpaceLocked()
+		b.peerRoomLocked()
 	}
 	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {
 		b.mx.creditExhausted()
@@ -744,7 +776,9 @@ func (s *outSlot) endLocked() {
 	}
 	s.closed = true
 	s.cancelLocked()
+	s.b.qBytes -= s.qBytes
 	s.q, s.qBytes = nil, 0
+	s.b.peerRoomLocked()
 	s.settleLocked(RetireDiscarded)
 	s.b.releaseLocked(s)
 }

@@ -64,8 +64,9 @@ type inSlot struct {
 	nextSeq uint32
 	held    uint32 // data credit the producer holds, as this side counts it
 
-	drained atomic.Uint32 // records the consumer took since the last reconcile
-	dirty   atomic.Bool
+	drained  atomic.Uint32 // records the consumer took since the last reconcile
+	buffered atomic.Int64  // bytes delivered to the anchor and not yet taken
+	dirty    atomic.Bool
 
 	delivered bool // something arrived since the watchdog's last look
 	misses    int
@@ -388,6 +389,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 	} else {
 		s.held--
 	}
+	s.buffered.Add(int64(len(body)))
 	if !s.st.deliver(body) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)
@@ -507,7 +509,8 @@ func (s *inSlot) requestStop() {
 // took is the anchor's pop telling the slot that the consumer took a
 // record: the credit for it may go back. Only the take that lists the
 // slot as dirty rings the sweeper.
-func (s *inSlot) took() {
+func (s *inSlot) took(n int) {
+	s.buffered.Add(-int64(n))
 	s.drained.Add(1)
 	if s.dirty.CompareAndSwap(false, true) {
 		s.ip.markDirty(s)
@@ -555,6 +558,13 @@ func (ip *ingressPeer) reconcileDirty() {
 		s.dirty.Store(false) // before the swap: a take after it lists the slot again
 		d := s.drained.Swap(0)
 		if d == 0 || ip.slotLocked(s.id) != s {
+			continue
+		}
+		if s.buffered.Load() > int64(ip.mx.cfg.SlotByteBudget) {
+			// Over the slot's byte watermark: the grant waits, so that
+			// large records cannot pile up to C of them. The consumer's
+			// next take lists the slot again.
+			s.drained.Add(d)
 			continue
 		}
 		s.held += d

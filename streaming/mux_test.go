@@ -1004,3 +1004,99 @@ func TestMuxManualFlushReleasesOnlyStaged(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxPeerByteBudget: the bytes queued on all the slots to one peer are
+// capped; a Send of another stream waits for room on the peer (its first
+// record always goes) and resumes when a consumer reads.
+func TestMuxPeerByteBudget(t *testing.T) {
+	const rec = 1024
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 8, PeerByteBudget: 4 * rec})
+	a, s1 := muxStream(t, producer, consumer)
+	_, s2 := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	item := make([]byte, rec)
+	for range 8 + 3 { // 8 in flight on credit, 3 queued (3 KiB)
+		if err := s1.Send(ctx, item); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 8 + 1 { // 8 on credit; the 9th is queued: a slot's first queued record always fits
+		if err := s2.Send(ctx, item); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*Sender[[]byte]{s1, s2} {
+		waitFor(t, "the records on credit to be written", func() bool {
+			credit, _, _ := slotState(s.mx)
+			return credit == 0
+		})
+	}
+	blocked := sendAsync(s2, ctx, item) // 5 KiB queued would be over the peer's 4
+	waitFor(t, "s2's Send to wait for the peer's budget", func() bool {
+		b := s2.mx.b
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.peerWait != nil
+	})
+	select {
+	case err := <-blocked:
+		t.Fatalf("a Send over the peer's byte budget returned %v", err)
+	default:
+	}
+	for range 4 { // credit returns, s1's queue drains, the peer has room
+		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-blocked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Send did not resume when the peer had room")
+	}
+}
+
+// TestMuxConsumerByteWatermark: a consumer holding more than the slot's
+// byte budget of delivered records gets no grant for what it takes until
+// it is back under the budget; then the whole count goes at once.
+func TestMuxConsumerByteWatermark(t *testing.T) {
+	const rec = 2048
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 8, SlotByteBudget: 4 * rec})
+	a, s := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	for range 8 {
+		if err := s.Send(ctx, make([]byte, rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var in *inSlot
+	waitFor(t, "all 8 records delivered", func() bool {
+		a.st.mu.Lock()
+		defer a.st.mu.Unlock()
+		in = a.st.feed
+		return in != nil && a.st.q.n == 8
+	})
+	granted := func() uint32 {
+		in.ip.reconcileDirty()
+		in.ip.mu.Lock()
+		defer in.ip.mu.Unlock()
+		return in.held
+	}
+	for i := 1; i <= 6; i++ { // 8 delivered; take them one by one
+		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Each record is 2 KiB plus an 11-byte frame header, so with
+		// four or more left the slot is over its 8 KiB budget and nothing
+		// is granted; at three left every take so far goes at once.
+		want := uint32(0)
+		if 8-i < 4 {
+			want = uint32(i)
+		}
+		if got := granted(); got != want {
+			t.Fatalf("after %d takes the producer holds %d credit, want %d", i, got, want)
+		}
+	}
+}
