@@ -259,8 +259,9 @@ func (st *anchorState) requestStop() {
 	first := st.stopLocked()
 	b, feed := st.bind, st.feed
 	var remotes []*remoteBind
+	var feeds []*inSlot
 	if first && st.mpsc != nil {
-		remotes = st.mpsc.remoteControls()
+		remotes, feeds = st.mpsc.remoteControls(), st.mpsc.remoteFeeds()
 	}
 	st.mu.Unlock()
 	if first && b != nil {
@@ -271,6 +272,9 @@ func (st *anchorState) requestStop() {
 	}
 	if first && feed != nil {
 		feed.requestStop()
+	}
+	for _, f := range feeds { // MPSC producers over the mux
+		f.requestStop()
 	}
 }
 
@@ -309,8 +313,9 @@ func (st *anchorState) cancel(closing bool) {
 	}
 	b, feed := st.bind, st.feed
 	var remotes []*remoteBind // an MPSC anchor's producers on other workers
+	var feeds []*inSlot       // those of them over the mux
 	if first && st.mpsc != nil {
-		remotes = st.mpsc.remoteControls()
+		remotes, feeds = st.mpsc.remoteControls(), st.mpsc.remoteFeeds()
 	}
 	var conn io.Closer // the per-stream connections: closing them is the backstop
 	switch {
@@ -322,6 +327,9 @@ func (st *anchorState) cancel(closing bool) {
 	st.mu.Unlock()
 	if feed != nil && first {
 		feed.consumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail
+	}
+	for _, f := range feeds { // CloseSlot{UnknownSlot} to each
+		f.consumerGone()
 	}
 	if counted && st.mgr.met != nil {
 		st.mgr.met.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)

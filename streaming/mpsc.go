@@ -227,7 +227,8 @@ type MPSCSender[T any] struct {
 	a      *mpscAnchor
 	id     SenderID
 	encode func(T) []byte
-	rs     *remoteSender // set for an anchor of another worker; st and a are then nil
+	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st and a are then nil
+	mx     *outSlot      // set for an anchor of another worker on the mux; st and a are then nil
 }
 
 // AttachMPSCAnchor attaches a producer to the MPSC anchor that handle names
@@ -315,6 +316,9 @@ func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
 
 // Handle names the anchor this sender is attached to.
 func (s *MPSCSender[T]) Handle() wire.AnchorHandle {
+	if s.mx != nil {
+		return s.mx.handle
+	}
 	if s.rs != nil {
 		return s.rs.handle
 	}
@@ -342,6 +346,9 @@ func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
 // put queues an item or soft-error frame: into the inlet on the same
 // worker, for the connection's pump otherwise.
 func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
+	if s.mx != nil {
+		return s.mx.push(ctx, frame)
+	}
 	if s.rs != nil {
 		return s.rs.push(ctx, frame)
 	}
@@ -350,6 +357,9 @@ func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
 
 // end ends this producer with its terminal frame.
 func (s *MPSCSender[T]) end(frame []byte) error {
+	if s.mx != nil {
+		return s.mx.terminate(frame)
+	}
 	if s.rs != nil {
 		return s.rs.terminate(frame)
 	}
@@ -372,6 +382,9 @@ func (s *MPSCSender[T]) Detach() error {
 // manager is the Manager of this producer's node, and the scheme its
 // operations count under.
 func (s *MPSCSender[T]) manager() (*Manager, metrics.StreamScheme) {
+	if s.mx != nil {
+		return s.mx.b.mx.m, metrics.SchemeMux
+	}
 	if s.rs != nil {
 		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
 	}
@@ -392,6 +405,9 @@ func (s *MPSCSender[T]) Close() error {
 // Stopped closes when the consumer requests a graceful stop, or cancels.
 // A producer on another worker hears of the stop by _stream_stop.
 func (s *MPSCSender[T]) Stopped() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.signalCh(false)
+	}
 	if s.rs != nil {
 		return s.rs.stopCh
 	}
@@ -403,6 +419,9 @@ func (s *MPSCSender[T]) Stopped() <-chan struct{} {
 // For a producer on another worker, it also closes when its connection
 // fails: the owner closes it to cancel.
 func (s *MPSCSender[T]) Cancelled() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.signalCh(true)
+	}
 	if s.rs != nil {
 		return s.rs.cancelCh
 	}
@@ -419,6 +438,9 @@ func (s *MPSCSender[T]) Cancelled() <-chan struct{} {
 // of waiters may take it, before or after the end. (The reference has no
 // Retired for MPSC senders; the SPSC semantics apply here.)
 func (s *MPSCSender[T]) Retired() <-chan struct{} {
+	if s.mx != nil {
+		return s.mx.retiredCh()
+	}
 	if s.rs != nil {
 		return s.rs.retired()
 	}
@@ -433,6 +455,9 @@ func (s *MPSCSender[T]) Retired() <-chan struct{} {
 // Outcome is the RetireOutcome of the sender's output once Retired has
 // closed, and 0 before.
 func (s *MPSCSender[T]) Outcome() RetireOutcome {
+	if s.mx != nil {
+		return s.mx.known()
+	}
 	if s.rs != nil {
 		return s.rs.known()
 	}
@@ -505,6 +530,9 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 		b := st.q.pop()
 		id = a.ids.pop()
 		st.wakeSpace()
+		if p := a.remotes[id]; p != nil && p.feed != nil {
+			p.feed.took(len(b)) // a producer over the mux gets its credit back
+		}
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
 			st.mu.Unlock()

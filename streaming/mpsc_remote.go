@@ -45,6 +45,7 @@ type mpscRemote struct {
 	id   SenderID
 	conn net.Conn    // nil until the producer connects
 	ctl  *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
+	feed *inSlot     // its mux slot, when it came over the mux; guarded by the anchor's mu
 }
 
 // mpscConns closes the connection of every remote producer of an MPSC
@@ -106,8 +107,9 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	if !req.Handle.IsMPSC() {
 		return refuseMPSCAttach("anchor %v is spsc; use _anchor_attach", req.Handle)
 	}
-	if r.ln == nil {
-		return refuseMPSCAttach("this node serves streams only over %s, which MPSC anchors do not use yet", muxWireKey)
+	useMux := r.mux != nil && offersMux(req.SupportedTransportKeys)
+	if !useMux && r.ln == nil {
+		return refuseMPSCAttach("this node serves streams only over %s", muxWireKey)
 	}
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil || st.mpsc == nil {
@@ -116,6 +118,9 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	p, ok := st.mpsc.addRemote()
 	if !ok {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+	}
+	if useMux {
+		return r.attachMPSCMux(st, p, c.SenderWorkerID())
 	}
 	ctl := &remoteBind{r: r, producer: req.CancelHandle.Producer(), streamID: req.CancelHandle.StreamID()}
 	st.mu.Lock()
@@ -344,7 +349,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 		Handle:                 handle,
 		SessionID:              session,
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
-		SupportedTransportKeys: []string{wire.TCPStreamKey},
+		SupportedTransportKeys: r.offeredKeys(),
 	}
 	// Registered before the request leaves, so that a stop the owner
 	// sends at the attach finds it (control.go).
@@ -369,6 +374,11 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	if resp.Refused {
 		return nil, attachRefusal(handle, resp.Reason)
 	}
+	if resp.TransportKey == muxWireKey && r.mux != nil {
+		// The registry (dropped by the deferred func) is for the
+		// per-stream path: the mux signals its slot.
+		return openMuxMPSCSender(ctx, r, owner, handle, resp, encode)
+	}
 	_, err = r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)
@@ -376,6 +386,17 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	}
 	ok = true
 	return &MPSCSender[T]{id: SenderID(resp.SenderID), encode: encode, rs: rs}, nil
+}
+
+// openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
+// the mux.
+func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) []byte) (*MPSCSender[T], error) {
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit)
+	if err != nil {
+		r.releaseMPSC(owner, handle, resp.SenderID)
+		return nil, err
+	}
+	return &MPSCSender[T]{id: SenderID(resp.SenderID), encode: encode, mx: s}, nil
 }
 
 // releaseTimeout bounds the release of a producer whose connection failed.
@@ -402,4 +423,36 @@ func (a *mpscAnchor) remoteControls() []*remoteBind {
 		}
 	}
 	return out
+}
+
+// remoteFeeds lists the mux slots of the remote producers. The caller
+// holds the anchor's mu.
+func (a *mpscAnchor) remoteFeeds() []*inSlot {
+	var out []*inSlot
+	for _, p := range a.remotes {
+		if p.feed != nil {
+			out = append(out, p.feed)
+		}
+	}
+	return out
+}
+
+// attachMPSCMux binds producer p of an MPSC anchor for the mux: its
+// OpenSlot claims the bind, and its records carry its SenderID at the
+// consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
+func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID) ([]byte, error) {
+	session := r.routing.Add(1)
+	if !r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow()) {
+		st.mpsc.endRemote(p, droppedFrame)
+		return refuseMPSCAttach("node is shutting down")
+	}
+	resp := wire.MPSCAttachResponse{
+		TransportKey:        muxWireKey,
+		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
+		SenderID:            uint64(p.id),
+		RoutingSessionID:    session,
+		InitialCredit:       r.mux.cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+	}
+	return resp.AppendJSON(nil), nil
 }

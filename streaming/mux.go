@@ -245,7 +245,7 @@ func (mx *mux) close() {
 		ip.retireAll()
 	}
 	for _, bd := range binds {
-		bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+		bd.drop()
 	}
 	mx.sweeping.Wait()
 	if mx.unreport != nil {

@@ -32,9 +32,8 @@ func WithMux(c MuxConfig) NodeOption {
 }
 
 // WithMuxOnly builds a node with no per-stream listener: every stream
-// between nodes rides the mux. Attaches that do not offer the mux are
-// refused, and so are MPSC attaches from other nodes (MPSC over the mux is
-// not built). It fails the build when the mux is disabled.
+// between nodes, SPSC or MPSC, rides the mux. Attaches that do not offer
+// the mux are refused. It fails the build when the mux is disabled.
 func WithMuxOnly() NodeOption {
 	return NodeOption{func(nc *nodeConfig) { nc.muxOnly = true }}
 }
@@ -132,7 +131,17 @@ func (r *remote) muxAcceptWindow() time.Duration {
 
 // openMuxSender opens the slot of a stream the owner bound for the mux.
 func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) []byte) (*Sender[T], error) {
-	if resp.InitialCredit == 0 {
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit)
+	if err != nil {
+		return nil, err
+	}
+	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// openMuxSlot opens this node's slot for a stream the owner bound as
+// (handle, routing) with a window of credit.
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32) (*outSlot, error) {
+	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
 	}
@@ -143,12 +152,12 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 	}
-	s, err := b.open(handle.LocalID(), resp.RoutingSessionID, resp.InitialCredit)
+	s, err := b.open(handle.LocalID(), routing, credit)
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
 	s.handle = handle
-	return &Sender[T]{encode: encode, mx: s}, nil
+	return s, nil
 }
 
 // FlushBatch asks every mux batcher of this node to write what producers

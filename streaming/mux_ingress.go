@@ -32,6 +32,7 @@ type bindKey struct{ anchor, session uint64 }
 // muxBind is a bound stream waiting for its OpenSlot.
 type muxBind struct {
 	st     *anchorState
+	mpsc   *mpscRemote  // set for a producer of an MPSC anchor
 	peer   ext.WorkerID // the producer that attached
 	credit uint32
 	timer  *time.Timer // the accept window
@@ -64,6 +65,7 @@ type inSlot struct {
 	nextSeq uint32
 	held    uint32 // data credit the producer holds, as this side counts it
 
+	mpsc     *mpscRemote   // the producer's entry when st is an MPSC anchor
 	drained  atomic.Uint32 // records the consumer took since the last reconcile
 	buffered atomic.Int64  // bytes delivered to the anchor and not yet taken
 	dirty    atomic.Bool
@@ -88,8 +90,14 @@ func (mx *mux) ingressFor(peer ext.WorkerID) *ingressPeer {
 // bind registers a stream of st for the mux, to be claimed by the OpenSlot
 // of producer peer with session; window is the accept window.
 func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration) bool {
+	return mx.bindProducer(st, nil, peer, session, window)
+}
+
+// bindProducer is bind for one producer p of an MPSC anchor (nil for an
+// SPSC anchor).
+func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration) bool {
 	k := bindKey{st.handle.LocalID(), session}
-	bd := &muxBind{st: st, peer: peer, credit: mx.cfg.InitialCredit}
+	bd := &muxBind{st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	if mx.closed {
@@ -111,7 +119,7 @@ func (mx *mux) expireBind(k bindKey, bd *muxBind) {
 	delete(mx.binds, k)
 	mx.mu.Unlock()
 	mx.n.unclaimedReaped.Add(1)
-	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+	bd.drop()
 }
 
 // claim takes the bind an OpenSlot names, if peer made it.
@@ -140,7 +148,7 @@ func (mx *mux) dropBinds(peer ext.WorkerID) {
 	}
 	mx.mu.Unlock()
 	for _, bd := range gone {
-		bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+		bd.drop()
 	}
 }
 
@@ -331,12 +339,12 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
 		return
 	}
-	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, session: session, nextSeq: rec.Seq + 1, held: bd.credit}
+	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit}
 	st := bd.st
 	st.mu.Lock()
 	gone := st.cancelled || st.closed
 	if !gone {
-		st.feed = s
+		s.setFeedLocked(s)
 	}
 	stop := st.stopReq
 	st.mu.Unlock()
@@ -390,7 +398,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 		s.held--
 	}
 	s.buffered.Add(int64(len(body)))
-	if !s.st.deliver(body) {
+	if !s.deliver(body) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)
 		rep.closes = append(rep.closes, closeReply{s.id, muxwire.UnknownSlot})
@@ -401,7 +409,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 // producer ended it with.
 func (ip *ingressPeer) deliverTerminal(s *inSlot, body []byte) {
 	frame, detach := canonicalTerminal(body)
-	s.st.terminate(&senderCore{st: s.st}, frame, detach)
+	s.end(frame, detach)
 }
 
 // canonicalTerminal maps a terminal record to the shared frame of its kind
@@ -440,13 +448,13 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	ip.slots[idx] = nil
 	ip.live--
 	s.st.mu.Lock()
-	if s.st.feed == s {
-		s.st.feed = nil
+	if s.feedLocked() == s {
+		s.setFeedLocked(nil)
 	}
 	s.st.mu.Unlock()
 	if drop && !s.terminal {
 		s.terminal = true
-		s.st.terminate(&senderCore{st: s.st}, droppedFrame, false)
+		s.end(droppedFrame, false)
 	}
 }
 
@@ -620,8 +628,11 @@ func (ip *ingressPeer) watch() {
 			s.misses++
 			if s.misses >= DetectionMultiplier {
 				// Counted before the end is delivered, so that a consumer
-				// that sees ErrSenderDropped can tell a watchdog kill.
-				ip.mx.n.watchdogFirings.Add(1)
+				// that sees ErrSenderDropped can tell a watchdog kill. An
+				// MPSC producer's end is not counted (book chapter 20).
+				if s.mpsc == nil {
+					ip.mx.n.watchdogFirings.Add(1)
+				}
 				ip.endLocked(s, true)
 			}
 		}
@@ -639,4 +650,62 @@ func (st *anchorState) deliver(frame []byte) bool {
 	st.q.push(frame)
 	st.wakeData()
 	return true
+}
+
+// The slot feeds an SPSC anchor directly, or one producer of an MPSC
+// anchor, whose frames carry that producer's SenderID. These helpers hide
+// the difference from the table.
+
+// feedLocked is the slot the anchor (or the MPSC producer) is fed by. The
+// caller holds the anchor's mu.
+func (s *inSlot) feedLocked() *inSlot {
+	if s.mpsc != nil {
+		return s.mpsc.feed
+	}
+	return s.st.feed
+}
+
+func (s *inSlot) setFeedLocked(f *inSlot) {
+	if s.mpsc != nil {
+		s.mpsc.feed = f
+	} else {
+		s.st.feed = f
+	}
+}
+
+// deliver puts a record into the inlet past its limit, tagged with the
+// producer's id for an MPSC anchor. It is false when the consumer is gone.
+func (s *inSlot) deliver(body []byte) bool {
+	if s.mpsc == nil {
+		return s.st.deliver(body)
+	}
+	st := s.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.cancelled || st.closed || st.endErr != nil {
+		return false
+	}
+	st.q.push(body)
+	st.mpsc.ids.push(s.mpsc.id)
+	st.wakeData()
+	return true
+}
+
+// end ends the stream (SPSC) or this producer (MPSC) with a terminal.
+func (s *inSlot) end(frame []byte, detach bool) {
+	if s.mpsc != nil {
+		s.st.mpsc.endRemote(s.mpsc, frame)
+		return
+	}
+	s.st.terminate(&senderCore{st: s.st}, frame, detach)
+}
+
+// drop ends a bind that no OpenSlot claimed: Dropped for the stream, or
+// for the MPSC producer.
+func (bd *muxBind) drop() {
+	if bd.mpsc != nil {
+		bd.st.mpsc.endRemote(bd.mpsc, droppedFrame)
+		return
+	}
+	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
 }
