@@ -198,6 +198,7 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 			st.mu.Unlock()
 			select {
 			case <-w:
+				st.mgr.consumerWakes.Add(1)
 			case <-ctx.Done():
 				return wire.Frame{}, ctx.Err()
 			}

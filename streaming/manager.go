@@ -31,6 +31,8 @@ type Manager struct {
 
 	remote *remote // set by NewNodeManager: streams to and from other workers
 
+	consumerWakes atomic.Uint64 // consumers woken from a wait for a frame
+
 	met     *metrics.StreamingMetrics // nil: no metrics, nothing recorded
 	untrack func()                    // removes ActiveAnchors from the gauge's sources
 }
@@ -298,3 +300,7 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	s.st = st
 	return s, nil
 }
+
+// ConsumerWakes counts the times a consumer waiting in Next was woken by a
+// frame: divided by the records read, it is the wakes per record.
+func (m *Manager) ConsumerWakes() uint64 { return m.consumerWakes.Load() }

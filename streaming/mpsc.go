@@ -521,6 +521,7 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 			st.mu.Unlock()
 			select {
 			case <-w:
+				st.mgr.consumerWakes.Add(1)
 			case <-ctx.Done():
 				return 0, wire.Frame{}, nil, ctx.Err()
 			}

@@ -127,6 +127,7 @@ type muxCounters struct {
 	unclaimedReaped            atomic.Uint64
 	drainVisits                atomic.Uint64
 	batchSeqGaps               atomic.Uint64
+	batcherWakes               atomic.Uint64 // wakes of the batcher goroutines
 }
 
 // mux is the messenger mux of one Manager.

@@ -187,6 +187,9 @@ type MuxStats struct {
 	EpochDeaths                      uint64
 	ProtocolErrors                   uint64
 	WatchdogFirings                  uint64
+	// BatcherWakes counts the wakes of this node's batcher goroutines:
+	// divided by the records sent, it is the wakes per record.
+	BatcherWakes uint64
 }
 
 // MuxStats returns the mux's counts; zero with no mux.
@@ -202,5 +205,6 @@ func (m *Manager) MuxStats() MuxStats {
 		LiveSlotsOut: out, LiveSlotsIn: in,
 		CreditExhausted: mx.n.creditExhausted.Load(), EpochDeaths: mx.n.epochDeaths.Load(),
 		ProtocolErrors: mx.n.protocolErrors.Load(), WatchdogFirings: mx.n.watchdogFirings.Load(),
+		BatcherWakes: mx.n.batcherWakes.Load(),
 	}
 }

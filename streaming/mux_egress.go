@@ -500,6 +500,7 @@ func (b *batcher) run() {
 		}
 		b.awake = true
 		b.mu.Unlock()
+		b.mx.n.batcherWakes.Add(1)
 		b.flush()
 	}
 }
