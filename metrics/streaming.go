@@ -18,10 +18,11 @@ const (
 	StreamFinalize                 // a producer finalized
 	StreamCancel                   // the consumer cancelled or closed a live stream
 	StreamRenew                    // one handle of RenewReservations
+	StreamPrebind                  // a consumer pre-bound a mux slot for a zero-RTT ticket
 	NumStreamOps
 )
 
-var streamOpNames = [NumStreamOps]string{"create", "attach", "detach", "finalize", "cancel", "renew"}
+var streamOpNames = [NumStreamOps]string{"create", "attach", "detach", "finalize", "cancel", "renew", "prebind"}
 
 func (o StreamOp) String() string {
 	if o < NumStreamOps {

@@ -64,6 +64,9 @@ type anchorState struct {
 	// feed is the mux slot that fills the inlet, while one does
 	// (mux_ingress.go): each frame the consumer takes returns its credit.
 	feed *inSlot
+	// prebind is the mux bind PrebindAnchor made, until an OpenSlot claims
+	// it or something releases it (mux_ticket.go).
+	prebind *muxBind
 }
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
@@ -313,8 +316,9 @@ func (st *anchorState) cancel(closing bool) {
 		st.closed = true
 	}
 	b, feed := st.bind, st.feed
-	var remotes []*remoteBind // an MPSC anchor's producers on other workers
-	var feeds []*inSlot       // those of them over the mux
+	release := st.releasePrebindLocked() // an unclaimed bind: its OpenSlot is answered UnknownSlot
+	var remotes []*remoteBind            // an MPSC anchor's producers on other workers
+	var feeds []*inSlot                  // those of them over the mux
 	if first && st.mpsc != nil {
 		remotes, feeds = st.mpsc.remoteControls(), st.mpsc.remoteFeeds()
 	}
@@ -326,6 +330,9 @@ func (st *anchorState) cancel(closing bool) {
 		conn = mpscConns{st.mpsc}
 	}
 	st.mu.Unlock()
+	if release != nil {
+		release()
+	}
 	if feed != nil && first {
 		feed.consumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail
 	}

@@ -296,6 +296,11 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	}
 	st.attached = true
 	st.disarmLocked() // an attached anchor has no unattached deadline
+	if release := st.releasePrebindLocked(); release != nil {
+		// A same-worker producer writes into the inlet and never claims
+		// the slot: the pre-bind goes back.
+		defer release()
+	}
 	s := &Sender[T]{encode: encode}
 	s.st = st
 	return s, nil

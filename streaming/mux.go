@@ -217,7 +217,13 @@ func (mx *mux) peerLost(peer ext.WorkerID) {
 	delete(mx.ingress, peer)
 	mx.mu.Unlock()
 	if b != nil {
-		go b.stop() // stop waits for the goroutine, which may be posting
+		// stop waits for the batcher's goroutine, which may be posting;
+		// close waits for this one.
+		mx.sweeping.Add(1)
+		go func() {
+			defer mx.sweeping.Done()
+			b.stop()
+		}()
 	}
 	if ip != nil {
 		ip.retireAll()

@@ -98,6 +98,20 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, erro
 	case st.attached:
 		st.mu.Unlock()
 		return refuseAttach("anchor %v already attached", st.handle)
+	case st.prebind != nil:
+		// An ordinary attach adopts an unclaimed pre-bind: the producer
+		// gets the ticket's session, and the ticket can no longer open it.
+		bd := st.prebind
+		st.prebind = nil
+		adopted := r.mux.adopt(bd, producer)
+		if adopted {
+			st.attached = true
+		}
+		st.mu.Unlock()
+		if !adopted { // its OpenSlot came first
+			return refuseAttach("anchor %v already attached", st.handle)
+		}
+		return r.muxAnswer(bd.key.session), nil
 	}
 	st.attached = true
 	st.disarmLocked() // bound: the accept window runs now
@@ -110,6 +124,11 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, erro
 		st.mu.Unlock()
 		return refuseAttach("node is shutting down")
 	}
+	return r.muxAnswer(session), nil
+}
+
+// muxAnswer is the attach answer for a mux bind under session.
+func (r *remote) muxAnswer(session uint64) []byte {
 	resp := wire.AttachResponse{
 		TransportKey:        muxWireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
@@ -117,7 +136,7 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, erro
 		InitialCredit:       r.mux.cfg.InitialCredit,
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
 	}
-	return resp.AppendJSON(nil), nil
+	return resp.AppendJSON(nil)
 }
 
 // muxAcceptWindow is how long a mux bind waits for its OpenSlot: the

@@ -31,11 +31,13 @@ type bindKey struct{ anchor, session uint64 }
 
 // muxBind is a bound stream waiting for its OpenSlot.
 type muxBind struct {
-	st     *anchorState
-	mpsc   *mpscRemote  // set for a producer of an MPSC anchor
-	peer   ext.WorkerID // the producer that attached
-	credit uint32
-	timer  *time.Timer // the accept window
+	key      bindKey
+	prebound bool // minted by PrebindAnchor: any peer's OpenSlot may claim it
+	st       *anchorState
+	mpsc     *mpscRemote  // set for a producer of an MPSC anchor
+	peer     ext.WorkerID // the producer that attached
+	credit   uint32
+	timer    *time.Timer // the accept window
 }
 
 // ingressPeer is the slot table of one sending peer (lane 0).
@@ -96,8 +98,13 @@ func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window t
 // bindProducer is bind for one producer p of an MPSC anchor (nil for an
 // SPSC anchor).
 func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration) bool {
-	k := bindKey{st.handle.LocalID(), session}
 	bd := &muxBind{st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
+	return mx.addBind(bindKey{st.handle.LocalID(), session}, bd, window)
+}
+
+// addBind puts bd in the table under k, with its accept window.
+func (mx *mux) addBind(k bindKey, bd *muxBind, window time.Duration) bool {
+	bd.key = k
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	if mx.closed {
@@ -127,7 +134,7 @@ func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	bd := mx.binds[k]
-	if bd == nil || bd.peer != peer {
+	if bd == nil || (bd.peer != peer && !bd.prebound) {
 		return nil
 	}
 	delete(mx.binds, k)
@@ -336,6 +343,9 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	anchorID, session := rec.OpenSlot()
 	bd := ip.mx.claim(bindKey{anchorID, session}, ip.peer)
 	if bd == nil {
+		// Never bound, claimed already, released or expired: a forged or
+		// replayed ticket lands here and touches no other stream.
+		ip.mx.n.dropped[metrics.DropUnknownSlot].Add(1)
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
 		return
 	}
@@ -345,6 +355,10 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	gone := st.cancelled || st.closed
 	if !gone {
 		s.setFeedLocked(s)
+		if bd.prebound && st.prebind == bd { // the ticket's producer claims the pre-bind
+			st.prebind = nil
+			st.attached = true
+		}
 	}
 	stop := st.stopReq
 	st.mu.Unlock()
@@ -708,4 +722,26 @@ func (bd *muxBind) drop() {
 		return
 	}
 	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+}
+
+// unbind takes bd out of the table, if it is still there unclaimed.
+func (mx *mux) unbind(bd *muxBind) {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] == bd {
+		delete(mx.binds, bd.key)
+		bd.timer.Stop()
+	}
+}
+
+// adopt gives an unclaimed pre-bind to the producer of an ordinary attach.
+// It is false when an OpenSlot has claimed it already.
+func (mx *mux) adopt(bd *muxBind, producer ext.WorkerID) bool {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] != bd {
+		return false
+	}
+	bd.prebound, bd.peer = false, producer
+	return true
 }

@@ -341,6 +341,11 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	if r.ln == nil {
 		return refuseAttach("this node serves streams only over %s", muxWireKey)
 	}
+	if r.dropPrebind(st) {
+		// The pre-bound key is the mux, which this producer does not
+		// offer: the pre-bind goes back and the attach is refused.
+		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, muxWireKey)
+	}
 	st.mu.Lock()
 	switch {
 	case st.closed || (st.endErr != nil && !st.cancelled):

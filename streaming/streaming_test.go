@@ -732,7 +732,7 @@ func TestNoGoroutinePerStream(t *testing.T) {
 		_ = s.Retired()
 		anchors, senders = append(anchors, a), append(senders, s)
 	}
-	if got := runtime.NumGoroutine(); got != base {
+	if got := goroutinesSettle(base); got != base {
 		t.Fatalf("1,000 live streams: %d goroutines, baseline %d", got, base)
 	}
 	for i, s := range senders {
@@ -747,7 +747,7 @@ func TestNoGoroutinePerStream(t *testing.T) {
 	for range 1000 {
 		lifecycle(t, m)
 	}
-	if got := runtime.NumGoroutine(); got != base {
+	if got := goroutinesSettle(base); got != base {
 		t.Fatalf("after 2,000 lifecycles: %d goroutines, baseline %d", got, base)
 	}
 	if got := m.ActiveAnchors(); got != 0 {

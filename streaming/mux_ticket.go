@@ -1,0 +1,176 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Zero-RTT stream setup (book chapter 05, "Zero-RTT stream setup").
+//
+// Every field of an attach answer is the owner's choice, so the owner can
+// bind a mux slot before any producer asks: PrebindAnchor does the attach
+// handler's work at request registration and returns the answer as a
+// ticket. The application puts the ticket in the request it sends to the
+// producer anyway; OpenAnchorStream opens the stream from it, and the
+// first batch's OpenSlot claims the bind. No _anchor_attach crosses the
+// wire.
+//
+// The pre-bind's rules:
+//   - an ordinary attach adopts an unclaimed pre-bind (the producer gets
+//     the ticket's session); one that does not offer the mux is refused
+//     and the pre-bind is released;
+//   - a same-worker attach releases it;
+//   - cancelling or closing the anchor releases it; once claimed, the
+//     producer is told by CloseSlot;
+//   - the accept window (ReservationConfig.AcceptWindow) reaps an
+//     unclaimed bind: the consumer sees ErrSenderDropped.
+
+// StreamOpenTicket is what PrebindAnchor mints: send it with the anchor's
+// handle to the producer, which passes both to OpenAnchorStream. Its JSON
+// form is wire.StreamOpenTicket's.
+type StreamOpenTicket = wire.StreamOpenTicket
+
+// ErrNoPrebind is returned by PrebindAnchor when it cannot pre-bind: no
+// mux on this node, an MPSC anchor, another node's handle, an anchor
+// already attached or pre-bound, or one that is gone. The stream can still
+// attach the ordinary way.
+var ErrNoPrebind = errors.New("velo: cannot pre-bind this anchor")
+
+// ErrTicketOnOwner is returned by OpenAnchorStream on the node that minted
+// the ticket: a same-worker producer attaches with AttachAnchor.
+var ErrTicketOnOwner = errors.New("velo: a stream open ticket is for a producer on another node")
+
+// PrebindAnchor binds a mux slot for the anchor that handle names and
+// returns the ticket that opens it. See ErrNoPrebind for when it cannot.
+func (m *Manager) PrebindAnchor(handle wire.AnchorHandle) (StreamOpenTicket, error) {
+	start := m.opStart()
+	t, err := m.prebind(handle)
+	m.opDone(metrics.StreamPrebind, metrics.SchemeMux, start, err)
+	return t, err
+}
+
+func (m *Manager) prebind(handle wire.AnchorHandle) (StreamOpenTicket, error) {
+	switch {
+	case m.remote == nil || m.remote.mux == nil:
+		return StreamOpenTicket{}, fmt.Errorf("%w: this node has no mux", ErrNoPrebind)
+	case handle.IsMPSC():
+		return StreamOpenTicket{}, fmt.Errorf("%w: %v is an MPSC anchor", ErrNoPrebind, handle)
+	case handle.Owner() != m.owner:
+		return StreamOpenTicket{}, fmt.Errorf("%w: %v belongs to another node", ErrNoPrebind, handle)
+	}
+	st := m.lookup(handle.LocalID())
+	if st == nil {
+		return StreamOpenTicket{}, fmt.Errorf("%w: %v not found", ErrNoPrebind, handle)
+	}
+	r := m.remote
+	session := r.routing.Add(1)
+	bd := &muxBind{st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
+	st.mu.Lock()
+	switch {
+	case st.closed || st.cancelled || st.endErr != nil:
+		st.mu.Unlock()
+		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
+	case st.attached || st.prebind != nil:
+		st.mu.Unlock()
+		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
+	}
+	st.prebind = bd
+	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
+	st.mu.Unlock()
+	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow()) {
+		st.mu.Lock()
+		st.prebind = nil
+		st.armLocked()
+		st.mu.Unlock()
+		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
+	}
+	return StreamOpenTicket{
+		TransportKey:        muxWireKey,
+		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
+		RoutingSessionID:    session,
+		InitialCredit:       r.mux.cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+	}, nil
+}
+
+// OpenAnchorStream opens a stream to the anchor that handle names from the
+// ticket its owner minted, with no attach round trip: the stream's first
+// batch carries the OpenSlot that claims the owner's bind. A ticket that
+// the owner does not know (forged, used already, expired) opens a stream
+// that the owner closes at once: the Sender's sends then fail with
+// ErrCancelled.
+func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, ticket StreamOpenTicket) (*Sender[T], error) {
+	encode, err := encoderFor[T]()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case handle.Owner() == m.owner:
+		return nil, fmt.Errorf("%w: %v", ErrTicketOnOwner, handle)
+	case m.remote == nil || m.remote.mux == nil:
+		return nil, fmt.Errorf("velo: open %v: this node has no mux", handle)
+	case ticket.TransportKey != muxWireKey:
+		return nil, fmt.Errorf("velo: open %v: the ticket is for %q, not %s", handle, ticket.TransportKey, muxWireKey)
+	case handle.IsMPSC():
+		return nil, fmt.Errorf("%w: %v names an MPSC anchor", ErrAnchorKind, handle)
+	}
+	r := m.remote
+	if _, err := r.greetOwner(ctx, handle); err != nil {
+		return nil, err
+	}
+	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit)
+	if err != nil {
+		return nil, err
+	}
+	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// greetOwner makes sure the anchor's owner knows this node, so that it
+// can send credit back: the first time, a _hello round trip; after that,
+// nothing.
+func (r *remote) greetOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, error) {
+	info, ok := r.msg.PeerInfoOf(handle.Owner())
+	if !ok {
+		return ext.InstanceID{}, fmt.Errorf("velo: open %v: worker %v is not a registered peer", handle, handle.Owner())
+	}
+	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil {
+		return ext.InstanceID{}, fmt.Errorf("velo: open %v: %w", handle, err)
+	}
+	return info.InstanceID, nil
+}
+
+// releasePrebindLocked takes back an unclaimed pre-bind of st (a
+// same-worker attach, a cancel, an attach that cannot use it). The caller
+// holds st.mu; the bind leaves the mux's table once the lock is released,
+// by the returned func (nil when there was none).
+func (st *anchorState) releasePrebindLocked() func() {
+	bd := st.prebind
+	if bd == nil {
+		return nil
+	}
+	st.prebind = nil
+	mx := st.mgr.remote.mux
+	return func() { mx.unbind(bd) }
+}
+
+// dropPrebind releases st's unclaimed pre-bind, if it has one, and says so;
+// the anchor is unattached again.
+func (r *remote) dropPrebind(st *anchorState) bool {
+	st.mu.Lock()
+	release := st.releasePrebindLocked()
+	if release != nil && !st.attached {
+		st.armLocked()
+	}
+	st.mu.Unlock()
+	if release == nil {
+		return false
+	}
+	release()
+	return true
+}
