@@ -215,11 +215,14 @@ func (mx *mux) peerLost(peer ext.WorkerID) {
 	delete(mx.batchers, peer)
 	ip := mx.ingress[peer]
 	delete(mx.ingress, peer)
+	if b != nil {
+		// Counted under the lock, before close can start waiting.
+		mx.sweeping.Add(1)
+	}
 	mx.mu.Unlock()
 	if b != nil {
 		// stop waits for the batcher's goroutine, which may be posting;
 		// close waits for this one.
-		mx.sweeping.Add(1)
 		go func() {
 			defer mx.sweeping.Done()
 			b.stop()
