@@ -745,3 +745,13 @@ func (mx *mux) adopt(bd *muxBind, producer ext.WorkerID) bool {
 	bd.prebound, bd.peer = false, producer
 	return true
 }
+
+// renewBind gives an unclaimed bind a full accept window from now. A bind
+// claimed, released or reaped is left alone: renewal cannot revive it.
+func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] == bd && bd.timer.Stop() {
+		bd.timer.Reset(window)
+	}
+}

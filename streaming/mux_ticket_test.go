@@ -226,3 +226,25 @@ func TestMuxTicketStopAndCancel(t *testing.T) {
 	b.Close()
 	cancelledWithin(t, idle, "consumer close")
 }
+
+// Renewal extends an unclaimed pre-bind's accept window: renewed in time,
+// the bind outlives its first window and the ticket still opens it.
+func TestMuxTicketRenewal(t *testing.T) {
+	const window = 300 * time.Millisecond
+	producer, consumer := ticketPair(t, withAcceptWindow(window))
+	a, _ := CreateAnchor[[]byte](consumer.sm)
+	tk := mustPrebind(t, consumer.sm, a)
+	start := time.Now()
+	for time.Since(start) < 2*window {
+		if err := consumer.sm.RenewReservations(a.Handle()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(window / 5)
+	}
+	s := openTicket(t, producer, a, tk)
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	if got := muxOf(t, consumer).n.unclaimedReaped.Load(); got != 0 {
+		t.Fatalf("a renewed bind was reaped (%d)", got)
+	}
+}

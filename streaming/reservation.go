@@ -161,7 +161,13 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	}
 	st.mu.Lock()
 	st.renewLocked()
+	bd := st.prebind
 	st.mu.Unlock()
+	if bd != nil {
+		// A pre-bound anchor waits on its bind's accept window, which
+		// renewal extends while no OpenSlot has claimed it.
+		m.remote.mux.renewBind(bd, m.remote.muxAcceptWindow())
+	}
 }
 
 // Close stops the sweeper of unattached deadlines and cancels every anchor
