@@ -38,6 +38,11 @@ const (
 	// Manager.FlushBatch. Terminals, closes and credit replies still go
 	// on their own.
 	FlushManual
+	// FlushLinger holds data for up to MuxConfig.MaxLinger after the
+	// oldest staged record, so that records that come close together share
+	// a write (the book's Auto{on_admission: false, max_linger}). OnComplete
+	// and AtBytes end the window early.
+	FlushLinger
 )
 
 // MuxConfig sets the messenger mux. The zero value of a field means its
@@ -67,6 +72,16 @@ type MuxConfig struct {
 	BatcherIdleTTL time.Duration
 	// Flush is the flush policy (FlushAuto).
 	Flush FlushPolicy
+	// MaxLinger is the window of FlushLinger (2 ms).
+	MaxLinger time.Duration
+	// OnComplete, under FlushLinger, writes as soon as every live slot of
+	// the batcher has a record staged, but not sooner than MaxLinger after
+	// the last write that carried data: a lone stream's records go at once
+	// when they come further apart than the window.
+	OnComplete bool
+	// AtBytes, under FlushLinger, writes once this many bytes are staged
+	// (0: no such limit).
+	AtBytes int
 }
 
 // maxMuxSlots bounds the slot indices of one batcher, as the book's table
@@ -96,6 +111,9 @@ func (c MuxConfig) withDefaults() MuxConfig {
 	}
 	if c.CreditSweepInterval <= 0 {
 		c.CreditSweepInterval = 200 * time.Millisecond
+	}
+	if c.MaxLinger <= 0 {
+		c.MaxLinger = 2 * time.Millisecond
 	}
 	if c.BatcherIdleTTL <= 0 {
 		c.BatcherIdleTTL = 60 * time.Second

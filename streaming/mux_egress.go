@@ -44,8 +44,13 @@ type batcher struct {
 	free          []uint32 // free indices, last in first out
 	live          int      // open slots
 	ready         []*outSlot
-	opens         []*outSlot // OpenSlots queued for the next write (open)
-	qBytes        int        // bytes queued on every slot: the peer's byte budget
+	opens         []*outSlot  // OpenSlots queued for the next write (open)
+	staged        int         // slots with records queued: OnComplete compares it to live
+	windowT       *time.Timer // FlushLinger: the data window of the oldest staged record
+	windowArmed   bool        // windowT runs
+	windowDue     bool        // windowT fired: staged data may go
+	lastData      time.Time   // the last write that carried data
+	qBytes        int         // bytes queued on every slot: the peer's byte budget
 	peerWait      chan struct{}
 	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
@@ -255,6 +260,9 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
+			if !wake && b.mx.cfg.Flush == FlushLinger {
+				wake = b.lingerWakeLocked()
+			}
 			b.mu.Unlock()
 			if wake {
 				b.signal()
@@ -305,6 +313,9 @@ func (b *batcher) peerRoomLocked() {
 
 // enqueueLocked appends a record to s's queue.
 func (s *outSlot) enqueueLocked(frame []byte) {
+	if len(s.q) == 0 {
+		s.b.staged++
+	}
 	s.q = append(s.q, frame)
 	s.qBytes += len(frame)
 	s.b.qBytes += len(frame)
@@ -330,7 +341,8 @@ func (s *outSlot) readyLocked() bool {
 	// A slot that holds a terminal is urgent under every policy, also when
 	// credit comes back for the records in front of it: else, under
 	// FlushManual, the end of a stream would wait for a FlushBatch.
-	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked())
+	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked() ||
+		b.windowDue) // under FlushLinger, a window that ended while this slot had no credit
 }
 
 func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
@@ -408,7 +420,7 @@ func (b *batcher) signal() {
 
 // autoFlush is true under the default policy: write at the end of every
 // wake. Under Manual, data waits for FlushBatch.
-func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush != FlushManual }
+func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush == FlushAuto }
 
 // kick is FlushBatch for this batcher: the next wake writes what is
 // staged, whatever the policy.
@@ -590,7 +602,7 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	data := b.autoFlush()
+	data := b.autoFlush() || b.lingerReadyLocked()
 	lingerDone := b.lingerT == nil || b.lingered
 	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
@@ -632,6 +644,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	}
 	keep := b.ready[:0]
 	cut := false
+	beforeData := enc.Count()
 	for i, s := range b.ready {
 		if cut {
 			keep = append(keep, b.ready[i:]...)
@@ -661,6 +674,9 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	}
 	clear(b.ready[len(keep):])
 	b.ready = keep
+	if enc.Count() > beforeData {
+		b.dataWrittenLocked()
+	}
 	more = cut || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
 	if !more {
 		if len(b.ready) == 0 || !data {
@@ -735,6 +751,9 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		rest := copy(s.q, s.q[n:])
 		clear(s.q[rest:])
 		s.q = s.q[:rest]
+		if rest == 0 {
+			b.staged--
+		}
 		s.wakeSpaceLocked()
 		b.peerRoomLocked()
 	}
@@ -778,6 +797,9 @@ func (s *outSlot) endLocked() {
 	s.closed = true
 	s.cancelLocked()
 	s.b.qBytes -= s.qBytes
+	if len(s.q) > 0 {
+		s.b.staged--
+	}
 	s.q, s.qBytes = nil, 0
 	s.b.peerRoomLocked()
 	s.settleLocked(RetireDiscarded)
@@ -938,6 +960,9 @@ func (b *batcher) stop() {
 	if b.lingerT != nil {
 		b.lingerT.Stop()
 	}
+	if b.windowT != nil {
+		b.windowT.Stop()
+	}
 	b.mu.Unlock()
 	b.epochDeath()
 	b.signal()
@@ -945,3 +970,80 @@ func (b *batcher) stop() {
 }
 
 var _ = metrics.SchemeLocal
+
+// The FlushLinger policy. A window opens when a record is staged and none
+// is open; the staged data goes when it ends, or sooner when OnComplete or
+// AtBytes says that more waiting cannot help. One timer per batcher,
+// reused: nothing per record.
+
+// lingerWakeLocked is called after a record was staged under FlushLinger:
+// it opens the window if none is open, and says whether the batcher must
+// write now.
+func (b *batcher) lingerWakeLocked() bool {
+	if b.awake {
+		return false
+	}
+	if !b.windowArmed && !b.windowDue {
+		b.armWindowLocked(b.mx.cfg.MaxLinger)
+	}
+	return b.earlyLocked(time.Now())
+}
+
+// lingerReadyLocked says whether staged data may go now under FlushLinger.
+func (b *batcher) lingerReadyLocked() bool {
+	return b.mx.cfg.Flush == FlushLinger && (b.windowDue || b.earlyLocked(time.Now()))
+}
+
+// earlyLocked is the window's early end: AtBytes staged, or, with
+// OnComplete, a record staged on every live slot and the last data write
+// at least a window ago (a record that comes too soon waits out the rest).
+func (b *batcher) earlyLocked(now time.Time) bool {
+	cfg := &b.mx.cfg
+	if cfg.AtBytes > 0 && b.qBytes >= cfg.AtBytes {
+		return true
+	}
+	if !cfg.OnComplete || b.live == 0 || b.staged < b.live {
+		return false
+	}
+	if rest := cfg.MaxLinger - now.Sub(b.lastData); rest > 0 {
+		if !b.windowArmed {
+			b.armWindowLocked(rest)
+		}
+		return false
+	}
+	return true
+}
+
+func (b *batcher) armWindowLocked(d time.Duration) {
+	b.windowArmed = true
+	if b.windowT == nil {
+		b.windowT = time.AfterFunc(d, b.windowEnd)
+	} else {
+		b.windowT.Reset(d)
+	}
+}
+
+// windowEnd is the window timer: the staged data may go.
+func (b *batcher) windowEnd() {
+	b.mu.Lock()
+	b.windowArmed, b.windowDue = false, true
+	b.mu.Unlock()
+	b.signal()
+}
+
+// dataWrittenLocked closes the window after a batch that carried data,
+// and opens the next one for what is still staged.
+func (b *batcher) dataWrittenLocked() {
+	b.lastData = time.Now()
+	if b.mx.cfg.Flush != FlushLinger {
+		return
+	}
+	b.windowDue = false
+	if b.windowArmed {
+		b.windowT.Stop()
+		b.windowArmed = false
+	}
+	if b.staged > 0 {
+		b.armWindowLocked(b.mx.cfg.MaxLinger)
+	}
+}

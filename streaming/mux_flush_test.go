@@ -1,0 +1,67 @@
+package streaming
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/metrics"
+)
+
+// lingerNodes are two nodes whose producer uses FlushLinger with cfg.
+func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte], *mux) {
+	t.Helper()
+	cfg.Flush = FlushLinger
+	producer, consumer := muxNodes(t, cfg)
+	a, s := muxStream(t, producer, consumer)
+	return a, s, muxOf(t, producer)
+}
+
+func dataBatches(mx *mux) uint64 { return mx.n.sentByType[metrics.MuxData].Load() }
+
+// Under FlushLinger, records staged within the window share one write.
+func TestMuxLingerWindowBatches(t *testing.T) {
+	a, s, mx := lingerNodes(t, MuxConfig{MaxLinger: 300 * time.Millisecond})
+	batches0, data0 := mx.n.batchesSent.Load(), dataBatches(mx)
+	fill(t, s, 0, 5)
+	readTokens(t, a, 0, 5, 5*time.Second)
+	if got := mx.n.batchesSent.Load() - batches0; got != 1 {
+		t.Fatalf("5 records staged in one window went in %d batches, want 1", got)
+	}
+	if got := dataBatches(mx) - data0; got != 5 {
+		t.Fatalf("%d data records sent, want 5", got)
+	}
+}
+
+// OnComplete ends the window at once for a lone stream whose records come
+// further apart than the window: with a 10 s window, the token still
+// arrives within the read's 5 s bound.
+func TestMuxLingerOnCompleteLoneStream(t *testing.T) {
+	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 10 * time.Second, OnComplete: true})
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+}
+
+// AtBytes ends the window once that many bytes are staged.
+func TestMuxLingerAtBytes(t *testing.T) {
+	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 10 * time.Second, AtBytes: 250})
+	ctx := context.Background()
+	for range 3 { // 3 × ~111 bytes staged: over 250 at the third
+		if err := s.Send(ctx, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A terminal does not wait for the window.
+func TestMuxLingerTerminalIsUrgent(t *testing.T) {
+	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 10 * time.Second})
+	fill(t, s, 0, 2)
+	s.Finalize()
+	readTokens(t, a, 0, 2, 5*time.Second)
+}
