@@ -25,6 +25,9 @@ func TestMuxLingerWindowBatches(t *testing.T) {
 	batches0, data0 := mx.n.batchesSent.Load(), dataBatches(mx)
 	fill(t, s, 0, 5)
 	readTokens(t, a, 0, 5, 5*time.Second)
+	// A batch is counted once the transport took it, which can be after
+	// the consumer read it.
+	waitFor(t, "the batch to be counted", func() bool { return dataBatches(mx)-data0 == 5 })
 	if got := mx.n.batchesSent.Load() - batches0; got != 1 {
 		t.Fatalf("5 records staged in one window went in %d batches, want 1", got)
 	}
