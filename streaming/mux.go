@@ -307,8 +307,8 @@ func (mx *mux) send(peer ext.WorkerID, lane int, batch []byte) error {
 	if err := mx.post(peer, lane, batch); err != nil {
 		return err
 	}
+	mx.n.batchesSent.Add(1) // first: a reader of the type counts sees the batch counted
 	n := countRecordTypes(batch, &mx.n.sentByType)
-	mx.n.batchesSent.Add(1)
 	mx.n.recordsSent.Add(uint64(n))
 	if mx.met != nil {
 		mx.met.BatchSent(n)
