@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/velo-go/velo/cmd/velo/internal/bench"
@@ -20,12 +21,29 @@ func init() {
 		frontFlush := fs.String("frontend-flush-policy", "auto", "mux arm: flush policy of the anchor hosts, which send only credit replies and never call FlushBatch")
 		credit := fs.Uint("initial-credit", 0, "mux arm: per-stream credit window (0: velo's default, 32)")
 		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
+		plotPath := fs.String("plot", "", "draw the TTFT and token-latency CDFs of every arm (pooled over the reps) into this .png or .svg file")
 		return func() error {
-			return bench.ResponsePlane(bench.ResponsePlaneConfig{
+			cfg := bench.ResponsePlaneConfig{
 				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
 				Flush: *flush, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Reps: *reps, Timeout: *timeout,
-			}, r)
+			}
+			if *plotPath != "" {
+				// Refuse a bad extension before the run, not after it.
+				if _, err := bench.PlotFormat(*plotPath); err != nil {
+					return err
+				}
+				cfg.Samples = &bench.ResponsePlaneSamples{}
+			}
+			if err := bench.ResponsePlane(cfg, r); err != nil {
+				return err
+			}
+			if *plotPath == "" {
+				return nil
+			}
+			title := fmt.Sprintf("response-plane: %d hosts, %d engines, %d requests × %d tokens, batch %d, pass delay %g ms, flush %s, %d reps",
+				*hosts, *engines, *requests, *tokens, *maxBatch, *delay, *flush, *reps)
+			return bench.WriteResponsePlanePlot(*plotPath, title, cfg.Samples)
 		}
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -98,11 +100,19 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return nil
 }
 
+// round keeps what a reader needs of v: whole units from 100 up,
+// thousandths from 1 up, and four significant digits below 1, so a small
+// ratio (wakes per token, 0.002 and less) keeps its digits.
 func round(v float64) float64 {
-	if v >= 100 {
-		return float64(int64(v + 0.5))
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return math.Round(v)
+	case a >= 1 || a == 0:
+		return math.Round(v*1000) / 1000
+	default:
+		r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+		return r
 	}
-	return float64(int64(v*1000+0.5)) / 1000
 }
 
 // WriteTable prints a human table.

@@ -50,3 +50,16 @@ func TestTxBudgetHeadlineIsOverTheFasterRung(t *testing.T) {
 		t.Fatalf("headline samples %v (found %v), want [1.5 2]", f.Samples, ok)
 	}
 }
+
+// TestRoundKeepsSmallRatios checks the JSON rounding: whole units from
+// 100, thousandths from 1, four significant digits below 1.
+func TestRoundKeepsSmallRatios(t *testing.T) {
+	for _, c := range []struct{ in, want float64 }{
+		{1234.5, 1235}, {12.34567, 12.346}, {1, 1}, {0, 0},
+		{0.0020394, 0.002039}, {0.031818, 0.03182}, {0.5, 0.5}, {-0.00012346, -0.0001235},
+	} {
+		if got := round(c.in); got != c.want {
+			t.Errorf("round(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}

@@ -63,6 +63,28 @@ type ResponsePlaneConfig struct {
 	Reps          int
 	// Timeout bounds one arm of one rep; a run that takes longer fails.
 	Timeout time.Duration
+	// Samples, when set, collects every arm's TTFT and token latencies
+	// over all reps (for --plot).
+	Samples *ResponsePlaneSamples
+}
+
+// ResponsePlaneSamples holds the raw latencies of a run, pooled over the
+// reps, by arm in the order the arms were given.
+type ResponsePlaneSamples struct {
+	Arms []string
+	// TTFT and TokenLatency are in nanoseconds, by arm.
+	TTFT, TokenLatency map[string][]int64
+}
+
+func (s *ResponsePlaneSamples) add(arm string, ttft, tokLat []int64) {
+	if s.TTFT == nil {
+		s.TTFT, s.TokenLatency = map[string][]int64{}, map[string][]int64{}
+	}
+	if !slices.Contains(s.Arms, arm) {
+		s.Arms = append(s.Arms, arm)
+	}
+	s.TTFT[arm] = append(s.TTFT[arm], ttft...)
+	s.TokenLatency[arm] = append(s.TokenLatency[arm], tokLat...)
 }
 
 // Validate reports a config that cannot run.
@@ -110,10 +132,25 @@ type rpPlane interface {
 	close()
 }
 
+// rpWakes are the wake counters of a velo plane, summed over its nodes.
+type rpWakes struct {
+	engineBatcher, hostBatcher uint64 // mux batcher goroutine wakes
+	hostConsumer               uint64 // consumers woken in NextBytes
+}
+
+// rpWakeCounter is a plane that can count its wakes (the velo arms).
+type rpWakeCounter interface {
+	wakes() rpWakes
+	muxed() bool // false: there is no batcher, its counts do not apply
+}
+
 // ResponsePlane runs the harness and adds its figures to r.
 func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if cfg.Samples != nil {
+		cfg.Samples.Arms = slices.Clone(cfg.Arms)
 	}
 	if cfg.FrontendFlush == "" {
 		cfg.FrontendFlush = "auto"
@@ -210,6 +247,11 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	}
 
 	runtime.GC()
+	wc, counting := plane.(rpWakeCounter)
+	var wakes0 rpWakes
+	if counting {
+		wakes0 = wc.wakes()
+	}
 	writes0, cpu0, t0 := writeSyscalls(), processCPU(), time.Now()
 	var consumers sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -264,6 +306,13 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	}
 	consumers.Wait()
 	wall, cpu, writes := time.Since(t0), processCPU()-cpu0, writeSyscalls()-writes0
+	var wakes1 rpWakes
+	if counting {
+		// Every consumer has read its terminal, so every token and
+		// terminal has left its batcher; control that is still in flight
+		// (late credit replies) is not counted.
+		wakes1 = wc.wakes()
+	}
 	engines.Wait()
 	if firstErr != nil {
 		return firstErr
@@ -278,6 +327,22 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	r.Add(responsePlaneHarness, arm, "cpu_us_per_token", "us", float64(cpu.Nanoseconds())/tokens/1e3, params)
 	if writes > 0 {
 		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(writes), params)
+	}
+	if counting {
+		// Wakes per token: the engines' batchers per token sent, the
+		// frontends' consumers per token read. The per-stream path has
+		// no batcher, so it reports the consumers alone.
+		if wc.muxed() {
+			r.Add(responsePlaneHarness, arm, "engine_batcher_wakes_per_token", "ratio",
+				float64(wakes1.engineBatcher-wakes0.engineBatcher)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "frontend_batcher_wakes_per_token", "ratio",
+				float64(wakes1.hostBatcher-wakes0.hostBatcher)/tokens, params)
+		}
+		r.Add(responsePlaneHarness, arm, "consumer_wakes_per_token", "ratio",
+			float64(wakes1.hostConsumer-wakes0.hostConsumer)/tokens, params)
+	}
+	if cfg.Samples != nil {
+		cfg.Samples.add(arm, ttft, tokLat)
 	}
 	addQuantiles(r, arm, "ttft_", "ms", 1e6, ttft, []float64{0.5, 0.95, 0.99}, params)
 	addQuantiles(r, arm, "token_latency_", "us", 1e3, tokLat, []float64{0.5, 0.95, 0.99}, params)
@@ -494,6 +559,20 @@ func (p *veloPlane) pass(e int) {
 		p.engines[e].Streams.FlushBatch()
 	}
 }
+
+func (p *veloPlane) wakes() rpWakes {
+	var w rpWakes
+	for _, n := range p.engines {
+		w.engineBatcher += n.Streams.MuxStats().BatcherWakes
+	}
+	for _, n := range p.hosts {
+		w.hostBatcher += n.Streams.MuxStats().BatcherWakes
+		w.hostConsumer += n.Streams.ConsumerWakes()
+	}
+	return w
+}
+
+func (p *veloPlane) muxed() bool { return p.wantKey != wire.TCPStreamKey }
 
 func (p *veloPlane) close() {
 	for _, n := range append(slices.Clone(p.engines), p.hosts...) {

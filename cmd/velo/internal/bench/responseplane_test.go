@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,5 +46,90 @@ func TestResponsePlaneTiny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResponsePlanePlot runs a tiny response plane with every arm and
+// checks that --plot's writer makes a non-empty PNG and SVG of the right
+// kind, and refuses other extensions.
+func TestResponsePlanePlot(t *testing.T) {
+	samples := &ResponsePlaneSamples{}
+	var r Report
+	cfg := ResponsePlaneConfig{
+		Arms: ResponsePlaneArms, AnchorHosts: 1, Engines: 2, Requests: 6, MaxBatch: 3, Tokens: 5,
+		Flush: "auto", Reps: 1, Timeout: time.Minute, Samples: samples,
+	}
+	if err := ResponsePlane(cfg, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, arm := range ResponsePlaneArms {
+		if got, want := len(samples.TTFT[arm]), cfg.Requests; got != want {
+			t.Errorf("arm %s: %d TTFT samples, want %d", arm, got, want)
+		}
+		if got, want := len(samples.TokenLatency[arm]), cfg.Requests*cfg.Tokens; got != want {
+			t.Errorf("arm %s: %d token-latency samples, want %d", arm, got, want)
+		}
+	}
+	dir := t.TempDir()
+	for ext, magic := range map[string]string{".png": "\x89PNG\r\n\x1a\n", ".svg": "<?xml"} {
+		path := filepath.Join(dir, "cdf"+ext)
+		if err := WriteResponsePlanePlot(path, "tiny", samples); err != nil {
+			t.Fatalf("%s: %v", ext, err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 1000 || !strings.HasPrefix(string(b), magic) {
+			t.Errorf("%s: %d bytes starting %q", ext, len(b), b[:min(len(b), 16)])
+		}
+		if ext == ".svg" && !strings.Contains(string(b), "<svg") {
+			t.Errorf("svg: no <svg element")
+		}
+	}
+	if err := WriteResponsePlanePlot(filepath.Join(dir, "cdf.gif"), "", samples); err == nil {
+		t.Error("a .gif path was accepted")
+	}
+}
+
+// TestResponsePlaneWakes checks that the velo arms report wakes per token
+// (the batcher's only where there is one) and grpc reports none.
+func TestResponsePlaneWakes(t *testing.T) {
+	var r Report
+	cfg := ResponsePlaneConfig{
+		Arms: ResponsePlaneArms, AnchorHosts: 1, Engines: 2, Requests: 8, MaxBatch: 4, Tokens: 6,
+		PassDelay: time.Millisecond, Flush: "auto", Reps: 1, Timeout: time.Minute,
+	}
+	if err := ResponsePlane(cfg, &r); err != nil {
+		t.Fatal(err)
+	}
+	has := func(arm, metric string) (float64, bool) {
+		for _, f := range r.Figures {
+			if f.Arm == arm && f.Metric == metric {
+				return f.Median(), true
+			}
+		}
+		return 0, false
+	}
+	for _, c := range []struct {
+		arm, metric string
+		want        bool
+	}{
+		{"mux", "engine_batcher_wakes_per_token", true},
+		{"mux", "frontend_batcher_wakes_per_token", true},
+		{"mux", "consumer_wakes_per_token", true},
+		{"per-stream", "consumer_wakes_per_token", true},
+		{"per-stream", "engine_batcher_wakes_per_token", false},
+		{"grpc", "consumer_wakes_per_token", false},
+	} {
+		v, ok := has(c.arm, c.metric)
+		if ok != c.want {
+			t.Errorf("arm %s, %s: present %v, want %v", c.arm, c.metric, ok, c.want)
+		}
+		// With a pass every millisecond the engine batcher must wake at
+		// least once per pass, and a consumer waits between passes.
+		if ok && c.metric != "frontend_batcher_wakes_per_token" && v <= 0 {
+			t.Errorf("arm %s, %s = %v, want > 0", c.arm, c.metric, v)
+		}
 	}
 }
