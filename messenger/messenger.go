@@ -402,6 +402,44 @@ func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) 
 	return nil
 }
 
+// PostLane is Post on one of the ordered lanes the transport keeps to
+// target (0 <= lane < Lanes(target)): messages on one lane arrive in the
+// order they were posted; lanes are not ordered against each other.
+func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, payload []byte) error {
+	if lane == 0 {
+		return m.Post(target, handler, payload)
+	}
+	if err := systemOnly("PostLane", handler); err != nil {
+		return err
+	}
+	hb, err := m.prepare(handler, nil)
+	if err != nil {
+		return err
+	}
+	p, ok := m.peers.get(target)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	if _, err := p.primary.SendOnLane(target, lane, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)); err != nil {
+		return m.sendError(handler, target, err)
+	}
+	return nil
+}
+
+// Lanes is how many ordered lanes the transport to target keeps; for a
+// target not registered (or the zero InstanceID), the most that any of the
+// node's transports keeps. It is at least 1.
+func (m *Messenger) Lanes(target ext.InstanceID) int {
+	if p, ok := m.peers.get(target); ok {
+		return max(1, p.primary.Lanes(target))
+	}
+	n := 1
+	for _, t := range m.trs {
+		n = max(n, t.Lanes(target))
+	}
+	return n
+}
+
 // Sync waits until the remote handler has run; its error comes back as a
 // *RemoteError.
 func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {

@@ -252,8 +252,21 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
 func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
+	return attachAnchorCounted[T](ctx, m, handle, nil)
+}
+
+// AttachAnchorKeyed is AttachAnchor with a placement key for the mux: the
+// owner puts the stream on lane splitmix64(key) % lanes, so streams with
+// one key to one owner share a lane. It is a placement hint, not an
+// ordering guarantee; on the same worker and on the per-stream path it
+// changes nothing.
+func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64) (*Sender[T], error) {
+	return attachAnchorCounted[T](ctx, m, handle, &key)
+}
+
+func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*Sender[T], error) {
 	start := m.opStart()
-	s, err := attachAnchor[T](ctx, m, handle)
+	s, err := attachAnchor[T](ctx, m, handle, key)
 	// A remote attach is counted by the owner's handler (operation
 	// "attach") and here only as its round trip (attach_rtt): the book's
 	// queueing query subtracts one from the other, so the sender must not
@@ -264,7 +277,7 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	return s, err
 }
 
-func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
+func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*Sender[T], error) {
 	encode, err := encoderFor[T]()
 	if err != nil {
 		return nil, err
@@ -279,7 +292,7 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 		if m.remote == nil {
 			return nil, fmt.Errorf("%w: %v", ErrRemoteAttach, handle)
 		}
-		return attachRemote(ctx, m.remote, handle, encode)
+		return attachRemote(ctx, m.remote, handle, encode, key)
 	}
 	st := m.lookup(handle.LocalID())
 	if st == nil {

@@ -120,7 +120,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
 	if useMux {
-		return r.attachMPSCMux(st, p, c.SenderWorkerID())
+		return r.attachMPSCMux(st, p, c.SenderWorkerID(), req.LaneKey)
 	}
 	ctl := &remoteBind{r: r, producer: req.CancelHandle.Producer(), streamID: req.CancelHandle.StreamID()}
 	st.mu.Lock()
@@ -391,7 +391,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 // openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
 // the mux.
 func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) []byte) (*MPSCSender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err
@@ -440,9 +440,10 @@ func (a *mpscAnchor) remoteFeeds() []*inSlot {
 // attachMPSCMux binds producer p of an MPSC anchor for the mux: its
 // OpenSlot claims the bind, and its records carry its SenderID at the
 // consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
-func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID) ([]byte, error) {
+func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID, key *uint64) ([]byte, error) {
 	session := r.routing.Add(1)
-	if !r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow()) {
+	lane, ok := r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
+	if !ok {
 		st.mpsc.endRemote(p, droppedFrame)
 		return refuseMPSCAttach("node is shutting down")
 	}
@@ -453,6 +454,7 @@ func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.Work
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.cfg.InitialCredit,
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+		Lane:                uint8(lane),
 	}
 	return resp.AppendJSON(nil), nil
 }

@@ -163,9 +163,13 @@ type mux struct {
 	heartbeat time.Duration
 
 	mu       sync.Mutex
-	batchers map[ext.WorkerID]*batcher
-	ingress  map[ext.WorkerID]*ingressPeer
+	batchers map[laneKey]*batcher
+	ingress  map[laneKey]*ingressPeer
 	binds    map[bindKey]*muxBind
+	nodeLoad laneLoad                   // streams per lane on this node (mux_lanes.go)
+	peerLoad map[ext.WorkerID]*laneLoad // streams per lane from each sender
+	budgetMu sync.Mutex                 // a leaf: budgets is read while batchers are made, with or without mu
+	budgets  map[ext.WorkerID]*peerBudget
 	closed   bool
 
 	bell     chan struct{} // cap 1: a consumer drained a slot
@@ -177,9 +181,11 @@ type mux struct {
 func newMux(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int, []byte) error) *mux {
 	mx := &mux{
 		cfg: cfg.withDefaults(), post: post, heartbeat: heartbeat,
-		batchers: make(map[ext.WorkerID]*batcher),
-		ingress:  make(map[ext.WorkerID]*ingressPeer),
+		batchers: make(map[laneKey]*batcher),
+		ingress:  make(map[laneKey]*ingressPeer),
 		binds:    make(map[bindKey]*muxBind),
+		peerLoad: make(map[ext.WorkerID]*laneLoad),
+		budgets:  make(map[ext.WorkerID]*peerBudget),
 		bell:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
@@ -188,26 +194,34 @@ func newMux(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int,
 	return mx
 }
 
-// batcherFor returns the batcher to peer on lane 0, making it on first use.
-func (mx *mux) batcherFor(peer ext.WorkerID) (*batcher, error) {
+// laneKey names one (peer, lane): everything that depends on order is
+// kept per laneKey, on both sides.
+type laneKey struct {
+	peer ext.WorkerID
+	lane int
+}
+
+// batcherFor returns the batcher to peer on lane, making it on first use.
+func (mx *mux) batcherFor(peer ext.WorkerID, lane int) (*batcher, error) {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	if mx.closed {
 		return nil, ErrCancelled
 	}
-	b := mx.batchers[peer]
+	k := laneKey{peer, lane}
+	b := mx.batchers[k]
 	if b == nil {
-		b = newBatcher(mx, peer, 0)
-		mx.batchers[peer] = b
+		b = newBatcher(mx, peer, lane)
+		mx.batchers[k] = b
 	}
 	return b, nil
 }
 
-// existingBatcher returns the batcher to peer, or nil.
-func (mx *mux) existingBatcher(peer ext.WorkerID) *batcher {
+// existingBatcher returns the batcher to peer on lane, or nil.
+func (mx *mux) existingBatcher(peer ext.WorkerID, lane int) *batcher {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
-	return mx.batchers[peer]
+	return mx.batchers[laneKey{peer, lane}]
 }
 
 // FlushBatch kicks every batcher: under FlushManual it is the write; under
@@ -229,24 +243,36 @@ func (mx *mux) flushAll() {
 // Dropped.
 func (mx *mux) peerLost(peer ext.WorkerID) {
 	mx.mu.Lock()
-	b := mx.batchers[peer]
-	delete(mx.batchers, peer)
-	ip := mx.ingress[peer]
-	delete(mx.ingress, peer)
-	if b != nil {
+	var bs []*batcher
+	var ips []*ingressPeer
+	for k, b := range mx.batchers {
+		if k.peer == peer {
+			delete(mx.batchers, k)
+			bs = append(bs, b)
+		}
+	}
+	for k, ip := range mx.ingress {
+		if k.peer == peer {
+			delete(mx.ingress, k)
+			ips = append(ips, ip)
+		}
+	}
+	if len(bs) > 0 {
 		// Counted under the lock, before close can start waiting.
 		mx.sweeping.Add(1)
 	}
 	mx.mu.Unlock()
-	if b != nil {
-		// stop waits for the batcher's goroutine, which may be posting;
+	if len(bs) > 0 {
+		// stop waits for each batcher's goroutine, which may be posting;
 		// close waits for this one.
 		go func() {
 			defer mx.sweeping.Done()
-			b.stop()
+			for _, b := range bs {
+				b.stop()
+			}
 		}()
 	}
-	if ip != nil {
+	for _, ip := range ips {
 		ip.retireAll()
 	}
 }
@@ -260,7 +286,7 @@ func (mx *mux) close() {
 	}
 	mx.closed = true
 	bs, ips := mx.batchers, mx.ingress
-	mx.batchers, mx.ingress = map[ext.WorkerID]*batcher{}, map[ext.WorkerID]*ingressPeer{}
+	mx.batchers, mx.ingress = map[laneKey]*batcher{}, map[laneKey]*ingressPeer{}
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}
 	mx.mu.Unlock()
@@ -285,15 +311,15 @@ func (mx *mux) close() {
 // this node's mux streams end: without it a peer whose connection stays up
 // learns only from its stream watchdog, three heartbeat windows later. It
 // returns bs with any batcher it had to make, so that close stops it.
-func (mx *mux) goodbyes(bs map[ext.WorkerID]*batcher, ips map[ext.WorkerID]*ingressPeer) map[ext.WorkerID]*batcher {
-	for peer, ip := range ips {
-		if bs[peer] == nil {
-			bs[peer] = newBatcher(mx, peer, 0)
+func (mx *mux) goodbyes(bs map[laneKey]*batcher, ips map[laneKey]*ingressPeer) map[laneKey]*batcher {
+	for k, ip := range ips {
+		if bs[k] == nil {
+			bs[k] = newBatcher(mx, k.peer, k.lane)
 		}
-		bs[peer].goodbye(ip.liveIDs())
+		bs[k].goodbye(ip.liveIDs())
 	}
-	for peer, b := range bs {
-		if ips[peer] == nil {
+	for k, b := range bs {
+		if ips[k] == nil {
 			b.goodbye(nil)
 		}
 	}
@@ -408,4 +434,16 @@ func (mx *mux) queuedRecords() int {
 		b.mu.Unlock()
 	}
 	return n
+}
+
+// budgetFor is the byte budget that every lane to peer shares.
+func (mx *mux) budgetFor(peer ext.WorkerID) *peerBudget {
+	mx.budgetMu.Lock()
+	defer mx.budgetMu.Unlock()
+	pb := mx.budgets[peer]
+	if pb == nil {
+		pb = new(peerBudget)
+		mx.budgets[peer] = pb
+	}
+	return pb
 }

@@ -89,7 +89,7 @@ func offersMux(keys []string) bool { return slices.Contains(keys, muxWireKey) }
 
 // attachMux binds st for the mux: the producer's OpenSlot claims it within
 // the accept window. The caller checked st and holds no lock.
-func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, error) {
+func (r *remote) attachMux(st *anchorState, producer ext.WorkerID, key *uint64) ([]byte, error) {
 	st.mu.Lock()
 	switch {
 	case st.closed || (st.endErr != nil && !st.cancelled):
@@ -111,30 +111,32 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID) ([]byte, erro
 		if !adopted { // its OpenSlot came first
 			return refuseAttach("anchor %v already attached", st.handle)
 		}
-		return r.muxAnswer(bd.key.session), nil
+		return r.muxAnswer(bd.key.session, bd.lane), nil
 	}
 	st.attached = true
 	st.disarmLocked() // bound: the accept window runs now
 	st.mu.Unlock()
 	session := r.routing.Add(1)
-	if !r.mux.bind(st, producer, session, r.muxAcceptWindow()) {
+	lane, ok := r.mux.bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
+	if !ok {
 		st.mu.Lock()
 		st.attached = false
 		st.armLocked()
 		st.mu.Unlock()
 		return refuseAttach("node is shutting down")
 	}
-	return r.muxAnswer(session), nil
+	return r.muxAnswer(session, lane), nil
 }
 
-// muxAnswer is the attach answer for a mux bind under session.
-func (r *remote) muxAnswer(session uint64) []byte {
+// muxAnswer is the attach answer for a mux bind under session on lane.
+func (r *remote) muxAnswer(session uint64, lane int) []byte {
 	resp := wire.AttachResponse{
 		TransportKey:        muxWireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.cfg.InitialCredit,
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+		Lane:                uint8(lane),
 	}
 	return resp.AppendJSON(nil)
 }
@@ -150,7 +152,7 @@ func (r *remote) muxAcceptWindow() time.Duration {
 
 // openMuxSender opens the slot of a stream the owner bound for the mux.
 func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) []byte) (*Sender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 
 // openMuxSlot opens this node's slot for a stream the owner bound as
 // (handle, routing) with a window of credit.
-func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32) (*outSlot, error) {
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8) (*outSlot, error) {
 	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
@@ -167,7 +169,7 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b, err := r.mux.batcherFor(handle.Owner())
+	b, err := r.mux.batcherFor(handle.Owner(), r.senderLane(handle.Owner(), lane))
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 	}

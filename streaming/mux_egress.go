@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -44,14 +45,14 @@ type batcher struct {
 	free          []uint32 // free indices, last in first out
 	live          int      // open slots
 	ready         []*outSlot
-	opens         []*outSlot  // OpenSlots queued for the next write (open)
-	staged        int         // slots with records queued: OnComplete compares it to live
-	windowT       *time.Timer // FlushLinger: the data window of the oldest staged record
-	windowArmed   bool        // windowT runs
-	windowDue     bool        // windowT fired: staged data may go
-	lastData      time.Time   // the last write that carried data
-	qBytes        int         // bytes queued on every slot: the peer's byte budget
-	peerWait      chan struct{}
+	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	staged        int                                    // slots with records queued: OnComplete compares it to live
+	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
+	windowArmed   bool                                   // windowT runs
+	windowDue     bool                                   // windowT fired: staged data may go
+	lastData      time.Time                              // the last write that carried data
+	qBytes        int                                    // bytes queued on every slot of this batcher (AtBytes)
+	budget        *peerBudget                            // the peer's byte budget, shared by its lanes
 	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
 	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
@@ -102,7 +103,7 @@ type outSlot struct {
 
 func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 	b := &batcher{
-		mx: mx, peer: peer, lane: lane,
+		mx: mx, peer: peer, lane: lane, budget: mx.budgetFor(peer),
 		epoch:         mx.epochs.Add(1),
 		credit:        make(map[muxwire.SlotID]uint32),
 		flying:        make(map[muxwire.SlotID]uint32),
@@ -254,7 +255,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			b.mu.Unlock()
 			return ErrCancelled
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget) &&
-			(len(s.q) == 0 || b.qBytes+len(frame) <= b.mx.cfg.PeerByteBudget):
+			(len(s.q) == 0 || b.budget.fits(len(frame), b.mx.cfg.PeerByteBudget)):
 			// A slot's first record always fits, so a stream can always move,
 			// whatever the others to the peer hold.
 			s.enqueueLocked(frame)
@@ -291,10 +292,7 @@ func (s *outSlot) waitChanLocked(n int) chan struct{} {
 	b := s.b
 	slotFull := len(s.q) >= b.mx.cfg.inletRecords() || s.qBytes+n > b.mx.cfg.SlotByteBudget
 	if !slotFull {
-		if b.peerWait == nil {
-			b.peerWait = make(chan struct{})
-		}
-		return b.peerWait
+		return b.budget.waitChan()
 	}
 	if s.spaceWait == nil {
 		s.spaceWait = make(chan struct{})
@@ -304,11 +302,49 @@ func (s *outSlot) waitChanLocked(n int) chan struct{} {
 
 // peerRoomLocked wakes the Sends that wait for the peer's byte budget once
 // the queued bytes fell under it.
-func (b *batcher) peerRoomLocked() {
-	if b.peerWait != nil && b.qBytes < b.mx.cfg.PeerByteBudget {
-		close(b.peerWait)
-		b.peerWait = nil
+func (b *batcher) peerRoomLocked() { b.budget.room(b.mx.cfg.PeerByteBudget) }
+
+// peerBudget is the bytes queued on every lane to one peer: all the lanes
+// of a peer share one budget, so the bound per peer does not depend on
+// the lane count. Its lock is a leaf.
+type peerBudget struct {
+	bytes atomic.Int64
+	mu    sync.Mutex
+	wait  chan struct{}
+}
+
+func (pb *peerBudget) fits(n, limit int) bool { return pb.bytes.Load()+int64(n) <= int64(limit) }
+
+func (pb *peerBudget) add(n int) { pb.bytes.Add(int64(n)) }
+
+// waitChan is what a Send waits on for room on the peer.
+func (pb *peerBudget) waitChan() chan struct{} {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.wait == nil {
+		pb.wait = make(chan struct{})
 	}
+	return pb.wait
+}
+
+// room wakes the waiting Sends once the peer is under its budget.
+func (pb *peerBudget) room(limit int) {
+	if pb.bytes.Load() >= int64(limit) {
+		return
+	}
+	pb.mu.Lock()
+	if pb.wait != nil {
+		close(pb.wait)
+		pb.wait = nil
+	}
+	pb.mu.Unlock()
+}
+
+// waiting says whether a Send waits for the peer's budget (tests).
+func (pb *peerBudget) waiting() bool {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return pb.wait != nil
 }
 
 // enqueueLocked appends a record to s's queue.
@@ -319,6 +355,7 @@ func (s *outSlot) enqueueLocked(frame []byte) {
 	s.q = append(s.q, frame)
 	s.qBytes += len(frame)
 	s.b.qBytes += len(frame)
+	s.b.budget.add(len(frame))
 }
 
 // owedLocked says a FlushBatch came while s held records it could not
@@ -732,6 +769,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.seq++
 		s.qBytes -= len(rec)
 		b.qBytes -= len(rec)
+		b.budget.add(-len(rec))
 		n++
 		if last {
 			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
@@ -797,6 +835,7 @@ func (s *outSlot) endLocked() {
 	s.closed = true
 	s.cancelLocked()
 	s.b.qBytes -= s.qBytes
+	s.b.budget.add(-s.qBytes)
 	if len(s.q) > 0 {
 		s.b.staged--
 	}

@@ -33,6 +33,7 @@ type bindKey struct{ anchor, session uint64 }
 type muxBind struct {
 	key      bindKey
 	prebound bool // minted by PrebindAnchor: any peer's OpenSlot may claim it
+	lane     int  // the lane the receiver chose
 	st       *anchorState
 	mpsc     *mpscRemote  // set for a producer of an MPSC anchor
 	peer     ext.WorkerID // the producer that attached
@@ -44,6 +45,7 @@ type muxBind struct {
 type ingressPeer struct {
 	mx   *mux
 	peer ext.WorkerID
+	lane int
 
 	mu        sync.Mutex
 	epoch     uint64
@@ -68,6 +70,7 @@ type inSlot struct {
 	held    uint32 // data credit the producer holds, as this side counts it
 
 	mpsc     *mpscRemote   // the producer's entry when st is an MPSC anchor
+	lane     int           // the lane the receiver chose: where the stream counts
 	drained  atomic.Uint32 // records the consumer took since the last reconcile
 	buffered atomic.Int64  // bytes delivered to the anchor and not yet taken
 	dirty    atomic.Bool
@@ -77,39 +80,45 @@ type inSlot struct {
 	terminal  bool
 }
 
-// ingressFor returns the table of peer, making it on first use.
-func (mx *mux) ingressFor(peer ext.WorkerID) *ingressPeer {
+// ingressFor returns the table of peer's batches on lane, making it on
+// first use; nil once the mux is closed.
+func (mx *mux) ingressFor(peer ext.WorkerID, lane int) *ingressPeer {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
-	ip := mx.ingress[peer]
+	k := laneKey{peer, lane}
+	ip := mx.ingress[k]
 	if ip == nil && !mx.closed {
-		ip = &ingressPeer{mx: mx, peer: peer}
-		mx.ingress[peer] = ip
+		ip = &ingressPeer{mx: mx, peer: peer, lane: lane}
+		mx.ingress[k] = ip
 	}
 	return ip
 }
 
 // bind registers a stream of st for the mux, to be claimed by the OpenSlot
 // of producer peer with session; window is the accept window.
-func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration) bool {
-	return mx.bindProducer(st, nil, peer, session, window)
+func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
+	return mx.bindProducer(st, nil, peer, session, window, lanes, key)
 }
 
 // bindProducer is bind for one producer p of an MPSC anchor (nil for an
 // SPSC anchor).
-func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration) bool {
+func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
 	bd := &muxBind{st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
-	return mx.addBind(bindKey{st.handle.LocalID(), session}, bd, window)
+	ok = mx.addBind(bindKey{st.handle.LocalID(), session}, bd, window, lanes, key)
+	return bd.lane, ok
 }
 
 // addBind puts bd in the table under k, with its accept window.
-func (mx *mux) addBind(k bindKey, bd *muxBind, window time.Duration) bool {
+// Its lane is chosen now, among lanes, and the bind counts on it.
+func (mx *mux) addBind(k bindKey, bd *muxBind, window time.Duration, lanes int, key *uint64) bool {
 	bd.key = k
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	if mx.closed {
 		return false
 	}
+	bd.lane = mx.pickLaneLocked(bd.peer, lanes, key)
+	mx.countLocked(bd.peer, bd.lane, 1)
 	mx.binds[k] = bd
 	bd.timer = time.AfterFunc(window, func() { mx.expireBind(k, bd) })
 	return true
@@ -124,6 +133,7 @@ func (mx *mux) expireBind(k bindKey, bd *muxBind) {
 		return
 	}
 	delete(mx.binds, k)
+	mx.countLocked(bd.peer, bd.lane, -1)
 	mx.mu.Unlock()
 	mx.n.unclaimedReaped.Add(1)
 	bd.drop()
@@ -139,6 +149,9 @@ func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
 	}
 	delete(mx.binds, k)
 	bd.timer.Stop()
+	if bd.prebound { // the pre-bind counted on the node; now on its sender too
+		mx.countPeerLocked(peer, bd.lane, 1)
+	}
 	return bd
 }
 
@@ -150,6 +163,7 @@ func (mx *mux) dropBinds(peer ext.WorkerID) {
 		if bd.peer == peer {
 			bd.timer.Stop()
 			delete(mx.binds, k)
+			mx.countLocked(bd.peer, bd.lane, -1)
 			gone = append(gone, bd)
 		}
 	}
@@ -184,7 +198,7 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		mx.n.dropped[metrics.DropLaneMismatch].Add(uint64(batch.Len()))
 		return nil
 	}
-	ip := mx.ingressFor(peer)
+	ip := mx.ingressFor(peer, lane)
 	if ip == nil {
 		mx.refuseOpens(peer, lane, batch)
 		return nil
@@ -301,19 +315,19 @@ func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 				ip.endLocked(s, !s.terminal)
 			}
 		default: // UnknownSlot, ProtocolError: about a slot of ours
-			if b := ip.mx.existingBatcher(ip.peer); b != nil {
+			if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
 				b.closeByPeer(rec.Slot)
 			}
 		}
 	case muxwire.CreditUpdate:
-		if b := ip.mx.existingBatcher(ip.peer); b != nil {
+		if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
 			ip.mx.n.creditReceived.Add(uint64(rec.Credit()))
 			b.grant(rec.Slot, rec.Credit())
 		} else {
 			ip.mx.controlRefused()
 		}
 	case muxwire.LifecycleSlot:
-		if b := ip.mx.existingBatcher(ip.peer); b != nil {
+		if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
 			session, action := rec.Lifecycle()
 			b.lifecycle(rec.Slot, session, action)
 		}
@@ -349,7 +363,7 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
 		return
 	}
-	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit}
+	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit, lane: bd.lane}
 	st := bd.st
 	st.mu.Lock()
 	gone := st.cancelled || st.closed
@@ -461,6 +475,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	}
 	ip.slots[idx] = nil
 	ip.live--
+	ip.mx.uncount(ip.peer, s.lane)
 	s.st.mu.Lock()
 	if s.feedLocked() == s {
 		s.setFeedLocked(nil)
@@ -506,7 +521,7 @@ func (ip *ingressPeer) send(rep replies) {
 	if len(rep.closes) == 0 && len(rep.stops) == 0 {
 		return
 	}
-	b, err := ip.mx.batcherFor(ip.peer)
+	b, err := ip.mx.batcherFor(ip.peer, ip.lane)
 	if err != nil {
 		// The mux closed while this batch was applied: its goodbye may have
 		// missed a slot opened here just now, so answer directly.
@@ -523,7 +538,7 @@ func (ip *ingressPeer) send(rep replies) {
 
 // requestStop sends the producer a graceful stop (LifecycleSlot).
 func (s *inSlot) requestStop() {
-	if b, err := s.ip.mx.batcherFor(s.ip.peer); err == nil {
+	if b, err := s.ip.mx.batcherFor(s.ip.peer, s.ip.lane); err == nil {
 		b.replyLifecycle(s.id, s.session, muxwire.Stop)
 	}
 }
@@ -568,7 +583,7 @@ func (ip *ingressPeer) reconcileDirty() {
 		return
 	}
 	defer ip.returnSpare(ds)
-	b, err := ip.mx.batcherFor(ip.peer)
+	b, err := ip.mx.batcherFor(ip.peer, ip.lane)
 	if err != nil {
 		return
 	}
@@ -620,7 +635,7 @@ func (s *inSlot) consumerGone() {
 	if !live {
 		return
 	}
-	if b, err := ip.mx.batcherFor(ip.peer); err == nil {
+	if b, err := ip.mx.batcherFor(ip.peer, ip.lane); err == nil {
 		b.replyClose(s.id, muxwire.UnknownSlot)
 	}
 }
@@ -731,6 +746,7 @@ func (mx *mux) unbind(bd *muxBind) {
 	if mx.binds[bd.key] == bd {
 		delete(mx.binds, bd.key)
 		bd.timer.Stop()
+		mx.countLocked(bd.peer, bd.lane, -1)
 	}
 }
 
@@ -743,6 +759,7 @@ func (mx *mux) adopt(bd *muxBind, producer ext.WorkerID) bool {
 		return false
 	}
 	bd.prebound, bd.peer = false, producer
+	mx.countPeerLocked(producer, bd.lane, 1)
 	return true
 }
 

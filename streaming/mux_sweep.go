@@ -136,9 +136,9 @@ func (mx *mux) allBatchers() []*batcher {
 func (mx *mux) evictIdle(now time.Time) {
 	var gone []*batcher
 	mx.mu.Lock()
-	for peer, b := range mx.batchers {
+	for k, b := range mx.batchers {
 		if b.idle(now, mx.cfg.BatcherIdleTTL) {
-			delete(mx.batchers, peer)
+			delete(mx.batchers, k)
 			gone = append(gone, b)
 		}
 	}

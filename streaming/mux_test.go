@@ -1036,7 +1036,7 @@ func TestMuxPeerByteBudget(t *testing.T) {
 		b := s2.mx.b
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return b.peerWait != nil
+		return b.budget.waiting()
 	})
 	select {
 	case err := <-blocked:

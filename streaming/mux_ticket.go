@@ -49,13 +49,25 @@ var ErrTicketOnOwner = errors.New("velo: a stream open ticket is for a producer 
 // PrebindAnchor binds a mux slot for the anchor that handle names and
 // returns the ticket that opens it. See ErrNoPrebind for when it cannot.
 func (m *Manager) PrebindAnchor(handle wire.AnchorHandle) (StreamOpenTicket, error) {
+	return m.prebindCounted(handle, nil)
+}
+
+// PrebindAnchorKeyed is PrebindAnchor with a placement key: the stream
+// goes on mux lane splitmix64(key) % lanes, the same lane for one key on
+// every node with the same lane count. The key is a placement hint, not an
+// ordering guarantee.
+func (m *Manager) PrebindAnchorKeyed(handle wire.AnchorHandle, key uint64) (StreamOpenTicket, error) {
+	return m.prebindCounted(handle, &key)
+}
+
+func (m *Manager) prebindCounted(handle wire.AnchorHandle, key *uint64) (StreamOpenTicket, error) {
 	start := m.opStart()
-	t, err := m.prebind(handle)
+	t, err := m.prebind(handle, key)
 	m.opDone(metrics.StreamPrebind, metrics.SchemeMux, start, err)
 	return t, err
 }
 
-func (m *Manager) prebind(handle wire.AnchorHandle) (StreamOpenTicket, error) {
+func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTicket, error) {
 	switch {
 	case m.remote == nil || m.remote.mux == nil:
 		return StreamOpenTicket{}, fmt.Errorf("%w: this node has no mux", ErrNoPrebind)
@@ -83,7 +95,7 @@ func (m *Manager) prebind(handle wire.AnchorHandle) (StreamOpenTicket, error) {
 	st.prebind = bd
 	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
 	st.mu.Unlock()
-	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow()) {
+	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
 		st.mu.Lock()
 		st.prebind = nil
 		st.armLocked()
@@ -96,6 +108,7 @@ func (m *Manager) prebind(handle wire.AnchorHandle) (StreamOpenTicket, error) {
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.cfg.InitialCredit,
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+		Lane:                uint8(bd.lane),
 	}, nil
 }
 
@@ -124,7 +137,7 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.Anchor
 	if _, err := r.greetOwner(ctx, handle); err != nil {
 		return nil, err
 	}
-	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit)
+	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit, ticket.Lane)
 	if err != nil {
 		return nil, err
 	}

@@ -336,7 +336,7 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 		return refuseAttach("anchor %v not found", req.Handle)
 	}
 	if r.mux != nil && offersMux(req.SupportedTransportKeys) {
-		return r.attachMux(st, c.SenderWorkerID())
+		return r.attachMux(st, c.SenderWorkerID(), req.LaneKey)
 	}
 	if r.ln == nil {
 		return refuseAttach("this node serves streams only over %s", muxWireKey)

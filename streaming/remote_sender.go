@@ -87,7 +87,7 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
-func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*Sender[T], error) {
+func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
 	owner, addr, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	// Registered before the request leaves: the owner may send a stop or
 	// a cancel (one made before this attach) before its answer arrives.
 	r.addSender(rs)
-	s, err := bindRemote(ctx, r, rs, owner, addr, encode)
+	s, err := bindRemote(ctx, r, rs, owner, addr, encode, key)
 	if err != nil {
 		r.dropSender(rs)
 	}
@@ -105,13 +105,14 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 
 // bindRemote makes the _anchor_attach round trip for rs, dials the
 // owner's listener and starts the pump.
-func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte) (*Sender[T], error) {
+func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte, key *uint64) (*Sender[T], error) {
 	handle, session := rs.handle, rs.id
 	req := wire.AttachRequest{
 		Handle:                 handle,
 		SessionID:              session,
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
 		SupportedTransportKeys: r.offeredKeys(),
+		LaneKey:                key,
 	}
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, wire.AnchorAttachHandler, req.AppendJSON(nil))

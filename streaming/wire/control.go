@@ -46,6 +46,10 @@ type AttachRequest struct {
 	// Absent on the wire reads as empty (a producer from before
 	// negotiation); empty is written as [].
 	SupportedTransportKeys []string
+	// LaneKey, when set, asks the owner to place the stream on the mux lane
+	// splitmix64(key) % lanes (AttachAnchorKeyed). Go-defined: written
+	// last, as "lane_key", and only when set.
+	LaneKey *uint64
 }
 
 // AppendJSON appends the body as serde_json writes it.
@@ -64,7 +68,12 @@ func (r *AttachRequest) AppendJSON(dst []byte) []byte {
 		}
 		dst = appendJSONString(dst, k)
 	}
-	return append(dst, ']', '}')
+	dst = append(dst, ']')
+	if r.LaneKey != nil {
+		dst = appendJSONField(dst, false, "lane_key")
+		dst = strconv.AppendUint(dst, *r.LaneKey, 10)
+	}
+	return append(dst, '}')
 }
 
 // DecodeAttachRequest reads the body of _anchor_attach or
@@ -87,6 +96,10 @@ func DecodeAttachRequest(b []byte) (AttachRequest, error) {
 			have[2] = true
 		case "supported_transport_keys":
 			r.SupportedTransportKeys, err = jsonStrings(val, key)
+		case "lane_key":
+			var v uint64
+			v, err = jsonUint(val, 64, key)
+			r.LaneKey = &v
 		}
 		return err
 	})
@@ -125,6 +138,10 @@ type AttachResponse struct {
 	// SlotByteBudget is the mux byte cap per slot; 0 (absent) means the
 	// default.
 	SlotByteBudget uint32
+	// Lane is the mux lane the owner chose for the stream; 0 (absent) is
+	// lane 0, so a lane-0 answer has the bytes of an answer from before
+	// lanes.
+	Lane uint8
 }
 
 // AppendJSON appends the answer as serde_json writes it.
@@ -134,11 +151,11 @@ func (r *AttachResponse) AppendJSON(dst []byte) []byte {
 		return append(appendJSONString(dst, r.Reason), '}', '}')
 	}
 	dst = append(dst, `{"Ok":{`...)
-	dst = appendAttachOK(dst, r.TransportKey, r.HeartbeatIntervalMS, nil, r.RoutingSessionID, r.InitialCredit, r.SlotByteBudget)
+	dst = appendAttachOK(dst, r.TransportKey, r.HeartbeatIntervalMS, nil, r.RoutingSessionID, r.InitialCredit, r.SlotByteBudget, r.Lane)
 	return append(dst, '}', '}')
 }
 
-func appendAttachOK(dst []byte, key string, heartbeat uint64, senderID *uint64, routing uint64, credit, budget uint32) []byte {
+func appendAttachOK(dst []byte, key string, heartbeat uint64, senderID *uint64, routing uint64, credit, budget uint32, lane uint8) []byte {
 	dst = appendJSONField(dst, true, "streaming_transport_key")
 	dst = appendJSONString(dst, key)
 	dst = appendJSONField(dst, false, "heartbeat_interval_ms")
@@ -152,7 +169,12 @@ func appendAttachOK(dst []byte, key string, heartbeat uint64, senderID *uint64, 
 	dst = appendJSONField(dst, false, "initial_credit")
 	dst = strconv.AppendUint(dst, uint64(credit), 10)
 	dst = appendJSONField(dst, false, "slot_byte_budget")
-	return strconv.AppendUint(dst, uint64(budget), 10)
+	dst = strconv.AppendUint(dst, uint64(budget), 10)
+	if lane != 0 { // new fields go last and only when not zero: lane 0 is the old bytes
+		dst = appendJSONField(dst, false, "lane")
+		dst = strconv.AppendUint(dst, uint64(lane), 10)
+	}
+	return dst
 }
 
 // attachOK holds the fields of either Ok variant while it is read.
@@ -161,6 +183,7 @@ type attachOK struct {
 	heartbeat, sender uint64
 	routing           uint64
 	credit, budget    uint32
+	lane              uint8
 	haveKey, haveBeat bool
 	haveSender        bool
 }
@@ -188,6 +211,9 @@ func decodeAttachOK(val json.RawMessage, what string) (attachOK, error) {
 		case "slot_byte_budget":
 			v, err = jsonUint(val, 32, key)
 			ok.budget = uint32(v)
+		case "lane":
+			v, err = jsonUint(val, 8, key)
+			ok.lane = uint8(v)
 		}
 		return err
 	})
@@ -251,7 +277,7 @@ func DecodeAttachResponse(b []byte) (AttachResponse, error) {
 		ok.heartbeat = DefaultHeartbeatIntervalMS
 	}
 	return AttachResponse{TransportKey: ok.key, HeartbeatIntervalMS: ok.heartbeat,
-		RoutingSessionID: ok.routing, InitialCredit: ok.credit, SlotByteBudget: ok.budget}, nil
+		RoutingSessionID: ok.routing, InitialCredit: ok.credit, SlotByteBudget: ok.budget, Lane: ok.lane}, nil
 }
 
 // MPSCAttachResponse is the answer of _mpsc_anchor_attach (mpsc/control.rs
@@ -272,6 +298,7 @@ type MPSCAttachResponse struct {
 	RoutingSessionID uint64
 	InitialCredit    uint32
 	SlotByteBudget   uint32
+	Lane             uint8 // as in AttachResponse
 }
 
 // AppendJSON appends the answer as serde_json writes it.
@@ -281,7 +308,7 @@ func (r *MPSCAttachResponse) AppendJSON(dst []byte) []byte {
 		return append(appendJSONString(dst, r.Reason), '}', '}')
 	}
 	dst = append(dst, `{"Ok":{`...)
-	dst = appendAttachOK(dst, r.TransportKey, r.HeartbeatIntervalMS, &r.SenderID, r.RoutingSessionID, r.InitialCredit, r.SlotByteBudget)
+	dst = appendAttachOK(dst, r.TransportKey, r.HeartbeatIntervalMS, &r.SenderID, r.RoutingSessionID, r.InitialCredit, r.SlotByteBudget, r.Lane)
 	return append(dst, '}', '}')
 }
 
@@ -302,7 +329,7 @@ func DecodeMPSCAttachResponse(b []byte) (MPSCAttachResponse, error) {
 		return MPSCAttachResponse{}, malformed("mpsc attach response Ok: missing heartbeat_interval_ms or sender_id")
 	}
 	return MPSCAttachResponse{TransportKey: ok.key, HeartbeatIntervalMS: ok.heartbeat, SenderID: ok.sender,
-		RoutingSessionID: ok.routing, InitialCredit: ok.credit, SlotByteBudget: ok.budget}, nil
+		RoutingSessionID: ok.routing, InitialCredit: ok.credit, SlotByteBudget: ok.budget, Lane: ok.lane}, nil
 }
 
 // HandleRequest is the body of _anchor_detach, _anchor_finalize,

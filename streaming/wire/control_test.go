@@ -20,9 +20,12 @@ func TestGoldenAttachRequest(t *testing.T) {
 	}{
 		// control/tests.rs an_attach_request_round_trips_its_advertised_keys.
 		{`{"handle":{"hi":1,"lo":2},"session_id":3,"stream_cancel_handle":{"hi":4,"lo":5},"supported_transport_keys":["messenger-mux-v1","tcp-stream"]}`,
-			AttachRequest{AnchorHandle{1, 2}, 3, CancelHandle{4, 5}, []string{MessengerMuxKey, TCPStreamKey}}},
+			AttachRequest{AnchorHandle{1, 2}, 3, CancelHandle{4, 5}, []string{MessengerMuxKey, TCPStreamKey}, nil}},
 		{`{"handle":{"hi":16045690981402826360,"lo":9223372036854775850},"session_id":18446744073709551615,"stream_cancel_handle":{"hi":7,"lo":0},"supported_transport_keys":[]}`,
-			AttachRequest{AnchorHandle{0xdeadbeef12345678, 1<<63 | 42}, 0xffffffffffffffff, CancelHandle{7, 0}, []string{}}},
+			AttachRequest{AnchorHandle{0xdeadbeef12345678, 1<<63 | 42}, 0xffffffffffffffff, CancelHandle{7, 0}, []string{}, nil}},
+		// Go-defined: a keyed attach adds lane_key last.
+		{`{"handle":{"hi":1,"lo":2},"session_id":3,"stream_cancel_handle":{"hi":4,"lo":5},"supported_transport_keys":["messenger-mux-v2"],"lane_key":99}`,
+			AttachRequest{AnchorHandle{1, 2}, 3, CancelHandle{4, 5}, []string{"messenger-mux-v2"}, ptrU64(99)}},
 	}
 	for _, c := range cases {
 		if got := c.r.AppendJSON(nil); string(got) != c.json {
@@ -202,5 +205,27 @@ func TestGoldenSmallBodies(t *testing.T) {
 		if _, err := DecodeStreamCancelRequest([]byte(s)); err == nil {
 			t.Errorf("stream cancel %s accepted", s)
 		}
+	}
+}
+
+func ptrU64(v uint64) *uint64 { return &v }
+
+// A lane-0 answer is byte for byte the answer from before lanes; another
+// lane adds "lane" last.
+func TestGoldenAttachResponseLane(t *testing.T) {
+	base := AttachResponse{TransportKey: "messenger-mux-v2", HeartbeatIntervalMS: 5000, RoutingSessionID: 7, InitialCredit: 32, SlotByteBudget: 1048576}
+	const before = `{"Ok":{"streaming_transport_key":"messenger-mux-v2","heartbeat_interval_ms":5000,"routing_session_id":7,"initial_credit":32,"slot_byte_budget":1048576}}`
+	if got := string(base.AppendJSON(nil)); got != before {
+		t.Fatalf("lane 0:\n got %s\nwant %s", got, before)
+	}
+	laned := base
+	laned.Lane = 3
+	const with = `{"Ok":{"streaming_transport_key":"messenger-mux-v2","heartbeat_interval_ms":5000,"routing_session_id":7,"initial_credit":32,"slot_byte_budget":1048576,"lane":3}}`
+	if got := string(laned.AppendJSON(nil)); got != with {
+		t.Fatalf("lane 3:\n got %s\nwant %s", got, with)
+	}
+	back, err := DecodeAttachResponse([]byte(with))
+	if err != nil || back != laned {
+		t.Fatalf("decode = %+v, %v", back, err)
 	}
 }

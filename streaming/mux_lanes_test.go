@@ -1,0 +1,155 @@
+package streaming
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/metrics"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// lanedNode is a node whose TCP transport keeps n lanes to each peer.
+func lanedNode(t *testing.T, n int) *remoteNode {
+	t.Helper()
+	tr, err := tcp.New(tcp.WithLanes(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		msg.Shutdown(ctx)
+	})
+	sm, err := NewNodeManager(msg, WithMux(MuxConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sm.Close() })
+	return &remoteNode{msg: msg, sm: sm}
+}
+
+// slotsPerLane counts the consumer's live slots from peer on each lane.
+func slotsPerLane(mx *mux, peer ext.WorkerID) [muxwire.Lanes]int {
+	var out [muxwire.Lanes]int
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	for k, ip := range mx.ingress {
+		if k.peer == peer {
+			ip.mu.Lock()
+			out[k.lane] = ip.live
+			ip.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// With 4 lanes on TCP, 64 unkeyed streams spread evenly over all 4 (least
+// load from that sender), and every token arrives in order.
+func TestMuxLanesSpread(t *testing.T) {
+	producer, consumer := lanedNode(t, 4), lanedNode(t, 4)
+	connect(t, producer.msg, consumer.msg)
+	const streams = 64
+	var anchors []*Anchor[[]byte]
+	var senders []*Sender[[]byte]
+	for range streams {
+		a, s := muxStream(t, producer, consumer)
+		anchors, senders = append(anchors, a), append(senders, s)
+	}
+	for _, s := range senders {
+		fill(t, s, 0, 10)
+	}
+	for _, a := range anchors {
+		readTokens(t, a, 0, 10, 5*time.Second)
+	}
+	got := slotsPerLane(muxOf(t, consumer), producer.msg.WorkerID())
+	for lane := range 4 {
+		if got[lane] != streams/4 {
+			t.Fatalf("slots per lane %v, want %d on each of 4", got[:4], streams/4)
+		}
+	}
+	if got[4] != 0 {
+		t.Fatalf("a slot on lane 4 of 4: %v", got)
+	}
+	if n := len(muxOf(t, producer).allBatchers()); n != 4 {
+		t.Fatalf("the producer has %d batchers, want one per lane (4)", n)
+	}
+}
+
+// A keyed attach lands on lane splitmix64(key) % lanes, in every build;
+// a keyed pre-bind too.
+func TestMuxLanesKeyed(t *testing.T) {
+	if got := splitmix64(0); got != 0xe220a8397b1dcdaf {
+		t.Fatalf("splitmix64(0) = %#x, the fixed hash changed", got)
+	}
+	producer, consumer := lanedNode(t, 4), lanedNode(t, 4)
+	connect(t, producer.msg, consumer.msg)
+	for _, key := range []uint64{1, 2, 3, 42, 1 << 40} {
+		a, err := CreateAnchor[[]byte](consumer.sm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := AttachAnchorKeyed[[]byte](context.Background(), producer.sm, a.Handle(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int(splitmix64(key) % 4)
+		if got := s.mx.b.lane; got != want {
+			t.Fatalf("key %d went on lane %d, want %d", key, got, want)
+		}
+		fill(t, s, 0, 1)
+		readTokens(t, a, 0, 1, 5*time.Second)
+		s.Close()
+		b, _ := CreateAnchor[[]byte](consumer.sm)
+		tk, err := consumer.sm.PrebindAnchorKeyed(b.Handle(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(tk.Lane) != want {
+			t.Fatalf("pre-bind of key %d on lane %d, want %d", key, tk.Lane, want)
+		}
+	}
+}
+
+// A sender with fewer lanes than the receiver uses the receiver's lane
+// modulo its own count: the stream still works.
+func TestMuxLanesFewerOnSender(t *testing.T) {
+	producer, consumer := lanedNode(t, 1), lanedNode(t, 4)
+	connect(t, producer.msg, consumer.msg)
+	for key := range uint64(8) {
+		a, _ := CreateAnchor[[]byte](consumer.sm)
+		tk, err := consumer.sm.PrebindAnchorKeyed(a.Handle(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := openTicket(t, producer, a, tk)
+		if s.mx.b.lane != 0 {
+			t.Fatalf("a one-lane sender used lane %d", s.mx.b.lane)
+		}
+		fill(t, s, 0, 2)
+		readTokens(t, a, 0, 2, 5*time.Second)
+	}
+}
+
+// A batch whose header names another lane than its handler's is dropped
+// and counted: its slot ids belong to another batcher.
+func TestMuxLaneMismatchDropped(t *testing.T) {
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.close()
+	var enc muxwire.Encoder
+	enc.Start(nil, 2, 1, 1)
+	enc.OpenSlot(muxwire.SlotID(0x100), 0, 1, 1)
+	if err := mx.handleBatch(7, 1, enc.Batch()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mx.n.dropped[metrics.DropLaneMismatch].Load(); got != 1 {
+		t.Fatalf("lane_mismatch = %d, want 1", got)
+	}
+}
