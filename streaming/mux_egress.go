@@ -46,6 +46,8 @@ type batcher struct {
 	live          int      // open slots
 	ready         []*outSlot
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	rejects       int                                    // entries of closes that answer unadmitted OpenSlots
+	rejected      map[muxwire.SlotID]struct{}            // which they are
 	staged        int                                    // slots with records queued: OnComplete compares it to live
 	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
 	windowArmed   bool                                   // windowT runs
@@ -110,6 +112,7 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 		flyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
 		closes:        make(map[muxwire.SlotID]muxwire.CloseReason),
+		rejected:      make(map[muxwire.SlotID]struct{}),
 		signals:       make(map[muxwire.SlotID]lifecycleSignal),
 		wake:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
@@ -504,6 +507,30 @@ func (b *batcher) lingerEnd() {
 	b.signal()
 }
 
+// maxRejects caps the answers owed for OpenSlots that ingress never
+// admitted: a burst of bogus OpenSlots must not grow the batcher without
+// bound. Dropping one costs no credit, which is why a cap is safe here and
+// nowhere else.
+const maxRejects = 8192
+
+// rejectOpen queues the answer to an OpenSlot this side never admitted, on
+// the capped reject lane.
+func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.mu.Lock()
+	if _, owed := b.closes[id]; !owed && b.rejects >= maxRejects {
+		b.mu.Unlock()
+		b.mx.controlRefused()
+		return
+	}
+	if _, owed := b.closes[id]; !owed {
+		b.rejects++
+		b.rejected[id] = struct{}{}
+	}
+	b.closes[id] = reason
+	b.mu.Unlock()
+	b.signal()
+}
+
 // replyClose queues a CloseSlot for a slot the peer owns; it supersedes
 // the slot's credit and is urgent.
 func (b *batcher) replyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
@@ -657,6 +684,10 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		}
 		enc.CloseSlot(id, 0, reason)
 		delete(b.closes, id)
+		if _, ok := b.rejected[id]; ok {
+			delete(b.rejected, id)
+			b.rejects--
+		}
 		b.flyingCloses[id] = reason
 	}
 	for id, sg := range b.signals {
@@ -942,19 +973,19 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.mu.Lock()
 	for _, s := range b.slots {
 		if s != nil && !s.closed {
-			recs = append(recs, closeReply{s.id, muxwire.PeerGone})
+			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
 		}
 	}
 	// Closes still owed go too: Manager.Close cancels its anchors just
 	// before the mux stops, and the batcher's goroutine may not have
 	// written them yet.
 	for id, reason := range b.closes {
-		recs = append(recs, closeReply{id, reason})
+		recs = append(recs, closeReply{id: id, reason: reason})
 	}
 	clear(b.closes)
 	b.mu.Unlock()
 	for _, id := range theirs {
-		recs = append(recs, closeReply{id, muxwire.UnknownSlot})
+		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
 	}
 	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
 	for len(recs) > 0 {

@@ -182,6 +182,7 @@ type replies struct {
 type closeReply struct {
 	id     muxwire.SlotID
 	reason muxwire.CloseReason
+	reject bool // the answer to an OpenSlot this side never admitted
 }
 
 // handleBatch applies one _stream_batch from peer. It never blocks on a
@@ -246,7 +247,7 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 			break
 		}
 		if rec.Type == muxwire.OpenSlot {
-			closes = append(closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+			closes = append(closes, closeReply{id: rec.Slot, reason: muxwire.UnknownSlot})
 		}
 	}
 	mx.postCloses(peer, lane, closes)
@@ -350,7 +351,7 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 			}
 			ip.mx.n.protocolErrors.Add(1)
 			ip.mx.n.dropped[metrics.DropSlotCollision].Add(1)
-			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError})
+			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
 			return
 		}
 	}
@@ -360,7 +361,7 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		// Never bound, claimed already, released or expired: a forged or
 		// replayed ticket lands here and touches no other stream.
 		ip.mx.n.dropped[metrics.DropUnknownSlot].Add(1)
-		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
 	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit, lane: bd.lane}
@@ -377,7 +378,7 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	stop := st.stopReq
 	st.mu.Unlock()
 	if gone {
-		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot})
+		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
 	if stop { // a stop made before the producer's OpenSlot came is kept
@@ -409,7 +410,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 		// of order: a gap is a lost batch or a broken peer.
 		ip.mx.n.protocolErrors.Add(1)
 		ip.endLocked(s, true)
-		rep.closes = append(rep.closes, closeReply{s.id, muxwire.ProtocolError})
+		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.ProtocolError})
 		return
 	}
 	s.nextSeq++
@@ -429,7 +430,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 	if !s.deliver(body) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)
-		rep.closes = append(rep.closes, closeReply{s.id, muxwire.UnknownSlot})
+		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.UnknownSlot})
 	}
 }
 
@@ -525,11 +526,15 @@ func (ip *ingressPeer) send(rep replies) {
 	if err != nil {
 		// The mux closed while this batch was applied: its goodbye may have
 		// missed a slot opened here just now, so answer directly.
-		ip.mx.postCloses(ip.peer, 0, rep.closes)
+		ip.mx.postCloses(ip.peer, ip.lane, rep.closes)
 		return
 	}
 	for _, c := range rep.closes {
-		b.replyClose(c.id, c.reason)
+		if c.reject {
+			b.rejectOpen(c.id, c.reason)
+		} else {
+			b.replyClose(c.id, c.reason)
+		}
 	}
 	for _, s := range rep.stops {
 		b.replyLifecycle(s.id, s.session, muxwire.Stop)

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,5 +152,88 @@ func TestMuxLaneMismatchDropped(t *testing.T) {
 	}
 	if got := mx.n.dropped[metrics.DropLaneMismatch].Load(); got != 1 {
 		t.Fatalf("lane_mismatch = %d, want 1", got)
+	}
+}
+
+// Answers to OpenSlots that were never admitted wait on a lane capped at
+// maxRejects: a flood of bogus OpenSlots while the peer does not take
+// batches is refused past the cap and counted, and the batcher stays
+// bounded.
+func TestMuxRejectLaneCapped(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+		once.Do(func() { <-release }) // the first write stalls: nothing drains the lane
+		return nil
+	})
+	defer mx.close()
+	defer close(release)
+	const peer = ext.WorkerID(9)
+	const flood = maxRejects + 1000
+	for i := 0; i < flood; i += 500 {
+		var enc muxwire.Encoder
+		enc.Start(nil, 0, 1, uint32(i/500+1))
+		for j := i; j < i+500 && j < flood; j++ {
+			id, _ := muxwire.NewSlotID(uint32(j), 0)
+			enc.OpenSlot(id, 0, uint64(j)+1, 1)
+		}
+		if err := mx.handleBatch(peer, 0, enc.Batch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := mx.existingBatcher(peer, 0)
+	b.mu.Lock()
+	pending := len(b.closes)
+	b.mu.Unlock()
+	refused := mx.n.controlRefused.Load()
+	if pending > maxRejects || refused == 0 {
+		t.Fatalf("%d answers pending (cap %d), %d refused", pending, maxRejects, refused)
+	}
+}
+
+// A close posted to a batcher while it is being evicted is handed back
+// and still goes out, through a fresh batcher.
+func TestMuxCloseRacesEviction(t *testing.T) {
+	got := make(chan []byte, 16)
+	mx := newMux(MuxConfig{BatcherIdleTTL: time.Nanosecond}, DefaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
+		got <- append([]byte(nil), b...)
+		return nil
+	})
+	defer mx.close()
+	const peer = ext.WorkerID(5)
+	b, err := mx.batcherFor(peer, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx.mu.Lock()
+	delete(mx.batchers, laneKey{peer, 0}) // evicted: out of the table, and
+	mx.mu.Unlock()
+	b.mu.Lock()
+	b.stopped = true // its goroutine will write nothing more ...
+	b.mu.Unlock()
+	id, _ := muxwire.NewSlotID(3, 1)
+	b.replyClose(id, muxwire.UnknownSlot) // ... as a close is posted to it
+	<-b.done
+	mx.handBack(b)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case raw := <-got:
+			batch, err := muxwire.Decode(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := batch.Records(); ; {
+				rec, ok := r.Next()
+				if !ok {
+					break
+				}
+				if rec.Type == muxwire.CloseSlot && rec.Slot == id {
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatal("the close posted during eviction never went out")
+		}
 	}
 }

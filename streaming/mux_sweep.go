@@ -145,6 +145,35 @@ func (mx *mux) evictIdle(now time.Time) {
 	mx.mu.Unlock()
 	for _, b := range gone {
 		b.stop()
+		mx.handBack(b)
+	}
+}
+
+// handBack sends what an evicted batcher still owed the peer (a close or a
+// credit reply posted between the idle check and the stop) through a
+// fresh batcher, so that eviction loses nothing.
+func (mx *mux) handBack(b *batcher) {
+	b.mu.Lock()
+	closes, credit, signals := b.closes, b.credit, b.signals
+	b.closes = map[muxwire.SlotID]muxwire.CloseReason{}
+	b.credit = map[muxwire.SlotID]uint32{}
+	b.signals = map[muxwire.SlotID]lifecycleSignal{}
+	b.mu.Unlock()
+	if len(closes)+len(credit)+len(signals) == 0 {
+		return
+	}
+	nb, err := mx.batcherFor(b.peer, b.lane)
+	if err != nil {
+		return // the mux closed: its goodbye told the peer
+	}
+	for id, reason := range closes {
+		nb.replyClose(id, reason)
+	}
+	for id, d := range credit {
+		nb.reply(id, d)
+	}
+	for id, sg := range signals {
+		nb.replyLifecycle(id, sg.session, sg.action)
 	}
 }
 
