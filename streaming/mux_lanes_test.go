@@ -169,7 +169,7 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 	defer mx.close()
 	defer close(release)
 	const peer = ext.WorkerID(9)
-	const flood = maxRejects + 1000
+	const flood = maxRejects + 6000 // the stalled batch may hold up to ~4,400 (60 KiB of closes)
 	for i := 0; i < flood; i += 500 {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, 1, uint32(i/500+1))
