@@ -2,6 +2,7 @@ package msgqueue_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -94,5 +95,35 @@ func TestReferenceBodies(t *testing.T) {
 		if string(got) != s.want {
 			t.Fatalf("%s: got %s, want %s", s.req, got, s.want)
 		}
+	}
+}
+
+// TestLeaseLost: a receiver that holds an item past the ack wait loses it
+// to another receiver, and its late Ack says so (ErrLeaseLost) instead of
+// pretending to be the one acknowledgement.
+func TestLeaseLost(t *testing.T) {
+	s := msgqueue.NewService(msgqueue.ServiceConfig{})
+	defer s.Close()
+	b := s.Backend(msgqueue.Config{AckWait: 50 * time.Millisecond, PollWait: 100 * time.Millisecond})
+	ctx := queuetest.Ctx(t)
+	tx, _ := queue.NewSender[int](ctx, b, "q")
+	slow, _ := queue.NewReceiver[int](ctx, b, "q")
+	fast, _ := queue.NewReceiver[int](ctx, b, "q")
+	if err := tx.Send(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	held, err := slow.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := fast.Receive(ctx) // comes once the lease of slow expires
+	if err != nil || again.Value != 1 {
+		t.Fatalf("redelivery: %v %v", again, err)
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Ack(ctx); !errors.Is(err, queue.ErrLeaseLost) {
+		t.Fatalf("late Ack: %v, want ErrLeaseLost", err)
 	}
 }

@@ -83,7 +83,7 @@ func (r response) MarshalJSON() ([]byte, error) {
 
 func (r *response) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
-		return json.Unmarshal(b, &r.Kind)
+		return r.unitKind(b)
 	}
 	var m struct {
 		Item   *byteArray `json:"Item"`
@@ -101,6 +101,20 @@ func (r *response) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("msgqueue: unknown answer %.40s", b)
 	}
 	return nil
+}
+
+// unitKind reads a bare-string answer; only the known unit variants pass.
+func (r *response) unitKind(b []byte) error {
+	var k string
+	if err := json.Unmarshal(b, &k); err != nil {
+		return err
+	}
+	switch k {
+	case kindAck, kindEmpty, kindFull, kindGone:
+		r.Kind = k
+		return nil
+	}
+	return fmt.Errorf("msgqueue: unknown answer %.40q", k)
 }
 
 // byteArray is a Vec<u8> as serde_json writes it: an array of numbers,
