@@ -24,7 +24,7 @@ type CrashReport struct {
 	Items       int
 	Deliveries  int64 // items handed to a receiver, redeliveries included
 	Acked       int64 // acknowledgements that succeeded
-	Held        int   // items the victim held when it stopped (at least)
+	Held        int   // items the victim held unsettled when it stopped (its last pull may have taken more)
 	ProcessedLT int   // items never delivered
 	AckedNot1   int   // items acknowledged zero times or more than once
 	Took        time.Duration
@@ -44,7 +44,8 @@ type crashRun struct {
 	ackTotal  atomic.Int64
 	allAcked  chan struct{}
 	once      sync.Once
-	killed    chan int
+	killed    chan struct{} // closed when the victim has stopped
+	crashed   atomic.Bool   // the victim reached its kill point
 }
 
 // Crash sends cfg.Items items through the named queue of b to
@@ -59,7 +60,10 @@ func Crash(t testing.TB, b queue.Backend, name string, cfg CrashConfig) CrashRep
 		processed: make([]atomic.Int32, cfg.Items),
 		acked:     make([]atomic.Int32, cfg.Items),
 		allAcked:  make(chan struct{}),
-		killed:    make(chan int, 1),
+		killed:    make(chan struct{}),
+	}
+	if 2*(cfg.KillAfter+cfg.Hold) > cfg.Items {
+		t.Fatal("KillAfter+Hold must be at most half of Items")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), FailAfter)
 	defer cancel()
@@ -76,11 +80,11 @@ func Crash(t testing.TB, b queue.Backend, name string, cfg CrashConfig) CrashRep
 		}
 	}
 	go run.send(ctx, t, b, name)
-	held := run.wait(ctx, t)
+	run.wait(ctx, t)
 	took := time.Since(start)
 	cancel()
 	wg.Wait()
-	return run.report(t, held, took)
+	return run.report(t, cfg.Hold, took)
 }
 
 func (c *crashRun) send(ctx context.Context, t testing.TB, b queue.Backend, name string) {
@@ -98,20 +102,12 @@ func (c *crashRun) send(ctx context.Context, t testing.TB, b queue.Backend, name
 	}
 }
 
-func (c *crashRun) wait(ctx context.Context, t testing.TB) int {
+func (c *crashRun) wait(ctx context.Context, t testing.TB) {
 	t.Helper()
-	held := -1
-	for {
-		select {
-		case held = <-c.killed:
-		case <-c.allAcked:
-			if held < 0 {
-				t.Fatal("every item was acknowledged before the victim stopped: raise Items or lower KillAfter")
-			}
-			return held
-		case <-ctx.Done():
-			t.Fatalf("only %d of %d items acknowledged", c.ackTotal.Load(), c.cfg.Items)
-		}
+	select {
+	case <-c.allAcked:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d items acknowledged", c.ackTotal.Load(), c.cfg.Items)
 	}
 }
 
@@ -128,8 +124,18 @@ func (c *crashRun) handle(ctx context.Context, it *queue.Item[Job], ack bool) {
 	}
 }
 
+// worker acknowledges every item it gets. Once half the items are
+// acknowledged it waits for the victim to stop, so the crash always happens
+// mid-run however the receivers are scheduled.
 func (c *crashRun) worker(ctx context.Context, rx *queue.Receiver[Job]) {
 	for {
+		if c.ackTotal.Load() >= int64(c.cfg.Items/2) {
+			select {
+			case <-c.killed:
+			case <-ctx.Done():
+				return
+			}
+		}
 		it, err := rx.Receive(ctx)
 		if err != nil {
 			return
@@ -141,6 +147,7 @@ func (c *crashRun) worker(ctx context.Context, rx *queue.Receiver[Job]) {
 // victim acknowledges KillAfter items, receives Hold more without settling
 // them, and stops: its handle closes with those items still unsettled.
 func (c *crashRun) victim(ctx context.Context, rx *queue.Receiver[Job]) {
+	defer close(c.killed) // also on an early exit, so workers never wait forever
 	for n := 0; n < c.cfg.KillAfter+c.cfg.Hold; n++ {
 		it, err := rx.Receive(ctx)
 		if err != nil {
@@ -149,7 +156,7 @@ func (c *crashRun) victim(ctx context.Context, rx *queue.Receiver[Job]) {
 		c.handle(ctx, it, n < c.cfg.KillAfter)
 	}
 	_ = rx.Close()
-	c.killed <- c.cfg.Hold
+	c.crashed.Store(true)
 }
 
 func (c *crashRun) report(t testing.TB, held int, took time.Duration) CrashReport {
@@ -162,6 +169,9 @@ func (c *crashRun) report(t testing.TB, held int, took time.Duration) CrashRepor
 		if c.acked[i].Load() != 1 {
 			r.AckedNot1++
 		}
+	}
+	if !c.crashed.Load() {
+		t.Error("the victim stopped before its kill point")
 	}
 	if r.ProcessedLT != 0 || r.AckedNot1 != 0 || r.Acked != int64(r.Items) {
 		t.Errorf("crash run: %s", r)
