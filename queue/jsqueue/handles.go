@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/velo-go/velo/queue"
@@ -99,8 +100,9 @@ func (r *receiver) Receive(ctx context.Context) (queue.Delivery, error) {
 			if ok {
 				return &delivery{m: m}, nil
 			}
-			r.stop() // the pull ended; start another
-			r.batch = nil
+			if err := r.endPull(); err != nil {
+				return nil, err
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-r.base.Done():
@@ -122,6 +124,22 @@ func (r *receiver) pull() error {
 	}
 	r.batch, r.stop = b, cancel
 	return nil
+}
+
+// endPull drops the finished pull. A pull that ran out of time is normal
+// and the caller starts another; any other failure goes to the caller, so a
+// broken connection cannot turn Receive into a busy loop.
+func (r *receiver) endPull() error {
+	err := r.batch.Error()
+	r.stop()
+	r.batch = nil
+	switch {
+	case r.base.Err() != nil:
+		return queue.ErrClosed
+	case err == nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return nil
+	}
+	return err
 }
 
 func (r *receiver) Close() error {
