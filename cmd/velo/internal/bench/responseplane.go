@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -360,6 +362,15 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
+	if vp, ok := plane.(*veloPlane); ok && vp.attachTaps != nil {
+		// Every mux request attaches once; a zero-RTT request never.
+		switch got := vp.attaches(); {
+		case vp.zeroRTT && got != 0:
+			return fmt.Errorf("the engines sent %d _anchor_attach requests, want none", got)
+		case !vp.zeroRTT && got < uint64(n):
+			return fmt.Errorf("the engines sent %d _anchor_attach requests for %d requests", got, n)
+		}
+	}
 
 	tokens := float64(n * T)
 	r.Add(responsePlaneHarness, arm, "requests_per_s", "per_s", float64(n)/wall.Seconds(), params)
@@ -521,6 +532,44 @@ type veloPlane struct {
 	// zeroRTT: the frontend pre-binds at registration and the engine
 	// opens from the ticket (mux-zero-rtt).
 	zeroRTT bool
+	// attachTaps count the _anchor_attach requests each engine sends (the
+	// mux arms): the zero-RTT arm must send none.
+	attachTaps []*attachTap
+}
+
+// attachTap wraps a transport and counts the _anchor_attach requests
+// handed to it; frames pass on unchanged.
+type attachTap struct {
+	ext.Transport
+	n atomic.Uint64
+}
+
+func (t *attachTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
+	t.look(f)
+	return t.Transport.Send(target, f)
+}
+
+func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	t.look(f)
+	return t.Transport.SendOnLane(target, lane, f)
+}
+
+func (t *attachTap) look(f ext.Frame) {
+	if f.Type != ext.Message {
+		return
+	}
+	if name, ok := activeMessageHandler(f.Header); ok && name == wire.AnchorAttachHandler {
+		t.n.Add(1)
+	}
+}
+
+// attaches is the _anchor_attach requests the engines sent.
+func (p *veloPlane) attaches() uint64 {
+	var n uint64
+	for _, t := range p.attachTaps {
+		n += t.n.Load()
+	}
+	return n
 }
 
 // rpTicketed is a mux-zero-rtt request as it is dispatched: the anchor's
@@ -548,7 +597,19 @@ func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine str
 		p.hosts = append(p.hosts, n)
 	}
 	for range cfg.Engines {
-		n, err := start(engine)
+		var n *velo.Node
+		var err error
+		if engine.Disabled {
+			n, err = start(engine)
+		} else {
+			// The mux arms count the engines' attach requests.
+			var tr ext.Transport
+			if tr, err = NewTransport("tcp"); err == nil {
+				tap := &attachTap{Transport: tr}
+				p.attachTaps = append(p.attachTaps, tap)
+				n, err = velo.New(ctx, velo.WithTransport(tap), velo.WithMux(engine))
+			}
+		}
 		if err != nil {
 			p.close()
 			return nil, err
