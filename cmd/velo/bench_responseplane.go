@@ -10,14 +10,17 @@ import (
 
 func init() {
 	extraHarnesses["response-plane"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		arms := fs.String("arms", "mux,per-stream,grpc", "comma-separated arms, interleaved per rep: mux (velo over the messenger mux), per-stream (velo with the mux off) and grpc (grpc-go server streaming)")
+		arms := fs.String("arms", "mux,per-stream,grpc", "comma-separated arms, interleaved per rep: mux (velo over the messenger mux), mux-zero-rtt (the mux, streams opened from tickets minted at request registration: no attach round trip), per-stream (velo with the mux off) and grpc (grpc-go server streaming)")
 		hosts := fs.Int("anchor-hosts", 2, "frontends: nodes that own the response streams")
 		engines := fs.Int("engines", 4, "engines: nodes that run continuous batching and stream tokens")
 		requests := fs.Int("requests", 2000, "requests per arm and rep, one response stream each")
 		maxBatch := fs.Int("max-batch", 32, "active requests one engine holds at once")
 		tokens := fs.Int("tokens", 64, "tokens in every response (40 bytes each)")
 		delay := fs.Float64("pass-delay-ms", 0, "gap between an engine's forward passes, in milliseconds")
-		flush := fs.String("flush-policy", "auto", "mux arm, engines: auto (velo's default: write at every batcher wake) or manual (FlushBatch once per forward pass; see docs/benchmarks.md for its known stalls)")
+		flush := fs.String("flush-policy", "auto", "mux arms, engines: auto (velo's default: write at every batcher wake), manual (FlushBatch once per forward pass) or auto-linger (FlushLinger: hold data up to --linger-us)")
+		linger := fs.Int("linger-us", 0, "auto-linger: the window MaxLinger in microseconds (0: velo's default, 2000)")
+		onComplete := fs.Bool("on-complete", false, "auto-linger: end the window once every live slot has a record staged")
+		atBytes := fs.Int("at-bytes", 0, "auto-linger: end the window once this many bytes are staged (0: no limit)")
 		frontFlush := fs.String("frontend-flush-policy", "auto", "mux arm: flush policy of the anchor hosts, which send only credit replies and never call FlushBatch")
 		credit := fs.Uint("initial-credit", 0, "mux arm: per-stream credit window (0: velo's default, 32)")
 		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
@@ -26,7 +29,7 @@ func init() {
 			cfg := bench.ResponsePlaneConfig{
 				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
-				Flush: *flush, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Reps: *reps, Timeout: *timeout,
+				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Reps: *reps, Timeout: *timeout,
 			}
 			if *plotPath != "" {
 				// Refuse a bad extension before the run, not after it.

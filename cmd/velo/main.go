@@ -34,6 +34,8 @@ const usage = `usage:
                             and grpc-go (TTFT, token latency, tokens/s, CPU per token)
       batched-streaming     anchor hosts and engines: tokens per wire write on the mux
                             (manual or auto flush) or the per-stream path (--legacy)
+      first-token           one lone stream at a time over the mux: send -> read of its
+                            first token under FlushAuto, FlushLinger and OnComplete
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {

@@ -12,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -31,6 +33,10 @@ import (
 // Arms, interleaved per rep (rotated):
 //   - mux: velo with the messenger mux (every Sender must negotiate
 //     messenger-mux-v2, or the run fails);
+//   - mux-zero-rtt: the same nodes, but the frontend pre-binds the anchor
+//     when it registers the request (PrebindAnchor) and the ticket rides
+//     with the request to the engine, which opens the stream with
+//     OpenAnchorStream: no attach round trip before the first token;
 //   - per-stream: the same velo code with the mux off (one TCP connection
 //     per stream; every Sender must negotiate tcp-stream);
 //   - grpc: grpc-go, one server-streaming call per request over one
@@ -38,7 +44,7 @@ import (
 //     server and streams the tokens.
 
 // ResponsePlaneArms are the arms of the response-plane harness.
-var ResponsePlaneArms = []string{"mux", "per-stream", "grpc"}
+var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc"}
 
 const responsePlaneHarness = "response-plane"
 
@@ -54,7 +60,13 @@ type ResponsePlaneConfig struct {
 	MaxBatch    int // active requests per engine
 	Tokens      int // tokens in every request
 	PassDelay   time.Duration
-	Flush       string // mux flush policy of the engines: manual (FlushBatch once per pass) or auto
+	// Flush is the mux flush policy of the engines: manual (FlushBatch
+	// once per pass), auto, or auto-linger (FlushLinger with the window
+	// LingerUS and the early ends OnComplete and AtBytes).
+	Flush      string
+	LingerUS   int  // auto-linger: MaxLinger in microseconds (0: velo's default, 2 ms)
+	OnComplete bool // auto-linger: end the window once every live slot has a record
+	AtBytes    int  // auto-linger: end the window at this many staged bytes (0: no limit)
 	// FrontendFlush is the mux flush policy of the anchor hosts, which
 	// send only control (credit replies); "" is auto. A frontend never
 	// calls FlushBatch.
@@ -103,8 +115,14 @@ func (c ResponsePlaneConfig) Validate() error {
 	if c.PassDelay < 0 {
 		return errors.New("pass delay must not be negative")
 	}
-	if c.Flush != "manual" && c.Flush != "auto" {
-		return fmt.Errorf("unknown flush policy %q (want manual or auto)", c.Flush)
+	if c.Flush != "manual" && c.Flush != "auto" && c.Flush != "auto-linger" {
+		return fmt.Errorf("unknown flush policy %q (want manual, auto or auto-linger)", c.Flush)
+	}
+	if c.Flush != "auto-linger" && (c.LingerUS != 0 || c.OnComplete || c.AtBytes != 0) {
+		return errors.New("linger, on-complete and at-bytes need flush policy auto-linger")
+	}
+	if c.LingerUS < 0 || c.AtBytes < 0 {
+		return errors.New("linger and at-bytes must not be negative")
 	}
 	if c.FrontendFlush != "" && c.FrontendFlush != "manual" && c.FrontendFlush != "auto" {
 		return fmt.Errorf("unknown frontend flush policy %q (want manual or auto)", c.FrontendFlush)
@@ -161,6 +179,9 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 	params := map[string]any{"anchor_hosts": cfg.AnchorHosts, "engines": cfg.Engines, "requests": cfg.Requests,
 		"max_batch": cfg.MaxBatch, "tokens": cfg.Tokens, "pass_delay_ms": float64(cfg.PassDelay) / float64(time.Millisecond),
 		"flush_policy": cfg.Flush, "frontend_flush_policy": cfg.FrontendFlush, "procs": runtime.GOMAXPROCS(0)}
+	if cfg.Flush == "auto-linger" {
+		params["linger_us"], params["on_complete"], params["at_bytes"] = cfg.LingerUS, cfg.OnComplete, cfg.AtBytes
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, arm := range rotated(cfg.Arms, rep) {
 			if err := responsePlaneRun(cfg, arm, params, r); err != nil {
@@ -178,21 +199,42 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 			r.Ratio(responsePlaneHarness, pair[0]+"/"+pair[1], metric+"_ratio", num, den, params)
 		}
 	}
+	if slices.Contains(cfg.Arms, "mux") && slices.Contains(cfg.Arms, "mux-zero-rtt") {
+		for _, metric := range []string{"ttft_p50_ms", "tokens_per_s", "cpu_us_per_token"} {
+			num, _ := r.Find(responsePlaneHarness, "mux-zero-rtt", metric, params)
+			den, _ := r.Find(responsePlaneHarness, "mux", metric, params)
+			r.Ratio(responsePlaneHarness, "mux-zero-rtt/mux", metric+"_ratio", num, den, params)
+		}
+	}
 	return nil
+}
+
+// engineMuxConfig is the engines' mux config for cfg's flush policy.
+func engineMuxConfig(cfg ResponsePlaneConfig) streaming.MuxConfig {
+	mc := streaming.MuxConfig{InitialCredit: cfg.InitialCredit}
+	switch cfg.Flush {
+	case "manual":
+		mc.Flush = streaming.FlushManual
+	case "auto-linger":
+		mc.Flush = streaming.FlushLinger
+		mc.MaxLinger = time.Duration(cfg.LingerUS) * time.Microsecond
+		mc.OnComplete, mc.AtBytes = cfg.OnComplete, cfg.AtBytes
+	}
+	return mc
 }
 
 func newPlane(ctx context.Context, cfg ResponsePlaneConfig, arm string) (rpPlane, error) {
 	switch arm {
-	case "mux":
-		policy := func(name string) streaming.FlushPolicy {
-			if name == "manual" {
-				return streaming.FlushManual
-			}
-			return streaming.FlushAuto
+	case "mux", "mux-zero-rtt":
+		host := streaming.MuxConfig{InitialCredit: cfg.InitialCredit}
+		if cfg.FrontendFlush == "manual" {
+			host.Flush = streaming.FlushManual
 		}
-		host := streaming.MuxConfig{InitialCredit: cfg.InitialCredit, Flush: policy(cfg.FrontendFlush)}
-		engine := streaming.MuxConfig{InitialCredit: cfg.InitialCredit, Flush: policy(cfg.Flush)}
-		return newVeloPlane(ctx, cfg, host, engine, "messenger-mux-v2")
+		p, err := newVeloPlane(ctx, cfg, host, engineMuxConfig(cfg), "messenger-mux-v2")
+		if p != nil {
+			p.zeroRTT = arm == "mux-zero-rtt"
+		}
+		return p, err
 	case "per-stream":
 		off := streaming.MuxConfig{Disabled: true}
 		return newVeloPlane(ctx, cfg, off, off, wire.TCPStreamKey)
@@ -319,6 +361,15 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	}
 	if err := context.Cause(ctx); err != nil {
 		return err
+	}
+	if vp, ok := plane.(*veloPlane); ok && vp.attachTaps != nil {
+		// Every mux request attaches once; a zero-RTT request never.
+		switch got := vp.attaches(); {
+		case vp.zeroRTT && got != 0:
+			return fmt.Errorf("the engines sent %d _anchor_attach requests, want none", got)
+		case !vp.zeroRTT && got < uint64(n):
+			return fmt.Errorf("the engines sent %d _anchor_attach requests for %d requests", got, n)
+		}
 	}
 
 	tokens := float64(n * T)
@@ -478,6 +529,54 @@ type veloPlane struct {
 	hosts, engines []*velo.Node
 	wantKey        string
 	manual         bool
+	// zeroRTT: the frontend pre-binds at registration and the engine
+	// opens from the ticket (mux-zero-rtt).
+	zeroRTT bool
+	// attachTaps count the _anchor_attach requests each engine sends (the
+	// mux arms): the zero-RTT arm must send none.
+	attachTaps []*attachTap
+}
+
+// attachTap wraps a transport and counts the _anchor_attach requests
+// handed to it; frames pass on unchanged.
+type attachTap struct {
+	ext.Transport
+	n atomic.Uint64
+}
+
+func (t *attachTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
+	t.look(f)
+	return t.Transport.Send(target, f)
+}
+
+func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	t.look(f)
+	return t.Transport.SendOnLane(target, lane, f)
+}
+
+func (t *attachTap) look(f ext.Frame) {
+	if f.Type != ext.Message {
+		return
+	}
+	if name, ok := activeMessageHandler(f.Header); ok && name == wire.AnchorAttachHandler {
+		t.n.Add(1)
+	}
+}
+
+// attaches is the _anchor_attach requests the engines sent.
+func (p *veloPlane) attaches() uint64 {
+	var n uint64
+	for _, t := range p.attachTaps {
+		n += t.n.Load()
+	}
+	return n
+}
+
+// rpTicketed is a mux-zero-rtt request as it is dispatched: the anchor's
+// handle and the ticket the frontend minted for it.
+type rpTicketed struct {
+	handle wire.AnchorHandle
+	ticket streaming.StreamOpenTicket
 }
 
 func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine streaming.MuxConfig, wantKey string) (*veloPlane, error) {
@@ -498,7 +597,19 @@ func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine str
 		p.hosts = append(p.hosts, n)
 	}
 	for range cfg.Engines {
-		n, err := start(engine)
+		var n *velo.Node
+		var err error
+		if engine.Disabled {
+			n, err = start(engine)
+		} else {
+			// The mux arms count the engines' attach requests.
+			var tr ext.Transport
+			if tr, err = NewTransport("tcp"); err == nil {
+				tap := &attachTap{Transport: tr}
+				p.attachTaps = append(p.attachTaps, tap)
+				n, err = velo.New(ctx, velo.WithTransport(tap), velo.WithMux(engine))
+			}
+		}
 		if err != nil {
 			p.close()
 			return nil, err
@@ -525,17 +636,35 @@ func (p *veloPlane) open(ctx context.Context, i, h, e int, consume func(func() (
 	if err != nil {
 		return nil, err
 	}
+	var req any = a.Handle()
+	if p.zeroRTT {
+		// Registration mints the ticket, as a serving frontend does
+		// before it hands the request to an engine.
+		tk, err := p.hosts[h].Streams.PrebindAnchor(a.Handle())
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("prebind: %w", err)
+		}
+		req = rpTicketed{handle: a.Handle(), ticket: tk}
+	}
 	go func() {
 		defer a.Close()
 		consume(func() ([]byte, error) { return a.NextBytes(ctx) })
 	}()
-	return a.Handle(), nil
+	return req, nil
 }
 
 type veloStream struct{ s *streaming.Sender[[]byte] }
 
 func (p *veloPlane) bind(ctx context.Context, e int, req any) (rpStream, error) {
-	s, err := streaming.AttachAnchor[[]byte](ctx, p.engines[e].Streams, req.(wire.AnchorHandle))
+	var s *streaming.Sender[[]byte]
+	var err error
+	if p.zeroRTT {
+		t := req.(rpTicketed)
+		s, err = streaming.OpenAnchorStream[[]byte](ctx, p.engines[e].Streams, t.handle, t.ticket)
+	} else {
+		s, err = streaming.AttachAnchor[[]byte](ctx, p.engines[e].Streams, req.(wire.AnchorHandle))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -133,3 +133,68 @@ func TestResponsePlaneWakes(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsePlaneZeroRTTLinger runs mux and mux-zero-rtt side by side
+// under each engine flush policy, auto-linger with its early ends
+// included: every token must arrive in order on both arms (the harness
+// fails otherwise), and the report must hold the mux-zero-rtt/mux ratios.
+func TestResponsePlaneZeroRTTLinger(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  ResponsePlaneConfig
+	}{
+		{"auto", ResponsePlaneConfig{Flush: "auto"}},
+		{"manual", ResponsePlaneConfig{Flush: "manual"}},
+		{"linger", ResponsePlaneConfig{Flush: "auto-linger", LingerUS: 500}},
+		{"linger-complete-bytes", ResponsePlaneConfig{Flush: "auto-linger", LingerUS: 2000, OnComplete: true, AtBytes: 256}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := c.cfg
+			cfg.Arms = []string{"mux", "mux-zero-rtt"}
+			cfg.AnchorHosts, cfg.Engines, cfg.Requests, cfg.MaxBatch, cfg.Tokens = 2, 2, 10, 3, 7
+			cfg.PassDelay, cfg.Reps, cfg.Timeout = 200*time.Microsecond, 2, time.Minute
+			var r Report
+			if err := ResponsePlane(cfg, &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []string{"ttft_p50_ms_ratio", "tokens_per_s_ratio", "cpu_us_per_token_ratio"} {
+				var n int
+				for _, f := range r.Figures {
+					if f.Arm == "mux-zero-rtt/mux" && f.Metric == m {
+						n = len(f.Samples)
+					}
+				}
+				if n != cfg.Reps {
+					t.Errorf("mux-zero-rtt/mux %s: %d samples, want %d", m, n, cfg.Reps)
+				}
+			}
+		})
+	}
+}
+
+// TestResponsePlaneLingerFlags checks that the linger settings are refused
+// without auto-linger and when negative.
+func TestResponsePlaneLingerFlags(t *testing.T) {
+	base := ResponsePlaneConfig{Arms: []string{"mux"}, AnchorHosts: 1, Engines: 1, Requests: 1, MaxBatch: 1, Tokens: 1, Reps: 1}
+	for _, c := range []struct {
+		flush   string
+		linger  int
+		onComp  bool
+		atBytes int
+		ok      bool
+	}{
+		{"auto-linger", 2000, true, 4096, true},
+		{"auto-linger", 0, false, 0, true},
+		{"auto", 2000, false, 0, false},
+		{"manual", 0, true, 0, false},
+		{"auto", 0, false, 64, false},
+		{"auto-linger", -1, false, 0, false},
+		{"linger", 0, false, 0, false},
+	} {
+		cfg := base
+		cfg.Flush, cfg.LingerUS, cfg.OnComplete, cfg.AtBytes = c.flush, c.linger, c.onComp, c.atBytes
+		if err := cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("%+v: Validate = %v, want ok %v", c, err, c.ok)
+		}
+	}
+}
