@@ -406,24 +406,37 @@ func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) 
 // target (0 <= lane < Lanes(target)): messages on one lane arrive in the
 // order they were posted; lanes are not ordered against each other.
 func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, payload []byte) error {
-	if lane == 0 {
-		return m.Post(target, handler, payload)
-	}
+	_, err := m.PostLaneOutcome(target, lane, handler, payload)
+	return err
+}
+
+// PostLaneOutcome is PostLane that also returns the transport's outcome:
+// Admitted, or Pending when the message waits in the lane's admission gate
+// (a congested peer). A caller that must know the message reached the
+// send channel, or that it was refused after all, waits on the outcome.
+func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte) (ext.SendOutcome, error) {
 	if err := systemOnly("PostLane", handler); err != nil {
-		return err
+		return ext.SendOutcome{}, err
 	}
 	hb, err := m.prepare(handler, nil)
 	if err != nil {
-		return err
+		return ext.SendOutcome{}, err
 	}
 	p, ok := m.peers.get(target)
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
-	if _, err := p.primary.SendOnLane(target, lane, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)); err != nil {
-		return m.sendError(handler, target, err)
+	f := requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
+	var out ext.SendOutcome
+	if lane == 0 {
+		out, err = p.primary.Send(target, f)
+	} else {
+		out, err = p.primary.SendOnLane(target, lane, f)
 	}
-	return nil
+	if err != nil {
+		return ext.SendOutcome{}, m.sendError(handler, target, err)
+	}
+	return out, nil
 }
 
 // Lanes is how many ordered lanes the transport to target keeps; for a

@@ -68,6 +68,12 @@ type MuxConfig struct {
 	// CreditSweepInterval is the period of the whole-table credit walk,
 	// which also evicts idle batchers (200 ms).
 	CreditSweepInterval time.Duration
+	// AsyncOpenAck returns from an attach as soon as its OpenSlot is
+	// queued for the batcher, instead of after the transport took it. The
+	// slot's records cannot overtake it: the batcher writes queued
+	// OpenSlots before any data. A refused OpenSlot is epoch death, and
+	// the producer's sends then fail.
+	AsyncOpenAck bool
 	// BatcherIdleTTL is how long a batcher with no live slot lives (60 s).
 	BatcherIdleTTL time.Duration
 	// Flush is the flush policy (FlushAuto).
@@ -159,6 +165,9 @@ type mux struct {
 	// post writes one batch to peer on lane. A seam for tests; NewNodeManager
 	// sets it to a messenger Post.
 	post func(peer ext.WorkerID, lane int, batch []byte) error
+	// probePost is post that does not wait for admission, for the health
+	// check, which runs on the sweeper shared by every peer; nil: post.
+	probePost func(peer ext.WorkerID, lane int, batch []byte) error
 	// heartbeat is the window of the stream watchdog.
 	heartbeat time.Duration
 

@@ -56,6 +56,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 		return nil
 	}
 	mx := newMux(cfg, r.heartbeat, r.postBatch)
+	mx.probePost = r.probeBatch
 	mx.m = r.m
 	if met != nil {
 		mx.met = met.Mux()
@@ -76,12 +77,26 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 
 // postBatch hands one batch to the messenger for peer. It never waits:
 // a congested peer parks the batch in the transport's admission gate.
+//
+// When the lane's send channel is full, the batch waits in the transport's
+// admission gate, and so does the batcher: it parks until the batch is
+// admitted, so that its producers wait on their full slots (the book's
+// flush "parked on transport admission"). A batch the gate refuses after
+// all is an error like a refusal at once: epoch death.
 func (r *remote) postBatch(peer ext.WorkerID, lane int, batch []byte) error {
 	inst, ok := r.msg.InstanceOf(peer)
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
-	return r.msg.Post(inst, muxwire.HandlerName(lane), batch)
+	out, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch)
+	if err != nil {
+		return err
+	}
+	if adm := out.Admission(); adm != nil {
+		<-adm.Done()
+		return adm.Err()
+	}
+	return nil
 }
 
 // offersMux says whether an attach request names this build's mux.
@@ -228,4 +243,16 @@ func (m *Manager) MuxStats() MuxStats {
 		ProtocolErrors: mx.n.protocolErrors.Load(), WatchdogFirings: mx.n.watchdogFirings.Load(),
 		BatcherWakes: mx.n.batcherWakes.Load(),
 	}
+}
+
+// probeBatch posts a health-check batch without waiting for admission: a
+// refusal now is what it looks for, and a congested peer must not hold the
+// sweeper that every peer shares.
+func (r *remote) probeBatch(peer ext.WorkerID, lane int, batch []byte) error {
+	inst, ok := r.msg.InstanceOf(peer)
+	if !ok {
+		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
+	}
+	_, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch)
+	return err
 }

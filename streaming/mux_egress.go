@@ -151,7 +151,12 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 	s.openSeq = s.seq
 	s.seq++
 	b.opens = append(b.opens, s)
+	async := b.mx.cfg.AsyncOpenAck
 	b.mu.Unlock()
+	if async {
+		b.signal() // the batcher writes queued OpenSlots before any data
+		return s, nil
+	}
 
 	b.writeMu.Lock()
 	b.postOpens()
@@ -585,6 +590,7 @@ func (b *batcher) run() {
 func (b *batcher) flush() {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
+	b.postOpens() // OpenSlots first: a slot's records must not overtake its open
 	for {
 		batch, _, retired, more := b.build()
 		if batch == nil {

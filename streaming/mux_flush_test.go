@@ -68,3 +68,30 @@ func TestMuxLingerTerminalIsUrgent(t *testing.T) {
 	s.Finalize()
 	readTokens(t, a, 0, 2, 5*time.Second)
 }
+
+// With AsyncOpenAck an attach returns once its OpenSlot is queued; the
+// slot's records still reach the consumer behind it, in order.
+func TestMuxAsyncOpenAck(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{AsyncOpenAck: true})
+	for range 20 {
+		a, s := muxStream(t, producer, consumer)
+		fill(t, s, 0, 5)
+		s.Finalize()
+		readTokens(t, a, 0, 5, 5*time.Second)
+	}
+}
+
+// With AsyncOpenAck, a refused OpenSlot is epoch death: the attach
+// succeeded, and the producer learns of the failure from its signals.
+func TestMuxAsyncOpenAckRefused(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{AsyncOpenAck: true})
+	var gate postGate
+	gate.install(muxOf(t, producer))
+	gate.refuse.Store(1)
+	_, s := muxStream(t, producer, consumer)
+	select {
+	case <-s.Cancelled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a refused OpenSlot did not cancel its producer")
+	}
+}

@@ -213,7 +213,11 @@ func (b *batcher) probe() {
 	var enc muxwire.Encoder
 	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.lane, b.epoch, b.seq)
 	b.mu.Unlock()
-	err := b.mx.send(b.peer, b.lane, enc.Batch())
+	post := b.mx.probePost
+	if post == nil {
+		post = b.mx.post
+	}
+	err := post(b.peer, b.lane, enc.Batch())
 	b.writeMu.Unlock()
 	if err != nil {
 		b.epochDeath()
