@@ -56,7 +56,11 @@ func WithTransport(t ext.Transport) Option {
 	return Option{apply: func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}
 }
 
-// WithDiscovery finds peers that were not registered by hand.
+// WithDiscovery finds peers that were not registered by hand. New also
+// publishes the node's own PeerInfo there, and Shutdown withdraws it
+// after the drain. A backend that reports vanished registrations
+// (ext.PeerWatcher) makes calls in flight to such a peer fail with
+// ErrPeerUnreachable.
 func WithDiscovery(d ext.PeerDiscovery) Option {
 	return Option{apply: func(c *messenger.Config) { c.Discovery = d }}
 }
@@ -129,6 +133,14 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		streams.Close()
 		stopNow()
 		return nil, err
+	}
+	if cfg.Discovery != nil {
+		if err := m.Publish(ctx); err != nil {
+			ev.Close()
+			streams.Close()
+			stopNow()
+			return nil, err
+		}
 	}
 	return &Node{m: m, Events: ev, Streams: streams}, nil
 }
