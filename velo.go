@@ -65,6 +65,13 @@ func WithDiscovery(d ext.PeerDiscovery) Option {
 	return Option{apply: func(c *messenger.Config) { c.Discovery = d }}
 }
 
+// WithMaxDiscoveredPeers bounds the peers the node keeps from discovery
+// (default messenger.DefaultMaxDiscoveredPeers); past it the least recently
+// used one is forgotten and found again on its next call.
+func WithMaxDiscoveredPeers(n int) Option {
+	return Option{apply: func(c *messenger.Config) { c.MaxDiscoveredPeers = n }}
+}
+
 // WithMetrics records into a VeloMetrics registered by the caller: the
 // messenger's families and, through streaming.WithNodeMetrics, the
 // Streaming family of the node's streams.

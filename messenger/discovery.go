@@ -1,6 +1,7 @@
 package messenger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -209,4 +210,30 @@ func (m *Messenger) stopWatch() {
 	}
 	m.disco.watchStop()
 	<-m.disco.watchDone
+}
+
+// rediscover asks discovery again for a peer whose address now answers as
+// another instance (ErrPeerRestarted). When discovery has a new address,
+// the peer is registered there; when it knows the instance no more, the
+// peer is forgotten; when it has the same address, calls go on failing
+// with ErrPeerRestarted.
+func (m *Messenger) rediscover(ctx context.Context, p *peer) (*peer, error) {
+	id := p.info.InstanceID
+	info, err := m.disc.DiscoverInstance(ctx, id)
+	if err != nil {
+		m.UnregisterPeer(id)
+		return nil, fmt.Errorf("%w: %s, and discovery knows it no more: %w", ErrPeerRestarted, id, err)
+	}
+	if bytes.Equal(info.Address.Encode(), p.info.Address.Encode()) {
+		return p, nil
+	}
+	if err := m.registerDiscovered(info); err != nil {
+		return nil, err
+	}
+	m.resolution("discovery", "success")
+	np, ok := m.peers.get(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrPeerNotRegistered, id)
+	}
+	return np, nil
 }

@@ -322,6 +322,9 @@ func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
 
 func (m *Messenger) route(ctx context.Context, target ext.InstanceID) (*peer, error) {
 	if p, ok := m.peers.get(target); ok {
+		if p.restarted.Load() && m.disc != nil {
+			return m.rediscover(ctx, p)
+		}
 		if p.discovered.Load() {
 			p.lastUse.Store(time.Now().UnixNano()) // for the bound on discovered peers
 		}

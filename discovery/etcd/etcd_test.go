@@ -55,7 +55,9 @@ func client(t *testing.T) *clientv3.Client {
 	return cli
 }
 
-func open(t *testing.T) *etcd.Discovery { return etcd.New(client(t), "test", etcd.WithLeaseTTL(time.Second)) }
+func open(t *testing.T) *etcd.Discovery {
+	return etcd.New(client(t), "test", etcd.WithLeaseTTL(time.Second))
+}
 
 func TestPeerConformance(t *testing.T) {
 	discoverytest.RunPeer(t, func(t *testing.T) ext.PeerDiscovery { return open(t) })

@@ -1,0 +1,198 @@
+package messenger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+)
+
+// memDiscovery is an in-memory backend that reports removals.
+type memDiscovery struct {
+	mu       sync.Mutex
+	peers    map[ext.InstanceID]ext.PeerInfo
+	lookups  int
+	removals chan ext.InstanceID
+}
+
+func newMemDiscovery() *memDiscovery {
+	return &memDiscovery{peers: map[ext.InstanceID]ext.PeerInfo{}, removals: make(chan ext.InstanceID, 16)}
+}
+
+func (d *memDiscovery) Register(_ context.Context, p ext.PeerInfo) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.peers[p.InstanceID] = p
+	return nil
+}
+
+func (d *memDiscovery) Unregister(_ context.Context, id ext.InstanceID) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.peers, id)
+	return nil
+}
+
+// expire drops id as a lease expiry would, and reports it.
+func (d *memDiscovery) expire(id ext.InstanceID) {
+	d.Unregister(context.Background(), id)
+	d.removals <- id
+}
+
+func (d *memDiscovery) DiscoverInstance(_ context.Context, id ext.InstanceID) (ext.PeerInfo, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lookups++
+	if p, ok := d.peers[id]; ok {
+		return p, nil
+	}
+	return ext.PeerInfo{}, fmt.Errorf("%w: %s", ext.ErrPeerNotFound, id)
+}
+
+func (d *memDiscovery) DiscoverWorker(ctx context.Context, w ext.WorkerID) (ext.PeerInfo, error) {
+	d.mu.Lock()
+	var found *ext.PeerInfo
+	for _, p := range d.peers {
+		if p.WorkerID() == w {
+			found = &p
+		}
+	}
+	d.mu.Unlock()
+	if found == nil {
+		return ext.PeerInfo{}, fmt.Errorf("%w: worker %s", ext.ErrPeerNotFound, w)
+	}
+	return d.DiscoverInstance(ctx, found.InstanceID)
+}
+
+// WatchPeerRemovals hands out the one removal channel, closed with ctx.
+func (d *memDiscovery) WatchPeerRemovals(ctx context.Context) (<-chan ext.InstanceID, error) {
+	out := make(chan ext.InstanceID)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case id := <-d.removals:
+				select {
+				case out <- id:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (d *memDiscovery) has(id ext.InstanceID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.peers[id]
+	return ok
+}
+
+func echoNode(t *testing.T, d *memDiscovery, opts ...velo.Option) *velo.Node {
+	n := newNode(t, append([]velo.Option{velo.WithDiscovery(d)}, opts...)...)
+	must(t, n.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	return n
+}
+
+// TestNodePublishesAndWithdraws: New publishes the node; Shutdown
+// withdraws it.
+func TestNodePublishesAndWithdraws(t *testing.T) {
+	d := newMemDiscovery()
+	n := echoNode(t, d)
+	if !d.has(n.InstanceID()) {
+		t.Fatal("node not published")
+	}
+	must(t, shutdownWithin(n, failAfter))
+	if d.has(n.InstanceID()) {
+		t.Fatal("node still published after shutdown")
+	}
+}
+
+// TestDiscoveredPeersAreBounded: with a bound of 2, a node that called 3
+// discovered peers keeps 2, and the one it forgot is found again.
+func TestDiscoveredPeersAreBounded(t *testing.T) {
+	d := newMemDiscovery()
+	a := echoNode(t, d, velo.WithMaxDiscoveredPeers(2))
+	peers := []*velo.Node{echoNode(t, d), echoNode(t, d), echoNode(t, d)}
+	ctx := testCtx(t)
+	for _, p := range append(peers, peers[0]) {
+		if _, err := a.Unary(ctx, p.InstanceID(), "echo", nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := a.Messenger().DiscoveredPeers(); n > 2 {
+			t.Fatalf("%d discovered peers kept, bound 2", n)
+		}
+	}
+	if d.lookups != 4 {
+		t.Fatalf("%d lookups, want 4 (3 peers, then the forgotten first one again)", d.lookups)
+	}
+}
+
+// TestResolveWorker: a worker id resolves through discovery once, then
+// from the peer table.
+func TestResolveWorker(t *testing.T) {
+	d := newMemDiscovery()
+	a, b := echoNode(t, d), echoNode(t, d)
+	for range 2 {
+		id, err := a.Messenger().ResolveWorker(testCtx(t), b.PeerInfo().WorkerID())
+		if err != nil || id != b.InstanceID() {
+			t.Fatalf("resolve: %s, %v", id, err)
+		}
+	}
+	if d.lookups != 1 {
+		t.Fatalf("%d lookups, want 1", d.lookups)
+	}
+	_, err := a.Messenger().ResolveWorker(testCtx(t), ext.NewInstanceID().WorkerID())
+	if !errors.Is(err, velo.ErrPeerNotRegistered) || !errors.Is(err, ext.ErrPeerNotFound) {
+		t.Fatalf("unknown worker: %v", err)
+	}
+}
+
+// TestRegistrationLossFailsCallsInFlight: when the backend reports that a
+// peer's registration is gone, the call waiting on it fails at once with
+// ErrPeerUnreachable, though its connection is still up; the next call
+// finds nothing. Without the watch, the call would wait for its deadline.
+func TestRegistrationLossFailsCallsInFlight(t *testing.T) {
+	d := newMemDiscovery()
+	a, b := echoNode(t, d), echoNode(t, d)
+	hang := newGate(t)
+	entered := make(chan struct{}, 1)
+	must(t, b.Register(velo.UnaryHandler("hang", func(*velo.Context) ([]byte, error) {
+		entered <- struct{}{}
+		return nil, hang.wait()
+	})))
+	t.Cleanup(hang.open)
+	done := make(chan error, 1)
+	go func() { _, err := a.Unary(testCtx(t), b.InstanceID(), "hang", nil); done <- err }()
+	recv(t, entered, "the call to reach B")
+	d.expire(b.InstanceID())
+	if err := recv(t, done, "the call to fail"); !errors.Is(err, velo.ErrPeerUnreachable) {
+		t.Fatalf("call failed with %v, want ErrPeerUnreachable", err)
+	}
+	if _, err := a.Unary(testCtx(t), b.InstanceID(), "echo", nil); !errors.Is(err, ext.ErrPeerNotFound) {
+		t.Fatalf("next call: %v, want ErrPeerNotFound", err)
+	}
+}
+
+// TestRestartedPeerIsFoundAgain: A holds a stale address for B (another
+// node, C, answers there). The first call finds out (ErrPeerRestarted);
+// the next asks discovery again and reaches B at its real address.
+func TestRestartedPeerIsFoundAgain(t *testing.T) {
+	d := newMemDiscovery()
+	a, b, c := echoNode(t, d), echoNode(t, d), echoNode(t, d)
+	must(t, a.RegisterPeer(ext.PeerInfo{InstanceID: b.InstanceID(), Address: c.PeerInfo().Address}))
+	if _, err := a.Unary(testCtx(t), b.InstanceID(), "echo", nil); !errors.Is(err, velo.ErrPeerRestarted) {
+		t.Fatalf("first call: %v, want ErrPeerRestarted", err)
+	}
+	if got, err := a.Unary(testCtx(t), b.InstanceID(), "echo", []byte("hi")); err != nil || string(got) != "hi" {
+		t.Fatalf("second call: %q, %v", got, err)
+	}
+}
