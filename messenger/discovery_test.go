@@ -1,102 +1,15 @@
 package messenger_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/discovery/discoverytest"
 	"github.com/velo-go/velo/ext"
 )
 
-// memDiscovery is an in-memory backend that reports removals.
-type memDiscovery struct {
-	mu       sync.Mutex
-	peers    map[ext.InstanceID]ext.PeerInfo
-	lookups  int
-	removals chan ext.InstanceID
-}
-
-func newMemDiscovery() *memDiscovery {
-	return &memDiscovery{peers: map[ext.InstanceID]ext.PeerInfo{}, removals: make(chan ext.InstanceID, 16)}
-}
-
-func (d *memDiscovery) Register(_ context.Context, p ext.PeerInfo) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.peers[p.InstanceID] = p
-	return nil
-}
-
-func (d *memDiscovery) Unregister(_ context.Context, id ext.InstanceID) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.peers, id)
-	return nil
-}
-
-// expire drops id as a lease expiry would, and reports it.
-func (d *memDiscovery) expire(id ext.InstanceID) {
-	d.Unregister(context.Background(), id)
-	d.removals <- id
-}
-
-func (d *memDiscovery) DiscoverInstance(_ context.Context, id ext.InstanceID) (ext.PeerInfo, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.lookups++
-	if p, ok := d.peers[id]; ok {
-		return p, nil
-	}
-	return ext.PeerInfo{}, fmt.Errorf("%w: %s", ext.ErrPeerNotFound, id)
-}
-
-func (d *memDiscovery) DiscoverWorker(ctx context.Context, w ext.WorkerID) (ext.PeerInfo, error) {
-	d.mu.Lock()
-	var found *ext.PeerInfo
-	for _, p := range d.peers {
-		if p.WorkerID() == w {
-			found = &p
-		}
-	}
-	d.mu.Unlock()
-	if found == nil {
-		return ext.PeerInfo{}, fmt.Errorf("%w: worker %s", ext.ErrPeerNotFound, w)
-	}
-	return d.DiscoverInstance(ctx, found.InstanceID)
-}
-
-// WatchPeerRemovals hands out the one removal channel, closed with ctx.
-func (d *memDiscovery) WatchPeerRemovals(ctx context.Context) (<-chan ext.InstanceID, error) {
-	out := make(chan ext.InstanceID)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case id := <-d.removals:
-				select {
-				case out <- id:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
-}
-
-func (d *memDiscovery) has(id ext.InstanceID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.peers[id]
-	return ok
-}
-
-func echoNode(t *testing.T, d *memDiscovery, opts ...velo.Option) *velo.Node {
+func echoNode(t *testing.T, d *discoverytest.Memory, opts ...velo.Option) *velo.Node {
 	n := newNode(t, append([]velo.Option{velo.WithDiscovery(d)}, opts...)...)
 	must(t, n.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
 	return n
@@ -105,13 +18,13 @@ func echoNode(t *testing.T, d *memDiscovery, opts ...velo.Option) *velo.Node {
 // TestNodePublishesAndWithdraws: New publishes the node; Shutdown
 // withdraws it.
 func TestNodePublishesAndWithdraws(t *testing.T) {
-	d := newMemDiscovery()
+	d := discoverytest.NewMemory()
 	n := echoNode(t, d)
-	if !d.has(n.InstanceID()) {
+	if !d.Has(n.InstanceID()) {
 		t.Fatal("node not published")
 	}
 	must(t, shutdownWithin(n, failAfter))
-	if d.has(n.InstanceID()) {
+	if d.Has(n.InstanceID()) {
 		t.Fatal("node still published after shutdown")
 	}
 }
@@ -119,7 +32,7 @@ func TestNodePublishesAndWithdraws(t *testing.T) {
 // TestDiscoveredPeersAreBounded: with a bound of 2, a node that called 3
 // discovered peers keeps 2, and the one it forgot is found again.
 func TestDiscoveredPeersAreBounded(t *testing.T) {
-	d := newMemDiscovery()
+	d := discoverytest.NewMemory()
 	a := echoNode(t, d, velo.WithMaxDiscoveredPeers(2))
 	peers := []*velo.Node{echoNode(t, d), echoNode(t, d), echoNode(t, d)}
 	ctx := testCtx(t)
@@ -131,15 +44,15 @@ func TestDiscoveredPeersAreBounded(t *testing.T) {
 			t.Fatalf("%d discovered peers kept, bound 2", n)
 		}
 	}
-	if d.lookups != 4 {
-		t.Fatalf("%d lookups, want 4 (3 peers, then the forgotten first one again)", d.lookups)
+	if d.Lookups() != 4 {
+		t.Fatalf("%d lookups, want 4 (3 peers, then the forgotten first one again)", d.Lookups())
 	}
 }
 
 // TestResolveWorker: a worker id resolves through discovery once, then
 // from the peer table.
 func TestResolveWorker(t *testing.T) {
-	d := newMemDiscovery()
+	d := discoverytest.NewMemory()
 	a, b := echoNode(t, d), echoNode(t, d)
 	for range 2 {
 		id, err := a.Messenger().ResolveWorker(testCtx(t), b.PeerInfo().WorkerID())
@@ -147,8 +60,8 @@ func TestResolveWorker(t *testing.T) {
 			t.Fatalf("resolve: %s, %v", id, err)
 		}
 	}
-	if d.lookups != 1 {
-		t.Fatalf("%d lookups, want 1", d.lookups)
+	if d.Lookups() != 1 {
+		t.Fatalf("%d lookups, want 1", d.Lookups())
 	}
 	_, err := a.Messenger().ResolveWorker(testCtx(t), ext.NewInstanceID().WorkerID())
 	if !errors.Is(err, velo.ErrPeerNotRegistered) || !errors.Is(err, ext.ErrPeerNotFound) {
@@ -161,7 +74,7 @@ func TestResolveWorker(t *testing.T) {
 // ErrPeerUnreachable, though its connection is still up; the next call
 // finds nothing. Without the watch, the call would wait for its deadline.
 func TestRegistrationLossFailsCallsInFlight(t *testing.T) {
-	d := newMemDiscovery()
+	d := discoverytest.NewMemory()
 	a, b := echoNode(t, d), echoNode(t, d)
 	hang := newGate(t)
 	entered := make(chan struct{}, 1)
@@ -173,7 +86,7 @@ func TestRegistrationLossFailsCallsInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := a.Unary(testCtx(t), b.InstanceID(), "hang", nil); done <- err }()
 	recv(t, entered, "the call to reach B")
-	d.expire(b.InstanceID())
+	d.Expire(b.InstanceID())
 	if err := recv(t, done, "the call to fail"); !errors.Is(err, velo.ErrPeerUnreachable) {
 		t.Fatalf("call failed with %v, want ErrPeerUnreachable", err)
 	}
@@ -186,7 +99,7 @@ func TestRegistrationLossFailsCallsInFlight(t *testing.T) {
 // node, C, answers there). The first call finds out (ErrPeerRestarted);
 // the next asks discovery again and reaches B at its real address.
 func TestRestartedPeerIsFoundAgain(t *testing.T) {
-	d := newMemDiscovery()
+	d := discoverytest.NewMemory()
 	a, b, c := echoNode(t, d), echoNode(t, d), echoNode(t, d)
 	must(t, a.RegisterPeer(ext.PeerInfo{InstanceID: b.InstanceID(), Address: c.PeerInfo().Address}))
 	if _, err := a.Unary(testCtx(t), b.InstanceID(), "echo", nil); !errors.Is(err, velo.ErrPeerRestarted) {
