@@ -66,6 +66,10 @@ func (m *Messenger) ResolveWorker(ctx context.Context, w ext.WorkerID) (ext.Inst
 // registerDiscovered registers a peer found through discovery and forgets
 // the least recently used discovered peer when there are too many.
 func (m *Messenger) registerDiscovered(info ext.PeerInfo) error {
+	if p, ok := m.peers.get(info.InstanceID); ok && !p.restarted.Load() &&
+		bytes.Equal(p.info.Address.Encode(), info.Address.Encode()) {
+		return nil // a concurrent first call registered it already; keep its handshake
+	}
 	if err := m.RegisterPeer(info); err != nil {
 		return err
 	}

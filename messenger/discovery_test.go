@@ -109,3 +109,26 @@ func TestRestartedPeerIsFoundAgain(t *testing.T) {
 		t.Fatalf("second call: %q, %v", got, err)
 	}
 }
+
+// TestConcurrentFirstCallsShareOnePeer: many first calls to one unknown
+// peer at once all succeed, and the peer's handshake runs once.
+func TestConcurrentFirstCallsShareOnePeer(t *testing.T) {
+	d := discoverytest.NewMemory()
+	a, b := echoNode(t, d), echoNode(t, d)
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() { _, err := a.Unary(testCtx(t), b.InstanceID(), "echo", nil); errs <- err }()
+	}
+	for range n {
+		if err := recv(t, errs, "a first call"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.Messenger().DiscoveredPeers(); got != 1 {
+		t.Fatalf("%d discovered peers, want 1", got)
+	}
+	if h := a.Messenger().Handshakes(); h != 1 {
+		t.Fatalf("%d handshakes, want 1", h)
+	}
+}
