@@ -1,6 +1,8 @@
 package nats_test
 
 import (
+	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +14,34 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(discoverytest.ChildEnv) != "" {
+		discoverytest.RunChild(registerInChild)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// registerInChild registers info on its own connection, for a child process.
+func registerInChild(url string, info ext.PeerInfo) error {
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return nats.New(nc, "test").Register(ctx, info)
+}
+
+// TestKilledProcessVanishes: a child process registers and is killed
+// with SIGKILL. The kernel closes its socket, the server drops its
+// subscriptions, and lookups fail: the test reports how long that took.
+func TestKilledProcessVanishes(t *testing.T) {
+	url := server(t).URL()
+	info, kill := discoverytest.StartChild(t, url)
+	took := discoverytest.MeasureVanish(t, nats.New(connect(t, url), "test"), info, kill, 5*time.Second)
+	t.Logf("a SIGKILLed process's entry vanished %v after the kill", took)
+}
 
 // server starts an embedded nats-server for one test.
 func server(t *testing.T) *embedded.NATS {
