@@ -185,7 +185,14 @@ func (m *Messenger) PeerRegistrationLost(id ext.InstanceID) {
 	m.UnregisterPeer(id)
 }
 
-// startWatch follows the backend's removals when it reports them.
+// watchRetry is the pause before a broken discovery watch is opened
+// again (a variable so that tests can shorten it).
+var watchRetry = time.Second
+
+// startWatch follows the backend's removals when it reports them: one
+// goroutine per node. A watch that breaks is opened again after
+// watchRetry; removals in the gap are missed, and those peers fail as
+// lost connections do.
 func (m *Messenger) startWatch() error {
 	w, ok := m.disc.(ext.PeerWatcher)
 	if !ok {
@@ -198,13 +205,29 @@ func (m *Messenger) startWatch() error {
 		return fmt.Errorf("velo: watch discovery: %w", err)
 	}
 	m.disco.watchStop, m.disco.watchDone = cancel, make(chan struct{})
-	go func() {
-		defer close(m.disco.watchDone)
+	go m.followRemovals(ctx, w, ch)
+	return nil
+}
+
+func (m *Messenger) followRemovals(ctx context.Context, w ext.PeerWatcher, ch <-chan ext.InstanceID) {
+	defer close(m.disco.watchDone)
+	for {
 		for id := range ch {
 			m.PeerRegistrationLost(id)
 		}
-	}()
-	return nil
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(watchRetry):
+		}
+		var err error
+		if ch, err = w.WatchPeerRemovals(ctx); err != nil {
+			m.logger().Warn("velo: reopening the discovery watch failed", "err", err)
+			c := make(chan ext.InstanceID)
+			close(c) // try again after the next pause
+			ch = c
+		}
+	}
 }
 
 // stopWatch ends the watch and waits for its goroutine.

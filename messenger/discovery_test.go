@@ -3,10 +3,12 @@ package messenger_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/discovery/discoverytest"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
 )
 
 func echoNode(t *testing.T, d *discoverytest.Memory, opts ...velo.Option) *velo.Node {
@@ -130,5 +132,30 @@ func TestConcurrentFirstCallsShareOnePeer(t *testing.T) {
 	}
 	if h := a.Messenger().Handshakes(); h != 1 {
 		t.Fatalf("%d handshakes, want 1", h)
+	}
+}
+
+// TestBrokenWatchIsReopened: after the backend breaks the node's watch,
+// the node opens it again, and a later removal still fails the call in
+// flight.
+func TestBrokenWatchIsReopened(t *testing.T) {
+	defer messenger.SetWatchRetry(time.Millisecond)()
+	d := discoverytest.NewMemory()
+	a, b := echoNode(t, d), echoNode(t, d)
+	hang := newGate(t)
+	entered := make(chan struct{}, 1)
+	must(t, b.Register(velo.UnaryHandler("hang", func(*velo.Context) ([]byte, error) {
+		entered <- struct{}{}
+		return nil, hang.wait()
+	})))
+	t.Cleanup(hang.open)
+	d.BreakWatches()
+	waitFor(t, "the watch to be reopened", func() bool { return d.Watches() == 2 }) // one per node
+	done := make(chan error, 1)
+	go func() { _, err := a.Unary(testCtx(t), b.InstanceID(), "hang", nil); done <- err }()
+	recv(t, entered, "the call to reach B")
+	d.Expire(b.InstanceID())
+	if err := recv(t, done, "the call to fail"); !errors.Is(err, velo.ErrPeerUnreachable) {
+		t.Fatalf("call failed with %v, want ErrPeerUnreachable", err)
 	}
 }

@@ -48,6 +48,17 @@ func (d *Memory) Unregister(_ context.Context, id ext.InstanceID) error {
 	return nil
 }
 
+// BreakWatches ends every open watch, as a lost connection to the backend
+// would: their channels close.
+func (d *Memory) BreakWatches() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ch := range d.watchers {
+		close(ch)
+		delete(d.watchers, ch)
+	}
+}
+
 // Expire drops id as a lease expiry would.
 func (d *Memory) Expire(id ext.InstanceID) { d.Unregister(context.Background(), id) }
 
@@ -57,6 +68,13 @@ func (d *Memory) Has(id ext.InstanceID) bool {
 	defer d.mu.Unlock()
 	_, ok := d.peers[id]
 	return ok
+}
+
+// Watches is how many watches are open.
+func (d *Memory) Watches() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.watchers)
 }
 
 // Lookups is how many lookups were made.
@@ -100,12 +118,15 @@ func (d *Memory) WatchPeerRemovals(ctx context.Context) (<-chan ext.InstanceID, 
 		defer close(out)
 		defer func() {
 			d.mu.Lock()
-			delete(d.watchers, in)
+			delete(d.watchers, in) // a no-op once BreakWatches closed it
 			d.mu.Unlock()
 		}()
 		for {
 			select {
-			case id := <-in:
+			case id, ok := <-in:
+				if !ok {
+					return // broken by BreakWatches
+				}
 				select {
 				case out <- id:
 				case <-ctx.Done():

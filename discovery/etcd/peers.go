@@ -93,11 +93,18 @@ func (d *Discovery) DiscoverWorker(ctx context.Context, w ext.WorkerID) (ext.Pee
 	return d.DiscoverInstance(ctx, id)
 }
 
-// WatchPeerRemovals reports each instance key that is deleted: revoked by
-// its owner or gone with an expired lease.
+// WatchPeerRemovals reports each instance key that is deleted after the
+// call: revoked by its owner or gone with an expired lease. The watch
+// starts at the revision read before it returns, since a watch is set up
+// on the server after Watch returns and would miss what happens between.
 func (d *Discovery) WatchPeerRemovals(ctx context.Context) (<-chan ext.InstanceID, error) {
 	prefix := instancePrefix(d.cluster)
-	wch := d.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithFilterPut())
+	resp, err := d.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("etcd discovery: watch %s: %w", prefix, err)
+	}
+	wch := d.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(),
+		clientv3.WithFilterPut(), clientv3.WithRev(resp.Header.Revision+1))
 	out := make(chan ext.InstanceID, 16)
 	go func() {
 		defer close(out)

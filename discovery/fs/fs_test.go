@@ -27,7 +27,20 @@ func TestMain(m *testing.M) {
 
 func TestPeerConformance(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "peers.json")
-	discoverytest.RunPeer(t, func(*testing.T) ext.PeerDiscovery { return fs.NewPeers(path) })
+	discoverytest.RunPeer(t, func(*testing.T) ext.PeerDiscovery {
+		p := fs.NewPeers(path)
+		p.PollInterval = 10 * time.Millisecond
+		return p
+	})
+}
+
+func TestThreeNodesFindEachOther(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	discoverytest.RunNodes(t, func(*testing.T) ext.PeerDiscovery {
+		p := fs.NewPeers(path)
+		p.PollInterval = 10 * time.Millisecond
+		return p
+	})
 }
 
 func TestServiceConformance(t *testing.T) {

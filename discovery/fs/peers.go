@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/zeebo/xxh3"
@@ -41,9 +42,13 @@ func (e peerEntry) info() (ext.PeerInfo, error) {
 }
 
 // Peers is peer discovery on one JSON file. It implements
-// ext.PeerDiscovery and ext.PeerRegistrar.
+// ext.PeerDiscovery, ext.PeerRegistrar and ext.PeerWatcher (by reading
+// the file every PollInterval).
 type Peers struct {
 	f jsonFile
+	// PollInterval is how often a removal watch reads the file; set it
+	// before the first watch. Zero means DefaultPollInterval.
+	PollInterval time.Duration
 }
 
 // NewPeers uses the file at path; it is created on the first registration.
