@@ -106,8 +106,14 @@ func (d *discoveryState) add(t *peerTable, id ext.InstanceID) (ext.InstanceID, b
 	if len(d.found) <= d.limit || victim.IsZero() {
 		return ext.InstanceID{}, false
 	}
-	delete(d.found, victim)
-	return victim, true
+	return victim, true // UnregisterPeer drops it from found
+}
+
+// forget drops id from the discovered peers.
+func (d *discoveryState) forget(id ext.InstanceID) {
+	d.mu.Lock()
+	delete(d.found, id)
+	d.mu.Unlock()
 }
 
 // DiscoveredPeers is how many peers the node holds from discovery.

@@ -95,6 +95,9 @@ func TestRegistrationLossFailsCallsInFlight(t *testing.T) {
 	if _, err := a.Unary(testCtx(t), b.InstanceID(), "echo", nil); !errors.Is(err, ext.ErrPeerNotFound) {
 		t.Fatalf("next call: %v, want ErrPeerNotFound", err)
 	}
+	if n := a.Messenger().DiscoveredPeers(); n != 0 {
+		t.Fatalf("%d discovered peers after the loss, want 0", n)
+	}
 }
 
 // TestRestartedPeerIsFoundAgain: A holds a stale address for B (another

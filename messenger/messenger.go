@@ -315,6 +315,7 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 // idempotent; a later send fails as to a peer never registered.
 func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
 	m.peers.remove(id)
+	m.disco.forget(id)
 	for _, tr := range m.trs {
 		tr.Unregister(id)
 	}
