@@ -1,6 +1,7 @@
 package messenger_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/velo-go/velo/discovery/discoverytest"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 func echoNode(t *testing.T, d *discoverytest.Memory, opts ...velo.Option) *velo.Node {
@@ -160,5 +162,24 @@ func TestBrokenWatchIsReopened(t *testing.T) {
 	d.Expire(b.InstanceID())
 	if err := recv(t, done, "the call to fail"); !errors.Is(err, velo.ErrPeerUnreachable) {
 		t.Fatalf("call failed with %v, want ErrPeerUnreachable", err)
+	}
+}
+
+// refusingDiscovery refuses every registration.
+type refusingDiscovery struct{ *discoverytest.Memory }
+
+func (refusingDiscovery) Register(context.Context, ext.PeerInfo) error {
+	return errors.New("backend refuses")
+}
+
+// TestPublishFailureFailsNew: a node that cannot publish itself does not
+// start, and leaves nothing running (goleak checks at the end).
+func TestPublishFailureFailsNew(t *testing.T) {
+	tr, err := tcp.New()
+	must(t, err)
+	n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithDiscovery(refusingDiscovery{discoverytest.NewMemory()}))
+	if err == nil {
+		shutdownWithin(n, failAfter)
+		t.Fatal("New succeeded though the backend refused the registration")
 	}
 }
