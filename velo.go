@@ -56,9 +56,20 @@ func WithTransport(t ext.Transport) Option {
 	return Option{apply: func(c *messenger.Config) { c.Transports = append(c.Transports, t) }}
 }
 
-// WithDiscovery finds peers that were not registered by hand.
+// WithDiscovery finds peers that were not registered by hand. New also
+// publishes the node's own PeerInfo there, and Shutdown withdraws it
+// after the drain. A backend that reports vanished registrations
+// (ext.PeerWatcher) makes calls in flight to such a peer fail with
+// ErrPeerUnreachable.
 func WithDiscovery(d ext.PeerDiscovery) Option {
 	return Option{apply: func(c *messenger.Config) { c.Discovery = d }}
+}
+
+// WithMaxDiscoveredPeers bounds the peers the node keeps from discovery
+// (default messenger.DefaultMaxDiscoveredPeers); past it the least recently
+// used one is forgotten and found again on its next call.
+func WithMaxDiscoveredPeers(n int) Option {
+	return Option{apply: func(c *messenger.Config) { c.MaxDiscoveredPeers = n }}
 }
 
 // WithMetrics records into a VeloMetrics registered by the caller: the
@@ -129,6 +140,14 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		streams.Close()
 		stopNow()
 		return nil, err
+	}
+	if cfg.Discovery != nil {
+		if err := m.Publish(ctx); err != nil {
+			ev.Close()
+			streams.Close()
+			stopNow()
+			return nil, err
+		}
 	}
 	return &Node{m: m, Events: ev, Streams: streams}, nil
 }

@@ -160,12 +160,12 @@ func (r *remote) subscribe(h Handle, c *completion) {
 		case <-ctx.Done():
 		}
 	}()
-	owner, ok := r.msg.InstanceOf(h.Owner())
-	if !ok {
-		r.settle(h, c, false, "", fmt.Errorf("%w: owner worker %s of %s", ext.ErrPeerNotRegistered, h.Owner(), h))
+	owner, err := r.msg.ResolveWorker(ctx, h.Owner()) // through discovery when unknown
+	if err != nil {
+		r.settle(h, c, false, "", fmt.Errorf("owner of %s: %w", h, err))
 		return
 	}
-	err := r.handshake(ctx, owner)
+	err = r.handshake(ctx, owner)
 	if err == nil {
 		err = r.msg.Send(ctx, owner, subscribeHandler, mustJSON(subscribeMsg{
 			Handle: handleU128(h), SubscriberWorker: uint64(r.msg.WorkerID()), SubscriberInstance: r.msg.InstanceID(), Sub: c.sub,
@@ -367,14 +367,14 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 		return fmt.Errorf("%w: %s belongs to another node and this manager is local", ErrUnknownEvent, h)
 	}
 	msg := m.remote.msg
-	owner, ok := msg.InstanceOf(h.Owner())
-	if !ok {
-		return fmt.Errorf("%w: owner worker %s of %s", ext.ErrPeerNotRegistered, h.Owner(), h)
+	owner, err := msg.ResolveWorker(ctx, h.Owner()) // through discovery when unknown
+	if err != nil {
+		return fmt.Errorf("owner of %s: %w", h, err)
 	}
 	if err := m.remote.handshake(ctx, owner); err != nil {
 		return err
 	}
-	_, err := msg.FireAndAwait(ctx, owner, triggerRequestHandler, func(id messenger.ResponseID) []byte {
+	_, err = msg.FireAndAwait(ctx, owner, triggerRequestHandler, func(id messenger.ResponseID) []byte {
 		rid := responseU128(id)
 		return mustJSON(triggerRequestMsg{
 			Handle: handleU128(h), RequesterWorker: uint64(msg.WorkerID()), RequesterInstance: msg.InstanceID(),

@@ -44,6 +44,10 @@ type Config struct {
 	// which run on the connection's reader, and velo's own system handlers
 	// are not refused.
 	MaxRunningHandlers int
+	// MaxDiscoveredPeers bounds the peers kept from discovery (default
+	// DefaultMaxDiscoveredPeers). Past it, the least recently used one is
+	// forgotten (UnregisterPeer); its next call resolves it again.
+	MaxDiscoveredPeers int
 	// Logger receives the messenger's warnings (an ordered lane over its
 	// depth, requests refused for overload); nil means slog.Default().
 	Logger *slog.Logger
@@ -104,6 +108,7 @@ type Messenger struct {
 
 	undeliveredFn func(ext.InstanceID, string, error)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
+	disco         discoveryState
 }
 
 // New starts the transports and returns a running messenger.
@@ -130,6 +135,10 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
+	if m.disco.limit <= 0 {
+		m.disco.limit = DefaultMaxDiscoveredPeers
+	}
 	var exhausted func()
 	if m.met != nil {
 		exhausted = m.met.ResponseSlotExhausted.Inc
@@ -167,6 +176,12 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	}
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
 	m.registerSystemHandlers()
+	if err := m.startWatch(); err != nil {
+		for _, tr := range m.trs {
+			tr.Shutdown()
+		}
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -300,25 +315,20 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 // idempotent; a later send fails as to a peer never registered.
 func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
 	m.peers.remove(id)
+	m.disco.forget(id)
 	for _, tr := range m.trs {
 		tr.Unregister(id)
 	}
 }
 
-// DiscoverAndRegisterPeer looks a peer up through discovery and registers it.
-func (m *Messenger) DiscoverAndRegisterPeer(ctx context.Context, id ext.InstanceID) error {
-	if m.disc == nil {
-		return fmt.Errorf("%w: %s (no discovery configured)", ErrPeerNotRegistered, id)
-	}
-	info, err := m.disc.DiscoverInstance(ctx, id)
-	if err != nil {
-		return fmt.Errorf("velo: discover %s: %w", id, err)
-	}
-	return m.RegisterPeer(info)
-}
-
 func (m *Messenger) route(ctx context.Context, target ext.InstanceID) (*peer, error) {
 	if p, ok := m.peers.get(target); ok {
+		if p.restarted.Load() && m.disc != nil {
+			return m.rediscover(ctx, p)
+		}
+		if p.discovered.Load() {
+			p.lastUse.Store(time.Now().UnixNano()) // for the bound on discovered peers
+		}
 		m.resolution("registered", "success")
 		return p, nil
 	}
@@ -1093,8 +1103,11 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 func (m *Messenger) shutdown(ctx context.Context) error {
 	m.state.BeginDrain()                  // 1. gate
 	drainErr := m.state.WaitForDrain(ctx) // 2. drain
-	m.stopped.Store(true)                 // 3. teardown
-	close(m.done)                         // ordered lanes stop; their queued requests are refused
+	// Withdrawn after the drain, not before: a peer that watches
+	// discovery fails its calls to this node when the entry goes.
+	m.unpublish()
+	m.stopped.Store(true) // 3. teardown
+	close(m.done)         // ordered lanes stop; their queued requests are refused
 	var wg sync.WaitGroup
 	for _, tr := range m.trs {
 		wg.Add(1)
@@ -1105,6 +1118,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	m.slots.failAll(ErrShuttingDown)
+	m.stopWatch()
 	for _, tr := range m.trs { // 4. close
 		<-tr.Closed()
 	}

@@ -26,6 +26,10 @@ type peer struct {
 	// saw the epoch move while it ran proves nothing about the instance now
 	// at the address, so it does not count.
 	epoch atomic.Uint64
+	// discovered marks a peer registered through discovery; lastUse (unix
+	// nanoseconds) picks which one to forget when there are too many.
+	discovered atomic.Bool
+	lastUse    atomic.Int64
 }
 
 // peerTable maps instance and worker ids to peers. Sends read it without

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"time"
@@ -13,13 +14,27 @@ import (
 )
 
 func runDemo(args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	discKind := fs.String("discovery", "", "find peers through an embedded etcd or nats-server (etcd|nats) instead of registering them by hand")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	ctx := context.Background()
 	fmt.Println("velo demo: two nodes over TCP on loopback")
-	a, err := demoNode(ctx)
+	var disc *demoDiscovery
+	if *discKind != "" {
+		var err error
+		if disc, err = startDemoDiscovery(*discKind); err != nil {
+			return err
+		}
+		defer disc.close()
+		fmt.Println("  discovery:", disc.about)
+	}
+	a, err := demoNode(ctx, disc)
 	if err != nil {
 		return err
 	}
-	b, err := demoNode(ctx)
+	b, err := demoNode(ctx, disc)
 	if err != nil {
 		return err
 	}
@@ -30,8 +45,12 @@ func runDemo(args []string) error {
 	if err := registerDemoHandlers(b); err != nil {
 		return err
 	}
-	if err := a.RegisterPeer(b.PeerInfo()); err != nil {
-		return err
+	if disc == nil {
+		if err := a.RegisterPeer(b.PeerInfo()); err != nil {
+			return err
+		}
+	} else {
+		fmt.Println("  nothing registered by hand: each node published itself, and A finds B on its first call")
 	}
 	steps := []struct {
 		name string
@@ -55,15 +74,30 @@ func runDemo(args []string) error {
 		}
 		fmt.Printf("%d. %s\n   %s (%v)\n", i+1, s.name, out, time.Since(start).Round(time.Microsecond))
 	}
+	if disc != nil {
+		d, err := disc.open()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d. B withdrew its entry when it shut down\n   %s\n", len(steps)+1, lookupAfterShutdown(ctx, d, b.InstanceID()))
+	}
 	return nil
 }
 
-func demoNode(ctx context.Context) (*velo.Node, error) {
+func demoNode(ctx context.Context, disc *demoDiscovery) (*velo.Node, error) {
 	tr, err := tcp.New()
 	if err != nil {
 		return nil, err
 	}
-	return velo.New(ctx, velo.WithTransport(tr))
+	opts := []velo.Option{velo.WithTransport(tr)}
+	if disc != nil {
+		d, err := disc.open()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, velo.WithDiscovery(d))
+	}
+	return velo.New(ctx, opts...)
 }
 
 type addReq struct{ A, B int }

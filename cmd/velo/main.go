@@ -17,7 +17,9 @@ func main() {
 }
 
 const usage = `usage:
-  velo demo                 run the two-node demo
+  velo demo [--discovery etcd|nats]
+                            run the two-node demo (optionally finding peers
+                            through an embedded etcd or nats-server)
   velo bench <harness>      run a benchmark harness; harnesses:
       tx-budget             one-way latency by layer (L0 raw .. L3 transport)
       throughput            transport frames/s and MiB/s against a raw socket;

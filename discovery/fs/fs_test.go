@@ -1,0 +1,179 @@
+package fs_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/discovery/discoverytest"
+	"github.com/velo-go/velo/discovery/fs"
+	"github.com/velo-go/velo/ext"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("VELO_FS_CHILD") != "" {
+		childRegister()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func TestPeerConformance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	discoverytest.RunPeer(t, func(*testing.T) ext.PeerDiscovery {
+		p := fs.NewPeers(path)
+		p.PollInterval = 10 * time.Millisecond
+		return p
+	})
+}
+
+func TestThreeNodesFindEachOther(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	discoverytest.RunNodes(t, func(*testing.T) ext.PeerDiscovery {
+		p := fs.NewPeers(path)
+		p.PollInterval = 10 * time.Millisecond
+		return p
+	})
+}
+
+func TestServiceConformance(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.json")
+	discoverytest.RunService(t, func(*testing.T) ext.ServiceDiscovery {
+		s := fs.NewServices(path)
+		s.PollInterval = 10 * time.Millisecond
+		return s
+	})
+}
+
+// TestPeerFileGolden pins the file body to the reference's shape: field
+// names, the address as an array of numbers, and the xxh3_64 checksum.
+func TestPeerFileGolden(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	id, _ := ext.ParseInstanceID("6f1c2a3b-4d5e-4f60-8172-8394a5b6c7d8")
+	info := ext.PeerInfo{InstanceID: id, Address: ext.WorkerAddress{"tcp": []byte("h:1")}}
+	if err := fs.NewPeers(path).Register(context.Background(), info); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	var got map[string][]map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	e := got["peers"][0]
+	// 81 a3 "tcp" 93 'h' ':' '1': a map of one key to an array of 3 numbers.
+	wantAddr := []any{129.0, 163.0, 116.0, 99.0, 112.0, 147.0, 104.0, 58.0, 49.0}
+	if e["instance_id"] != id.String() || strconv.FormatFloat(e["worker_id"].(float64), 'f', 0, 64) == "" {
+		t.Fatalf("entry %v", e)
+	}
+	if len(e) != 4 || !sameAny(e["worker_address"].([]any), wantAddr) {
+		t.Fatalf("entry %v, want address %v", e, wantAddr)
+	}
+	if _, ok := e["address_checksum"].(float64); !ok {
+		t.Fatalf("no address_checksum in %v", e)
+	}
+}
+
+func sameAny(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestReadsRustFile reads a peers file as the reference writes it.
+func TestReadsRustFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	body := `{
+  "peers": [
+    {
+      "instance_id": "6f1c2a3b-4d5e-4f60-8172-8394a5b6c7d8",
+      "worker_id": 1,
+      "worker_address": [129, 163, 116, 99, 112, 147, 104, 58, 49],
+      "address_checksum": 2
+    }
+  ]
+}`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := ext.ParseInstanceID("6f1c2a3b-4d5e-4f60-8172-8394a5b6c7d8")
+	got, err := fs.NewPeers(path).DiscoverInstance(context.Background(), id)
+	if err != nil || string(got.Address["tcp"]) != "h:1" {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+// TestConcurrentWritersInOneProcess: many handles on one file register at
+// once; the lock and the rename keep every entry.
+func TestConcurrentWritersInOneProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	const n = 20
+	infos := make([]ext.PeerInfo, n)
+	var wg sync.WaitGroup
+	for i := range infos {
+		infos[i] = discoverytest.NewPeer()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fs.NewPeers(path).Register(context.Background(), infos[i]); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, info := range infos {
+		discoverytest.MustFind(t, fs.NewPeers(path), info)
+	}
+}
+
+// TestConcurrentWriterProcesses: several processes register into one file
+// at once. Without the flock, read-modify-write cycles overlap and lose
+// entries.
+func TestConcurrentWriterProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	const procs, each = 4, 10
+	var wg sync.WaitGroup
+	for range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "VELO_FS_CHILD="+path, "VELO_FS_EACH="+strconv.Itoa(each))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("child: %v: %s", err, out)
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ := os.ReadFile(path)
+	var pf struct{ Peers []json.RawMessage }
+	if err := json.Unmarshal(b, &pf); err != nil {
+		t.Fatal(err)
+	}
+	if len(pf.Peers) != procs*each {
+		t.Fatalf("%d entries, want %d", len(pf.Peers), procs*each)
+	}
+}
+
+func childRegister() {
+	each, _ := strconv.Atoi(os.Getenv("VELO_FS_EACH"))
+	d := fs.NewPeers(os.Getenv("VELO_FS_CHILD"))
+	for range each {
+		if err := d.Register(context.Background(), discoverytest.NewPeer()); err != nil {
+			os.Stderr.WriteString(err.Error())
+			os.Exit(1)
+		}
+	}
+}

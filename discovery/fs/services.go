@@ -1,0 +1,160 @@
+package fs
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// serviceFile is the file's shape, as the reference writes it:
+//
+//	{"services":{"<name>":["<uuid>", ...]}}
+type serviceFile struct {
+	Services map[string][]string `json:"services"`
+}
+
+// DefaultPollInterval is how often a watch reads the file again.
+const DefaultPollInterval = 2 * time.Second
+
+// Services is service discovery on one JSON file. It implements
+// ext.ServiceDiscovery, ext.ServiceRegistrar, ext.ServiceLister and
+// ext.ServiceWatcher (by reading the file every PollInterval).
+type Services struct {
+	f jsonFile
+	// PollInterval is how often a watch reads the file; set it before
+	// the first watch. Zero means DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// NewServices uses the file at path; it is created on the first registration.
+func NewServices(path string) *Services { return &Services{f: jsonFile{path: path}} }
+
+// RegisterService adds id to service; adding it twice is no error.
+func (d *Services) RegisterService(_ context.Context, service string, id ext.InstanceID) error {
+	var sf serviceFile
+	return d.f.update(&sf, func() error {
+		if sf.Services == nil {
+			sf.Services = map[string][]string{}
+		}
+		if !slices.Contains(sf.Services[service], id.String()) {
+			sf.Services[service] = append(sf.Services[service], id.String())
+		}
+		return nil
+	})
+}
+
+// UnregisterService removes id from service; a service left empty goes.
+func (d *Services) UnregisterService(_ context.Context, service string, id ext.InstanceID) error {
+	var sf serviceFile
+	return d.f.update(&sf, func() error {
+		ids := slices.DeleteFunc(sf.Services[service], func(s string) bool { return s == id.String() })
+		if len(ids) == 0 {
+			delete(sf.Services, service)
+		} else {
+			sf.Services[service] = ids
+		}
+		return nil
+	})
+}
+
+// RegisterServiceInstance registers id and returns a guard that removes it.
+func (d *Services) RegisterServiceInstance(ctx context.Context, service string, id ext.InstanceID) (ext.Registration, error) {
+	if err := d.RegisterService(ctx, service, id); err != nil {
+		return nil, err
+	}
+	return &guard{undo: func(ctx context.Context) error { return d.UnregisterService(ctx, service, id) }}, nil
+}
+
+// ListService returns the instances of service; entries that are not
+// UUIDs are skipped.
+func (d *Services) ListService(_ context.Context, service string) ([]ext.InstanceID, error) {
+	var sf serviceFile
+	if err := d.f.read(&sf); err != nil {
+		return nil, err
+	}
+	var out []ext.InstanceID
+	for _, s := range sf.Services[service] {
+		if id, err := ext.ParseInstanceID(s); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// ListServices returns the names of services with at least one instance.
+func (d *Services) ListServices(context.Context) ([]string, error) {
+	var sf serviceFile
+	if err := d.f.read(&sf); err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, ids := range sf.Services {
+		if len(ids) > 0 {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// WatchService reports the instances of service, then each change seen
+// when the file is read again. One goroutine per watch, ended by ctx.
+func (d *Services) WatchService(ctx context.Context, service string) (<-chan ext.ServiceEvent, error) {
+	first, err := d.ListService(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	every := d.PollInterval
+	if every <= 0 {
+		every = DefaultPollInterval
+	}
+	ch := make(chan ext.ServiceEvent, 16)
+	ch <- ext.ServiceEvent{Kind: ext.ServiceInitial, IDs: first}
+	go d.poll(ctx, service, first, every, ch)
+	return ch, nil
+}
+
+func (d *Services) poll(ctx context.Context, service string, known []ext.InstanceID, every time.Duration, ch chan<- ext.ServiceEvent) {
+	defer close(ch)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, err := d.ListService(ctx, service)
+		if err != nil {
+			continue // a bad read now says nothing about the next one
+		}
+		for _, ev := range diff(known, now) {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		known = now
+	}
+}
+
+// diff returns Added events for what is new in now, then Removed events
+// for what left.
+func diff(old, now []ext.InstanceID) []ext.ServiceEvent {
+	var out []ext.ServiceEvent
+	for _, id := range now {
+		if !slices.Contains(old, id) {
+			out = append(out, ext.ServiceEvent{Kind: ext.ServiceAdded, IDs: []ext.InstanceID{id}})
+		}
+	}
+	for _, id := range old {
+		if !slices.Contains(now, id) {
+			out = append(out, ext.ServiceEvent{Kind: ext.ServiceRemoved, IDs: []ext.InstanceID{id}})
+		}
+	}
+	return out
+}
