@@ -148,9 +148,9 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.Anchor
 // can send credit back: the first time, a _hello round trip; after that,
 // nothing.
 func (r *remote) greetOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, error) {
-	info, ok := r.msg.PeerInfoOf(handle.Owner())
-	if !ok {
-		return ext.InstanceID{}, fmt.Errorf("velo: open %v: worker %v is not a registered peer", handle, handle.Owner())
+	info, err := r.ownerInfo(ctx, handle)
+	if err != nil {
+		return ext.InstanceID{}, err
 	}
 	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil {
 		return ext.InstanceID{}, fmt.Errorf("velo: open %v: %w", handle, err)

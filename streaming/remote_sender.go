@@ -141,10 +141,9 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 // per-stream listener, and makes sure the owner knows this node. With the
 // mux on, an owner without a listener is fine: the address is then "".
 func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, string, error) {
-	owner := handle.Owner()
-	info, ok := r.msg.PeerInfoOf(owner)
-	if !ok {
-		return ext.InstanceID{}, "", fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	info, err := r.ownerInfo(ctx, handle)
+	if err != nil {
+		return ext.InstanceID{}, "", err
 	}
 	var addr string
 	ep, err := info.Address.Lookup(wire.TCPStreamKey)
@@ -443,4 +442,22 @@ func (rs *remoteSender) watch() {
 func deadlineOf(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
+}
+
+// ownerInfo is the PeerInfo of the anchor's owner: from the peer table, or
+// through discovery for an owner this node has not met (the handle came in
+// a request from a third node).
+func (r *remote) ownerInfo(ctx context.Context, handle wire.AnchorHandle) (ext.PeerInfo, error) {
+	owner := handle.Owner()
+	if info, ok := r.msg.PeerInfoOf(owner); ok {
+		return info, nil
+	}
+	if _, err := r.msg.ResolveWorker(ctx, owner); err != nil {
+		return ext.PeerInfo{}, fmt.Errorf("velo: owner of anchor %v: %w", handle, err)
+	}
+	info, ok := r.msg.PeerInfoOf(owner)
+	if !ok {
+		return ext.PeerInfo{}, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
+	}
+	return info, nil
 }
