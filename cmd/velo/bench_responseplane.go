@@ -23,13 +23,14 @@ func init() {
 		atBytes := fs.Int("at-bytes", 0, "auto-linger: end the window once this many bytes are staged (0: no limit)")
 		frontFlush := fs.String("frontend-flush-policy", "auto", "mux arm: flush policy of the anchor hosts, which send only credit replies and never call FlushBatch")
 		credit := fs.Uint("initial-credit", 0, "mux arm: per-stream credit window (0: velo's default, 32)")
+		lanes := fs.Int("lanes", 1, "velo arms: build every node's TCP transport WithLanes(n), so the mux may spread a peer's streams over up to n connections (1..16)")
 		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
 		plotPath := fs.String("plot", "", "draw the TTFT and token-latency CDFs of every arm (pooled over the reps) into this .png or .svg file")
 		return func() error {
 			cfg := bench.ResponsePlaneConfig{
 				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
-				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Reps: *reps, Timeout: *timeout,
+				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Lanes: *lanes, Reps: *reps, Timeout: *timeout,
 			}
 			if *plotPath != "" {
 				// Refuse a bad extension before the run, not after it.

@@ -3,8 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/velo-go/velo/cmd/velo/internal/bench"
 )
@@ -16,16 +18,58 @@ func init() {
 		transport := fs.String("transport", "tcp", "tcp or uds")
 		// Transport level.
 		sizes := fs.String("sizes", "64,65536", "transport level: comma-separated frame payload sizes in bytes")
-		modes := fs.String("modes", "pipelined,inflight", "transport level: pipelined and/or inflight")
+		modes := fs.String("modes", "pipelined,inflight", "transport level: pipelined and/or inflight; stream runs the stream mode (byte items over the messenger mux, see --lanes), alone unless --level is given too")
 		inflight := fs.Int("inflight", 64, "transport level: requests outstanding in the inflight mode")
 		mib := fs.Int("mib", 1024, "transport level: MiB moved per pipelined run")
 		frames := fs.Int("frames", 2000000, "transport level: frames per pipelined run at most")
 		calls := fs.Int("calls", 200000, "transport level: round trips per inflight run at most")
+		// Stream mode.
+		lanes := fs.String("lanes", "1,4", "stream mode: comma-separated lane counts, one arm each (both nodes' TCP transports built WithLanes(n)); ratios are to the first")
+		streams := fs.String("streams", "16,64,256", "stream mode: comma-separated counts of concurrent streams")
+		itemBytes := fs.Int("item-bytes", 16384, "stream mode: bytes per item")
+		duration := fs.Duration("duration", 3*time.Second, "stream mode: how long the producers send in one run")
 		// Messenger level.
 		msgConfig := msgThroughputFlags(fs, transport, reps)
 		return func() error {
+			levelSet := false
+			fs.Visit(func(f *flag.Flag) { levelSet = levelSet || f.Name == "level" })
+			var rest []string
+			stream := false
+			for _, m := range strings.Split(*modes, ",") {
+				switch m = strings.TrimSpace(m); m {
+				case "stream":
+					stream = true
+				case "":
+				default:
+					rest = append(rest, m)
+				}
+			}
+			var scfg bench.StreamThroughputConfig
+			if stream {
+				scfg = bench.StreamThroughputConfig{ItemBytes: *itemBytes, Duration: *duration, Reps: *reps, Log: os.Stderr}
+				var err error
+				if scfg.Lanes, err = intList(*lanes); err != nil {
+					return fmt.Errorf("--lanes: %w", err)
+				}
+				if scfg.Streams, err = intList(*streams); err != nil {
+					return fmt.Errorf("--streams: %w", err)
+				}
+				if err := scfg.Validate(); err != nil {
+					return err
+				}
+				if *transport != "tcp" {
+					return fmt.Errorf("stream mode runs on tcp only (lanes are a TCP option), not %q", *transport)
+				}
+			}
 			levels := msgSplitList(*level)
-			if len(levels) == 0 {
+			if stream && !levelSet {
+				// --modes stream alone runs the stream mode alone.
+				levels = nil
+				if len(rest) > 0 {
+					levels = []string{"transport"}
+				}
+			}
+			if len(levels) == 0 && !stream {
 				return fmt.Errorf("--level names no level (want transport, messenger or both)")
 			}
 			var mcfg bench.MsgThroughputConfig
@@ -43,6 +87,9 @@ func init() {
 				}
 			}
 			for _, l := range levels {
+				if l == "transport" && len(rest) == 0 {
+					continue // only the stream mode was asked for
+				}
 				if l == "messenger" {
 					if err := bench.MsgThroughput(mcfg, r); err != nil {
 						return err
@@ -50,7 +97,7 @@ func init() {
 					continue
 				}
 				cfg := bench.ThroughputConfig{
-					Transport: *transport, Modes: strings.Split(*modes, ","), InFlight: *inflight,
+					Transport: *transport, Modes: rest, InFlight: *inflight,
 					Bytes: int64(*mib) << 20, MaxFrames: *frames, Calls: *calls, Reps: *reps,
 				}
 				for _, s := range strings.Split(*sizes, ",") {
@@ -64,7 +111,26 @@ func init() {
 					return err
 				}
 			}
+			if stream {
+				return bench.StreamThroughput(scfg, r)
+			}
 			return nil
 		}
 	}
+}
+
+// intList parses comma-separated integers.
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -18,7 +18,9 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // The response-plane harness (the book's response_plane_bench, chapter 21)
@@ -72,7 +74,11 @@ type ResponsePlaneConfig struct {
 	// calls FlushBatch.
 	FrontendFlush string
 	InitialCredit uint32 // mux credit window; 0 is velo's default
-	Reps          int
+	// Lanes builds the TCP transport of every velo node WithLanes(Lanes)
+	// (0 or 1: one lane, the transport's default). The grpc arm has no
+	// lanes.
+	Lanes int
+	Reps  int
 	// Timeout bounds one arm of one rep; a run that takes longer fails.
 	Timeout time.Duration
 	// Samples, when set, collects every arm's TTFT and token latencies
@@ -127,7 +133,18 @@ func (c ResponsePlaneConfig) Validate() error {
 	if c.FrontendFlush != "" && c.FrontendFlush != "manual" && c.FrontendFlush != "auto" {
 		return fmt.Errorf("unknown frontend flush policy %q (want manual or auto)", c.FrontendFlush)
 	}
+	if c.Lanes < 0 || c.Lanes > muxwire.Lanes {
+		return fmt.Errorf("lanes %d out of range 1..%d", c.Lanes, muxwire.Lanes)
+	}
 	return nil
+}
+
+// newTCP builds the TCP transport of a velo node of the run.
+func (c ResponsePlaneConfig) newTCP() (ext.Transport, error) {
+	if c.Lanes <= 1 {
+		return NewTransport("tcp")
+	}
+	return tcp.New(append(tcpBufferOption(), tcp.WithLanes(c.Lanes))...)
 }
 
 // rpStream is one request's response stream as the engine sees it.
@@ -179,6 +196,10 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 	params := map[string]any{"anchor_hosts": cfg.AnchorHosts, "engines": cfg.Engines, "requests": cfg.Requests,
 		"max_batch": cfg.MaxBatch, "tokens": cfg.Tokens, "pass_delay_ms": float64(cfg.PassDelay) / float64(time.Millisecond),
 		"flush_policy": cfg.Flush, "frontend_flush_policy": cfg.FrontendFlush, "procs": runtime.GOMAXPROCS(0)}
+	if cfg.Lanes > 1 {
+		// Only then, so that one-lane figures keep the params they had.
+		params["lanes"] = cfg.Lanes
+	}
 	if cfg.Flush == "auto-linger" {
 		params["linger_us"], params["on_complete"], params["at_bytes"] = cfg.LingerUS, cfg.OnComplete, cfg.AtBytes
 	}
@@ -582,7 +603,7 @@ type rpTicketed struct {
 func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine streaming.MuxConfig, wantKey string) (*veloPlane, error) {
 	p := &veloPlane{wantKey: wantKey, manual: !engine.Disabled && engine.Flush == streaming.FlushManual}
 	start := func(mc streaming.MuxConfig) (*velo.Node, error) {
-		tr, err := NewTransport("tcp")
+		tr, err := cfg.newTCP()
 		if err != nil {
 			return nil, err
 		}
@@ -604,7 +625,7 @@ func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine str
 		} else {
 			// The mux arms count the engines' attach requests.
 			var tr ext.Transport
-			if tr, err = NewTransport("tcp"); err == nil {
+			if tr, err = cfg.newTCP(); err == nil {
 				tap := &attachTap{Transport: tr}
 				p.attachTaps = append(p.attachTaps, tap)
 				n, err = velo.New(ctx, velo.WithTransport(tap), velo.WithMux(engine))

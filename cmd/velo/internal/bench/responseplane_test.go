@@ -198,3 +198,32 @@ func TestResponsePlaneLingerFlags(t *testing.T) {
 		}
 	}
 }
+
+// With --lanes 4 every velo arm runs on four-lane TCP transports, the
+// params name the lanes, and a lane count out of range is refused.
+func TestResponsePlaneLanes(t *testing.T) {
+	cfg := ResponsePlaneConfig{Arms: []string{"mux", "mux-zero-rtt", "per-stream"}, Flush: "auto", Lanes: 4,
+		AnchorHosts: 2, Engines: 2, Requests: 12, MaxBatch: 4, Tokens: 5, Reps: 1, Timeout: time.Minute}
+	var r Report
+	if err := ResponsePlane(cfg, &r); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, f := range r.Figures {
+		if f.Metric == "tokens_per_s" {
+			if f.Params["lanes"] != 4 {
+				t.Errorf("%s: params %v lack lanes=4", f.Arm, f.Params)
+			}
+			n++
+		}
+	}
+	if n != len(cfg.Arms) {
+		t.Fatalf("tokens_per_s for %d arms, want %d", n, len(cfg.Arms))
+	}
+	for _, lanes := range []int{-1, 17} {
+		cfg.Lanes = lanes
+		if cfg.Validate() == nil {
+			t.Errorf("lanes %d accepted", lanes)
+		}
+	}
+}
