@@ -237,3 +237,47 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 		}
 	}
 }
+
+// A LifecycleSlot for an old stream does nothing to the stream that now
+// holds its slot index, nor does one with the right slot but another
+// session; control for an index never allocated is refused and counted.
+func TestMuxStaleAndBogusControl(t *testing.T) {
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.close()
+	b, err := mx.batcherFor(3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := b.open(1, 100, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.closeByPeer(old.id) // the old stream ends; its index is free
+	cur, err := b.open(2, 200, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.id.Index() != old.id.Index() || cur.id == old.id {
+		t.Fatalf("index not reused at a new generation: old %v, new %v", old.id, cur.id)
+	}
+	b.lifecycle(old.id, 100, muxwire.Cancel) // stale: the old slot id
+	b.lifecycle(cur.id, 100, muxwire.Cancel) // stale: the old session on the new slot
+	select {
+	case <-cur.signalCh(true):
+		t.Fatal("a stale LifecycleSlot cancelled the stream that reuses the slot")
+	default:
+	}
+	b.lifecycle(cur.id, 200, muxwire.Cancel)
+	select {
+	case <-cur.signalCh(true):
+	default:
+		t.Fatal("the LifecycleSlot of the current session did not cancel")
+	}
+	before := mx.n.controlRefused.Load()
+	bogus, _ := muxwire.NewSlotID(5000, 0)
+	b.grant(bogus, 10)
+	b.closeByPeer(bogus)
+	if got := mx.n.controlRefused.Load() - before; got != 2 {
+		t.Fatalf("bogus control refused %d times, want 2", got)
+	}
+}
