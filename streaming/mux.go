@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/deadline"
 	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
@@ -175,6 +176,9 @@ type mux struct {
 	batchers map[laneKey]*batcher
 	ingress  map[laneKey]*ingressPeer
 	binds    map[bindKey]*muxBind
+	bindIDs  map[uint64]*muxBind // the same binds by their accept-window id
+	nextBind uint64
+	acceptQ  *deadline.Queue            // the accept windows of every bind
 	nodeLoad laneLoad                   // streams per lane on this node (mux_lanes.go)
 	peerLoad map[ext.WorkerID]*laneLoad // streams per lane from each sender
 	budgetMu sync.Mutex                 // a leaf: budgets is read while batchers are made, with or without mu
@@ -193,11 +197,13 @@ func newMux(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int,
 		batchers: make(map[laneKey]*batcher),
 		ingress:  make(map[laneKey]*ingressPeer),
 		binds:    make(map[bindKey]*muxBind),
+		bindIDs:  make(map[uint64]*muxBind),
 		peerLoad: make(map[ext.WorkerID]*laneLoad),
 		budgets:  make(map[ext.WorkerID]*peerBudget),
 		bell:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
+	mx.acceptQ = deadline.New(0, mx.expireBind)
 	mx.sweeping.Add(1)
 	go mx.sweep()
 	return mx
@@ -298,6 +304,7 @@ func (mx *mux) close() {
 	mx.batchers, mx.ingress = map[laneKey]*batcher{}, map[laneKey]*ingressPeer{}
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}
+	mx.bindIDs = map[uint64]*muxBind{}
 	mx.mu.Unlock()
 	bs = mx.goodbyes(bs, ips)
 	close(mx.stop)
@@ -311,6 +318,7 @@ func (mx *mux) close() {
 		bd.drop()
 	}
 	mx.sweeping.Wait()
+	mx.acceptQ.Close()
 	if mx.unreport != nil {
 		mx.unreport() // its counts stay in the totals; its gauges go
 	}

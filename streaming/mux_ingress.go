@@ -38,7 +38,7 @@ type muxBind struct {
 	mpsc     *mpscRemote  // set for a producer of an MPSC anchor
 	peer     ext.WorkerID // the producer that attached
 	credit   uint32
-	timer    *time.Timer // the accept window
+	id       uint64 // its entry in the accept-window queue
 }
 
 // ingressPeer is the slot table of one sending peer (lane 0).
@@ -120,19 +120,34 @@ func (mx *mux) addBind(k bindKey, bd *muxBind, window time.Duration, lanes int, 
 	bd.lane = mx.pickLaneLocked(bd.peer, lanes, key)
 	mx.countLocked(bd.peer, bd.lane, 1)
 	mx.binds[k] = bd
-	bd.timer = time.AfterFunc(window, func() { mx.expireBind(k, bd) })
+	mx.nextBind++
+	bd.id = mx.nextBind
+	mx.bindIDs[bd.id] = bd
+	mx.acceptQ.Add(bd.id, time.Now().Add(window))
 	return true
 }
 
-// expireBind ends a bound stream whose OpenSlot did not come in the
-// accept window: the consumer sees ErrSenderDropped.
-func (mx *mux) expireBind(k bindKey, bd *muxBind) {
+// forgetLocked takes bd out of the tables and its accept window out of the
+// queue. The caller holds mx.mu and has checked that bd is in binds.
+func (mx *mux) forgetLocked(bd *muxBind) {
+	delete(mx.binds, bd.key)
+	delete(mx.bindIDs, bd.id)
+	mx.acceptQ.Remove(bd.id)
+}
+
+// expireBind is the accept-window queue's expiry: it ends a bound stream
+// whose OpenSlot did not come in time; the consumer sees ErrSenderDropped.
+// One queue and its one goroutine serve every bind, so a bind costs no
+// timer and no goroutine.
+func (mx *mux) expireBind(id uint64) {
 	mx.mu.Lock()
-	if mx.binds[k] != bd {
+	bd := mx.bindIDs[id]
+	if bd == nil || mx.binds[bd.key] != bd {
 		mx.mu.Unlock()
 		return
 	}
-	delete(mx.binds, k)
+	delete(mx.binds, bd.key)
+	delete(mx.bindIDs, id)
 	mx.countLocked(bd.peer, bd.lane, -1)
 	mx.mu.Unlock()
 	mx.n.unclaimedReaped.Add(1)
@@ -147,8 +162,7 @@ func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
 	if bd == nil || (bd.peer != peer && !bd.prebound) {
 		return nil
 	}
-	delete(mx.binds, k)
-	bd.timer.Stop()
+	mx.forgetLocked(bd)
 	if bd.prebound { // the pre-bind counted on the node; now on its sender too
 		mx.countPeerLocked(peer, bd.lane, 1)
 	}
@@ -159,10 +173,9 @@ func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
 func (mx *mux) dropBinds(peer ext.WorkerID) {
 	mx.mu.Lock()
 	var gone []*muxBind
-	for k, bd := range mx.binds {
+	for _, bd := range mx.binds {
 		if bd.peer == peer {
-			bd.timer.Stop()
-			delete(mx.binds, k)
+			mx.forgetLocked(bd)
 			mx.countLocked(bd.peer, bd.lane, -1)
 			gone = append(gone, bd)
 		}
@@ -749,8 +762,7 @@ func (mx *mux) unbind(bd *muxBind) {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
 	if mx.binds[bd.key] == bd {
-		delete(mx.binds, bd.key)
-		bd.timer.Stop()
+		mx.forgetLocked(bd)
 		mx.countLocked(bd.peer, bd.lane, -1)
 	}
 }
@@ -773,7 +785,9 @@ func (mx *mux) adopt(bd *muxBind, producer ext.WorkerID) bool {
 func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
-	if mx.binds[bd.key] == bd && bd.timer.Stop() {
-		bd.timer.Reset(window)
+	if mx.binds[bd.key] == bd {
+		// Reset does nothing to an entry the queue is expiring: renewal
+		// cannot revive a bind.
+		mx.acceptQ.Reset(bd.id, time.Now().Add(window))
 	}
 }
