@@ -344,16 +344,9 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	if err != nil {
 		return nil, err
 	}
-	session := r.session.Add(1)
-	req := wire.AttachRequest{
-		Handle:                 handle,
-		SessionID:              session,
-		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
-		SupportedTransportKeys: r.offeredKeys(),
-	}
 	// Registered before the request leaves, so that a stop the owner
 	// sends at the attach finds it (control.go).
-	rs := newRemoteSender(r, handle, session)
+	rs := newRemoteSender(r, handle, r.session.Add(1))
 	r.addSender(rs)
 	ok := false
 	defer func() {
@@ -361,18 +354,14 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 			r.dropSender(rs)
 		}
 	}()
-	rttStart := r.m.opStart()
-	body, err := r.msg.Unary(ctx, owner, wire.MPSCAnchorAttachHandler, req.AppendJSON(nil))
 	var resp wire.MPSCAttachResponse
-	if err == nil {
+	err = r.askAttach(ctx, owner, wire.MPSCAnchorAttachHandler, rs, nil, func(body []byte) (string, string, error) {
+		var err error
 		resp, err = wire.DecodeMPSCAttachResponse(body)
-	}
-	r.countAttachRTT(rttStart, err == nil && !resp.Refused, resp.TransportKey)
+		return resp.TransportKey, refusalOf(resp.Refused, resp.Reason), err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
-	}
-	if resp.Refused {
-		return nil, attachRefusal(handle, resp.Reason)
+		return nil, err
 	}
 	if resp.TransportKey == muxWireKey && r.mux != nil {
 		// The registry (dropped by the deferred func) is for the

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/transport/tcp"
@@ -16,25 +15,8 @@ import (
 // lanedNode is a node whose TCP transport keeps n lanes to each peer.
 func lanedNode(t *testing.T, n int) *remoteNode {
 	t.Helper()
-	tr, err := tcp.New(tcp.WithLanes(n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		msg.Shutdown(ctx)
-	})
-	sm, err := NewNodeManager(msg, WithMux(MuxConfig{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sm.Close() })
-	return &remoteNode{msg: msg, sm: sm}
+	msg, _ := newMessengerTCP(t, tcp.WithLanes(n))
+	return muxNodeOn(t, msg)
 }
 
 // slotsPerLane counts the consumer's live slots from peer on each lane.

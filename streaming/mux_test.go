@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -504,25 +502,8 @@ func TestMuxRequestStop(t *testing.T) {
 // closing every connection as the kernel does for a killed process.
 func killableNode(t *testing.T) (*remoteNode, *tcp.Transport) {
 	t.Helper()
-	tr, err := tcp.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		msg.Shutdown(ctx)
-	})
-	sm, err := NewNodeManager(msg, WithMux(MuxConfig{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sm.Close() })
-	return &remoteNode{msg: msg, sm: sm}, tr
+	msg, tr := newMessengerTCP(t)
+	return muxNodeOn(t, msg), tr
 }
 
 // streamEnd is how one consumer's stream ended.

@@ -106,26 +106,15 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 // bindRemote makes the _anchor_attach round trip for rs, dials the
 // owner's listener and starts the pump.
 func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte, key *uint64) (*Sender[T], error) {
-	handle, session := rs.handle, rs.id
-	req := wire.AttachRequest{
-		Handle:                 handle,
-		SessionID:              session,
-		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
-		SupportedTransportKeys: r.offeredKeys(),
-		LaneKey:                key,
-	}
-	rttStart := r.m.opStart()
-	body, err := r.msg.Unary(ctx, owner, wire.AnchorAttachHandler, req.AppendJSON(nil))
+	handle := rs.handle
 	var resp wire.AttachResponse
-	if err == nil {
+	err := r.askAttach(ctx, owner, wire.AnchorAttachHandler, rs, key, func(body []byte) (string, string, error) {
+		var err error
 		resp, err = wire.DecodeAttachResponse(body)
-	}
-	r.countAttachRTT(rttStart, err == nil && !resp.Refused, resp.TransportKey)
+		return resp.TransportKey, refusalOf(resp.Refused, resp.Reason), err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
-	}
-	if resp.Refused {
-		return nil, attachRefusal(handle, resp.Reason)
+		return nil, err
 	}
 	if resp.TransportKey == muxWireKey && r.mux != nil {
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
@@ -460,4 +449,44 @@ func (r *remote) ownerInfo(ctx context.Context, handle wire.AnchorHandle) (ext.P
 		return ext.PeerInfo{}, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
 	}
 	return info, nil
+}
+
+// askAttach sends an attach request for rs (the producer's session and
+// cancel handle, the transports it offers, the lane key) to owner's
+// handler, decodes the answer with decode (the transport key, and the
+// owner's reason when it refused), and counts the round trip. A refusal
+// comes back as the error that the same-worker attach gives.
+func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler string, rs *remoteSender, key *uint64, decode func([]byte) (transport, refusal string, err error)) error {
+	req := wire.AttachRequest{
+		Handle:                 rs.handle,
+		SessionID:              rs.id,
+		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), rs.id),
+		SupportedTransportKeys: r.offeredKeys(),
+		LaneKey:                key,
+	}
+	rttStart := r.m.opStart()
+	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(nil))
+	var transport, refusal string
+	if err == nil {
+		transport, refusal, err = decode(body)
+	}
+	r.countAttachRTT(rttStart, err == nil && refusal == "", transport)
+	switch {
+	case err != nil:
+		return fmt.Errorf("velo: attach %v: %w", rs.handle, err)
+	case refusal != "":
+		return attachRefusal(rs.handle, refusal)
+	}
+	return nil
+}
+
+// refusalOf is the reason of a refused answer, "" for one that bound.
+func refusalOf(refused bool, reason string) string {
+	if !refused {
+		return ""
+	}
+	if reason == "" {
+		return "refused" // never empty: "" means bound
+	}
+	return reason
 }

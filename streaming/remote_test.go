@@ -26,7 +26,15 @@ type remoteNode struct {
 
 func newMessenger(t testing.TB) *messenger.Messenger {
 	t.Helper()
-	tr, err := tcp.New()
+	msg, _ := newMessengerTCP(t)
+	return msg
+}
+
+// newMessengerTCP is a messenger over TCP with opts, shut down when the
+// test ends, and its transport (which a test may shut down itself).
+func newMessengerTCP(t testing.TB, opts ...tcp.Option) (*messenger.Messenger, *tcp.Transport) {
+	t.Helper()
+	tr, err := tcp.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +47,18 @@ func newMessenger(t testing.TB) *messenger.Messenger {
 		defer cancel()
 		msg.Shutdown(ctx)
 	})
-	return msg
+	return msg, tr
+}
+
+// muxNodeOn is a node over msg with the mux on, closed when the test ends.
+func muxNodeOn(t *testing.T, msg *messenger.Messenger) *remoteNode {
+	t.Helper()
+	sm, err := NewNodeManager(msg, WithMux(MuxConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sm.Close() })
+	return &remoteNode{msg: msg, sm: sm}
 }
 
 func newRemoteNode(t *testing.T, opts ...NodeOption) *remoteNode {
