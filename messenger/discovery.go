@@ -22,6 +22,7 @@ const unpublishWait = 2 * time.Second
 // the peers it learned through discovery (bounded), and the watch that
 // hears of registrations that vanish.
 type discoveryState struct {
+	regMu     sync.Mutex // serializes registerDiscovered
 	mu        sync.Mutex
 	reg       ext.Registration // this node's own entry, once published
 	found     map[ext.InstanceID]struct{}
@@ -66,6 +67,11 @@ func (m *Messenger) ResolveWorker(ctx context.Context, w ext.WorkerID) (ext.Inst
 // registerDiscovered registers a peer found through discovery and forgets
 // the least recently used discovered peer when there are too many.
 func (m *Messenger) registerDiscovered(info ext.PeerInfo) error {
+	// One registration at a time: two first calls that both found the peer
+	// unknown would otherwise both register it, and the second would
+	// replace the first's entry and handshake again.
+	m.disco.regMu.Lock()
+	defer m.disco.regMu.Unlock()
 	if p, ok := m.peers.get(info.InstanceID); ok && !p.restarted.Load() &&
 		bytes.Equal(p.info.Address.Encode(), info.Address.Encode()) {
 		return nil // a concurrent first call registered it already; keep its handshake
