@@ -46,6 +46,7 @@ type batcher struct {
 	live          int      // open slots
 	ready         []*outSlot
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejects       int                                    // entries of closes that answer unadmitted OpenSlots
 	rejected      map[muxwire.SlotID]struct{}            // which they are
 	staged        int                                    // slots with records queued: OnComplete compares it to live
@@ -679,7 +680,9 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		return nil, 0, nil, false
 	}
 	var enc muxwire.Encoder
-	enc.Start(make([]byte, 0, 512), b.lane, b.epoch, b.seq+1)
+	// The buffer goes to the transport with the batch, so each batch needs
+	// its own: sized from the last one, so that it is made once, not grown.
+	enc.Start(make([]byte, 0, b.sizeHint()), b.lane, b.epoch, b.seq+1)
 	limit := b.mx.cfg.MaxBatchBytes
 	full := func(n int) bool {
 		return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords
@@ -762,6 +765,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 		return nil, 0, retired, false
 	}
 	b.seq++
+	b.lastLen = enc.Len()
 	return enc.Batch(), enc.Count(), retired, more || len(b.ready) > 0 && data
 }
 
@@ -1122,4 +1126,10 @@ func (b *batcher) dataWrittenLocked() {
 	if b.staged > 0 {
 		b.armWindowLocked(b.mx.cfg.MaxLinger)
 	}
+}
+
+// sizeHint is the capacity for the next batch buffer: a quarter more than
+// the last batch, within the batch cap. Its lock is held.
+func (b *batcher) sizeHint() int {
+	return min(max(512, b.lastLen+b.lastLen/4), b.mx.cfg.MaxBatchBytes+muxwire.BatchHeaderLen+muxwire.RecordHeaderLen)
 }
