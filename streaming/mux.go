@@ -91,6 +91,14 @@ type MuxConfig struct {
 	AtBytes int
 }
 
+// coalesceThreshold is the size up to which the transports' writer packs
+// frames into one write; messengerEnvelope is room for the messenger's
+// frame preamble and header around a batch.
+const (
+	coalesceThreshold = 64 << 10
+	messengerEnvelope = 256
+)
+
 // maxMuxSlots bounds the slot indices of one batcher, as the book's table
 // of 65,536 per (peer, lane).
 const maxMuxSlots = 1 << 16
@@ -110,6 +118,11 @@ func (c MuxConfig) withDefaults() MuxConfig {
 	if c.MaxBatchBytes <= 0 {
 		c.MaxBatchBytes = 60 << 10
 	}
+	// The coalescing writer packs a frame into its buffered write only up
+	// to 64 KiB; a larger batch would be written in segments and give the
+	// saving back, so that threshold caps the batch too. (The eager budget,
+	// the transport's 16 MiB frame, is larger still.)
+	c.MaxBatchBytes = min(c.MaxBatchBytes, coalesceThreshold-messengerEnvelope)
 	if c.ReplyLinger <= 0 {
 		c.ReplyLinger = time.Millisecond
 	}
