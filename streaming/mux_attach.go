@@ -153,7 +153,7 @@ func (r *remote) muxAnswer(session uint64, lane int) []byte {
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
 		Lane:                uint8(lane),
 	}
-	return resp.AppendJSON(nil)
+	return resp.AppendJSON(make([]byte, 0, 192))
 }
 
 // muxAcceptWindow is how long a mux bind waits for its OpenSlot: the

@@ -72,3 +72,44 @@ func benchMuxNodes(b *testing.B) (producer, consumer *remoteNode) {
 	}
 	return producer, consumer
 }
+
+// BenchmarkMuxStreamSetup is one short stream between two nodes over the
+// mux: create an anchor, attach (or open a ticket), send a token,
+// finalize, read to the end. It reports the cost of setting a stream up.
+func BenchmarkMuxStreamSetup(b *testing.B) {
+	producer, consumer := benchMuxNodes(b)
+	ctx := context.Background()
+	payload := []byte("a forty-byte token of a response stream.")
+	for _, zeroRTT := range []bool{false, true} {
+		b.Run(map[bool]string{false: "attach", true: "ticket"}[zeroRTT], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				a, err := CreateAnchor[[]byte](consumer.sm)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var s *Sender[[]byte]
+				if zeroRTT {
+					tk, err := consumer.sm.PrebindAnchor(a.Handle())
+					if err != nil {
+						b.Fatal(err)
+					}
+					s, err = OpenAnchorStream[[]byte](ctx, producer.sm, a.Handle(), tk)
+					if err != nil {
+						b.Fatal(err)
+					}
+				} else if s, err = AttachAnchor[[]byte](ctx, producer.sm, a.Handle()); err != nil {
+					b.Fatal(err)
+				}
+				s.SendBytes(ctx, payload)
+				s.Finalize()
+				for {
+					if _, err := a.NextBytes(ctx); err != nil {
+						break
+					}
+				}
+				a.Close()
+			}
+		})
+	}
+}

@@ -465,7 +465,7 @@ func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler st
 		LaneKey:                key,
 	}
 	rttStart := r.m.opStart()
-	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(nil))
+	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(make([]byte, 0, 256)))
 	var transport, refusal string
 	if err == nil {
 		transport, refusal, err = decode(body)

@@ -194,7 +194,7 @@ func jsonKey(q []byte) (string, error) {
 		return "", errors.New("not a string")
 	}
 	if bytes.IndexByte(q, '\\') < 0 {
-		return string(q[1 : len(q)-1]), nil
+		return knownString(q[1 : len(q)-1]), nil
 	}
 	var k string
 	err := json.Unmarshal(q, &k)
@@ -219,29 +219,92 @@ func jsonUint(val json.RawMessage, bits int, field string) (uint64, error) {
 	return v, nil
 }
 
+// jsonString reads a string value. Values are inside a body that
+// jsonObject checked with json.Valid, so a string without escapes is its
+// bytes between the quotes; only one with escapes pays for a decode.
 func jsonString(val json.RawMessage, field string) (string, error) {
+	if len(val) < 2 || val[0] != '"' || val[len(val)-1] != '"' {
+		return "", malformed("%s: not a string", field)
+	}
+	if bytes.IndexByte(val, '\\') < 0 {
+		return knownString(val[1 : len(val)-1]), nil
+	}
 	var s string
-	if len(val) == 0 || val[0] != '"' || json.Unmarshal(val, &s) != nil {
+	if json.Unmarshal(val, &s) != nil {
 		return "", malformed("%s: not a string", field)
 	}
 	return s, nil
 }
 
+// knownString is string(b), without an allocation for the strings that
+// bodies carry again and again: field names and transport keys.
+func knownString(b []byte) string {
+	switch string(b) { // the compiler compares without converting
+	case "handle":
+		return "handle"
+	case "session_id":
+		return "session_id"
+	case "stream_cancel_handle":
+		return "stream_cancel_handle"
+	case "supported_transport_keys":
+		return "supported_transport_keys"
+	case "lane_key":
+		return "lane_key"
+	case "hi":
+		return "hi"
+	case "lo":
+		return "lo"
+	case "Ok":
+		return "Ok"
+	case "Err":
+		return "Err"
+	case "reason":
+		return "reason"
+	case "streaming_transport_key":
+		return "streaming_transport_key"
+	case "heartbeat_interval_ms":
+		return "heartbeat_interval_ms"
+	case "routing_session_id":
+		return "routing_session_id"
+	case "initial_credit":
+		return "initial_credit"
+	case "slot_byte_budget":
+		return "slot_byte_budget"
+	case "sender_id":
+		return "sender_id"
+	case "lane":
+		return "lane"
+	case "messenger-mux-v2":
+		return "messenger-mux-v2"
+	case "messenger-mux-v1":
+		return "messenger-mux-v1"
+	case "tcp-stream":
+		return "tcp-stream"
+	case "grpc-stream":
+		return "grpc-stream"
+	}
+	return string(b)
+}
+
+// jsonStrings reads a list of strings, walking it as jsonObject walks an
+// object (the body is valid JSON).
 func jsonStrings(val json.RawMessage, field string) ([]string, error) {
 	if len(val) == 0 || val[0] != '[' {
 		return nil, malformed("%s: not a list", field)
 	}
-	var raws []json.RawMessage
-	if err := json.Unmarshal(val, &raws); err != nil {
-		return nil, malformed("%s: %v", field, err)
-	}
-	out := make([]string, 0, len(raws))
-	for _, r := range raws {
-		s, err := jsonString(r, field)
+	out := make([]string, 0, 4)
+	i := skipJSONSpace(val, 1)
+	for i < len(val) && val[i] != ']' {
+		end := scanJSONValue(val, i)
+		s, err := jsonString(val[i:end], field)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, s)
+		i = skipJSONSpace(val, end)
+		if i < len(val) && val[i] == ',' {
+			i = skipJSONSpace(val, i+1)
+		}
 	}
 	return out, nil
 }
