@@ -247,15 +247,25 @@ type MPSCSender[T any] struct {
 // gives the SenderID, and opens one TCP connection for this producer
 // (mpsc_remote.go). It does not wait for room in the inlet; the sends do.
 func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
+	return attachMPSCCounted[T](ctx, m, handle, nil)
+}
+
+// AttachMPSCAnchorKeyed is AttachMPSCAnchor with a mux placement key, as
+// AttachAnchorKeyed.
+func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64) (*MPSCSender[T], error) {
+	return attachMPSCCounted[T](ctx, m, handle, &key)
+}
+
+func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*MPSCSender[T], error) {
 	start := m.opStart()
-	s, err := attachMPSCAnchor[T](ctx, m, handle)
+	s, err := attachMPSCAnchor[T](ctx, m, handle, key)
 	if handle.Owner() == m.owner { // a remote attach is counted by its owner, as in AttachAnchor
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
 	}
 	return s, err
 }
 
-func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
+func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*MPSCSender[T], error) {
 	encode, err := encoderFor[T]()
 	if err != nil {
 		return nil, err
@@ -270,7 +280,7 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 		if m.remote == nil {
 			return nil, fmt.Errorf("%w: %v", ErrRemoteAttach, handle)
 		}
-		return attachMPSCRemote(ctx, m.remote, handle, encode)
+		return attachMPSCRemote(ctx, m.remote, handle, encode, key)
 	}
 	st := m.lookup(handle.LocalID())
 	if st == nil || st.mpsc == nil {

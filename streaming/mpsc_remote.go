@@ -339,7 +339,7 @@ func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
 
 // attachMPSCRemote makes the _mpsc_anchor_attach round trip to the
 // handle's owner and opens the producer's connection.
-func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte) (*MPSCSender[T], error) {
+func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*MPSCSender[T], error) {
 	owner, addr, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
@@ -355,7 +355,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 		}
 	}()
 	var resp wire.MPSCAttachResponse
-	err = r.askAttach(ctx, owner, wire.MPSCAnchorAttachHandler, rs, nil, func(body []byte) (string, string, error) {
+	err = r.askAttach(ctx, owner, wire.MPSCAnchorAttachHandler, rs, key, func(body []byte) (string, string, error) {
 		var err error
 		resp, err = wire.DecodeMPSCAttachResponse(body)
 		return resp.TransportKey, refusalOf(resp.Refused, resp.Reason), err

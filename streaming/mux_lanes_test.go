@@ -263,3 +263,20 @@ func TestMuxStaleAndBogusControl(t *testing.T) {
 		t.Fatalf("bogus control refused %d times, want 2", got)
 	}
 }
+
+// A keyed MPSC producer lands on the key's lane too.
+func TestMuxLanesKeyedMPSC(t *testing.T) {
+	producer, consumer := lanedNode(t, 4), lanedNode(t, 4)
+	connect(t, producer.msg, consumer.msg)
+	an := newMPSC(t, consumer.sm)
+	for _, key := range []uint64{7, 8, 9} {
+		s, err := AttachMPSCAnchorKeyed[[]byte](context.Background(), producer.sm, an.Handle(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int(splitmix64(key) % 4); s.mx == nil || s.mx.b.lane != want {
+			t.Fatalf("key %d: lane %v, want %d", key, s.mx, want)
+		}
+		s.Close()
+	}
+}
