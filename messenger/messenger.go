@@ -109,6 +109,7 @@ type Messenger struct {
 	undeliveredFn func(ext.InstanceID, string, error)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
+	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
 }
 
 // New starts the transports and returns a running messenger.
@@ -496,6 +497,18 @@ func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []
 	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:]}
 }
 
+// withoutStaging copies h without the staging keys: only a staged send
+// writes them, so a handler that forwards its headers never forwards them.
+func withoutStaging(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if k != StagedHandleHeader && k != StagedBudgetHeader {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // prepare checks a call and encodes its headers before anything is sent.
 func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err error) {
 	if m.stopped.Load() {
@@ -509,7 +522,13 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 		for _, o := range opts {
 			o(co)
 		}
-		if hb, err = EncodeHeaders(co.headers); err != nil {
+		h := co.headers
+		if _, ok := h[StagedHandleHeader]; ok {
+			h = withoutStaging(h)
+		} else if _, ok := h[StagedBudgetHeader]; ok {
+			h = withoutStaging(h)
+		}
+		if hb, err = EncodeHeaders(h); err != nil {
 			return nil, err
 		}
 	}
@@ -525,6 +544,27 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	if err != nil {
 		return nil, err
 	}
+	var staged string
+	if hb, payload, staged, err = m.stageRequest(ctx, rt, payload, hb, opts); err != nil {
+		return nil, err
+	}
+	if staged != "" {
+		// Until a transport admits the request, nobody else can free it.
+		sent := false
+		defer func() {
+			if !sent {
+				m.loadStager().Discard(staged)
+			}
+		}()
+		return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, &sent)
+	}
+	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+}
+
+// requestPrepared sends a request whose headers and payload are final and
+// waits for what rt asks for. *sent is set once a transport admitted it.
+func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt ResponseType, hb []byte, sent *bool) ([]byte, error) {
+	var err error
 	if !strings.HasPrefix(handler, "_") {
 		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
@@ -559,6 +599,9 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	out, err := p.primary.Send(target, requestFrame(rt, id, handler, hb, payload))
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
+	}
+	if sent != nil {
+		*sent = true
 	}
 	if rt == FireAndForget {
 		if err := out.Wait(ctx); err != nil {
@@ -668,11 +711,22 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 	}
 	system := strings.HasPrefix(handler, "_")
 	p, ok := m.peers.get(target)
-	if ok && (system || p.helloOK.Load()) {
-		return m.sendAsync(ctx, p, target, handler, hb, payload, done)
-	}
 	if !ok && m.disc == nil {
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	var staged string
+	if hb, payload, staged, err = m.stageRequest(ctx, UnaryResponse, payload, hb, opts); err != nil {
+		return err
+	}
+	// unsent frees a staged payload whose request never left.
+	unsent := func(err error) error {
+		if err != nil && staged != "" {
+			m.loadStager().Discard(staged)
+		}
+		return err
+	}
+	if ok && (system || p.helloOK.Load()) {
+		return unsent(m.sendAsync(ctx, p, target, handler, hb, payload, done))
 	}
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
@@ -683,7 +737,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 		if err == nil {
 			err = m.sendAsync(ctx, p, target, handler, hb, payload, done)
 		}
-		if err != nil {
+		if unsent(err) != nil {
 			done(nil, err)
 		}
 	}()
@@ -754,6 +808,11 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 			m.countFailure("dispatch", "not_greeted")
 			m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
 			msg.Done()
+			continue
+		}
+		if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
+			// The payload is a handle: fetch it first, off the reader.
+			go m.resolveStaged(r, job{msg: msg, hdr: hdr}, handle, budget, rest)
 			continue
 		}
 		spawned.dispatch(r, job{msg: msg, hdr: hdr})
