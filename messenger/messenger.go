@@ -726,7 +726,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 		return err
 	}
 	if ok && (system || p.helloOK.Load()) {
-		return unsent(m.sendAsync(ctx, p, target, handler, hb, payload, done))
+		return unsent(m.sendAsync(ctx, p, target, handler, hb, payload, done, false))
 	}
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
@@ -735,7 +735,7 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 			err = m.ensureHello(ctx, p)
 		}
 		if err == nil {
-			err = m.sendAsync(ctx, p, target, handler, hb, payload, done)
+			err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
 		}
 		if unsent(err) != nil {
 			done(nil, err)
@@ -744,9 +744,35 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 	return nil
 }
 
+// viewMin is the answer size from which a view call reads in place.
+const viewMin = 16 << 10
+
+// UnaryAsyncView is UnaryAsync for a system handler ('_' name) on a
+// registered peer, whose callback reads a successful answer where the
+// transport received it: resp is valid only until done returns, and done
+// runs on the transport's reader, so it copies what it keeps and returns
+// quickly. It saves one copy of every answer (rendezvous pulls).
+func (m *Messenger) UnaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
+	if done == nil {
+		return errors.New("velo: UnaryAsyncView needs a callback")
+	}
+	if err := systemOnly("UnaryAsyncView", handler); err != nil {
+		return err
+	}
+	hb, err := m.prepare(handler, nil)
+	if err != nil {
+		return err
+	}
+	p, ok := m.peers.get(target)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	return m.sendAsync(ctx, p, target, handler, hb, payload, done, true)
+}
+
 // sendAsync takes a slot for an asynchronous call and sends its request.
-func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error)) error {
-	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done)
+func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool) error {
+	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done, view)
 	if !ok {
 		return ErrNoResponseSlot
 	}
@@ -841,8 +867,16 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		}
 		var r reply
 		if outcome == outcomeOK {
-			// The caller keeps the bytes; the read buffer goes back.
-			r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
+			// Only large answers are worth the slot lookup; a small one is
+			// copied for a view call too, which is as correct.
+			if len(f.Payload) >= viewMin && id.Lo == uint64(m.wid) && m.slots.wantsView(id.Hi) {
+				// UnaryAsyncView: the callback reads the bytes before
+				// this function releases the frame.
+				r.payload = f.Payload
+			} else {
+				// The caller keeps the bytes; the read buffer goes back.
+				r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
+			}
 		} else {
 			re := &RemoteError{Message: string(f.Payload)}
 			if len(hb) > 0 {

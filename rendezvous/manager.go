@@ -365,48 +365,73 @@ func checkReady(rd *ready) error {
 	return nil
 }
 
-// pullAll pulls every chunk into dst, pullWindow at a time.
+// pullAll pulls every chunk into dst, pullWindow in flight. Each answer
+// is copied into dst on the transport's reader, straight from the read
+// buffer (UnaryAsyncView), which then sends the next pull: no goroutine
+// per chunk and one copy per byte.
 func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready, dst []byte) error {
 	if rd.ChunkCount == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var next atomic.Uint32
-	var once sync.Once
-	var first error
-	fail := func(err error) { once.Do(func() { first = err; cancel() }) }
-	work := func() {
-		for {
-			i := next.Add(1) - 1
-			if i >= rd.ChunkCount || ctx.Err() != nil {
-				return
+	var (
+		mu       sync.Mutex
+		next     uint32
+		inFlight int
+		first    error
+		finished = make(chan struct{})
+	)
+	var issue func()
+	// settle records one finished pull (err nil: success) and issues the
+	// next; it closes finished when nothing is in flight and nothing left.
+	settle := func(err error) {
+		mu.Lock()
+		inFlight--
+		if err != nil && first == nil {
+			first = err
+			cancel()
+		}
+		done := inFlight == 0 && (first != nil || next >= rd.ChunkCount)
+		mu.Unlock()
+		if done {
+			close(finished)
+			return
+		}
+		issue()
+	}
+	issue = func() {
+		mu.Lock()
+		if first != nil || next >= rd.ChunkCount {
+			mu.Unlock()
+			return
+		}
+		i := next
+		next++
+		inFlight++
+		mu.Unlock()
+		body, _ := json.Marshal(pullRequest{TransferID: rd.TransferID, ChunkIndex: i})
+		off := uint64(i) * uint64(rd.ChunkSize)
+		want := min(uint64(rd.ChunkSize), rd.TotalLen-off)
+		err := r.m.UnaryAsyncView(ctx, target, HandlerPull, body, func(b []byte, err error) {
+			switch {
+			case err != nil:
+				err = fmt.Errorf("rendezvous: pull chunk %d: %w", i, err)
+			case uint64(len(b)) != want:
+				err = fmt.Errorf("rendezvous: chunk %d has %d bytes, want %d", i, len(b), want)
+			default:
+				copy(dst[off:], b)
 			}
-			body, _ := json.Marshal(pullRequest{TransferID: rd.TransferID, ChunkIndex: i})
-			b, err := r.m.Unary(ctx, target, HandlerPull, body)
-			if err != nil {
-				fail(fmt.Errorf("rendezvous: pull chunk %d: %w", i, err))
-				return
-			}
-			off := uint64(i) * uint64(rd.ChunkSize)
-			want := min(uint64(rd.ChunkSize), rd.TotalLen-off)
-			if uint64(len(b)) != want {
-				fail(fmt.Errorf("rendezvous: chunk %d has %d bytes, want %d", i, len(b), want))
-				return
-			}
-			copy(dst[off:], b)
+			settle(err)
+		})
+		if err != nil {
+			settle(fmt.Errorf("rendezvous: pull chunk %d: %w", i, err))
 		}
 	}
-	n := min(int(rd.ChunkCount), pullWindow)
-	var wg sync.WaitGroup
-	for range n - 1 {
-		wg.Go(work)
+	for range min(int(rd.ChunkCount), pullWindow) {
+		issue()
 	}
-	work()
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		first = ctx.Err()
-	}
+	<-finished
 	return first
 }
 
