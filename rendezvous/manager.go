@@ -56,6 +56,8 @@ type Manager struct {
 	st  *store
 	met *metrics.RendezvousMetrics
 
+	staged, fetched atomic.Int64 // transparent payloads staged here, and fetched by this node
+
 	acquireHook atomic.Pointer[func()] // tests: runs at the start of every _rv_acquire answered
 }
 
@@ -92,7 +94,8 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	exempt := messenger.WithDrainExempt()
 	hs := []messenger.Handler{
 		messenger.UnaryHandler(HandlerMetadata, r.onMetadata, inline),
-		messenger.UnaryHandler(HandlerAcquire, r.onAcquire, inline, exempt),
+		// The acquire, once per transfer, runs spawned: its test hook may wait.
+		messenger.UnaryHandler(HandlerAcquire, r.onAcquire, exempt),
 		messenger.UnaryHandler(HandlerPull, r.onPull, inline, exempt),
 		messenger.UnaryHandler(HandlerRef, r.onRef, inline),
 		messenger.FireHandler(HandlerDetach, func(c *messenger.Context) { r.onEnd(c, false) }, inline, exempt),
@@ -109,6 +112,10 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 
 // Close stops the sweep. Staged slots stay until the process lets them go.
 func (r *Manager) Close() { r.st.close() }
+
+// Transparent reports how many request payloads the messenger staged on
+// this node, and how many staged payloads this node fetched for its handlers.
+func (r *Manager) Transparent() (staged, fetched int64) { return r.staged.Load(), r.fetched.Load() }
 
 // HeldBytes reports the bytes and slots this owner holds staged.
 func (r *Manager) HeldBytes() (bytes int64, slots int) { return r.st.heldBytes() }
@@ -533,6 +540,7 @@ func (r *Manager) FetchTimeout() time.Duration { return r.cfg.FetchTimeout }
 // Stage implements messenger.Stager: a copy, since the caller reuses its
 // buffer once the call returns.
 func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
+	r.staged.Add(1)
 	return r.register(bytes.Clone(payload), ttl).String(), nil
 }
 
@@ -565,6 +573,7 @@ func (r *Manager) Fetch(ctx context.Context, handle string, bounded bool) ([]byt
 		return nil, err
 	}
 	r.met.Bytes(metrics.RvGet, len(b))
+	r.fetched.Add(1)
 	if r.local(h) {
 		r.st.endLease(h.Lo, lease, true)
 	} else if target, err := r.owner(h); err == nil {

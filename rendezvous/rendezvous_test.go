@@ -365,3 +365,42 @@ func TestDrainStillServesPulls(t *testing.T) {
 		t.Fatalf("ref during the drain: %v", err)
 	}
 }
+
+// TestStagedFetchTimeout bounds a fetch whose caller sent no deadline: the
+// caller gets an error reply that says so, and the handler never runs.
+func TestStagedFetchTimeout(t *testing.T) {
+	caller, server, _, _ := pair(t, velo.WithStagedFetchTimeout(100*time.Millisecond))
+	var ran atomic.Int32
+	if err := server.Register(velo.UnaryHandler("h", func(*velo.Context) ([]byte, error) { ran.Add(1); return nil, nil })); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caller.Unary(context.Background(), server.InstanceID(), "h", nil); err != nil {
+		t.Fatal(err)
+	}
+	ran.Store(0)
+	hold := make(chan struct{})
+	rendezvous.SetAcquireHook(caller.Rendezvous, func() { <-hold })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := caller.Unary(context.Background(), server.InstanceID(), "h", pattern(1<<20))
+		errc <- err
+	}()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer within 5 s of a 100 ms fetch bound")
+	}
+	close(hold)
+	rendezvous.SetAcquireHook(caller.Rendezvous, nil)
+	if err == nil || !strings.Contains(err.Error(), "not fetched in time") {
+		t.Fatalf("err = %v, want the fetch timeout", err)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("the handler ran")
+	}
+	// Without a TTL the payload stays until its lease ends; the fetch
+	// asked for a lease deadline, so the owner's sweep ends the lease. The
+	// slot itself stays staged (a known limitation), until Discard here.
+	waitFor(t, "the lease to end", func() bool { return !rendezvous.Sweeping(caller.Rendezvous) })
+}
