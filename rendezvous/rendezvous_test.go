@@ -404,3 +404,39 @@ func TestStagedFetchTimeout(t *testing.T) {
 	// slot itself stays staged (a known limitation), until Discard here.
 	waitFor(t, "the lease to end", func() bool { return !rendezvous.Sweeping(caller.Rendezvous) })
 }
+
+// TestStagedSendAndSync: fire-and-forget and sync requests are staged too,
+// and their handlers see the caller's bytes.
+func TestStagedSendAndSync(t *testing.T) {
+	caller, server, _, _ := pair(t)
+	seen := make(chan []byte, 2)
+	if err := server.Register(velo.FireHandler("fire", func(c *velo.Context) { seen <- bytes.Clone(c.Payload) })); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Register(velo.SyncHandler("sync", func(c *velo.Context) error { seen <- bytes.Clone(c.Payload); return nil })); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	want := pattern(3<<20 + 7)
+	if err := caller.Send(ctx, server.InstanceID(), "fire", want); err != nil {
+		t.Fatal(err)
+	}
+	if err := caller.Sync(ctx, server.InstanceID(), "sync", want); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case got := <-seen:
+			if !bytes.Equal(got, want) {
+				t.Fatal("a handler saw different bytes")
+			}
+		case <-ctx.Done():
+			t.Fatal("a staged request never reached its handler")
+		}
+	}
+	if staged, _ := caller.Rendezvous.Transparent(); staged != 2 {
+		t.Fatalf("%d payloads staged, want 2", staged)
+	}
+	waitFor(t, "both payloads to be released", func() bool { b, _ := caller.Rendezvous.HeldBytes(); return b == 0 })
+}

@@ -11,7 +11,7 @@ import (
 func init() {
 	extraHarnesses["rendezvous"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
 		sizes := fs.String("sizes", "64KiB,1MiB,16MiB,64MiB", "payload sizes (KiB and MiB suffixes)")
-		perSize := fs.Int("mib", 256, "MiB moved per size, arm and rep (at least 3 transfers)")
+		perSize := fs.Int("mib", 512, "MiB moved per size, arm and rep (at least 3 transfers)")
 		arms := fs.String("arms", "raw,get,unary", "arms to run")
 		return func() error {
 			var ns []int
