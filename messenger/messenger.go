@@ -110,6 +110,9 @@ type Messenger struct {
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
 	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
+	// life ends at teardown, with done: the parent of the fetches of staged requests.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // New starts the transports and returns a running messenger.
@@ -136,6 +139,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
 	if m.disco.limit <= 0 {
 		m.disco.limit = DefaultMaxDiscoveredPeers
@@ -1201,6 +1205,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	m.unpublish()
 	m.stopped.Store(true) // 3. teardown
 	close(m.done)         // ordered lanes stop; their queued requests are refused
+	m.endLife()           // fetches of staged requests stop
 	var wg sync.WaitGroup
 	for _, tr := range m.trs {
 		wg.Add(1)

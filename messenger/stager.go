@@ -144,7 +144,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 		r.refuse(j, errors.New("velo: this node takes no staged payloads"))
 		return
 	}
-	ctx := context.Background()
+	ctx := m.life
 	var cancel context.CancelFunc
 	bounded, ownBound := false, false
 	switch {
@@ -157,9 +157,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	default:
 		ctx, cancel = context.WithCancel(ctx)
 	}
-	stop := context.AfterFunc(ctxOfDone(m.done), cancel)
 	payload, err := st.Fetch(ctx, handle, bounded)
-	stop()
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
 	if err != nil {
@@ -187,22 +185,3 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	j.msg.Frame.Payload = payload
 	r.dispatch(j)
 }
-
-// ctxOfDone is a context that ends when done closes.
-func ctxOfDone(done <-chan struct{}) context.Context {
-	return doneCtx(done)
-}
-
-type doneCtx <-chan struct{}
-
-func (d doneCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (d doneCtx) Done() <-chan struct{}       { return d }
-func (d doneCtx) Err() error {
-	select {
-	case <-d:
-		return context.Canceled
-	default:
-		return nil
-	}
-}
-func (d doneCtx) Value(any) any { return nil }
