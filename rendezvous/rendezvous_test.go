@@ -440,3 +440,46 @@ func TestStagedSendAndSync(t *testing.T) {
 	}
 	waitFor(t, "both payloads to be released", func() bool { b, _ := caller.Rendezvous.HeldBytes(); return b == 0 })
 }
+
+// TestDrainServesAStagedRequest: the caller (the owner of the staged
+// payload) begins its drain while the receiver fetches; the acquire and
+// pulls of that accepted work still pass, and the call completes.
+func TestDrainServesAStagedRequest(t *testing.T) {
+	caller, server, _, _ := pair(t)
+	if err := server.Register(velo.UnaryHandler("len", func(c *velo.Context) ([]byte, error) {
+		return []byte(fmt.Sprint(len(c.Payload))), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	rendezvous.SetAcquireHook(caller.Rendezvous, func() {
+		if once.CompareAndSwap(false, true) {
+			close(entered)
+			<-hold
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		resp []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := caller.Unary(ctx, server.InstanceID(), "len", pattern(4<<20))
+		done <- result{resp, err}
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the receiver never asked for the payload")
+	}
+	caller.BeginDrain()
+	close(hold)
+	r := <-done
+	if r.err != nil || string(r.resp) != fmt.Sprint(4<<20) {
+		t.Fatalf("a staged call across the owner's drain: %q %v", r.resp, r.err)
+	}
+	waitFor(t, "the release", func() bool { b, _ := caller.Rendezvous.HeldBytes(); return b == 0 })
+}
