@@ -15,11 +15,13 @@ package velo
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming"
 )
 
@@ -31,12 +33,38 @@ type Node struct {
 	m       *messenger.Messenger
 	Events  *events.Manager
 	Streams *streaming.Manager
+	// Rendezvous stages large payloads by handle; the messenger uses it for
+	// every request payload above its threshold (transparent staging).
+	Rendezvous *rendezvous.Manager
 }
 
 // Option configures New. Only this package makes them.
 type Option struct {
 	apply  func(*messenger.Config)
 	stream []streaming.NodeOption
+	rv     func(*rendezvous.Config)
+}
+
+// WithStagedFetchTimeout bounds how long this node fetches a staged request
+// payload whose caller sent no deadline (fire-and-forget sends, calls
+// without one). The caller then gets an error reply saying the fetch did
+// not finish in time. 0 (the default) means no bound.
+func WithStagedFetchTimeout(d time.Duration) Option {
+	return Option{rv: func(c *rendezvous.Config) { c.FetchTimeout = d }}
+}
+
+// WithStagedPayloadMax is the largest payload this node takes from a peer by
+// rendezvous. A larger stated size is refused before anything of that size
+// is allocated: the handle is released and the caller gets an error naming
+// both sizes. 0 (the default) means no limit.
+func WithStagedPayloadMax(n int64) Option {
+	return Option{rv: func(c *rendezvous.Config) { c.PayloadMax = n }}
+}
+
+// WithStagingThreshold sets the request payload size above which the
+// messenger stages (default rendezvous.DefaultThreshold, 256 KiB).
+func WithStagingThreshold(n int) Option {
+	return Option{rv: func(c *rendezvous.Config) { c.Threshold = n }}
 }
 
 // WithStreamListenAddr sets the address of the node's per-stream TCP
@@ -110,9 +138,13 @@ func WithLogger(l *slog.Logger) Option {
 func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var cfg messenger.Config
 	var sopts []streaming.NodeOption
+	var rvc rendezvous.Config
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
+		}
+		if o.rv != nil {
+			o.rv(&rvc)
 		}
 		sopts = append(sopts, o.stream...)
 	}
@@ -130,26 +162,36 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	// Before PeerInfo is handed out: the stream listener is an entry of
 	// this node's address.
+	rvc.Metrics = cfg.Metrics
+	rv, err := rendezvous.New(m, rvc)
+	if err != nil {
+		stopNow()
+		return nil, err
+	}
+	m.SetStager(rv)
 	streams, err := streaming.NewNodeManager(m, sopts...)
 	if err != nil {
+		rv.Close()
 		stopNow()
 		return nil, err
 	}
 	ev, err := events.NewDistributed(m)
 	if err != nil {
+		rv.Close()
 		streams.Close()
 		stopNow()
 		return nil, err
 	}
 	if cfg.Discovery != nil {
 		if err := m.Publish(ctx); err != nil {
+			rv.Close()
 			ev.Close()
 			streams.Close()
 			stopNow()
 			return nil, err
 		}
 	}
-	return &Node{m: m, Events: ev, Streams: streams}, nil
+	return &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv}, nil
 }
 
 // Shutdown drains and stops the node, as http.Server.Shutdown does: new
@@ -163,6 +205,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	err := n.m.Shutdown(ctx)
 	n.Events.Close()
 	n.Streams.Close()
+	n.Rendezvous.Close()
 	return err
 }
 

@@ -109,6 +109,10 @@ type Messenger struct {
 	undeliveredFn func(ext.InstanceID, string, error)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
+	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
+	// life ends at teardown, with done: the parent of the fetches of staged requests.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // New starts the transports and returns a running messenger.
@@ -135,6 +139,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
 	if m.disco.limit <= 0 {
 		m.disco.limit = DefaultMaxDiscoveredPeers
@@ -496,6 +501,18 @@ func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []
 	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:]}
 }
 
+// withoutStaging copies h without the staging keys: only a staged send
+// writes them, so a handler that forwards its headers never forwards them.
+func withoutStaging(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if k != StagedHandleHeader && k != StagedBudgetHeader {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // prepare checks a call and encodes its headers before anything is sent.
 func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err error) {
 	if m.stopped.Load() {
@@ -509,7 +526,13 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 		for _, o := range opts {
 			o(co)
 		}
-		if hb, err = EncodeHeaders(co.headers); err != nil {
+		h := co.headers
+		if _, ok := h[StagedHandleHeader]; ok {
+			h = withoutStaging(h)
+		} else if _, ok := h[StagedBudgetHeader]; ok {
+			h = withoutStaging(h)
+		}
+		if hb, err = EncodeHeaders(h); err != nil {
 			return nil, err
 		}
 	}
@@ -525,6 +548,27 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	if err != nil {
 		return nil, err
 	}
+	var staged string
+	if hb, payload, staged, err = m.stageRequest(ctx, rt, payload, hb, opts); err != nil {
+		return nil, err
+	}
+	if staged != "" {
+		// Until a transport admits the request, nobody else can free it.
+		sent := false
+		defer func() {
+			if !sent {
+				m.loadStager().Discard(staged)
+			}
+		}()
+		return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, &sent)
+	}
+	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+}
+
+// requestPrepared sends a request whose headers and payload are final and
+// waits for what rt asks for. *sent is set once a transport admitted it.
+func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt ResponseType, hb []byte, sent *bool) ([]byte, error) {
+	var err error
 	if !strings.HasPrefix(handler, "_") {
 		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
@@ -559,6 +603,9 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	out, err := p.primary.Send(target, requestFrame(rt, id, handler, hb, payload))
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
+	}
+	if sent != nil {
+		*sent = true
 	}
 	if rt == FireAndForget {
 		if err := out.Wait(ctx); err != nil {
@@ -668,11 +715,22 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 	}
 	system := strings.HasPrefix(handler, "_")
 	p, ok := m.peers.get(target)
-	if ok && (system || p.helloOK.Load()) {
-		return m.sendAsync(ctx, p, target, handler, hb, payload, done)
-	}
 	if !ok && m.disc == nil {
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	var staged string
+	if hb, payload, staged, err = m.stageRequest(ctx, UnaryResponse, payload, hb, opts); err != nil {
+		return err
+	}
+	// unsent frees a staged payload whose request never left.
+	unsent := func(err error) error {
+		if err != nil && staged != "" {
+			m.loadStager().Discard(staged)
+		}
+		return err
+	}
+	if ok && (system || p.helloOK.Load()) {
+		return unsent(m.sendAsync(ctx, p, target, handler, hb, payload, done, false))
 	}
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
@@ -681,18 +739,44 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 			err = m.ensureHello(ctx, p)
 		}
 		if err == nil {
-			err = m.sendAsync(ctx, p, target, handler, hb, payload, done)
+			err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
 		}
-		if err != nil {
+		if unsent(err) != nil {
 			done(nil, err)
 		}
 	}()
 	return nil
 }
 
+// viewMin is the answer size from which a view call reads in place.
+const viewMin = 16 << 10
+
+// UnaryAsyncView is UnaryAsync for a system handler ('_' name) on a
+// registered peer, whose callback reads a successful answer where the
+// transport received it: resp is valid only until done returns, and done
+// runs on the transport's reader, so it copies what it keeps and returns
+// quickly. It saves one copy of every answer (rendezvous pulls).
+func (m *Messenger) UnaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
+	if done == nil {
+		return errors.New("velo: UnaryAsyncView needs a callback")
+	}
+	if err := systemOnly("UnaryAsyncView", handler); err != nil {
+		return err
+	}
+	hb, err := m.prepare(handler, nil)
+	if err != nil {
+		return err
+	}
+	p, ok := m.peers.get(target)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	return m.sendAsync(ctx, p, target, handler, hb, payload, done, true)
+}
+
 // sendAsync takes a slot for an asynchronous call and sends its request.
-func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error)) error {
-	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done)
+func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool) error {
+	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done, view)
 	if !ok {
 		return ErrNoResponseSlot
 	}
@@ -756,6 +840,11 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 			msg.Done()
 			continue
 		}
+		if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
+			// The payload is a handle: fetch it first, off the reader.
+			go m.resolveStaged(r, job{msg: msg, hdr: hdr}, handle, budget, rest)
+			continue
+		}
 		spawned.dispatch(r, job{msg: msg, hdr: hdr})
 	}
 }
@@ -782,8 +871,16 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		}
 		var r reply
 		if outcome == outcomeOK {
-			// The caller keeps the bytes; the read buffer goes back.
-			r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
+			// Only large answers are worth the slot lookup; a small one is
+			// copied for a view call too, which is as correct.
+			if len(f.Payload) >= viewMin && id.Lo == uint64(m.wid) && m.slots.wantsView(id.Hi) {
+				// UnaryAsyncView: the callback reads the bytes before
+				// this function releases the frame.
+				r.payload = f.Payload
+			} else {
+				// The caller keeps the bytes; the read buffer goes back.
+				r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
+			}
 		} else {
 			re := &RemoteError{Message: string(f.Payload)}
 			if len(hb) > 0 {
@@ -1108,6 +1205,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	m.unpublish()
 	m.stopped.Store(true) // 3. teardown
 	close(m.done)         // ordered lanes stop; their queued requests are refused
+	m.endLife()           // fetches of staged requests stop
 	var wg sync.WaitGroup
 	for _, tr := range m.trs {
 		wg.Add(1)

@@ -38,6 +38,7 @@ type slot struct {
 	done    func([]byte, error) // the callback of an asynchronous call
 	handler string              // its handler, to name in a RemoteError
 	stop    func() bool         // stops its context watch; nil without one
+	view    bool                // done reads the reply in the read buffer (UnaryAsyncView)
 }
 
 // slotTable is a bounded table of response slots, indexed straight from the
@@ -125,7 +126,7 @@ func (t *slotTable) acquire(ctx context.Context, peer ext.WorkerID) (idx uint32,
 // acquireAsync takes a free slot for an asynchronous call without waiting:
 // the goroutine calling may be a transport reader, whose own replies free
 // slots.
-func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]byte, error)) (token uint64, ok bool) {
+func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]byte, error), view bool) (token uint64, ok bool) {
 	idx, ok := t.take()
 	if !ok {
 		if t.exhausted != nil {
@@ -136,7 +137,7 @@ func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]
 	gen := newGeneration()
 	s := &t.slots[idx]
 	s.mu.Lock()
-	s.busy, s.gen, s.done, s.handler = true, gen, done, handler
+	s.busy, s.gen, s.done, s.handler, s.view = true, gen, done, handler, view
 	s.peer.Store(uint64(peer))
 	s.mu.Unlock()
 	return makeToken(gen, idx), true
@@ -200,6 +201,18 @@ func (t *slotTable) freeLocked(s *slot, idx uint32) {
 	t.free <- idx
 }
 
+// wantsView reports whether the call holding token reads its reply in
+// place. A slot that moves on afterwards is caught by deliver's own check.
+func (t *slotTable) wantsView(token uint64) bool {
+	s := t.live(token)
+	if s == nil {
+		return false
+	}
+	v := s.view
+	s.mu.Unlock()
+	return v
+}
+
 // deliver hands r to the caller holding token. It reports false when the
 // slot moved on (the caller timed out) or the token is bogus.
 func (t *slotTable) deliver(token uint64, r reply) bool {
@@ -209,7 +222,7 @@ func (t *slotTable) deliver(token uint64, r reply) bool {
 	}
 	if s.done != nil {
 		done, handler, stop := s.done, s.handler, s.stop
-		s.done, s.handler, s.stop = nil, "", nil
+		s.done, s.handler, s.stop, s.view = nil, "", nil, false
 		t.freeLocked(s, uint32(uint16(token)))
 		if stop != nil {
 			stop()

@@ -66,6 +66,14 @@ type VeloMetrics struct {
 	streamActive     *activeAnchors
 	streamOnce       sync.Once
 	stream           *StreamingMetrics
+
+	// Rendezvous family; see Rendezvous.
+	rvOps    *prometheus.CounterVec   // operation, outcome
+	rvDur    *prometheus.HistogramVec // operation, outcome
+	rvBytes  *prometheus.CounterVec   // operation
+	rvActive prometheus.Gauge
+	rvOnce   sync.Once
+	rv       *RendezvousMetrics
 }
 
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -202,6 +210,17 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		streamActive: newActiveAnchors(),
 		muxPerBatch:  newMuxPerBatch(),
 		muxCollector: newMuxCollector(),
+
+		rvOps: counterVec("velo_rendezvous_operations_total",
+			"Rendezvous operations observed by Velo.", "operation", "outcome"),
+		rvDur: histVec("velo_rendezvous_operation_duration_seconds",
+			"Duration of rendezvous operations.", "operation", "outcome"),
+		rvBytes: counterVec("velo_rendezvous_bytes_total",
+			"Total bytes transferred via rendezvous.", "operation"),
+		rvActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "velo_rendezvous_active_slots",
+			Help: "Number of data slots currently staged in the rendezvous registry.",
+		}),
 	}
 	all := []prometheus.Collector{
 		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
@@ -214,6 +233,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
 		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
 		m.muxPerBatch, m.muxCollector,
+		m.rvOps, m.rvDur, m.rvBytes, m.rvActive,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {

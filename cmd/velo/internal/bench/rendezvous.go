@@ -1,0 +1,249 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/velo-go/velo"
+)
+
+const rendezvousHarness = "rendezvous"
+
+// RendezvousConfig sizes the rendezvous harness.
+type RendezvousConfig struct {
+	Sizes []int    // payload bytes
+	Bytes int      // bytes moved per size and rep (at least MinIters transfers)
+	Reps  int      // repetitions
+	Arms  []string // raw, get, unary
+}
+
+// Rendezvous measures a payload moved by handle, in MiB/s, against a raw
+// TCP transfer of the same bytes on loopback in the same run:
+//
+//   - get: the owner stages the payload once (RegisterData); each transfer
+//     is Get (an acquire and 512 KiB pulls) and Release, then staged again.
+//   - unary: a unary call whose payload is staged transparently (above
+//     256 KiB) and fetched by the receiver before its handler runs; the
+//     time covers the sender's copy into the store.
+//   - raw: one TCP connection; the client writes the bytes, the server
+//     reads them all and answers one byte.
+//
+// Ratios get/raw and unary/raw are per rep, paired by index.
+func Rendezvous(cfg RendezvousConfig, r *Report) error {
+	if cfg.Reps < 1 {
+		cfg.Reps = 1
+	}
+	ctx := context.Background()
+	a, b, err := rvPair(ctx)
+	if err != nil {
+		return err
+	}
+	defer shutdownWithin(a, 5*time.Second)
+	defer shutdownWithin(b, 5*time.Second)
+	raw, err := newRawSink()
+	if err != nil {
+		return err
+	}
+	defer raw.close()
+	for _, size := range cfg.Sizes {
+		iters := max(3, cfg.Bytes/size)
+		payload := make([]byte, size)
+		for i := range payload {
+			payload[i] = byte(i)
+		}
+		params := map[string]any{"payload_bytes": size, "transfers": iters}
+		for rep := 0; rep < cfg.Reps; rep++ {
+			for _, arm := range rotated(cfg.Arms, rep) {
+				var d time.Duration
+				switch arm {
+				case "raw":
+					d, err = raw.run(payload, iters)
+				case "get":
+					d, err = rvGet(ctx, a, b, payload, iters)
+				case "unary":
+					d, err = rvUnary(ctx, a, b, payload, iters)
+				default:
+					return fmt.Errorf("unknown arm %q (want raw, get, unary)", arm)
+				}
+				if err != nil {
+					return fmt.Errorf("%s, %d bytes: %w", arm, size, err)
+				}
+				mib := float64(size) * float64(iters) / (1 << 20)
+				r.Add(rendezvousHarness, arm, "throughput_mib_per_s", "MiB/s", mib/d.Seconds(), params)
+			}
+		}
+		base, ok := r.Find(rendezvousHarness, "raw", "throughput_mib_per_s", params)
+		if !ok {
+			continue
+		}
+		for _, arm := range []string{"get", "unary"} {
+			if f, ok := r.Find(rendezvousHarness, arm, "throughput_mib_per_s", params); ok {
+				r.Ratio(rendezvousHarness, arm+"/raw", "throughput_ratio", f, base, params)
+			}
+		}
+	}
+	return nil
+}
+
+// rvPair starts the consumer a and the owner b; a serves "sink".
+func rvPair(ctx context.Context) (a, b *velo.Node, err error) {
+	start := func() (*velo.Node, error) {
+		tr, err := NewTransport("tcp")
+		if err != nil {
+			return nil, err
+		}
+		return velo.New(ctx, velo.WithTransport(tr))
+	}
+	if a, err = start(); err != nil {
+		return nil, nil, err
+	}
+	if b, err = start(); err != nil {
+		shutdownWithin(a, 5*time.Second)
+		return nil, nil, err
+	}
+	err = a.Register(velo.UnaryHandler("sink", func(c *velo.Context) ([]byte, error) {
+		return []byte{byte(len(c.Payload))}, nil
+	}))
+	if err == nil {
+		err = b.RegisterPeer(a.PeerInfo())
+	}
+	if err == nil {
+		err = a.RegisterPeer(b.PeerInfo())
+	}
+	if err == nil {
+		err = b.Messenger().Handshake(ctx, a.InstanceID())
+	}
+	if err == nil {
+		err = a.Messenger().Handshake(ctx, b.InstanceID())
+	}
+	if err != nil {
+		shutdownWithin(a, 5*time.Second)
+		shutdownWithin(b, 5*time.Second)
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// rvGet: a pulls a payload that b staged, iters times.
+func rvGet(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (time.Duration, error) {
+	h := b.Rendezvous.RegisterData(payload)
+	var total time.Duration
+	for i := 0; i < iters; i++ {
+		t0 := time.Now()
+		got, lease, err := a.Rendezvous.Get(ctx, h)
+		if err != nil {
+			return 0, err
+		}
+		total += time.Since(t0)
+		if len(got) != len(payload) {
+			return 0, fmt.Errorf("got %d bytes", len(got))
+		}
+		if err := a.Rendezvous.Detach(ctx, h, lease); err != nil {
+			return 0, err
+		}
+	}
+	md, err := a.Rendezvous.Metadata(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	_ = md
+	_, lease, err := a.Rendezvous.Get(ctx, h)
+	if err == nil {
+		err = a.Rendezvous.Release(ctx, h, lease)
+	}
+	return total, err
+}
+
+// rvUnary: b calls a's "sink" with the payload, iters times.
+func rvUnary(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (time.Duration, error) {
+	t0 := time.Now()
+	for i := 0; i < iters; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := b.Unary(cctx, a.InstanceID(), "sink", payload)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t0), nil
+}
+
+// rawSink is a loopback TCP server that reads a whole transfer and
+// answers one byte.
+type rawSink struct {
+	ln   net.Listener
+	conn net.Conn
+	done chan struct{}
+}
+
+func newRawSink() (*rawSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &rawSink{ln: ln, done: make(chan struct{})}
+	go s.serve()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.conn = c
+	return s, nil
+}
+
+func (s *rawSink) serve() {
+	defer close(s.done)
+	c, err := s.ln.Accept()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	var hdr [8]byte
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		n := int64(hdr[0]) | int64(hdr[1])<<8 | int64(hdr[2])<<16 | int64(hdr[3])<<24
+		for n > 0 {
+			k, err := c.Read(buf[:min(int64(len(buf)), n)])
+			if err != nil {
+				return
+			}
+			n -= int64(k)
+		}
+		if _, err := c.Write([]byte{1}); err != nil {
+			return
+		}
+	}
+}
+
+// run sends payload iters times, each answered before the next.
+func (s *rawSink) run(payload []byte, iters int) (time.Duration, error) {
+	n := len(payload)
+	hdr := []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24), 0, 0, 0, 0}
+	var ack [1]byte
+	t0 := time.Now()
+	for i := 0; i < iters; i++ {
+		if _, err := s.conn.Write(hdr); err != nil {
+			return 0, err
+		}
+		if _, err := s.conn.Write(payload); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(s.conn, ack[:]); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t0), nil
+}
+
+func (s *rawSink) close() {
+	s.conn.Close()
+	s.ln.Close()
+	<-s.done
+}

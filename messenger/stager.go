@@ -1,0 +1,187 @@
+package messenger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Header keys of transparent staging. The sender writes both on a staged
+// request; the receiver takes both out before the handler runs, so a
+// handler never sees them and never passes them on.
+const (
+	// StagedHandleHeader carries the handle of a staged payload, as the
+	// decimal form of its 128 bits.
+	StagedHandleHeader = "_rv"
+	// StagedBudgetHeader carries what was left of the caller's deadline
+	// when the request left, in whole milliseconds rounded up.
+	StagedBudgetHeader = "_rv_budget_ms"
+)
+
+// Stager moves request payloads that are too large for one message by
+// handle. The messenger calls it on both sides; package rendezvous
+// implements it and velo.New installs it (SetStager).
+type Stager interface {
+	// Threshold: a request payload longer than this is staged.
+	Threshold() int
+	// Stage keeps a copy of payload until a receiver releases it and
+	// returns the value of the _rv header. ttl > 0 frees it after ttl
+	// whether or not anyone fetched it.
+	Stage(payload []byte, ttl time.Duration) (string, error)
+	// Discard frees a payload staged for a request that was never sent.
+	Discard(handle string)
+	// Fetch pulls the payload named by handle from its owner and releases
+	// it there. bounded says that ctx carries a deadline the fetch should
+	// also ask the owner to apply to its lease.
+	Fetch(ctx context.Context, handle string, bounded bool) ([]byte, error)
+	// FetchTimeout bounds a fetch whose request carried no budget; 0 is none.
+	FetchTimeout() time.Duration
+}
+
+// ErrStagedFetchTimeout is the error a caller gets when the receiver's
+// StagedFetchTimeout ended the fetch of its payload.
+var ErrStagedFetchTimeout = errors.New("velo: the staged payload was not fetched in time")
+
+// SetStager installs transparent staging (nil removes it). Call it before
+// the node takes traffic.
+func (m *Messenger) SetStager(s Stager) {
+	if s == nil {
+		m.stager.Store(nil)
+		return
+	}
+	m.stager.Store(&s)
+}
+
+func (m *Messenger) loadStager() Stager {
+	if p := m.stager.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// stageRequest replaces a payload over the stager's threshold by a handle.
+// It returns the headers to send (the caller's, without any _rv key of
+// theirs, plus the staging keys), the payload to send and the handle, ""
+// when nothing was staged.
+func (m *Messenger) stageRequest(ctx context.Context, rt ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
+	st := m.loadStager()
+	if st == nil || len(payload) <= st.Threshold() {
+		return hb, payload, "", nil
+	}
+	h := map[string]string{}
+	if len(opts) > 0 {
+		co := new(callOptions)
+		for _, o := range opts {
+			o(co)
+		}
+		for k, v := range co.headers {
+			h[k] = v
+		}
+	}
+	var ttl time.Duration
+	if dl, ok := ctx.Deadline(); ok && rt != FireAndForget {
+		ttl = time.Until(dl)
+		if ttl <= 0 {
+			return nil, nil, "", ErrRequestTimeout
+		}
+		h[StagedBudgetHeader] = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond), 10)
+	} else {
+		delete(h, StagedBudgetHeader)
+	}
+	handle, err := st.Stage(payload, ttl)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("velo: stage a payload of %d bytes: %w", len(payload), err)
+	}
+	h[StagedHandleHeader] = handle
+	out, err := EncodeHeaders(h)
+	if err != nil {
+		st.Discard(handle)
+		return nil, nil, "", err
+	}
+	return out, nil, handle, nil
+}
+
+// stagingKey is the MessagePack form of "_rv" as a map key: a cheap test
+// that rules out staging for almost every message before any decoding.
+var stagingKey = []byte{0xa3, '_', 'r', 'v'}
+
+// stagedHandle returns the _rv value of a request's headers, if any, and
+// the budget it carries (0 when none).
+func stagedHandle(hb []byte) (handle string, budget time.Duration, rest map[string]string, ok bool) {
+	if len(hb) == 0 || !bytes.Contains(hb, stagingKey) {
+		return "", 0, nil, false
+	}
+	h, err := DecodeHeaders(hb)
+	if err != nil {
+		return "", 0, nil, false
+	}
+	handle, ok = h[StagedHandleHeader]
+	if !ok {
+		return "", 0, nil, false
+	}
+	if v, has := h[StagedBudgetHeader]; has {
+		if ms, err := strconv.ParseUint(v, 10, 40); err == nil && ms > 0 {
+			budget = time.Duration(ms) * time.Millisecond
+		}
+	}
+	delete(h, StagedHandleHeader)
+	delete(h, StagedBudgetHeader)
+	return handle, budget, h, true
+}
+
+// resolveStaged fetches a staged request's payload, then hands the request
+// to its handler with the payload in place and the staging headers gone.
+// The request keeps its drain guard until it is answered or dropped. It
+// runs on a goroutine of its own: one per staged request, which moves at
+// least 256 KiB.
+func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget time.Duration, rest map[string]string) {
+	st := m.loadStager()
+	if st == nil {
+		m.countFailure("dispatch", "no_stager")
+		r.refuse(j, errors.New("velo: this node takes no staged payloads"))
+		return
+	}
+	ctx := m.life
+	var cancel context.CancelFunc
+	bounded, ownBound := false, false
+	switch {
+	case budget > 0:
+		ctx, cancel = context.WithTimeout(ctx, budget)
+		bounded = true
+	case st.FetchTimeout() > 0:
+		ctx, cancel = context.WithTimeout(ctx, st.FetchTimeout())
+		bounded, ownBound = true, true
+	default:
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	payload, err := st.Fetch(ctx, handle, bounded)
+	timedOut := ctx.Err() == context.DeadlineExceeded
+	cancel()
+	if err != nil {
+		switch {
+		case timedOut && !ownBound:
+			// The caller's own timer has fired already; a reply could
+			// only replace its timeout with another error.
+			m.countFailure("dispatch", "staged_fetch_budget")
+			j.msg.Done()
+		case timedOut:
+			m.countFailure("dispatch", "staged_fetch_timeout")
+			r.refuse(j, fmt.Errorf("%w (%v): %v", ErrStagedFetchTimeout, st.FetchTimeout(), err))
+		default:
+			m.countFailure("dispatch", "staged_fetch")
+			r.refuse(j, fmt.Errorf("velo: fetch the staged payload of %q: %w", r.name, err))
+		}
+		return
+	}
+	hb, err := EncodeHeaders(rest)
+	if err != nil { // cannot happen: rest is a subset of headers that decoded
+		r.refuse(j, err)
+		return
+	}
+	j.hdr.headers = hb
+	j.msg.Frame.Payload = payload
+	r.dispatch(j)
+}
