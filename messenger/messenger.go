@@ -400,21 +400,8 @@ func systemOnly(call, handler string) error {
 // stalled peer must not hold up the caller (event completions); it skips
 // the handshake, so it takes only system handler names.
 func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) error {
-	if err := systemOnly("Post", handler); err != nil {
-		return err
-	}
-	hb, err := m.prepare(handler, nil)
-	if err != nil {
-		return err
-	}
-	p, ok := m.peers.get(target)
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
-	}
-	if _, err := p.primary.Send(target, requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)); err != nil {
-		return m.sendError(handler, target, err)
-	}
-	return nil
+	_, err := m.PostLaneOutcome(target, 0, handler, payload)
+	return err
 }
 
 // PostLane is Post on one of the ordered lanes the transport keeps to
@@ -430,7 +417,7 @@ func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, pa
 // (a congested peer). A caller that must know the message reached the
 // send channel, or that it was refused after all, waits on the outcome.
 func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte) (ext.SendOutcome, error) {
-	if err := systemOnly("PostLane", handler); err != nil {
+	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
 	}
 	hb, err := m.prepare(handler, nil)

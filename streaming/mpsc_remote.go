@@ -1,7 +1,6 @@
 package streaming
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -90,13 +88,7 @@ func refuseMPSCAttach(format string, args ...any) ([]byte, error) {
 // onMPSCAttach is the _mpsc_anchor_attach handler, counted as the SPSC
 // one is.
 func (r *remote) onMPSCAttach(c *messenger.Context) ([]byte, error) {
-	start := r.m.opStart()
-	body, err := r.mpscAttach(c)
-	if met := r.m.met; met != nil {
-		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
-		met.Operation(metrics.StreamAttach, metrics.SchemeTCPStream, ok, time.Since(start))
-	}
-	return body, err
+	return r.countAttach(c, r.mpscAttach)
 }
 
 func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {

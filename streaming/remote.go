@@ -307,18 +307,26 @@ func refuseAttach(format string, args ...any) ([]byte, error) {
 	return resp.AppendJSON(nil), nil
 }
 
-// onAttach is the _anchor_attach handler: it binds the stream on the
-// per-stream listener and answers with the key and the routing session.
-// The reference picks messenger-mux-v1 when both ends offer it and its
-// default transport otherwise; the mux is not built, so the answer is
-// always "tcp-stream", whatever was offered (an empty offer included).
+// onAttach is the _anchor_attach handler: it binds the stream for the mux
+// when the producer offers it (mux_attach.go), on the per-stream listener
+// otherwise, and answers with the key and the routing session.
 func (r *remote) onAttach(c *messenger.Context) ([]byte, error) {
+	return r.countAttach(c, r.attach)
+}
+
+// countAttach runs an attach handler and counts it under the transport
+// its answer names. Refused attaches are answered, not failed: they count
+// as errors.
+func (r *remote) countAttach(c *messenger.Context, attach func(*messenger.Context) ([]byte, error)) ([]byte, error) {
 	start := r.m.opStart()
-	body, err := r.attach(c)
+	body, err := attach(c)
 	if met := r.m.met; met != nil {
-		// Refused attaches are answered, not failed: they count as errors.
 		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
-		met.Operation(metrics.StreamAttach, metrics.SchemeTCPStream, ok, time.Since(start))
+		sc := metrics.SchemeTCPStream
+		if bytes.Contains(body, []byte(muxWireKey)) {
+			sc = metrics.SchemeMux
+		}
+		met.Operation(metrics.StreamAttach, sc, ok, time.Since(start))
 	}
 	return body, err
 }
