@@ -428,6 +428,13 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 	if !ok {
 		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
+	// A payload over the staging threshold goes by handle, as a request's
+	// does; the receiver fetches it before the handler runs. It has no
+	// deadline: it stays staged until the receiver has it.
+	hb, payload, staged, err := m.stageRequest(context.Background(), FireAndForget, payload, hb, nil)
+	if err != nil {
+		return ext.SendOutcome{}, err
+	}
 	f := requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	var out ext.SendOutcome
 	if lane == 0 {
@@ -436,6 +443,9 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 		out, err = p.primary.SendOnLane(target, lane, f)
 	}
 	if err != nil {
+		if staged != "" {
+			m.loadStager().Discard(staged)
+		}
 		return ext.SendOutcome{}, m.sendError(handler, target, err)
 	}
 	return out, nil

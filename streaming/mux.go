@@ -166,6 +166,7 @@ type muxCounters struct {
 	drainVisits                atomic.Uint64
 	batchSeqGaps               atomic.Uint64
 	batcherWakes               atomic.Uint64 // wakes of the batcher goroutines
+	holdOverflow               atomic.Uint64 // slots ended because their hold overflowed
 }
 
 // mux is the messenger mux of one Manager.
@@ -437,6 +438,7 @@ func (mx *mux) snapshot() metrics.MuxSnapshot {
 		CreditLost: n.creditLost.Load(), CreditReposted: n.creditReposted.Load(),
 		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
 		UnclaimedBindReaped: n.unclaimedReaped.Load(), BatchSeqGaps: n.batchSeqGaps.Load(),
+		HoldOverflow: n.holdOverflow.Load(), HeldRecords: int64(mx.heldRecords()),
 	}
 	for i := range s.RecordsSent {
 		s.RecordsSent[i] = n.sentByType[i].Load()
@@ -476,4 +478,25 @@ func (mx *mux) budgetFor(peer ext.WorkerID) *peerBudget {
 		mx.budgets[peer] = pb
 	}
 	return pb
+}
+
+// heldRecords counts the records waiting in slot holds.
+func (mx *mux) heldRecords() int {
+	n := 0
+	for _, ip := range mx.ingressTables() {
+		ip.mu.Lock()
+		n += ip.held
+		ip.mu.Unlock()
+	}
+	return n
+}
+
+func (mx *mux) ingressTables() []*ingressPeer {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	ips := make([]*ingressPeer, 0, len(mx.ingress))
+	for _, ip := range mx.ingress {
+		ips = append(ips, ip)
+	}
+	return ips
 }

@@ -52,6 +52,7 @@ type ingressPeer struct {
 	haveEpoch bool
 	lastSeq   uint32    // the high-water mark of batch_seq in this epoch
 	slots     []*inSlot // by slot index: a dense table, no hash per record
+	held      int       // records in the slots' holds
 	live      int
 
 	dirtyMu   sync.Mutex
@@ -69,11 +70,14 @@ type inSlot struct {
 	nextSeq uint32
 	held    uint32 // data credit the producer holds, as this side counts it
 
-	mpsc     *mpscRemote   // the producer's entry when st is an MPSC anchor
-	lane     int           // the lane the receiver chose: where the stream counts
-	drained  atomic.Uint32 // records the consumer took since the last reconcile
-	buffered atomic.Int64  // bytes delivered to the anchor and not yet taken
-	dirty    atomic.Bool
+	mpsc         *mpscRemote       // the producer's entry when st is an MPSC anchor
+	lane         int               // the lane the receiver chose: where the stream counts
+	hold         map[uint32][]byte // records ahead of their turn, by frame_seq
+	holdBytes    int
+	pendingClose *pendingClose // a TerminalSent that came before records in front of it
+	drained      atomic.Uint32 // records the consumer took since the last reconcile
+	buffered     atomic.Int64  // bytes delivered to the anchor and not yet taken
+	dirty        atomic.Bool
 
 	delivered bool // something arrived since the watchdog's last look
 	misses    int
@@ -191,6 +195,8 @@ type replies struct {
 	closes []closeReply
 	stops  []*inSlot
 }
+
+type pendingClose struct{ seq uint32 }
 
 type closeReply struct {
 	id     muxwire.SlotID
@@ -325,7 +331,14 @@ func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 	case muxwire.CloseSlot:
 		switch rec.CloseReason() {
 		case muxwire.TerminalSent, muxwire.PeerGone:
-			if s := ip.slotLocked(rec.Slot); s != nil {
+			s := ip.slotLocked(rec.Slot)
+			switch {
+			case s == nil:
+			case rec.Seq != 0 && muxwire.SeqAfter(rec.Seq, s.nextSeq):
+				// The close came ahead of records still on their way (a
+				// staged one): it waits for them.
+				s.pendingClose = &pendingClose{seq: rec.Seq}
+			default:
 				ip.endLocked(s, !s.terminal)
 			}
 		default: // UnknownSlot, ProtocolError: about a slot of ours
@@ -419,16 +432,19 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 		return
 	}
 	if rec.Seq != s.nextSeq {
-		// Part 1 has no rendezvous singletons, so nothing may arrive out
-		// of order: a gap is a lost batch or a broken peer.
-		ip.mx.n.protocolErrors.Add(1)
-		ip.endLocked(s, true)
-		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.ProtocolError})
+		if muxwire.SeqAfter(rec.Seq, s.nextSeq) {
+			ip.holdLocked(s, rec.Seq, rec.Body, rep)
+		} // else a duplicate of a record already delivered: dropped
 		return
 	}
+	ip.inOrderLocked(s, rec.Body, rep)
+	ip.releaseHeldLocked(s, rep)
+}
+
+// inOrderLocked delivers the slot's next record.
+func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 	s.nextSeq++
 	s.delivered = true
-	body := rec.Body
 	if wire.IsTerminalFrame(body) {
 		s.terminal = true
 		ip.deliverTerminal(s, body)
@@ -444,6 +460,51 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)
 		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.UnknownSlot})
+	}
+}
+
+// A record can arrive ahead of its frame_seq: a record too large for one
+// message goes staged, and the receiver fetches it off the ordered lane,
+// so the records behind it may overtake it (book chapter 05, "Ordering is
+// per slot"). They wait in the slot's hold until the gap closes. Credit
+// bounds the hold (C records and the terminal), and the slot byte budget
+// its bytes; past either, the slot ends with ProtocolError. A gap that
+// never closes (a lost batch) is the stream watchdog's to end.
+
+// holdLocked keeps a record that came ahead of its turn.
+func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *replies) {
+	cfg := &ip.mx.cfg
+	if len(s.hold) >= int(cfg.InitialCredit)+1 || s.holdBytes+len(body) > cfg.SlotByteBudget {
+		ip.mx.n.holdOverflow.Add(1)
+		ip.mx.n.protocolErrors.Add(1)
+		ip.endLocked(s, true)
+		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.ProtocolError})
+		return
+	}
+	if s.hold == nil {
+		s.hold = make(map[uint32][]byte)
+	}
+	s.hold[seq] = body
+	s.holdBytes += len(body)
+	ip.held++
+}
+
+// releaseHeldLocked delivers the held records that are now in turn, and
+// a close that waited for them.
+func (ip *ingressPeer) releaseHeldLocked(s *inSlot, rep *replies) {
+	for ip.slotLocked(s.id) == s {
+		if s.pendingClose != nil && s.pendingClose.seq == s.nextSeq {
+			ip.endLocked(s, !s.terminal)
+			return
+		}
+		body, ok := s.hold[s.nextSeq]
+		if !ok {
+			return
+		}
+		delete(s.hold, s.nextSeq)
+		s.holdBytes -= len(body)
+		ip.held--
+		ip.inOrderLocked(s, body, rep)
 	}
 }
 
@@ -489,6 +550,8 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	}
 	ip.slots[idx] = nil
 	ip.live--
+	ip.held -= len(s.hold)
+	s.hold, s.holdBytes = nil, 0
 	ip.mx.uncount(ip.peer, s.lane)
 	s.st.mu.Lock()
 	if s.feedLocked() == s {

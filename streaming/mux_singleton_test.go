@@ -1,0 +1,96 @@
+package streaming
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/rendezvous"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+)
+
+// stagedNode is a node with the mux and transparent staging, as velo.New
+// builds it.
+func stagedNode(t *testing.T) (*remoteNode, *rendezvous.Manager) {
+	t.Helper()
+	msg, _ := newMessengerTCP(t)
+	rv, err := rendezvous.New(msg, rendezvous.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rv.Close)
+	msg.SetStager(rv)
+	return muxNodeOn(t, msg), rv
+}
+
+// A stream item above the staging threshold goes alone, staged, and is
+// fetched off the ordered lane; the small records behind it may overtake
+// it, wait in the slot's hold, and the consumer still reads every item in
+// order, then the end.
+func TestMuxStagedItemKeepsItsPlace(t *testing.T) {
+	producer, prv := stagedNode(t)
+	consumer, _ := stagedNode(t)
+	connect(t, producer.msg, consumer.msg)
+	a, s := muxStream(t, producer, consumer)
+	big := bytes.Repeat([]byte("0123456789abcdef"), (1<<20)/16) // 1 MiB: staged
+	items := [][]byte{[]byte("first"), big, []byte("after-1"), []byte("after-2"), big, []byte("last")}
+	ctx := context.Background()
+	for _, it := range items {
+		if err := s.Send(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Finalize()
+	for i, want := range items {
+		got, err := nextItemWithin(t, a, 10*time.Second)
+		if err != nil {
+			t.Fatalf("item %d: %v", i, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("item %d: %d bytes, want %d (out of order or damaged)", i, len(got), len(want))
+		}
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("after the items: %v, want io.EOF", err)
+	}
+	if staged, _ := prv.Transparent(); staged < 2 {
+		t.Fatalf("%d batches staged, want the 2 large items", staged)
+	}
+	if n := muxOf(t, consumer).heldRecords(); n != 0 {
+		t.Fatalf("%d records left in holds", n)
+	}
+}
+
+// Records ahead of a gap beyond what credit allows overflow the hold: the
+// slot ends with ProtocolError, counted, and other streams go on. (An
+// honest producer cannot do this: credit bounds what it sends.)
+func TestMuxHoldOverflow(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 4})
+	a, s := muxStream(t, producer, consumer)
+	other, os := muxStream(t, producer, consumer)
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	b := s.mx.b
+	b.mu.Lock()
+	id, epoch, next := s.mx.id, b.epoch, s.mx.seq
+	b.mu.Unlock()
+	var enc muxwire.Encoder
+	enc.Start(nil, 0, epoch, 1<<30)   // a batch_seq far ahead: only a gap to meter
+	for i := uint32(1); i <= 6; i++ { // next+1 .. next+6: next itself never comes
+		enc.Data(id, next+i, token(int(i)))
+	}
+	if err := muxOf(t, consumer).handleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
+		t.Fatal(err)
+	}
+	if got := muxOf(t, consumer).n.holdOverflow.Load(); got != 1 {
+		t.Fatalf("hold overflows %d, want 1", got)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
+		t.Fatalf("the overflowing stream ended with %v, want ErrSenderDropped", err)
+	}
+	fill(t, os, 0, 3)
+	readTokens(t, other, 0, 3, 5*time.Second)
+}
