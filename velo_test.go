@@ -269,8 +269,9 @@ velo_streaming_active_anchors 1
 		}
 		return total
 	}
-	if n := count(oreg, "velo_streaming_anchor_operations_total", "transport_scheme", "tcp-stream"); n != 1 {
-		t.Fatalf("owner: %d tcp-stream operations, want 1 (the attach)", n)
+	// The nodes negotiate the mux, so the owner counts the attach under it.
+	if n := count(oreg, "velo_streaming_anchor_operations_total", "transport_scheme", "messenger-mux-v2"); n != 1 {
+		t.Fatalf("owner: %d messenger-mux-v2 operations, want 1 (the attach)", n)
 	}
 	if n := count(preg, "velo_streaming_anchor_attach_rtt_seconds", "outcome", "success"); n != 1 {
 		t.Fatalf("producer: %d attach round trips, want 1", n)

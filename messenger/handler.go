@@ -170,10 +170,25 @@ type handlerOptions struct {
 	overflow      OverflowPolicy
 	maxConcurrent int
 	drainExempt   bool
+	// stagedFailure, when set, hears of a staged request that could not be
+	// fetched (WithStagedFailure).
+	stagedFailure func(sender ext.WorkerID, headers map[string]string, err error)
 }
 
 // HandlerOption sets a dispatch option on a handler.
 type HandlerOption func(*handlerOptions) error
+
+// WithStagedFailure calls fn when a request for this handler arrived
+// staged and its payload could not be fetched (refused for its size,
+// timed out, gone): the handler does not run, and fn gets the sender's
+// worker, the request's headers (without the staging keys) and the error.
+// A fire-and-forget request has no reply to carry the failure, so this is
+// how its handler's owner learns of it (the mux ends the one stream the
+// headers name). fn runs on a goroutine of its own and must not block
+// long.
+func WithStagedFailure(fn func(sender ext.WorkerID, headers map[string]string, err error)) HandlerOption {
+	return func(o *handlerOptions) error { o.stagedFailure = fn; return nil }
+}
 
 // WithOrdered dispatches in arrival order per sending instance.
 func WithOrdered() HandlerOption {

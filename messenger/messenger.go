@@ -416,11 +416,11 @@ func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, pa
 // Admitted, or Pending when the message waits in the lane's admission gate
 // (a congested peer). A caller that must know the message reached the
 // send channel, or that it was refused after all, waits on the outcome.
-func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte) (ext.SendOutcome, error) {
+func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte, opts ...CallOption) (ext.SendOutcome, error) {
 	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
 	}
-	hb, err := m.prepare(handler, nil)
+	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return ext.SendOutcome{}, err
 	}
@@ -431,7 +431,7 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 	// A payload over the staging threshold goes by handle, as a request's
 	// does; the receiver fetches it before the handler runs. It has no
 	// deadline: it stays staged until the receiver has it.
-	hb, payload, staged, err := m.stageRequest(context.Background(), FireAndForget, payload, hb, nil)
+	hb, payload, staged, err := m.stageRequest(context.Background(), FireAndForget, payload, hb, opts)
 	if err != nil {
 		return ext.SendOutcome{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/ext"
 	"strconv"
 	"time"
 )
@@ -160,6 +161,9 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	payload, err := st.Fetch(ctx, handle, bounded)
 	timedOut := ctx.Err() == context.DeadlineExceeded
 	cancel()
+	if err != nil && r.opts.stagedFailure != nil {
+		r.opts.stagedFailure(ext.WorkerID(j.hdr.id.Lo), rest, err)
+	}
 	if err != nil {
 		switch {
 		case timedOut && !ownBound:
@@ -184,4 +188,13 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	j.hdr.headers = hb
 	j.msg.Frame.Payload = payload
 	r.dispatch(j)
+}
+
+// StagingThreshold is the payload size above which this node stages what
+// it sends, or 0 when it stages nothing.
+func (m *Messenger) StagingThreshold() int {
+	if st := m.loadStager(); st != nil {
+		return st.Threshold()
+	}
+	return 0
 }

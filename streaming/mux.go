@@ -183,6 +183,8 @@ type mux struct {
 	// probePost is post that does not wait for admission, for the health
 	// check, which runs on the sweeper shared by every peer; nil: post.
 	probePost func(peer ext.WorkerID, lane int, batch []byte) error
+	// postTagged is post with a _mux_slot header; nil: post.
+	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
 	// heartbeat is the window of the stream watchdog.
 	heartbeat time.Duration
 
@@ -361,7 +363,17 @@ func (mx *mux) goodbyes(bs map[laneKey]*batcher, ips map[laneKey]*ingressPeer) m
 // records by type and its size for records_per_batch. Walking the record
 // headers costs a few nanoseconds per record, once per batch.
 func (mx *mux) send(peer ext.WorkerID, lane int, batch []byte) error {
-	if err := mx.post(peer, lane, batch); err != nil {
+	return mx.sendTagged(peer, lane, batch, "")
+}
+
+// sendTagged is send for a batch that may be staged: tag, when set, goes
+// as its _mux_slot header.
+func (mx *mux) sendTagged(peer ext.WorkerID, lane int, batch []byte, tag string) error {
+	post := mx.post
+	if tag != "" && mx.postTagged != nil {
+		post = func(peer ext.WorkerID, lane int, batch []byte) error { return mx.postTagged(peer, lane, batch, tag) }
+	}
+	if err := post(peer, lane, batch); err != nil {
 		return err
 	}
 	mx.n.batchesSent.Add(1) // first: a reader of the type counts sees the batch counted

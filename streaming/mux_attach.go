@@ -57,6 +57,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	}
 	mx := newMux(cfg, r.heartbeat, r.postBatch)
 	mx.probePost = r.probeBatch
+	mx.postTagged = r.postBatchTagged
 	mx.m = r.m
 	if met != nil {
 		mx.met = met.Mux()
@@ -65,7 +66,10 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	for lane := range muxwire.Lanes {
 		h := messenger.FireHandler(muxwire.HandlerName(lane), func(c *messenger.Context) {
 			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)
-		}, messenger.WithInline(), messenger.WithDrainExempt())
+		}, messenger.WithInline(), messenger.WithDrainExempt(),
+			messenger.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
+				mx.stagedFailure(sender, lane, h[MuxSlotHeader], err)
+			}))
 		if err := r.msg.RegisterSystem(h); err != nil {
 			mx.close()
 			return err
@@ -84,11 +88,20 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 // flush "parked on transport admission"). A batch the gate refuses after
 // all is an error like a refusal at once: epoch death.
 func (r *remote) postBatch(peer ext.WorkerID, lane int, batch []byte) error {
+	return r.postBatchTagged(peer, lane, batch, "")
+}
+
+// postBatchTagged is postBatch with the _mux_slot header of a singleton.
+func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag string) error {
 	inst, ok := r.msg.InstanceOf(peer)
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
-	out, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch)
+	var opts []messenger.CallOption
+	if tag != "" {
+		opts = append(opts, messenger.WithHeaders(map[string]string{MuxSlotHeader: tag}))
+	}
+	out, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch, opts...)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type batcher struct {
 	live          int      // open slots
 	ready         []*outSlot
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejects       int                                    // entries of closes that answer unadmitted OpenSlots
 	rejected      map[muxwire.SlotID]struct{}            // which they are
@@ -597,7 +599,7 @@ func (b *batcher) flush() {
 		if batch == nil {
 			break
 		}
-		err := b.mx.send(b.peer, b.lane, batch)
+		err := b.mx.sendTagged(b.peer, b.lane, batch, b.takeSingletonTag())
 		b.settleCredit(err == nil)
 		if err != nil {
 			for _, s := range retired {
@@ -805,6 +807,12 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		if full(need) {
 			cut = true
 			break
+		}
+		if enc.Count() == 0 && len(rec) > b.mx.cfg.MaxBatchBytes {
+			// Alone in its batch and larger than a batch: the messenger
+			// will stage it. The tag names the stream, so that a receiver
+			// that refuses it for its size ends this stream and no other.
+			b.singletonTag = fmt.Sprintf("%d:%d:%d", b.epoch, uint32(s.id), s.session)
 		}
 		enc.Data(s.id, s.seq, rec)
 		s.seq++
@@ -1132,4 +1140,13 @@ func (b *batcher) dataWrittenLocked() {
 // the last batch, within the batch cap. Its lock is held.
 func (b *batcher) sizeHint() int {
 	return min(max(512, b.lastLen+b.lastLen/4), b.mx.cfg.MaxBatchBytes+muxwire.BatchHeaderLen+muxwire.RecordHeaderLen)
+}
+
+// takeSingletonTag returns the tag of the batch just built, if any.
+func (b *batcher) takeSingletonTag() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.singletonTag
+	b.singletonTag = ""
+	return t
 }

@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -852,5 +853,47 @@ func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
 		// Reset does nothing to an entry the queue is expiring: renewal
 		// cannot revive a bind.
 		mx.acceptQ.Reset(bd.id, time.Now().Add(window))
+	}
+}
+
+// MuxSlotHeader names the stream of a singleton batch that the messenger
+// stages: "<epoch>:<slot>:<session>", the sender's epoch, the slot's full
+// id and the routing session it was opened with (book chapter 05, "A
+// record refused for its size").
+const MuxSlotHeader = "_mux_slot"
+
+// stagedFailure ends the one stream that a staged singleton batch from
+// sender on lane belonged to, when this node could not fetch it (refused
+// for its size, or gone): its consumer reads a TransportError naming the
+// reason, and its producer is told to cancel it (LifecycleSlot, by
+// session, so that a late one cannot reach a later stream on the same
+// slot id). A tag that names no live stream of that sender does nothing.
+func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause error) {
+	var epoch uint64
+	var slot uint32
+	var session uint64
+	if _, err := fmt.Sscanf(tag, "%d:%d:%d", &epoch, &slot, &session); err != nil {
+		return // no tag, or not one of ours: the stream watchdog ends it
+	}
+	mx.mu.Lock()
+	ip := mx.ingress[laneKey{sender, lane}]
+	mx.mu.Unlock()
+	if ip == nil {
+		return
+	}
+	id := muxwire.SlotID(slot)
+	ip.mu.Lock()
+	s := ip.slotLocked(id)
+	if ip.epoch != epoch || s == nil || s.session != session {
+		ip.mu.Unlock()
+		return
+	}
+	s.terminal = true
+	msg := fmt.Sprintf("velo: a stream record staged by its producer could not be fetched: %v", cause)
+	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
+	ip.endLocked(s, false)
+	ip.mu.Unlock()
+	if b, err := mx.batcherFor(sender, lane); err == nil {
+		b.replyLifecycle(id, session, muxwire.Cancel)
 	}
 }

@@ -14,10 +14,14 @@ import (
 
 // stagedNode is a node with the mux and transparent staging, as velo.New
 // builds it.
-func stagedNode(t *testing.T) (*remoteNode, *rendezvous.Manager) {
+func stagedNode(t *testing.T, cfg ...rendezvous.Config) (*remoteNode, *rendezvous.Manager) {
 	t.Helper()
 	msg, _ := newMessengerTCP(t)
-	rv, err := rendezvous.New(msg, rendezvous.Config{})
+	var c rendezvous.Config
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	rv, err := rendezvous.New(msg, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +94,40 @@ func TestMuxHoldOverflow(t *testing.T) {
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("the overflowing stream ended with %v, want ErrSenderDropped", err)
+	}
+	fill(t, os, 0, 3)
+	readTokens(t, other, 0, 3, 5*time.Second)
+}
+
+// A staged record that the consumer's node refuses for its size ends its
+// own stream at once (a TransportError that names the sizes), its
+// producer is told to cancel, and another stream to the same node goes on.
+func TestMuxRefusedSingletonEndsOnlyItsStream(t *testing.T) {
+	producer, _ := stagedNode(t)
+	consumer, _ := stagedNode(t, rendezvous.Config{PayloadMax: 512 << 10})
+	connect(t, producer.msg, consumer.msg)
+	a, s := muxStream(t, producer, consumer)
+	other, os := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	for _, it := range [][]byte{[]byte("small"), make([]byte, 1<<20), []byte("behind")} {
+		if err := s.Send(ctx, it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := nextItemWithin(t, a, 5*time.Second); err != nil || string(v) != "small" {
+		t.Fatalf("first item %q, %v", v, err)
+	}
+	start := time.Now()
+	_, err := nextItemWithin(t, a, 5*time.Second)
+	var te *TransportError
+	if !errors.As(err, &te) {
+		t.Fatalf("after the refused record: %v, want a *TransportError", err)
+	}
+	t.Logf("the stream ended %v after the first item: %v", time.Since(start), err)
+	select {
+	case <-s.Cancelled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the producer of the refused record was not cancelled")
 	}
 	fill(t, os, 0, 3)
 	readTokens(t, other, 0, 3, 5*time.Second)
