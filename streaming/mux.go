@@ -167,6 +167,7 @@ type muxCounters struct {
 	batchSeqGaps               atomic.Uint64
 	batcherWakes               atomic.Uint64 // wakes of the batcher goroutines
 	holdOverflow               atomic.Uint64 // slots ended because their hold overflowed
+	singletons                 atomic.Uint64 // records sent alone as a staged batch
 }
 
 // mux is the messenger mux of one Manager.
@@ -185,6 +186,9 @@ type mux struct {
 	probePost func(peer ext.WorkerID, lane int, batch []byte) error
 	// postTagged is post with a _mux_slot header; nil: post.
 	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
+	// stagesAbove is the messenger's staging threshold (0: it stages
+	// nothing), to count the batches it stages.
+	stagesAbove int
 	// heartbeat is the window of the stream watchdog.
 	heartbeat time.Duration
 
@@ -376,6 +380,9 @@ func (mx *mux) sendTagged(peer ext.WorkerID, lane int, batch []byte, tag string)
 	if err := post(peer, lane, batch); err != nil {
 		return err
 	}
+	if tag != "" && mx.stagesAbove > 0 && len(batch) > mx.stagesAbove {
+		mx.n.singletons.Add(1)
+	}
 	mx.n.batchesSent.Add(1) // first: a reader of the type counts sees the batch counted
 	n := countRecordTypes(batch, &mx.n.sentByType)
 	mx.n.recordsSent.Add(uint64(n))
@@ -451,6 +458,7 @@ func (mx *mux) snapshot() metrics.MuxSnapshot {
 		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
 		UnclaimedBindReaped: n.unclaimedReaped.Load(), BatchSeqGaps: n.batchSeqGaps.Load(),
 		HoldOverflow: n.holdOverflow.Load(), HeldRecords: int64(mx.heldRecords()),
+		RendezvousSingletons: n.singletons.Load(),
 	}
 	for i := range s.RecordsSent {
 		s.RecordsSent[i] = n.sentByType[i].Load()

@@ -58,6 +58,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	mx := newMux(cfg, r.heartbeat, r.postBatch)
 	mx.probePost = r.probeBatch
 	mx.postTagged = r.postBatchTagged
+	mx.stagesAbove = r.msg.StagingThreshold()
 	mx.m = r.m
 	if met != nil {
 		mx.met = met.Mux()

@@ -63,6 +63,9 @@ func TestMuxStagedItemKeepsItsPlace(t *testing.T) {
 	if staged, _ := prv.Transparent(); staged < 2 {
 		t.Fatalf("%d batches staged, want the 2 large items", staged)
 	}
+	if got := muxOf(t, producer).n.singletons.Load(); got != 2 {
+		t.Fatalf("%d singletons counted, want 2", got)
+	}
 	if n := muxOf(t, consumer).heldRecords(); n != 0 {
 		t.Fatalf("%d records left in holds", n)
 	}
