@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -574,7 +573,7 @@ func (b *batcher) run() {
 		select {
 		case <-b.wake:
 		case <-b.mx.stop:
-			b.epochDeathWith(nil)
+			b.epochDeath()
 			return
 		}
 		b.mu.Lock()
@@ -959,9 +958,7 @@ func (s *outSlot) retiredCh() <-chan struct{} {
 // epochDeath ends every live slot of the batcher (a refused batch, a lost
 // peer) and starts a new epoch: the owner retires the old epoch's slots
 // when the first batch of the new one arrives.
-func (b *batcher) epochDeath() { b.epochDeathWith(nil) }
-
-func (b *batcher) epochDeathWith(_ error) {
+func (b *batcher) epochDeath() {
 	b.mu.Lock()
 	for _, s := range b.slots {
 		if s != nil {
@@ -1056,8 +1053,6 @@ func (b *batcher) stop() {
 	b.signal()
 	<-b.done
 }
-
-var _ = metrics.SchemeLocal
 
 // The FlushLinger policy. A window opens when a record is staged and none
 // is open; the staged data goes when it ends, or sooner when OnComplete or

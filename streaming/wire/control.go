@@ -23,7 +23,10 @@ const (
 
 // Transport keys a producer advertises and a consumer answers with
 // (messenger_mux/mod.rs MESSENGER_MUX_KEY, tcp_transport.rs TCP_STREAM_KEY,
-// grpc_transport.rs GRPC_STREAM_KEY).
+// grpc_transport.rs GRPC_STREAM_KEY). MessengerMuxKey is the reference
+// 0.9's mux, a wire Go does not speak: Go's mux offers and answers
+// streaming/mux/wire.TransportKey ("messenger-mux-v2"), so a Go node and a
+// Rust 0.9 node meet on tcp-stream.
 const (
 	MessengerMuxKey = "messenger-mux-v1"
 	TCPStreamKey    = "tcp-stream"
@@ -42,7 +45,7 @@ type AttachRequest struct {
 	// CancelHandle is where the consumer sends _stream_cancel.
 	CancelHandle CancelHandle
 	// SupportedTransportKeys are the streaming transports the producer can
-	// connect on; the consumer picks messenger-mux-v1 when both have it.
+	// connect on; the consumer picks its mux when both have the same one.
 	// Absent on the wire reads as empty (a producer from before
 	// negotiation); empty is written as [].
 	SupportedTransportKeys []string
