@@ -10,6 +10,7 @@ import (
 	"github.com/velo-go/velo/discovery/discoverytest"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -181,5 +182,35 @@ func TestPublishFailureFailsNew(t *testing.T) {
 	if err == nil {
 		shutdownWithin(n, failAfter)
 		t.Fatal("New succeeded though the backend refused the registration")
+	}
+}
+
+// TestStreamOwnerFoundThroughDiscovery: a producer that never met the
+// anchor's owner attaches to its handle (and opens a ticket) by finding the
+// owner's worker through discovery; without it the attach would fail as
+// not registered.
+func TestStreamOwnerFoundThroughDiscovery(t *testing.T) {
+	d := discoverytest.NewMemory()
+	owner, producer := echoNode(t, d), echoNode(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, ticket := range []bool{false, true} {
+		a, err := streaming.CreateAnchor[[]byte](owner.Streams)
+		must(t, err)
+		var s *streaming.Sender[[]byte]
+		if ticket {
+			tk, err := owner.Streams.PrebindAnchor(a.Handle())
+			must(t, err)
+			s, err = streaming.OpenAnchorStream[[]byte](ctx, producer.Streams, a.Handle(), tk)
+			must(t, err)
+		} else {
+			s, err = streaming.AttachAnchor[[]byte](ctx, producer.Streams, a.Handle())
+			must(t, err)
+		}
+		must(t, s.Send(ctx, []byte("x")))
+		must(t, s.Finalize())
+		if v, err := a.Next(ctx); err != nil || string(v) != "x" {
+			t.Fatalf("ticket=%v: Next = %q, %v", ticket, v, err)
+		}
 	}
 }
