@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/rendezvous"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
@@ -134,4 +136,38 @@ func TestMuxRefusedSingletonEndsOnlyItsStream(t *testing.T) {
 	}
 	fill(t, os, 0, 3)
 	readTokens(t, other, 0, 3, 5*time.Second)
+}
+
+// A _mux_slot tag that names no live stream of its sender (another
+// peer's, a wrong session, garbage) ends nothing.
+func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	cmx := muxOf(t, consumer)
+	b := s.mx.b
+	b.mu.Lock()
+	epoch, id, session := b.epoch, uint32(s.mx.id), s.mx.session
+	b.mu.Unlock()
+	waitFor(t, "the slot to open", func() bool { return cmx.heldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
+	cause := errors.New("test: refused")
+	for _, c := range []struct {
+		sender uint64
+		tag    string
+	}{
+		{uint64(consumer.msg.WorkerID()), fmt.Sprintf("%d:%d:%d", epoch, id, session)}, // another peer
+		{uint64(producer.msg.WorkerID()), fmt.Sprintf("%d:%d:%d", epoch, id, session+1)},
+		{uint64(producer.msg.WorkerID()), fmt.Sprintf("%d:%d:%d", epoch+1, id, session)},
+		{uint64(producer.msg.WorkerID()), "not a tag"},
+	} {
+		cmx.stagedFailure(ext.WorkerID(c.sender), 0, c.tag, cause)
+	}
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+}
+
+// The 64 KiB coalescing threshold caps the batch size whatever is asked.
+func TestMuxBatchCapBoundedByCoalescing(t *testing.T) {
+	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).withDefaults().MaxBatchBytes; got > coalesceThreshold {
+		t.Fatalf("MaxBatchBytes %d above the coalescing threshold", got)
+	}
 }
