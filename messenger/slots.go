@@ -44,7 +44,13 @@ type slot struct {
 // slotTable is a bounded table of response slots, indexed straight from the
 // response id: no map lookup per reply.
 type slotTable struct {
-	slots     []slot
+	// chunks hold the slots, slotChunk at a time, allocated as fresh
+	// indices reach them: a node that makes few calls keeps a few
+	// kilobytes here instead of the full table, which the garbage
+	// collector would otherwise scan on every cycle.
+	chunks    [maxSlots / slotChunk]atomic.Pointer[[slotChunk]slot]
+	size      int           // slots the table may hold
+	growMu    sync.Mutex    // serialises chunk allocation
 	free      chan uint32   // slots given back
 	fresh     atomic.Uint32 // slots never used yet: [fresh, len(slots))
 	exhausted func()        // counts an acquisition that found no free slot
@@ -53,6 +59,33 @@ type slotTable struct {
 
 // maxSlots is how many slots a 16-bit slot index can name.
 const maxSlots = 1 << 16
+
+// slotChunk is how many slots are allocated at once.
+const slotChunk = 256
+
+// at returns slot idx, or nil when its chunk was never allocated (an index
+// no call has used: a forged or stale token).
+func (t *slotTable) at(idx uint32) *slot {
+	c := t.chunks[idx/slotChunk].Load()
+	if c == nil {
+		return nil
+	}
+	return &c[idx%slotChunk]
+}
+
+// ensure allocates the chunk of a fresh index before the index is handed
+// out.
+func (t *slotTable) ensure(idx uint32) *slot {
+	if s := t.at(idx); s != nil {
+		return s
+	}
+	t.growMu.Lock()
+	defer t.growMu.Unlock()
+	if t.chunks[idx/slotChunk].Load() == nil {
+		t.chunks[idx/slotChunk].Store(new([slotChunk]slot))
+	}
+	return t.at(idx)
+}
 
 // genMask keeps the 48 bits of a generation.
 const genMask = 1<<48 - 1
@@ -74,7 +107,7 @@ func makeToken(gen uint64, idx uint32) uint64 { return gen<<16 | uint64(idx) }
 // newSlotTable makes room for n slots but builds each slot's channel on
 // its first use, so a node that makes few calls pays for few slots.
 func newSlotTable(n int, exhausted func()) *slotTable {
-	return &slotTable{slots: make([]slot, n), free: make(chan uint32, n), exhausted: exhausted}
+	return &slotTable{size: n, free: make(chan uint32, n), exhausted: exhausted}
 }
 
 // take returns a free slot index without waiting.
@@ -86,11 +119,11 @@ func (t *slotTable) take() (uint32, bool) {
 	}
 	for {
 		n := t.fresh.Load()
-		if int(n) >= len(t.slots) {
+		if int(n) >= t.size {
 			return 0, false
 		}
 		if t.fresh.CompareAndSwap(n, n+1) {
-			s := &t.slots[n]
+			s := t.ensure(n)
 			s.mu.Lock()
 			s.ch = make(chan reply, 1)
 			s.mu.Unlock()
@@ -115,7 +148,7 @@ func (t *slotTable) acquire(ctx context.Context, peer ext.WorkerID) (idx uint32,
 		}
 	}
 	gen := newGeneration()
-	s := &t.slots[idx]
+	s := t.at(idx)
 	s.mu.Lock()
 	s.busy, s.gen = true, gen
 	s.peer.Store(uint64(peer))
@@ -135,7 +168,7 @@ func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]
 		return 0, false
 	}
 	gen := newGeneration()
-	s := &t.slots[idx]
+	s := t.at(idx)
 	s.mu.Lock()
 	s.busy, s.gen, s.done, s.handler, s.view = true, gen, done, handler, view
 	s.peer.Store(uint64(peer))
@@ -175,10 +208,13 @@ func (t *slotTable) cancelAsync(token uint64) bool {
 // WorkerID, checked by the caller, that is all 128 bits of the id.
 func (t *slotTable) live(token uint64) *slot {
 	idx := uint32(uint16(token))
-	if token>>16 == 0 || int(idx) >= len(t.slots) {
+	if token>>16 == 0 || int(idx) >= t.size {
 		return nil
 	}
-	s := &t.slots[idx]
+	s := t.at(idx)
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	if !s.busy || s.gen != token>>16 {
 		s.mu.Unlock()
@@ -248,7 +284,7 @@ func (t *slotTable) deliver(token uint64, r reply) bool {
 // wait blocks for the reply of slot idx, or ctx's end.
 func (t *slotTable) wait(ctx context.Context, idx uint32) (reply, error) {
 	select {
-	case r := <-t.slots[idx].ch:
+	case r := <-t.at(idx).ch:
 		return r, nil
 	case <-ctx.Done():
 		return reply{}, ctxErr(ctx)
@@ -266,7 +302,7 @@ func nameHandler(err error, handler string) {
 
 // release frees slot idx at once: a later reply is discarded.
 func (t *slotTable) release(idx uint32) {
-	s := &t.slots[idx]
+	s := t.at(idx)
 	s.mu.Lock()
 	t.freeLocked(s, idx)
 }
@@ -299,8 +335,11 @@ func (t *slotTable) failAll(err error) { t.failWhere(err, nil) }
 func (t *slotTable) failWhere(err error, match func(*slot) bool) int {
 	var async []uint64
 	failed := 0
-	for i := range t.slots[:t.fresh.Load()] {
-		s := &t.slots[i]
+	for i := range t.fresh.Load() {
+		s := t.at(i)
+		if s == nil {
+			continue // its chunk is being allocated: no call holds it yet
+		}
 		if match != nil && !match(s) {
 			continue // a cheap look first: most slots are not this peer's
 		}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 
@@ -19,6 +20,7 @@ func runBench(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per figure")
 	reps := fs.Int("reps", 3, "repetitions; figures are medians with min and max")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile (every 4 KiB sampled) to this file at the end")
 	var report bench.Report
 	var runIt func() error
 	switch name {
@@ -54,8 +56,16 @@ func runBench(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+	}
 	if err := runIt(); err != nil {
 		return err
+	}
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			return err
+		}
 	}
 	if *asJSON {
 		return report.WriteJSON(os.Stdout)
@@ -65,3 +75,16 @@ func runBench(args []string) error {
 
 // extraHarnesses registers harnesses defined in other files of this command.
 var extraHarnesses = map[string]func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error{}
+
+// writeHeapProfile writes the allocation profile of the run to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
