@@ -414,3 +414,6 @@ func (r *ring) clear() {
 	clear(r.buf)
 	r.head, r.n = 0, 0
 }
+
+// isSame says a and b are the same shared frame (not just equal bytes).
+func isSame(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }

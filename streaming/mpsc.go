@@ -368,7 +368,7 @@ func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
 // end ends this producer with its terminal frame.
 func (s *MPSCSender[T]) end(frame []byte) error {
 	if s.mx != nil {
-		return s.mx.terminate(frame)
+		return s.mx.terminate(frame, false)
 	}
 	if s.rs != nil {
 		return s.rs.terminate(frame)

@@ -75,6 +75,12 @@ type MuxConfig struct {
 	// OpenSlots before any data. A refused OpenSlot is epoch death, and
 	// the producer's sends then fail.
 	AsyncOpenAck bool
+	// WaitForAttach makes every AttachAnchor wait for the owner's answer,
+	// as the reference does. By default an attach to an owner instance
+	// that has already answered this node with the mux returns once its
+	// request is sent, and the stream's records wait for the answer
+	// (a pipelined attach: docs/mux.md).
+	WaitForAttach bool
 	// BatcherIdleTTL is how long a batcher with no live slot lives (60 s).
 	BatcherIdleTTL time.Duration
 	// Flush is the flush policy (FlushAuto).

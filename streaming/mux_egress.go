@@ -95,6 +95,13 @@ type outSlot struct {
 	openSeq   uint32 // the frame_seq of its OpenSlot
 	openErr   error  // why its OpenSlot was not written
 
+	// A pipelined attach (mux_pipeline.go) opens the slot before the
+	// owner answers: pending holds its records back until the answer,
+	// answered closes with it, and failErr is why the owner refused.
+	pending  bool
+	answered chan struct{}
+	failErr  error
+
 	terminal  bool // a terminal is queued: nothing more is accepted
 	closed    bool // the slot is gone (terminal written, refused, epoch death)
 	cancelled bool
@@ -263,7 +270,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			return ErrSenderClosed
 		case s.cancelled || s.closed:
 			b.mu.Unlock()
-			return ErrCancelled
+			return s.endErr()
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget) &&
 			(len(s.q) == 0 || b.budget.fits(len(frame), b.mx.cfg.PeerByteBudget)):
 			// A slot's first record always fits, so a stream can always move,
@@ -379,7 +386,7 @@ func (s *outSlot) owedLocked() bool {
 // readyLocked lists s for the batcher when it has something it may send,
 // and says whether the batcher must be woken to see it.
 func (s *outSlot) readyLocked() bool {
-	if s.inReady || len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+	if s.inReady || s.pending || len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
 		return false
 	}
 	b := s.b
@@ -397,8 +404,15 @@ func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
 // terminate queues a terminal past the queue's limit; it never waits. The
 // batcher writes it behind every record before it, with CloseSlot in the
 // same batch, and then retires the stream.
-func (s *outSlot) terminate(frame []byte) error {
+//
+// With wait, a slot whose pipelined attach the owner has not answered yet
+// first waits for the answer, so that Finalize and Detach report a refused
+// attach; Close does not wait.
+func (s *outSlot) terminate(frame []byte, wait bool) error {
 	b := s.b
+	if wait && s.answered != nil {
+		<-s.answered
+	}
 	b.mu.Lock()
 	if s.terminal {
 		b.mu.Unlock()
@@ -408,7 +422,7 @@ func (s *outSlot) terminate(frame []byte) error {
 	if s.cancelled || s.closed {
 		s.settleLocked(RetireDiscarded)
 		b.mu.Unlock()
-		return ErrCancelled
+		return s.endErr()
 	}
 	s.enqueueLocked(frame)
 	wake := s.readyLocked()
@@ -419,6 +433,15 @@ func (s *outSlot) terminate(frame []byte) error {
 		b.signal()
 	}
 	return nil
+}
+
+// endErr is what a send on a closed or cancelled slot returns: the
+// owner's refusal for a pipelined attach, else ErrCancelled.
+func (s *outSlot) endErr() error {
+	if s.failErr != nil {
+		return s.failErr
+	}
+	return ErrCancelled
 }
 
 func (s *outSlot) wakeSpaceLocked() {
@@ -592,14 +615,20 @@ func (b *batcher) run() {
 func (b *batcher) flush() {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
-	b.postOpens() // OpenSlots first: a slot's records must not overtake its open
 	for {
-		batch, _, retired, more := b.build()
+		batch, _, retired, opened, more := b.build()
 		if batch == nil {
 			break
 		}
 		err := b.mx.sendTagged(b.peer, b.lane, batch, b.takeSingletonTag())
 		b.settleCredit(err == nil)
+		if len(opened) > 0 {
+			b.mu.Lock()
+			for _, s := range opened {
+				s.openErr = err
+			}
+			b.mu.Unlock()
+		}
 		if err != nil {
 			for _, s := range retired {
 				s.retire(RetireDiscarded)
@@ -671,14 +700,19 @@ func (s *outSlot) retire(out RetireOutcome) {
 
 // build takes what may go now into one batch. It returns nil when there is
 // nothing; more says that a clamp cut the batch and more is ready.
-func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more bool) {
+//
+// Queued OpenSlots go first in the batch, ahead of any data: a slot's
+// records must not overtake its open, and an open that shares the batch
+// of its stream's first records saves a write. opened lists them; the
+// caller records the post's result on each.
+func (b *batcher) build() (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data := b.autoFlush() || b.lingerReadyLocked()
 	lingerDone := b.lingerT == nil || b.lingered
-	if !data && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
+	if !data && len(b.opens) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
-		return nil, 0, nil, false
+		return nil, 0, nil, nil, false
 	}
 	var enc muxwire.Encoder
 	// The buffer goes to the transport with the batch, so each batch needs
@@ -688,6 +722,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	full := func(n int) bool {
 		return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords
 	}
+	opened = b.takeOpensLocked(&enc, full)
 	for id, reason := range b.closes {
 		if full(muxwire.CloseSlotBodyLen) {
 			break
@@ -755,7 +790,7 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	if enc.Count() > beforeData {
 		b.dataWrittenLocked()
 	}
-	more = cut || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
+	more = cut || len(b.opens) > 0 || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
 	if !more {
 		if len(b.ready) == 0 || !data {
 			b.awake = false
@@ -763,11 +798,39 @@ func (b *batcher) build() (batch []byte, records int, retired []*outSlot, more b
 	}
 	if enc.Count() == 0 {
 		b.awake = more
-		return nil, 0, retired, false
+		return nil, 0, retired, nil, false
 	}
 	b.seq++
 	b.lastLen = enc.Len()
-	return enc.Batch(), enc.Count(), retired, more || len(b.ready) > 0 && data
+	return enc.Batch(), enc.Count(), retired, opened, more || len(b.ready) > 0 && data
+}
+
+// takeOpensLocked writes the queued OpenSlots that fit into enc and
+// returns them. An open whose slot an epoch death ended meanwhile is
+// dropped: its peer never hears of it.
+func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*outSlot {
+	if len(b.opens) == 0 {
+		return nil
+	}
+	var opened []*outSlot
+	n := 0
+	for _, s := range b.opens {
+		if s.closed {
+			s.openErr = ErrCancelled
+			n++
+			continue
+		}
+		if full(muxwire.OpenSlotBodyLen) {
+			break
+		}
+		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		opened = append(opened, s)
+		n++
+	}
+	rest := copy(b.opens, b.opens[n:])
+	clear(b.opens[rest:])
+	b.opens = b.opens[:rest]
+	return opened
 }
 
 func (b *batcher) hasUrgentLocked() bool {
@@ -987,7 +1050,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	recs := make([]closeReply, 0, b.liveCount()+len(theirs))
 	b.mu.Lock()
 	for _, s := range b.slots {
-		if s != nil && !s.closed {
+		if s != nil && !s.closed && !s.pending { // a pending slot's peer never heard of it
 			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
 		}
 	}

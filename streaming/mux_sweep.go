@@ -228,7 +228,7 @@ func (b *batcher) beat() {
 	b.mu.Lock()
 	wake := false
 	for _, s := range b.slots {
-		if s == nil || s.terminal || s.closed {
+		if s == nil || s.terminal || s.closed || s.pending {
 			continue
 		}
 		if s.active {

@@ -145,7 +145,7 @@ func TestMuxDetachReattach(t *testing.T) {
 	if err := s1.Send(ctx, token(0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
+	if _, err := attachReady(ctx, producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
 		t.Fatalf("second attach: %v, want ErrAlreadyAttached", err)
 	}
 	if err := s1.Detach(); err != nil {
@@ -156,7 +156,7 @@ func TestMuxDetachReattach(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for { // the Detached frame is asynchronous over the wire
 		var err error
-		s2, err = AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+		s2, err = attachReady(ctx, producer.sm, a.Handle())
 		if err == nil {
 			break
 		}
@@ -676,7 +676,7 @@ func TestMuxTeardown(t *testing.T) {
 		case 3:
 			s.Detach()
 			waitFor(t, "the detach to land", func() bool {
-				s2, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+				s2, err := attachReady(ctx, producer.sm, a.Handle())
 				if err != nil {
 					return false
 				}
@@ -822,7 +822,7 @@ func TestMuxDetachWithWithheldRecords(t *testing.T) {
 	go func() { // retries while the owner has not seen the Detached frame
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			s2, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+			s2, err := attachReady(ctx, producer.sm, a.Handle())
 			if err == nil {
 				reattached <- s2
 				return
@@ -1079,5 +1079,41 @@ func TestMuxConsumerByteWatermark(t *testing.T) {
 		if got := granted(); got != want {
 			t.Fatalf("after %d takes the producer holds %d credit, want %d", i, got, want)
 		}
+	}
+}
+
+// attachReady attaches and waits for the owner's answer, as a caller that
+// retries an attach must: a pipelined attach reports a refusal later.
+func attachReady(ctx context.Context, m *Manager, h wire.AnchorHandle) (*Sender[[]byte], error) {
+	s, err := AttachAnchor[[]byte](ctx, m, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Ready(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// TestMuxFinalizeAfterPeerCancelWithWatcher: a producer that watches
+// Retired, is cancelled by the consumer and then finalizes gets
+// ErrCancelled and one Discarded outcome (the end settled it; the
+// Finalize once closed the watchers' channel a second time and panicked).
+func TestMuxFinalizeAfterPeerCancelWithWatcher(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	retired := s.Retired()
+	a.Controller().Cancel()
+	select {
+	case <-s.Cancelled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not reach the producer")
+	}
+	if err := s.Finalize(); !errors.Is(err, ErrCancelled) {
+		t.Fatalf("Finalize: %v, want ErrCancelled", err)
+	}
+	if out := retiredOutcome(t, retired, s); out != RetireDiscarded {
+		t.Fatalf("outcome %v, want Discarded", out)
 	}
 }

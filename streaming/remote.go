@@ -130,6 +130,10 @@ type remote struct {
 	sendersMu sync.Mutex
 	senders   map[uint64]*remoteSender
 
+	// muxOwners are the owner instances that answered an attach with the
+	// mux: the next attach to one may be pipelined (mux_pipeline.go).
+	muxOwners sync.Map // ext.InstanceID → struct{}
+
 	renewRequests   atomic.Uint64 // _anchor_renew requests served (tests count batches)
 	strangerSignals atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
 }

@@ -76,7 +76,9 @@ func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
 
 func (s *Sender[T]) end(frame []byte, detach bool) error {
 	if s.mx != nil {
-		return s.mx.terminate(frame)
+		// Close never waits; Finalize and Detach wait for the answer to
+		// a pipelined attach, so that they report its refusal.
+		return s.mx.terminate(frame, !isSame(frame, droppedFrame))
 	}
 	if s.rs != nil {
 		return s.rs.terminate(frame)
@@ -91,6 +93,9 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	owner, addr, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
+	}
+	if r.canPipeline(owner) {
+		return attachPipelined(ctx, r, owner, handle, encode, key)
 	}
 	rs := newRemoteSender(r, handle, r.session.Add(1))
 	// Registered before the request leaves: the owner may send a stop or
@@ -118,6 +123,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	}
 	if resp.TransportKey == muxWireKey && r.mux != nil {
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
+		r.muxOwners.Store(owner, struct{}{})
 		return openMuxSender(ctx, r, handle, resp, encode)
 	}
 	if _, err := r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS); err != nil {

@@ -91,8 +91,13 @@ func (r *retirement) watchLocked() <-chan struct{} {
 
 // settleLocked records out and closes the waiters' channel, if any. The
 // caller holds the owner's lock; closing under it is fine (a close never
-// blocks), and it keeps the outcome visible before any waiter wakes.
+// blocks), and it keeps the outcome visible before any waiter wakes. The
+// first outcome stands: a stream the peer ended and whose producer then
+// finalizes stays as the end settled it.
 func (r *retirement) settleLocked(out RetireOutcome) {
+	if r.known() != 0 {
+		return
+	}
 	r.outcome.Store(uint32(out))
 	if r.done != nil {
 		close(r.done)

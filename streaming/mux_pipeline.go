@@ -1,0 +1,204 @@
+package streaming
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// A pipelined attach: AttachAnchor over the mux without waiting for the
+// owner's answer.
+//
+// An engine admits a request, attaches to its anchor and starts
+// generating. Waiting for the _anchor_attach round trip stalls its loop
+// once per request, and the wakes of that round trip cost more CPU than
+// the stream's tokens. The owner chooses every field of its answer
+// itself, and an owner instance that answered with the mux once answers
+// every later attach of this node with the mux (its mux is fixed for its
+// life). So the producer opens its slot at once, sends the request, and
+// holds the slot's records until the answer names the routing session and
+// the credit window; the OpenSlot then goes out with the first records,
+// in one batch. The wire does not change: the request, the answer and the
+// OpenSlot are those of an ordinary attach, in the same order.
+//
+// A refusal (anchor not found, already attached) comes back later: Send
+// returns it, and Finalize and Detach wait for the answer so that they
+// return it too. The first attach to an owner instance always waits, to
+// learn what it answers; so does an attach to an owner reached over more
+// than one lane, since the owner picks the lane.
+
+// attachAnswerTimeout bounds the wait for the answer: a live owner
+// answers at once, and a lost one fails the call sooner through the
+// messenger.
+const attachAnswerTimeout = 30 * time.Second
+
+// canPipeline says whether an attach to owner may skip the wait.
+func (r *remote) canPipeline(owner ext.InstanceID) bool {
+	if r.mux == nil || r.mux.cfg.WaitForAttach {
+		return false
+	}
+	if _, ok := r.muxOwners.Load(owner); !ok {
+		return false
+	}
+	return r.lanesTo(owner.WorkerID()) == 1
+}
+
+// attachPipelined opens a pending slot for handle, sends the attach
+// request, and returns the Sender without waiting for the answer.
+func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+	b, err := r.mux.batcherFor(handle.Owner(), 0)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
+	}
+	s, err := b.openPending(handle)
+	if err != nil {
+		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
+	}
+	session := r.session.Add(1)
+	req := wire.AttachRequest{
+		Handle:                 handle,
+		SessionID:              session,
+		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
+		SupportedTransportKeys: r.offeredKeys(),
+		LaneKey:                key,
+	}
+	// The answer outlives the call: ctx bounds AttachAnchor, not the
+	// stream, and callers commonly cancel it as AttachAnchor returns.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attachAnswerTimeout)
+	start := r.m.opStart()
+	err = r.msg.UnaryAsync(actx, owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+		cancel()
+		r.answerPending(s, owner, start, body, err)
+	})
+	if err != nil {
+		cancel()
+		err = fmt.Errorf("velo: attach %v: %w", handle, err)
+		b.failPending(s, err)
+		return nil, err
+	}
+	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// answerPending applies the owner's answer to a pending slot. It runs on
+// the messenger's reader goroutine, so it never waits.
+func (r *remote) answerPending(s *outSlot, owner ext.InstanceID, start time.Time, body []byte, err error) {
+	var resp wire.AttachResponse
+	if err == nil {
+		resp, err = wire.DecodeAttachResponse(body)
+	}
+	refusal := ""
+	if err == nil {
+		refusal = refusalOf(resp.Refused, resp.Reason)
+	}
+	r.countAttachRTT(start, err == nil && refusal == "", resp.TransportKey)
+	handle := s.handle
+	switch {
+	case err != nil:
+		err = fmt.Errorf("velo: attach %v: %w", handle, err)
+	case refusal != "":
+		err = attachRefusal(handle, refusal)
+	case resp.TransportKey != muxWireKey:
+		// Not expected of an owner that answered the mux before; the
+		// next attach to it waits again.
+		r.muxOwners.Delete(owner)
+		err = fmt.Errorf("velo: attach %v: the owner answered transport %q where it had answered %s", handle, resp.TransportKey, muxWireKey)
+	case resp.InitialCredit == 0:
+		err = fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
+	case r.senderLane(handle.Owner(), resp.Lane) != s.b.lane:
+		err = fmt.Errorf("velo: attach %v: the owner answered lane %d, which this node does not use", handle, resp.Lane)
+	}
+	if err != nil {
+		s.b.failPending(s, err)
+		return
+	}
+	s.b.resolvePending(s, resp.RoutingSessionID, resp.InitialCredit)
+}
+
+// openPending allocates a slot for a pipelined attach to handle: it holds
+// its records until resolvePending or failPending.
+func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return nil, ErrCancelled
+	}
+	idx, ok := b.allocLocked()
+	if !ok {
+		return nil, errSlotsExhausted
+	}
+	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
+	s := &outSlot{b: b, id: id, handle: handle, anchorID: handle.LocalID(), pending: true, answered: make(chan struct{})}
+	b.slots[idx] = s
+	b.live++
+	b.lastUse = time.Now()
+	s.openSeq = s.seq
+	s.seq++
+	return s, nil
+}
+
+// resolvePending opens a pending slot under the owner's answer: its
+// OpenSlot is queued for the next batch, ahead of the records it held.
+func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
+	b.mu.Lock()
+	if !s.pending {
+		b.mu.Unlock()
+		return
+	}
+	s.pending = false
+	close(s.answered)
+	if s.closed {
+		// An epoch death ended it first. The owner's bind waits out its
+		// accept window, as it does when that happens after a waited
+		// attach.
+		b.mu.Unlock()
+		return
+	}
+	s.session, s.credit = session, credit
+	b.opens = append(b.opens, s)
+	s.readyLocked()
+	b.mu.Unlock()
+	b.signal()
+}
+
+// failPending ends a pending slot with err: its records are discarded,
+// and its sends, Finalize and Detach return err.
+func (b *batcher) failPending(s *outSlot, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !s.pending {
+		return
+	}
+	s.pending = false
+	close(s.answered)
+	if !s.closed {
+		s.failErr = err
+		s.endLocked()
+	}
+}
+
+// Ready waits until the anchor's owner has answered this Sender's attach
+// and returns its refusal, if any (errors.Is matches ErrAnchorNotFound and
+// ErrAlreadyAttached as AttachAnchor's error does). It returns at once for
+// a Sender whose attach already waited: on the same worker, on the
+// per-stream path, from a ticket, or with MuxConfig.WaitForAttach. Call it
+// where the answer decides what to do next, such as a loop that attaches
+// until a detached stream is free again; a producer that just streams does
+// not need it, since Send and Finalize report a refusal too.
+func (s *Sender[T]) Ready(ctx context.Context) error {
+	if s.mx == nil || s.mx.answered == nil {
+		return nil
+	}
+	select {
+	case <-s.mx.answered:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	b := s.mx.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return s.mx.failErr
+}

@@ -1,0 +1,189 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+)
+
+// learnOwner runs one waited attach from producer to consumer, after which
+// attaches between them are pipelined.
+func learnOwner(t *testing.T, producer, consumer *remoteNode) {
+	t.Helper()
+	a, s := muxStream(t, producer, consumer)
+	if s.mx.answered != nil {
+		t.Fatal("the first attach to an owner was pipelined; it must wait to learn the owner's answer")
+	}
+	s.Finalize()
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("first stream: %v, want io.EOF", err)
+	}
+}
+
+// TestMuxPipelinedAttach: once an owner has answered with the mux, an
+// attach returns before its answer (the owner's handler is held here),
+// Sends queue behind it, and everything arrives in order once it answers.
+func TestMuxPipelinedAttach(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	// The owner's attach handler takes the anchor's lock: holding it
+	// holds the answer (and the owner's reader) until the unlock.
+	a.st.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			a.st.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+	if err != nil {
+		t.Fatalf("pipelined attach: %v", err)
+	}
+	if s.mx.answered == nil {
+		t.Fatal("the attach waited for its answer")
+	}
+	if got := s.NegotiatedTransport(); got != muxWireKey {
+		t.Fatalf("NegotiatedTransport = %q", got)
+	}
+	fill(t, s, 0, 5) // queued: the slot holds them until the answer
+	select {
+	case <-s.mx.answered:
+		t.Fatal("answered while the owner's handler was held")
+	default:
+	}
+	a.st.mu.Unlock()
+	locked = false
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	readTokens(t, a, 0, 5, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+	if out := retiredOutcome(t, s.Retired(), s); out != RetireSent {
+		t.Fatalf("outcome %v, want Sent", out)
+	}
+}
+
+// TestMuxPipelinedAttachRefused: a pipelined attach to an anchor that is
+// gone reports ErrAnchorNotFound from Ready, Send and Finalize, discards
+// what was queued, and frees its slot.
+func TestMuxPipelinedAttachRefused(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := a.Handle()
+	a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, h)
+	if err != nil {
+		t.Fatalf("pipelined attach: %v", err)
+	}
+	retired := s.Retired()
+	if err := s.Ready(ctx); !errors.Is(err, ErrAnchorNotFound) {
+		t.Fatalf("Ready: %v, want ErrAnchorNotFound", err)
+	}
+	if err := s.Send(ctx, token(0)); !errors.Is(err, ErrAnchorNotFound) {
+		t.Fatalf("Send: %v, want ErrAnchorNotFound", err)
+	}
+	if err := s.Finalize(); !errors.Is(err, ErrAnchorNotFound) {
+		t.Fatalf("Finalize: %v, want ErrAnchorNotFound", err)
+	}
+	if out := retiredOutcome(t, retired, s); out != RetireDiscarded {
+		t.Fatalf("outcome %v, want Discarded", out)
+	}
+	mx := muxOf(t, producer)
+	waitFor(t, "the refused slot to be freed", func() bool { out, _ := mx.liveSlots(); return out == 0 })
+}
+
+// TestMuxPipelinedFinalizeReportsRefusal: records sent and a Finalize made
+// before a refusal arrives are not lost silently: Finalize waits for the
+// answer and returns it.
+func TestMuxPipelinedFinalizeReportsRefusal(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	a, s1 := muxStream(t, producer, consumer) // holds the anchor
+	defer s1.Close()
+	a.st.mu.Lock()
+	s, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle())
+	if err != nil {
+		a.st.mu.Unlock()
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 3)
+	done := make(chan error, 1)
+	go func() { done <- s.Finalize() }()
+	select {
+	case err := <-done:
+		a.st.mu.Unlock()
+		t.Fatalf("Finalize returned %v before the owner answered", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a.st.mu.Unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrAlreadyAttached) {
+			t.Fatalf("Finalize: %v, want ErrAlreadyAttached", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Finalize did not return after the answer")
+	}
+}
+
+// TestMuxPipelinedAttachOutlivesCallerContext: the caller's context bounds
+// the AttachAnchor call, not the answer that comes after it.
+func TestMuxPipelinedAttachOutlivesCallerContext(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 3)
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	readTokens(t, a, 0, 3, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+}
+
+// TestMuxWaitForAttach: with MuxConfig.WaitForAttach every attach waits
+// for its answer, and a refusal comes back from AttachAnchor itself.
+func TestMuxWaitForAttach(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{WaitForAttach: true})
+	learnOwner(t, producer, consumer)
+	a, s := muxStream(t, producer, consumer)
+	if s.mx.answered != nil {
+		t.Fatal("an attach was pipelined under WaitForAttach")
+	}
+	if _, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
+		t.Fatalf("second attach: %v, want ErrAlreadyAttached", err)
+	}
+	s.Close()
+}
