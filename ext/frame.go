@@ -63,12 +63,16 @@ type Frame struct {
 	Owner Owner
 }
 
-// Owner is a reference-counted buffer that inbound frames may live in.
+// Owner is a reference-counted buffer that frames may live in: inbound
+// frames in a transport's read memory, outbound ones in a sender's reused
+// send buffer.
 // Releasing it is optional (an unreleased buffer is collected by the GC)
 // but lets a transport reuse its read memory. After Release the frame's
 // slices must not be used. Anyone who keeps a frame's slices past its
 // release (a transport writing a large payload later, say) calls Retain
-// first and Release when done.
+// first and Release when done. A transport that keeps an outbound
+// frame's slices after Send returns (queued, or a large payload written
+// later) retains the frame's Owner until it is done with them.
 type Owner interface {
 	Retain()
 	Release()

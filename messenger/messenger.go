@@ -451,6 +451,44 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 	return out, nil
 }
 
+// PostLaneOwned is PostLaneOutcome for a payload that owner's reference
+// keeps alive: the payload is not copied. The frame carries owner to the
+// transport, which retains it while it holds the bytes (ext.Owner); the
+// caller keeps its own reference and releases it when the call returns.
+// It is for system subsystems that reuse their send buffers (the mux's
+// batches). A payload too large to send eagerly is refused: staging would
+// outlive the reference.
+func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler string, payload []byte, owner ext.Owner) (ext.SendOutcome, error) {
+	if err := systemOnly("Post", handler); err != nil {
+		return ext.SendOutcome{}, err
+	}
+	hb, err := m.prepare(handler, nil)
+	if err != nil {
+		return ext.SendOutcome{}, err
+	}
+	p, ok := m.peers.get(target)
+	if !ok {
+		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+	}
+	hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
+	f := ext.Frame{
+		Type:    ext.Message,
+		Header:  appendRequestHeader(make([]byte, 0, hlen), FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb),
+		Payload: payload,
+		Owner:   owner,
+	}
+	var out ext.SendOutcome
+	if lane == 0 {
+		out, err = p.primary.Send(target, f)
+	} else {
+		out, err = p.primary.SendOnLane(target, lane, f)
+	}
+	if err != nil {
+		return ext.SendOutcome{}, m.sendError(handler, target, err)
+	}
+	return out, nil
+}
+
 // Lanes is how many ordered lanes the transport to target keeps; for a
 // target not registered (or the zero InstanceID), the most that any of the
 // node's transports keeps. It is at least 1.

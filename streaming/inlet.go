@@ -397,6 +397,20 @@ func (r *ring) push(b []byte) {
 	r.n++
 }
 
+// reserve grows the ring to hold n frames without growing again (up to a
+// sane bound: credit comes from configuration, not from the peer).
+func (r *ring) reserve(n int) {
+	n = min(n, 1024)
+	if n <= len(r.buf) {
+		return
+	}
+	nb := make([][]byte, n)
+	for i := range r.n {
+		nb[i] = r.buf[(r.head+i)%len(r.buf)]
+	}
+	r.buf, r.head = nb, 0
+}
+
 func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
 
 func isDetached(b []byte) bool { return len(b) > 0 && &b[0] == &detachedFrame[0] }

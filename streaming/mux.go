@@ -191,6 +191,9 @@ type mux struct {
 	// check, which runs on the sweeper shared by every peer; nil: post.
 	probePost func(peer ext.WorkerID, lane int, batch []byte) error
 	// postTagged is post with a _mux_slot header; nil: post.
+	// postOwned is post for a batch in a pooled buffer that owner keeps
+	// alive (no copy); nil: the batchers allocate a buffer per batch.
+	postOwned  func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
 	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
 	// stagesAbove is the messenger's staging threshold (0: it stages
 	// nothing), to count the batches it stages.
@@ -379,11 +382,30 @@ func (mx *mux) send(peer ext.WorkerID, lane int, batch []byte) error {
 // sendTagged is send for a batch that may be staged: tag, when set, goes
 // as its _mux_slot header.
 func (mx *mux) sendTagged(peer ext.WorkerID, lane int, batch []byte, tag string) error {
-	post := mx.post
-	if tag != "" && mx.postTagged != nil {
-		post = func(peer ext.WorkerID, lane int, batch []byte) error { return mx.postTagged(peer, lane, batch, tag) }
+	return mx.sendOwned(peer, lane, batch, tag, nil)
+}
+
+// sendOwned is sendTagged for a batch in ob's pooled buffer (nil: none).
+// A tagged batch may be staged, and staging keeps the bytes past the
+// call: it goes by the copying path, and its buffer leaves the pool.
+func (mx *mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, ob *batchBuf) error {
+	var err error
+	switch {
+	case tag != "":
+		if ob != nil {
+			ob.keep = true
+		}
+		if mx.postTagged != nil {
+			err = mx.postTagged(peer, lane, batch, tag)
+		} else {
+			err = mx.post(peer, lane, batch)
+		}
+	case ob != nil && mx.postOwned != nil:
+		err = mx.postOwned(peer, lane, batch, ob)
+	default:
+		err = mx.post(peer, lane, batch)
 	}
-	if err := post(peer, lane, batch); err != nil {
+	if err != nil {
 		return err
 	}
 	if tag != "" && mx.stagesAbove > 0 && len(batch) > mx.stagesAbove {

@@ -58,6 +58,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	mx := newMux(cfg, r.heartbeat, r.postBatch)
 	mx.probePost = r.probeBatch
 	mx.postTagged = r.postBatchTagged
+	mx.postOwned = r.postBatchOwned
 	mx.stagesAbove = r.msg.StagingThreshold()
 	mx.m = r.m
 	if met != nil {
@@ -103,6 +104,25 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 		opts = append(opts, messenger.WithHeaders(map[string]string{MuxSlotHeader: tag}))
 	}
 	out, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch, opts...)
+	if err != nil {
+		return err
+	}
+	if adm := out.Admission(); adm != nil {
+		<-adm.Done()
+		return adm.Err()
+	}
+	return nil
+}
+
+// postBatchOwned is postBatch for a batch in a pooled buffer: the
+// messenger sends it without a copy, and the transport holds owner while
+// it holds the bytes.
+func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error {
+	inst, ok := r.msg.InstanceOf(peer)
+	if !ok {
+		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
+	}
+	out, err := r.msg.PostLaneOwned(inst, lane, muxwire.HandlerName(lane), batch, owner)
 	if err != nil {
 		return err
 	}

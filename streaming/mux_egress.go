@@ -69,6 +69,8 @@ type batcher struct {
 	stopped       bool
 	lastUse       time.Time
 
+	bufs bufPool // idle batch buffers (mux_bufpool.go)
+
 	wake chan struct{} // cap 1
 	done chan struct{} // closed when the goroutine returns
 }
@@ -616,11 +618,15 @@ func (b *batcher) flush() {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
 	for {
-		batch, _, retired, opened, more := b.build()
+		ob := b.takeBuf()
+		batch, _, retired, opened, more := b.build(ob)
 		if batch == nil {
+			ob.Release()
 			break
 		}
-		err := b.mx.sendTagged(b.peer, b.lane, batch, b.takeSingletonTag())
+		ob.set(batch)
+		err := b.mx.sendOwned(b.peer, b.lane, batch, b.takeSingletonTag(), ob)
+		ob.Release()
 		b.settleCredit(err == nil)
 		if len(opened) > 0 {
 			b.mu.Lock()
@@ -705,7 +711,7 @@ func (s *outSlot) retire(out RetireOutcome) {
 // records must not overtake its open, and an open that shares the batch
 // of its stream's first records saves a write. opened lists them; the
 // caller records the post's result on each.
-func (b *batcher) build() (batch []byte, records int, retired, opened []*outSlot, more bool) {
+func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	data := b.autoFlush() || b.lingerReadyLocked()
@@ -715,9 +721,10 @@ func (b *batcher) build() (batch []byte, records int, retired, opened []*outSlot
 		return nil, 0, nil, nil, false
 	}
 	var enc muxwire.Encoder
-	// The buffer goes to the transport with the batch, so each batch needs
-	// its own: sized from the last one, so that it is made once, not grown.
-	enc.Start(make([]byte, 0, b.sizeHint()), b.lane, b.epoch, b.seq+1)
+	// A pooled buffer comes back once the transport copied or wrote the
+	// batch; without a pool each batch needs its own, sized from the last
+	// one so that it is made once, not grown.
+	enc.Start(ob.bytes(b.sizeHint()), b.lane, b.epoch, b.seq+1)
 	limit := b.mx.cfg.MaxBatchBytes
 	full := func(n int) bool {
 		return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords

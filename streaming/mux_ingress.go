@@ -74,10 +74,9 @@ type inSlot struct {
 	mpsc         *mpscRemote       // the producer's entry when st is an MPSC anchor
 	lane         int               // the lane the receiver chose: where the stream counts
 	hold         map[uint32][]byte // records ahead of their turn, by frame_seq
-	holdBytes    int
-	pendingClose *pendingClose // a TerminalSent that came before records in front of it
-	drained      atomic.Uint32 // records the consumer took since the last reconcile
-	buffered     atomic.Int64  // bytes delivered to the anchor and not yet taken
+	pendingClose *pendingClose     // a TerminalSent that came before records in front of it
+	drained      atomic.Uint32     // records the consumer took since the last reconcile
+	buffered     atomic.Int64      // bytes delivered to the anchor and not yet taken
 	dirty        atomic.Bool
 
 	delivered bool // something arrived since the watchdog's last look
@@ -397,6 +396,11 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	gone := st.cancelled || st.closed
 	if !gone {
 		s.setFeedLocked(s)
+		if s.mpsc == nil {
+			// The slot delivers at most its credit and a terminal: size
+			// the inlet once instead of growing it record by record.
+			st.q.reserve(int(bd.credit) + 2)
+		}
 		if bd.prebound && st.prebind == bd { // the ticket's producer claims the pre-bind
 			st.prebind = nil
 			st.attached = true
@@ -468,14 +472,15 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 // message goes staged, and the receiver fetches it off the ordered lane,
 // so the records behind it may overtake it (book chapter 05, "Ordering is
 // per slot"). They wait in the slot's hold until the gap closes. Credit
-// bounds the hold (C records and the terminal), and the slot byte budget
-// its bytes; past either, the slot ends with ProtocolError. A gap that
+// bounds the hold (C records and the terminal); past it, the slot ends
+// with ProtocolError. Not the slot byte budget: an honest producer can
+// have more in flight (a staged record fetched after a later one). A gap that
 // never closes (a lost batch) is the stream watchdog's to end.
 
 // holdLocked keeps a record that came ahead of its turn.
 func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *replies) {
 	cfg := &ip.mx.cfg
-	if len(s.hold) >= int(cfg.InitialCredit)+1 || s.holdBytes+len(body) > cfg.SlotByteBudget {
+	if len(s.hold) >= int(cfg.InitialCredit)+1 {
 		ip.mx.n.holdOverflow.Add(1)
 		ip.mx.n.protocolErrors.Add(1)
 		ip.endLocked(s, true)
@@ -486,7 +491,6 @@ func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *repli
 		s.hold = make(map[uint32][]byte)
 	}
 	s.hold[seq] = body
-	s.holdBytes += len(body)
 	ip.held++
 }
 
@@ -503,7 +507,6 @@ func (ip *ingressPeer) releaseHeldLocked(s *inSlot, rep *replies) {
 			return
 		}
 		delete(s.hold, s.nextSeq)
-		s.holdBytes -= len(body)
 		ip.held--
 		ip.inOrderLocked(s, body, rep)
 	}
@@ -552,7 +555,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	ip.slots[idx] = nil
 	ip.live--
 	ip.held -= len(s.hold)
-	s.hold, s.holdBytes = nil, 0
+	s.hold = nil
 	ip.mx.uncount(ip.peer, s.lane)
 	s.st.mu.Lock()
 	if s.feedLocked() == s {

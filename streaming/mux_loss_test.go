@@ -33,6 +33,17 @@ func (g *postGate) install(mx *mux) {
 		}
 		return inner(peer, lane, batch)
 	}
+	if owned := mx.postOwned; owned != nil {
+		mx.postOwned = func(peer ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+			if g.refuse.Load() > 0 && g.refuse.Add(-1) >= 0 {
+				return errors.New("test: batch refused")
+			}
+			if g.lose.Load() > 0 && g.lose.Add(-1) >= 0 {
+				return nil
+			}
+			return owned(peer, lane, batch, o)
+		}
+	}
 }
 
 // TestMuxEpochDeath: a batch the transport refuses is epoch death: every

@@ -131,7 +131,8 @@ func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
-	s := &outSlot{b: b, id: id, handle: handle, anchorID: handle.LocalID(), pending: true, answered: make(chan struct{})}
+	s := &outSlot{b: b, id: id, handle: handle, anchorID: handle.LocalID(), pending: true, answered: make(chan struct{}),
+		q: make([][]byte, 0, min(b.mx.cfg.inletRecords()+1, 64))}
 	b.slots[idx] = s
 	b.live++
 	b.lastUse = time.Now()

@@ -187,3 +187,39 @@ func TestMuxWaitForAttach(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestMuxBatchBuffersReturnToPool: the transport gives a batch's buffer
+// back once it copied the batch, so a producer's batcher reuses its
+// buffers instead of allocating one (and the messenger a copy) per batch.
+func TestMuxBatchBuffersReturnToPool(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 20)
+	s.Finalize()
+	readTokens(t, a, 0, 20, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("want io.EOF, got %v", err)
+	}
+	b, err := muxOf(t, producer).batcherFor(consumer.msg.WorkerID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a batch buffer back in the pool", func() bool {
+		b.bufs.mu.Lock()
+		defer b.bufs.mu.Unlock()
+		return len(b.bufs.free) > 0
+	})
+	ob := b.takeBuf()
+	if cap(ob.buf) == 0 {
+		t.Fatal("the pooled buffer has no memory to reuse")
+	}
+	ob.keep = true // as a staged batch: its bytes may outlive the references
+	ob.Release()
+	b.bufs.mu.Lock()
+	for _, f := range b.bufs.free {
+		if f == ob {
+			t.Error("a kept (staged) buffer went back to the pool")
+		}
+	}
+	b.bufs.mu.Unlock()
+}

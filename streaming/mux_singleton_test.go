@@ -12,6 +12,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/rendezvous"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
 )
 
 // stagedNode is a node with the mux and transparent staging, as velo.New
@@ -169,5 +170,41 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 func TestMuxBatchCapBoundedByCoalescing(t *testing.T) {
 	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).withDefaults().MaxBatchBytes; got > coalesceThreshold {
 		t.Fatalf("MaxBatchBytes %d above the coalescing threshold", got)
+	}
+}
+
+// A large record that overtakes a staged one (two staged records fetched
+// out of order) waits in the hold: credit, not the slot byte budget,
+// bounds it, as it bounds the same records delivered in turn.
+func TestMuxLargeRecordWaitsInHold(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	b := s.mx.b
+	b.mu.Lock()
+	id, epoch, next := s.mx.id, b.epoch, s.mx.seq
+	b.mu.Unlock()
+	big := bytes.Repeat([]byte("x"), 1<<20) // its record is above the 1 MiB budget
+	cmx := muxOf(t, consumer)
+	for i, r := range []struct {
+		seq  uint32
+		item []byte
+	}{{next + 1, big}, {next, []byte("small")}} { // next+1 overtakes next
+		var enc muxwire.Encoder
+		enc.Start(nil, 0, epoch, 1<<30+uint32(i))
+		enc.Data(id, r.seq, wire.AppendBytesItem(nil, r.item))
+		if err := cmx.handleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range [][]byte{[]byte("small"), big} {
+		got, err := nextItemWithin(t, a, 5*time.Second)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("got %d bytes, %v; want %d bytes", len(got), err, len(want))
+		}
+	}
+	if n := cmx.n.holdOverflow.Load(); n != 0 {
+		t.Fatalf("hold overflows %d, want 0", n)
 	}
 }
