@@ -29,11 +29,12 @@ var (
 // its Controller, the Manager's registry and the attached Sender. One mutex
 // guards all of it. Nothing here owns a goroutine: a party that must wait
 // makes a channel under the lock, and the party that changes the state
-// closes it.
+// closes it (or, for consumers, sends it a token: wakeData).
 type anchorState struct {
-	mgr    *Manager
-	handle wire.AnchorHandle
-	capLim int
+	mgr     *Manager
+	handle  wire.AnchorHandle
+	capLim  int32
+	waiters int32 // consumers waiting on dataWait (wakeData)
 
 	mu        sync.Mutex
 	q         ring
@@ -71,10 +72,37 @@ type anchorState struct {
 
 // wakeData and wakeSpace close the channel of whoever waits. The caller
 // holds mu.
+// wakeData wakes one waiting consumer. The channel holds one token and
+// lives as long as the anchor: a consumer that waits once per token (a
+// stream slower than its producer's passes) used to make and close a
+// channel per wait. A consumer that wakes to more work, or to the end,
+// passes the token on to the next waiter (passOnLocked).
 func (st *anchorState) wakeData() {
-	if st.dataWait != nil {
-		close(st.dataWait)
-		st.dataWait = nil
+	if st.waiters > 0 {
+		select {
+		case st.dataWait <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitDataLocked returns the channel a consumer waits on for a frame or
+// the end, and counts it as waiting until doneWaitingLocked.
+func (st *anchorState) waitDataLocked() chan struct{} {
+	if st.dataWait == nil {
+		st.dataWait = make(chan struct{}, 1)
+	}
+	st.waiters++
+	return st.dataWait
+}
+
+func (st *anchorState) doneWaitingLocked() { st.waiters-- }
+
+// passOnLocked wakes another waiting consumer when there is more for it:
+// frames left after this one, or the end.
+func (st *anchorState) passOnLocked() {
+	if st.waiters > 0 && (st.q.n > 0 || st.endErr != nil) {
+		st.wakeData()
 	}
 }
 
@@ -106,7 +134,7 @@ func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []by
 			// did not decode): nobody will read what comes next.
 			st.mu.Unlock()
 			return ErrCancelled
-		case st.q.n < st.capLim:
+		case st.q.n < int(st.capLim):
 			st.q.push(frame)
 			if ids != nil {
 				ids.push(id)
@@ -190,25 +218,28 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 	for {
 		if st.endErr != nil {
 			err := st.endErr
+			st.passOnLocked()
 			st.mu.Unlock()
 			return wire.Frame{}, err
 		}
 		if st.q.n == 0 {
-			if st.dataWait == nil {
-				st.dataWait = make(chan struct{})
-			}
-			w := st.dataWait
+			w := st.waitDataLocked()
 			st.mu.Unlock()
 			select {
 			case <-w:
 				st.mgr.consumerWakes.Add(1)
 			case <-ctx.Done():
+				st.mu.Lock()
+				st.doneWaitingLocked()
+				st.mu.Unlock()
 				return wire.Frame{}, ctx.Err()
 			}
 			st.mu.Lock()
+			st.doneWaitingLocked()
 			continue
 		}
 		b := st.q.pop()
+		st.passOnLocked()
 		st.wakeSpace()
 		if st.feed != nil {
 			st.feed.took(len(b))

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,7 +206,7 @@ func anchorOptions(opts []AnchorOption, unattached time.Duration) (anchorConfig,
 			o.apply(&cfg)
 		}
 	}
-	if cfg.capacity < 1 {
+	if cfg.capacity < 1 || cfg.capacity > math.MaxInt32 {
 		return cfg, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
 	}
 	if cfg.unattached < 0 {
@@ -228,7 +229,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	}
 	a := &Anchor[T]{decode: decode}
 	a.st.mgr = m
-	a.st.capLim = cfg.capacity
+	a.st.capLim = int32(cfg.capacity)
 	a.st.lifetime = cfg.unattached
 	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed

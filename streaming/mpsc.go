@@ -127,7 +127,7 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 	an := &MPSCAnchor[T]{decode: decode}
 	st := &an.a.st
 	st.mgr = m
-	st.capLim = cfg.capacity
+	st.capLim = int32(cfg.capacity)
 	st.lifetime = cfg.unattached
 	st.mpsc = &an.a
 	if !m.register(st, true) {
@@ -294,7 +294,7 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 			st.mu.Unlock()
 			return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 		}
-		if st.cancelled || st.q.n < st.capLim {
+		if st.cancelled || st.q.n < int(st.capLim) {
 			break
 		}
 		if st.spaceWait == nil {
@@ -520,25 +520,28 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 		if st.endErr != nil {
 			err := st.endErr
 			a.ids.clear()
+			st.passOnLocked()
 			st.mu.Unlock()
 			return 0, wire.Frame{}, nil, err
 		}
 		if st.q.n == 0 {
-			if st.dataWait == nil {
-				st.dataWait = make(chan struct{})
-			}
-			w := st.dataWait
+			w := st.waitDataLocked()
 			st.mu.Unlock()
 			select {
 			case <-w:
 				st.mgr.consumerWakes.Add(1)
 			case <-ctx.Done():
+				st.mu.Lock()
+				st.doneWaitingLocked()
+				st.mu.Unlock()
 				return 0, wire.Frame{}, nil, ctx.Err()
 			}
 			st.mu.Lock()
+			st.doneWaitingLocked()
 			continue
 		}
 		b := st.q.pop()
+		st.passOnLocked()
 		id = a.ids.pop()
 		st.wakeSpace()
 		if p := a.remotes[id]; p != nil && p.feed != nil {
