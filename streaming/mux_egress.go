@@ -85,6 +85,7 @@ type outSlot struct {
 	session  uint64 // the routing session the owner answered with
 
 	q      [][]byte // records not yet written: the inlet and the withheld queue
+	arena  []byte   // where pushBytes encodes records; reset once q is empty
 	qBytes int
 	credit uint32 // data credit the consumer granted and this side has not spent
 	seq    uint32 // next frame_seq
@@ -259,8 +260,24 @@ const maxMuxRecord = wire.MaxTCPFrame - 1024
 
 // push queues one record of s, waiting while its queue is full.
 func (s *outSlot) push(ctx context.Context, frame []byte) error {
-	if len(frame) > maxMuxRecord {
-		return &ItemTooLargeError{Size: len(frame), Limit: maxMuxRecord}
+	return s.pushFrame(ctx, frame, nil, len(frame))
+}
+
+// pushBytes queues a byte item of payload, encoded straight into the
+// slot's arena: no buffer per record.
+func (s *outSlot) pushBytes(ctx context.Context, payload []byte) error {
+	n := wire.BytesItemLen(len(payload))
+	if n > maxArenaFrame {
+		return s.push(ctx, bytesItemFrame(payload))
+	}
+	return s.pushFrame(ctx, nil, payload, n)
+}
+
+// pushFrame queues frame, or, when frame is nil, the byte item of payload
+// (n bytes either way), waiting while the queue is full.
+func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) error {
+	if n > maxMuxRecord {
+		return &ItemTooLargeError{Size: n, Limit: maxMuxRecord}
 	}
 	b := s.b
 	waited := false
@@ -273,10 +290,13 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 		case s.cancelled || s.closed:
 			b.mu.Unlock()
 			return s.endErr()
-		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+len(frame) <= b.mx.cfg.SlotByteBudget) &&
-			(len(s.q) == 0 || b.budget.fits(len(frame), b.mx.cfg.PeerByteBudget)):
+		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
+			(len(s.q) == 0 || b.budget.fits(n, b.mx.cfg.PeerByteBudget)):
 			// A slot's first record always fits, so a stream can always move,
 			// whatever the others to the peer hold.
+			if frame == nil {
+				frame = s.arenaFrameLocked(payload, n)
+			}
 			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
@@ -293,7 +313,7 @@ func (s *outSlot) push(ctx context.Context, frame []byte) error {
 			waited = true
 			b.mx.producerBackpressure()
 		}
-		w := s.waitChanLocked(len(frame))
+		w := s.waitChanLocked(n)
 		b.mu.Unlock()
 		select {
 		case <-w:
@@ -909,6 +929,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.q = s.q[:rest]
 		if rest == 0 {
 			b.staged--
+			s.arena = s.arena[:0] // every record in it went into the batch
 		}
 		s.wakeSpaceLocked()
 		b.peerRoomLocked()
@@ -957,7 +978,7 @@ func (s *outSlot) endLocked() {
 	if len(s.q) > 0 {
 		s.b.staged--
 	}
-	s.q, s.qBytes = nil, 0
+	s.q, s.qBytes, s.arena = nil, 0, nil
 	s.b.peerRoomLocked()
 	s.settleLocked(RetireDiscarded)
 	s.b.releaseLocked(s)
@@ -1214,4 +1235,27 @@ func (b *batcher) takeSingletonTag() string {
 	t := b.singletonTag
 	b.singletonTag = ""
 	return t
+}
+
+// Small byte items are encoded into a per-slot arena that is reused once
+// every record in it has gone into a batch (the encoder copies them): a
+// steady stream of tokens then allocates nothing per record.
+const (
+	maxArenaFrame = 1 << 10 // larger records get a buffer of their own
+	minArena      = 512
+	maxArena      = 8 << 10
+)
+
+// arenaFrameLocked encodes the byte item of payload (n bytes) into the
+// arena and returns it. A full arena is replaced, not grown: the records
+// queued from it keep the old one.
+func (s *outSlot) arenaFrameLocked(payload []byte, n int) []byte {
+	if cap(s.arena)-len(s.arena) < n {
+		size := min(max(minArena, 2*cap(s.arena)), maxArena)
+		s.arena = make([]byte, 0, max(size, n))
+	}
+	start := len(s.arena)
+	s.arena = wire.AppendBytesItem(s.arena, payload)
+	end := len(s.arena)
+	return s.arena[start:end:end]
 }

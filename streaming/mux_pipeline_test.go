@@ -223,3 +223,35 @@ func TestMuxBatchBuffersReturnToPool(t *testing.T) {
 	}
 	b.bufs.mu.Unlock()
 }
+
+// TestMuxSendBytesAllocatesNoFramePerRecord: SendBytes over the mux
+// encodes into the slot's arena, so queuing a token does not allocate a
+// buffer of its own (before: one per record), and the arena is reused
+// once its records went into a batch.
+func TestMuxSendBytesAllocatesNoFramePerRecord(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: 256, Flush: FlushManual})
+	a, s := muxStream(t, producer, consumer)
+	ctx := context.Background()
+	tok := make([]byte, 40)
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := s.SendBytes(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0.1 {
+		t.Errorf("SendBytes allocated %.2f times per record, want almost never (an arena per ~170 records)", allocs)
+	}
+	producer.sm.FlushBatch()
+	for i := 0; i < 201; i++ { // AllocsPerRun runs once more to warm up
+		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
+			t.Fatalf("token %d: %v", i, err)
+		}
+	}
+	b := s.mx.b
+	waitFor(t, "the arena to be reused", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(s.mx.q) == 0 && len(s.mx.arena) == 0 && cap(s.mx.arena) > 0
+	})
+	s.Finalize()
+}

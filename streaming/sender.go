@@ -139,6 +139,9 @@ func (s *Sender[T]) Send(ctx context.Context, item T) error {
 // payload once, into the frame; the caller keeps payload. It waits as Send
 // does.
 func (s *Sender[T]) SendBytes(ctx context.Context, payload []byte) error {
+	if s.mx != nil {
+		return s.mx.pushBytes(ctx, payload)
+	}
 	return s.put(ctx, bytesItemFrame(payload))
 }
 

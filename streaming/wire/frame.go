@@ -142,6 +142,18 @@ func AppendItem(dst, item []byte) []byte {
 // MessagePack binary of the smallest width: the bytes rmp_serde writes for
 // StreamFrame::Item(bytes::Bytes). ByteItemBuilder writes the same item
 // with a fixed 5-byte bin32 length; a decoder takes either.
+// BytesItemLen is the length of the frame AppendBytesItem appends for a
+// payload of n bytes.
+func BytesItemLen(n int) int {
+	switch {
+	case n < 256:
+		return 6 + 2 + n
+	case n < 1<<16:
+		return 6 + 3 + n
+	}
+	return 6 + 5 + n
+}
+
 func AppendBytesItem(dst, payload []byte) []byte {
 	dst = append(dst, 0x81, 0xa4, 'I', 't', 'e', 'm')
 	dst = appendBinHeader(dst, len(payload))
