@@ -79,7 +79,8 @@ type MuxConfig struct {
 	// as the reference does. By default an attach to an owner instance
 	// that has already answered this node with the mux returns once its
 	// request is sent, and the stream's records wait for the answer
-	// (a pipelined attach: docs/mux.md).
+	// (a pipelined attach: docs/mux.md). Under FlushManual attaches
+	// always wait.
 	WaitForAttach bool
 	// BatcherIdleTTL is how long a batcher with no live slot lives (60 s).
 	BatcherIdleTTL time.Duration

@@ -29,7 +29,10 @@ import (
 // returns it, and Finalize and Detach wait for the answer so that they
 // return it too. The first attach to an owner instance always waits, to
 // learn what it answers; so does an attach to an owner reached over more
-// than one lane, since the owner picks the lane.
+// than one lane, since the owner picks the lane. Under FlushManual every
+// attach waits: the application decides when bytes move, and an OpenSlot
+// written whenever the owner's answer lands, alone or with a flush that
+// happens to be in progress, would make the writes depend on timing.
 
 // attachAnswerTimeout bounds the wait for the answer: a live owner
 // answers at once, and a lost one fails the call sooner through the
@@ -38,7 +41,7 @@ const attachAnswerTimeout = 30 * time.Second
 
 // canPipeline says whether an attach to owner may skip the wait.
 func (r *remote) canPipeline(owner ext.InstanceID) bool {
-	if r.mux == nil || r.mux.cfg.WaitForAttach {
+	if r.mux == nil || r.mux.cfg.WaitForAttach || r.mux.cfg.Flush == FlushManual {
 		return false
 	}
 	if _, ok := r.muxOwners.Load(owner); !ok {

@@ -255,3 +255,16 @@ func TestMuxSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 	})
 	s.Finalize()
 }
+
+// TestMuxManualFlushAttachWaits: under FlushManual an attach waits for
+// its answer, so that the writes stay what the application's FlushBatch
+// calls make them.
+func TestMuxManualFlushAttachWaits(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
+	learnOwner(t, producer, consumer)
+	_, s := muxStream(t, producer, consumer)
+	if s.mx.answered != nil {
+		t.Fatal("an attach was pipelined under FlushManual")
+	}
+	s.Close()
+}
