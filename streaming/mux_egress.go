@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/velo-go/velo/ext"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
@@ -86,6 +87,7 @@ type outSlot struct {
 
 	q      [][]byte // records not yet written: the inlet and the withheld queue
 	arena  []byte   // where pushBytes encodes records; reset once q is empty
+	spare  []byte   // the arena before it, reused once no queued record is in it
 	qBytes int
 	credit uint32 // data credit the consumer granted and this side has not spent
 	seq    uint32 // next frame_seq
@@ -978,7 +980,7 @@ func (s *outSlot) endLocked() {
 	if len(s.q) > 0 {
 		s.b.staged--
 	}
-	s.q, s.qBytes, s.arena = nil, 0, nil
+	s.q, s.qBytes, s.arena, s.spare = nil, 0, nil, nil
 	s.b.peerRoomLocked()
 	s.settleLocked(RetireDiscarded)
 	s.b.releaseLocked(s)
@@ -1247,15 +1249,40 @@ const (
 )
 
 // arenaFrameLocked encodes the byte item of payload (n bytes) into the
-// arena and returns it. A full arena is replaced, not grown: the records
-// queued from it keep the old one.
+// arena and returns it. A full arena is set aside, not grown, since the
+// records queued from it point into it; the one set aside before it is
+// reused once none of them is queued any more, so a slot whose queue
+// never empties (a stream held back by credit) still allocates only
+// while its records in flight outgrow its two arenas.
 func (s *outSlot) arenaFrameLocked(payload []byte, n int) []byte {
 	if cap(s.arena)-len(s.arena) < n {
-		size := min(max(minArena, 2*cap(s.arena)), maxArena)
-		s.arena = make([]byte, 0, max(size, n))
+		next := s.spare[:0]
+		if cap(next) < n || s.queuedIn(s.spare) {
+			size := min(max(minArena, 2*cap(s.arena)), maxArena)
+			next = make([]byte, 0, max(size, n))
+		}
+		s.arena, s.spare = next, s.arena
 	}
 	start := len(s.arena)
 	s.arena = wire.AppendBytesItem(s.arena, payload)
 	end := len(s.arena)
 	return s.arena[start:end:end]
+}
+
+// queuedIn says whether a record in s's queue lies in arena's memory.
+func (s *outSlot) queuedIn(arena []byte) bool {
+	if cap(arena) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
+	hi := lo + uintptr(cap(arena))
+	for _, rec := range s.q {
+		if len(rec) == 0 {
+			continue
+		}
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(rec))); p >= lo && p < hi {
+			return true
+		}
+	}
+	return false
 }

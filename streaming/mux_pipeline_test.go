@@ -6,6 +6,9 @@ import (
 	"io"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/velo-go/velo/streaming/wire"
 )
 
 // learnOwner runs one waited attach from producer to consumer, after which
@@ -267,4 +270,34 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 		t.Fatal("an attach was pipelined under FlushManual")
 	}
 	s.Close()
+}
+
+// TestOutSlotArenaReuse: a full arena is set aside, and the one set aside
+// before it is reused once none of its records is queued, so a slot whose
+// queue never empties stops allocating.
+func TestOutSlotArenaReuse(t *testing.T) {
+	s := &outSlot{}
+	tok := make([]byte, 40)
+	n := wire.BytesItemLen(len(tok))
+	var arenas = map[*byte]bool{}
+	var ids []int // the token number of each queued record
+	for i := 0; i < 2000; i++ {
+		tok[0], tok[1] = byte(i), byte(i>>8)
+		s.q = append(s.q, s.arenaFrameLocked(tok, n))
+		ids = append(ids, i)
+		arenas[unsafe.SliceData(s.arena)] = true
+		if len(s.q) > 8 { // the batcher drains the oldest; 8 stay queued
+			s.q, ids = s.q[1:], ids[1:]
+		}
+		for j, rec := range s.q { // a reused arena must not overwrite a queued record
+			f, err := wire.DecodeFrame(rec)
+			p, ok := f.ItemBytes()
+			if err != nil || !ok || int(p[0])|int(p[1])<<8 != ids[j] {
+				t.Fatalf("after record %d, queued record %d (token %d) damaged: %v", i, j, ids[j], err)
+			}
+		}
+	}
+	if len(arenas) > 4 {
+		t.Fatalf("%d arenas made for 2000 records with 8 queued, want a few reused", len(arenas))
+	}
 }
