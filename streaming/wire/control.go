@@ -89,13 +89,13 @@ func DecodeAttachRequest(b []byte) (AttachRequest, error) {
 		var err error
 		switch key {
 		case "handle":
-			err = r.Handle.UnmarshalJSON(val)
+			err = r.Handle.unmarshalMember(val)
 			have[0] = true
 		case "session_id":
 			r.SessionID, err = jsonUint(val, 64, key)
 			have[1] = true
 		case "stream_cancel_handle":
-			err = r.CancelHandle.UnmarshalJSON(val)
+			err = r.CancelHandle.unmarshalMember(val)
 			have[2] = true
 		case "supported_transport_keys":
 			r.SupportedTransportKeys, err = jsonStrings(val, key)
@@ -193,7 +193,7 @@ type attachOK struct {
 
 func decodeAttachOK(val json.RawMessage, what string) (attachOK, error) {
 	var ok attachOK
-	err := jsonObject(val, what, func(key string, val json.RawMessage) error {
+	err := jsonMembers(val, what, func(key string, val json.RawMessage) error {
 		var err error
 		var v uint64
 		switch key {
@@ -246,7 +246,7 @@ func decodeEnum(b []byte, what string) (variant string, body json.RawMessage, re
 		return variant, body, "", nil
 	case "Err":
 		haveReason := false
-		err = jsonObject(body, what+" Err", func(key string, val json.RawMessage) error {
+		err = jsonMembers(body, what+" Err", func(key string, val json.RawMessage) error {
 			if key != "reason" {
 				return nil
 			}

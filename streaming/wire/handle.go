@@ -84,6 +84,16 @@ func (h *AnchorHandle) UnmarshalJSON(b []byte) error {
 	return err
 }
 
+// unmarshalMember is UnmarshalJSON for a handle inside a body that
+// jsonObject checked.
+func (h *AnchorHandle) unmarshalMember(b []byte) error {
+	hi, lo, err := parseHiLoMember(b)
+	if err == nil {
+		*h = AnchorHandle{hi, lo}
+	}
+	return err
+}
+
 // CancelHandle is the reference's StreamCancelHandle
 // (lib/velo/src/streaming/control.rs): the producer's WorkerID in the upper
 // 64 bits and its local stream id in the lower 64, serialized as
@@ -123,6 +133,15 @@ func (h CancelHandle) MarshalJSON() ([]byte, error) { return h.AppendJSON(nil), 
 // UnmarshalJSON reads {"hi":N,"lo":N}; both fields are required.
 func (h *CancelHandle) UnmarshalJSON(b []byte) error {
 	hi, lo, err := parseHiLoJSON(b)
+	if err == nil {
+		*h = CancelHandle{hi, lo}
+	}
+	return err
+}
+
+// unmarshalMember is UnmarshalJSON for a handle inside a checked body.
+func (h *CancelHandle) unmarshalMember(b []byte) error {
+	hi, lo, err := parseHiLoMember(b)
 	if err == nil {
 		*h = CancelHandle{hi, lo}
 	}

@@ -98,6 +98,14 @@ func jsonObject(b []byte, what string, visit func(key string, val json.RawMessag
 	if !json.Valid(b) {
 		return malformed("%s: not valid JSON", what)
 	}
+	return jsonMembers(b, what, visit)
+}
+
+// jsonMembers is jsonObject for a value inside a body that jsonObject
+// already checked: it walks without checking the syntax again (a nested
+// handle or enum body used to pay for json.Valid a second time). Call it
+// only on such a value.
+func jsonMembers(b []byte, what string, visit func(key string, val json.RawMessage) error) error {
 	i := skipJSONSpace(b, 0)
 	if b[i] != '{' {
 		return malformed("%s: not a JSON object", what)
@@ -310,8 +318,17 @@ func jsonStrings(val json.RawMessage, field string) ([]string, error) {
 }
 
 func parseHiLoJSON(b []byte) (hi, lo uint64, err error) {
+	return hiLo(b, jsonObject)
+}
+
+// parseHiLoMember is parseHiLoJSON for a handle inside a checked body.
+func parseHiLoMember(b []byte) (hi, lo uint64, err error) {
+	return hiLo(b, jsonMembers)
+}
+
+func hiLo(b []byte, walk func([]byte, string, func(string, json.RawMessage) error) error) (hi, lo uint64, err error) {
 	var haveHi, haveLo bool
-	err = jsonObject(b, "handle", func(key string, val json.RawMessage) error {
+	err = walk(b, "handle", func(key string, val json.RawMessage) error {
 		var err error
 		switch key {
 		case "hi":
