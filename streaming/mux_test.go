@@ -562,6 +562,11 @@ func TestMuxPeerLoss(t *testing.T) {
 			var retired []*Sender[[]byte]
 			for range streams {
 				a, s := muxStream(t, producer, consumer)
+				// Open on the consumer: a pipelined attach whose request
+				// the loss swallows never bound anything there.
+				if err := s.Ready(ctx); err != nil {
+					t.Fatal(err)
+				}
 				retired = append(retired, s)
 				go consumeUntilEnd(a, ends)
 				go func() { // sends until the stream fails
