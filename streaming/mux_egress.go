@@ -1077,6 +1077,10 @@ func (b *batcher) epochDeath() {
 func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
+	// OpenSlots still queued (a pipelined attach answered just before the
+	// end) go first: a close for a slot the peer never saw opened would
+	// leave its bind waiting out the accept window.
+	b.postOpens()
 	recs := make([]closeReply, 0, b.liveCount()+len(theirs))
 	b.mu.Lock()
 	for _, s := range b.slots {
