@@ -177,7 +177,42 @@ func AppendErrorFrame(dst []byte, kind Kind, text string) []byte {
 // aliases b. It accepts what rmp_serde writes, with a string or map length
 // in any MessagePack width, and refuses anything else: see docs/wire.md.
 func DecodeFrame(b []byte) (Frame, error) {
-	// The four sentinels, and the byte item, by comparison first.
+	if f, ok := decodeBytesItem(b); ok {
+		return f, nil
+	}
+	return decodeFrame(b)
+}
+
+// decodeBytesItem reads the frame that AppendBytesItem writes, a token's
+// frame, without the general reader: the map of one "Item" whose value is
+// a binary filling the rest of b. It says false for anything else, which
+// decodeFrame then reads (and decodes the same way if it is one of these).
+func decodeBytesItem(b []byte) (Frame, bool) {
+	const prefix = "\x81\xa4Item"
+	if len(b) < len(prefix)+2 || string(b[:len(prefix)]) != prefix {
+		return Frame{}, false
+	}
+	v := b[len(prefix):]
+	var n, hdr int
+	switch v[0] {
+	case 0xc4:
+		n, hdr = int(v[1]), 2
+	case 0xc5:
+		if len(v) < 3 {
+			return Frame{}, false
+		}
+		n, hdr = int(v[1])<<8|int(v[2]), 3
+	default:
+		return Frame{}, false
+	}
+	if hdr+n != len(v) {
+		return Frame{}, false
+	}
+	return Frame{Kind: KindItem, Item: v}, true
+}
+
+func decodeFrame(b []byte) (Frame, error) {
+	// The four sentinels by comparison first.
 	switch string(b) {
 	case DroppedFrame:
 		return Frame{Kind: KindDropped}, nil

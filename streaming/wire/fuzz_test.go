@@ -18,6 +18,9 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(unhex(f, g.hex))
 	}
 	f.Add(unhex(f, "81 a4 4974656d c6 00000002 6869"))
+	f.Add(unhex(f, "81 a4 4974656d c4 02 6869"))
+	f.Add(unhex(f, "81 a4 4974656d c5 0002 6869"))
+	f.Add(unhex(f, "81 a4 4974656d c4 03 6869"))
 	f.Add(unhex(f, "81 a4 4974656d dd ffffffff"))
 	f.Add(unhex(f, "81 a4 4974656d 93 81 a1 61 92 c0 c3 d4 01 02 ca 00000000"))
 	f.Add(unhex(f, "de 0001 a4 4974656d 2a"))
@@ -26,6 +29,13 @@ func FuzzDecodeFrame(f *testing.F) {
 		fr, err := DecodeFrame(b)
 		if !bytes.Equal(in, b) {
 			t.Fatal("DecodeFrame changed its input")
+		}
+		if fast, ok := decodeBytesItem(b); ok {
+			// The token fast path must read exactly what the general reader does.
+			slow, serr := decodeFrame(b)
+			if serr != nil || slow.Kind != fast.Kind || !bytes.Equal(slow.Item, fast.Item) {
+				t.Fatalf("% x: fast path %+v, general reader %+v, %v", b, fast, slow, serr)
+			}
 		}
 		term := IsTerminalFrame(b)
 		if err != nil {
