@@ -575,13 +575,20 @@ func (t *batchTap) look(f ext.Frame) {
 // header: [u8 schema=1][u8 response type][u128 response id][u16 LE name
 // length][name]... (DESIGN.md §5).
 func activeMessageHandler(h []byte) (string, bool) {
+	name, ok := handlerBytes(h)
+	return string(name), ok
+}
+
+// handlerBytes is the handler name in h, aliasing it; a tap that only
+// compares names uses it so that it allocates nothing per frame.
+func handlerBytes(h []byte) ([]byte, bool) {
 	const nameAt = 20
 	if len(h) < nameAt || h[0] != 1 {
-		return "", false
+		return nil, false
 	}
 	n := int(binary.LittleEndian.Uint16(h[18:]))
 	if len(h) < nameAt+n {
-		return "", false
+		return nil, false
 	}
-	return string(h[nameAt : nameAt+n]), true
+	return h[nameAt : nameAt+n], true
 }

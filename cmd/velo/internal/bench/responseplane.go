@@ -579,7 +579,7 @@ func (t *attachTap) look(f ext.Frame) {
 	if f.Type != ext.Message {
 		return
 	}
-	if name, ok := activeMessageHandler(f.Header); ok && name == wire.AnchorAttachHandler {
+	if name, ok := handlerBytes(f.Header); ok && string(name) == wire.AnchorAttachHandler {
 		t.n.Add(1)
 	}
 }
