@@ -71,6 +71,11 @@ type batcher struct {
 	lastUse       time.Time
 
 	bufs bufPool // idle batch buffers (mux_bufpool.go)
+	// Arenas and queue arrays of ended slots, for the next slots: a
+	// stream of a few dozen tokens would otherwise grow both from nothing.
+	// Guarded by mu.
+	freeArenas [][]byte
+	freeQueues [][][]byte
 
 	wake chan struct{} // cap 1
 	done chan struct{} // closed when the goroutine returns
@@ -158,7 +163,7 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
-	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit}
+	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit, q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
 	b.lastUse = time.Now()
@@ -917,6 +922,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 			s.closed = true
 			b.releaseLocked(s)
 			done = true
+			n = len(s.q) // the terminal was the last record
 			break
 		}
 		s.credit--
@@ -935,6 +941,9 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		}
 		s.wakeSpaceLocked()
 		b.peerRoomLocked()
+	}
+	if done {
+		b.recycleLocked(s) // every record went into the batch
 	}
 	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {
 		b.mx.creditExhausted()
@@ -980,7 +989,8 @@ func (s *outSlot) endLocked() {
 	if len(s.q) > 0 {
 		s.b.staged--
 	}
-	s.q, s.qBytes, s.arena, s.spare = nil, 0, nil, nil
+	s.qBytes = 0
+	s.b.recycleLocked(s) // its records are dropped: nothing points into them
 	s.b.peerRoomLocked()
 	s.settleLocked(RetireDiscarded)
 	s.b.releaseLocked(s)
@@ -1248,9 +1258,49 @@ func (b *batcher) takeSingletonTag() string {
 // steady stream of tokens then allocates nothing per record.
 const (
 	maxArenaFrame = 1 << 10 // larger records get a buffer of their own
-	minArena      = 512
-	maxArena      = 8 << 10
+	arenaSize     = 2 << 10 // one size, so that any free arena fits the next need
 )
+
+// maxFreeArenas bounds the arenas and queue arrays a batcher keeps for
+// its next slots.
+const maxFreeArenas = 256
+
+// recycleLocked takes s's queue array and arenas for the batcher's next
+// slots. The caller holds b.mu, and no queued record of s is left to send.
+func (b *batcher) recycleLocked(s *outSlot) {
+	if s.q != nil && len(b.freeQueues) < maxFreeArenas {
+		clear(s.q[:cap(s.q)])
+		b.freeQueues = append(b.freeQueues, s.q[:0])
+	}
+	for _, a := range [][]byte{s.arena, s.spare} {
+		if cap(a) == arenaSize && len(b.freeArenas) < maxFreeArenas {
+			b.freeArenas = append(b.freeArenas, a[:0])
+		}
+	}
+	s.q, s.arena, s.spare = nil, nil, nil
+}
+
+// queueLocked is an empty queue array for a new slot.
+func (b *batcher) queueLocked() [][]byte {
+	if n := len(b.freeQueues); n > 0 {
+		q := b.freeQueues[n-1]
+		b.freeQueues[n-1] = nil
+		b.freeQueues = b.freeQueues[:n-1]
+		return q
+	}
+	return make([][]byte, 0, min(b.mx.cfg.inletRecords()+1, 64))
+}
+
+// arenaLocked is an empty arena, a freed one when the batcher has one.
+func (b *batcher) arenaLocked() []byte {
+	if n := len(b.freeArenas); n > 0 {
+		a := b.freeArenas[n-1]
+		b.freeArenas[n-1] = nil
+		b.freeArenas = b.freeArenas[:n-1]
+		return a
+	}
+	return make([]byte, 0, arenaSize)
+}
 
 // arenaFrameLocked encodes the byte item of payload (n bytes) into the
 // arena and returns it. A full arena is set aside, not grown, since the
@@ -1262,8 +1312,7 @@ func (s *outSlot) arenaFrameLocked(payload []byte, n int) []byte {
 	if cap(s.arena)-len(s.arena) < n {
 		next := s.spare[:0]
 		if cap(next) < n || s.queuedIn(s.spare) {
-			size := min(max(minArena, 2*cap(s.arena)), maxArena)
-			next = make([]byte, 0, max(size, n))
+			next = s.b.arenaLocked()
 		}
 		s.arena, s.spare = next, s.arena
 	}

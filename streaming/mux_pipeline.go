@@ -135,7 +135,7 @@ func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
 	s := &outSlot{b: b, id: id, handle: handle, anchorID: handle.LocalID(), pending: true, answered: make(chan struct{}),
-		q: make([][]byte, 0, min(b.mx.cfg.inletRecords()+1, 64))}
+		q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
 	b.lastUse = time.Now()

@@ -276,7 +276,8 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 // before it is reused once none of its records is queued, so a slot whose
 // queue never empties stops allocating.
 func TestOutSlotArenaReuse(t *testing.T) {
-	s := &outSlot{}
+	b := &batcher{}
+	s := &outSlot{b: b}
 	tok := make([]byte, 40)
 	n := wire.BytesItemLen(len(tok))
 	var arenas = map[*byte]bool{}
@@ -299,5 +300,13 @@ func TestOutSlotArenaReuse(t *testing.T) {
 	}
 	if len(arenas) > 4 {
 		t.Fatalf("%d arenas made for 2000 records with 8 queued, want a few reused", len(arenas))
+	}
+	// An ended slot's arenas serve the next slot of the batcher.
+	s.q = nil
+	b.recycleLocked(s)
+	next := &outSlot{b: b}
+	next.arenaFrameLocked(tok, n)
+	if !arenas[unsafe.SliceData(next.arena)] {
+		t.Error("a new slot made an arena while an ended slot's was free")
 	}
 }
