@@ -24,7 +24,10 @@ type resultCache struct {
 }
 
 func newResultCache(n int) *resultCache {
-	return &resultCache{m: make(map[Handle]result, n), ring: make([]Handle, n)}
+	// The map grows with use rather than being sized for n up front: a
+	// node that sees few remote events keeps a small map, and the collector
+	// scans the map's memory on every cycle.
+	return &resultCache{m: make(map[Handle]result), ring: make([]Handle, n)}
 }
 
 func (c *resultCache) get(h Handle) (result, bool) {
