@@ -308,6 +308,9 @@ func IsTerminalFrame(b []byte) bool {
 	case DroppedFrame, DetachedFrame, FinalizedFrame:
 		return true
 	}
+	if len(b) >= 8 && string(b[:6]) == "\x81\xa4Item" {
+		return false // a token: the common case, settled by its first bytes
+	}
 	// Read the variant name first, so that an Item costs no walk over its
 	// value.
 	r := mpReader{b: b}
