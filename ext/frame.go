@@ -70,12 +70,20 @@ type Frame struct {
 // but lets a transport reuse its read memory. After Release the frame's
 // slices must not be used. Anyone who keeps a frame's slices past its
 // release (a transport writing a large payload later, say) calls Retain
-// first and Release when done. A transport that keeps an outbound
-// frame's slices after Send returns (queued, or a large payload written
-// later) retains the frame's Owner until it is done with them.
+// first and Release when done. A transport that says so (OwnerRetainer)
+// does the same for an outbound frame's Owner while it keeps the frame's
+// slices after Send returns (queued, or a large payload written later).
 type Owner interface {
 	Retain()
 	Release()
+}
+
+// OwnerRetainer is a transport that retains the Owner of an outbound frame
+// for as long as it keeps the frame's slices after Send returns, and
+// releases it when done. A sender hands such a transport a pooled buffer
+// without a copy; to any other transport the messenger sends a copy.
+type OwnerRetainer interface {
+	RetainsOwners() bool
 }
 
 // Release gives the frame's memory back to its pool, if it has one. Call it

@@ -456,8 +456,9 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 // transport, which retains it while it holds the bytes (ext.Owner); the
 // caller keeps its own reference and releases it when the call returns.
 // It is for system subsystems that reuse their send buffers (the mux's
-// batches). A payload too large to send eagerly is refused: staging would
-// outlive the reference.
+// batches). It never stages: the caller keeps payloads under the staging
+// threshold (StagingThreshold) and the transport's message size. A
+// transport that is not an ext.OwnerRetainer gets a copy.
 func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler string, payload []byte, owner ext.Owner) (ext.SendOutcome, error) {
 	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
@@ -470,12 +471,19 @@ func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler strin
 	if !ok {
 		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
-	hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
-	f := ext.Frame{
-		Type:    ext.Message,
-		Header:  appendRequestHeader(make([]byte, 0, hlen), FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb),
-		Payload: payload,
-		Owner:   owner,
+	var f ext.Frame
+	if r, ok := p.primary.(ext.OwnerRetainer); ok && r.RetainsOwners() {
+		hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
+		f = ext.Frame{
+			Type:    ext.Message,
+			Header:  appendRequestHeader(make([]byte, 0, hlen), FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb),
+			Payload: payload,
+			Owner:   owner,
+		}
+	} else {
+		// A transport that may keep the bytes without a reference gets a
+		// copy, so that the caller's buffer is free when this returns.
+		f = requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	}
 	var out ext.SendOutcome
 	if lane == 0 {

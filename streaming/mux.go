@@ -401,7 +401,7 @@ func (mx *mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, 
 		} else {
 			err = mx.post(peer, lane, batch)
 		}
-	case ob != nil && mx.postOwned != nil:
+	case ob != nil && mx.postOwned != nil && (mx.stagesAbove <= 0 || len(batch) <= mx.stagesAbove):
 		err = mx.postOwned(peer, lane, batch, ob)
 	default:
 		err = mx.post(peer, lane, batch)

@@ -65,6 +65,7 @@ type batcher struct {
 	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
+	closing       bool                                   // goodbye ran: nothing more is written
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
@@ -741,6 +742,10 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closing { // goodbye closed every slot: nothing may follow it
+		b.awake = false
+		return nil, 0, nil, nil, false
+	}
 	data := b.autoFlush() || b.lingerReadyLocked()
 	lingerDone := b.lingerT == nil || b.lingered
 	if !data && len(b.opens) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
@@ -790,7 +795,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		b.lingerT, b.lingered = nil, false
 	}
 	keep := b.ready[:0]
-	cut := false
+	cut := len(b.opens) > 0 // an open left for the next batch: its slot's data must not go first
 	beforeData := enc.Count()
 	for i, s := range b.ready {
 		if cut {
@@ -1087,12 +1092,22 @@ func (b *batcher) epochDeath() {
 func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	// From here on nothing else is written for this batcher, and an attach
+	// answered now fails its slot instead of queuing an OpenSlot.
+	b.closing = true
 	// OpenSlots still queued (a pipelined attach answered just before the
 	// end) go first: a close for a slot the peer never saw opened would
 	// leave its bind waiting out the accept window.
-	b.postOpens()
-	recs := make([]closeReply, 0, b.liveCount()+len(theirs))
-	b.mu.Lock()
+	opens := make([]*outSlot, 0, len(b.opens))
+	for _, s := range b.opens {
+		if !s.closed {
+			opens = append(opens, s)
+		}
+	}
+	clear(b.opens)
+	b.opens = b.opens[:0]
+	recs := make([]closeReply, 0, b.live+len(theirs))
 	for _, s := range b.slots {
 		if s != nil && !s.closed && !s.pending { // a pending slot's peer never heard of it
 			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
@@ -1108,6 +1123,9 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.mu.Unlock()
 	for _, id := range theirs {
 		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
+	}
+	if len(opens) > 0 && !b.postOpenSlots(opens) {
+		return
 	}
 	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
 	for len(recs) > 0 {
@@ -1126,6 +1144,29 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 		}
 		recs = recs[n:]
 	}
+}
+
+// postOpenSlots writes the OpenSlots of opens, as many batches as they
+// need. The caller holds writeMu. It says false if a post was refused.
+func (b *batcher) postOpenSlots(opens []*outSlot) bool {
+	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.OpenSlotBodyLen))
+	for len(opens) > 0 {
+		n := min(len(opens), max(per, 1))
+		b.mu.Lock()
+		b.seq++
+		epoch, seq := b.epoch, b.seq
+		b.mu.Unlock()
+		var enc muxwire.Encoder
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+n*muxwire.RecordLen(muxwire.OpenSlotBodyLen)), b.lane, epoch, seq)
+		for _, s := range opens[:n] {
+			enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		}
+		if b.mx.send(b.peer, b.lane, enc.Batch()) != nil {
+			return false
+		}
+		opens = opens[n:]
+	}
+	return true
 }
 
 func (b *batcher) liveCount() int {

@@ -161,6 +161,13 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 		b.mu.Unlock()
 		return
 	}
+	if b.closing || b.stopped {
+		// The Manager is closing and its goodbye is written: an OpenSlot
+		// now would follow the closes.
+		s.endLocked()
+		b.mu.Unlock()
+		return
+	}
 	s.session, s.credit = session, credit
 	b.opens = append(b.opens, s)
 	s.readyLocked()
@@ -204,5 +211,14 @@ func (s *Sender[T]) Ready(ctx context.Context) error {
 	b := s.mx.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return s.mx.failErr
+	if s.mx.failErr != nil || s.mx.closed || s.mx.cancelled {
+		// Refused, or ended before or as the answer came (an epoch death,
+		// the Manager's close): a caller deciding on this answer must not
+		// take the Sender as good.
+		if s.mx.terminal && s.mx.failErr == nil && !s.mx.cancelled {
+			return nil // it ended by its own terminal, written
+		}
+		return s.mx.endErr()
+	}
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/velo-go/velo/ext"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
 
@@ -308,5 +310,46 @@ func TestOutSlotArenaReuse(t *testing.T) {
 	next.arenaFrameLocked(tok, n)
 	if !arenas[unsafe.SliceData(next.arena)] {
 		t.Error("a new slot made an arena while an ended slot's was free")
+	}
+}
+
+// A batch that cannot hold every queued OpenSlot must not carry data of a
+// slot whose OpenSlot was left for the next batch.
+func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
+	// header 16 + one OpenSlot record 29 + one 1-byte Data record 22
+	mx := newMux(MuxConfig{MaxBatchBytes: 67}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.close()
+	b, err := mx.batcherFor(7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.writeMu.Lock() // keep the batcher's goroutine out of flush
+	defer b.writeMu.Unlock()
+	s1, _ := b.openPending(wire.NewAnchorHandle(7, 1))
+	s2, _ := b.openPending(wire.NewAnchorHandle(7, 2))
+	if err := s2.pushBytes(context.Background(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	b.resolvePending(s1, 11, 4)
+	b.resolvePending(s2, 12, 4)
+	batch, _, _, _, _ := b.build(nil)
+	dec, err := muxwire.Decode(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := map[muxwire.SlotID]bool{}
+	for r := dec.Records(); ; {
+		rec, ok := r.Next()
+		if !ok {
+			break
+		}
+		switch rec.Type {
+		case muxwire.OpenSlot:
+			opened[rec.Slot] = true
+		case muxwire.Data:
+			if !opened[rec.Slot] {
+				t.Fatalf("Data for slot %v precedes its OpenSlot (opens left queued: %d)", rec.Slot, len(b.opens))
+			}
+		}
 	}
 }

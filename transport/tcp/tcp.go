@@ -96,6 +96,10 @@ type Transport struct {
 
 var _ ext.Transport = (*Transport)(nil)
 
+// RetainsOwners says that the transport holds an outbound frame's Owner
+// while it holds the frame's bytes (ext.OwnerRetainer).
+func (t *Transport) RetainsOwners() bool { return true }
+
 // Key is the address key, "tcp".
 func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
 

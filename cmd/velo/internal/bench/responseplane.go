@@ -575,6 +575,12 @@ func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	return t.Transport.SendOnLane(target, lane, f)
 }
 
+// RetainsOwners passes on what the wrapped transport says (ext.OwnerRetainer).
+func (t *attachTap) RetainsOwners() bool {
+	r, ok := t.Transport.(ext.OwnerRetainer)
+	return ok && r.RetainsOwners()
+}
+
 func (t *attachTap) look(f ext.Frame) {
 	if f.Type != ext.Message {
 		return
