@@ -88,14 +88,14 @@ func appendHiLoJSON(dst []byte, hi, lo uint64) []byte {
 // in order. It refuses anything but one object, a key given twice, and
 // input that is not UTF-8.
 //
-// It checks the syntax once with json.Valid and then walks the members by
+// It checks the syntax once (validJSON, encoding/json.Valid's rules) and then walks the members by
 // hand: json.Decoder's token stream allocated for every token, and the
 // attach bodies it reads are on the path of every stream's setup.
 func jsonObject(b []byte, what string, visit func(key string, val json.RawMessage) error) error {
 	if !utf8.Valid(b) {
 		return malformed("%s: not UTF-8", what)
 	}
-	if !json.Valid(b) {
+	if !validJSON(b) {
 		return malformed("%s: not valid JSON", what)
 	}
 	return jsonMembers(b, what, visit)
