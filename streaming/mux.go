@@ -196,6 +196,9 @@ type mux struct {
 	// alive (no copy); nil: the batchers allocate a buffer per batch.
 	postOwned  func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
 	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
+	// walks counts the credit walks: a pending attach's age is measured
+	// in them, so an attach reads no clock (mux_pipeline.go).
+	walks atomic.Uint64
 	// stagesAbove is the messenger's staging threshold (0: it stages
 	// nothing), to count the batches it stages.
 	stagesAbove int

@@ -66,6 +66,7 @@ type batcher struct {
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
 	closing       bool                                   // goodbye ran: nothing more is written
+	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
@@ -109,9 +110,10 @@ type outSlot struct {
 	// A pipelined attach (mux_pipeline.go) opens the slot before the
 	// owner answers: pending holds its records back until the answer,
 	// answered closes with it, and failErr is why the owner refused.
-	pending  bool
-	answered chan struct{}
-	failErr  error
+	pending     bool
+	pendingWalk uint64 // the mux's walk count when the attach was sent
+	answered    chan struct{}
+	failErr     error
 
 	terminal  bool // a terminal is queued: nothing more is accepted
 	closed    bool // the slot is gone (terminal written, refused, epoch death)

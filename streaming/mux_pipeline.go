@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,8 +37,14 @@ import (
 
 // attachAnswerTimeout bounds the wait for the answer: a live owner
 // answers at once, and a lost one fails the call sooner through the
-// messenger.
-const attachAnswerTimeout = 30 * time.Second
+// messenger. The credit walk enforces it (expirePending), so an attach
+// arms no timer and watches no context: those cost more than the rest of
+// the attach's own work.
+var attachAnswerTimeout = 30 * time.Second // a var: tests shorten it
+
+// ErrAttachTimeout is what a pipelined attach that got no answer within
+// 30 s reports, from Send, Finalize, Detach and Ready.
+var ErrAttachTimeout = errors.New("velo: the anchor's owner did not answer the attach")
 
 // canPipeline says whether an attach to owner may skip the wait.
 func (r *remote) canPipeline(owner ext.InstanceID) bool {
@@ -70,15 +77,13 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		LaneKey:                key,
 	}
 	// The answer outlives the call: ctx bounds AttachAnchor, not the
-	// stream, and callers commonly cancel it as AttachAnchor returns.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attachAnswerTimeout)
+	// stream, and callers commonly cancel it as AttachAnchor returns. The
+	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
-	err = r.msg.UnaryAsync(actx, owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
-		cancel()
+	err = r.msg.UnaryAsync(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
 		r.answerPending(s, owner, start, body, err)
 	})
 	if err != nil {
-		cancel()
 		err = fmt.Errorf("velo: attach %v: %w", handle, err)
 		b.failPending(s, err)
 		return nil, err
@@ -138,6 +143,8 @@ func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 		q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
+	b.pendingN++
+	s.pendingWalk = b.mx.walks.Load()
 	b.lastUse = time.Now()
 	s.openSeq = s.seq
 	s.seq++
@@ -153,6 +160,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 		return
 	}
 	s.pending = false
+	b.pendingN--
 	close(s.answered)
 	if s.closed {
 		// An epoch death ended it first. The owner's bind waits out its
@@ -184,10 +192,34 @@ func (b *batcher) failPending(s *outSlot, err error) {
 		return
 	}
 	s.pending = false
+	b.pendingN--
 	close(s.answered)
 	if !s.closed {
 		s.failErr = err
 		s.endLocked()
+	}
+}
+
+// expirePending fails the pipelined attaches that have waited longer than
+// attachAnswerTimeout, counted in credit walks (tick is this walk's).
+func (mx *mux) expirePending(tick uint64) {
+	limit := uint64(max(1, attachAnswerTimeout/mx.cfg.CreditSweepInterval))
+	var late []*outSlot // allocated only when an attach is late: the idle walk allocates nothing
+	mx.mu.Lock()
+	for _, b := range mx.batchers {
+		b.mu.Lock() // a batcher's lock nests in the mux's
+		if b.pendingN > 0 {
+			for _, s := range b.slots {
+				if s != nil && s.pending && tick-s.pendingWalk > limit {
+					late = append(late, s)
+				}
+			}
+		}
+		b.mu.Unlock()
+	}
+	mx.mu.Unlock()
+	for _, s := range late {
+		s.b.failPending(s, fmt.Errorf("%w to %v within %v", ErrAttachTimeout, s.handle, attachAnswerTimeout))
 	}
 }
 

@@ -353,3 +353,49 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxPipelinedAttachUnanswered: an owner that takes no answer to a
+// pipelined attach (its handler is held here) fails the stream with
+// ErrAttachTimeout once the timeout passes, by the credit walk: the
+// attach arms no timer of its own. The late answer then changes nothing.
+func TestMuxPipelinedAttachUnanswered(t *testing.T) {
+	old := attachAnswerTimeout
+	attachAnswerTimeout = 50 * time.Millisecond
+	t.Cleanup(func() { attachAnswerTimeout = old })
+	producer, consumer := muxNodes(t, MuxConfig{CreditSweepInterval: 5 * time.Millisecond})
+	learnOwner(t, producer, consumer)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.st.mu.Lock() // the owner's reader blocks in the attach handler
+	locked := true
+	defer func() {
+		if locked {
+			a.st.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, 0, 2)
+	if err := s.Ready(ctx); !errors.Is(err, ErrAttachTimeout) {
+		t.Fatalf("Ready: %v, want ErrAttachTimeout", err)
+	}
+	if err := s.Send(ctx, token(2)); !errors.Is(err, ErrAttachTimeout) {
+		t.Fatalf("Send: %v, want ErrAttachTimeout", err)
+	}
+	if out := retiredOutcome(t, s.Retired(), s); out != RetireDiscarded {
+		t.Fatalf("outcome %v, want Discarded", out)
+	}
+	a.st.mu.Unlock()
+	locked = false
+	if err := s.Finalize(); !errors.Is(err, ErrAttachTimeout) {
+		t.Fatalf("Finalize: %v, want ErrAttachTimeout", err)
+	}
+	waitFor(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).liveSlots(); return out == 0 })
+}

@@ -73,12 +73,14 @@ func (mx *mux) doorbell() time.Duration {
 // walk is the periodic backstop: every dirty slot of every peer returns
 // its credit, and idle batchers go.
 func (mx *mux) walk(now time.Time) {
+	tick := mx.walks.Add(1)
 	mx.mu.Lock()
 	empty := len(mx.ingress) == 0 && len(mx.batchers) == 0
 	mx.mu.Unlock()
 	if empty {
 		return
 	}
+	mx.expirePending(tick)
 	for _, ip := range mx.dirtyPeers() {
 		ip.reconcileDirty()
 	}
