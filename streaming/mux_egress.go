@@ -57,6 +57,7 @@ type batcher struct {
 	windowDue     bool                                   // windowT fired: staged data may go
 	lastData      time.Time                              // the last write that carried data
 	qBytes        int                                    // bytes queued on every slot of this batcher (AtBytes)
+	unpublished   int                                    // queued bytes not yet added to the peer's budget (budgetAddLocked)
 	budget        *peerBudget                            // the peer's byte budget, shared by its lanes
 	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
 	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
@@ -301,7 +302,7 @@ func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) e
 			b.mu.Unlock()
 			return s.endErr()
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
-			(len(s.q) == 0 || b.budget.fits(n, b.mx.cfg.PeerByteBudget)):
+			(len(s.q) == 0 || b.budget.fits(b.unpublished+n, b.mx.cfg.PeerByteBudget)):
 			// A slot's first record always fits, so a stream can always move,
 			// whatever the others to the peer hold.
 			if frame == nil {
@@ -347,6 +348,25 @@ func (s *outSlot) waitChanLocked(n int) chan struct{} {
 		s.spaceWait = make(chan struct{})
 	}
 	return s.spaceWait
+}
+
+// budgetChunk is how many queued bytes a batcher gathers before it adds
+// them to the peer's shared budget. The budget is one atomic counter for
+// every lane to the peer, and adding to it per record made producers and
+// the batcher trade its cache line for every token. A peer may so run
+// over its budget by up to a chunk per lane.
+const budgetChunk = 4 << 10
+
+// budgetAddLocked counts delta queued bytes (negative: written or
+// dropped) against the peer's budget. Additions gather up to budgetChunk;
+// a release goes out at once, with what had gathered, so that a Send
+// waiting for room sees it. The caller holds b.mu.
+func (b *batcher) budgetAddLocked(delta int) {
+	b.unpublished += delta
+	if b.unpublished >= budgetChunk || delta < 0 {
+		b.budget.add(b.unpublished)
+		b.unpublished = 0
+	}
 }
 
 // peerRoomLocked wakes the Sends that wait for the peer's byte budget once
@@ -404,7 +424,7 @@ func (s *outSlot) enqueueLocked(frame []byte) {
 	s.q = append(s.q, frame)
 	s.qBytes += len(frame)
 	s.b.qBytes += len(frame)
-	s.b.budget.add(len(frame))
+	s.b.budgetAddLocked(len(frame))
 }
 
 // owedLocked says a FlushBatch came while s held records it could not
@@ -896,7 +916,7 @@ func (s *outSlot) readyAgainLocked() bool {
 // batch has room. A terminal is written with its CloseSlot and ends the
 // slot; done says so. cut says the batch is full.
 func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool, limit int) (done, cut bool) {
-	n := 0
+	n, drained := 0, 0
 	for n < len(s.q) && n != limit {
 		rec := s.q[n]
 		last := s.terminal && n == len(s.q)-1
@@ -921,7 +941,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.seq++
 		s.qBytes -= len(rec)
 		b.qBytes -= len(rec)
-		b.budget.add(-len(rec))
+		drained += len(rec)
 		n++
 		if last {
 			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
@@ -935,6 +955,9 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		s.credit--
 	}
 	s.flushable = max(0, s.flushable-n)
+	if drained > 0 {
+		b.budgetAddLocked(-drained) // once per slot and batch, not per record
+	}
 	if n > 0 {
 		// Shift the rest down rather than reslice, so the queue keeps its
 		// array (at most about C+1 records) and a steady stream queues
@@ -992,7 +1015,7 @@ func (s *outSlot) endLocked() {
 	s.closed = true
 	s.cancelLocked()
 	s.b.qBytes -= s.qBytes
-	s.b.budget.add(-s.qBytes)
+	s.b.budgetAddLocked(-s.qBytes)
 	if len(s.q) > 0 {
 		s.b.staged--
 	}

@@ -22,14 +22,22 @@ func lanedNode(t *testing.T, n int) *remoteNode {
 // slotsPerLane counts the consumer's live slots from peer on each lane.
 func slotsPerLane(mx *mux, peer ext.WorkerID) [muxwire.Lanes]int {
 	var out [muxwire.Lanes]int
+	// The tables are listed under the mux's lock and read after it: an
+	// ingress table's lock comes first in the library's order (a batch
+	// claims its binds under it), so taking it under the mux's lock could
+	// deadlock with a batch being applied.
 	mx.mu.Lock()
-	defer mx.mu.Unlock()
+	ips := map[laneKey]*ingressPeer{}
 	for k, ip := range mx.ingress {
 		if k.peer == peer {
-			ip.mu.Lock()
-			out[k.lane] = ip.live
-			ip.mu.Unlock()
+			ips[k] = ip
 		}
+	}
+	mx.mu.Unlock()
+	for k, ip := range ips {
+		ip.mu.Lock()
+		out[k.lane] = ip.live
+		ip.mu.Unlock()
 	}
 	return out
 }
