@@ -436,16 +436,23 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 		return ext.SendOutcome{}, err
 	}
 	f := requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
+	out, err := m.postFrame(p, target, lane, handler, f)
+	if err != nil && staged != "" {
+		m.loadStager().Discard(staged)
+	}
+	return out, err
+}
+
+// postFrame hands a fire-and-forget frame to the transport of p, on lane.
+func (m *Messenger) postFrame(p *peer, target ext.InstanceID, lane int, handler string, f ext.Frame) (ext.SendOutcome, error) {
 	var out ext.SendOutcome
+	var err error
 	if lane == 0 {
 		out, err = p.primary.Send(target, f)
 	} else {
 		out, err = p.primary.SendOnLane(target, lane, f)
 	}
 	if err != nil {
-		if staged != "" {
-			m.loadStager().Discard(staged)
-		}
 		return ext.SendOutcome{}, m.sendError(handler, target, err)
 	}
 	return out, nil
@@ -485,16 +492,7 @@ func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler strin
 		// copy, so that the caller's buffer is free when this returns.
 		f = requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	}
-	var out ext.SendOutcome
-	if lane == 0 {
-		out, err = p.primary.Send(target, f)
-	} else {
-		out, err = p.primary.SendOnLane(target, lane, f)
-	}
-	if err != nil {
-		return ext.SendOutcome{}, m.sendError(handler, target, err)
-	}
-	return out, nil
+	return m.postFrame(p, target, lane, handler, f)
 }
 
 // Lanes is how many ordered lanes the transport to target keeps; for a

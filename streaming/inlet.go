@@ -70,9 +70,7 @@ type anchorState struct {
 	prebind *muxBind
 }
 
-// wakeData and wakeSpace close the channel of whoever waits. The caller
-// holds mu.
-// wakeData wakes one waiting consumer. The channel holds one token and
+// wakeData wakes one waiting consumer. The caller holds mu. The channel holds one token and
 // lives as long as the anchor: a consumer that waits once per token (a
 // stream slower than its producer's passes) used to make and close a
 // channel per wait. A consumer that wakes to more work, or to the end,
@@ -106,6 +104,8 @@ func (st *anchorState) passOnLocked() {
 	}
 }
 
+// wakeSpace closes the channel of the senders waiting for room. The
+// caller holds mu.
 func (st *anchorState) wakeSpace() {
 	if st.spaceWait != nil {
 		close(st.spaceWait)
@@ -418,11 +418,7 @@ type ring struct {
 
 func (r *ring) push(b []byte) {
 	if r.n == len(r.buf) {
-		nb := make([][]byte, max(4, 2*len(r.buf)))
-		for i := range r.n {
-			nb[i] = r.buf[(r.head+i)%len(r.buf)]
-		}
-		r.buf, r.head = nb, 0
+		r.resize(max(4, 2*len(r.buf)))
 	}
 	r.buf[(r.head+r.n)%len(r.buf)] = b
 	r.n++
@@ -431,10 +427,13 @@ func (r *ring) push(b []byte) {
 // reserve grows the ring to hold n frames without growing again (up to a
 // sane bound: credit comes from configuration, not from the peer).
 func (r *ring) reserve(n int) {
-	n = min(n, 1024)
-	if n <= len(r.buf) {
-		return
+	if n = min(n, 1024); n > len(r.buf) {
+		r.resize(n)
 	}
+}
+
+// resize moves the frames into a new array of n (at least r.n) entries.
+func (r *ring) resize(n int) {
 	nb := make([][]byte, n)
 	for i := range r.n {
 		nb[i] = r.buf[(r.head+i)%len(r.buf)]
@@ -444,7 +443,7 @@ func (r *ring) reserve(n int) {
 
 func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
 
-func isDetached(b []byte) bool { return len(b) > 0 && &b[0] == &detachedFrame[0] }
+func isDetached(b []byte) bool { return isSame(b, detachedFrame) }
 
 func (r *ring) pop() []byte {
 	b := r.buf[r.head]

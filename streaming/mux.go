@@ -191,10 +191,10 @@ type mux struct {
 	// probePost is post that does not wait for admission, for the health
 	// check, which runs on the sweeper shared by every peer; nil: post.
 	probePost func(peer ext.WorkerID, lane int, batch []byte) error
-	// postTagged is post with a _mux_slot header; nil: post.
 	// postOwned is post for a batch in a pooled buffer that owner keeps
 	// alive (no copy); nil: the batchers allocate a buffer per batch.
-	postOwned  func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
+	postOwned func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
+	// postTagged is post with a _mux_slot header; nil: post.
 	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
 	// walks counts the credit walks: a pending attach's age is measured
 	// in them, so an attach reads no clock (mux_pipeline.go).

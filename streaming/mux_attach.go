@@ -103,7 +103,13 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 	if tag != "" {
 		opts = append(opts, messenger.WithHeaders(map[string]string{MuxSlotHeader: tag}))
 	}
-	out, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch, opts...)
+	return admitted(r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch, opts...))
+}
+
+// admitted waits until a posted batch is admitted (a congested peer parks
+// it in the transport's admission gate) and returns the post's error or
+// the admission's.
+func admitted(out ext.SendOutcome, err error) error {
 	if err != nil {
 		return err
 	}
@@ -122,15 +128,7 @@ func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
-	out, err := r.msg.PostLaneOwned(inst, lane, muxwire.HandlerName(lane), batch, owner)
-	if err != nil {
-		return err
-	}
-	if adm := out.Admission(); adm != nil {
-		<-adm.Done()
-		return adm.Err()
-	}
-	return nil
+	return admitted(r.msg.PostLaneOwned(inst, lane, muxwire.HandlerName(lane), batch, owner))
 }
 
 // offersMux says whether an attach request names this build's mux.

@@ -212,19 +212,11 @@ func (b *batcher) postOpens() {
 		}
 	}
 	opens = live
+	b.mu.Unlock()
 	if len(opens) == 0 {
-		b.mu.Unlock()
 		return
 	}
-	b.seq++
-	epoch, seq := b.epoch, b.seq
-	b.mu.Unlock()
-	var enc muxwire.Encoder
-	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+len(opens)*muxwire.RecordLen(muxwire.OpenSlotBodyLen)), b.lane, epoch, seq)
-	for _, s := range opens {
-		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
-	}
-	err := b.mx.send(b.peer, b.lane, enc.Batch())
+	err := b.postOpenSlots(opens)
 	if err != nil {
 		b.epochDeath() // ends the slots just opened too
 	}
@@ -1149,7 +1141,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	for _, id := range theirs {
 		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
 	}
-	if len(opens) > 0 && !b.postOpenSlots(opens) {
+	if len(opens) > 0 && b.postOpenSlots(opens) != nil {
 		return
 	}
 	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
@@ -1171,9 +1163,9 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	}
 }
 
-// postOpenSlots writes the OpenSlots of opens, as many batches as they
-// need. The caller holds writeMu. It says false if a post was refused.
-func (b *batcher) postOpenSlots(opens []*outSlot) bool {
+// postOpenSlots writes the OpenSlots of opens, in as many batches as the
+// batch cap needs. The caller holds writeMu. It returns the first refusal.
+func (b *batcher) postOpenSlots(opens []*outSlot) error {
 	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.OpenSlotBodyLen))
 	for len(opens) > 0 {
 		n := min(len(opens), max(per, 1))
@@ -1186,18 +1178,12 @@ func (b *batcher) postOpenSlots(opens []*outSlot) bool {
 		for _, s := range opens[:n] {
 			enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
 		}
-		if b.mx.send(b.peer, b.lane, enc.Batch()) != nil {
-			return false
+		if err := b.mx.send(b.peer, b.lane, enc.Batch()); err != nil {
+			return err
 		}
 		opens = opens[n:]
 	}
-	return true
-}
-
-func (b *batcher) liveCount() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.live
+	return nil
 }
 
 // idle says the batcher has no live slot and has not been used for ttl.

@@ -65,16 +65,7 @@ func (v *jsonValidator) word(w string) bool {
 }
 
 func (v *jsonValidator) object(depth int) bool {
-	if depth > maxJSONDepth {
-		return false
-	}
-	v.i++ // '{'
-	v.space()
-	if v.i < len(v.b) && v.b[v.i] == '}' {
-		v.i++
-		return true
-	}
-	for {
+	return v.list(depth, '}', func() bool {
 		if v.i >= len(v.b) || v.b[v.i] != '"' || !v.str() {
 			return false
 		}
@@ -84,38 +75,28 @@ func (v *jsonValidator) object(depth int) bool {
 		}
 		v.i++
 		v.space()
-		if !v.value(depth) {
-			return false
-		}
-		v.space()
-		if v.i >= len(v.b) {
-			return false
-		}
-		switch v.b[v.i] {
-		case ',':
-			v.i++
-			v.space()
-		case '}':
-			v.i++
-			return true
-		default:
-			return false
-		}
-	}
+		return v.value(depth)
+	})
 }
 
 func (v *jsonValidator) array(depth int) bool {
+	return v.list(depth, ']', func() bool { return v.value(depth) })
+}
+
+// list reads the members of an object or the items of an array, each by
+// item, separated by commas, up to close; the opening byte is at v.i.
+func (v *jsonValidator) list(depth int, close byte, item func() bool) bool {
 	if depth > maxJSONDepth {
 		return false
 	}
-	v.i++ // '['
+	v.i++ // '{' or '['
 	v.space()
-	if v.i < len(v.b) && v.b[v.i] == ']' {
+	if v.i < len(v.b) && v.b[v.i] == close {
 		v.i++
 		return true
 	}
 	for {
-		if !v.value(depth) {
+		if !item() {
 			return false
 		}
 		v.space()
@@ -126,7 +107,7 @@ func (v *jsonValidator) array(depth int) bool {
 		case ',':
 			v.i++
 			v.space()
-		case ']':
+		case close:
 			v.i++
 			return true
 		default:
