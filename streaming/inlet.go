@@ -35,6 +35,10 @@ type anchorState struct {
 	handle  wire.AnchorHandle
 	capLim  int32
 	waiters int32 // consumers waiting on dataWait (wakeData)
+	// fastWaiting: a consumer waits on dataWait alone, without a select
+	// on its context's Done channel; watched (below) wakes it if that
+	// context ends.
+	fastWaiting bool
 
 	mu        sync.Mutex
 	q         ring
@@ -68,6 +72,14 @@ type anchorState struct {
 	// prebind is the mux bind PrebindAnchor made, until an OpenSlot claims
 	// it or something releases it (mux_ticket.go).
 	prebind *muxBind
+
+	// watchDone is the Done channel of the consumer's context, whose end
+	// wakes a fast waiter (waitLocked); watchFired says it ended, and
+	// unwatch takes the watch off that context. Contexts are told apart
+	// by their Done channels: a context type need not be comparable.
+	watchDone  <-chan struct{}
+	watchFired bool
+	unwatch    func() bool
 }
 
 // wakeData wakes one waiting consumer. The caller holds mu. The channel holds one token and
@@ -95,6 +107,82 @@ func (st *anchorState) waitDataLocked() chan struct{} {
 }
 
 func (st *anchorState) doneWaitingLocked() { st.waiters-- }
+
+// waitLocked waits for a frame or the end, or for ctx to end (its error
+// is returned). The caller holds mu; it is released while waiting and
+// held again on return. A wake may find nothing: the caller checks again.
+//
+// The usual consumer is alone and passes the same context every time.
+// It waits on dataWait with a plain receive: a select that also watches
+// ctx.Done costs twice as much, and every consumer under one context
+// shares (and contends for) that Done channel's lock. Its context is
+// watched instead, once per anchor and context, by context.AfterFunc.
+// A second consumer waiting at the same time selects as before.
+func (st *anchorState) waitLocked(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := ctx.Done()
+	if st.fastWaiting && st.watchFired {
+		// This consumer took the wake that the fast waiter's ended
+		// context sent: hand it on.
+		st.wakeData()
+	}
+	w := st.waitDataLocked()
+	fast := done != nil && st.waiters == 1
+	if fast {
+		if st.watchDone != done {
+			st.watchLocked(ctx, done)
+		}
+		st.fastWaiting = true
+	}
+	st.mu.Unlock()
+	if fast || done == nil {
+		<-w
+	} else {
+		select {
+		case <-w:
+		case <-done:
+		}
+	}
+	st.mu.Lock()
+	st.doneWaitingLocked()
+	if fast {
+		st.fastWaiting = false
+	}
+	if err := ctx.Err(); err != nil {
+		st.passOnLocked() // the wake may have been for a frame
+		return err
+	}
+	st.mgr.consumerWakes.Add(1)
+	return nil
+}
+
+// watchLocked makes the end of ctx (whose Done channel is done) wake a
+// fast waiter, in place of the context watched before.
+func (st *anchorState) watchLocked(ctx context.Context, done <-chan struct{}) {
+	st.unwatchLocked()
+	st.watchDone, st.watchFired = done, false
+	st.unwatch = context.AfterFunc(ctx, func() {
+		st.mu.Lock()
+		if st.watchDone == done {
+			st.watchFired = true
+			if st.fastWaiting {
+				st.wakeData()
+			}
+		}
+		st.mu.Unlock()
+	})
+}
+
+// unwatchLocked takes the watch off the consumer's context, so that a
+// long-lived context does not keep ended anchors reachable.
+func (st *anchorState) unwatchLocked() {
+	if st.unwatch != nil {
+		st.unwatch()
+		st.unwatch, st.watchDone, st.watchFired = nil, nil, false
+	}
+}
 
 // passOnLocked wakes another waiting consumer when there is more for it:
 // frames left after this one, or the end.
@@ -223,19 +311,10 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 			return wire.Frame{}, err
 		}
 		if st.q.n == 0 {
-			w := st.waitDataLocked()
-			st.mu.Unlock()
-			select {
-			case <-w:
-				st.mgr.consumerWakes.Add(1)
-			case <-ctx.Done():
-				st.mu.Lock()
-				st.doneWaitingLocked()
+			if err := st.waitLocked(ctx); err != nil {
 				st.mu.Unlock()
-				return wire.Frame{}, ctx.Err()
+				return wire.Frame{}, err
 			}
-			st.mu.Lock()
-			st.doneWaitingLocked()
 			continue
 		}
 		b := st.q.pop()
@@ -285,6 +364,7 @@ func (st *anchorState) endLocked(err error) {
 	st.q.clear()
 	st.wakeData()
 	st.wakeSpace()
+	st.unwatchLocked()
 }
 
 // requestStop fires the stop signal, now or for a producer that attaches

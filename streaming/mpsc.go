@@ -525,19 +525,10 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 			return 0, wire.Frame{}, nil, err
 		}
 		if st.q.n == 0 {
-			w := st.waitDataLocked()
-			st.mu.Unlock()
-			select {
-			case <-w:
-				st.mgr.consumerWakes.Add(1)
-			case <-ctx.Done():
-				st.mu.Lock()
-				st.doneWaitingLocked()
+			if err := st.waitLocked(ctx); err != nil {
 				st.mu.Unlock()
-				return 0, wire.Frame{}, nil, ctx.Err()
+				return 0, wire.Frame{}, nil, err
 			}
-			st.mu.Lock()
-			st.doneWaitingLocked()
 			continue
 		}
 		b := st.q.pop()

@@ -56,6 +56,8 @@ type ingressPeer struct {
 	held      int       // records in the slots' holds
 	live      int
 
+	run dataRun // the records being handed on together (mux_ingress_run.go)
+
 	dirtyMu   sync.Mutex
 	dirty     []*inSlot
 	spare     []*inSlot // the other buffer of dirty: a steady stream lists slots without allocating
@@ -244,8 +246,13 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 			break
 		}
 		rec.Body = own[rec.Offset+muxwire.RecordHeaderLen : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body) : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body)]
+		if ip.runLocked(rec, &rep) {
+			continue
+		}
+		ip.flushRunLocked(&rep) // what came before this record, first
 		ip.applyLocked(rec, &rep)
 	}
+	ip.flushRunLocked(&rep)
 	ip.mu.Unlock()
 	ip.send(rep)
 	ip.reconcileDirty() // the arrival path: credit rides back with this batch's wake

@@ -1,0 +1,140 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// waitersOf waits (bounded) until n consumers wait on st's inlet.
+func waitersOf(t *testing.T, st *anchorState, n int32) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st.mu.Lock()
+		got := st.waiters
+		st.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d consumers wait, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A lone consumer waits without watching ctx.Done in a select: its
+// context's end must still wake it, and the watch must be gone once the
+// stream ends.
+func TestNextWakesWhenItsContextEnds(t *testing.T) {
+	m := newTestManager(t)
+	a, s := newPair[[]byte](t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := a.Next(ctx)
+		got <- err
+	}()
+	waitersOf(t, &a.st, 1)
+	a.st.mu.Lock()
+	fast := a.st.fastWaiting
+	a.st.mu.Unlock()
+	if !fast {
+		t.Fatal("a lone consumer did not take the fast wait")
+	}
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Next = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Next did not return after its context ended")
+	}
+
+	// The anchor still works with a new context, and ending the stream
+	// takes the watch off it.
+	bg, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { s.Send(bg, []byte("x")); s.Finalize() }()
+	if v, err := a.Next(bg); err != nil || string(v) != "x" {
+		t.Fatalf("Next = %q, %v", v, err)
+	}
+	if _, err := a.Next(bg); err == nil {
+		t.Fatal("Next after Finalize returned no error")
+	}
+	a.st.mu.Lock()
+	left := a.st.unwatch != nil
+	a.st.mu.Unlock()
+	if left {
+		t.Fatal("an ended anchor still watches its consumer's context")
+	}
+}
+
+// Two consumers wait at once with different contexts (the API is meant
+// for one, but it must not hang): the end of either context wakes its
+// own consumer, and the other still gets the next item.
+func TestNextTwoWaitersEachContextWakesItsOwn(t *testing.T) {
+	for _, first := range []string{"cancel the fast waiter", "cancel the select waiter"} {
+		t.Run(first, func(t *testing.T) {
+			m := newTestManager(t)
+			a, s := newPair[[]byte](t, m)
+			ctxA, cancelA := context.WithCancel(context.Background())
+			ctxB, cancelB := context.WithCancel(context.Background())
+			defer cancelA()
+			defer cancelB()
+			gotA, gotB := make(chan error, 1), make(chan error, 1)
+			go func() { _, err := a.Next(ctxA); gotA <- err }()
+			waitersOf(t, &a.st, 1) // A waits alone: the fast wait
+			go func() { _, err := a.Next(ctxB); gotB <- err }()
+			waitersOf(t, &a.st, 2) // B selects
+
+			ended, other := gotA, gotB
+			if first == "cancel the fast waiter" {
+				cancelA()
+			} else {
+				cancelB()
+				ended, other = gotB, gotA
+			}
+			select {
+			case err := <-ended:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Next = %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the consumer whose context ended did not return")
+			}
+			waitersOf(t, &a.st, 1)
+			if err := s.Send(context.Background(), []byte("y")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-other:
+				if err != nil {
+					t.Fatalf("the other consumer's Next = %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the other consumer did not get the item")
+			}
+		})
+	}
+}
+
+// Next on an empty inlet with a context that has already ended returns
+// at once and leaves no waiter and no watch behind.
+func TestNextWithEndedContextDoesNotWait(t *testing.T) {
+	m := newTestManager(t)
+	a, _ := newPair[[]byte](t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := a.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next = %v, want context.Canceled", err)
+	}
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	if a.st.waiters != 0 || a.st.unwatch != nil {
+		t.Fatalf("waiters %d, watch set %v after an ended context", a.st.waiters, a.st.unwatch != nil)
+	}
+}
