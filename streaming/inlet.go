@@ -73,11 +73,13 @@ type anchorState struct {
 	// it or something releases it (mux_ticket.go).
 	prebind *muxBind
 
-	// watchDone is the Done channel of the consumer's context, whose end
-	// wakes a fast waiter (waitLocked); watchFired says it ended, and
-	// unwatch takes the watch off that context. Contexts are told apart
+	// watchDone is the Done channel of the lone consumer's context, and
+	// selects the waits that selected on it so far. Once watched (unwatch
+	// set), its end wakes a fast waiter (waitLocked); watchFired says it
+	// ended, and unwatch takes the watch off it. Contexts are told apart
 	// by their Done channels: a context type need not be comparable.
 	watchDone  <-chan struct{}
+	selects    uint8
 	watchFired bool
 	unwatch    func() bool
 }
@@ -113,11 +115,13 @@ func (st *anchorState) doneWaitingLocked() { st.waiters-- }
 // held again on return. A wake may find nothing: the caller checks again.
 //
 // The usual consumer is alone and passes the same context every time.
-// It waits on dataWait with a plain receive: a select that also watches
-// ctx.Done costs twice as much, and every consumer under one context
-// shares (and contends for) that Done channel's lock. Its context is
-// watched instead, once per anchor and context, by context.AfterFunc.
-// A second consumer waiting at the same time selects as before.
+// From its third wait on, it waits on dataWait with a plain receive: a
+// select that also watches ctx.Done costs twice as much, and every
+// consumer under one context shares (and contends for) that Done
+// channel's lock. Its context is watched instead, once per anchor and
+// context, by context.AfterFunc; that costs about two selects, so a
+// stream that waits once or twice never pays it. A second consumer
+// waiting at the same time selects.
 func (st *anchorState) waitLocked(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -129,11 +133,8 @@ func (st *anchorState) waitLocked(ctx context.Context) error {
 		st.wakeData()
 	}
 	w := st.waitDataLocked()
-	fast := done != nil && st.waiters == 1
+	fast := done != nil && st.waiters == 1 && st.watchingLocked(ctx, done)
 	if fast {
-		if st.watchDone != done {
-			st.watchLocked(ctx, done)
-		}
 		st.fastWaiting = true
 	}
 	st.mu.Unlock()
@@ -158,11 +159,32 @@ func (st *anchorState) waitLocked(ctx context.Context) error {
 	return nil
 }
 
+// watchAfterSelects is how many waits of the lone consumer select on the
+// same context before it is watched.
+const watchAfterSelects = 2
+
+// watchingLocked reports whether the lone consumer's context ctx (whose
+// Done channel is done) is watched, watching it once it has been waited
+// on watchAfterSelects times.
+func (st *anchorState) watchingLocked(ctx context.Context, done <-chan struct{}) bool {
+	if st.watchDone != done {
+		st.unwatchLocked()
+		st.watchDone = done
+	}
+	if st.unwatch == nil {
+		if st.selects < watchAfterSelects {
+			st.selects++
+			return false
+		}
+		st.watchLocked(ctx, done)
+	}
+	return true
+}
+
 // watchLocked makes the end of ctx (whose Done channel is done) wake a
-// fast waiter, in place of the context watched before.
+// fast waiter.
 func (st *anchorState) watchLocked(ctx context.Context, done <-chan struct{}) {
-	st.unwatchLocked()
-	st.watchDone, st.watchFired = done, false
+	st.watchFired = false
 	st.unwatch = context.AfterFunc(ctx, func() {
 		st.mu.Lock()
 		if st.watchDone == done {
@@ -180,8 +202,8 @@ func (st *anchorState) watchLocked(ctx context.Context, done <-chan struct{}) {
 func (st *anchorState) unwatchLocked() {
 	if st.unwatch != nil {
 		st.unwatch()
-		st.unwatch, st.watchDone, st.watchFired = nil, nil, false
 	}
+	st.unwatch, st.watchDone, st.watchFired, st.selects = nil, nil, false, 0
 }
 
 // passOnLocked wakes another waiting consumer when there is more for it:
@@ -361,7 +383,7 @@ func (st *anchorState) endLocked(err error) {
 	if st.endErr == nil {
 		st.endErr = err
 	}
-	st.q.clear()
+	st.q.release() // nothing enters the inlet after the end
 	st.wakeData()
 	st.wakeSpace()
 	st.unwatchLocked()
@@ -514,11 +536,37 @@ func (r *ring) reserve(n int) {
 
 // resize moves the frames into a new array of n (at least r.n) entries.
 func (r *ring) resize(n int) {
-	nb := make([][]byte, n)
-	for i := range r.n {
+	var nb [][]byte
+	if n == pooledRingLen {
+		nb = ringPool.Get().(*[pooledRingLen][]byte)[:]
+	} else {
+		nb = make([][]byte, n)
+	}
+	n0 := r.n
+	for i := range n0 {
 		nb[i] = r.buf[(r.head+i)%len(r.buf)]
 	}
-	r.buf, r.head = nb, 0
+	r.release()
+	r.buf, r.n = nb, n0
+}
+
+// pooledRingLen is the inlet the mux sizes for a slot with the default
+// credit (its records and a terminal). Every stream over the mux with the
+// default config needs one, so they are recycled: each was a pointer-laden
+// allocation per stream.
+const pooledRingLen = defaultInitialCredit + 2
+
+var ringPool = sync.Pool{New: func() any { return new([pooledRingLen][]byte) }}
+
+// release drops every frame and gives a pooled array back. The ring is
+// empty afterwards and grows again if pushed to.
+func (r *ring) release() {
+	if len(r.buf) == pooledRingLen {
+		arr := (*[pooledRingLen][]byte)(r.buf)
+		clear(arr[:])
+		ringPool.Put(arr)
+	}
+	r.buf, r.head, r.n = nil, 0, 0
 }
 
 func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
@@ -531,12 +579,6 @@ func (r *ring) pop() []byte {
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
 	return b
-}
-
-// clear drops every frame, so that an ended stream holds no memory for them.
-func (r *ring) clear() {
-	clear(r.buf)
-	r.head, r.n = 0, 0
 }
 
 // isSame says a and b are the same shared frame (not just equal bytes).

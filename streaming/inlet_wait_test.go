@@ -25,13 +25,38 @@ func waitersOf(t *testing.T, st *anchorState, n int32) {
 	}
 }
 
-// A lone consumer waits without watching ctx.Done in a select: its
-// context's end must still wake it, and the watch must be gone once the
-// stream ends.
+// waitAndFeed has the consumer wait on an empty inlet with ctx until it
+// is woken by an item, watchAfterSelects times, so that its next wait is
+// the fast one.
+func waitAndFeed(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte], ctx context.Context) {
+	t.Helper()
+	for range watchAfterSelects {
+		got := make(chan error, 1)
+		go func() { _, err := a.Next(ctx); got <- err }()
+		waitersOf(t, &a.st, 1)
+		a.st.mu.Lock()
+		fast := a.st.fastWaiting
+		a.st.mu.Unlock()
+		if fast {
+			t.Fatal("an early wait was the fast one")
+		}
+		if err := s.Send(context.Background(), []byte("warm")); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A lone consumer that waits again and again stops selecting on
+// ctx.Done: its context's end must still wake it, and the watch must be
+// gone once the stream ends.
 func TestNextWakesWhenItsContextEnds(t *testing.T) {
 	m := newTestManager(t)
 	a, s := newPair[[]byte](t, m)
 	ctx, cancel := context.WithCancel(context.Background())
+	waitAndFeed(t, a, s, ctx)
 	got := make(chan error, 1)
 	go func() {
 		_, err := a.Next(ctx)
@@ -42,7 +67,7 @@ func TestNextWakesWhenItsContextEnds(t *testing.T) {
 	fast := a.st.fastWaiting
 	a.st.mu.Unlock()
 	if !fast {
-		t.Fatal("a lone consumer did not take the fast wait")
+		t.Fatal("a consumer that waited twice on one context did not take the fast wait")
 	}
 	cancel()
 	select {
@@ -85,9 +110,16 @@ func TestNextTwoWaitersEachContextWakesItsOwn(t *testing.T) {
 			ctxB, cancelB := context.WithCancel(context.Background())
 			defer cancelA()
 			defer cancelB()
+			waitAndFeed(t, a, s, ctxA)
 			gotA, gotB := make(chan error, 1), make(chan error, 1)
 			go func() { _, err := a.Next(ctxA); gotA <- err }()
 			waitersOf(t, &a.st, 1) // A waits alone: the fast wait
+			a.st.mu.Lock()
+			fast := a.st.fastWaiting
+			a.st.mu.Unlock()
+			if !fast {
+				t.Fatal("A did not take the fast wait")
+			}
 			go func() { _, err := a.Next(ctxB); gotB <- err }()
 			waitersOf(t, &a.st, 2) // B selects
 

@@ -106,6 +106,9 @@ const (
 	messengerEnvelope = 256
 )
 
+// defaultInitialCredit is a mux slot's credit window unless configured.
+const defaultInitialCredit = 32
+
 // maxMuxSlots bounds the slot indices of one batcher, as the book's table
 // of 65,536 per (peer, lane).
 const maxMuxSlots = 1 << 16
@@ -114,7 +117,7 @@ var errSlotsExhausted = errors.New("velo: mux: every slot index to this peer is 
 
 func (c MuxConfig) withDefaults() MuxConfig {
 	if c.InitialCredit == 0 {
-		c.InitialCredit = 32
+		c.InitialCredit = defaultInitialCredit
 	}
 	if c.SlotByteBudget <= 0 {
 		c.SlotByteBudget = 1 << 20

@@ -21,6 +21,7 @@ func runBench(args []string) error {
 	reps := fs.Int("reps", 3, "repetitions; figures are medians with min and max")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (every 4 KiB sampled) to this file at the end")
+	blockProfile := fs.String("blockprofile", "", "write the time goroutines waited on mutexes (mutex profile) and blocked (block profile) to FILE.mutex and FILE.block at the end")
 	var report bench.Report
 	var runIt func() error
 	switch name {
@@ -59,12 +60,23 @@ func runBench(args []string) error {
 	if *memProfile != "" {
 		runtime.MemProfileRate = 4096
 	}
+	if *blockProfile != "" {
+		runtime.SetMutexProfileFraction(1)
+		runtime.SetBlockProfileRate(1)
+	}
 	if err := runIt(); err != nil {
 		return err
 	}
 	if *memProfile != "" {
-		if err := writeHeapProfile(*memProfile); err != nil {
+		if err := writeProfile("allocs", *memProfile); err != nil {
 			return err
+		}
+	}
+	if *blockProfile != "" {
+		for _, p := range []string{"mutex", "block"} {
+			if err := writeProfile(p, *blockProfile+"."+p); err != nil {
+				return err
+			}
 		}
 	}
 	if *asJSON {
@@ -76,13 +88,13 @@ func runBench(args []string) error {
 // extraHarnesses registers harnesses defined in other files of this command.
 var extraHarnesses = map[string]func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error{}
 
-// writeHeapProfile writes the allocation profile of the run to path.
-func writeHeapProfile(path string) error {
+// writeProfile writes the named runtime profile of the run to path.
+func writeProfile(name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		f.Close()
 		return err
 	}
