@@ -36,9 +36,12 @@ type anchorState struct {
 	capLim  int32
 	waiters int32 // consumers waiting on dataWait (wakeData)
 	// fastWaiting: a consumer waits on dataWait alone, without a select
-	// on its context's Done channel; watched (below) wakes it if that
-	// context ends.
+	// on its context's Done channel; the watch (watchDone, below) wakes
+	// it if that context ends. selects and watchFired belong to the
+	// watch; they sit here, where the struct has room for them.
 	fastWaiting bool
+	watchFired  bool
+	selects     uint8
 
 	mu        sync.Mutex
 	q         ring
@@ -78,10 +81,8 @@ type anchorState struct {
 	// set), its end wakes a fast waiter (waitLocked); watchFired says it
 	// ended, and unwatch takes the watch off it. Contexts are told apart
 	// by their Done channels: a context type need not be comparable.
-	watchDone  <-chan struct{}
-	selects    uint8
-	watchFired bool
-	unwatch    func() bool
+	watchDone <-chan struct{}
+	unwatch   func() bool
 }
 
 // wakeData wakes one waiting consumer. The caller holds mu. The channel holds one token and
