@@ -200,12 +200,21 @@ func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 // anchorOptions applies opts to the defaults and checks them; an unset
 // unattached timeout becomes unattached.
 func anchorOptions(opts []AnchorOption, unattached time.Duration) (anchorConfig, error) {
+	if len(opts) == 0 {
+		// The usual case, kept apart: handing the config to an option
+		// moves it to the heap, once per anchor.
+		return anchorConfig{capacity: DefaultCapacity, unattached: unattached}, nil
+	}
 	cfg := anchorConfig{capacity: DefaultCapacity}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
 		}
 	}
+	return checkAnchorConfig(cfg, unattached)
+}
+
+func checkAnchorConfig(cfg anchorConfig, unattached time.Duration) (anchorConfig, error) {
 	if cfg.capacity < 1 || cfg.capacity > math.MaxInt32 {
 		return cfg, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
 	}

@@ -332,7 +332,12 @@ func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
 // attachMPSCRemote makes the _mpsc_anchor_attach round trip to the
 // handle's owner and opens the producer's connection.
 func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*MPSCSender[T], error) {
-	owner, addr, err := r.reachOwner(ctx, handle)
+	info, err := r.reachOwner(ctx, handle)
+	if err != nil {
+		return nil, err
+	}
+	owner := info.InstanceID
+	addr, err := r.streamAddr(handle, info)
 	if err != nil {
 		return nil, err
 	}

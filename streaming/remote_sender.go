@@ -90,12 +90,19 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
 func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
-	owner, addr, err := r.reachOwner(ctx, handle)
+	info, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
 	}
+	owner := info.InstanceID
 	if r.canPipeline(owner) {
+		// The mux answered this owner before: its per-stream address
+		// is not needed, so it is not parsed for every stream.
 		return attachPipelined(ctx, r, owner, handle, encode, key)
+	}
+	addr, err := r.streamAddr(handle, info)
+	if err != nil {
+		return nil, err
 	}
 	rs := newRemoteSender(r, handle, r.session.Add(1))
 	// Registered before the request leaves: the owner may send a stop or
@@ -132,29 +139,38 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	return &Sender[T]{encode: encode, rs: rs}, nil
 }
 
-// reachOwner finds the instance that owns handle and the address of its
-// per-stream listener, and makes sure the owner knows this node. With the
-// mux on, an owner without a listener is fine: the address is then "".
-func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.InstanceID, string, error) {
+// reachOwner finds the instance that owns handle and makes sure the owner
+// knows this node.
+func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.PeerInfo, error) {
 	info, err := r.ownerInfo(ctx, handle)
 	if err != nil {
-		return ext.InstanceID{}, "", err
-	}
-	var addr string
-	ep, err := info.Address.Lookup(wire.TCPStreamKey)
-	if err == nil {
-		addr, err = tcp.DialAddr(ep)
-	}
-	if err != nil && r.mux == nil {
-		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
+		return ext.PeerInfo{}, err
 	}
 	// The owner answers through its peer table: the _hello exchange puts
 	// this node there (a system handler's call does not greet on its own).
 	// A draining owner refuses _hello and may know this node already.
 	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
-		return ext.InstanceID{}, "", fmt.Errorf("velo: attach %v: %w", handle, err)
+		return ext.PeerInfo{}, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
-	return info.InstanceID, addr, nil
+	return info, nil
+}
+
+// streamAddr is the address of the per-stream listener that owner info
+// advertises. With the mux on, an owner without a listener is fine: the
+// address is then "", and the attach must negotiate the mux.
+func (r *remote) streamAddr(handle wire.AnchorHandle, info ext.PeerInfo) (string, error) {
+	var addr string
+	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	if err == nil {
+		addr, err = tcp.DialAddr(ep)
+	}
+	switch {
+	case err == nil:
+		return addr, nil
+	case r.mux != nil:
+		return "", nil
+	}
+	return "", fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
 }
 
 // countAttachRTT records the sender's view of the round trip: success only

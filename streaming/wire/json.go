@@ -318,17 +318,21 @@ func jsonStrings(val json.RawMessage, field string) ([]string, error) {
 }
 
 func parseHiLoJSON(b []byte) (hi, lo uint64, err error) {
-	return hiLo(b, jsonObject)
+	return hiLo(b, false)
 }
 
 // parseHiLoMember is parseHiLoJSON for a handle inside a checked body.
 func parseHiLoMember(b []byte) (hi, lo uint64, err error) {
-	return hiLo(b, jsonMembers)
+	return hiLo(b, true)
 }
 
-func hiLo(b []byte, walk func([]byte, string, func(string, json.RawMessage) error) error) (hi, lo uint64, err error) {
+// hiLo reads {"hi":N,"lo":N}; checked says b was validated as part of its
+// body already. The walkers are called directly, not through a function
+// value, so that the visitor and what it captures stay on the stack: two
+// handles are read per attach.
+func hiLo(b []byte, checked bool) (hi, lo uint64, err error) {
 	var haveHi, haveLo bool
-	err = walk(b, "handle", func(key string, val json.RawMessage) error {
+	visit := func(key string, val json.RawMessage) error {
 		var err error
 		switch key {
 		case "hi":
@@ -339,7 +343,12 @@ func hiLo(b []byte, walk func([]byte, string, func(string, json.RawMessage) erro
 			haveLo = true
 		}
 		return err
-	})
+	}
+	if checked {
+		err = jsonMembers(b, "handle", visit)
+	} else {
+		err = jsonObject(b, "handle", visit)
+	}
 	if err == nil && (!haveHi || !haveLo) {
 		err = malformed("handle: missing hi or lo")
 	}
