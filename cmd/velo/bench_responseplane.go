@@ -10,7 +10,7 @@ import (
 
 func init() {
 	extraHarnesses["response-plane"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		arms := fs.String("arms", "mux,per-stream,grpc", "comma-separated arms, interleaved per rep: mux (velo over the messenger mux), mux-zero-rtt (the mux, streams opened from tickets minted at request registration: no attach round trip), per-stream (velo with the mux off) and grpc (grpc-go server streaming)")
+		arms := fs.String("arms", "mux,per-stream,grpc", "comma-separated arms, interleaved per rep: mux (velo over the messenger mux), mux-zero-rtt (the mux, streams opened from tickets minted at request registration: no attach round trip), per-stream (velo with the mux off), grpc (grpc-go server streaming) and raw (no protocol: one write per frontend per pass, tokens handed to consumers over channels; a floor, not a design)")
 		hosts := fs.Int("anchor-hosts", 2, "frontends: nodes that own the response streams")
 		engines := fs.Int("engines", 4, "engines: nodes that run continuous batching and stream tokens")
 		requests := fs.Int("requests", 2000, "requests per arm and rep, one response stream each")

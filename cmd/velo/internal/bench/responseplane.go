@@ -43,10 +43,14 @@ import (
 //     per stream; every Sender must negotiate tcp-stream);
 //   - grpc: grpc-go, one server-streaming call per request over one
 //     HTTP/2 connection per frontend–engine pair; the engine is the gRPC
-//     server and streams the tokens.
+//     server and streams the tokens;
+//   - raw: no protocol at all, the floor under any Go plane with a
+//     goroutine per request: each engine writes a pass's tokens for a
+//     frontend in one write, and a reader hands them to the consumers
+//     over channels (responseplane_raw.go).
 
 // ResponsePlaneArms are the arms of the response-plane harness.
-var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc"}
+var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc", "raw"}
 
 const responsePlaneHarness = "response-plane"
 
@@ -210,7 +214,7 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 			}
 		}
 	}
-	for _, pair := range [][2]string{{"mux", "grpc"}, {"mux", "per-stream"}} {
+	for _, pair := range [][2]string{{"mux", "grpc"}, {"mux", "per-stream"}, {"mux", "raw"}, {"raw", "grpc"}} {
 		if !slices.Contains(cfg.Arms, pair[0]) || !slices.Contains(cfg.Arms, pair[1]) {
 			continue
 		}
@@ -261,6 +265,8 @@ func newPlane(ctx context.Context, cfg ResponsePlaneConfig, arm string) (rpPlane
 		return newVeloPlane(ctx, cfg, off, off, wire.TCPStreamKey)
 	case "grpc":
 		return newGRPCPlane(cfg)
+	case "raw":
+		return newRawPlane(ctx, cfg)
 	}
 	return nil, fmt.Errorf("unknown arm %q", arm)
 }

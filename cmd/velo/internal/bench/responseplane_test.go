@@ -227,3 +227,23 @@ func TestResponsePlaneLanes(t *testing.T) {
 		}
 	}
 }
+
+// A raw arm that runs out of time ends its consumers and reports the
+// timeout instead of hanging: it has no protocol to end them otherwise.
+func TestResponsePlaneRawTimesOut(t *testing.T) {
+	var r Report
+	cfg := ResponsePlaneConfig{
+		Arms: []string{"raw"}, AnchorHosts: 1, Engines: 1, Requests: 4, MaxBatch: 4, Tokens: 1000,
+		PassDelay: 20 * time.Millisecond, Flush: "auto", Reps: 1, Timeout: 100 * time.Millisecond,
+	}
+	done := make(chan error, 1)
+	go func() { done <- ResponsePlane(cfg, &r) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "timed out") {
+			t.Fatalf("ResponsePlane = %v, want the run's timeout", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a timed-out raw arm did not return")
+	}
+}
