@@ -175,6 +175,7 @@ type rpPlane interface {
 type rpWakes struct {
 	engineBatcher, hostBatcher uint64 // mux batcher goroutine wakes
 	hostConsumer               uint64 // consumers woken in NextBytes
+	engineBatches, hostBatches uint64 // mux batches sent
 }
 
 // rpWakeCounter is a plane that can count its wakes (the velo arms).
@@ -415,6 +416,12 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 				float64(wakes1.engineBatcher-wakes0.engineBatcher)/tokens, params)
 			r.Add(responsePlaneHarness, arm, "frontend_batcher_wakes_per_token", "ratio",
 				float64(wakes1.hostBatcher-wakes0.hostBatcher)/tokens, params)
+			// Batches per token: the engines' carry tokens (and opens
+			// and closes), the frontends' carry credit replies and closes.
+			r.Add(responsePlaneHarness, arm, "engine_batches_per_token", "ratio",
+				float64(wakes1.engineBatches-wakes0.engineBatches)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "frontend_batches_per_token", "ratio",
+				float64(wakes1.hostBatches-wakes0.hostBatches)/tokens, params)
 		}
 		r.Add(responsePlaneHarness, arm, "consumer_wakes_per_token", "ratio",
 			float64(wakes1.hostConsumer-wakes0.hostConsumer)/tokens, params)
@@ -725,10 +732,14 @@ func (p *veloPlane) pass(e int) {
 func (p *veloPlane) wakes() rpWakes {
 	var w rpWakes
 	for _, n := range p.engines {
-		w.engineBatcher += n.Streams.MuxStats().BatcherWakes
+		st := n.Streams.MuxStats()
+		w.engineBatcher += st.BatcherWakes
+		w.engineBatches += st.BatchesSent
 	}
 	for _, n := range p.hosts {
-		w.hostBatcher += n.Streams.MuxStats().BatcherWakes
+		st := n.Streams.MuxStats()
+		w.hostBatcher += st.BatcherWakes
+		w.hostBatches += st.BatchesSent
 		w.hostConsumer += n.Streams.ConsumerWakes()
 	}
 	return w
