@@ -14,6 +14,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -369,4 +370,46 @@ func TestCallbackMayCallShutdown(t *testing.T) {
 	recv(t, shut, "the shutdown")
 	recv(t, again, "the callback's own Shutdown call")
 	hold.open()
+}
+
+// TestUnaryAsyncAbandon: a named call can be given up without a context.
+// Its callback runs once, with the caller's error; its slot is free at
+// once; the answer that comes later is discarded.
+func TestUnaryAsyncAbandon(t *testing.T) {
+	am := newMetrics(t)
+	a, b := pair(t, []velo.Option{velo.WithResponseSlots(2), velo.WithMetrics(am)}, nil)
+	ctx := testCtx(t)
+	hold, in := heldHandler(t, b, "slow", "late")
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "slow")) // the handshake: the call below is named
+
+	ch := make(chan result, 2)
+	call, err := a.Messenger().UnaryAsyncCall(ctx, b.InstanceID(), "slow", nil, func(resp []byte, err error) {
+		ch <- result{resp, err}
+	})
+	must(t, err)
+	recv(t, in, "the handler to start")
+	giveUp := errors.New("test: given up")
+	if !call.Abandon(giveUp) {
+		t.Fatal("Abandon of a call in flight reported false")
+	}
+	if r := recv(t, ch, "the callback"); !errors.Is(r.err, giveUp) || r.resp != nil {
+		t.Fatalf("callback got %q, %v; want the caller's error", r.resp, r.err)
+	}
+	if call.Abandon(giveUp) {
+		t.Fatal("a second Abandon reported true")
+	}
+	if n := testutil.ToFloat64(am.PendingResponses); n != 0 {
+		t.Fatalf("pending responses gauge after Abandon: %v", n)
+	}
+	late := am.DispatchFailures.WithLabelValues("response", "late_or_unknown")
+	hold.open()
+	waitFor(t, "the late reply to be discarded", func() bool { return testutil.ToFloat64(late) == 1 })
+	select {
+	case r := <-ch:
+		t.Fatalf("the callback ran again: %q, %v", r.resp, r.err)
+	default:
+	}
+	if (messenger.AsyncCall{}).Abandon(giveUp) {
+		t.Fatal("the zero AsyncCall abandoned something")
+	}
 }

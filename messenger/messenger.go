@@ -747,21 +747,48 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 // the handshake) moves to a goroutine of its own, so it is safe to call from
 // a callback.
 func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	_, err := m.UnaryAsyncCall(ctx, target, handler, payload, done, opts...)
+	return err
+}
+
+// AsyncCall names an asynchronous call in flight (UnaryAsyncCall), so that
+// its caller can give up on it without a context: a context that can end
+// costs a watch per call. The zero value names no call.
+type AsyncCall struct {
+	m     *Messenger
+	token uint64
+}
+
+// Abandon completes the call with err, as if err had been its answer: its
+// response slot is free again and its callback runs now, with err. An
+// answer that comes later is discarded. It reports false when the call had
+// completed already, or c names none.
+func (c AsyncCall) Abandon(err error) bool {
+	if c.m == nil {
+		return false
+	}
+	return c.m.slots.deliver(c.token, reply{err: err})
+}
+
+// UnaryAsyncCall is UnaryAsync, and names the call so that the caller may
+// Abandon it. A first call to a peer, which waits for the handshake on a
+// goroutine of its own, cannot be named: it returns the zero AsyncCall.
+func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) (AsyncCall, error) {
 	if done == nil {
-		return errors.New("velo: UnaryAsync needs a callback")
+		return AsyncCall{}, errors.New("velo: UnaryAsync needs a callback")
 	}
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
-		return err
+		return AsyncCall{}, err
 	}
 	system := strings.HasPrefix(handler, "_")
 	p, ok := m.peers.get(target)
 	if !ok && m.disc == nil {
-		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+		return AsyncCall{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
 	var staged string
 	if hb, payload, staged, err = m.stageRequest(ctx, UnaryResponse, payload, hb, opts); err != nil {
-		return err
+		return AsyncCall{}, err
 	}
 	// unsent frees a staged payload whose request never left.
 	unsent := func(err error) error {
@@ -771,7 +798,11 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 		return err
 	}
 	if ok && (system || p.helloOK.Load()) {
-		return unsent(m.sendAsync(ctx, p, target, handler, hb, payload, done, false))
+		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
+		if err = unsent(err); err != nil {
+			return AsyncCall{}, err
+		}
+		return AsyncCall{m: m, token: token}, nil
 	}
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
@@ -780,13 +811,13 @@ func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handl
 			err = m.ensureHello(ctx, p)
 		}
 		if err == nil {
-			err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
+			_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
 		}
 		if unsent(err) != nil {
 			done(nil, err)
 		}
 	}()
-	return nil
+	return AsyncCall{}, nil
 }
 
 // viewMin is the answer size from which a view call reads in place.
@@ -812,14 +843,15 @@ func (m *Messenger) UnaryAsyncView(ctx context.Context, target ext.InstanceID, h
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
-	return m.sendAsync(ctx, p, target, handler, hb, payload, done, true)
+	_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, true)
+	return err
 }
 
 // sendAsync takes a slot for an asynchronous call and sends its request.
-func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool) error {
+func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool) (uint64, error) {
 	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done, view)
 	if !ok {
-		return ErrNoResponseSlot
+		return 0, ErrNoResponseSlot
 	}
 	if m.met != nil {
 		m.met.PendingResponses.Inc()
@@ -836,11 +868,11 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 		return err
 	}
 	if m.stopped.Load() { // as in request: a slot taken after shutdown failed them all
-		return unsent(ErrShuttingDown)
+		return 0, unsent(ErrShuttingDown)
 	}
 	id := ResponseID{Lo: uint64(m.wid), Hi: token}
 	if _, err := p.primary.Send(target, requestFrame(UnaryResponse, id, handler, hb, payload)); err != nil {
-		return unsent(m.sendError(handler, target, err))
+		return 0, unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
 	// cannot (Background) costs nothing.
@@ -849,7 +881,7 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 			m.slots.deliver(token, reply{err: ctxErr(ctx)})
 		}))
 	}
-	return nil
+	return token, nil
 }
 
 // onMessages receives admitted requests on a transport's reader goroutine.

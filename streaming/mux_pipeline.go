@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -80,7 +81,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	// stream, and callers commonly cancel it as AttachAnchor returns. The
 	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
-	err = r.msg.UnaryAsync(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+	call, err := r.msg.UnaryAsyncCall(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
 		r.answerPending(s, owner, start, body, err)
 	})
 	if err != nil {
@@ -88,7 +89,17 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		b.failPending(s, err)
 		return nil, err
 	}
+	b.setCall(s, call)
 	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// setCall records the attach request of a pending slot, for expirePending.
+func (b *batcher) setCall(s *outSlot, call messenger.AsyncCall) {
+	b.mu.Lock()
+	if s.pending {
+		s.call = call
+	}
+	b.mu.Unlock()
 }
 
 // answerPending applies the owner's answer to a pending slot. It runs on
@@ -201,25 +212,35 @@ func (b *batcher) failPending(s *outSlot, err error) {
 }
 
 // expirePending fails the pipelined attaches that have waited longer than
-// attachAnswerTimeout, counted in credit walks (tick is this walk's).
+// attachAnswerTimeout, counted in credit walks (tick is this walk's). Each
+// one's request is abandoned too, so that an owner that never answers does
+// not keep a response slot of the messenger per attach.
 func (mx *mux) expirePending(tick uint64) {
 	limit := uint64(max(1, attachAnswerTimeout/mx.cfg.CreditSweepInterval))
-	var late []*outSlot // allocated only when an attach is late: the idle walk allocates nothing
+	type lateAttach struct {
+		s    *outSlot
+		call messenger.AsyncCall
+	}
+	var late []lateAttach // allocated only when an attach is late: the idle walk allocates nothing
 	mx.mu.Lock()
 	for _, b := range mx.batchers {
 		b.mu.Lock() // a batcher's lock nests in the mux's
 		if b.pendingN > 0 {
 			for _, s := range b.slots {
 				if s != nil && s.pending && tick-s.pendingWalk > limit {
-					late = append(late, s)
+					late = append(late, lateAttach{s, s.call})
 				}
 			}
 		}
 		b.mu.Unlock()
 	}
 	mx.mu.Unlock()
-	for _, s := range late {
-		s.b.failPending(s, fmt.Errorf("%w to %v within %v", ErrAttachTimeout, s.handle, attachAnswerTimeout))
+	for _, l := range late {
+		// Abandon runs the answer's callback with the error, which fails
+		// the slot; failPending covers a request that could not be named.
+		if !l.call.Abandon(fmt.Errorf("%w within %v", ErrAttachTimeout, attachAnswerTimeout)) {
+			l.s.b.failPending(l.s, fmt.Errorf("%w to %v within %v", ErrAttachTimeout, l.s.handle, attachAnswerTimeout))
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/messenger"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -391,6 +392,17 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	}
 	if out := retiredOutcome(t, s.Retired(), s); out != RetireDiscarded {
 		t.Fatalf("outcome %v, want Discarded", out)
+	}
+	// The request was given up with the slot: the owner, still silent,
+	// holds no response slot of the producer's messenger.
+	s.mx.b.mu.Lock()
+	call := s.mx.call
+	s.mx.b.mu.Unlock()
+	if call == (messenger.AsyncCall{}) {
+		t.Fatal("the pipelined attach's request was not named")
+	}
+	if call.Abandon(errors.New("test: abandoned again")) {
+		t.Fatal("the expired attach still held its response slot")
 	}
 	a.st.mu.Unlock()
 	locked = false
