@@ -109,4 +109,5 @@ func Run(t *testing.T, f Factory) {
 	t.Run("SendToUnknownPeer", func(t *testing.T) { testUnknownPeer(t, f) })
 	t.Run("APeerThatDiesIsReportedLostOnce", func(t *testing.T) { testPeerLost(t, f) })
 	t.Run("OurOwnShutdownReportsNoPeerLost", func(t *testing.T) { testOwnShutdownNoLoss(t, f) })
+	t.Run("OwnersRetainedWhileTheirBytesAreUsed", func(t *testing.T) { testOwnersRetained(t, f) })
 }
