@@ -153,7 +153,13 @@ func (st *anchorState) waitLocked(ctx context.Context) error {
 		st.fastWaiting = false
 	}
 	if err := ctx.Err(); err != nil {
-		st.passOnLocked() // the wake may have been for a frame
+		// The token this waiter took may have been meant for another: a
+		// frame's, or the wake of a fast waiter whose own context ended
+		// (its watch sends one token only). Hand it on; a waiter woken
+		// for nothing looks again and waits again.
+		if st.waiters > 0 {
+			st.wakeData()
+		}
 		return err
 	}
 	st.mgr.consumerWakes.Add(1)

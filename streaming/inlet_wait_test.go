@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -168,5 +169,60 @@ func TestNextWithEndedContextDoesNotWait(t *testing.T) {
 	defer a.st.mu.Unlock()
 	if a.st.waiters != 0 || a.st.unwatch != nil {
 		t.Fatalf("waiters %d, watch set %v after an ended context", a.st.waiters, a.st.unwatch != nil)
+	}
+}
+
+// endsOnSecondErr is a context whose Err reports nil once, then Canceled,
+// and whose Done never closes: a consumer that enters its wait alive and
+// finds its context ended when it wakes.
+type endsOnSecondErr struct {
+	context.Context
+	done  chan struct{}
+	calls atomic.Int32
+}
+
+func (c *endsOnSecondErr) Done() <-chan struct{} { return c.done }
+
+func (c *endsOnSecondErr) Err() error {
+	if c.calls.Add(1) > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// The wake that a fast waiter's ended context sends may be taken by a
+// second consumer whose own context ends too. That consumer must hand
+// the wake on as it leaves: else the fast waiter stays parked although
+// its context ended. (Found in review; the fast waiter is stood in for up
+// to the moment it would park.)
+func TestNextEndedContextWakeIsHandedOn(t *testing.T) {
+	m := newTestManager(t)
+	a, s := newPair[[]byte](t, m)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	waitAndFeed(t, a, s, ctxA)
+	st := &a.st
+	st.mu.Lock() // the fast waiter, up to its unlock in waitLocked
+	w := st.waitDataLocked()
+	if !st.watchingLocked(ctxA, ctxA.Done()) {
+		st.mu.Unlock()
+		t.Fatal("the context is not watched")
+	}
+	st.fastWaiting = true
+	st.mu.Unlock()
+	cancelA() // its watch puts the one wake in the channel
+	waitFor(t, "the watch to fire", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.watchFired
+	})
+	second := &endsOnSecondErr{Context: context.Background(), done: make(chan struct{})}
+	if _, err := a.Next(second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second consumer's Next = %v, want context.Canceled", err)
+	}
+	select {
+	case <-w:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fast waiter's wake was lost: it would hang though its context ended")
 	}
 }

@@ -96,39 +96,57 @@ func (f *rawFront) accept() {
 		f.readers.Add(1)
 		go func() {
 			defer f.readers.Done()
-			f.read(c)
+			if err := f.read(c); err != nil {
+				f.end(err) // its consumers stop with the cause, not the run's timeout
+			}
 		}()
 	}
 }
 
 // read hands each record of each batch to its request's channel. A batch
-// is read into its own buffer: the consumers keep the tokens.
-func (f *rawFront) read(c net.Conn) {
+// is read into its own buffer: the consumers keep the tokens. It returns
+// nil when the connection closes between batches, else what went wrong.
+func (f *rawFront) read(c net.Conn) error {
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return
+		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF || errors.Is(err, net.ErrClosed) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("raw plane: read: %w", err)
 		}
 		b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
 		if _, err := io.ReadFull(r, b); err != nil {
-			return
+			return fmt.Errorf("raw plane: read: %w", err)
 		}
-		f.mu.Lock()
-		for len(b) >= 10 && !f.closed {
-			id, n := binary.BigEndian.Uint64(b), int(binary.BigEndian.Uint16(b[8:]))
-			ch := f.reqs[id]
-			if n == rawEnd {
-				delete(f.reqs, id)
-				close(ch)
-				b = b[10:]
-				continue
-			}
+		if err := f.deliver(b); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver hands the records of batch b to their requests.
+func (f *rawFront) deliver(b []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(b) >= 10 && !f.closed {
+		id, n := binary.BigEndian.Uint64(b), int(binary.BigEndian.Uint16(b[8:]))
+		ch := f.reqs[id]
+		switch {
+		case ch == nil:
+			return fmt.Errorf("raw plane: a record for request %d, which is not open", id)
+		case n == rawEnd:
+			delete(f.reqs, id)
+			close(ch)
+			b = b[10:]
+		case 10+n > len(b):
+			return fmt.Errorf("raw plane: a record of %d bytes past its batch", n)
+		default:
 			ch <- b[10 : 10+n : 10+n] // never blocks: it holds every token
 			b = b[10+n:]
 		}
-		f.mu.Unlock()
 	}
+	return nil
 }
 
 // end closes every request's channel: their consumers stop with cause.
@@ -219,7 +237,10 @@ func (p *rawPlane) pass(e int) {
 		}
 		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 		if _, err := en.conns[h].Write(b); err != nil && en.err == nil {
+			// Its requests on that frontend will never end: stop their
+			// consumers with the cause.
 			en.err = fmt.Errorf("raw plane: write: %w", err)
+			p.fronts[h].end(en.err)
 		}
 		en.bufs[h] = b[:0]
 	}
