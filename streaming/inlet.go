@@ -99,6 +99,18 @@ func (st *anchorState) wakeData() {
 	}
 }
 
+// wakeChanLocked is the channel to send a consumer's wake on, once the
+// caller has released mu, or nil when no consumer waits. A token sent
+// after the unlock is never lost: a consumer that starts to wait later
+// finds the frames first. One that finds it with nothing to take looks
+// again and waits again.
+func (st *anchorState) wakeChanLocked() chan struct{} {
+	if st.waiters > 0 {
+		return st.dataWait
+	}
+	return nil
+}
+
 // waitDataLocked returns the channel a consumer waits on for a frame or
 // the end, and counts it as waiting until doneWaitingLocked.
 func (st *anchorState) waitDataLocked() chan struct{} {

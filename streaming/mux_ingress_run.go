@@ -79,11 +79,16 @@ func (ip *ingressPeer) flushRunLocked(rep *replies) {
 // deliverRun puts records into the inlet past its limit (credit bounds
 // them) under one lock, waking the consumer once. It is false when the
 // consumer is gone.
+//
+// The wake is sent after the lock is released. Waking a parked goroutine
+// may start another thread (a futex call of several microseconds); the
+// consumer it wakes takes this same lock first thing, and found it held,
+// so it parked again and needed a second wake.
 func (s *inSlot) deliverRun(bodies [][]byte) bool {
 	st := s.st
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.cancelled || st.closed || st.endErr != nil {
+		st.mu.Unlock()
 		return false
 	}
 	st.q.reserve(st.q.n + len(bodies))
@@ -93,6 +98,13 @@ func (s *inSlot) deliverRun(bodies [][]byte) bool {
 			st.mpsc.ids.push(s.mpsc.id)
 		}
 	}
-	st.wakeData()
+	wake := st.wakeChanLocked()
+	st.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	return true
 }
