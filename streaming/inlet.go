@@ -76,11 +76,12 @@ type anchorState struct {
 	// it or something releases it (mux_ticket.go).
 	prebind *muxBind
 
-	// watchDone is the Done channel of the lone consumer's context, and
-	// selects the waits that selected on it so far. Once watched (unwatch
-	// set), its end wakes a fast waiter (waitLocked); watchFired says it
-	// ended, and unwatch takes the watch off it. Contexts are told apart
-	// by their Done channels: a context type need not be comparable.
+	// watchDone is the Done channel of the lone consumer's context
+	// (selects, above, counts the waits that selected on it so far). Once
+	// watched (unwatch set), its end wakes a fast waiter (waitLocked);
+	// watchFired says it ended, and unwatch takes the watch off it.
+	// Contexts are told apart by their Done channels: a context type need
+	// not be comparable.
 	watchDone <-chan struct{}
 	unwatch   func() bool
 }
