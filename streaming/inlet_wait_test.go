@@ -3,6 +3,8 @@ package streaming
 import (
 	"context"
 	"errors"
+	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,5 +226,120 @@ func TestNextEndedContextWakeIsHandedOn(t *testing.T) {
 	case <-w:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the fast waiter's wake was lost: it would hang though its context ended")
+	}
+}
+
+// A stress of the consumer's waits: many same-worker streams, each read
+// by a consumer whose contexts end at random (one shared by many reads,
+// one per read that ends soon, one that another goroutine cancels), now
+// and then with a second reader waiting at the same time. Every item must
+// arrive exactly once, the first reader's in order, and no read may
+// outlive its context.
+func TestNextWaitsUnderCancellation(t *testing.T) {
+	m := newTestManager(t)
+	const streams, items = 40, 300
+	var wg sync.WaitGroup
+	for i := range streams {
+		a, s := newPair[[]byte](t, m)
+		wg.Add(2)
+		go func() { // the producer: bursts and pauses
+			defer wg.Done()
+			for j := range items {
+				if err := s.Send(context.Background(), []byte{byte(j), byte(j >> 8)}); err != nil {
+					t.Errorf("stream %d: send %d: %v", i, j, err)
+					return
+				}
+				if j%7 == i%7 {
+					time.Sleep(time.Duration(j%3) * 50 * time.Microsecond)
+				}
+			}
+			s.Finalize()
+		}()
+		go func() {
+			defer wg.Done()
+			consumeUnderCancellation(t, a, i, items)
+		}()
+	}
+	wg.Wait()
+}
+
+// consumeUnderCancellation reads stream i to its end with contexts that
+// end at random, and a second reader now and then.
+func consumeUnderCancellation(t *testing.T, a *Anchor[[]byte], i, items int) {
+	var mu sync.Mutex
+	seen := make([]int, items) // times each item arrived, over both readers
+	last := -1                 // the first reader's last item: its reads stay in order
+	record := func(v []byte, first bool) {
+		n := int(v[0]) | int(v[1])<<8
+		mu.Lock()
+		defer mu.Unlock()
+		seen[n]++
+		if first {
+			if n <= last {
+				t.Errorf("stream %d: item %d after %d", i, n, last)
+			}
+			last = n
+		}
+	}
+	var second sync.WaitGroup
+	defer second.Wait()
+	// A lost wake shows as a shared read that ends at this deadline.
+	bound, unbound := context.WithTimeout(context.Background(), 60*time.Second)
+	defer unbound()
+	newShared := func() (context.Context, context.CancelFunc) { return context.WithCancel(bound) }
+	shared, cancelShared := newShared()
+	defer func() { cancelShared() }()
+	for round := 0; ; round++ {
+		if round%11 == 10 { // a second reader waits alongside for a while
+			second.Add(1)
+			go func() {
+				defer second.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Microsecond)
+				defer cancel()
+				if v, err := a.Next(ctx); err == nil {
+					record(v, false)
+				}
+			}()
+		}
+		// Five reads in a row on the shared context (from the third
+		// wait on, the fast wait), then one that times out, one that
+		// another goroutine cancels, and one more on the shared one.
+		ctx, cancel := shared, context.CancelFunc(func() {})
+		switch round % 8 {
+		case 5:
+			ctx, cancel = context.WithTimeout(context.Background(), time.Duration(round%5)*30*time.Microsecond)
+		case 6:
+			ctx, cancel = context.WithCancel(context.Background())
+			go cancel()
+		}
+		v, err := a.Next(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			record(v, true)
+		case errors.Is(err, io.EOF):
+			second.Wait()
+			for n, c := range seen {
+				if c != 1 {
+					t.Errorf("stream %d: item %d arrived %d times", i, n, c)
+					return
+				}
+			}
+			return
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			if ctx == shared {
+				t.Errorf("stream %d: a read on the live shared context ended: %v", i, err)
+				return
+			}
+		default:
+			t.Errorf("stream %d: %v", i, err)
+			return
+		}
+		if round%97 == 96 && ctx != shared {
+			// Now and then the shared context ends while nothing waits
+			// on it, and a new one takes its place.
+			cancelShared()
+			shared, cancelShared = newShared()
+		}
 	}
 }
