@@ -15,11 +15,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// ackWait is short so that crash tests finish quickly, and long enough that a
-// healthy receiver always acknowledges within it, even on a loaded CI machine.
-// The crash test's workers hold their prefetched items while they wait for
-// the victim to stop; at 1 s a loaded run (the whole suite in parallel)
-// let such an item expire, and its redelivery was acknowledged twice.
+// ackWait is short so that crash tests finish quickly (the victim's held
+// items come back after it), and long enough that a healthy receiver always
+// acknowledges within it, even on a loaded CI machine.
 const ackWait = 3 * time.Second
 
 func backend(t testing.TB, cfg jsqueue.Config) *jsqueue.Backend {
