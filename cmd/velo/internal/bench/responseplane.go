@@ -176,6 +176,7 @@ type rpWakes struct {
 	engineBatcher, hostBatcher uint64 // mux batcher goroutine wakes
 	hostConsumer               uint64 // consumers woken in NextBytes
 	engineBatches, hostBatches uint64 // mux batches sent
+	creditExhausted            uint64 // engines' sends that found their slot without credit
 }
 
 // rpWakeCounter is a plane that can count its wakes (the velo arms).
@@ -422,6 +423,8 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 				float64(wakes1.engineBatches-wakes0.engineBatches)/tokens, params)
 			r.Add(responsePlaneHarness, arm, "frontend_batches_per_token", "ratio",
 				float64(wakes1.hostBatches-wakes0.hostBatches)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "credit_exhausted_count", "count",
+				float64(wakes1.creditExhausted-wakes0.creditExhausted), params)
 		}
 		r.Add(responsePlaneHarness, arm, "consumer_wakes_per_token", "ratio",
 			float64(wakes1.hostConsumer-wakes0.hostConsumer)/tokens, params)
@@ -735,6 +738,7 @@ func (p *veloPlane) wakes() rpWakes {
 		st := n.Streams.MuxStats()
 		w.engineBatcher += st.BatcherWakes
 		w.engineBatches += st.BatchesSent
+		w.creditExhausted += st.CreditExhausted
 	}
 	for _, n := range p.hosts {
 		st := n.Streams.MuxStats()
