@@ -110,3 +110,37 @@ func TestMuxAllocsPerRecord(t *testing.T) {
 		t.Errorf("%.1f allocations per record", allocs)
 	}
 }
+
+// A send that lands between the batcher's wake and the moment it marks
+// itself awake leaves a second token; its records are in the flush the
+// wake makes, so the token is dropped, not turned into a second wake.
+func TestMuxBatcherOneWakePerBurst(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	b, mx := s.mx.b, muxOf(t, producer)
+	idle := func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.awake && len(b.wake) == 0
+	}
+	waitFor(t, "the batcher to sleep", idle)
+	wakes0 := mx.n.batcherWakes.Load()
+	b.mu.Lock() // the batcher, once woken, waits here before it marks itself awake
+	b.signal()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(b.wake) > 0 { // it took the first token
+		if time.Now().After(deadline) {
+			b.mu.Unlock()
+			t.Fatal("the batcher did not take its wake")
+		}
+		runtime.Gosched()
+	}
+	b.signal() // a send of the same burst
+	b.mu.Unlock()
+	waitFor(t, "the batcher to sleep again", idle)
+	if got := mx.n.batcherWakes.Load() - wakes0; got != 1 {
+		t.Fatalf("%d batcher wakes for one burst, want 1", got)
+	}
+}

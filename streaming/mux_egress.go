@@ -651,6 +651,13 @@ func (b *batcher) run() {
 			return
 		}
 		b.awake = true
+		// A send between the wake and this point, while awake was still
+		// false, left a second token; its records are queued, so the flush
+		// below writes them. Dropped, it costs no second wake per burst.
+		select {
+		case <-b.wake:
+		default:
+		}
 		b.mu.Unlock()
 		b.mx.n.batcherWakes.Add(1)
 		b.flush()
