@@ -221,8 +221,14 @@ type mux struct {
 	budgets  map[ext.WorkerID]*peerBudget
 	closed   bool
 
-	bell     chan struct{} // cap 1: a consumer drained a slot
-	stop     chan struct{}
+	bell chan struct{} // cap 1: a consumer drained a slot of a peer whose visit floor has passed
+	stop chan struct{}
+	// The doorbell's floor timer (ringAt): it fires when the visit floor
+	// of a peer with drained slots ends; floorAt is when, zero while it is
+	// not set. floorMu is a leaf.
+	floorMu  sync.Mutex
+	floorT   *time.Timer
+	floorAt  time.Time
 	sweeping sync.WaitGroup
 	n        muxCounters
 }
@@ -238,7 +244,9 @@ func newMux(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int,
 		budgets:  make(map[ext.WorkerID]*peerBudget),
 		bell:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
+		floorT:   time.NewTimer(time.Hour),
 	}
+	mx.floorT.Stop()
 	mx.acceptQ = deadline.New(0, mx.expireBind)
 	mx.sweeping.Add(1)
 	go mx.sweep()

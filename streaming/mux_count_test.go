@@ -144,3 +144,42 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 		t.Fatalf("%d batcher wakes for one burst, want 1", got)
 	}
 }
+
+// A take on a peer visited within its DrainVisitFloor arms the sweeper's
+// floor timer instead of waking the sweeper only to wait: the bell stays
+// silent, and the credit still comes back when the floor ends, to a
+// producer that sends nothing (so no batch of its carries it back).
+func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
+	const c = 4
+	cfg := MuxConfig{InitialCredit: c, DrainVisitFloor: 300 * time.Millisecond, CreditSweepInterval: time.Minute} // no walk before the floor ends
+	producer, consumer := muxNodes(t, cfg)
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 2*c+1)
+	waitFor(t, "C records delivered", func() bool { return queued(&a.st) == c })
+	blocked := sendAsync(s, context.Background(), token(2*c+1))
+	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.mx); return w })
+	cm := muxOf(t, consumer)
+	visits0 := cm.n.drainVisits.Load()
+	readTokens(t, a, 0, 1, 5*time.Second) // the take that lists the slot: the last batch came well within the floor
+	cm.floorMu.Lock()
+	armed := !cm.floorAt.IsZero()
+	cm.floorMu.Unlock()
+	if !armed {
+		t.Fatal("the take did not arm the floor timer")
+	}
+	if n := len(cm.bell); n != 0 {
+		t.Fatal("the take rang the bell although the peer's floor had not passed")
+	}
+	select {
+	case err := <-blocked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the credit did not come back when the floor ended")
+	}
+	if cm.n.drainVisits.Load() == visits0 {
+		t.Fatal("the credit came back without a doorbell visit")
+	}
+	readTokens(t, a, 1, 2*c+1, 5*time.Second)
+}

@@ -650,18 +650,39 @@ func (ip *ingressPeer) markDirty(s *inSlot) {
 	ip.dirtyMu.Lock()
 	ip.dirty = append(ip.dirty, s)
 	first := len(ip.dirty) == 1
+	due := ip.lastVisit.Add(ip.mx.cfg.DrainVisitFloor)
 	ip.dirtyMu.Unlock()
 	if first {
-		ip.mx.ring()
+		ip.mx.ringAt(due)
 	}
 }
 
-// ring wakes the sweeper for a doorbell visit.
-func (mx *mux) ring() {
+// ringAt asks for a doorbell visit of a peer whose visit floor ends at
+// due. A floor that has passed rings the bell, which wakes the sweeper.
+// One still running arms the sweeper's floor timer instead: waking the
+// sweeper only for it to wait out the floor cost a goroutine switch per
+// forward pass and peer, and the next batch from the peer (the arrival
+// path) usually returns the credit before the floor ends.
+func (mx *mux) ringAt(due time.Time) {
+	if d := time.Until(due); d > 0 {
+		mx.armFloor(due, d)
+		return
+	}
 	select {
 	case mx.bell <- struct{}{}:
 	default:
 	}
+}
+
+// armFloor makes the sweeper's floor timer fire by due (d from now), unless
+// it is set to fire earlier.
+func (mx *mux) armFloor(due time.Time, d time.Duration) {
+	mx.floorMu.Lock()
+	if mx.floorAt.IsZero() || due.Before(mx.floorAt) {
+		mx.floorAt = due
+		mx.floorT.Reset(d)
+	}
+	mx.floorMu.Unlock()
 }
 
 // reconcileDirty returns the credit of every dirty slot of the peer.

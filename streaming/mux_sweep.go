@@ -18,27 +18,18 @@ func (mx *mux) sweep() {
 	defer walk.Stop()
 	beat := time.NewTicker(mx.heartbeat)
 	defer beat.Stop()
-	floor := time.NewTimer(time.Hour)
-	floor.Stop()
-	pending := false // a doorbell waits for its floor
 	for {
 		select {
 		case <-mx.stop:
-			floor.Stop()
+			mx.floorT.Stop()
 			return
 		case <-mx.bell:
-			if !pending {
-				if wait := mx.doorbell(); wait > 0 {
-					pending = true
-					floor.Reset(wait)
-				}
-			}
-		case <-floor.C:
-			pending = false
-			if wait := mx.doorbell(); wait > 0 {
-				pending = true
-				floor.Reset(wait)
-			}
+			mx.doorbell()
+		case <-mx.floorT.C:
+			mx.floorMu.Lock()
+			mx.floorAt = time.Time{}
+			mx.floorMu.Unlock()
+			mx.doorbell()
 		case now := <-walk.C:
 			mx.walk(now)
 		case <-beat.C:
@@ -49,25 +40,20 @@ func (mx *mux) sweep() {
 }
 
 // doorbell visits the peers with dirty slots, each at most once per
-// DrainVisitFloor. It returns how long until a skipped peer may be
-// visited, or 0.
-func (mx *mux) doorbell() time.Duration {
-	var wait time.Duration
+// DrainVisitFloor, and arms the floor timer for those it must skip.
+func (mx *mux) doorbell() {
 	now := time.Now()
 	for _, ip := range mx.dirtyPeers() {
 		ip.dirtyMu.Lock()
-		last := ip.lastVisit
+		due := ip.lastVisit.Add(mx.cfg.DrainVisitFloor)
 		ip.dirtyMu.Unlock()
-		if d := mx.cfg.DrainVisitFloor - now.Sub(last); d > 0 {
-			if wait == 0 || d < wait {
-				wait = d
-			}
+		if d := due.Sub(now); d > 0 {
+			mx.armFloor(due, d)
 			continue
 		}
 		mx.n.drainVisits.Add(1)
 		ip.reconcileDirty()
 	}
-	return wait
 }
 
 // walk is the periodic backstop: every dirty slot of every peer returns
