@@ -183,3 +183,29 @@ func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
 	}
 	readTokens(t, a, 1, 2*c+1, 5*time.Second)
 }
+
+// The consumer's node writes credit replies under FlushManual too, though
+// nobody there calls FlushBatch: the reply_linger window's end lets them
+// go. A stream longer than its window then finishes, and the replies went
+// out in fewer batches than there were takes.
+func TestMuxCreditRepliesGoAtTheLingerUnderManual(t *testing.T) {
+	const c, n = 4, 64
+	producer := newRemoteNode(t, WithMux(MuxConfig{InitialCredit: c}))
+	consumer := newRemoteNode(t, WithMux(MuxConfig{InitialCredit: c, Flush: FlushManual, ReplyLinger: 2 * time.Millisecond}))
+	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	a, s := muxStream(t, producer, consumer)
+	sent := fillAsync(s, 0, n)
+	readTokens(t, a, 0, n, 10*time.Second)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	cm := muxOf(t, consumer)
+	if got := cm.n.creditSent.Load(); got < n-c {
+		t.Fatalf("credit sent %d for %d records past a window of %d", got, n, c)
+	}
+	if b := cm.n.batchesSent.Load(); b >= n {
+		t.Fatalf("%d reply batches for %d takes: the linger did not gather replies", b, n)
+	}
+}

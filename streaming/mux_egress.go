@@ -69,7 +69,8 @@ type batcher struct {
 	awake         bool                                   // the goroutine is building; no wake needed
 	closing       bool                                   // goodbye ran: nothing more is written
 	pendingN      int                                    // slots whose pipelined attach is unanswered
-	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies
+	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
+	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
 	lastUse       time.Time
@@ -141,7 +142,9 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 		signals:       make(map[muxwire.SlotID]lifecycleSignal),
 		wake:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
+		lingerT:       time.NewTimer(time.Hour),
 	}
+	b.lingerT.Stop()
 	b.lastUse = time.Now()
 	go b.run()
 	return b
@@ -566,21 +569,20 @@ func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
 	if _, closing := b.closes[id]; !closing {
 		b.credit[id] += delta
 	}
-	start := b.lingerT == nil && !b.awake
-	if start {
-		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+	if !b.lingerOn && !b.awake {
+		b.startLingerLocked()
 	}
 	b.mu.Unlock()
 }
 
-// lingerEnd ends a reply's linger window. It marks the window over, not
-// only wakes the batcher: under FlushManual nothing else would let the
+// startLingerLocked opens a reply_linger window. The batcher's goroutine
+// waits on the window's timer itself, so its end is one wake, not a timer
+// goroutine that then wakes the batcher. The end marks the window over,
+// not only wakes the batcher: under FlushManual nothing else would let the
 // replies go, and the peer's producers would wait for credit for good.
-func (b *batcher) lingerEnd() {
-	b.mu.Lock()
-	b.lingered = true
-	b.mu.Unlock()
-	b.signal()
+func (b *batcher) startLingerLocked() {
+	b.lingerOn = true
+	b.lingerT.Reset(b.mx.cfg.ReplyLinger)
 }
 
 // maxRejects caps the answers owed for OpenSlots that ingress never
@@ -641,6 +643,10 @@ func (b *batcher) run() {
 	for {
 		select {
 		case <-b.wake:
+		case <-b.lingerT.C:
+			b.mu.Lock()
+			b.lingered = b.lingerOn
+			b.mu.Unlock()
 		case <-b.mx.stop:
 			b.epochDeath()
 			return
@@ -741,8 +747,8 @@ func (b *batcher) owePostedLocked() {
 		}
 	}
 	owed := len(b.flying) + len(b.flyingCloses) + len(b.flyingSignals)
-	if owed > 0 && b.lingerT == nil && !b.stopped {
-		b.lingerT = time.AfterFunc(b.mx.cfg.ReplyLinger, b.lingerEnd)
+	if owed > 0 && !b.lingerOn && !b.stopped {
+		b.startLingerLocked()
 	}
 }
 
@@ -770,7 +776,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		return nil, 0, nil, nil, false
 	}
 	data := b.autoFlush() || b.lingerReadyLocked()
-	lingerDone := b.lingerT == nil || b.lingered
+	lingerDone := !b.lingerOn || b.lingered
 	if !data && len(b.opens) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
 		return nil, 0, nil, nil, false
@@ -813,9 +819,9 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		delete(b.credit, id)
 		b.flying[id] += d
 	}
-	if b.lingerT != nil {
+	if b.lingerOn {
 		b.lingerT.Stop()
-		b.lingerT, b.lingered = nil, false
+		b.lingerOn, b.lingered = false, false
 	}
 	keep := b.ready[:0]
 	cut := len(b.opens) > 0 // an open left for the next batch: its slot's data must not go first
@@ -1210,9 +1216,7 @@ func (b *batcher) stop() {
 		return
 	}
 	b.stopped = true
-	if b.lingerT != nil {
-		b.lingerT.Stop()
-	}
+	b.lingerT.Stop()
 	if b.windowT != nil {
 		b.windowT.Stop()
 	}
