@@ -667,7 +667,23 @@ func (b *batcher) run() {
 		b.mu.Unlock()
 		b.mx.n.batcherWakes.Add(1)
 		b.flush()
+		b.lingerStaged()
 	}
+}
+
+// lingerStaged opens a FlushLinger window for records staged while
+// the batcher was awake on a pass that wrote no data: their Send saw it
+// awake and opened none, and only a write of data opens the next one.
+// Without it they would wait for a later Send. It takes the lock.
+func (b *batcher) lingerStaged() {
+	if b.mx.cfg.Flush != FlushLinger {
+		return
+	}
+	b.mu.Lock()
+	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.stopped {
+		b.armWindowLocked(b.mx.cfg.MaxLinger)
+	}
+	b.mu.Unlock()
 }
 
 // flush writes everything the policy lets go now.
@@ -699,6 +715,14 @@ func (b *batcher) flush() {
 			b.writeMu.Unlock()
 			b.epochDeath()
 			b.writeMu.Lock()
+			// No build ran after the refused one, so nothing marked the
+			// batcher asleep: with awake left true, no later send would
+			// wake it. What the refused batch left (the rest of a cut
+			// batch, re-posted credit) gets a pass of its own.
+			b.mu.Lock()
+			b.awake = false
+			b.mu.Unlock()
+			b.signal()
 			return
 		}
 		for _, s := range retired {

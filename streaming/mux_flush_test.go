@@ -95,3 +95,29 @@ func TestMuxAsyncOpenAckRefused(t *testing.T) {
 		t.Fatal("a refused OpenSlot did not cancel its producer")
 	}
 }
+
+// Under FlushLinger, a record staged while the batcher is awake on a pass
+// that writes no data (here a FlushBatch with nothing staged) still gets a
+// window: its Send saw the batcher awake and opened none. (Found in
+// review; the record waited for a later Send.)
+func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
+	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 20 * time.Millisecond})
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	b := s.mx.b
+	waitFor(t, "the batcher to sleep", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.awake && len(b.wake) == 0 && !b.windowArmed
+	})
+	b.writeMu.Lock() // holds the pass between "awake = true" and its build
+	b.kick()         // FlushBatch with nothing staged
+	waitFor(t, "the batcher to wake", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.awake && len(b.wake) == 0
+	})
+	fill(t, s, 1, 1) // staged while awake
+	b.writeMu.Unlock()
+	readTokens(t, a, 1, 1, 5*time.Second)
+}

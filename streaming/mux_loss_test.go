@@ -274,3 +274,34 @@ func TestMuxWatchdogSparesStoppedConsumer(t *testing.T) {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
 }
+
+// A refused batch that the batch cap had cut leaves no build behind it to
+// mark the batcher asleep; the batcher must still wake for the next
+// stream's sends. (Found in review: with awake left true, no send woke it.)
+func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{MaxBatchBytes: 80, WaitForAttach: true})
+	var gate postGate
+	gate.install(muxOf(t, producer))
+	_, s := muxStream(t, producer, consumer)
+	b := s.mx.b
+	b.writeMu.Lock() // the sends queue; the next pass cuts them into batches
+	for i := range 3 {
+		if err := s.Send(context.Background(), token(i)); err != nil {
+			b.writeMu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	gate.refuse.Store(1)
+	b.writeMu.Unlock()
+	select {
+	case <-s.Cancelled():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refused batch caused no epoch death")
+	}
+	a2, s2 := muxStream(t, producer, consumer)
+	if s2.mx.b != b {
+		t.Fatal("the second stream went to another batcher")
+	}
+	fill(t, s2, 0, 1)
+	readTokens(t, a2, 0, 1, 10*time.Second)
+}
