@@ -28,6 +28,13 @@ func waitersOf(t *testing.T, st *anchorState, n int32) {
 	}
 }
 
+// fastWaiting says a consumer of st waits on its channel alone.
+func fastWaiting(st *anchorState) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.fastWaiting
+}
+
 // waitAndFeed has the consumer wait on an empty inlet with ctx until it
 // is woken by an item, watchAfterSelects times, so that its next wait is
 // the fast one.
@@ -37,10 +44,7 @@ func waitAndFeed(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte], ctx context
 		got := make(chan error, 1)
 		go func() { _, err := a.Next(ctx); got <- err }()
 		waitersOf(t, &a.st, 1)
-		a.st.mu.Lock()
-		fast := a.st.fastWaiting
-		a.st.mu.Unlock()
-		if fast {
+		if fastWaiting(&a.st) {
 			t.Fatal("an early wait was the fast one")
 		}
 		if err := s.Send(context.Background(), []byte("warm")); err != nil {
@@ -66,10 +70,7 @@ func TestNextWakesWhenItsContextEnds(t *testing.T) {
 		got <- err
 	}()
 	waitersOf(t, &a.st, 1)
-	a.st.mu.Lock()
-	fast := a.st.fastWaiting
-	a.st.mu.Unlock()
-	if !fast {
+	if !fastWaiting(&a.st) {
 		t.Fatal("a consumer that waited twice on one context did not take the fast wait")
 	}
 	cancel()
@@ -117,10 +118,7 @@ func TestNextTwoWaitersEachContextWakesItsOwn(t *testing.T) {
 			gotA, gotB := make(chan error, 1), make(chan error, 1)
 			go func() { _, err := a.Next(ctxA); gotA <- err }()
 			waitersOf(t, &a.st, 1) // A waits alone: the fast wait
-			a.st.mu.Lock()
-			fast := a.st.fastWaiting
-			a.st.mu.Unlock()
-			if !fast {
+			if !fastWaiting(&a.st) {
 				t.Fatal("A did not take the fast wait")
 			}
 			go func() { _, err := a.Next(ctxB); gotB <- err }()

@@ -1183,44 +1183,39 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	if len(opens) > 0 && b.postOpenSlots(opens) != nil {
 		return
 	}
-	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.CloseSlotBodyLen))
-	for len(recs) > 0 {
-		n := min(len(recs), per)
-		b.mu.Lock()
-		b.seq++
-		epoch, seq := b.epoch, b.seq
-		b.mu.Unlock()
-		var enc muxwire.Encoder
-		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+n*muxwire.RecordLen(muxwire.CloseSlotBodyLen)), b.lane, epoch, seq)
-		for _, r := range recs[:n] {
-			enc.CloseSlot(r.id, 0, r.reason)
-		}
-		if b.mx.send(b.peer, b.lane, enc.Batch()) != nil {
-			return
-		}
-		recs = recs[n:]
-	}
+	b.postRecords(len(recs), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		enc.CloseSlot(recs[i].id, 0, recs[i].reason)
+	})
 }
 
 // postOpenSlots writes the OpenSlots of opens, in as many batches as the
 // batch cap needs. The caller holds writeMu. It returns the first refusal.
 func (b *batcher) postOpenSlots(opens []*outSlot) error {
-	per := min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(muxwire.OpenSlotBodyLen))
-	for len(opens) > 0 {
-		n := min(len(opens), max(per, 1))
+	return b.postRecords(len(opens), muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		s := opens[i]
+		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+	})
+}
+
+// postRecords writes n control records with bodies of bodyLen bytes, each
+// put in by add, in as many batches of their own as the batch cap needs.
+// The caller holds writeMu. It stops at the first refusal and returns it.
+func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
+	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
+	for i := 0; i < n; {
+		k := min(n-i, per)
 		b.mu.Lock()
 		b.seq++
 		epoch, seq := b.epoch, b.seq
 		b.mu.Unlock()
 		var enc muxwire.Encoder
-		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+n*muxwire.RecordLen(muxwire.OpenSlotBodyLen)), b.lane, epoch, seq)
-		for _, s := range opens[:n] {
-			enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.lane, epoch, seq)
+		for ; k > 0; i, k = i+1, k-1 {
+			add(&enc, i)
 		}
 		if err := b.mx.send(b.peer, b.lane, enc.Batch()); err != nil {
 			return err
 		}
-		opens = opens[n:]
 	}
 	return nil
 }

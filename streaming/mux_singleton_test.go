@@ -83,10 +83,7 @@ func TestMuxHoldOverflow(t *testing.T) {
 	other, os := muxStream(t, producer, consumer)
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.mx.b
-	b.mu.Lock()
-	id, epoch, next := s.mx.id, b.epoch, s.mx.seq
-	b.mu.Unlock()
+	id, epoch, next := slotSeq(s)
 	var enc muxwire.Encoder
 	enc.Start(nil, 0, epoch, 1<<30)   // a batch_seq far ahead: only a gap to meter
 	for i := uint32(1); i <= 6; i++ { // next+1 .. next+6: next itself never comes
@@ -181,10 +178,7 @@ func TestMuxLargeRecordWaitsInHold(t *testing.T) {
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.mx.b
-	b.mu.Lock()
-	id, epoch, next := s.mx.id, b.epoch, s.mx.seq
-	b.mu.Unlock()
+	id, epoch, next := slotSeq(s)
 	big := bytes.Repeat([]byte("x"), 1<<20) // its record is above the 1 MiB budget
 	cmx := muxOf(t, consumer)
 	for i, r := range []struct {
