@@ -955,3 +955,19 @@ func TestBlockedNextWakes(t *testing.T) {
 		t.Fatalf("Next after cancel = %v, want ErrCancelled", err)
 	}
 }
+
+// CreateAnchor without options (the usual call, once per stream) reads
+// its defaults without moving the config to the heap.
+func TestAnchorOptionsDefaultsAllocateNothing(t *testing.T) {
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := anchorOptions(nil, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("anchorOptions with no option allocates %.0f times", allocs)
+	}
+	if cfg, err := anchorOptions([]AnchorOption{WithCapacity(7)}, time.Minute); err != nil || cfg.capacity != 7 || cfg.unattached != time.Minute {
+		t.Fatalf("with an option: %+v, %v", cfg, err)
+	}
+}

@@ -229,3 +229,19 @@ func TestGoldenAttachResponseLane(t *testing.T) {
 		t.Fatalf("decode = %+v, %v", back, err)
 	}
 }
+
+// An attach request is read per stream: its two handles cost nothing, and
+// the request allocates only its list of transport keys (and the strings
+// in it).
+func TestDecodeAttachRequestAllocs(t *testing.T) {
+	req := AttachRequest{AnchorHandle{1, 2}, 3, CancelHandle{4, 5}, []string{MessengerMuxKey}, nil}
+	body := req.AppendJSON(nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := DecodeAttachRequest(body); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 2 {
+		t.Fatalf("DecodeAttachRequest allocates %.0f times, want at most 2 (the keys)", allocs)
+	}
+}
