@@ -124,7 +124,8 @@ func WithResponseSlots(n int) Option {
 
 // WithMaxRunningHandlers caps the handlers the node runs at once (default
 // 10,000, messenger.DefaultMaxRunningHandlers). A request that arrives at
-// the cap is answered at once with ErrOverloaded.
+// the cap is answered at once with ErrOverloaded. Velo's own system
+// handlers are not counted.
 func WithMaxRunningHandlers(n int) Option {
 	return Option{apply: func(c *messenger.Config) { c.MaxRunningHandlers = n }}
 }

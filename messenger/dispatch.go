@@ -166,22 +166,32 @@ func (r *registered) refuse(j job, err error) {
 
 // ---- the node's cap on running handlers ----
 //
-// m.runs counts the handlers running now, in spawn and ordered mode. A
+// m.runs counts the user handlers running now, in spawn and ordered mode. A
 // request that arrives while it is at the cap (Config.MaxRunningHandlers)
 // is refused with ErrOverloaded; one admitted below the cap may wait in a
 // queue (a burst, an ordered lane) and runs later. Spawn workers are held
 // to the cap too, so it bounds goroutines: a pool with requests queued that
 // may not start a worker because the node is at its cap registers as
 // starved, and the next handler to finish starts that worker. Velo's own
-// system handlers are never refused nor held back: they are short, and a
+// system handlers are never counted, refused nor held back: they are short, and a
 // peer needs them answered (the handshake, event triggers).
 
 // overCap reports whether the node runs as many handlers as it allows.
 func (m *Messenger) overCap() bool { return m.runs.Load() >= m.maxRuns }
 
-// releaseRun ends a run and hands the freed place to a starved pool.
-func (m *Messenger) releaseRun() {
-	if m.runs.Add(-1) < m.maxRuns && m.nStarved.Load() > 0 {
+// startRun counts a run of r's handler. A system handler's run is not
+// counted: a node answering a peer's handshake must not refuse the user
+// request that comes right behind it on the same connection.
+func (m *Messenger) startRun(r *registered) {
+	if !r.system {
+		m.runs.Add(1)
+	}
+}
+
+// endRun ends a run started with startRun and hands the freed place to a
+// starved pool.
+func (m *Messenger) endRun(r *registered) {
+	if !r.system && m.runs.Add(-1) < m.maxRuns && m.nStarved.Load() > 0 {
 		m.kickStarved()
 	}
 }
@@ -189,7 +199,7 @@ func (m *Messenger) releaseRun() {
 // addStarved registers r's pool as waiting for a place under the cap. The
 // pool's lock is held (lock order: pool, then starvedMu). It reports
 // whether the node is still at its cap: when it is not, a run ended while
-// the pool registered (releaseRun may have looked before), so the caller
+// the pool registered (endRun may have looked before), so the caller
 // starts its worker itself.
 func (m *Messenger) addStarved(r *registered) bool {
 	m.starvedMu.Lock()
@@ -429,9 +439,9 @@ func (l *orderedLane) runOne(j job) bool {
 		r.met.depth.Dec()
 		r.met.wait.Observe(time.Since(j.at).Seconds())
 	}
-	r.m.runs.Add(1) // counted while it runs, never held back: the lane is one goroutine
+	r.m.startRun(r) // counted while it runs, never held back: the lane is one goroutine
 	r.run(j)
-	r.m.releaseRun()
+	r.m.endRun(r)
 	return true
 }
 
@@ -534,7 +544,7 @@ type spawnPool struct {
 	running   int  // workers inside the handler
 	searching int  // workers woken or started that have not taken a request yet (0 or 1)
 	parked    int  // workers waiting on wake
-	starved   bool // in the node's starved list (see releaseRun)
+	starved   bool // in the node's starved list (see endRun)
 	workers   int  // live workers, for tests
 	handoffs  int  // workers woken or started, for tests
 	wake      chan struct{}
@@ -681,12 +691,12 @@ func (p *spawnPool) work(r *registered) {
 		j := p.q.pop()
 		p.running++
 		ran = true
-		r.m.runs.Add(1)
+		r.m.startRun(r)
 		a := p.needWorkerLocked(r)
 		p.mu.Unlock()
 		p.act(r, a)
 		r.run(j)
-		r.m.releaseRun()
+		r.m.endRun(r)
 	}
 }
 

@@ -42,7 +42,7 @@ type Config struct {
 	// handlers (default DefaultMaxRunningHandlers). A request that arrives
 	// at the cap is answered with ErrOverloaded at once. Inline handlers,
 	// which run on the connection's reader, and velo's own system handlers
-	// are not refused.
+	// are neither counted nor refused.
 	MaxRunningHandlers int
 	// MaxDiscoveredPeers bounds the peers kept from discovery (default
 	// DefaultMaxDiscoveredPeers). Past it, the least recently used one is

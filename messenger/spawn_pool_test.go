@@ -109,6 +109,34 @@ func TestSpawnPoolWaitsForTheCapWithoutAGoroutine(t *testing.T) {
 	drained(t, st, "both requests")
 }
 
+// TestSystemRunsLeaveTheCapToUsers: velo's own handlers (the handshake,
+// event triggers) are not counted against WithMaxRunningHandlers. A node
+// with a cap of 1 that is answering a handshake when a user's request
+// arrives runs the request; it used to refuse it with ErrOverloaded.
+func TestSystemRunsLeaveTheCapToUsers(t *testing.T) {
+	m, st := poolNode(t, 1)
+	in, hold := make(chan struct{}), make(chan struct{})
+	defer close(hold)
+	sys := m.newRegistered(FireHandler("_sys", func(*Context) { close(in); <-hold }), true)
+	sys.dispatch(fireJob(t, st))
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the system handler never ran")
+	}
+	if m.overCap() {
+		t.Fatal("a running system handler put the node at its cap of 1")
+	}
+	ran := make(chan struct{})
+	user := m.newRegistered(FireHandler("user", func(*Context) { close(ran) }), false)
+	user.dispatch(fireJob(t, st))
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the user's request never ran while a system handler ran")
+	}
+}
+
 // TestSpawnReadNeverWaitsBehindABlockedHandler: requests that arrive in
 // one read are handed to the pool together, and the first of them blocks
 // until all the others have run. The worker that takes it must first make
