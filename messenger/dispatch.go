@@ -71,7 +71,7 @@ func (r *registered) dispatch(j job) {
 			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
 			j.msg.Done()
 		default:
-			r.run(j) // the reader goroutine runs it: no hand-off
+			r.run(j, false) // the reader goroutine runs it: no hand-off
 		}
 	default:
 		if !r.system && r.m.overCap() {
@@ -122,7 +122,9 @@ func (b *spawnBatch) flush() {
 }
 
 // run calls the handler, answers the caller and releases the request.
-func (r *registered) run(j job) {
+// A counted run (startRun) ends before the answer goes: a caller that
+// sends its next request on the answer must find the place free.
+func (r *registered) run(j job, counted bool) {
 	c := Context{
 		Payload: j.msg.Payload, Handler: r.name, m: r.m,
 		headers: j.hdr.headers, sender: j.hdr.id.Worker(), rtype: j.hdr.rtype,
@@ -133,6 +135,9 @@ func (r *registered) run(j job) {
 		start = time.Now()
 	}
 	resp, err := r.call(&c)
+	if counted {
+		r.m.endRun(r)
+	}
 	if r.met != nil {
 		r.met.inFlight.Dec()
 		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
@@ -440,8 +445,7 @@ func (l *orderedLane) runOne(j job) bool {
 		r.met.wait.Observe(time.Since(j.at).Seconds())
 	}
 	r.m.startRun(r) // counted while it runs, never held back: the lane is one goroutine
-	r.run(j)
-	r.m.endRun(r)
+	r.run(j, true)
 	return true
 }
 
@@ -695,8 +699,7 @@ func (p *spawnPool) work(r *registered) {
 		a := p.needWorkerLocked(r)
 		p.mu.Unlock()
 		p.act(r, a)
-		r.run(j)
-		r.m.endRun(r)
+		r.run(j, true)
 	}
 }
 

@@ -78,6 +78,29 @@ func TestNodeCapRefusesWithErrOverloaded(t *testing.T) {
 	}
 }
 
+// TestCapFreesItsPlaceBeforeTheAnswer: at a cap of 1, a caller that makes
+// one call at a time is never refused, in spawn or ordered mode. The run's
+// place is given back before its answer goes, so the next request, sent on
+// that answer, finds it free.
+func TestCapFreesItsPlaceBeforeTheAnswer(t *testing.T) {
+	const calls = 300
+	a, b := pair(t, nil, []velo.Option{velo.WithMaxRunningHandlers(1)})
+	ctx := testCtx(t)
+	echo := func(c *velo.Context) ([]byte, error) { return c.Payload, nil }
+	must(t, b.Register(velo.UnaryHandler("spawn", echo)))
+	must(t, b.Register(velo.UnaryHandler("ord", echo, velo.WithOrdered())))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "ord"))
+	for i := range calls {
+		name := "spawn"
+		if i%2 == 1 {
+			name = "ord"
+		}
+		if _, err := a.Unary(ctx, b.InstanceID(), name, nil); err != nil {
+			t.Fatalf("call %d (%s), one at a time under a cap of 1: %v", i, name, err)
+		}
+	}
+}
+
 // TestMaxConcurrentBoundsGoroutines: requests over a spawn handler's
 // WithMaxConcurrent wait in its queue, not on goroutines of their own (the
 // handler used to start one goroutine per request, each parked on the
