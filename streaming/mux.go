@@ -220,6 +220,10 @@ type mux struct {
 	budgetMu sync.Mutex                 // a leaf: budgets is read while batchers are made, with or without mu
 	budgets  map[ext.WorkerID]*peerBudget
 	closed   bool
+	// retired holds, once closed, the batchers close stopped (those its
+	// goodbyes made too): a close answered after that goes through its
+	// lane's batcher, in the epoch that batcher's last batches used.
+	retired map[laneKey]*batcher
 
 	bell chan struct{} // cap 1: a consumer drained a slot of a peer whose visit floor has passed
 	stop chan struct{}
@@ -346,11 +350,17 @@ func (mx *mux) close() {
 	mx.closed = true
 	bs, ips := mx.batchers, mx.ingress
 	mx.batchers, mx.ingress = map[laneKey]*batcher{}, map[laneKey]*ingressPeer{}
+	for k := range ips {
+		if bs[k] == nil {
+			bs[k] = newBatcher(mx, k.peer, k.lane) // the goodbye's writer
+		}
+	}
+	mx.retired = bs
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}
 	mx.bindIDs = map[uint64]*muxBind{}
 	mx.mu.Unlock()
-	bs = mx.goodbyes(bs, ips)
+	mx.goodbyes(bs, ips)
 	close(mx.stop)
 	for _, b := range bs {
 		b.stop()
@@ -370,21 +380,16 @@ func (mx *mux) close() {
 
 // goodbyes tells every peer, while the messenger may still carry it, that
 // this node's mux streams end: without it a peer whose connection stays up
-// learns only from its stream watchdog, three heartbeat windows later. It
-// returns bs with any batcher it had to make, so that close stops it.
-func (mx *mux) goodbyes(bs map[laneKey]*batcher, ips map[laneKey]*ingressPeer) map[laneKey]*batcher {
-	for k, ip := range ips {
-		if bs[k] == nil {
-			bs[k] = newBatcher(mx, k.peer, k.lane)
-		}
-		bs[k].goodbye(ip.liveIDs())
-	}
+// learns only from its stream watchdog, three heartbeat windows later. bs
+// has a batcher for every lane of ips.
+func (mx *mux) goodbyes(bs map[laneKey]*batcher, ips map[laneKey]*ingressPeer) {
 	for k, b := range bs {
-		if ips[k] == nil {
-			b.goodbye(nil)
+		var theirs []muxwire.SlotID
+		if ip := ips[k]; ip != nil {
+			theirs = ip.liveIDs()
 		}
+		b.goodbye(theirs)
 	}
-	return bs
 }
 
 // send posts one batch and, once the transport took it, counts it: its

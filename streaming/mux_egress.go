@@ -1188,6 +1188,16 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	})
 }
 
+// postLate writes closes after the batcher was retired, in order with
+// what it wrote before.
+func (b *batcher) postLate(closes []closeReply) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	b.postRecords(len(closes), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		enc.CloseSlot(closes[i].id, 0, closes[i].reason)
+	})
+}
+
 // postOpenSlots writes the OpenSlots of opens, in as many batches as the
 // batch cap needs. The caller holds writeMu. It returns the first refusal.
 func (b *batcher) postOpenSlots(opens []*outSlot) error {

@@ -279,11 +279,22 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 	mx.postCloses(peer, lane, closes)
 }
 
-// postCloses writes closes to peer without a batcher (the mux is closed),
-// in a fresh epoch. One batch: a single inbound batch cannot name more
-// slots than a batch holds.
+// postCloses writes closes to peer once the mux is closed. A lane whose
+// batcher close retired writes through that batcher, after what it wrote
+// and in its epoch: a batch in a fresh epoch could reach the peer first
+// and make it discard the batcher's last batches (its goodbye, a close it
+// had just built) as stale. A lane that had no batcher gets one batch in
+// a fresh epoch: a single inbound batch cannot name more slots than a
+// batch holds.
 func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 	if len(closes) == 0 {
+		return
+	}
+	mx.mu.Lock()
+	b := mx.retired[laneKey{peer, lane}]
+	mx.mu.Unlock()
+	if b != nil {
+		b.postLate(closes)
 		return
 	}
 	var enc muxwire.Encoder
