@@ -173,18 +173,14 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if s.closed {
-		// An epoch death ended it first. The owner's bind waits out its
-		// accept window, as it does when that happens after a waited
-		// attach.
-		b.mu.Unlock()
-		return
-	}
-	if b.closing || b.stopped {
-		// The Manager is closing and its goodbye is written: an OpenSlot
-		// now would follow the closes.
+	if s.closed || b.closing || b.stopped {
+		// The stream ended before the answer came (the Sender dropped, an
+		// epoch death, the Manager closing after its goodbye). The owner
+		// bound its anchor for this attach: tell it the stream is over.
 		s.endLocked()
+		s.session = session
 		b.mu.Unlock()
+		b.openGone(s)
 		return
 	}
 	s.session, s.credit = session, credit
@@ -192,6 +188,30 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.readyLocked()
 	b.mu.Unlock()
 	b.signal()
+}
+
+// openGone writes, for a pipelined attach whose stream ended before the
+// owner's answer, its OpenSlot and CloseSlot{PeerGone} in one batch: the
+// owner's consumer sees ErrSenderDropped now, instead of when its stream
+// watchdog gives up on a slot that never opened. It writes nothing when
+// the slot's index already serves a stream the owner may know: an
+// OpenSlot for it would collide there.
+func (b *batcher) openGone(s *outSlot) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	now := b.slots[s.id.Index()]
+	b.mu.Unlock()
+	if now != nil && !now.pending {
+		return
+	}
+	b.postRecords(2, muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		if i == 0 {
+			enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		} else {
+			enc.CloseSlot(s.id, 0, muxwire.PeerGone)
+		}
+	})
 }
 
 // failPending ends a pending slot with err: its records are discarded,

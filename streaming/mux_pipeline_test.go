@@ -411,3 +411,36 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	}
 	waitFor(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).liveSlots(); return out == 0 })
 }
+
+// TestMuxPipelinedAttachAnsweredAfterProducerClosed: a producer whose
+// Manager closes while a pipelined attach waits for its answer still tells
+// the owner, once the answer comes, that the stream is over: the owner had
+// bound its anchor for that attach, and its consumer sees
+// ErrSenderDropped at once, not at its stream watchdog seconds later.
+func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.st.mu.Lock() // holds the owner's answer, as in TestMuxPipelinedAttach
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+	if err != nil {
+		a.st.mu.Unlock()
+		t.Fatal(err)
+	}
+	if s.mx.answered == nil {
+		a.st.mu.Unlock()
+		t.Fatal("the attach waited for its answer")
+	}
+	producer.sm.Close()
+	a.st.mu.Unlock()
+	<-s.mx.answered
+	if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
+		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
+	}
+}
