@@ -70,6 +70,10 @@ type batcher struct {
 	closing       bool                                   // goodbye ran: nothing more is written
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
+	// Test seams, nil outside tests. Each runs under mu: testOnWake at
+	// the start of a wake, before the batcher marks itself awake;
+	// testOnSleep as a pass that found nothing more marks it asleep.
+	testOnWake, testOnSleep func()
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
@@ -656,6 +660,9 @@ func (b *batcher) run() {
 			b.mu.Unlock()
 			return
 		}
+		if b.testOnWake != nil {
+			b.testOnWake()
+		}
 		b.awake = true
 		// A send between the wake and this point, while awake was still
 		// false, left a second token; its records are queued, so the flush
@@ -803,6 +810,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 	lingerDone := !b.lingerOn || b.lingered
 	if !data && len(b.opens) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.awake = false
+		b.sleptLocked()
 		return nil, 0, nil, nil, false
 	}
 	var enc muxwire.Encoder
@@ -890,6 +898,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 	}
 	if enc.Count() == 0 {
 		b.awake = more
+		b.sleptLocked()
 		return nil, 0, retired, nil, false
 	}
 	b.seq++
@@ -923,6 +932,13 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	clear(b.opens[rest:])
 	b.opens = b.opens[:rest]
 	return opened
+}
+
+// sleptLocked runs the test seam of a pass that wrote nothing more.
+func (b *batcher) sleptLocked() {
+	if !b.awake && b.testOnSleep != nil {
+		b.testOnSleep()
+	}
 }
 
 func (b *batcher) hasUrgentLocked() bool {
