@@ -74,10 +74,10 @@ type batcher struct {
 	// the start of a wake, before the batcher marks itself awake;
 	// testOnSleep as a pass that found nothing more marks it asleep.
 	testOnWake, testOnSleep func()
-	lingerOn      bool                                   // a reply_linger window runs on lingerT
-	lingered      bool                                   // lingerT fired: the replies may go
-	stopped       bool
-	lastUse       time.Time
+	lingerOn                bool // a reply_linger window runs on lingerT
+	lingered                bool // lingerT fired: the replies may go
+	stopped                 bool
+	lastUse                 time.Time
 
 	bufs bufPool // idle batch buffers (mux_bufpool.go)
 	// Arenas and queue arrays of ended slots, for the next slots: a
