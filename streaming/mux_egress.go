@@ -70,14 +70,15 @@ type batcher struct {
 	closing       bool                                   // goodbye ran: nothing more is written
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
+	lingerOn      bool                                   // a reply_linger window runs on lingerT
+	lingered      bool                                   // lingerT fired: the replies may go
+	stopped       bool
+	lastUse       time.Time
+
 	// Test seams, nil outside tests. Each runs under mu: testOnWake at
 	// the start of a wake, before the batcher marks itself awake;
 	// testOnSleep as a pass that found nothing more marks it asleep.
 	testOnWake, testOnSleep func()
-	lingerOn                bool // a reply_linger window runs on lingerT
-	lingered                bool // lingerT fired: the replies may go
-	stopped                 bool
-	lastUse                 time.Time
 
 	bufs bufPool // idle batch buffers (mux_bufpool.go)
 	// Arenas and queue arrays of ended slots, for the next slots: a
