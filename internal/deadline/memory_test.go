@@ -47,10 +47,9 @@ func TestMemoryAndGoroutinesAt200k(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills 200,000 entries")
 	}
-	base := runtime.NumGoroutine()
 	q, perEntry := fill200k(t, false)
-	if g := runtime.NumGoroutine(); g != base+1 {
-		t.Errorf("goroutines with %d entries = %d, want baseline %d + 1", targetEntries, g, base)
+	if n := sweepers(); n != 1 {
+		t.Errorf("%d sweeper goroutines with %d entries, want 1", n, targetEntries)
 	}
 	if q.Len() != targetEntries {
 		t.Fatalf("Len = %d", q.Len())

@@ -424,7 +424,6 @@ func TestRealClockNeverEarly(t *testing.T) {
 }
 
 func TestCloseWithPendingEntries(t *testing.T) {
-	base := runtime.NumGoroutine()
 	clk := newFakeClock()
 	var closed atomic.Bool
 	var calls atomic.Int32
@@ -442,8 +441,8 @@ func TestCloseWithPendingEntries(t *testing.T) {
 		}
 		calls.Add(1)
 	}, clk)
-	if g := runtime.NumGoroutine(); g != base+1 {
-		t.Fatalf("goroutines = %d, want baseline %d + 1", g, base)
+	if n := sweepers(); n != 1 {
+		t.Fatalf("%d sweeper goroutines, want 1", n)
 	}
 	start := clk.Now()
 	q.Add(0, start)
@@ -469,9 +468,7 @@ func TestCloseWithPendingEntries(t *testing.T) {
 	if c := calls.Load(); c != 1 {
 		t.Fatalf("%d onExpire calls, want 1", c)
 	}
-	if g := runtime.NumGoroutine(); g != base {
-		t.Fatalf("goroutines = %d after Close, want baseline %d", g, base)
-	}
+	sweepersGone(t)
 }
 
 // The steady state of Add then Remove allocates nothing.
