@@ -377,7 +377,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 // openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
 // the mux.
 func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) []byte) (*MPSCSender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, false)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err

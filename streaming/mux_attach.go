@@ -199,7 +199,7 @@ func (r *remote) muxAcceptWindow() time.Duration {
 
 // openMuxSender opens the slot of a stream the owner bound for the mux.
 func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) []byte) (*Sender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, true)
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +207,13 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 }
 
 // openMuxSlot opens this node's slot for a stream the owner bound as
-// (handle, routing) with a window of credit.
-func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8) (*outSlot, error) {
+// (handle, routing) with a window of credit. mine says the owner bound it
+// for this node alone (an SPSC attach's answer): when this node's mux
+// closed or its batcher stopped before the slot could open, the owner is
+// told the stream is over (abandonBound), or its consumer would wait out
+// the accept window. A ticket's pre-bind may still be claimed by another
+// producer, and an MPSC producer is released by its own message.
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*outSlot, error) {
 	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
@@ -216,12 +221,19 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	b, err := r.mux.batcherFor(handle.Owner(), r.senderLane(handle.Owner(), lane))
+	peer, ln := handle.Owner(), r.senderLane(handle.Owner(), lane)
+	b, err := r.mux.batcherFor(peer, ln)
 	if err != nil {
+		if mine {
+			r.mux.abandonBound(peer, ln, handle.LocalID(), routing)
+		}
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 	}
 	s, err := b.open(handle.LocalID(), routing, credit)
 	if err != nil {
+		if mine && errors.Is(err, ErrCancelled) {
+			b.abandonBound(handle.LocalID(), routing)
+		}
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
 	s.handle = handle

@@ -205,11 +205,63 @@ func (b *batcher) openGone(s *outSlot) {
 	if now != nil && !now.pending {
 		return
 	}
+	b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
+}
+
+// abandonBound tells the owner that the stream it bound for this node as
+// (anchorID, session) will not open: the batcher stopped before the slot
+// could. An index taken for the moment carries the OpenSlot and the
+// CloseSlot{PeerGone}; with every index taken, nothing is written and the
+// owner's accept window ends the bind.
+func (b *batcher) abandonBound(anchorID, session uint64) {
+	b.writeMu.Lock()
+	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	idx, ok := b.allocLocked()
+	var id muxwire.SlotID
+	if ok {
+		id, _ = muxwire.NewSlotID(idx, b.gens[idx])
+	}
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	b.postOpenGone(id, 0, anchorID, session)
+	b.mu.Lock()
+	b.gens[idx]++
+	b.free = append(b.free, idx)
+	b.mu.Unlock()
+}
+
+// abandonBound is the batcher's abandonBound once this mux is closed: it
+// writes through the lane's retired batcher. A lane that had none never
+// carried a stream of this node, so a batch in a fresh epoch ends nothing
+// else there.
+func (mx *mux) abandonBound(peer ext.WorkerID, lane int, anchorID, session uint64) {
+	mx.mu.Lock()
+	b := mx.retired[laneKey{peer, lane}]
+	mx.mu.Unlock()
+	if b != nil {
+		b.abandonBound(anchorID, session)
+		return
+	}
+	id, _ := muxwire.NewSlotID(0, 0)
+	var enc muxwire.Encoder
+	enc.Start(nil, lane, mx.epochs.Add(1), 1)
+	enc.OpenSlot(id, 0, anchorID, session)
+	enc.CloseSlot(id, 0, muxwire.PeerGone)
+	mx.send(peer, lane, enc.Batch())
+}
+
+// postOpenGone writes OpenSlot and CloseSlot{PeerGone} for id in one
+// batch: the owner claims its bind and ends it with Dropped. The caller
+// holds writeMu.
+func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) {
 	b.postRecords(2, muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
 		if i == 0 {
-			enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+			enc.OpenSlot(id, seq, anchorID, session)
 		} else {
-			enc.CloseSlot(s.id, 0, muxwire.PeerGone)
+			enc.CloseSlot(id, 0, muxwire.PeerGone)
 		}
 	})
 }

@@ -444,3 +444,37 @@ func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
 		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
 	}
 }
+
+// TestMuxWaitedAttachAnsweredAfterProducerClosed: the same for an attach
+// that waits for its answer, on a lane where this node has written before
+// (through its retired batcher) and on one where it never has (a batch in
+// a fresh epoch).
+func TestMuxWaitedAttachAnsweredAfterProducerClosed(t *testing.T) {
+	for _, before := range []bool{false, true} {
+		name := "first attach"
+		if before {
+			name = "after a stream"
+		}
+		t.Run(name, func(t *testing.T) {
+			producer, consumer := muxNodes(t, MuxConfig{WaitForAttach: true})
+			if before {
+				learnOwner(t, producer, consumer)
+			}
+			a, err := CreateAnchor[[]byte](consumer.sm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			producer.sm.remote.testAnswered = func() { producer.sm.Close() }
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle()); err == nil {
+				s.Close()
+				t.Fatal("an attach answered after its Manager closed opened a stream")
+			}
+			if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
+				t.Fatalf("the consumer of an attach its producer could not open: %v, want ErrSenderDropped", err)
+			}
+		})
+	}
+}

@@ -137,7 +137,7 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.Anchor
 	if _, err := r.greetOwner(ctx, handle); err != nil {
 		return nil, err
 	}
-	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit, ticket.Lane)
+	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit, ticket.Lane, false)
 	if err != nil {
 		return nil, err
 	}

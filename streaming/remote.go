@@ -108,6 +108,10 @@ func withAcceptWindow(d time.Duration) NodeOption {
 // registry: the messenger, the per-stream listener, the streams bound and
 // waiting for their connection, and the live connections of both ends.
 type remote struct {
+	// testAnswered, when set (tests only), runs as a waited attach's
+	// answer arrives, before its stream opens.
+	testAnswered func()
+
 	m            *Manager
 	mux          *mux // nil when the mux is off
 	msg          *messenger.Messenger

@@ -128,6 +128,9 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if err != nil {
 		return nil, err
 	}
+	if r.testAnswered != nil {
+		r.testAnswered()
+	}
 	if resp.TransportKey == muxWireKey && r.mux != nil {
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
 		r.muxOwners.Store(owner, struct{}{})
