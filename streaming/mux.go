@@ -355,6 +355,11 @@ func (mx *mux) close() {
 			bs[k] = newBatcher(mx, k.peer, k.lane) // the goodbye's writer
 		}
 	}
+	for _, b := range bs {
+		b.mu.Lock() // a batcher's lock nests in the mux's
+		b.retired = true
+		b.mu.Unlock()
+	}
 	mx.retired = bs
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}

@@ -232,7 +232,9 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 	s, err := b.open(handle.LocalID(), routing, credit)
 	if err != nil {
 		if mine && errors.Is(err, ErrCancelled) {
-			b.abandonBound(handle.LocalID(), routing)
+			// b stopped (evicted, its peer lost): the lane's next batcher
+			// writes the notice.
+			r.mux.abandonBound(peer, ln, handle.LocalID(), routing)
 		}
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}

@@ -68,6 +68,7 @@ type batcher struct {
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
 	closing       bool                                   // goodbye ran: nothing more is written
+	retired       bool                                   // the mux's close took it: its late notices may follow its stop
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT

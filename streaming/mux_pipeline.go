@@ -177,10 +177,13 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
 		// bound its anchor for this attach: tell it the stream is over.
+		// On a goroutine of its own: this is the messenger's reader, and
+		// the write lock may be held by a flush that waits for the
+		// transport to take a batch.
 		s.endLocked()
 		s.session = session
 		b.mu.Unlock()
-		b.openGone(s)
+		go b.openGone(s)
 		return
 	}
 	s.session, s.credit = session, credit
@@ -193,26 +196,37 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 // openGone writes, for a pipelined attach whose stream ended before the
 // owner's answer, its OpenSlot and CloseSlot{PeerGone} in one batch: the
 // owner's consumer sees ErrSenderDropped now, instead of when its stream
-// watchdog gives up on a slot that never opened. It writes nothing when
-// the slot's index already serves a stream the owner may know: an
-// OpenSlot for it would collide there.
+// watchdog gives up on a slot that never opened. When the slot's index
+// already serves a stream the owner may know (an OpenSlot for it would
+// collide there), or eviction or peer loss stopped the batcher, the lane's
+// current batcher writes it with an index of its own.
 func (b *batcher) openGone(s *outSlot) {
 	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
 	b.mu.Lock()
 	now := b.slots[s.id.Index()]
+	mine := b.mayWriteLocked() && (now == nil || now.pending)
 	b.mu.Unlock()
-	if now != nil && !now.pending {
-		return
+	if mine {
+		b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
 	}
-	b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
+	b.writeMu.Unlock()
+	if !mine {
+		b.mx.abandonBound(b.peer, b.lane, s.anchorID, s.session)
+	}
 }
 
+// mayWriteLocked says whether the batcher may still write. One that
+// eviction or peer loss stopped may not: its stop moved it to an epoch
+// newer than a successor's on the same lane, and the peer would retire
+// that successor's streams. One that the mux's close retired may: no
+// successor comes after it.
+func (b *batcher) mayWriteLocked() bool { return !b.stopped || b.retired }
+
 // abandonBound tells the owner that the stream it bound for this node as
-// (anchorID, session) will not open: the batcher stopped before the slot
-// could. An index taken for the moment carries the OpenSlot and the
-// CloseSlot{PeerGone}; with every index taken, nothing is written and the
-// owner's accept window ends the bind.
+// (anchorID, session) will not open. An index taken for the moment
+// carries the OpenSlot and the CloseSlot{PeerGone}; with every index
+// taken, or the batcher stopped, nothing is written and the owner's
+// accept window ends the bind.
 func (b *batcher) abandonBound(anchorID, session uint64) {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
@@ -233,13 +247,21 @@ func (b *batcher) abandonBound(anchorID, session uint64) {
 	b.mu.Unlock()
 }
 
-// abandonBound is the batcher's abandonBound once this mux is closed: it
-// writes through the lane's retired batcher. A lane that had none never
-// carried a stream of this node, so a batch in a fresh epoch ends nothing
-// else there.
+// abandonBound is the batcher's abandonBound on the lane's current
+// batcher, or once this mux is closed on the batcher its close retired. A
+// closed mux's lane that had none never carried a stream of this node, so
+// a batch in a fresh epoch ends nothing else there.
 func (mx *mux) abandonBound(peer ext.WorkerID, lane int, anchorID, session uint64) {
+	k := laneKey{peer, lane}
 	mx.mu.Lock()
-	b := mx.retired[laneKey{peer, lane}]
+	b := mx.retired[k]
+	if !mx.closed {
+		b = mx.batchers[k]
+		if b == nil {
+			b = newBatcher(mx, peer, lane)
+			mx.batchers[k] = b
+		}
+	}
 	mx.mu.Unlock()
 	if b != nil {
 		b.abandonBound(anchorID, session)
@@ -254,16 +276,23 @@ func (mx *mux) abandonBound(peer ext.WorkerID, lane int, anchorID, session uint6
 }
 
 // postOpenGone writes OpenSlot and CloseSlot{PeerGone} for id in one
-// batch: the owner claims its bind and ends it with Dropped. The caller
-// holds writeMu.
+// batch: the owner claims its bind and ends it with Dropped. It writes
+// nothing once the batcher may not (mayWriteLocked), checked where it
+// takes the batch's epoch. The caller holds writeMu.
 func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) {
-	b.postRecords(2, muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		if i == 0 {
-			enc.OpenSlot(id, seq, anchorID, session)
-		} else {
-			enc.CloseSlot(id, 0, muxwire.PeerGone)
-		}
-	})
+	b.mu.Lock()
+	if !b.mayWriteLocked() {
+		b.mu.Unlock()
+		return
+	}
+	b.seq++
+	epoch, bseq := b.epoch, b.seq
+	b.mu.Unlock()
+	var enc muxwire.Encoder
+	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+muxwire.RecordLen(muxwire.OpenSlotBodyLen)+muxwire.RecordLen(muxwire.CloseSlotBodyLen)), b.lane, epoch, bseq)
+	enc.OpenSlot(id, seq, anchorID, session)
+	enc.CloseSlot(id, 0, muxwire.PeerGone)
+	b.mx.send(b.peer, b.lane, enc.Batch())
 }
 
 // failPending ends a pending slot with err: its records are discarded,

@@ -478,3 +478,36 @@ func TestMuxWaitedAttachAnsweredAfterProducerClosed(t *testing.T) {
 		})
 	}
 }
+
+// TestMuxStoppedBatcherWritesNoNotice: a batcher that eviction or peer
+// loss stopped writes no late notice. Its stop moved it to an epoch newer
+// than its successor's on the same lane, and the owner, seeing that epoch,
+// would retire the successor's streams.
+func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	mx := muxOf(t, producer)
+	old, err := mx.batcherFor(consumer.msg.WorkerID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx.mu.Lock() // evicted, as evictIdle takes it out before it stops it
+	delete(mx.batchers, laneKey{old.peer, old.lane})
+	mx.mu.Unlock()
+	a, s := muxStream(t, producer, consumer)
+	if s.mx.b == old {
+		t.Fatal("the stream went to the evicted batcher")
+	}
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+	old.stop()
+	old.abandonBound(1, 1) // a notice for a bind it cannot write any more
+	fill(t, s, 2, 4)
+	readTokens(t, a, 2, 4, 5*time.Second)
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
+	}
+}
