@@ -3,6 +3,7 @@ package streaming
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,6 +281,15 @@ func (mx *mux) batcherFor(peer ext.WorkerID, lane int) (*batcher, error) {
 	return b, nil
 }
 
+// supersede marks a batcher that eviction or peer loss took out of the
+// mux: a successor may write on its lane from now on. The caller holds
+// mx.mu (a batcher's lock nests in it).
+func (b *batcher) supersede() {
+	b.mu.Lock()
+	b.superseded = true
+	b.mu.Unlock()
+}
+
 // existingBatcher returns the batcher to peer on lane, or nil.
 func (mx *mux) existingBatcher(peer ext.WorkerID, lane int) *batcher {
 	mx.mu.Lock()
@@ -311,6 +321,7 @@ func (mx *mux) peerLost(peer ext.WorkerID) {
 	for k, b := range mx.batchers {
 		if k.peer == peer {
 			delete(mx.batchers, k)
+			b.supersede()
 			bs = append(bs, b)
 		}
 	}
@@ -360,7 +371,7 @@ func (mx *mux) close() {
 		b.retired = true
 		b.mu.Unlock()
 	}
-	mx.retired = bs
+	mx.retired = maps.Clone(bs) // retiredFor adds to it while close walks bs
 	binds := mx.binds
 	mx.binds = map[bindKey]*muxBind{}
 	mx.bindIDs = map[uint64]*muxBind{}

@@ -69,6 +69,7 @@ type batcher struct {
 	awake         bool                                   // the goroutine is building; no wake needed
 	closing       bool                                   // goodbye ran: nothing more is written
 	retired       bool                                   // the mux's close took it: its late notices may follow its stop
+	superseded    bool                                   // eviction or peer loss took it out of the mux: it writes no more
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
@@ -168,7 +169,7 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // once.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
-	if b.stopped {
+	if b.stopped || b.superseded {
 		b.mu.Unlock()
 		return nil, ErrCancelled
 	}
@@ -804,8 +805,12 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closing { // goodbye closed every slot: nothing may follow it
+	if b.closing || b.superseded && !b.retired {
+		// Goodbye closed every slot: nothing may follow it. Or a successor
+		// may write on the lane already: what is owed goes through it
+		// (handBack), and this batcher's epoch must not reach the peer.
 		b.awake = false
+		b.sleptLocked()
 		return nil, 0, nil, nil, false
 	}
 	data := b.autoFlush() || b.lingerReadyLocked()
@@ -903,6 +908,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		b.sleptLocked()
 		return nil, 0, retired, nil, false
 	}
+	b.sleptLocked() // the last batch of the pass
 	b.seq++
 	b.lastLen = enc.Len()
 	return enc.Batch(), enc.Count(), retired, opened, more || len(b.ready) > 0 && data
@@ -936,7 +942,7 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	return opened
 }
 
-// sleptLocked runs the test seam of a pass that wrote nothing more.
+// sleptLocked runs the test seam as a pass marks the batcher asleep.
 func (b *batcher) sleptLocked() {
 	if !b.awake && b.testOnSleep != nil {
 		b.testOnSleep()
@@ -1167,7 +1173,8 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.writeMu.Lock()
 	defer b.writeMu.Unlock()
 	b.mu.Lock()
-	// From here on nothing else is written for this batcher, and an attach
+	// From here on the batcher writes only closes and the notices of
+	// attaches answered too late (postLate, abandonBound), and an attach
 	// answered now fails its slot instead of queuing an OpenSlot.
 	b.closing = true
 	// OpenSlots still queued (a pipelined attach answered just before the

@@ -279,35 +279,21 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 	mx.postCloses(peer, lane, closes)
 }
 
-// postCloses writes closes to peer once the mux is closed. A lane whose
-// batcher close retired writes through that batcher, under its write lock
-// and so after what it wrote: a batch in a fresh epoch from elsewhere
-// could reach the peer first and make it discard the batcher's last
-// batches (its goodbye, a close it had just built) as stale. (The
-// batcher's own epoch may have moved on at its stop; its later batches
-// still follow its earlier ones on the lane.) A lane that had no batcher
-// gets one batch in a fresh epoch: a single inbound batch cannot name
-// more slots than a batch holds.
+// postCloses writes closes to peer once the mux is closed, through the
+// lane's retired batcher (retiredFor), under its write lock and so after
+// what it wrote: a batch in a fresh epoch from elsewhere could reach the
+// peer first and make it discard the batcher's last batches (its goodbye,
+// a close it had just built) as stale. (The batcher's own epoch may have
+// moved on at its stop; its later batches still follow its earlier ones
+// on the lane.)
 func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 	if len(closes) == 0 {
 		return
 	}
-	mx.mu.Lock()
-	b := mx.retired[laneKey{peer, lane}]
-	mx.mu.Unlock()
-	if b != nil {
-		// On a goroutine of its own: the caller is the messenger's reader,
-		// and the write lock may be held by a flush that waits for the
-		// transport to take a batch.
-		go b.postLate(closes)
-		return
-	}
-	var enc muxwire.Encoder
-	enc.Start(nil, lane, mx.epochs.Add(1), 1)
-	for _, c := range closes {
-		enc.CloseSlot(c.id, 0, c.reason)
-	}
-	mx.send(peer, lane, enc.Batch())
+	// On a goroutine of its own: the caller is the messenger's reader,
+	// and the write lock may be held by a flush that waits for the
+	// transport to take a batch.
+	go mx.retiredFor(peer, lane).postLate(closes)
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every

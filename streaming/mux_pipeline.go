@@ -204,23 +204,21 @@ func (b *batcher) openGone(s *outSlot) {
 	b.writeMu.Lock()
 	b.mu.Lock()
 	now := b.slots[s.id.Index()]
-	mine := b.mayWriteLocked() && (now == nil || now.pending)
 	b.mu.Unlock()
-	if mine {
-		b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
-	}
+	wrote := (now == nil || now.pending) && b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
 	b.writeMu.Unlock()
-	if !mine {
+	if !wrote {
 		b.mx.abandonBound(b.peer, b.lane, s.anchorID, s.session)
 	}
 }
 
 // mayWriteLocked says whether the batcher may still write. One that
-// eviction or peer loss stopped may not: its stop moved it to an epoch
-// newer than a successor's on the same lane, and the peer would retire
-// that successor's streams. One that the mux's close retired may: no
-// successor comes after it.
-func (b *batcher) mayWriteLocked() bool { return !b.stopped || b.retired }
+// eviction or peer loss took out of the mux (superseded) or stopped may
+// not: a refused batch or its stop moves it to an epoch newer than a
+// successor's on the same lane, and the peer would retire that
+// successor's streams. One that the mux's close retired may: no successor
+// comes after it.
+func (b *batcher) mayWriteLocked() bool { return b.retired || !(b.stopped || b.superseded) }
 
 // abandonBound tells the owner that the stream it bound for this node as
 // (anchorID, session) will not open. An index taken for the moment
@@ -248,42 +246,46 @@ func (b *batcher) abandonBound(anchorID, session uint64) {
 }
 
 // abandonBound is the batcher's abandonBound on the lane's current
-// batcher, or once this mux is closed on the batcher its close retired. A
-// closed mux's lane that had none never carried a stream of this node, so
-// a batch in a fresh epoch ends nothing else there.
+// batcher, or once this mux is closed on its retired one.
 func (mx *mux) abandonBound(peer ext.WorkerID, lane int, anchorID, session uint64) {
+	b, err := mx.batcherFor(peer, lane)
+	if err != nil { // closed
+		b = mx.retiredFor(peer, lane)
+	}
+	b.abandonBound(anchorID, session)
+}
+
+// retiredFor returns the batcher that writes to peer on lane once this
+// mux is closed: the one close retired, or for a lane that had none a new
+// one, made retired here. One writer per lane keeps the late batches in
+// order: two batches with epochs of their own could arrive in the wrong
+// order, and the peer would drop the older as stale. A new one's
+// goroutine ends at once, since the mux is stopping.
+func (mx *mux) retiredFor(peer ext.WorkerID, lane int) *batcher {
 	k := laneKey{peer, lane}
 	mx.mu.Lock()
+	defer mx.mu.Unlock()
 	b := mx.retired[k]
-	if !mx.closed {
-		b = mx.batchers[k]
-		if b == nil {
-			b = newBatcher(mx, peer, lane)
-			mx.batchers[k] = b
-		}
+	if b == nil {
+		b = newBatcher(mx, peer, lane)
+		b.mu.Lock() // a batcher's lock nests in the mux's
+		b.retired, b.closing = true, true
+		b.mu.Unlock()
+		mx.retired[k] = b
 	}
-	mx.mu.Unlock()
-	if b != nil {
-		b.abandonBound(anchorID, session)
-		return
-	}
-	id, _ := muxwire.NewSlotID(0, 0)
-	var enc muxwire.Encoder
-	enc.Start(nil, lane, mx.epochs.Add(1), 1)
-	enc.OpenSlot(id, 0, anchorID, session)
-	enc.CloseSlot(id, 0, muxwire.PeerGone)
-	mx.send(peer, lane, enc.Batch())
+	return b
 }
 
 // postOpenGone writes OpenSlot and CloseSlot{PeerGone} for id in one
 // batch: the owner claims its bind and ends it with Dropped. It writes
 // nothing once the batcher may not (mayWriteLocked), checked where it
-// takes the batch's epoch. The caller holds writeMu.
-func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) {
+// takes the batch's epoch, and reports whether it wrote. The caller holds
+// writeMu.
+func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) bool {
 	b.mu.Lock()
 	if !b.mayWriteLocked() {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	b.seq++
 	epoch, bseq := b.epoch, b.seq
@@ -293,6 +295,7 @@ func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session 
 	enc.OpenSlot(id, seq, anchorID, session)
 	enc.CloseSlot(id, 0, muxwire.PeerGone)
 	b.mx.send(b.peer, b.lane, enc.Batch())
+	return true
 }
 
 // failPending ends a pending slot with err: its records are discarded,

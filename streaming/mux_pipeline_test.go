@@ -511,3 +511,47 @@ func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
 	}
 }
+
+// TestMuxSupersededBatcherWritesNothing: a batcher that eviction or peer
+// loss took out of the mux writes nothing more, even before its stop. A
+// refused batch may have moved it to an epoch newer than its successor's,
+// and a batch of it in that epoch would make the owner retire the
+// successor's streams. What it still owes goes through the successor
+// (handBack).
+func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	mx := muxOf(t, producer)
+	old, err := mx.batcherFor(consumer.msg.WorkerID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.stop()
+	mx.mu.Lock() // evicted: out of the mux, not yet stopped
+	delete(mx.batchers, laneKey{old.peer, old.lane})
+	old.supersede()
+	mx.mu.Unlock()
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+	old.epochDeath() // as a refused batch does: past the successor's epoch
+	slept := false
+	old.mu.Lock()
+	old.testOnSleep = func() { slept = true }
+	old.mu.Unlock()
+	id, _ := muxwire.NewSlotID(7, 0)
+	old.replyClose(id, muxwire.UnknownSlot) // something owed, which wakes it
+	waitFor(t, "the old batcher's pass", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return slept
+	})
+	fill(t, s, 2, 4)
+	readTokens(t, a, 2, 4, 5*time.Second)
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
+	}
+}

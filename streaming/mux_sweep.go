@@ -127,6 +127,7 @@ func (mx *mux) evictIdle(now time.Time) {
 	for k, b := range mx.batchers {
 		if b.idle(now, mx.cfg.BatcherIdleTTL) {
 			delete(mx.batchers, k)
+			b.supersede()
 			gone = append(gone, b)
 		}
 	}
