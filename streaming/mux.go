@@ -281,11 +281,12 @@ func (mx *mux) batcherFor(peer ext.WorkerID, lane int) (*batcher, error) {
 	return b, nil
 }
 
-// supersede marks a batcher that eviction or peer loss took out of the
-// mux: a successor may write on its lane from now on. The caller holds
-// mx.mu (a batcher's lock nests in it).
-func (b *batcher) supersede() {
+// supersede marks a batcher that eviction or peer loss (lost) took out
+// of the mux: a successor may write on its lane from now on. The caller
+// holds mx.mu (a batcher's lock nests in it).
+func (b *batcher) supersede(lost bool) {
 	b.mu.Lock()
+	b.lost = lost
 	b.superseded = true
 	b.mu.Unlock()
 }
@@ -321,7 +322,7 @@ func (mx *mux) peerLost(peer ext.WorkerID) {
 	for k, b := range mx.batchers {
 		if k.peer == peer {
 			delete(mx.batchers, k)
-			b.supersede()
+			b.supersede(true)
 			bs = append(bs, b)
 		}
 	}

@@ -70,6 +70,8 @@ type batcher struct {
 	closing       bool                                   // goodbye ran: nothing more is written
 	retired       bool                                   // the mux's close took it: its late notices may follow its stop
 	superseded    bool                                   // eviction or peer loss took it out of the mux: it writes no more
+	lost          bool                                   // peer loss superseded it: control for the peer is dropped, not handed on
+	used          bool                                   // control passed through since the last idle check (see idle)
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
@@ -169,7 +171,7 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // once.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
-	if b.stopped || b.superseded {
+	if !b.mayWriteLocked() {
 		b.mu.Unlock()
 		return nil, ErrCancelled
 	}
@@ -573,6 +575,11 @@ func (b *batcher) kick() {
 // reply_linger for company.
 func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.reply(id, delta) })
+		return
+	}
+	b.used = true
 	if _, closing := b.closes[id]; !closing {
 		b.credit[id] += delta
 	}
@@ -602,6 +609,10 @@ const maxRejects = 8192
 // the capped reject lane.
 func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.rejectOpen(id, reason) })
+		return
+	}
 	if _, owed := b.closes[id]; !owed && b.rejects >= maxRejects {
 		b.mu.Unlock()
 		b.mx.controlRefused()
@@ -620,6 +631,10 @@ func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 // the slot's credit and is urgent.
 func (b *batcher) replyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
 	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.replyClose(id, reason) })
+		return
+	}
 	delete(b.credit, id)
 	b.closes[id] = reason
 	b.mu.Unlock()
@@ -636,6 +651,10 @@ type lifecycleSignal struct {
 // cancel wins over a stop of the same session. It is urgent.
 func (b *batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
 	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.replyLifecycle(id, session, action) })
+		return
+	}
 	if old, ok := b.signals[id]; !ok || old.session != session || action == muxwire.Cancel {
 		b.signals[id] = lifecycleSignal{session, action}
 	}
@@ -949,6 +968,29 @@ func (b *batcher) sleptLocked() {
 	}
 }
 
+// handedOnLocked reports whether a reply for the peer must go to the
+// lane's current batcher instead of b: eviction or peer loss took b out of
+// the mux. handBack passes on what b held before; what comes after goes
+// straight to the successor. When it reports true it has unlocked b.mu.
+func (b *batcher) handedOnLocked() bool {
+	if !b.superseded || b.retired {
+		return false
+	}
+	b.mu.Unlock()
+	return true
+}
+
+// handOn gives a reply to the lane's current batcher. After peer loss the
+// reply is dropped: the peer's slots here ended with it.
+func (b *batcher) handOn(f func(nb *batcher)) {
+	if b.lost {
+		return // set before superseded and never cleared: no lock needed
+	}
+	if nb, err := b.mx.batcherFor(b.peer, b.lane); err == nil && nb != b {
+		f(nb)
+	}
+}
+
 func (b *batcher) hasUrgentLocked() bool {
 	for _, s := range b.ready {
 		if s.terminal || s.owedLocked() {
@@ -1240,6 +1282,10 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 	for i := 0; i < n; {
 		k := min(n-i, per)
 		b.mu.Lock()
+		if !b.mayWriteLocked() {
+			b.mu.Unlock()
+			return ErrCancelled
+		}
 		b.seq++
 		epoch, seq := b.epoch, b.seq
 		b.mu.Unlock()
@@ -1256,9 +1302,17 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 }
 
 // idle says the batcher has no live slot and has not been used for ttl.
+//
+// A batcher that carries only replies (its node consumes the peer's
+// streams and sends none) is in use too: a reply since the last check
+// counts as use then, at the cost of a flag per reply rather than a clock
+// read.
 func (b *batcher) idle(now time.Time, ttl time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.used {
+		b.used, b.lastUse = false, now
+	}
 	return b.live == 0 && len(b.credit) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && now.Sub(b.lastUse) >= ttl
 }
 

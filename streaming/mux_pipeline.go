@@ -66,6 +66,14 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	s, err := b.openPending(handle)
+	if errors.Is(err, ErrCancelled) {
+		// b was taken out of the mux (evicted, its peer lost) as this
+		// attach picked it: the lane's current batcher holds the slot.
+		if b2, err2 := r.mux.batcherFor(handle.Owner(), 0); err2 == nil && b2 != b {
+			b = b2
+			s, err = b.openPending(handle)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
@@ -142,7 +150,7 @@ func (r *remote) answerPending(s *outSlot, owner ext.InstanceID, start time.Time
 func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopped {
+	if !b.mayWriteLocked() {
 		return nil, ErrCancelled
 	}
 	idx, ok := b.allocLocked()

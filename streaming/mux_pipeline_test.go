@@ -529,18 +529,19 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	defer old.stop()
 	mx.mu.Lock() // evicted: out of the mux, not yet stopped
 	delete(mx.batchers, laneKey{old.peer, old.lane})
-	old.supersede()
+	old.supersede(false)
 	mx.mu.Unlock()
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
 	old.epochDeath() // as a refused batch does: past the successor's epoch
 	slept := false
+	id, _ := muxwire.NewSlotID(7, 0)
 	old.mu.Lock()
 	old.testOnSleep = func() { slept = true }
+	old.closes[id] = muxwire.UnknownSlot // owed from before it was taken out
 	old.mu.Unlock()
-	id, _ := muxwire.NewSlotID(7, 0)
-	old.replyClose(id, muxwire.UnknownSlot) // something owed, which wakes it
+	old.signal()
 	waitFor(t, "the old batcher's pass", func() bool {
 		old.mu.Lock()
 		defer old.mu.Unlock()
@@ -553,5 +554,81 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
 		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
+	}
+}
+
+// TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor: a reply that reaches a
+// batcher after eviction took it out of the mux (the arrival path looked
+// it up just before) goes to the lane's current batcher. Left on the
+// evicted one, after its handBack, a grant would be lost and the peer's
+// producer would wait for it for good. After peer loss it is dropped.
+func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour}) // replies stay queued
+		mx := muxOf(t, consumer)
+		peer := producer.msg.WorkerID()
+		old, err := mx.batcherFor(peer, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mx.mu.Lock() // as evictIdle or peerLost take it out
+		delete(mx.batchers, laneKey{peer, 0})
+		old.supersede(lost)
+		mx.mu.Unlock()
+		old.stop()
+		if !lost {
+			mx.handBack(old) // as evictIdle does after the stop
+		}
+		id, _ := muxwire.NewSlotID(3, 0)
+		old.reply(id, 5)
+		old.replyClose(id+256, muxwire.UnknownSlot)
+		old.mu.Lock()
+		left := len(old.credit) + len(old.closes)
+		old.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("%d replies left on the batcher taken out (lost %v)", left, lost)
+		}
+		nb := mx.existingBatcher(peer, 0)
+		if lost {
+			if nb != nil {
+				t.Fatal("a reply after peer loss made a batcher for the lost peer")
+			}
+			continue
+		}
+		if nb == nil || nb == old {
+			t.Fatal("the reply to the evicted batcher went nowhere")
+		}
+		nb.mu.Lock()
+		credit := nb.credit[id]
+		_, closeOwed := nb.closes[id+256]
+		_, flying := nb.flyingCloses[id+256]
+		nb.mu.Unlock()
+		if credit != 5 || !(closeOwed || flying) {
+			t.Fatalf("the successor holds credit %d and close %v, want 5 and true", credit, closeOwed || flying)
+		}
+	}
+}
+
+// TestMuxReplyingBatcherIsNotIdle: a batcher that only carries replies
+// (its node consumes the peer's streams and sends none) is in use while
+// it replies, and is not evicted once per BatcherIdleTTL while busy.
+func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour})
+	b, err := muxOf(t, consumer).batcherFor(producer.msg.WorkerID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := muxwire.NewSlotID(3, 0)
+	b.reply(id, 1)
+	b.mu.Lock()
+	clear(b.credit) // written since, say
+	b.lastUse = time.Now().Add(-time.Hour)
+	b.mu.Unlock()
+	now := time.Now()
+	if b.idle(now, time.Minute) {
+		t.Fatal("a batcher that replied since the last check counts as idle")
+	}
+	if !b.idle(now.Add(2*time.Minute), time.Minute) {
+		t.Fatal("a batcher with no reply for longer than the TTL is not idle")
 	}
 }

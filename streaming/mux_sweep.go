@@ -127,7 +127,7 @@ func (mx *mux) evictIdle(now time.Time) {
 	for k, b := range mx.batchers {
 		if b.idle(now, mx.cfg.BatcherIdleTTL) {
 			delete(mx.batchers, k)
-			b.supersede()
+			b.supersede(false)
 			gone = append(gone, b)
 		}
 	}
@@ -198,6 +198,11 @@ func (b *batcher) probe() {
 	}
 	b.writeMu.Lock()
 	b.mu.Lock()
+	if !b.mayWriteLocked() { // taken out of the mux since: its successor probes
+		b.mu.Unlock()
+		b.writeMu.Unlock()
+		return
+	}
 	b.seq++
 	var enc muxwire.Encoder
 	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.lane, b.epoch, b.seq)
