@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -231,6 +232,9 @@ func (b *batcher) postOpens() {
 		return
 	}
 	err := b.postOpenSlots(opens)
+	if errors.Is(err, errNoLongerWrites) {
+		err = ErrCancelled // taken out of the mux: the attach opens on the current batcher
+	}
 	if err != nil {
 		b.epochDeath() // ends the slots just opened too
 	}
@@ -1274,9 +1278,14 @@ func (b *batcher) postOpenSlots(opens []*outSlot) error {
 	})
 }
 
+// errNoLongerWrites is postRecords' answer once the batcher may not write
+// (mayWriteLocked).
+var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writes no more")
+
 // postRecords writes n control records with bodies of bodyLen bytes, each
 // put in by add, in as many batches of their own as the batch cap needs.
-// The caller holds writeMu. It stops at the first refusal and returns it.
+// The caller holds writeMu. It stops at the first refusal and returns it,
+// or errNoLongerWrites.
 func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
 	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
 	for i := 0; i < n; {
@@ -1284,7 +1293,7 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 		b.mu.Lock()
 		if !b.mayWriteLocked() {
 			b.mu.Unlock()
-			return ErrCancelled
+			return errNoLongerWrites
 		}
 		b.seq++
 		epoch, seq := b.epoch, b.seq

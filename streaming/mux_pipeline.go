@@ -285,25 +285,18 @@ func (mx *mux) retiredFor(peer ext.WorkerID, lane int) *batcher {
 }
 
 // postOpenGone writes OpenSlot and CloseSlot{PeerGone} for id in one
-// batch: the owner claims its bind and ends it with Dropped. It writes
-// nothing once the batcher may not (mayWriteLocked), checked where it
-// takes the batch's epoch, and reports whether it wrote. The caller holds
-// writeMu.
+// batch: the owner claims its bind and ends it with Dropped. It reports
+// false when the batcher may no longer write (a transport's refusal
+// counts as written: the peer is gone). The caller holds writeMu.
 func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) bool {
-	b.mu.Lock()
-	if !b.mayWriteLocked() {
-		b.mu.Unlock()
-		return false
-	}
-	b.seq++
-	epoch, bseq := b.epoch, b.seq
-	b.mu.Unlock()
-	var enc muxwire.Encoder
-	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+muxwire.RecordLen(muxwire.OpenSlotBodyLen)+muxwire.RecordLen(muxwire.CloseSlotBodyLen)), b.lane, epoch, bseq)
-	enc.OpenSlot(id, seq, anchorID, session)
-	enc.CloseSlot(id, 0, muxwire.PeerGone)
-	b.mx.send(b.peer, b.lane, enc.Batch())
-	return true
+	err := b.postRecords(2, muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		if i == 0 {
+			enc.OpenSlot(id, seq, anchorID, session)
+		} else {
+			enc.CloseSlot(id, 0, muxwire.PeerGone)
+		}
+	})
+	return !errors.Is(err, errNoLongerWrites)
 }
 
 // failPending ends a pending slot with err: its records are discarded,

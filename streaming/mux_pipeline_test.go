@@ -28,18 +28,25 @@ func learnOwner(t *testing.T, producer, consumer *remoteNode) {
 	}
 }
 
-// TestMuxPipelinedAttach: once an owner has answered with the mux, an
-// attach returns before its answer (the owner's handler is held here),
-// Sends queue behind it, and everything arrives in order once it answers.
-func TestMuxPipelinedAttach(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
+// learnedAnchor makes two mux nodes whose producer has learned the owner
+// (its next attaches are pipelined) and an anchor on the consumer.
+func learnedAnchor(t *testing.T, cfg MuxConfig) (producer, consumer *remoteNode, a *Anchor[[]byte]) {
+	t.Helper()
+	producer, consumer = muxNodes(t, cfg)
 	learnOwner(t, producer, consumer)
-
 	a, err := CreateAnchor[[]byte](consumer.sm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	t.Cleanup(func() { a.Close() })
+	return producer, consumer, a
+}
+
+// TestMuxPipelinedAttach: once an owner has answered with the mux, an
+// attach returns before its answer (the owner's handler is held here),
+// Sends queue behind it, and everything arrives in order once it answers.
+func TestMuxPipelinedAttach(t *testing.T) {
+	producer, _, a := learnedAnchor(t, MuxConfig{})
 	// The owner's attach handler takes the anchor's lock: holding it
 	// holds the answer (and the owner's reader) until the unlock.
 	a.st.mu.Lock()
@@ -418,13 +425,7 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 // bound its anchor for that attach, and its consumer sees
 // ErrSenderDropped at once, not at its stream watchdog seconds later.
 func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	learnOwner(t, producer, consumer)
-	a, err := CreateAnchor[[]byte](consumer.sm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	producer, _, a := learnedAnchor(t, MuxConfig{})
 	a.st.mu.Lock() // holds the owner's answer, as in TestMuxPipelinedAttach
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -486,14 +487,7 @@ func TestMuxWaitedAttachAnsweredAfterProducerClosed(t *testing.T) {
 func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	learnOwner(t, producer, consumer)
-	mx := muxOf(t, producer)
-	old, err := mx.batcherFor(consumer.msg.WorkerID(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mx.mu.Lock() // evicted, as evictIdle takes it out before it stops it
-	delete(mx.batchers, laneKey{old.peer, old.lane})
-	mx.mu.Unlock()
+	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false)
 	a, s := muxStream(t, producer, consumer)
 	if s.mx.b == old {
 		t.Fatal("the stream went to the evicted batcher")
@@ -502,14 +496,7 @@ func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 	readTokens(t, a, 0, 2, 5*time.Second)
 	old.stop()
 	old.abandonBound(1, 1) // a notice for a bind it cannot write any more
-	fill(t, s, 2, 4)
-	readTokens(t, a, 2, 4, 5*time.Second)
-	if err := s.Finalize(); err != nil {
-		t.Fatalf("Finalize: %v", err)
-	}
-	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
-	}
+	successorLives(t, a, s)
 }
 
 // TestMuxSupersededBatcherWritesNothing: a batcher that eviction or peer
@@ -521,16 +508,8 @@ func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	learnOwner(t, producer, consumer)
-	mx := muxOf(t, producer)
-	old, err := mx.batcherFor(consumer.msg.WorkerID(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false) // not yet stopped
 	defer old.stop()
-	mx.mu.Lock() // evicted: out of the mux, not yet stopped
-	delete(mx.batchers, laneKey{old.peer, old.lane})
-	old.supersede(false)
-	mx.mu.Unlock()
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
@@ -547,14 +526,7 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 		defer old.mu.Unlock()
 		return slept
 	})
-	fill(t, s, 2, 4)
-	readTokens(t, a, 2, 4, 5*time.Second)
-	if err := s.Finalize(); err != nil {
-		t.Fatalf("Finalize: %v", err)
-	}
-	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
-	}
+	successorLives(t, a, s)
 }
 
 // TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor: a reply that reaches a
@@ -567,14 +539,7 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour}) // replies stay queued
 		mx := muxOf(t, consumer)
 		peer := producer.msg.WorkerID()
-		old, err := mx.batcherFor(peer, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mx.mu.Lock() // as evictIdle or peerLost take it out
-		delete(mx.batchers, laneKey{peer, 0})
-		old.supersede(lost)
-		mx.mu.Unlock()
+		old := takenOut(t, mx, peer, lost)
 		old.stop()
 		if !lost {
 			mx.handBack(old) // as evictIdle does after the stop
@@ -630,5 +595,34 @@ func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 	}
 	if !b.idle(now.Add(2*time.Minute), time.Minute) {
 		t.Fatal("a batcher with no reply for longer than the TTL is not idle")
+	}
+}
+
+// takenOut takes the lane-0 batcher of mx to peer out of the mux, as
+// eviction (lost false) or peer loss (lost true) does before it stops it.
+func takenOut(t *testing.T, mx *mux, peer ext.WorkerID, lost bool) *batcher {
+	t.Helper()
+	b, err := mx.batcherFor(peer, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx.mu.Lock()
+	delete(mx.batchers, laneKey{peer, 0})
+	b.supersede(lost)
+	mx.mu.Unlock()
+	return b
+}
+
+// successorLives checks that a stream on a lane's current batcher, which
+// has carried 2 tokens, still carries 4 more and its end.
+func successorLives(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte]) {
+	t.Helper()
+	fill(t, s, 2, 4)
+	readTokens(t, a, 2, 4, 5*time.Second)
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
 	}
 }
