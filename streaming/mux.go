@@ -291,6 +291,19 @@ func (b *batcher) supersede(lost bool) {
 	b.mu.Unlock()
 }
 
+// supersedeIfIdle is supersede for eviction, in the same hold of b.mu as
+// the idle check: an attach that opens a slot in between would otherwise
+// land on a batcher about to stop. The caller holds mx.mu.
+func (b *batcher) supersedeIfIdle(now time.Time, ttl time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.idleLocked(now, ttl) {
+		return false
+	}
+	b.superseded = true
+	return true
+}
+
 // existingBatcher returns the batcher to peer on lane, or nil.
 func (mx *mux) existingBatcher(peer ext.WorkerID, lane int) *batcher {
 	mx.mu.Lock()

@@ -232,15 +232,21 @@ func (b *batcher) postOpens() {
 		return
 	}
 	err := b.postOpenSlots(opens)
-	if errors.Is(err, errNoLongerWrites) {
-		err = ErrCancelled // taken out of the mux: the attach opens on the current batcher
-	}
-	if err != nil {
+	gone := errors.Is(err, errNoLongerWrites)
+	switch {
+	case gone:
+		// Taken out of the mux: nothing was written, and no epoch died.
+		// The attaches open on the lane's current batcher.
+		err = ErrCancelled
+	case err != nil:
 		b.epochDeath() // ends the slots just opened too
 	}
 	b.mu.Lock()
 	for _, s := range opens {
 		s.openErr = err
+		if gone {
+			s.endLocked()
+		}
 	}
 	b.mu.Unlock()
 }
@@ -1310,15 +1316,14 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 	return nil
 }
 
-// idle says the batcher has no live slot and has not been used for ttl.
+// idleLocked says the batcher has no live slot and has not been used for
+// ttl. The caller holds b.mu.
 //
 // A batcher that carries only replies (its node consumes the peer's
 // streams and sends none) is in use too: a reply since the last check
 // counts as use then, at the cost of a flag per reply rather than a clock
 // read.
-func (b *batcher) idle(now time.Time, ttl time.Duration) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *batcher) idleLocked(now time.Time, ttl time.Duration) bool {
 	if b.used {
 		b.used, b.lastUse = false, now
 	}

@@ -181,7 +181,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if s.closed || b.closing || b.stopped {
+	if s.closed || b.closing || !b.mayWriteLocked() {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
 		// bound its anchor for this attach: tell it the stream is over.

@@ -590,10 +590,13 @@ func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 	b.lastUse = time.Now().Add(-time.Hour)
 	b.mu.Unlock()
 	now := time.Now()
-	if b.idle(now, time.Minute) {
+	b.mu.Lock()
+	first, later := b.idleLocked(now, time.Minute), b.idleLocked(now.Add(2*time.Minute), time.Minute)
+	b.mu.Unlock()
+	if first {
 		t.Fatal("a batcher that replied since the last check counts as idle")
 	}
-	if !b.idle(now.Add(2*time.Minute), time.Minute) {
+	if !later {
 		t.Fatal("a batcher with no reply for longer than the TTL is not idle")
 	}
 }

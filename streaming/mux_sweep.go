@@ -125,9 +125,8 @@ func (mx *mux) evictIdle(now time.Time) {
 	var gone []*batcher
 	mx.mu.Lock()
 	for k, b := range mx.batchers {
-		if b.idle(now, mx.cfg.BatcherIdleTTL) {
+		if b.supersedeIfIdle(now, mx.cfg.BatcherIdleTTL) {
 			delete(mx.batchers, k)
-			b.supersede(false)
 			gone = append(gone, b)
 		}
 	}
