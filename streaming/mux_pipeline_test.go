@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -42,20 +43,23 @@ func learnedAnchor(t *testing.T, cfg MuxConfig) (producer, consumer *remoteNode,
 	return producer, consumer, a
 }
 
+// holdAnswers holds the owner's answers to attaches of a: the owner's
+// attach handler takes the anchor's lock, so holding it holds the answer
+// (and the owner's reader). release lets them go; it may be called more
+// than once, and runs at the test's end in any case.
+func holdAnswers(t *testing.T, a *Anchor[[]byte]) (release func()) {
+	a.st.mu.Lock()
+	release = sync.OnceFunc(a.st.mu.Unlock)
+	t.Cleanup(release)
+	return release
+}
+
 // TestMuxPipelinedAttach: once an owner has answered with the mux, an
 // attach returns before its answer (the owner's handler is held here),
 // Sends queue behind it, and everything arrives in order once it answers.
 func TestMuxPipelinedAttach(t *testing.T) {
 	producer, _, a := learnedAnchor(t, MuxConfig{})
-	// The owner's attach handler takes the anchor's lock: holding it
-	// holds the answer (and the owner's reader) until the unlock.
-	a.st.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			a.st.mu.Unlock()
-		}
-	}()
+	release := holdAnswers(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
@@ -74,8 +78,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 		t.Fatal("answered while the owner's handler was held")
 	default:
 	}
-	a.st.mu.Unlock()
-	locked = false
+	release()
 	if err := s.Ready(ctx); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
@@ -134,10 +137,9 @@ func TestMuxPipelinedFinalizeReportsRefusal(t *testing.T) {
 	learnOwner(t, producer, consumer)
 	a, s1 := muxStream(t, producer, consumer) // holds the anchor
 	defer s1.Close()
-	a.st.mu.Lock()
+	release := holdAnswers(t, a)
 	s, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle())
 	if err != nil {
-		a.st.mu.Unlock()
 		t.Fatal(err)
 	}
 	fill(t, s, 0, 3)
@@ -145,11 +147,10 @@ func TestMuxPipelinedFinalizeReportsRefusal(t *testing.T) {
 	go func() { done <- s.Finalize() }()
 	select {
 	case err := <-done:
-		a.st.mu.Unlock()
 		t.Fatalf("Finalize returned %v before the owner answered", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	a.st.mu.Unlock()
+	release()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrAlreadyAttached) {
@@ -370,20 +371,8 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	old := attachAnswerTimeout
 	attachAnswerTimeout = 50 * time.Millisecond
 	t.Cleanup(func() { attachAnswerTimeout = old })
-	producer, consumer := muxNodes(t, MuxConfig{CreditSweepInterval: 5 * time.Millisecond})
-	learnOwner(t, producer, consumer)
-	a, err := CreateAnchor[[]byte](consumer.sm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.st.mu.Lock() // the owner's reader blocks in the attach handler
-	locked := true
-	defer func() {
-		if locked {
-			a.st.mu.Unlock()
-		}
-	}()
+	producer, _, a := learnedAnchor(t, MuxConfig{CreditSweepInterval: 5 * time.Millisecond})
+	release := holdAnswers(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
@@ -411,8 +400,7 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	if call.Abandon(errors.New("test: abandoned again")) {
 		t.Fatal("the expired attach still held its response slot")
 	}
-	a.st.mu.Unlock()
-	locked = false
+	release()
 	if err := s.Finalize(); !errors.Is(err, ErrAttachTimeout) {
 		t.Fatalf("Finalize: %v, want ErrAttachTimeout", err)
 	}
@@ -426,20 +414,18 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 // ErrSenderDropped at once, not at its stream watchdog seconds later.
 func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
 	producer, _, a := learnedAnchor(t, MuxConfig{})
-	a.st.mu.Lock() // holds the owner's answer, as in TestMuxPipelinedAttach
+	release := holdAnswers(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
 	if err != nil {
-		a.st.mu.Unlock()
 		t.Fatal(err)
 	}
 	if s.mx.answered == nil {
-		a.st.mu.Unlock()
 		t.Fatal("the attach waited for its answer")
 	}
 	producer.sm.Close()
-	a.st.mu.Unlock()
+	release()
 	<-s.mx.answered
 	if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
