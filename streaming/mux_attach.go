@@ -222,26 +222,15 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 		return nil, err
 	}
 	peer, ln := handle.Owner(), r.senderLane(handle.Owner(), lane)
-	b, err := r.mux.batcherFor(peer, ln)
+	b, s, err := r.mux.openOn(peer, ln, func(b *batcher) (*outSlot, error) {
+		return b.open(handle.LocalID(), routing, credit)
+	})
 	if err != nil {
-		if mine {
+		if mine && errors.Is(err, ErrCancelled) { // the mux closed, or its batchers stopped
 			r.mux.abandonBound(peer, ln, handle.LocalID(), routing)
 		}
-		return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
-	}
-	s, err := b.open(handle.LocalID(), routing, credit)
-	if errors.Is(err, ErrCancelled) {
-		// b was taken out of the mux (evicted, its peer lost) as this
-		// attach picked it: the lane's current batcher opens the slot.
-		if b2, err2 := r.mux.batcherFor(peer, ln); err2 == nil && b2 != b {
-			s, err = b2.open(handle.LocalID(), routing, credit)
-		}
-	}
-	if err != nil {
-		if mine && errors.Is(err, ErrCancelled) {
-			// b stopped (evicted, its peer lost): the lane's current
-			// batcher writes the notice.
-			r.mux.abandonBound(peer, ln, handle.LocalID(), routing)
+		if b == nil {
+			return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 		}
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}

@@ -61,18 +61,9 @@ func (r *remote) canPipeline(owner ext.InstanceID) bool {
 // attachPipelined opens a pending slot for handle, sends the attach
 // request, and returns the Sender without waiting for the answer.
 func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
-	b, err := r.mux.batcherFor(handle.Owner(), 0)
-	if err != nil {
+	b, s, err := r.mux.openOn(handle.Owner(), 0, func(b *batcher) (*outSlot, error) { return b.openPending(handle) })
+	if b == nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
-	}
-	s, err := b.openPending(handle)
-	if errors.Is(err, ErrCancelled) {
-		// b was taken out of the mux (evicted, its peer lost) as this
-		// attach picked it: the lane's current batcher holds the slot.
-		if b2, err2 := r.mux.batcherFor(handle.Owner(), 0); err2 == nil && b2 != b {
-			b = b2
-			s, err = b.openPending(handle)
-		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
@@ -99,6 +90,24 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	}
 	b.setCall(s, call)
 	return &Sender[T]{encode: encode, mx: s}, nil
+}
+
+// openOn opens a slot with open on the lane's current batcher. When
+// eviction or peer loss took that batcher out as it was picked (open
+// answers ErrCancelled), it tries once more on the lane's new one. b is
+// nil when the mux is closed.
+func (mx *mux) openOn(peer ext.WorkerID, lane int, open func(*batcher) (*outSlot, error)) (b *batcher, s *outSlot, err error) {
+	if b, err = mx.batcherFor(peer, lane); err != nil {
+		return nil, nil, err
+	}
+	s, err = open(b)
+	if errors.Is(err, ErrCancelled) {
+		if b2, err2 := mx.batcherFor(peer, lane); err2 == nil && b2 != b {
+			b = b2
+			s, err = open(b)
+		}
+	}
+	return b, s, err
 }
 
 // setCall records the attach request of a pending slot, for expirePending.
