@@ -66,6 +66,9 @@ type AdapterConfig struct {
 	// during a drain: those that serve work already accepted (responses to
 	// streams, event triggers). It is asked only while draining.
 	DrainExempt func(f Frame) bool
+	// OnConnClosed, when set, hears that an inbound connection ended, so
+	// what the node keeps for that connection can go.
+	OnConnClosed func(id ConnID)
 }
 
 // TransportAdapter is what a node hands to each transport: the four inbound
@@ -75,6 +78,7 @@ type TransportAdapter struct {
 	onMessages func([]InboundMessage)
 	onFrame    func(Frame)
 	exempt     func(Frame) bool
+	connClosed func(ConnID)
 	closed     atomic.Bool
 
 	state     *ShutdownState
@@ -98,6 +102,7 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 		onMessages: cfg.OnMessages,
 		onFrame:    cfg.OnFrame,
 		exempt:     cfg.DrainExempt,
+		connClosed: cfg.OnConnClosed,
 		state:      state,
 		messages:   NewQueue[InboundMessage](cfg.MessageQueue),
 		responses:  NewQueue[Frame](cfg.OtherQueue),
@@ -270,6 +275,16 @@ func (a *TransportAdapter) RouteFrame(f Frame) bool {
 		return false
 	}
 	return q.Push(f) == nil
+}
+
+// ConnClosed tells the node that the inbound connection id has ended and
+// no more frames will carry it. A transport calls it once per connection
+// whose frames it stamped with Frame.Conn, after the last of them was
+// handed over.
+func (a *TransportAdapter) ConnClosed(id ConnID) {
+	if a.connClosed != nil && id != 0 {
+		a.connClosed(id)
+	}
 }
 
 // Messages is the stream of admitted requests.

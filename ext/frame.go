@@ -3,6 +3,7 @@ package ext
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // MessageType is the kind of a messenger frame. It picks the inbound stream
@@ -61,7 +62,23 @@ type Frame struct {
 	// Owner, when set, is the pooled buffer that Header and Payload live
 	// in. Release gives it back; see Owner.
 	Owner Owner
+	// Conn names the inbound connection the frame was read from (0 for an
+	// outbound frame, or a transport that does not say). The node binds
+	// each connection to the one peer it has proved to speak for, so a
+	// frame's sender is its connection's peer, not what its header claims.
+	Conn ConnID
 }
+
+// ConnID names one inbound connection, unique within the process for its
+// lifetime. 0 means unknown. A transport takes one from NewConnID per
+// connection it accepts, stamps it on every frame read from it, and calls
+// TransportAdapter.ConnClosed once the connection has ended.
+type ConnID uint64
+
+var lastConnID atomic.Uint64
+
+// NewConnID returns a fresh, non-zero ConnID.
+func NewConnID() ConnID { return ConnID(lastConnID.Add(1)) }
 
 // Owner is a reference-counted buffer that frames may live in: inbound
 // frames in a transport's read memory, outbound ones in a sender's reused

@@ -38,17 +38,21 @@ var (
 	// calls meant for the old one are failed, never delivered. Register the
 	// new instance (or let discovery find it) to reach it.
 	ErrPeerRestarted = errors.New("velo: peer restarted as a new instance")
+	// ErrIdentityUnproven: the request came on a connection that did not
+	// prove it speaks for the worker the request names (see IdentityStats).
+	ErrIdentityUnproven = errors.New("velo: the connection did not prove the sender's identity")
 )
 
 // remoteCodes names the errors that keep their identity across the wire:
 // a reply carries the code in its header map (ErrorCodeHeader), and the
 // caller's RemoteError matches the sentinel with errors.Is.
 var remoteCodes = map[string]error{
-	"unknown_handler": ErrUnknownHandler,
-	"lane_full":       ErrLaneFull,
-	"overloaded":      ErrOverloaded,
-	"shutting_down":   ErrShuttingDown,
-	"peer_restarted":  ErrPeerRestarted,
+	"unknown_handler":   ErrUnknownHandler,
+	"lane_full":         ErrLaneFull,
+	"overloaded":        ErrOverloaded,
+	"shutting_down":     ErrShuttingDown,
+	"peer_restarted":    ErrPeerRestarted,
+	"identity_unproven": ErrIdentityUnproven,
 }
 
 // codeOf is the wire code of err, or "" when err has none.

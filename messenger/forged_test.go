@@ -44,6 +44,7 @@ func TestForgedRepliesNeverCompleteACall(t *testing.T) {
 	// Guesses: the low slots, with small generations (what a counter would
 	// give) and with generations spread over the 48 bits.
 	conn := rawConn(t, honest)
+	proveAs(t, conn, victim) // the forger's requests run: what it forges is the replies
 	var buf []byte
 	for i := range forged {
 		slot, gen := uint64(i%8), uint64(i/8+1)

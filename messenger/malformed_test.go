@@ -46,6 +46,27 @@ func rawConn(t *testing.T, n *velo.Node) net.Conn {
 	return conn
 }
 
+// proveAs binds a raw connection to node n at the node conn is connected
+// to: it writes a request in n's name, catches the identity challenge that
+// n receives for the connection, and writes the proof on conn itself, as n
+// would on its own connection.
+func proveAs(t *testing.T, conn net.Conn, n *velo.Node) {
+	t.Helper()
+	bodies := make(chan []byte, 1)
+	n.Messenger().OnChallenge(func(b []byte) {
+		select {
+		case bodies <- b:
+		default:
+		}
+	})
+	w := uint64(n.WorkerID())
+	_, err := conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 0, "_list_handlers", nil)}))
+	must(t, err)
+	body := recv(t, bodies, "the identity challenge")
+	_, err = conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 0, "_velo_proof", nil), Payload: body}))
+	must(t, err)
+}
+
 // TestMalformedHeaderIsCountedAndDropped: well-formed frames that carry a
 // bad messenger header are counted and dropped. The connection stays up,
 // the node keeps serving, and nothing panics.
@@ -82,6 +103,7 @@ func TestMalformedHeaderIsCountedAndDropped(t *testing.T) {
 		}(),
 	}
 	conn := rawConn(t, b)
+	proveAs(t, conn, a)
 	var out []byte
 	for _, h := range garbage {
 		out = frame.Append(out, ext.Frame{Type: ext.Message, Header: h, Payload: []byte("x")})

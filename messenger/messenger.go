@@ -104,7 +104,10 @@ type Messenger struct {
 	// when their connections close, that is a shutdown, not a crash.
 	draining  sync.Map // ext.WorkerID → struct{}
 	lostCalls atomic.Int64
-	greeted   sync.Map // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
+	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
+	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	// testOnChallenge sees each identity challenge this node answers (tests).
+	testOnChallenge atomic.Pointer[func([]byte)]
 
 	undeliveredFn func(ext.InstanceID, string, error)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
@@ -155,9 +158,10 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	empty := map[string]*registered{}
 	m.handlers.Store(&empty)
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
-		OnMessages:  m.onMessages,
-		OnFrame:     m.onFrame,
-		DrainExempt: m.drainExempt,
+		OnMessages:   m.onMessages,
+		OnFrame:      m.onFrame,
+		DrainExempt:  m.drainExempt,
+		OnConnClosed: m.onConnClosed,
 	})
 	m.adapter.SetSendErrorHandler(m.onSendError)
 	m.adapter.SetPeerLostHandler(m.onPeerLost)
@@ -179,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 			return nil, fmt.Errorf("velo: start transport %q: %w", tr.Key(), err)
 		}
 	}
+	addr[ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
 	m.registerSystemHandlers()
 	if err := m.startWatch(); err != nil {
@@ -310,7 +315,8 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 	if primary == nil {
 		return fmt.Errorf("velo: peer %s shares no transport with this node: %w", info.InstanceID, errors.Join(errs...))
 	}
-	if old := m.peers.put(&peer{info: info, primary: primary}); old != nil && old.primary != primary {
+	_, proves := info.Address[ProofKey]
+	if old := m.peers.put(&peer{info: info, primary: primary, proves: proves}); old != nil && old.primary != primary {
 		old.primary.Unregister(info.InstanceID)
 	}
 	return nil
@@ -889,6 +895,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 	hs := *m.handlers.Load()
 	var spawned spawnBatch
 	defer spawned.flush()
+	var cs *connState // the batch's connection (one read: one connection)
 	for _, msg := range batch {
 		if m.met != nil {
 			m.met.InboundDequeued.Inc()
@@ -900,26 +907,50 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 			msg.Done()
 			continue
 		}
-		r := hs[string(hdr.handler)]
-		if r == nil {
-			m.countFailure("dispatch", "unknown_handler")
-			m.replyUnknownHandler(hdr)
-			msg.Done()
+		j := job{msg: msg, hdr: hdr}
+		switch string(hdr.handler) {
+		case proofHandler:
+			for _, held := range m.onProof(j) {
+				m.dispatchOne(hs, held, &spawned)
+			}
+			continue
+		case proveHandler: // a challenge binds nothing: see identity.go
+			m.dispatchOne(hs, j, &spawned)
 			continue
 		}
-		if hdr.handler[0] != '_' && !m.greetedBy(hdr.id.Worker()) {
-			m.countFailure("dispatch", "not_greeted")
-			m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
-			msg.Done()
+		switch m.admit(j, &cs) {
+		case gateHeld:
+			continue
+		case gateRefuse:
+			m.refuseIdentity(j)
 			continue
 		}
-		if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
-			// The payload is a handle: fetch it first, off the reader.
-			go m.resolveStaged(r, job{msg: msg, hdr: hdr}, handle, budget, rest)
-			continue
-		}
-		spawned.dispatch(r, job{msg: msg, hdr: hdr})
+		m.dispatchOne(hs, j, &spawned)
 	}
+}
+
+// dispatchOne runs or queues one request whose sender the gate accepted.
+func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawnBatch) {
+	hdr, msg := j.hdr, j.msg
+	r := hs[string(hdr.handler)]
+	if r == nil {
+		m.countFailure("dispatch", "unknown_handler")
+		m.replyUnknownHandler(hdr)
+		msg.Done()
+		return
+	}
+	if hdr.handler[0] != '_' && !m.greetedBy(hdr.id.Worker()) {
+		m.countFailure("dispatch", "not_greeted")
+		m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
+		msg.Done()
+		return
+	}
+	if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
+		// The payload is a handle: fetch it first, off the reader.
+		go m.resolveStaged(r, j, handle, budget, rest)
+		return
+	}
+	spawned.dispatch(r, j)
 }
 
 // drainExempt tells admission which requests pass during a drain.
@@ -1278,6 +1309,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	m.unpublish()
 	m.stopped.Store(true) // 3. teardown
 	close(m.done)         // ordered lanes stop; their queued requests are refused
+	m.closeGate()         // requests still waiting for a proof are refused
 	m.endLife()           // fetches of staged requests stop
 	var wg sync.WaitGroup
 	for _, tr := range m.trs {

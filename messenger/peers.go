@@ -12,6 +12,9 @@ import (
 type peer struct {
 	info    ext.PeerInfo
 	primary ext.Transport
+	// proves: the peer's address carries ProofKey, so it answers identity
+	// challenges and a connection speaking for it must prove so.
+	proves bool
 	// hello is the handshake with this peer: done is closed once it has
 	// run; handlers then holds the peer's handler names.
 	helloMu  sync.Mutex

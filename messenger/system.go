@@ -63,6 +63,11 @@ func (m *Messenger) registerSystemHandlers() {
 	must(m.register(UnaryHandler(listHandlersHandler, func(c *Context) ([]byte, error) {
 		return m.handlersBody()
 	}), true))
+	// The proof protocol (identity.go). A proof is taken on the reader
+	// before dispatch; its registration only makes the name known. Both
+	// pass a drain: a peer's requests may wait on them.
+	must(m.register(FireHandler(proveHandler, m.onProve, WithDrainExempt()), true))
+	must(m.register(FireHandler(proofHandler, func(*Context) {}, WithDrainExempt()), true))
 }
 
 // onHello registers the caller (so replies can reach it) and answers with
@@ -82,6 +87,12 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 	}
 	p, ok := m.peers.get(info.InstanceID)
 	if ok {
+		if conflicts(info.Address, p.info.Address) {
+			// An instance's endpoints are fixed for its life: a hello that
+			// moves one would send this node's replies to whoever wrote it.
+			m.countFailure("identity", "hello_moves_address")
+			return nil, fmt.Errorf("hello for instance %s names other endpoints than it registered with", info.InstanceID)
+		}
 		info.Address = withMissing(info.Address, p.info.Address)
 	}
 	if !ok || !sameAddress(p.info.Address, info.Address) {
@@ -115,6 +126,17 @@ func withMissing(hello, known ext.WorkerAddress) ext.WorkerAddress {
 		return hello
 	}
 	return out
+}
+
+// conflicts reports whether hello gives another endpoint for a transport
+// that known already has.
+func conflicts(hello, known ext.WorkerAddress) bool {
+	for k, v := range hello {
+		if old, ok := known[k]; ok && string(old) != string(v) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameAddress(a, b ext.WorkerAddress) bool {

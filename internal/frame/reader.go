@@ -60,6 +60,9 @@ type Reader struct {
 	end    int   // end of the bytes read
 	base   int64 // stream offset of buf[0]
 	size   int   // the chunk a run of small frames is read into: minChunk..maxReadChunk
+
+	// Conn is stamped on every frame handed out (see ext.Frame.Conn).
+	Conn ext.ConnID
 }
 
 // MaxFrameLimit is the largest max a Reader accepts: the biggest chunk
@@ -117,6 +120,7 @@ func (r *Reader) TryNext() (f ext.Frame, ok bool, err error) {
 func (r *Reader) owned(f ext.Frame) ext.Frame {
 	r.handed++
 	f.Owner = r.chunk
+	f.Conn = r.Conn
 	return f
 }
 
@@ -221,6 +225,7 @@ func (r *Reader) AppendMessages(dst []ext.InboundMessage) (out []ext.InboundMess
 		m.Header = p[PreambleLen:hEnd:hEnd]
 		m.Payload = p[hEnd:end:end]
 		m.Owner = owner
+		m.Conn = r.Conn
 		off += end
 		handed++
 	}

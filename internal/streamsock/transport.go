@@ -561,6 +561,8 @@ func (t *Transport) serve(conn net.Conn) {
 	}()
 	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
 	defer r.Close()
+	r.Conn = ext.NewConnID()
+	defer t.adapter.ConnClosed(r.Conn) // after the last frame was handed over
 	var in inbound
 	for {
 		f, err := r.Next()

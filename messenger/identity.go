@@ -1,0 +1,381 @@
+package messenger
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// Who sent a request: the identity bound to its connection.
+//
+// A request's header names its sender (the worker id in the response id),
+// and anyone who can reach the port can write any header. So the node binds
+// each inbound connection to the one worker it speaks for, and believes a
+// claim only when the connection has proved it:
+//
+//   - The first request on a connection names the worker the connection
+//     speaks for. A later request on it that names another worker is
+//     refused.
+//   - A Go node marks its address with ProofKey. When a connection speaks
+//     for such a peer, this node holds the connection's requests and sends
+//     the peer a challenge (_velo_prove: the connection's id and a random
+//     nonce) over its own route to the peer's registered address. Only the
+//     real peer receives it; it answers with _velo_proof, carrying the same
+//     bytes, on each of its lanes to this node. The proof that arrives on
+//     the connection itself binds it; the held requests then run, in order.
+//     A connection that does not prove itself within ProofTimeout has its
+//     held and later requests refused with ErrIdentityUnproven.
+//   - A peer whose address lacks the mark (a Rust 0.9 node, which cannot
+//     answer) or that this node does not know is trusted as it claims, as
+//     the reference trusts every peer. A stranger can pose as such a peer;
+//     only TLS, which authenticates the connection itself, closes that.
+//   - A transport that does not stamp frames with their connection
+//     (Frame.Conn == 0) gets the reference's trust too.
+//
+// The challenge and the proof themselves pass unchecked: a challenge only
+// makes this node write to a peer it already knows, at that peer's
+// registered address, and a proof binds nothing unless it carries the
+// nonce sent for the connection it arrives on.
+
+// ProofKey marks the address of a node that answers identity challenges.
+// Its endpoint is the version of the proof protocol (1).
+const ProofKey ext.TransportKey = "velo-conn-proof"
+
+// Handlers of the proof protocol (Go-defined; see docs/wire.md).
+const (
+	proveHandler = "_velo_prove"
+	proofHandler = "_velo_proof"
+)
+
+// ProofTimeout bounds how long a connection's requests wait for its peer's
+// proof before they are refused.
+const ProofTimeout = 5 * time.Second
+
+var proofTimeout = ProofTimeout // tests shorten it
+
+// Bounds on what a connection that has not proved itself may cost.
+const (
+	maxHeldFrames = 4096
+	maxHeldBytes  = 16 << 20
+	// maxProving is how many connections may wait for one worker's proof
+	// at once: a stranger opening connections in its name cannot make this
+	// node challenge the real peer without bound.
+	maxProving = 64
+)
+
+const proofBodyLen = 8 + 16 // [u64 BE connection id][16-byte nonce]
+
+type connPhase uint8
+
+const (
+	connTrusted connPhase = iota // the claimed peer cannot prove: the reference's trust
+	connProving                  // a challenge is out; requests wait in held
+	connProven                   // the claimed peer proved the connection is its own
+	connRefused                  // it did not prove it in time, or claimed two workers
+)
+
+// connState is what the node knows of one inbound connection.
+type connState struct {
+	id      ext.ConnID
+	claimed ext.WorkerID // the worker its first request named
+
+	mu        sync.Mutex
+	phase     connPhase
+	nonce     [16]byte
+	held      []job
+	heldBytes int
+	timer     *time.Timer
+}
+
+// identityGate holds the state of every inbound connection that carried a
+// request.
+type identityGate struct {
+	mu      sync.Mutex
+	conns   map[ext.ConnID]*connState
+	proving map[ext.WorkerID]int
+
+	challenged, proven, refused, mismatched, held atomic.Int64
+}
+
+// IdentityStats counts what the identity gate did (see identity.go).
+type IdentityStats struct {
+	Challenged int64 // challenges sent for connections
+	Proven     int64 // connections bound by a proof
+	Refused    int64 // requests refused: unproven, over a bound, or a second identity
+	Mismatched int64 // requests that named another worker than their connection's
+	Held       int64 // requests that waited for a proof
+	Conns      int   // connections tracked now
+}
+
+// IdentityStats reports the identity gate's counters.
+func (m *Messenger) IdentityStats() IdentityStats {
+	g := &m.gate
+	g.mu.Lock()
+	n := len(g.conns)
+	g.mu.Unlock()
+	return IdentityStats{
+		Challenged: g.challenged.Load(), Proven: g.proven.Load(), Refused: g.refused.Load(),
+		Mismatched: g.mismatched.Load(), Held: g.held.Load(), Conns: n,
+	}
+}
+
+// gateVerdict is what the gate does with one request.
+type gateVerdict uint8
+
+const (
+	gatePass gateVerdict = iota
+	gateHeld             // the gate keeps the job until the proof or the timeout
+	gateRefuse
+)
+
+// connFor returns the state of conn, made on first use for claimed.
+func (g *identityGate) connFor(conn ext.ConnID, claimed ext.WorkerID) *connState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conns == nil {
+		g.conns, g.proving = map[ext.ConnID]*connState{}, map[ext.WorkerID]int{}
+	}
+	cs := g.conns[conn]
+	if cs == nil {
+		cs = &connState{id: conn, claimed: claimed}
+		g.conns[conn] = cs
+	}
+	return cs
+}
+
+// proves reports whether w is a known peer that answers challenges.
+func (m *Messenger) proves(w ext.WorkerID) bool {
+	p, ok := m.peers.getWorker(w)
+	return ok && p.proves
+}
+
+// admit decides what happens to request j. cs caches the connection's
+// state across the requests of one read (they share a connection).
+func (m *Messenger) admit(j job, cs **connState) gateVerdict {
+	conn := j.msg.Conn
+	if conn == 0 {
+		return gatePass
+	}
+	sender := j.hdr.id.Worker()
+	c := *cs
+	if c == nil || c.id != conn {
+		c = m.gate.connFor(conn, sender)
+		*cs = c
+	}
+	if c.claimed != sender {
+		m.gate.mismatched.Add(1)
+		m.countFailure("identity", "second_identity")
+		return gateRefuse
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.phase {
+	case connProven:
+		return gatePass
+	case connRefused:
+		return gateRefuse
+	case connTrusted:
+		// A peer may become known as a prover after the connection's first
+		// request (its hello registered it): from then on it proves.
+		if !m.proves(sender) {
+			return gatePass
+		}
+		if !m.challengeLocked(c) {
+			c.phase = connRefused
+			return gateRefuse
+		}
+	}
+	// connProving
+	size := j.msg.Len()
+	if len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes {
+		m.countFailure("identity", "held_over_bound")
+		return gateRefuse
+	}
+	c.held = append(c.held, j)
+	c.heldBytes += size
+	m.gate.held.Add(1)
+	return gateHeld
+}
+
+// challengeLocked moves c to proving and sends its peer the challenge. It
+// reports false when c may not wait for a proof (too many connections wait
+// in that worker's name, or the challenge could not be sent).
+func (m *Messenger) challengeLocked(c *connState) bool {
+	g := &m.gate
+	g.mu.Lock()
+	if g.proving[c.claimed] >= maxProving {
+		g.mu.Unlock()
+		m.countFailure("identity", "too_many_proving")
+		return false
+	}
+	g.proving[c.claimed]++
+	g.mu.Unlock()
+	if _, err := rand.Read(c.nonce[:]); err != nil {
+		m.doneProving(c.claimed)
+		return false
+	}
+	inst, ok := m.peers.byWorker(c.claimed)
+	if !ok {
+		m.doneProving(c.claimed)
+		return false
+	}
+	body := make([]byte, proofBodyLen)
+	binary.BigEndian.PutUint64(body, uint64(c.id))
+	copy(body[8:], c.nonce[:])
+	// On a goroutine: the caller is a connection's reader, and a send may
+	// wait for a dial or for the transport to take the frame.
+	go func() {
+		if err := m.Post(inst, proveHandler, body); err != nil {
+			m.logger().Debug("velo: identity challenge not sent", "peer", inst, "err", err)
+		}
+	}()
+	c.phase = connProving
+	g.challenged.Add(1)
+	c.timer = time.AfterFunc(proofTimeout, func() { m.proofTimedOut(c) })
+	return true
+}
+
+func (m *Messenger) doneProving(w ext.WorkerID) {
+	g := &m.gate
+	g.mu.Lock()
+	if g.proving[w]--; g.proving[w] <= 0 {
+		delete(g.proving, w)
+	}
+	g.mu.Unlock()
+}
+
+// proofTimedOut refuses what a connection held: its peer did not prove it.
+func (m *Messenger) proofTimedOut(c *connState) {
+	c.mu.Lock()
+	if c.phase != connProving {
+		c.mu.Unlock()
+		return
+	}
+	c.phase = connRefused
+	held := c.takeHeldLocked()
+	c.mu.Unlock()
+	m.doneProving(c.claimed)
+	m.countFailure("identity", "unproven")
+	m.refuseHeld(held)
+}
+
+func (c *connState) takeHeldLocked() []job {
+	held := c.held
+	c.held, c.heldBytes = nil, 0
+	return held
+}
+
+// refuseHeld answers held requests with ErrIdentityUnproven. The answer
+// goes to the worker they named, at its registered address: a peer whose
+// proof was lost learns why its calls failed, and a stranger learns
+// nothing.
+func (m *Messenger) refuseHeld(held []job) {
+	for _, j := range held {
+		m.refuseIdentity(j)
+	}
+}
+
+func (m *Messenger) refuseIdentity(j job) {
+	m.gate.refused.Add(1)
+	m.reply(j.hdr, string(j.hdr.handler), nil, ErrIdentityUnproven)
+	j.msg.Done()
+}
+
+// onProof handles a _velo_proof request that arrived on its connection. It
+// returns the requests the proof releases, in arrival order, for the caller
+// to dispatch before anything read after the proof.
+func (m *Messenger) onProof(j job) []job {
+	defer j.msg.Done()
+	p := j.msg.Payload
+	if j.msg.Conn == 0 || len(p) != proofBodyLen || ext.ConnID(binary.BigEndian.Uint64(p)) != j.msg.Conn {
+		m.countFailure("identity", "bad_proof")
+		return nil
+	}
+	m.gate.mu.Lock()
+	c := m.gate.conns[j.msg.Conn]
+	m.gate.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if c.phase != connProving || subtle.ConstantTimeCompare(c.nonce[:], p[8:]) != 1 {
+		c.mu.Unlock()
+		m.countFailure("identity", "bad_proof")
+		return nil
+	}
+	c.phase = connProven
+	c.timer.Stop()
+	held := c.takeHeldLocked()
+	c.mu.Unlock()
+	m.doneProving(c.claimed)
+	m.gate.proven.Add(1)
+	return held
+}
+
+// onProve answers a challenge: the same bytes go back as _velo_proof on
+// every lane to the challenger, so the one connection it asked about
+// carries them, whichever lane it is.
+func (m *Messenger) onProve(c *Context) {
+	if len(c.Payload) != proofBodyLen {
+		m.countFailure("identity", "bad_challenge")
+		return
+	}
+	p, ok := m.peers.getWorker(c.sender)
+	if !ok {
+		// Only a peer this node knows gets a proof: what it sends goes to
+		// that peer's registered address, never back to an asker.
+		m.countFailure("identity", "challenge_from_unknown")
+		return
+	}
+	body := append([]byte(nil), c.Payload...)
+	if h := m.testOnChallenge.Load(); h != nil {
+		(*h)(body)
+	}
+	inst := p.info.InstanceID
+	for lane := range p.primary.Lanes(inst) {
+		if err := m.PostLane(inst, lane, proofHandler, body); err != nil {
+			m.logger().Debug("velo: identity proof not sent", "peer", inst, "lane", lane, "err", err)
+		}
+	}
+}
+
+// onConnClosed forgets a connection that ended; what it still held is refused.
+func (m *Messenger) onConnClosed(id ext.ConnID) {
+	m.gate.mu.Lock()
+	c := m.gate.conns[id]
+	delete(m.gate.conns, id)
+	m.gate.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	wasProving := c.phase == connProving
+	c.phase = connRefused
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	held := c.takeHeldLocked()
+	c.mu.Unlock()
+	if wasProving {
+		m.doneProving(c.claimed)
+	}
+	m.refuseHeld(held)
+}
+
+// closeGate refuses everything held, at teardown.
+func (m *Messenger) closeGate() {
+	m.gate.mu.Lock()
+	ids := make([]ext.ConnID, 0, len(m.gate.conns))
+	for id := range m.gate.conns {
+		ids = append(ids, id)
+	}
+	m.gate.mu.Unlock()
+	for _, id := range ids {
+		m.onConnClosed(id)
+	}
+}

@@ -1,0 +1,207 @@
+package messenger_test
+
+import (
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// writeAs writes one fire-and-forget request to handler on conn, naming
+// worker w as its sender.
+func writeAs(t *testing.T, conn net.Conn, w ext.WorkerID, handler string, payload []byte) {
+	t.Helper()
+	hdr := wireRequestHeader(0, uint64(w), 0, handler, nil)
+	_, err := conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: hdr, Payload: payload}))
+	must(t, err)
+}
+
+// probeNode registers a fire handler on n that reports who sent each request.
+func probeNode(t *testing.T, n *velo.Node) <-chan ext.WorkerID {
+	t.Helper()
+	senders := make(chan ext.WorkerID, 16)
+	must(t, n.Register(velo.FireHandler("probe", func(c *velo.Context) { senders <- c.SenderWorkerID() })))
+	return senders
+}
+
+// TestStrangerCannotSpeakAsAGoPeer: a raw connection that names a Go peer
+// as its sender has its requests held while the node challenges the real
+// peer, at the peer's own address; the stranger never sees the nonce, so
+// the requests are refused and the handler never runs. The real peer is
+// served as before.
+func TestStrangerCannotSpeakAsAGoPeer(t *testing.T) {
+	defer messenger.SetProofTimeout(200 * time.Millisecond)()
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	senders := probeNode(t, b)
+	_, err := a.RemoteHandlers(ctx, b.InstanceID()) // a greets b: b knows a as a Go peer
+	must(t, err)
+	challenged := make(chan []byte, 4)
+	a.Messenger().OnChallenge(func(body []byte) { challenged <- body })
+
+	before := b.Messenger().IdentityStats()
+	conn := rawConn(t, b)
+	for range 3 {
+		writeAs(t, conn, a.WorkerID(), "probe", nil)
+	}
+	recv(t, challenged, "the challenge to reach the real peer")
+	waitFor(t, "the stranger's requests to be refused", func() bool {
+		return b.Messenger().IdentityStats().Refused-before.Refused >= 3
+	})
+	select {
+	case w := <-senders:
+		t.Fatalf("the probe ran for a stranger speaking as %s", w)
+	default:
+	}
+	// Later requests on the refused connection are refused at once.
+	writeAs(t, conn, a.WorkerID(), "probe", nil)
+	waitFor(t, "a request after the refusal to be refused", func() bool {
+		return b.Messenger().IdentityStats().Refused-before.Refused >= 4
+	})
+
+	// The real peer's own connection proved itself and is served.
+	must(t, a.Send(ctx, b.InstanceID(), "probe", nil))
+	if w := recv(t, senders, "the real peer's probe"); w != a.WorkerID() {
+		t.Fatalf("sender %s, want %s", w, a.WorkerID())
+	}
+	if st := b.Messenger().IdentityStats(); st.Held-before.Held < 3 || st.Challenged-before.Challenged < 1 {
+		t.Fatalf("stats %+v (before %+v): the stranger's requests were not held for a challenge", st, before)
+	}
+}
+
+// TestProvenConnectionIsBoundToOnePeer: a connection that proved it speaks
+// for a peer runs that peer's requests; a request on it that names another
+// worker is refused.
+func TestProvenConnectionIsBoundToOnePeer(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	senders := probeNode(t, b)
+	_, err := a.RemoteHandlers(ctx, b.InstanceID())
+	must(t, err)
+	conn := rawConn(t, b)
+	proveAs(t, conn, a)
+	writeAs(t, conn, a.WorkerID(), "probe", nil)
+	if w := recv(t, senders, "the proven connection's probe"); w != a.WorkerID() {
+		t.Fatalf("sender %s, want %s", w, a.WorkerID())
+	}
+	before := b.Messenger().IdentityStats()
+	writeAs(t, conn, ext.WorkerID(12345), "probe", nil)
+	waitFor(t, "the second identity to be refused", func() bool {
+		return b.Messenger().IdentityStats().Mismatched > before.Mismatched
+	})
+	writeAs(t, conn, a.WorkerID(), "probe", nil) // the connection still speaks for a
+	if w := recv(t, senders, "the probe after the refusal"); w != a.WorkerID() {
+		t.Fatalf("sender %s, want %s", w, a.WorkerID())
+	}
+}
+
+// TestGoPeersProveTheirConnections: between two Go nodes the proof runs by
+// itself; calls succeed and nothing is refused.
+func TestGoPeersProveTheirConnections(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	for i := range 50 {
+		got, err := a.Unary(ctx, b.InstanceID(), "echo", []byte{byte(i)})
+		must(t, err)
+		if len(got) != 1 || got[0] != byte(i) {
+			t.Fatalf("call %d: got % x", i, got)
+		}
+	}
+	st := b.Messenger().IdentityStats()
+	if st.Proven < 1 || st.Refused != 0 || st.Mismatched != 0 {
+		t.Fatalf("server identity stats %+v: want a proven connection and no refusal", st)
+	}
+}
+
+// TestConnectionCloseRefusesWhatItHeld: requests held for a proof are
+// refused as soon as their connection ends, not at the proof's timeout.
+func TestConnectionCloseRefusesWhatItHeld(t *testing.T) {
+	defer messenger.SetProofTimeout(time.Hour)()
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	_, err := a.RemoteHandlers(ctx, b.InstanceID())
+	must(t, err)
+	before := b.Messenger().IdentityStats()
+	conn := rawConn(t, b)
+	writeAs(t, conn, a.WorkerID(), "_list_handlers", nil)
+	waitFor(t, "the request to be held", func() bool { return b.Messenger().IdentityStats().Held > before.Held })
+	conn.Close()
+	waitFor(t, "the held request to be refused", func() bool {
+		st := b.Messenger().IdentityStats()
+		return st.Refused > before.Refused && st.Conns <= before.Conns
+	})
+}
+
+// TestPeersWithoutTheMarkAreTrusted: a peer whose address lacks the proof
+// mark (a Rust 0.9 node) cannot answer a challenge, so its requests run as
+// it names itself, as the reference runs them.
+func TestPeersWithoutTheMarkAreTrusted(t *testing.T) {
+	b := newNode(t)
+	senders := probeNode(t, b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	ap := ln.Addr().(*net.TCPAddr)
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	rust := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{tcp.Key: ep}}
+	conn := rawConn(t, b)
+	body, err := json.Marshal(map[string]any{"peer_info": rust})
+	must(t, err)
+	writeAs(t, conn, rust.WorkerID(), "_hello", body)
+	// The hello runs on a worker of its own: a probe sent before it is done
+	// is refused as not greeted, so probe until one runs.
+	waitFor(t, "the unmarked peer's probe", func() bool {
+		writeAs(t, conn, rust.WorkerID(), "probe", nil)
+		select {
+		case w := <-senders:
+			if w != rust.WorkerID() {
+				t.Fatalf("sender %s, want %s", w, rust.WorkerID())
+			}
+			return true
+		case <-time.After(10 * time.Millisecond):
+			return false
+		}
+	})
+	if st := b.Messenger().IdentityStats(); st.Challenged != 0 || st.Refused != 0 {
+		t.Fatalf("stats %+v: an unmarked peer was challenged or refused", st)
+	}
+}
+
+// TestHelloCannotMoveAKnownPeer: a hello that gives a known instance
+// another endpoint is refused; this node's replies to that instance keep
+// going where it registered.
+func TestHelloCannotMoveAKnownPeer(t *testing.T) {
+	sm := newMetrics(t)
+	b := newNode(t, velo.WithMetrics(sm))
+	endpoint := func() []byte {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		t.Cleanup(func() { ln.Close() })
+		ap := ln.Addr().(*net.TCPAddr)
+		return tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	}
+	real, forged := endpoint(), endpoint()
+	peer := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{tcp.Key: real}}
+	must(t, b.RegisterPeer(peer))
+	conn := rawConn(t, b)
+	moved := peer
+	moved.Address = ext.WorkerAddress{tcp.Key: forged}
+	body, err := json.Marshal(map[string]any{"peer_info": moved})
+	must(t, err)
+	writeAs(t, conn, peer.WorkerID(), "_hello", body)
+	c := sm.DispatchFailures.WithLabelValues("identity", "hello_moves_address")
+	waitFor(t, "the hello to be refused", func() bool { return testutil.ToFloat64(c) == 1 })
+	got, ok := b.Messenger().PeerInfoOf(peer.WorkerID())
+	if !ok || string(got.Address[tcp.Key]) != string(real) {
+		t.Fatalf("after the hello the peer is %+v (%v), want its registered endpoint", got, ok)
+	}
+}
