@@ -122,7 +122,8 @@ func (d *discoveryState) forget(id ext.InstanceID) {
 	d.mu.Unlock()
 }
 
-// DiscoveredPeers is how many peers the node holds from discovery.
+// DiscoveredPeers is how many peers the node holds from discovery or
+// learned from their hello (both count against MaxDiscoveredPeers).
 func (m *Messenger) DiscoveredPeers() int {
 	m.disco.mu.Lock()
 	defer m.disco.mu.Unlock()

@@ -17,7 +17,6 @@ func (m *Messenger) OnChallenge(f func(body []byte)) { m.testOnChallenge.Store(&
 // SetProofTimeout shortens how long requests wait for an identity proof;
 // it returns a function that restores it.
 func SetProofTimeout(d time.Duration) (restore func()) {
-	old := proofTimeout
-	proofTimeout = d
-	return func() { proofTimeout = old }
+	old := proofTimeout.Swap(int64(d))
+	return func() { proofTimeout.Store(old) }
 }

@@ -56,7 +56,15 @@ const (
 // proof before they are refused.
 const ProofTimeout = 5 * time.Second
 
-var proofTimeout = ProofTimeout // tests shorten it
+// proofTimeout, when set, replaces ProofTimeout (tests shorten it).
+var proofTimeout atomic.Int64
+
+func proofWait() time.Duration {
+	if d := proofTimeout.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return ProofTimeout
+}
 
 // Bounds on what a connection that has not proved itself may cost.
 const (
@@ -83,6 +91,10 @@ const (
 type connState struct {
 	id      ext.ConnID
 	claimed ext.WorkerID // the worker its first request named
+
+	// proven is set once, with phase, when the proof binds the connection:
+	// the hot path reads it without the lock.
+	proven atomic.Bool
 
 	mu        sync.Mutex
 	phase     connPhase
@@ -172,6 +184,9 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 		m.countFailure("identity", "second_identity")
 		return gateRefuse
 	}
+	if c.proven.Load() {
+		return gatePass
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.phase {
@@ -236,7 +251,7 @@ func (m *Messenger) challengeLocked(c *connState) bool {
 	}()
 	c.phase = connProving
 	g.challenged.Add(1)
-	c.timer = time.AfterFunc(proofTimeout, func() { m.proofTimedOut(c) })
+	c.timer = time.AfterFunc(proofWait(), func() { m.proofTimedOut(c) })
 	return true
 }
 
@@ -309,6 +324,7 @@ func (m *Messenger) onProof(j job) []job {
 		return nil
 	}
 	c.phase = connProven
+	c.proven.Store(true)
 	c.timer.Stop()
 	held := c.takeHeldLocked()
 	c.mu.Unlock()

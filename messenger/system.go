@@ -99,9 +99,27 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 		if err := m.RegisterPeer(info); err != nil {
 			return nil, err
 		}
+		if !ok {
+			m.boundLearned(info.InstanceID)
+		}
 	}
 	m.greet(info.WorkerID())
 	return m.handlersBody()
+}
+
+// boundLearned counts a peer that a hello introduced against the same
+// bound as the peers found through discovery (MaxDiscoveredPeers), so
+// that hellos naming ever new instances cannot grow the peer table
+// without limit: the least recently used such peer is forgotten.
+func (m *Messenger) boundLearned(id ext.InstanceID) {
+	if p, ok := m.peers.get(id); ok {
+		p.lastUse.Store(time.Now().UnixNano())
+		p.discovered.Store(true)
+	}
+	if victim, ok := m.disco.add(m.peers, id); ok {
+		m.countFailure("identity", "peer_table_full")
+		m.UnregisterPeer(victim)
+	}
 }
 
 // withMissing returns hello's address plus the entries of known that hello
