@@ -29,7 +29,10 @@ import (
 //     bytes, on each of its lanes to this node. The proof that arrives on
 //     the connection itself binds it; the held requests then run, in order.
 //     A connection that does not prove itself within ProofTimeout has its
-//     held and later requests refused with ErrIdentityUnproven.
+//     held requests refused with ErrIdentityUnproven, and later ones
+//     dropped (counted, never answered: an answer goes to the peer the
+//     request named, so answering a stranger's flood would make this node
+//     write to that peer on the stranger's behalf).
 //   - A peer whose address lacks the mark (a Rust 0.9 node, which cannot
 //     answer) or that this node does not know is trusted as it claims, as
 //     the reference trusts every peer. A stranger can pose as such a peer;
@@ -142,7 +145,7 @@ type gateVerdict uint8
 const (
 	gatePass gateVerdict = iota
 	gateHeld             // the gate keeps the job until the proof or the timeout
-	gateRefuse
+	gateDrop             // dropped and counted, never answered: see refuseHeld
 )
 
 // connFor returns the state of conn, made on first use for claimed.
@@ -182,7 +185,7 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 	if c.claimed != sender {
 		m.gate.mismatched.Add(1)
 		m.countFailure("identity", "second_identity")
-		return gateRefuse
+		return gateDrop
 	}
 	if c.proven.Load() {
 		return gatePass
@@ -193,7 +196,11 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 	case connProven:
 		return gatePass
 	case connRefused:
-		return gateRefuse
+		// Its held requests were answered; answering every later one
+		// would let a stranger make this node write to the peer it named.
+		m.gate.refused.Add(1)
+		m.countFailure("identity", "refused_connection")
+		return gateDrop
 	case connTrusted:
 		// A peer may become known as a prover after the connection's first
 		// request (its hello registered it): from then on it proves.
@@ -202,14 +209,16 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 		}
 		if !m.challengeLocked(c) {
 			c.phase = connRefused
-			return gateRefuse
+			m.gate.refused.Add(1)
+			return gateDrop
 		}
 	}
 	// connProving
 	size := j.msg.Len()
 	if len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes {
 		m.countFailure("identity", "held_over_bound")
-		return gateRefuse
+		m.gate.refused.Add(1)
+		return gateDrop
 	}
 	c.held = append(c.held, j)
 	c.heldBytes += size

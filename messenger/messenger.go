@@ -921,8 +921,8 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 		switch m.admit(j, &cs) {
 		case gateHeld:
 			continue
-		case gateRefuse:
-			m.refuseIdentity(j)
+		case gateDrop:
+			msg.Done()
 			continue
 		}
 		m.dispatchOne(hs, j, &spawned)
