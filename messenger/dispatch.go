@@ -146,6 +146,7 @@ func (r *registered) run(j job, counted bool) {
 		// A handler's own error never carries a wire code, even when it
 		// wraps one of ours (a downstream call that met ErrShuttingDown):
 		// the code would tell the caller that this node is shutting down.
+		// A CodedError is the exception: the handler chose to send it.
 		err = handlerError{err}
 	}
 	r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
@@ -800,8 +801,8 @@ func (q *jobQueue) takeAll() []job {
 	return out
 }
 
-// handlerError hides a handler's error from the wire codes (codeOf): only
-// its text goes back.
+// handlerError hides a handler's error from the messenger's own wire codes
+// (codeOf): only its text goes back, and the code of a CodedError.
 type handlerError struct{ err error }
 
 func (e handlerError) Error() string { return e.err.Error() }

@@ -57,13 +57,40 @@ var remoteCodes = map[string]error{
 
 // codeOf is the wire code of err, or "" when err has none.
 func codeOf(err error) string {
+	var ce *CodedError
+	if he, ok := err.(handlerError); ok {
+		// A handler's error carries only the codes it chose to send.
+		if errors.As(he.err, &ce) {
+			return ce.code
+		}
+		return ""
+	}
 	for code, sentinel := range remoteCodes {
 		if errors.Is(err, sentinel) {
 			return code
 		}
 	}
+	if errors.As(err, &ce) {
+		return ce.code
+	}
 	return ""
 }
+
+// CodedError is a sentinel error that keeps its identity across the wire:
+// a handler that returns it (or an error wrapping it) answers with its
+// code, and the caller's errors.Is(err, sentinel) holds. Packages built on
+// the messenger define their own with NewCodedError, so no table of codes
+// has to be shared. A Rust node sees only the text.
+type CodedError struct{ code, text string }
+
+// NewCodedError makes a sentinel whose code names it on the wire. Codes
+// are the package's to choose; prefix them with the package name.
+func NewCodedError(code, text string) *CodedError { return &CodedError{code: code, text: text} }
+
+func (e *CodedError) Error() string { return e.text }
+
+// Code is the name the error has on the wire.
+func (e *CodedError) Code() string { return e.code }
 
 type timeoutError struct{}
 
@@ -93,6 +120,12 @@ const ErrorCodeHeader = "velo-error-code"
 // Is matches the sentinel the remote named with its code, so
 // errors.Is(err, ErrLaneFull) holds for a lane that was full over there.
 func (e *RemoteError) Is(target error) bool {
+	if e.Code == "" {
+		return false
+	}
+	if ce, ok := target.(*CodedError); ok {
+		return ce.code == e.Code
+	}
 	sentinel, ok := remoteCodes[e.Code]
 	return ok && sentinel == target
 }

@@ -2,6 +2,8 @@ package messenger_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -205,5 +207,20 @@ func TestHelloCannotMoveAKnownPeer(t *testing.T) {
 	got, ok := b.Messenger().PeerInfoOf(peer.WorkerID())
 	if !ok || string(got.Address[tcp.Key]) != string(real) {
 		t.Fatalf("after the hello the peer is %+v (%v), want its registered endpoint", got, ok)
+	}
+}
+
+// TestCodedErrorKeepsItsIdentity: a sentinel made with NewCodedError that
+// a handler returns, wrapped, matches on the caller with errors.Is.
+func TestCodedErrorKeepsItsIdentity(t *testing.T) {
+	errMine := messenger.NewCodedError("test_mine", "test: mine")
+	errOther := messenger.NewCodedError("test_other", "test: other")
+	a, b := pair(t, nil, nil)
+	must(t, b.Register(velo.UnaryHandler("fail", func(*velo.Context) ([]byte, error) {
+		return nil, fmt.Errorf("while failing: %w", errMine)
+	})))
+	_, err := a.Unary(testCtx(t), b.InstanceID(), "fail", nil)
+	if !errors.Is(err, errMine) || errors.Is(err, errOther) || errors.Is(err, messenger.ErrLaneFull) {
+		t.Fatalf("err %v: want it to match its own sentinel only", err)
 	}
 }
