@@ -56,7 +56,10 @@ func WithStagedFetchTimeout(d time.Duration) Option {
 // WithStagedPayloadMax is the largest payload this node takes from a peer by
 // rendezvous. A larger stated size is refused before anything of that size
 // is allocated: the handle is released and the caller gets an error naming
-// both sizes. 0 (the default) means no limit.
+// both sizes. 0 (the default) means rendezvous.DefaultPayloadMax, 1 GiB; a
+// negative n means no limit. Under the limit, the fetch buffer grows with
+// the bytes that arrive, so an owner that states more than it sends costs
+// only what it sent.
 func WithStagedPayloadMax(n int64) Option {
 	return Option{rv: func(c *rendezvous.Config) { c.PayloadMax = n }}
 }

@@ -68,12 +68,13 @@ type VeloMetrics struct {
 	stream           *StreamingMetrics
 
 	// Rendezvous family; see Rendezvous.
-	rvOps    *prometheus.CounterVec   // operation, outcome
-	rvDur    *prometheus.HistogramVec // operation, outcome
-	rvBytes  *prometheus.CounterVec   // operation
-	rvActive prometheus.Gauge
-	rvOnce   sync.Once
-	rv       *RendezvousMetrics
+	rvOps     *prometheus.CounterVec   // operation, outcome
+	rvDur     *prometheus.HistogramVec // operation, outcome
+	rvBytes   *prometheus.CounterVec   // operation
+	rvRefused *prometheus.CounterVec   // operation, reason (ours, not the book's)
+	rvActive  prometheus.Gauge
+	rvOnce    sync.Once
+	rv        *RendezvousMetrics
 }
 
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -217,6 +218,8 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			"Duration of rendezvous operations.", "operation", "outcome"),
 		rvBytes: counterVec("velo_rendezvous_bytes_total",
 			"Total bytes transferred via rendezvous.", "operation"),
+		rvRefused: counterVec("velo_rendezvous_refusals_total",
+			"Rendezvous requests and answers refused, by operation and reason.", "operation", "reason"),
 		rvActive: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "velo_rendezvous_active_slots",
 			Help: "Number of data slots currently staged in the rendezvous registry.",
@@ -233,7 +236,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
 		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
 		m.muxPerBatch, m.muxCollector,
-		m.rvOps, m.rvDur, m.rvBytes, m.rvActive,
+		m.rvOps, m.rvDur, m.rvBytes, m.rvRefused, m.rvActive,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {

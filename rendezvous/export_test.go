@@ -1,5 +1,7 @@
 package rendezvous
 
+import "github.com/velo-go/velo/ext"
+
 // FetchAllocs is how many destination buffers Fetch has allocated.
 func FetchAllocs() int64 { return fetchAllocs.Load() }
 
@@ -18,3 +20,21 @@ func SetAcquireHook(r *Manager, f func()) {
 	}
 	r.acquireHook.Store(&f)
 }
+
+// FetchAllocBytes is the capacity, in bytes, of the destination buffers
+// Get and Fetch have allocated.
+func FetchAllocBytes() int64 { return fetchAllocBytes.Load() }
+
+// LeaseOf reports the transfer and the holder of a lease on r.
+func LeaseOf(r *Manager, lease uint64) (transfer uint64, holder ext.WorkerID, ok bool) {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	l, ok := r.st.leases[lease]
+	if !ok {
+		return 0, 0, false
+	}
+	return l.transferID, l.holder, true
+}
+
+// FromRemote is fromRemote: a remote refusal matched to its sentinel.
+func FromRemote(err error) error { return fromRemote(err) }

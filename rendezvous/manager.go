@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,21 @@ import (
 
 // DefaultThreshold is the payload size above which the messenger stages.
 const DefaultThreshold = 256 << 10
+
+// DefaultPayloadMax is the largest staged payload a node takes from a peer
+// when its Config leaves PayloadMax at 0 (the reference has no limit by
+// default; a stated size is the owner's word, so a node built with
+// defaults must not take any size it is told).
+const DefaultPayloadMax = 1 << 30
+
+// A fetch buffer grows with the bytes that arrive (see sink): nothing
+// before the first chunk, then firstGrowth (or the stated size, if
+// smaller), then growFactor times its capacity each time a chunk lands
+// past its end.
+const (
+	firstGrowth = 1 << 20
+	growFactor  = 4
+)
 
 // pullWindow is how many chunk pulls one consumer keeps in flight.
 const pullWindow = 4
@@ -42,7 +58,9 @@ type Config struct {
 	FetchTimeout time.Duration
 	// PayloadMax is the largest staged payload this node takes from a
 	// peer (StagedPayloadMax), checked against the owner's stated size
-	// before anything of that size is allocated; 0 means no limit.
+	// before anything of that size is allocated. 0 means DefaultPayloadMax
+	// (1 GiB); a negative value means no limit. Under the limit the buffer
+	// still grows with the bytes that arrive, not with the stated size.
 	PayloadMax int64
 	// Metrics, when set, receives the Rendezvous family.
 	Metrics *metrics.VeloMetrics
@@ -67,16 +85,33 @@ var ErrPayloadTooLarge = errors.New("rendezvous: staged payload over this node's
 // ErrNotFound: the owner has no such slot or lease (freed, expired, never staged).
 var ErrNotFound = errors.New("rendezvous: handle not found")
 
-// fetchAllocs counts destination buffers Fetch allocated (a test seam).
-var fetchAllocs atomic.Int64
+// ErrNotHolder: the lease or transfer named was handed to another peer.
+// A handle is a capability (whoever holds it may take a lease on it), but
+// a lease and its transfer belong to the peer whose acquire opened them:
+// only that peer may pull, renew, detach or release them.
+var ErrNotHolder = errors.New("rendezvous: the lease or transfer belongs to another peer")
+
+// ErrSizeMismatch: the owner sent other than the bytes it stated (a chunk
+// shorter or longer than its share of total_len).
+var ErrSizeMismatch = errors.New("rendezvous: the owner's bytes do not match the size it stated")
+
+// Test seams: destination buffers that Get and Fetch allocated, and the
+// capacity of those buffers in bytes.
+var fetchAllocs, fetchAllocBytes atomic.Int64
 
 // New builds the manager and registers the owner's seven handlers on m.
 func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	if cfg.Threshold == 0 {
 		cfg.Threshold = DefaultThreshold
 	}
-	if cfg.Threshold < 0 || cfg.FetchTimeout < 0 || cfg.PayloadMax < 0 {
-		return nil, errors.New("rendezvous: negative threshold, fetch timeout or payload limit")
+	if cfg.Threshold < 0 || cfg.FetchTimeout < 0 {
+		return nil, errors.New("rendezvous: negative threshold or fetch timeout")
+	}
+	switch {
+	case cfg.PayloadMax == 0:
+		cfg.PayloadMax = DefaultPayloadMax
+	case cfg.PayloadMax < 0:
+		cfg.PayloadMax = -1 // no limit
 	}
 	r := &Manager{m: m, cfg: cfg, st: newStore(), met: cfg.Metrics.Rendezvous()}
 	if r.met != nil {
@@ -149,17 +184,41 @@ func (r *Manager) mine(h DataHandle) error {
 	return nil
 }
 
-func (r *Manager) onMetadata(c *messenger.Context) ([]byte, error) {
+// Who may ask (book, chapter 11: "the owner passes the handle to consumers
+// by any means"): a handle is a capability, so _rv_metadata, _rv_acquire
+// and _rv_ref serve whoever names a staged slot; its random 64-bit slot id
+// is what a stranger cannot name. A lease and its transfer belong to the
+// peer whose acquire opened them (the sender the messenger saw), so
+// _rv_pull, _rv_lease_renew, _rv_detach and _rv_release serve that peer
+// only. Every refusal is counted by operation and reason.
+
+// decodeHandle reads a handle request and checks the handle is ours.
+func (r *Manager) decodeHandle(op metrics.RvOp, b []byte) (DataHandle, error) {
 	var req handleRequest
-	if err := decode(c.Payload, &req); err != nil {
+	err := decode(b, &req)
+	if err == nil {
+		err = r.mine(req.Handle)
+	}
+	if err != nil {
+		r.met.Refused(op, metrics.RvMalformed)
+	}
+	return req.Handle, err
+}
+
+// notFound counts a request for a slot that is not staged here.
+func (r *Manager) notFound(op metrics.RvOp, h DataHandle) error {
+	r.met.Refused(op, metrics.RvNotFound)
+	return fmt.Errorf("%w: %s", ErrNotFound, h)
+}
+
+func (r *Manager) onMetadata(c *messenger.Context) ([]byte, error) {
+	h, err := r.decodeHandle(metrics.RvMetadata, c.Payload)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.mine(req.Handle); err != nil {
-		return nil, err
-	}
-	md, ok := r.st.metadata(req.Handle.Lo)
+	md, ok := r.st.metadata(h.Lo)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, req.Handle)
+		return nil, r.notFound(metrics.RvMetadata, h)
 	}
 	return json.Marshal(md)
 }
@@ -169,26 +228,12 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 		(*f)()
 	}
 	start := time.Now()
-	var req handleRequest
-	err := decode(c.Payload, &req)
-	if err == nil {
-		err = r.mine(req.Handle)
-	}
-	var timeout time.Duration
-	if err == nil {
-		if h, herr := c.Headers(); herr == nil {
-			if v, ok := h[LeaseHeader]; ok {
-				if ms, perr := strconv.ParseUint(v, 10, 32); perr == nil && ms > 0 {
-					timeout = time.Duration(ms) * time.Millisecond
-				}
-			}
-		}
-	}
+	h, err := r.decodeHandle(metrics.RvAcquire, c.Payload)
 	var rd ready
 	if err == nil {
 		var ok bool
-		if rd, ok = r.st.acquire(req.Handle.Lo, timeout); !ok {
-			err = fmt.Errorf("%w: %s", ErrNotFound, req.Handle)
+		if rd, ok = r.st.acquire(h.Lo, leaseTimeout(c), c.SenderWorkerID()); !ok {
+			err = r.notFound(metrics.RvAcquire, h)
 		}
 	}
 	r.met.Op(metrics.RvAcquire, err == nil, start)
@@ -198,50 +243,112 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 	return json.Marshal(acquireAnswer{Ready: &rd})
 }
 
+// leaseTimeout is the deadline an acquire asks for (LeaseHeader), 0 for none.
+func leaseTimeout(c *messenger.Context) time.Duration {
+	h, err := c.Headers()
+	if err != nil {
+		return 0
+	}
+	v, ok := h[LeaseHeader]
+	if !ok {
+		return 0
+	}
+	ms, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 func (r *Manager) onPull(c *messenger.Context) ([]byte, error) {
 	var req pullRequest
 	if err := decode(c.Payload, &req); err != nil {
+		r.met.Refused(metrics.RvPull, metrics.RvMalformed)
 		return nil, err
 	}
-	b, ok := r.st.chunk(req.TransferID, req.ChunkIndex)
-	r.met.Op(metrics.RvPull, ok, time.Time{})
-	if !ok {
-		return nil, fmt.Errorf("%w: chunk %d of transfer %d", ErrNotFound, req.ChunkIndex, req.TransferID)
+	b, v := r.st.chunk(req.TransferID, req.ChunkIndex, c.SenderWorkerID())
+	r.met.Op(metrics.RvPull, v == done, time.Time{})
+	if v != done {
+		return nil, r.refuse(metrics.RvPull, v, fmt.Sprintf("chunk %d of transfer %d", req.ChunkIndex, req.TransferID))
 	}
 	r.met.Bytes(metrics.RvPull, len(b))
 	return b, nil
 }
 
+// count records a refused lease or transfer request by its reason.
+func (r *Manager) count(op metrics.RvOp, v verdict) {
+	switch v {
+	case notHolder:
+		r.met.Refused(op, metrics.RvNotHolder)
+	case mismatch:
+		r.met.Refused(op, metrics.RvMismatch)
+	default:
+		r.met.Refused(op, metrics.RvNotFound)
+	}
+}
+
+// refuse counts a refused request and names it in an error that
+// errors.Is matches (ErrNotFound or ErrNotHolder).
+func (r *Manager) refuse(op metrics.RvOp, v verdict, what string) error {
+	r.count(op, v)
+	switch v {
+	case notHolder:
+		return fmt.Errorf("%w: %s", ErrNotHolder, what)
+	case mismatch:
+		return fmt.Errorf("%w: %s is on another slot", ErrNotFound, what)
+	default:
+		return fmt.Errorf("%w: %s", ErrNotFound, what)
+	}
+}
+
 func (r *Manager) onRef(c *messenger.Context) ([]byte, error) {
-	var req handleRequest
-	if err := decode(c.Payload, &req); err != nil {
+	h, err := r.decodeHandle(metrics.RvRef, c.Payload)
+	if err != nil {
 		return nil, err
 	}
-	if err := r.mine(req.Handle); err != nil {
-		return nil, err
-	}
-	if !r.st.ref(req.Handle.Lo) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, req.Handle)
+	if !r.st.ref(h.Lo) {
+		return nil, r.notFound(metrics.RvRef, h)
 	}
 	return nil, nil
 }
 
-func (r *Manager) onEnd(c *messenger.Context, deref bool) {
+// decodeLease reads a lease request and checks the handle is ours.
+func (r *Manager) decodeLease(op metrics.RvOp, b []byte) (leaseRequest, bool) {
 	var req leaseRequest
-	if decode(c.Payload, &req) != nil || r.mine(req.Handle) != nil {
-		return
+	if decode(b, &req) != nil || r.mine(req.Handle) != nil {
+		r.met.Refused(op, metrics.RvMalformed)
+		return req, false
 	}
+	return req, true
+}
+
+// onEnd serves _rv_detach and _rv_release. They are fire-and-forget, so a
+// refusal has no one to answer: it is counted, and changes nothing.
+func (r *Manager) onEnd(c *messenger.Context, deref bool) {
 	op := metrics.RvDetach
 	if deref {
 		op = metrics.RvRelease
 	}
-	r.met.Op(op, r.st.endLease(req.Handle.Lo, req.LeaseID, deref), time.Time{})
+	req, ok := r.decodeLease(op, c.Payload)
+	if !ok {
+		return
+	}
+	v := r.st.endLease(req.Handle.Lo, req.LeaseID, deref, c.SenderWorkerID())
+	r.met.Op(op, v == done, time.Time{})
+	if v != done {
+		r.count(op, v)
+	}
 }
 
 func (r *Manager) onRenew(c *messenger.Context) {
-	var req leaseRequest
-	if decode(c.Payload, &req) == nil && r.mine(req.Handle) == nil {
-		r.st.renew(req.Handle.Lo, req.LeaseID)
+	req, ok := r.decodeLease(metrics.RvRenew, c.Payload)
+	if !ok {
+		return
+	}
+	v := r.st.renew(req.Handle.Lo, req.LeaseID, c.SenderWorkerID())
+	r.met.Op(metrics.RvRenew, v == done, time.Time{})
+	if v != done {
+		r.count(metrics.RvRenew, v)
 	}
 }
 
@@ -278,14 +385,17 @@ func (r *Manager) metadata(ctx context.Context, h DataHandle) (Metadata, error) 
 	if err != nil {
 		return Metadata{}, err
 	}
-	return messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h})
+	md, err := messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h})
+	return md, fromRemote(err)
 }
 
 // Get pulls the payload of h and returns it with the lease it holds. End
-// the lease with Detach (keep the reference) or Release.
+// the lease with Detach (keep the reference) or Release. Get applies no
+// size limit, but its buffer grows with the bytes that arrive, never
+// ahead of them to the size the owner stated.
 func (r *Manager) Get(ctx context.Context, h DataHandle) ([]byte, uint64, error) {
 	start := time.Now()
-	b, lease, err := r.get(ctx, h, 0, 0, func(n int) ([]byte, error) { return make([]byte, n), nil })
+	b, lease, err := r.get(ctx, h, 0, -1, nil)
 	r.met.Op(metrics.RvGet, err == nil, start)
 	r.met.Bytes(metrics.RvGet, len(b))
 	return b, lease, err
@@ -295,24 +405,20 @@ func (r *Manager) Get(ctx context.Context, h DataHandle) ([]byte, uint64, error)
 // and returns the length and the lease.
 func (r *Manager) GetInto(ctx context.Context, h DataHandle, dst []byte) (int, uint64, error) {
 	start := time.Now()
-	b, lease, err := r.get(ctx, h, 0, 0, func(n int) ([]byte, error) {
-		if n > len(dst) {
-			return nil, fmt.Errorf("rendezvous: the payload of %d bytes does not fit a buffer of %d", n, len(dst))
-		}
-		return dst[:n], nil
-	})
+	b, lease, err := r.get(ctx, h, 0, -1, dst)
 	r.met.Op(metrics.RvGet, err == nil, start)
 	r.met.Bytes(metrics.RvGet, len(b))
 	return len(b), lease, err
 }
 
-// get acquires h, checks the stated size against max (0: none), allocates
-// with alloc and pulls every chunk. leaseTimeout > 0 asks the owner for a
+// get acquires h, checks the stated size against max (< 0: none) and
+// pulls every chunk, into into when it is not nil, else into a buffer
+// that grows as chunks arrive. leaseTimeout > 0 asks the owner for a
 // lease deadline. On an error after the acquire the lease is detached
 // (released, when the size was refused and release is the rule).
-func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Duration, max int64, alloc func(int) ([]byte, error)) ([]byte, uint64, error) {
+func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Duration, max int64, into []byte) ([]byte, uint64, error) {
 	if r.local(h) {
-		return r.getLocal(h, max, alloc)
+		return r.getLocal(h, max, into)
 	}
 	target, err := r.owner(h)
 	if err != nil {
@@ -326,57 +432,135 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 	body, _ := json.Marshal(handleRequest{Handle: h})
 	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, opts...)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fromRemote(err)
 	}
 	var ans acquireAnswer
 	if err := json.Unmarshal(raw, &ans); err != nil {
+		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
 		return nil, 0, fmt.Errorf("rendezvous: decode the acquire answer: %w", err)
 	}
 	if ans.Rdma != nil {
 		// This node made no RDMA offer, so an RDMA answer is the owner's fault.
 		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: ans.Rdma.LeaseID})
+		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
 		return nil, 0, errors.New("rendezvous: the owner answered RDMA to an acquire that made no offer")
 	}
 	rd := ans.Ready
-	if max > 0 && rd.TotalLen > uint64(max) {
+	if max >= 0 && rd.TotalLen > uint64(max) {
 		r.post(target, HandlerRelease, leaseRequest{Handle: h, LeaseID: rd.LeaseID})
+		r.met.Refused(metrics.RvGet, metrics.RvTooLarge)
 		return nil, 0, fmt.Errorf("%w: the owner states %d bytes, the limit is %d", ErrPayloadTooLarge, rd.TotalLen, max)
 	}
-	if err := checkReady(rd); err != nil {
-		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: rd.LeaseID})
-		return nil, 0, err
-	}
-	dst, err := alloc(int(rd.TotalLen))
+	dst, err := r.checkedSink(rd, into)
 	if err != nil {
 		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: rd.LeaseID})
 		return nil, 0, err
 	}
 	if err := r.pullAll(ctx, target, rd, dst); err != nil {
 		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: rd.LeaseID})
+		if errors.Is(err, ErrSizeMismatch) {
+			r.met.Refused(metrics.RvGet, metrics.RvSizeMismatch)
+		}
 		return nil, 0, err
 	}
-	return dst, rd.LeaseID, nil
+	return dst.bytes(), rd.LeaseID, nil
+}
+
+// checkedSink checks the numbers of an answer and makes its destination.
+func (r *Manager) checkedSink(rd *ready, into []byte) (*sink, error) {
+	if err := checkReady(rd); err != nil {
+		r.met.Refused(metrics.RvGet, metrics.RvSizeMismatch)
+		return nil, err
+	}
+	return newSink(int(rd.TotalLen), into)
 }
 
 // checkReady refuses an answer whose numbers do not agree.
 func checkReady(rd *ready) error {
 	if rd.TotalLen > uint64(int(^uint(0)>>1)) {
-		return fmt.Errorf("rendezvous: stated size %d does not fit in memory", rd.TotalLen)
+		return fmt.Errorf("%w: %d bytes do not fit in memory", ErrSizeMismatch, rd.TotalLen)
 	}
 	if rd.TotalLen == 0 && rd.ChunkCount == 0 {
 		return nil
 	}
 	if rd.ChunkSize == 0 || uint64(rd.ChunkCount) != (rd.TotalLen+uint64(rd.ChunkSize)-1)/uint64(rd.ChunkSize) {
-		return fmt.Errorf("rendezvous: %d chunks of %d bytes do not make %d bytes", rd.ChunkCount, rd.ChunkSize, rd.TotalLen)
+		return fmt.Errorf("%w: %d chunks of %d bytes do not make %d bytes", ErrSizeMismatch, rd.ChunkCount, rd.ChunkSize, rd.TotalLen)
 	}
 	return nil
+}
+
+// sink is where a get puts its chunks: the caller's buffer, or one that
+// grows with the bytes that arrive. The stated size is the owner's word,
+// and a buffer of that size made before a byte arrived let one lying
+// answer (1 TiB stated) kill the node. A grown buffer is made at the
+// first chunk, firstGrowth long (or the stated size, if smaller), and
+// grows growFactor times each time a chunk lands past its end, up to the
+// stated size. A liar then costs nothing before its first chunk and at
+// most growFactor times what it sent after firstGrowth (plus the chunks in
+// flight). An honest payload up to firstGrowth is written once into one
+// buffer; a larger one pays copies of under a third of its bytes on the
+// way (1+4 MiB of copies for 16 MiB, 1+4+16 for 64 MiB), where doubling
+// cost as much as the payload and made a 16 MiB get about half slower.
+type sink struct {
+	mu    sync.Mutex // a grown buffer: chunks may land from more than one reader
+	buf   []byte     // a grown buffer: len is the end of the furthest chunk written
+	total int        // the stated size
+	fixed bool       // buf is the caller's: no growth, no lock
+}
+
+func newSink(total int, into []byte) (*sink, error) {
+	if into != nil {
+		if total > len(into) {
+			return nil, fmt.Errorf("rendezvous: the payload of %d bytes does not fit a buffer of %d", total, len(into))
+		}
+		return &sink{buf: into[:total], total: total, fixed: true}, nil
+	}
+	return &sink{total: total}, nil
+}
+
+// allocDest makes an empty destination of capacity n (counted: a test seam).
+func allocDest(n int) []byte {
+	fetchAllocs.Add(1)
+	fetchAllocBytes.Add(int64(n))
+	return make([]byte, 0, n)
+}
+
+// write puts p at off; off+len(p) is within the stated size (the caller
+// checked the chunk's length).
+func (s *sink) write(off int, p []byte) {
+	if s.fixed {
+		copy(s.buf[off:], p)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := off + len(p)
+	if end > cap(s.buf) {
+		grown := allocDest(min(max(end, firstGrowth, growFactor*cap(s.buf)), s.total))
+		s.buf = append(grown, s.buf...)
+	}
+	if end > len(s.buf) {
+		s.buf = s.buf[:end]
+	}
+	copy(s.buf[off:], p)
+}
+
+// bytes is the payload once every chunk is in (never nil: a payload of
+// no bytes has no chunk, so its buffer is made here).
+func (s *sink) bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.buf == nil {
+		s.buf = allocDest(s.total)
+	}
+	return s.buf[:s.total]
 }
 
 // pullAll pulls every chunk into dst, pullWindow in flight. Each answer
 // is copied into dst on the transport's reader, straight from the read
 // buffer (UnaryAsyncView), which then sends the next pull: no goroutine
-// per chunk and one copy per byte.
-func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready, dst []byte) error {
+// per chunk and one copy per byte, plus the copies of a grown buffer.
+func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready, dst *sink) error {
 	if rd.ChunkCount == 0 {
 		return nil
 	}
@@ -423,11 +607,11 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		err := r.m.UnaryAsyncView(ctx, target, HandlerPull, body, func(b []byte, err error) {
 			switch {
 			case err != nil:
-				err = fmt.Errorf("rendezvous: pull chunk %d: %w", i, err)
+				err = fmt.Errorf("rendezvous: pull chunk %d: %w", i, fromRemote(err))
 			case uint64(len(b)) != want:
-				err = fmt.Errorf("rendezvous: chunk %d has %d bytes, want %d", i, len(b), want)
+				err = fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrSizeMismatch, i, len(b), want)
 			default:
-				copy(dst[off:], b)
+				dst.write(int(off), b)
 			}
 			settle(err)
 		})
@@ -442,27 +626,71 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 	return first
 }
 
-// getLocal serves a handle this node owns without the network.
-func (r *Manager) getLocal(h DataHandle, max int64, alloc func(int) ([]byte, error)) ([]byte, uint64, error) {
-	rd, ok := r.st.acquire(h.Lo, 0)
+// getLocal serves a handle this node owns without the network. The bytes
+// are here, so their size is no one's word: the buffer is made at once.
+func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64, error) {
+	self := r.m.WorkerID()
+	rd, ok := r.st.acquire(h.Lo, 0, self)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, h)
 	}
-	if max > 0 && rd.TotalLen > uint64(max) {
-		r.st.endLease(h.Lo, rd.LeaseID, true)
+	if max >= 0 && rd.TotalLen > uint64(max) {
+		r.st.endLease(h.Lo, rd.LeaseID, true, self)
+		r.met.Refused(metrics.RvGet, metrics.RvTooLarge)
 		return nil, 0, fmt.Errorf("%w: the owner states %d bytes, the limit is %d", ErrPayloadTooLarge, rd.TotalLen, max)
 	}
-	dst, err := alloc(int(rd.TotalLen))
-	if err != nil {
-		r.st.endLease(h.Lo, rd.LeaseID, false)
-		return nil, 0, err
+	n := int(rd.TotalLen)
+	var dst []byte
+	if into != nil {
+		if n > len(into) {
+			r.st.endLease(h.Lo, rd.LeaseID, false, self)
+			return nil, 0, fmt.Errorf("rendezvous: the payload of %d bytes does not fit a buffer of %d", n, len(into))
+		}
+		dst = into[:n]
+	} else {
+		dst = allocDest(n)[:n]
 	}
 	for i := range rd.ChunkCount {
-		b, _ := r.st.chunk(rd.TransferID, i)
+		b, _ := r.st.chunk(rd.TransferID, i, self)
 		copy(dst[uint64(i)*uint64(rd.ChunkSize):], b)
 	}
 	return dst, rd.LeaseID, nil
 }
+
+// fromRemote gives an owner's refusal its identity back. The messenger
+// carries a handler's error as its text, so a RemoteError whose text
+// starts as one of this package's sentinels (or as the reference's "not
+// found" answers) matches that sentinel with errors.Is.
+func fromRemote(err error) error {
+	var re *messenger.RemoteError
+	if err == nil || !errors.As(err, &re) {
+		return err
+	}
+	for _, k := range remoteKinds {
+		if strings.HasPrefix(re.Message, k.prefix) {
+			return remoteRefusal{k.sentinel, err}
+		}
+	}
+	return err
+}
+
+var remoteKinds = []struct {
+	prefix   string
+	sentinel error
+}{
+	{ErrNotFound.Error(), ErrNotFound},
+	{ErrNotHolder.Error(), ErrNotHolder},
+	// The reference's owner (velo 0.9).
+	{"rendezvous handle not found", ErrNotFound},
+	{"chunk not found", ErrNotFound},
+	{"_rv_ref: handle not found", ErrNotFound},
+}
+
+// remoteRefusal is a RemoteError that also matches a sentinel.
+type remoteRefusal struct{ sentinel, err error }
+
+func (e remoteRefusal) Error() string   { return e.err.Error() }
+func (e remoteRefusal) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 // post sends a fire-and-forget control message without waiting.
 func (r *Manager) post(target ext.InstanceID, handler string, body any) {
@@ -492,7 +720,7 @@ func (r *Manager) ref(ctx context.Context, h DataHandle) error {
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
 	_, err = r.m.Unary(ctx, target, HandlerRef, body)
-	return err
+	return fromRemote(err)
 }
 
 // Detach ends a lease and keeps the reference: h can be fetched again.
@@ -506,6 +734,10 @@ func (r *Manager) Release(ctx context.Context, h DataHandle, lease uint64) error
 	return r.end(ctx, h, lease, true)
 }
 
+// end ends a lease this node holds. On the owner itself, a lease that
+// another peer holds is refused like a remote one (ErrNotHolder); a remote
+// owner answers nothing (the messages are fire-and-forget) and ignores a
+// lease that is not this node's.
 func (r *Manager) end(ctx context.Context, h DataHandle, lease uint64, deref bool) error {
 	op, name := metrics.RvDetach, HandlerDetach
 	if deref {
@@ -513,8 +745,8 @@ func (r *Manager) end(ctx context.Context, h DataHandle, lease uint64, deref boo
 	}
 	var err error
 	if r.local(h) {
-		if !r.st.endLease(h.Lo, lease, deref) {
-			err = fmt.Errorf("%w: lease %d of %s", ErrNotFound, lease, h)
+		if v := r.st.endLease(h.Lo, lease, deref, r.m.WorkerID()); v != done {
+			err = r.refuse(op, v, fmt.Sprintf("lease %d of %s", lease, h))
 		}
 	} else {
 		var target ext.InstanceID
@@ -537,6 +769,10 @@ func (r *Manager) Threshold() int { return r.cfg.Threshold }
 // FetchTimeout implements messenger.Stager.
 func (r *Manager) FetchTimeout() time.Duration { return r.cfg.FetchTimeout }
 
+// PayloadMax is the largest staged payload this node takes from a peer,
+// or -1 for no limit.
+func (r *Manager) PayloadMax() int64 { return r.cfg.PayloadMax }
+
 // Stage implements messenger.Stager: a copy, since the caller reuses its
 // buffer once the call returns.
 func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
@@ -553,7 +789,9 @@ func (r *Manager) Discard(handle string) {
 
 // Fetch implements messenger.Stager: get, then release (a transparent
 // handle has one reference, its one receiver). A payload over PayloadMax
-// is released unread.
+// is released unread; under it, the buffer grows with the bytes that
+// arrive (see sink), so an owner that states more than it sends costs
+// what it sent.
 func (r *Manager) Fetch(ctx context.Context, handle string, bounded bool) ([]byte, error) {
 	start := time.Now()
 	h, err := ParseHandle(handle)
@@ -564,10 +802,7 @@ func (r *Manager) Fetch(ctx context.Context, handle string, bounded bool) ([]byt
 	if dl, ok := ctx.Deadline(); ok && bounded {
 		leaseTimeout = max(time.Until(dl), time.Millisecond)
 	}
-	b, lease, err := r.get(ctx, h, leaseTimeout, r.cfg.PayloadMax, func(n int) ([]byte, error) {
-		fetchAllocs.Add(1)
-		return make([]byte, n), nil
-	})
+	b, lease, err := r.get(ctx, h, leaseTimeout, r.cfg.PayloadMax, nil)
 	r.met.Op(metrics.RvGet, err == nil, start)
 	if err != nil {
 		return nil, err
@@ -575,7 +810,7 @@ func (r *Manager) Fetch(ctx context.Context, handle string, bounded bool) ([]byt
 	r.met.Bytes(metrics.RvGet, len(b))
 	r.fetched.Add(1)
 	if r.local(h) {
-		r.st.endLease(h.Lo, lease, true)
+		r.st.endLease(h.Lo, lease, true, r.m.WorkerID())
 	} else if target, err := r.owner(h); err == nil {
 		r.post(target, HandlerRelease, leaseRequest{Handle: h, LeaseID: lease})
 	}

@@ -23,7 +23,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newNode(t *testing.T, opts ...velo.Option) (*velo.Node, *prometheus.Registry) {
+func newNode(t testing.TB, opts ...velo.Option) (*velo.Node, *prometheus.Registry) {
 	t.Helper()
 	tr, err := tcp.New()
 	if err != nil {

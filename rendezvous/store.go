@@ -1,8 +1,12 @@
 package rendezvous
 
 import (
+	crand "crypto/rand"
+	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/velo-go/velo/ext"
 )
 
 // ChunkSize is the size of one _rv_pull answer (the last one may be shorter).
@@ -20,10 +24,12 @@ type slot struct {
 }
 
 // lease is one consumer's read lock on a slot, with the one transfer its
-// acquire opened (transfer ids and lease ids are drawn from one counter).
+// acquire opened. The lease and the transfer belong to holder, the peer
+// whose _rv_acquire opened them: only it may pull, renew or end them.
 type lease struct {
 	local      uint64
 	transferID uint64
+	holder     ext.WorkerID
 	chunkSize  uint32
 	chunkCount uint32
 	timeout    time.Duration // 0: no deadline
@@ -33,14 +39,20 @@ type lease struct {
 // store holds the owner's staged slots and the leases on them. One mutex:
 // every operation under it is a few map operations, and chunk bytes are
 // copied out by the transport, not under the lock.
+//
+// Slot, lease and transfer ids are random 64-bit values, never 0: a peer
+// names a slot, a lease or a transfer only with an id the owner gave out,
+// so an id must not be guessable from another one (a counter handed a
+// stranger another request's payload at its first guess).
 type store struct {
 	mu        sync.Mutex
 	slots     map[uint64]*slot
 	leases    map[uint64]*lease // by lease id
 	transfers map[uint64]uint64 // transfer id → lease id
-	nextID    uint64
-	held      int64 // bytes in slots
-	deadlines int   // slots with a TTL plus leases with a deadline
+	draw      func() uint64     // the id source: rng, or a test's
+	rng       *rand.ChaCha8     // a CSPRNG seeded from crypto/rand; used under mu
+	held      int64             // bytes in slots
+	deadlines int               // slots with a TTL plus leases with a deadline
 
 	// The sweep goroutine runs only while deadlines > 0.
 	sweeping bool
@@ -53,18 +65,35 @@ type store struct {
 }
 
 func newStore() *store {
-	return &store{
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails (crypto/rand, Go 1.24 and later)
+	s := &store{
 		slots: map[uint64]*slot{}, leases: map[uint64]*lease{}, transfers: map[uint64]uint64{},
-		stop: make(chan struct{}), now: time.Now,
+		rng: rand.NewChaCha8(seed), stop: make(chan struct{}), now: time.Now,
+	}
+	s.draw = s.rng.Uint64
+	return s
+}
+
+// newIDLocked draws an id that is not 0 (0 names nothing on the wire) and
+// that taken does not report in use; a collision draws again.
+func (s *store) newIDLocked(taken func(uint64) bool) uint64 {
+	for {
+		if id := s.draw(); id != 0 && !taken(id) {
+			return id
+		}
 	}
 }
+
+func (s *store) slotTaken(id uint64) bool     { _, ok := s.slots[id]; return ok }
+func (s *store) leaseTaken(id uint64) bool    { _, ok := s.leases[id]; return ok }
+func (s *store) transferTaken(id uint64) bool { _, ok := s.transfers[id]; return ok }
 
 // register stages data (kept, not copied) with refcount 1.
 func (s *store) register(data []byte, ttl time.Duration) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nextID++
-	id := s.nextID
+	id := s.newIDLocked(s.slotTaken)
 	sl := &slot{data: data, refcount: 1}
 	if ttl > 0 {
 		sl.expires = s.now().Add(ttl)
@@ -92,9 +121,9 @@ func (s *store) metadata(id uint64) (Metadata, bool) {
 	return Metadata{TotalLen: uint64(len(sl.data)), Refcount: sl.refcount}, true
 }
 
-// acquire takes a read lock and opens the chunked transfer. The
-// registration is checked here, at every acquire.
-func (s *store) acquire(id uint64, timeout time.Duration) (ready, bool) {
+// acquire takes a read lock for holder and opens the chunked transfer.
+// The registration is checked here, at every acquire.
+func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (ready, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, ok := s.slots[id]
@@ -102,53 +131,79 @@ func (s *store) acquire(id uint64, timeout time.Duration) (ready, bool) {
 		return ready{}, false
 	}
 	sl.readLocks++
-	s.nextID++
-	lid := s.nextID
+	lid := s.newIDLocked(s.leaseTaken)
+	tid := s.newIDLocked(s.transferTaken)
 	n := uint64(len(sl.data))
-	l := &lease{local: id, transferID: lid, chunkSize: ChunkSize, chunkCount: uint32((n + ChunkSize - 1) / ChunkSize)}
+	l := &lease{local: id, transferID: tid, holder: holder, chunkSize: ChunkSize, chunkCount: uint32((n + ChunkSize - 1) / ChunkSize)}
 	if timeout > 0 {
 		l.timeout, l.deadline = timeout, s.now().Add(timeout)
 		s.addDeadlineLocked()
 	}
 	s.leases[lid] = l
-	s.transfers[lid] = lid
-	return ready{LeaseID: lid, TransferID: lid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, true
+	s.transfers[tid] = lid
+	return ready{LeaseID: lid, TransferID: tid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, true
 }
 
+// verdict is what the store made of a request that names a lease or a
+// transfer: done, or why it was refused.
+type verdict uint8
+
+const (
+	done      verdict = iota
+	notFound          // no such slot, lease or transfer, or a chunk past the end
+	notHolder         // the lease or transfer was handed to another peer
+	mismatch          // the lease is on another slot than the handle names
+)
+
 // chunk returns chunk idx of a transfer (aliasing the slot: slots are never
-// written after register) and renews the lease's deadline.
-func (s *store) chunk(transferID uint64, idx uint32) ([]byte, bool) {
+// written after register) and renews the lease's deadline. Only the
+// lease's holder may pull.
+func (s *store) chunk(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lid, ok := s.transfers[transferID]
 	if !ok {
-		return nil, false
+		return nil, notFound
 	}
 	l := s.leases[lid]
+	if l.holder != asker {
+		return nil, notHolder
+	}
 	sl := s.slots[l.local]
 	if sl == nil || idx >= l.chunkCount {
-		return nil, false
+		return nil, notFound
 	}
 	if l.timeout > 0 {
 		l.deadline = s.now().Add(l.timeout)
 	}
 	off := uint64(idx) * uint64(l.chunkSize)
 	end := min(off+uint64(l.chunkSize), uint64(len(sl.data)))
-	return sl.data[off:end:end], true
+	return sl.data[off:end:end], done
 }
 
-// renew pushes a lease's deadline out; false when the lease is unknown.
-func (s *store) renew(id, lid uint64) bool {
+// leaseLocked finds lease lid on slot id for asker.
+func (s *store) leaseLocked(id, lid uint64, asker ext.WorkerID) (*lease, verdict) {
+	l, ok := s.leases[lid]
+	switch {
+	case !ok:
+		return nil, notFound
+	case l.holder != asker:
+		return nil, notHolder
+	case l.local != id:
+		return nil, mismatch
+	}
+	return l, done
+}
+
+// renew pushes a lease's deadline out, for its holder only.
+func (s *store) renew(id, lid uint64, asker ext.WorkerID) verdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.leases[lid]
-	if !ok || l.local != id {
-		return false
-	}
-	if l.timeout > 0 {
+	l, v := s.leaseLocked(id, lid, asker)
+	if v == done && l.timeout > 0 {
 		l.deadline = s.now().Add(l.timeout)
 	}
-	return true
+	return v
 }
 
 // ref adds one reference.
@@ -163,14 +218,15 @@ func (s *store) ref(id uint64) bool {
 }
 
 // endLease drops a lease (a detach), and one reference too when deref is
-// set (a release). The slot is freed when both counts reach zero. false
-// when the lease is unknown or belongs to another slot.
-func (s *store) endLease(id, lid uint64, deref bool) bool {
+// set (a release). The slot is freed when both counts reach zero. Only the
+// lease's holder may end it, naming the slot it is on; a refused request
+// changes nothing, so it cannot strand the slot it names or another.
+func (s *store) endLease(id, lid uint64, deref bool, asker ext.WorkerID) verdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.leases[lid]
-	if !ok || l.local != id {
-		return false
+	l, v := s.leaseLocked(id, lid, asker)
+	if v != done {
+		return v
 	}
 	s.dropLeaseLocked(lid, l)
 	if sl := s.slots[id]; sl != nil {
@@ -182,7 +238,7 @@ func (s *store) endLease(id, lid uint64, deref bool) bool {
 		}
 		s.maybeFreeLocked(id, sl)
 	}
-	return true
+	return done
 }
 
 // unref drops one reference with no lease (the sender's Discard).
