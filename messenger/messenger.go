@@ -437,9 +437,13 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 	// A payload over the staging threshold goes by handle, as a request's
 	// does; the receiver fetches it before the handler runs. It has no
 	// deadline: it stays staged until the receiver has it.
-	hb, payload, staged, err := m.stageRequest(context.Background(), FireAndForget, payload, hb, opts)
-	if err != nil {
-		return ext.SendOutcome{}, err
+	// The proof protocol's bodies never are: they must arrive as sent, on
+	// the connection they are about, and the fetch would need the proof.
+	var staged string
+	if handler != proveHandler && handler != proofHandler {
+		if hb, payload, staged, err = m.stageRequest(context.Background(), FireAndForget, payload, hb, opts); err != nil {
+			return ext.SendOutcome{}, err
+		}
 	}
 	f := requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	out, err := m.postFrame(p, target, lane, handler, f)

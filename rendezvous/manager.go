@@ -83,13 +83,14 @@ type Manager struct {
 var ErrPayloadTooLarge = errors.New("rendezvous: staged payload over this node's limit")
 
 // ErrNotFound: the owner has no such slot or lease (freed, expired, never staged).
-var ErrNotFound = errors.New("rendezvous: handle not found")
+// It keeps its identity across the wire (a messenger.CodedError).
+var ErrNotFound error = messenger.NewCodedError("rendezvous_not_found", "rendezvous: handle not found")
 
 // ErrNotHolder: the lease or transfer named was handed to another peer.
 // A handle is a capability (whoever holds it may take a lease on it), but
 // a lease and its transfer belong to the peer whose acquire opened them:
 // only that peer may pull, renew, detach or release them.
-var ErrNotHolder = errors.New("rendezvous: the lease or transfer belongs to another peer")
+var ErrNotHolder error = messenger.NewCodedError("rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
 
 // ErrSizeMismatch: the owner sent other than the bytes it stated (a chunk
 // shorter or longer than its share of total_len).
@@ -657,33 +658,30 @@ func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64
 	return dst, rd.LeaseID, nil
 }
 
-// fromRemote gives an owner's refusal its identity back. The messenger
-// carries a handler's error as its text, so a RemoteError whose text
-// starts as one of this package's sentinels (or as the reference's "not
-// found" answers) matches that sentinel with errors.Is.
+// fromRemote gives a Rust owner's refusal its identity back. A Go owner's
+// answers carry their code (ErrNotFound and ErrNotHolder are
+// messenger.CodedErrors), but the reference answers with text only: a
+// RemoteError without a code whose text is one of its "not found" answers
+// matches ErrNotFound with errors.Is.
 func fromRemote(err error) error {
 	var re *messenger.RemoteError
-	if err == nil || !errors.As(err, &re) {
+	if err == nil || !errors.As(err, &re) || re.Code != "" {
 		return err
 	}
-	for _, k := range remoteKinds {
-		if strings.HasPrefix(re.Message, k.prefix) {
-			return remoteRefusal{k.sentinel, err}
+	for _, prefix := range referenceNotFound {
+		if strings.HasPrefix(re.Message, prefix) {
+			return remoteRefusal{ErrNotFound, err}
 		}
 	}
 	return err
 }
 
-var remoteKinds = []struct {
-	prefix   string
-	sentinel error
-}{
-	{ErrNotFound.Error(), ErrNotFound},
-	{ErrNotHolder.Error(), ErrNotHolder},
-	// The reference's owner (velo 0.9).
-	{"rendezvous handle not found", ErrNotFound},
-	{"chunk not found", ErrNotFound},
-	{"_rv_ref: handle not found", ErrNotFound},
+// referenceNotFound are the reference owner's (velo 0.9) answers for a
+// handle, lease or chunk it does not have.
+var referenceNotFound = []string{
+	"rendezvous handle not found",
+	"chunk not found",
+	"_rv_ref: handle not found",
 }
 
 // remoteRefusal is a RemoteError that also matches a sentinel.
