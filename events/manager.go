@@ -2,8 +2,10 @@ package events
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,12 @@ var (
 	ErrPoisoned = errors.New("velo: event poisoned")
 	// ErrClosed: the manager was closed (its node shut down).
 	ErrClosed = errors.New("velo: event manager closed")
+	// ErrSubscriptionLimit: the owner refused a subscription because this
+	// node holds as many on its pending events as it allows one peer.
+	ErrSubscriptionLimit = errors.New("velo: too many subscriptions to one owner's pending events")
+	// ErrNotSender: the owner refused a request whose body names a node
+	// other than the one that sent it.
+	ErrNotSender = errors.New("velo: event request names a node other than its sender")
 )
 
 // PoisonedError carries the reason an event was poisoned. It matches ErrPoisoned.
@@ -72,7 +80,15 @@ func (c *completion) wait(ctx context.Context, h Handle) error {
 
 // slot holds one live event at a time, and the outcome of the one before
 // it, so a wait that comes after completion is answered without a map.
+//
+// A slot's index on the wire and its first generation are random, drawn
+// when the slot is made: a handle is what a peer presents to complete an
+// event (_event_trigger_request), so a node that was never given a handle
+// must not be able to name a pending one. The generation then grows by one
+// per reuse, as the reference's subscribers expect (they read every
+// generation at or below the highest completed one as complete).
 type slot struct {
+	wire    uint32 // the index in this slot's handles
 	gen     uint32
 	c       *completion // nil when the slot is free
 	hasLast bool
@@ -90,10 +106,47 @@ func (s *slot) settled(h Handle) (result, bool) {
 
 // slotFor returns the slot h names, or nil. The lock is held.
 func (m *Manager) slotFor(h Handle) *slot {
-	if h.Owner() != m.owner || int(h.index()) >= len(m.slots) {
-		return nil
+	_, s := m.slotAt(h)
+	return s
+}
+
+// slotAt returns the slot h names and its position, or a nil slot. The
+// lock is held.
+func (m *Manager) slotAt(h Handle) (uint32, *slot) {
+	if h.Owner() != m.owner {
+		return 0, nil
 	}
-	return &m.slots[h.index()]
+	pos, ok := m.byWire[h.index()]
+	if !ok {
+		return 0, nil
+	}
+	return pos, &m.slots[pos]
+}
+
+// maxSlots bounds the slot table at a quarter of the 31-bit index space,
+// so drawing an unused random index takes few tries.
+const maxSlots = 1 << 29
+
+// newSlot appends a slot with a random unused index and a random first
+// generation, and returns its position. The lock is held.
+func (m *Manager) newSlot() uint32 {
+	var wire uint32
+	for {
+		// Bit 63 of a handle (the index's top bit) is the reference's
+		// local-only flag: the index stays below it.
+		wire = uint32(m.rng.Uint64()) &^ (1 << 31)
+		if _, taken := m.byWire[wire]; !taken {
+			break
+		}
+	}
+	// Generations start in [1, 2^31]: never 0 (the reference reads
+	// generation 0 of a remote handle as already complete), and at least
+	// 2^31 reuses before the counter wraps.
+	gen := uint32(m.rng.Uint64()>>33) + 1
+	pos := uint32(len(m.slots))
+	m.slots = append(m.slots, slot{wire: wire, gen: gen})
+	m.byWire[wire] = pos
+	return pos
 }
 
 // Manager makes events and waits on handles. NewLocal makes one for a
@@ -101,10 +154,12 @@ func (m *Manager) slotFor(h Handle) *slot {
 type Manager struct {
 	owner ext.WorkerID
 
-	mu    sync.Mutex
-	slots []slot
-	free  []uint32
-	done  *resultCache // outcomes of other nodes' events, for late remote waits
+	mu     sync.Mutex
+	slots  []slot
+	byWire map[uint32]uint32 // a slot's wire index to its position in slots
+	free   []uint32          // positions of slots with no live event
+	rng    *rand.ChaCha8     // draws wire indexes and first generations
+	done   *resultCache      // outcomes of other nodes' events, for late remote waits
 
 	remote *remote // nil for a local manager
 	closed atomic.Bool
@@ -114,7 +169,9 @@ type Manager struct {
 func NewLocal() *Manager { return newManager(ext.NewInstanceID().WorkerID()) }
 
 func newManager(owner ext.WorkerID) *Manager {
-	return &Manager{owner: owner, done: newResultCache(defaultCacheSize)}
+	var seed [32]byte
+	crand.Read(seed[:]) // never fails (crypto/rand panics rather than return short)
+	return &Manager{owner: owner, byWire: map[uint32]uint32{}, rng: rand.NewChaCha8(seed), done: newResultCache(defaultCacheSize)}
 }
 
 // Owner is the WorkerID written into this manager's handles.
@@ -135,25 +192,21 @@ func (m *Manager) NewEvent() (*Event, error) {
 		return nil, ErrClosed
 	}
 	m.mu.Lock()
-	var idx uint32
+	var pos uint32
 	if n := len(m.free); n > 0 {
-		idx = m.free[n-1]
+		pos = m.free[n-1]
 		m.free = m.free[:n-1]
 	} else {
-		if len(m.slots) >= 1<<31 {
+		if len(m.slots) >= maxSlots {
 			m.mu.Unlock()
 			return nil, errors.New("velo: too many pending events")
 		}
-		idx = uint32(len(m.slots))
-		// Generations start at 1: the reference reads generation 0 of a
-		// remote handle as already complete (nothing before it can be
-		// pending), so a handle must never carry it.
-		m.slots = append(m.slots, slot{gen: 1})
+		pos = m.newSlot()
 	}
-	s := &m.slots[idx]
+	s := &m.slots[pos]
 	// The channel is made only if someone waits before completion.
 	s.c = &completion{}
-	h := makeHandle(m.owner, idx, s.gen)
+	h := makeHandle(m.owner, s.wire, s.gen)
 	m.mu.Unlock()
 	e := &Event{m: m, h: h}
 	// The safety net: nobody can complete an unreachable event, so poison
@@ -190,7 +243,7 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 		return fmt.Errorf("%w: %s is owned by worker %s", ErrUnknownEvent, h, h.Owner())
 	}
 	m.mu.Lock()
-	s := m.slotFor(h)
+	pos, s := m.slotAt(h)
 	if s == nil {
 		m.mu.Unlock()
 		return ErrUnknownEvent
@@ -210,7 +263,7 @@ func (m *Manager) complete(h Handle, poisoned bool, reason string) error {
 	if s.gen == 0 {
 		s.gen = 1
 	}
-	m.free = append(m.free, h.index())
+	m.free = append(m.free, pos)
 	c.poisoned, c.reason = poisoned, reason
 	cbs := c.onDone
 	c.onDone = nil
@@ -270,6 +323,22 @@ func (m *Manager) follow(h Handle, cb func(poisoned bool, reason string)) (res r
 	if s := m.slotFor(h); s != nil {
 		if s.gen == h.gen() && s.c != nil {
 			s.c.onDone = append(s.c.onDone, cb)
+			return result{}, false, nil
+		}
+		if r, ok := s.settled(h); ok {
+			return r, true, nil
+		}
+	}
+	return result{}, false, ErrUnknownEvent
+}
+
+// outcome reports how the local event of h ended, or done=false while it
+// is pending. An unknown handle is an error.
+func (m *Manager) outcome(h Handle) (res result, done bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slotFor(h); s != nil {
+		if s.gen == h.gen() && s.c != nil {
 			return result{}, false, nil
 		}
 		if r, ok := s.settled(h); ok {

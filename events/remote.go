@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,17 +31,66 @@ type remote struct {
 	subs map[Handle]*completion
 
 	subscribes atomic.Int64 // subscription messages sent, for tests
-	subSeq     atomic.Uint64
-	handled    atomic.Int64 // subscriptions and trigger requests served as owner
-	recorded   atomic.Int64 // of those, the ones recorded for a pending event
-	closed     chan struct{}
+	// subSeq numbers this node's own subscriptions. A peer never presents
+	// it: only this node reads it back, from its own undelivered message.
+	subSeq   atomic.Uint64
+	handled  atomic.Int64 // subscriptions and trigger requests served as owner
+	recorded atomic.Int64 // of those, the ones recorded for a pending event
+	refused  refusals
+	closed   chan struct{}
+
+	// The subscribers this node, as owner, will tell of a pending event,
+	// one record per (subscriber, handle) and at most peerLimit per
+	// subscriber: what a peer can make this node hold is bounded.
+	ownMu     sync.Mutex
+	owned     map[ownedSub]struct{}
+	perPeer   map[ext.WorkerID]int
+	peerLimit int
+}
+
+// ownedSub is one subscriber's record of one of this node's events.
+type ownedSub struct {
+	peer ext.WorkerID
+	h    Handle
+}
+
+// DefaultPeerSubscriptionLimit is how many pending events of this node
+// one remote peer may subscribe to at once, unless SetPeerSubscriptionLimit
+// says otherwise.
+const DefaultPeerSubscriptionLimit = 1 << 16
+
+// refusals counts inbound event messages refused, by reason.
+type refusals struct {
+	notOwner, notSender, overLimit, unknown, malformed atomic.Int64
+}
+
+// Refusals counts the inbound event messages a node refused, by reason.
+// A peer that forges or guesses shows up here.
+type Refusals struct {
+	// NotOwner: an _event_trigger (a completion) from a node other than
+	// the owner of the event it names. Only the owner may complete it.
+	NotOwner int64
+	// NotSender: a subscription or trigger request whose body names, as
+	// the node to answer, a node other than its sender.
+	NotSender int64
+	// OverLimit: a subscription past the sender's limit of pending
+	// subscriptions here (SetPeerSubscriptionLimit).
+	OverLimit int64
+	// UnknownEvent: a subscription or trigger request for a handle that
+	// names no event here, live or remembered. Answered at once.
+	UnknownEvent int64
+	// Malformed: a body that does not decode.
+	Malformed int64
 }
 
 // NewDistributed makes the event manager of a node: handles carry the
 // node's WorkerID, and waits on other nodes' handles go over msg.
 func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 	m := newManager(msg.WorkerID())
-	r := &remote{m: m, msg: msg, subs: map[Handle]*completion{}, closed: make(chan struct{})}
+	r := &remote{
+		m: m, msg: msg, subs: map[Handle]*completion{}, closed: make(chan struct{}),
+		owned: map[ownedSub]struct{}{}, perPeer: map[ext.WorkerID]int{}, peerLimit: DefaultPeerSubscriptionLimit,
+	}
 	m.remote = r
 	hs := []messenger.Handler{
 		messenger.FireHandler(subscribeHandler, r.onSubscribe, messenger.WithDrainExempt()),
@@ -73,6 +123,42 @@ func (m *Manager) SubscribesHandled() int64 {
 		return 0
 	}
 	return m.remote.handled.Load()
+}
+
+// Refusals returns the counts of inbound event messages this node refused.
+func (m *Manager) Refusals() Refusals {
+	if m.remote == nil {
+		return Refusals{}
+	}
+	f := &m.remote.refused
+	return Refusals{
+		NotOwner: f.notOwner.Load(), NotSender: f.notSender.Load(), OverLimit: f.overLimit.Load(),
+		UnknownEvent: f.unknown.Load(), Malformed: f.malformed.Load(),
+	}
+}
+
+// SetPeerSubscriptionLimit sets how many pending events of this node one
+// remote peer may subscribe to at once (at least 1). A subscription past
+// it is answered at once with a refusal: a Go subscriber's wait fails with
+// ErrSubscriptionLimit. Subscriptions already recorded stay.
+func (m *Manager) SetPeerSubscriptionLimit(n int) {
+	if m.remote == nil {
+		return
+	}
+	m.remote.ownMu.Lock()
+	m.remote.peerLimit = max(n, 1)
+	m.remote.ownMu.Unlock()
+}
+
+// OwnedSubscriptions is how many remote subscriptions to this node's
+// pending events it holds, the number bounded per peer.
+func (m *Manager) OwnedSubscriptions() int {
+	if m.remote == nil {
+		return 0
+	}
+	m.remote.ownMu.Lock()
+	defer m.remote.ownMu.Unlock()
+	return len(m.remote.owned)
 }
 
 // Subscriptions is how many subscribe messages this node sent.
@@ -228,12 +314,19 @@ func (r *remote) settle(h Handle, c *completion, poisoned bool, reason string, e
 
 // onSubscribe runs on the owner: tell the subscriber now for a completed
 // (or unknown) event, or when the event completes.
+//
+// A subscription is its sender's: a body that names another node as the
+// subscriber is refused (it would make this node answer a third party,
+// and let one peer speak for another's subscriptions), and the sender's
+// WorkerID keys the record.
 func (r *remote) onSubscribe(c *messenger.Context) {
 	var msg subscribeMsg
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
+		r.refused.malformed.Add(1)
 		return
 	}
 	if !namesSender(c, msg.SubscriberWorker, msg.SubscriberInstance) {
+		r.refused.notSender.Add(1)
 		return
 	}
 	r.tellWhenDone(msg.SubscriberInstance, msg.Handle.handle())
@@ -247,23 +340,90 @@ func namesSender(c *messenger.Context, worker uint64, instance ext.InstanceID) b
 }
 
 // tellWhenDone sends target an _event_trigger for the local event of h
-// once it completes: at once if it has, or if h names no event here.
+// once it completes: at once if it has, or if h names no event here (a
+// made-up handle costs one answer and holds nothing). A pending event is
+// recorded once per target, and at most peerLimit pending events per target.
 func (r *remote) tellWhenDone(target ext.InstanceID, h Handle) {
 	defer r.handled.Add(1)
-	if h.Owner() != r.m.owner {
-		r.notify(target, h, completionMsg{Unknown: true, Poisoned: strPtr(true, "unknown event")})
+	// A settled or unknown event (another owner's handle included) is
+	// answered without taking a record, so a peer at its limit is refused
+	// only what would hold memory here.
+	if res, done, err := r.m.outcome(h); err != nil || done {
+		r.tellOutcome(target, h, res, done, err)
+		return
+	}
+	key := ownedSub{peer: target.WorkerID(), h: h}
+	switch r.reserve(key) {
+	case alreadyRecorded:
+		return // that record tells the target when the event completes
+	case overLimit:
+		r.refused.overLimit.Add(1)
+		r.notify(target, h, completionMsg{Refused: codeSubscriptionLimit, Poisoned: strPtr(true, ErrSubscriptionLimit.Error())})
 		return
 	}
 	res, completed, err := r.m.follow(h, func(poisoned bool, reason string) {
+		r.release(key)
 		r.notify(target, h, completionMsg{Poisoned: strPtr(poisoned, reason)})
 	})
+	if err != nil || completed { // it completed since the look above
+		r.release(key)
+		r.tellOutcome(target, h, res, completed, err)
+		return
+	}
+	r.recorded.Add(1)
+}
+
+// tellOutcome sends target an _event_trigger with the outcome of the
+// local event of h (res when done), or says that h names no event here
+// (err). Nothing is recorded; a pending event gets no answer.
+func (r *remote) tellOutcome(target ext.InstanceID, h Handle, res result, done bool, err error) {
 	switch {
 	case err != nil:
-		r.notify(target, h, completionMsg{Unknown: true, Poisoned: strPtr(true, "unknown event")})
-	case completed:
+		r.refuseUnknown(target, h)
+	case done:
 		r.notify(target, h, completionMsg{Poisoned: strPtr(res.poisoned, res.reason)})
-	default:
-		r.recorded.Add(1)
+	}
+}
+
+// refuseUnknown answers target that h names no event here.
+func (r *remote) refuseUnknown(target ext.InstanceID, h Handle) {
+	r.refused.unknown.Add(1)
+	r.notify(target, h, completionMsg{Unknown: true, Poisoned: strPtr(true, "unknown event")})
+}
+
+// What reserve found.
+const (
+	reserved = iota
+	alreadyRecorded
+	overLimit
+)
+
+// reserve takes a record for key unless its peer holds one for the handle
+// already or is at its limit.
+func (r *remote) reserve(key ownedSub) int {
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	if _, ok := r.owned[key]; ok {
+		return alreadyRecorded
+	}
+	if r.perPeer[key.peer] >= r.peerLimit {
+		return overLimit
+	}
+	r.owned[key] = struct{}{}
+	r.perPeer[key.peer]++
+	return reserved
+}
+
+// release gives back the record of key.
+func (r *remote) release(key ownedSub) {
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	if _, ok := r.owned[key]; !ok {
+		return
+	}
+	delete(r.owned, key)
+	if r.perPeer[key.peer]--; r.perPeer[key.peer] == 0 {
+		delete(r.perPeer, key.peer) // a peer with no records costs nothing
 	}
 }
 
@@ -276,18 +436,22 @@ func (r *remote) notify(target ext.InstanceID, h Handle, msg completionMsg) {
 	r.msg.Post(target, triggerHandler, mustJSON(msg))
 }
 
-// onTrigger runs on a subscriber when the owner reports completion. An
-// outcome for which no subscription is open (the owner's courtesy copy
-// after this node's own trigger request, or a forgery: the sender's worker
-// id is what the sender wrote) is dropped, never cached: a later wait
-// subscribes and asks the owner.
+// onTrigger runs on a subscriber when the owner reports completion. Only
+// the owner of an event completes it, so a completion from any other
+// sender is refused and counted: it is a forgery (a stranger's, or a peer
+// speaking for the owner). An outcome from the owner for which no
+// subscription is open (the owner's courtesy copy after this node's own
+// trigger request) is dropped, never cached: a later wait subscribes and
+// asks the owner.
 func (r *remote) onTrigger(c *messenger.Context) {
 	var msg completionMsg
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
+		r.refused.malformed.Add(1)
 		return
 	}
 	h := msg.Handle.handle()
 	if h.Owner() != c.SenderWorkerID() {
+		r.refused.notOwner.Add(1)
 		return
 	}
 	poisoned, reason := msg.Poisoned != nil, ""
@@ -295,7 +459,12 @@ func (r *remote) onTrigger(c *messenger.Context) {
 		reason = *msg.Poisoned
 	}
 	var err error
-	if msg.Unknown {
+	switch {
+	case msg.Refused == codeSubscriptionLimit:
+		err = fmt.Errorf("%w (at the owner)", ErrSubscriptionLimit)
+	case msg.Refused != "":
+		err = fmt.Errorf("velo: wait on %s: the owner refused the subscription: %s", h, msg.Refused)
+	case msg.Unknown:
 		err = ErrUnknownEvent
 	}
 	m := r.m
@@ -311,22 +480,39 @@ func (r *remote) onTrigger(c *messenger.Context) {
 const (
 	codeAlreadyCompleted = "event_already_completed"
 	codeUnknownEvent     = "event_unknown"
+	codeNotSender        = "event_not_sender"
 )
+
+// codeSubscriptionLimit is the Refused code of a completion that refuses a
+// subscription past the subscriber's limit.
+const codeSubscriptionLimit = "subscription_limit"
 
 // onTriggerRequest runs on the owner when another node asks it to
 // complete one of its events. As the reference does, the owner then tells
 // the requester how the event ended (an _event_trigger) and acknowledges to
 // the response id in the body, if there is one.
+//
+// Any node that holds a handle may ask (the handle is the capability, and
+// is random: see slot), but it asks for itself: a request whose response id
+// names another node is dropped (an answer aimed at a third party), and
+// one whose body names another node as the requester is refused with
+// ErrNotSender at the sender's own response id.
 func (r *remote) onTriggerRequest(c *messenger.Context) {
 	var msg triggerRequestMsg
 	if err := json.Unmarshal(c.Payload, &msg); err != nil {
-		return
-	}
-	if !namesSender(c, msg.RequesterWorker, msg.RequesterInstance) {
+		r.refused.malformed.Add(1)
 		return
 	}
 	if msg.ResponseID != nil && msg.ResponseID.responseID().Worker() != c.SenderWorkerID() {
-		return // an answer aimed at a third party
+		r.refused.notSender.Add(1)
+		return
+	}
+	if !namesSender(c, msg.RequesterWorker, msg.RequesterInstance) {
+		r.refused.notSender.Add(1)
+		if msg.ResponseID != nil {
+			r.msg.Acknowledge(msg.ResponseID.responseID(), codeNotSender, ErrNotSender)
+		}
+		return
 	}
 	h := msg.Handle.handle()
 	reason := ""
@@ -334,7 +520,11 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 		reason = *msg.Poisoned
 	}
 	err := r.m.complete(h, msg.Poisoned != nil, reason)
-	r.tellWhenDone(msg.RequesterInstance, h)
+	// The event is settled now (by this request or before it), or h names
+	// none: the requester's answer needs no record.
+	res, done, oerr := r.m.outcome(h)
+	r.tellOutcome(msg.RequesterInstance, h, res, done, oerr)
+	r.handled.Add(1)
 	if msg.ResponseID == nil {
 		return
 	}
@@ -388,6 +578,8 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 			return fmt.Errorf("%w (at the owner)", ErrAlreadyCompleted)
 		case codeUnknownEvent:
 			return fmt.Errorf("%w (at the owner)", ErrUnknownEvent)
+		case codeNotSender:
+			return fmt.Errorf("%w (at the owner)", ErrNotSender)
 		}
 	}
 	return err

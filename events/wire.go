@@ -28,14 +28,18 @@ type subscribeMsg struct {
 	Sub                uint64         `json:"velo_sub,omitempty"`
 }
 
-// completionMsg tells a subscriber how an event ended. Unknown is this
-// implementation's addition (the reference ignores unknown fields): the
-// owner has no such event, so the wait fails with ErrUnknownEvent; a Rust
-// subscriber sees a poisoned event.
+// completionMsg tells a subscriber how an event ended. Unknown and
+// Refused are this implementation's additions (the reference ignores
+// unknown fields), and both come with a poison reason, which is what a
+// Rust subscriber sees. Unknown: the owner has no such event, so the wait
+// fails with ErrUnknownEvent. Refused: the owner did not take the
+// subscription (codeSubscriptionLimit: ErrSubscriptionLimit); the wait
+// fails with that error, and it is not cached as the event's outcome.
 type completionMsg struct {
 	Handle   u128    `json:"handle"`
 	Poisoned *string `json:"poisoned"`
 	Unknown  bool    `json:"unknown,omitempty"`
+	Refused  string  `json:"velo_refused,omitempty"`
 }
 
 // triggerRequestMsg asks the owner to trigger (or, with Poisoned, poison)

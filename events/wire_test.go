@@ -122,6 +122,9 @@ var wireMessages = []struct {
 	{"completion, unknown (this implementation's addition)",
 		`{"handle":1339673755198158348393236086208331783,"poisoned":null,"unknown":true}`,
 		&completionMsg{Handle: handleU128(wireHandle), Unknown: true}},
+	{"completion, subscription refused (this implementation's addition)",
+		`{"handle":5,"poisoned":"velo: too many subscriptions to one owner's pending events","velo_refused":"subscription_limit"}`,
+		&completionMsg{Handle: u128{0, 5}, Poisoned: wireStr("velo: too many subscriptions to one owner's pending events"), Refused: "subscription_limit"}},
 	{"trigger request",
 		`{"handle":1339673755198158348393236086208331783,"requester_worker":42,"requester_instance":"6ba7b810-9dad-41d1-80b4-00c04fd430c8","poisoned":null,"response_id":null}`,
 		&triggerRequestMsg{Handle: handleU128(wireHandle), RequesterWorker: 42, RequesterInstance: wireInstance}},
@@ -441,6 +444,43 @@ func FuzzMustJSONRoundTrip(f *testing.F) {
 		}
 		if back.Poisoned == nil || *back.Poisoned != reason || back.Handle != (u128{1, 2}) {
 			t.Fatalf("%q came back as %+v from %s", reason, back, b)
+		}
+	})
+}
+
+// FuzzEventBodies: the three event bodies come from any peer. Decoding
+// never panics, and a body that decodes encodes (as this node writes it)
+// to a body that decodes to the same value.
+func FuzzEventBodies(f *testing.F) {
+	for _, m := range wireMessages {
+		f.Add([]byte(m.text))
+	}
+	for _, s := range []string{
+		"", "{}", "null", "[]", `{"handle":-1}`, `{"handle":"5"}`, `{"handle":1e3}`,
+		`{"handle":5,"poisoned":"\ud800"}`, `{"handle":5,"velo_refused":7}`,
+		`{"subscriber_instance":"not-a-uuid"}`, `{"response_id":340282366920938463463374607431768211456}`,
+		"{\"handle\":5,\"poisoned\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, newMsg := range []func() any{
+			func() any { return new(subscribeMsg) },
+			func() any { return new(completionMsg) },
+			func() any { return new(triggerRequestMsg) },
+		} {
+			v := newMsg()
+			if json.Unmarshal(b, v) != nil {
+				continue
+			}
+			out := mustJSON(v)
+			back := newMsg()
+			if err := json.Unmarshal(out, back); err != nil {
+				t.Fatalf("%T from %q re-encodes as %s, which does not decode: %v", v, b, out, err)
+			}
+			if !reflect.DeepEqual(v, back) {
+				t.Fatalf("%T from %q: %+v, then %+v through %s", v, b, v, back, out)
+			}
 		}
 	})
 }
