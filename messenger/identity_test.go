@@ -224,3 +224,35 @@ func TestCodedErrorKeepsItsIdentity(t *testing.T) {
 		t.Fatalf("err %v: want it to match its own sentinel only", err)
 	}
 }
+
+// TestHellosCannotGrowThePeerTable: hellos that name ever new instances
+// are bounded like discovered peers; the least recently used is forgotten.
+func TestHellosCannotGrowThePeerTable(t *testing.T) {
+	const limit = 4
+	b := newNode(t, velo.WithMaxDiscoveredPeers(limit))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	ap := ln.Addr().(*net.TCPAddr)
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	var first ext.WorkerID
+	for i := range 3 * limit {
+		// One connection per made-up instance: a connection speaks for one worker.
+		conn := rawConn(t, b)
+		info := ext.PeerInfo{InstanceID: ext.NewInstanceID(), Address: ext.WorkerAddress{tcp.Key: ep}}
+		if i == 0 {
+			first = info.WorkerID()
+		}
+		body, err := json.Marshal(map[string]any{"peer_info": info})
+		must(t, err)
+		writeAs(t, conn, info.WorkerID(), "_hello", body)
+		waitFor(t, fmt.Sprintf("hello %d to register its instance", i), func() bool {
+			_, ok := b.Messenger().PeerInfoOf(info.WorkerID())
+			return ok
+		})
+	}
+	waitFor(t, "the learned peers to be within the bound", func() bool { return b.Messenger().DiscoveredPeers() <= limit })
+	if _, ok := b.Messenger().PeerInfoOf(first); ok {
+		t.Fatalf("the first of %d instances introduced by hello is still kept, past a bound of %d", 3*limit, limit)
+	}
+}

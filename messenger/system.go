@@ -119,6 +119,7 @@ func (m *Messenger) boundLearned(id ext.InstanceID) {
 	if victim, ok := m.disco.add(m.peers, id); ok {
 		m.countFailure("identity", "peer_table_full")
 		m.UnregisterPeer(victim)
+		m.greeted.Delete(victim.WorkerID()) // the greeted set stays as bounded as the table
 	}
 }
 
