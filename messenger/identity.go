@@ -357,6 +357,13 @@ func (m *Messenger) onProve(c *Context) {
 		m.countFailure("identity", "challenge_from_unknown")
 		return
 	}
+	if !p.allowProof(time.Now()) {
+		// A challenge itself proves nothing (anyone can send one in the
+		// peer's name), so a flood of them must not make this node write
+		// to the peer without bound.
+		m.countFailure("identity", "challenges_over_rate")
+		return
+	}
 	body := append([]byte(nil), c.Payload...)
 	if h := m.testOnChallenge.Load(); h != nil {
 		(*h)(body)
@@ -367,6 +374,19 @@ func (m *Messenger) onProve(c *Context) {
 			m.logger().Debug("velo: identity proof not sent", "peer", inst, "lane", lane, "err", err)
 		}
 	}
+}
+
+// maxProofsPerSecond bounds the challenges a node answers for one peer: a
+// real peer challenges once per connection this node opens to it.
+const maxProofsPerSecond = 64
+
+// allowProof counts one answered challenge in the current second.
+func (p *peer) allowProof(now time.Time) bool {
+	sec := now.Unix()
+	if w := p.proofWindow.Load(); w != sec && p.proofWindow.CompareAndSwap(w, sec) {
+		p.proofCount.Store(0)
+	}
+	return p.proofCount.Add(1) <= maxProofsPerSecond
 }
 
 // onConnClosed forgets a connection that ended; what it still held is refused.

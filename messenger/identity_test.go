@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,5 +255,34 @@ func TestHellosCannotGrowThePeerTable(t *testing.T) {
 	waitFor(t, "the learned peers to be within the bound", func() bool { return b.Messenger().DiscoveredPeers() <= limit })
 	if _, ok := b.Messenger().PeerInfoOf(first); ok {
 		t.Fatalf("the first of %d instances introduced by hello is still kept, past a bound of %d", 3*limit, limit)
+	}
+}
+
+// TestChallengeFloodIsBounded: anyone can send a challenge in a peer's
+// name, and each answered one makes the node write to that peer; past a
+// small rate per peer, challenges are counted and dropped.
+func TestChallengeFloodIsBounded(t *testing.T) {
+	sm := newMetrics(t)
+	a, b := pair(t, []velo.Option{velo.WithMetrics(sm)}, nil)
+	_, err := a.RemoteHandlers(testCtx(t), b.InstanceID())
+	must(t, err)
+	var answered atomic.Int64
+	a.Messenger().OnChallenge(func([]byte) { answered.Add(1) })
+	const flood = 300
+	conn := rawConn(t, a)
+	var out []byte
+	for range flood {
+		hdr := wireRequestHeader(0, uint64(b.WorkerID()), 0, "_velo_prove", nil)
+		out = frame.Append(out, ext.Frame{Type: ext.Message, Header: hdr, Payload: make([]byte, 24)})
+	}
+	_, err = conn.Write(out)
+	must(t, err)
+	dropped := sm.DispatchFailures.WithLabelValues("identity", "challenges_over_rate")
+	waitFor(t, "every challenge to be answered or dropped", func() bool {
+		return answered.Load()+int64(testutil.ToFloat64(dropped)) == flood
+	})
+	// Two one-second windows at most, if the flood straddled a boundary.
+	if n := answered.Load(); n > 2*64 {
+		t.Fatalf("answered %d of %d challenges in one burst", n, flood)
 	}
 }

@@ -15,6 +15,10 @@ type peer struct {
 	// proves: the peer's address carries ProofKey, so it answers identity
 	// challenges and a connection speaking for it must prove so.
 	proves bool
+	// proofWindow (unix seconds) and proofCount bound the challenges
+	// answered for this peer (allowProof).
+	proofWindow atomic.Int64
+	proofCount  atomic.Int32
 	// hello is the handshake with this peer: done is closed once it has
 	// run; handlers then holds the peer's handler names.
 	helloMu  sync.Mutex
