@@ -158,16 +158,25 @@ func (r *remote) target(payload []byte) (*anchorState, error) {
 }
 
 // takeBind detaches the remote bind from st and forgets its pending entry.
-// It returns nil when no remote producer was bound.
-func (r *remote) takeBind(st *anchorState) *remoteBind {
+// It returns nil when no remote producer was bound. A request from another
+// worker than the bound producer takes nothing (ok false): the handle is a
+// capability the consumer hands out, but a stream with a producer belongs
+// to that producer, and the messenger has bound the asker to its
+// connection.
+func (r *remote) takeBind(st *anchorState, asker ext.WorkerID) (b *remoteBind, ok bool) {
 	st.mu.Lock()
-	b := st.bind
+	b = st.bind
+	if b != nil && b.producer != asker {
+		st.mu.Unlock()
+		r.strangerControls.Add(1)
+		return nil, false
+	}
 	st.bind = nil
 	st.mu.Unlock()
 	if b != nil {
 		r.unpend(b)
 	}
-	return b
+	return b, true
 }
 
 // onAnchorDetach: the remote producer detached. The anchor stays, and a
@@ -177,7 +186,7 @@ func (r *remote) onAnchorDetach(c *messenger.Context) ([]byte, error) {
 	st, err := r.target(c.Payload)
 	var b *remoteBind
 	if st != nil {
-		b = r.takeBind(st)
+		b, _ = r.takeBind(st, c.SenderWorkerID())
 	}
 	if b != nil {
 		st.terminate(b.proxy, detachedFrame, true)
@@ -205,7 +214,11 @@ func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
 		r.countControl(metrics.StreamFinalize, start, false)
 		return unitAnswer, err
 	}
-	b := r.takeBind(st)
+	b, ok := r.takeBind(st, c.SenderWorkerID())
+	if !ok {
+		r.countControl(metrics.StreamFinalize, start, false)
+		return unitAnswer, nil
+	}
 	proxy := &senderCore{st: st}
 	if b != nil {
 		proxy = b.proxy
@@ -235,7 +248,10 @@ func (r *remote) onAnchorCancel(c *messenger.Context) ([]byte, error) {
 	if st == nil {
 		return unitAnswer, err
 	}
-	b := r.takeBind(st)
+	b, ok := r.takeBind(st, c.SenderWorkerID())
+	if !ok {
+		return unitAnswer, nil
+	}
 	st.cancel(false)
 	if b != nil {
 		st.closeConn(b) // the producer asked; its connection has nothing more to carry

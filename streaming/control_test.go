@@ -462,3 +462,41 @@ func TestSenderRegistryEmpty(t *testing.T) {
 		t.Fatalf("refused attach: %d senders left", n)
 	}
 }
+
+// TestAnchorControlFromStranger: a worker that holds the handle but is not
+// the stream's bound producer cannot detach, finalize or cancel it; the
+// producer still can.
+func TestAnchorControlFromStranger(t *testing.T) {
+	producer, consumer := twoNodes(t)
+	stranger := newMessenger(t)
+	connect(t, stranger, consumer.msg)
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	s := attachRemoteT[[]byte](t, producer, a.Handle())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body := (&wire.HandleRequest{Handle: a.Handle()}).AppendJSON(nil)
+	for i, h := range []string{wire.AnchorDetachHandler, wire.AnchorFinalizeHandler, wire.AnchorCancelHandler} {
+		if _, err := stranger.Unary(ctx, consumer.msg.InstanceID(), h, body); err != nil {
+			t.Fatalf("%s: %v", h, err)
+		}
+		if n := consumer.sm.remote.strangerControls.Load(); n != uint64(i+1) {
+			t.Fatalf("after %s: %d stranger controls counted, want %d", h, n, i+1)
+		}
+	}
+	if err := s.Send(ctx, []byte("still mine")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nextItemWithin(t, a, 5*time.Second); err != nil || string(got) != "still mine" {
+		t.Fatalf("after the stranger's controls: %q, %v", got, err)
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the producer's finalize: %v, want io.EOF", err)
+	}
+}

@@ -138,8 +138,9 @@ type remote struct {
 	// mux: the next attach to one may be pipelined (mux_pipeline.go).
 	muxOwners sync.Map // ext.InstanceID → struct{}
 
-	renewRequests   atomic.Uint64 // _anchor_renew requests served (tests count batches)
-	strangerSignals atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
+	renewRequests    atomic.Uint64 // _anchor_renew requests served (tests count batches)
+	strangerSignals  atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
+	strangerControls atomic.Uint64 // detaches, finalizes and cancels ignored: not from the bound producer
 }
 
 // pendingBind is a stream that _anchor_attach bound and whose connection
