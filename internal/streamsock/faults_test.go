@@ -750,3 +750,38 @@ func TestASendThatRacesAnUnregisterStartsNoLane(t *testing.T) {
 		t.Fatalf("send after unregister: %v, want ErrPeerNotRegistered", err)
 	}
 }
+
+// TestARequestWrittenBackOnADialedConnectionIsDropped: the listener of a
+// connection this node dialed may send back only drain echoes and its
+// goodbye. A request written there would reach the node with no
+// connection of its own (Frame.Conn 0), so past the node's identity check:
+// it is dropped, and what follows it is still read.
+func TestARequestWrittenBackOnADialedConnectionIsDropped(t *testing.T) {
+	tx := newNode(t, Config{})
+	peer := newRawPeer(t, 0)
+	if err := tx.t.Register(peer.info()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.t.Send(peer.id, seqMsg(1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	conn := peer.accept(t)
+	var back []byte
+	back = frame.Append(back, ext.Frame{Type: ext.Message, Header: []byte("a request"), Payload: []byte("x")})
+	back = frame.Append(back, ext.Frame{Type: ext.ShuttingDown, Header: []byte("an echo")})
+	if _, err := conn.Write(back); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	echo, err := tx.a.Shutdowns().Pop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(echo.Header) != "an echo" {
+		t.Fatalf("echo header %q", echo.Header)
+	}
+	if n := tx.a.Messages().Len(); n != 0 {
+		t.Fatalf("%d requests admitted from a connection this node dialed", n)
+	}
+}

@@ -432,6 +432,16 @@ func (l *lane) readEchoes(conn net.Conn) {
 				continue
 			}
 		}
+		if f.Type == ext.Message {
+			// A listener never sends requests back: requests come on
+			// connections the node accepted, each bound to the peer it
+			// proved to be (Frame.Conn). One written back on a connection
+			// this node dialed would have no such binding.
+			l.t.obs().Frames(ext.Inbound, f.Type, ext.Rejected, 1, f.Len())
+			l.t.obs().Rejection(ext.RejectMalformed)
+			f.Release()
+			continue
+		}
 		l.t.routeInbound(f, nil)
 	}
 }
