@@ -202,7 +202,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 // requests are refused at once (their callers get ErrShuttingDown), the
 // requests already accepted run until none is left or ctx is done, then
 // the transports stop, the remote event waits still pending fail, and the
-// streams stop (streaming.Manager.Shutdown). It
+// streams stop (streaming.Manager.Close). It
 // returns ctx's error when ctx cut the drain short; an already done ctx
 // stops without draining.
 func (n *Node) Shutdown(ctx context.Context) error {
