@@ -126,7 +126,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	}
 	// A routing session of our own: producers on different workers may
 	// use the same session id.
-	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
+	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.ids.next()}
 	pb := &pendingBind{st: st, mpsc: p}
 	r.mu.Lock()
 	if r.closed {
@@ -343,7 +343,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	}
 	// Registered before the request leaves, so that a stop the owner
 	// sends at the attach finds it (control.go).
-	rs := newRemoteSender(r, handle, r.session.Add(1))
+	rs := newRemoteSender(r, handle, r.ids.next())
 	r.addSender(rs)
 	ok := false
 	defer func() {
@@ -427,7 +427,7 @@ func (a *mpscAnchor) remoteFeeds() []*inSlot {
 // OpenSlot claims the bind, and its records carry its SenderID at the
 // consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
 func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	session := r.routing.Add(1)
+	session := r.ids.next()
 	lane, ok := r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.mpsc.endRemote(p, droppedFrame)
