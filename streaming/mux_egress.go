@@ -51,7 +51,7 @@ type batcher struct {
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
-	rejects       int                                    // entries of closes that answer unadmitted OpenSlots
+	rejects       int                                    // answers to unadmitted OpenSlots, owed or in the batch being posted
 	rejected      map[muxwire.SlotID]struct{}            // which they are
 	staged        int                                    // slots with records queued: OnComplete compares it to live
 	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
@@ -631,12 +631,12 @@ func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 		b.handOn(func(nb *batcher) { nb.rejectOpen(id, reason) })
 		return
 	}
-	if _, owed := b.closes[id]; !owed && b.rejects >= maxRejects {
-		b.mu.Unlock()
-		b.mx.controlRefused()
-		return
-	}
-	if _, owed := b.closes[id]; !owed {
+	if _, known := b.rejected[id]; !known {
+		if b.rejects >= maxRejects {
+			b.mu.Unlock()
+			b.mx.controlRefused()
+			return
+		}
 		b.rejects++
 		b.rejected[id] = struct{}{}
 	}
@@ -797,6 +797,7 @@ func (b *batcher) settleCredit(err error) {
 	switch {
 	case err == nil:
 		b.refusals = 0
+		b.postedRejectsLocked()
 	case unreachable(err):
 		b.owePostedLocked()
 		b.discardOwedLocked()
@@ -810,6 +811,24 @@ func (b *batcher) settleCredit(err error) {
 	clear(b.flying)
 	clear(b.flyingCloses)
 	clear(b.flyingSignals)
+}
+
+// postedRejectsLocked takes the rejects of a posted batch off the reject
+// lane. Until then they count against its cap, also while they are owed
+// again after a refusal: a stranger's made-up OpenSlots cannot grow the
+// batcher past the cap while its posts are refused.
+func (b *batcher) postedRejectsLocked() {
+	if b.rejects == 0 {
+		return
+	}
+	for id := range b.flyingCloses {
+		if _, owed := b.closes[id]; !owed {
+			if _, ok := b.rejected[id]; ok {
+				delete(b.rejected, id)
+				b.rejects--
+			}
+		}
+	}
 }
 
 // retryLaterLocked arms the retry of what a refused batch left owed: one
@@ -897,11 +916,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		}
 		enc.CloseSlot(id, 0, reason)
 		delete(b.closes, id)
-		if _, ok := b.rejected[id]; ok {
-			delete(b.rejected, id)
-			b.rejects--
-		}
-		b.flyingCloses[id] = reason
+		b.flyingCloses[id] = reason // a reject stays on the reject lane until it is posted
 	}
 	for id, sg := range b.signals {
 		if full(muxwire.LifecycleSlotBodyLen) {

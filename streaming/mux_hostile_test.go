@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,9 +134,9 @@ func TestMuxHoldBoundedByPeerBytes(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("got %v, want ErrSenderDropped", err)
 	}
-	cmx.mu.Lock()
+	cmx.budgetMu.Lock()
 	pb := cmx.budgets[producer.msg.WorkerID()]
-	cmx.mu.Unlock()
+	cmx.budgetMu.Unlock()
 	if n := pb.hold.Load(); n != 0 {
 		t.Fatalf("the peer's held bytes are %d after its slot ended", n)
 	}
@@ -196,27 +197,29 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 // A batch from a worker the node has no route to (a stranger's made-up
 // OpenSlot) makes no ingress table and no batcher: it is counted and
 // dropped. (Before, the batcher made for it could never post, and retried
-// in a loop that pinned a core.)
+// in a loop: one such OpenSlot pinned a core, 2,000 forged worker ids took
+// both.)
 func TestMuxStrangerWithoutRouteCostsNothing(t *testing.T) {
 	_, consumer := muxNodes(t, MuxConfig{})
 	cmx := muxOf(t, consumer)
-	const stranger = ext.WorkerID(0x5eed)
+	const strangers = 2000
 	wakes := cmx.n.batcherWakes.Load()
-	for range 100 {
-		forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
+	for i := range strangers {
+		forge(t, cmx, ext.WorkerID(0x5eed0000+i), 1, func(enc *muxwire.Encoder) {
 			enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 		})
 	}
 	cmx.mu.Lock()
-	_, table := cmx.ingress[laneKey{stranger, 0}]
-	_, batcher := cmx.batchers[laneKey{stranger, 0}]
-	_, budget := cmx.budgets[stranger]
+	tables, batchers := len(cmx.ingress), len(cmx.batchers)
 	cmx.mu.Unlock()
-	if table || batcher || budget {
-		t.Fatalf("made for a stranger: table %v, batcher %v, budget %v", table, batcher, budget)
+	cmx.budgetMu.Lock()
+	budgets := len(cmx.budgets)
+	cmx.budgetMu.Unlock()
+	if tables+batchers+budgets != 0 {
+		t.Fatalf("made for strangers: %d tables, %d batchers, %d budgets", tables, batchers, budgets)
 	}
-	if n := cmx.n.dropped[metrics.DropUnroutable].Load(); n != 100 {
-		t.Fatalf("unroutable drops %d, want 100", n)
+	if n := cmx.n.dropped[metrics.DropUnroutable].Load(); n != strangers {
+		t.Fatalf("unroutable drops %d, want %d", n, strangers)
 	}
 	if n := cmx.n.batcherWakes.Load() - wakes; n != 0 {
 		t.Fatalf("%d batcher wakes for a stranger", n)
@@ -242,6 +245,30 @@ func refusePostsTo(mx *mux, peer ext.WorkerID, err error) {
 	}
 }
 
+// A made-up OpenSlot from a worker the node has a route to but that never
+// attached: the reject goes to it once, and the batcher made for it is
+// idle and goes at its TTL. Counted in wakes, not time.
+func TestMuxRejectToRoutableStranger(t *testing.T) {
+	cfg := MuxConfig{BatcherIdleTTL: 20 * time.Millisecond, CreditSweepInterval: 5 * time.Millisecond}
+	consumer, other := newRemoteNode(t, WithMux(cfg)), newRemoteNode(t, WithMux(cfg))
+	if err := consumer.msg.RegisterPeer(other.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	cmx, omx := muxOf(t, consumer), muxOf(t, other)
+	stranger := other.msg.WorkerID()
+	wakes := cmx.n.batcherWakes.Load()
+	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
+		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
+	})
+	waitFor(t, "the reject to reach the stranger", func() bool {
+		return omx.n.batchesRecv.Load()+omx.n.dropped[metrics.DropUnroutable].Load() == 1
+	})
+	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
+	if n := cmx.n.batcherWakes.Load() - wakes; n > 2 {
+		t.Fatalf("%d batcher wakes for one reject, want at most 2", n)
+	}
+}
+
 // A made-up OpenSlot from a worker the node has a route to, whose posts
 // are all refused (a peer that never attached, at an address that takes
 // nothing). The reject is retried a few times, further apart each time,
@@ -250,15 +277,13 @@ func refusePostsTo(mx *mux, peer ext.WorkerID, err error) {
 // at once, it never stopped owing the reject, and it was never evicted.
 func TestMuxRefusedRejectIsNotRetriedForever(t *testing.T) {
 	cfg := MuxConfig{BatcherIdleTTL: 20 * time.Millisecond, CreditSweepInterval: 5 * time.Millisecond}
-	producer, consumer := muxNodes(t, cfg)
-	cmx := muxOf(t, consumer)
-	_, other := muxNodes(t, cfg) // a real worker that never attaches
+	consumer, other := newRemoteNode(t, WithMux(cfg)), newRemoteNode(t, WithMux(cfg)) // other never attaches
 	if err := consumer.msg.RegisterPeer(other.msg.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
+	cmx := muxOf(t, consumer)
 	stranger := other.msg.WorkerID()
 	refusePostsTo(cmx, stranger, errors.New("test: the lane refuses"))
-	_ = producer
 	wakes := cmx.n.batcherWakes.Load()
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
@@ -384,4 +409,58 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 	defer s.Close()
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
+}
+
+// The answers to a stranger's made-up OpenSlots count against the reject
+// lane's cap until they are posted: while a batch of them is in flight,
+// and when a refused batch owes them again. A flood while the peer takes
+// nothing keeps the batcher at the cap. (Before, the answers in a batch
+// being posted left the lane at once, and a refused batch owed them again
+// as plain closes, so the lane took as many again.)
+func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
+	var attempts atomic.Int32
+	release := make(chan struct{})
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+		if attempts.Add(1) == 1 {
+			<-release // the first batch of answers stays in flight
+		}
+		return errors.New("test: the lane refuses")
+	})
+	defer mx.close()
+	const peer = ext.WorkerID(9)
+	flood := func(first int) {
+		var enc muxwire.Encoder
+		enc.Start(nil, 0, 1, uint32(first+1))
+		for j := first; j < first+maxRejects; j++ {
+			id, _ := muxwire.NewSlotID(uint32(j), 0)
+			enc.OpenSlot(id, 0, uint64(j)+1, 1)
+		}
+		if err := mx.handleBatch(peer, 0, enc.Batch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := func() *batcher {
+		flood(0)
+		return mx.existingBatcher(peer, 0)
+	}()
+	owed := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.closes) + len(b.flyingCloses)
+	}
+	waitFor(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
+	flood(maxRejects)
+	if n := owed(); n > maxRejects {
+		close(release)
+		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, maxRejects)
+	}
+	close(release)
+	waitFor(t, "the refused batch to be owed again", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.refusals > 0
+	})
+	if n := owed(); n > maxRejects {
+		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, maxRejects)
+	}
 }
