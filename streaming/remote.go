@@ -140,7 +140,7 @@ type remote struct {
 	muxOwners sync.Map // ext.InstanceID → struct{}
 
 	renewRequests   atomic.Uint64 // _anchor_renew requests served (tests count batches)
-	strangerSignals atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
+	strangerSignals atomic.Uint64 // stops, cancels and MPSC detaches ignored: not from the worker they concern
 }
 
 // pendingBind is a stream that _anchor_attach bound and whose connection
