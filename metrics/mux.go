@@ -44,10 +44,19 @@ const (
 	DropClosedSlot
 	DropLaneMismatch
 	DropSlotCollision
+	// DropOverCredit: a Data record beyond the credit its slot's consumer
+	// granted; the slot ends with ProtocolError.
+	DropOverCredit
+	// DropEpochJump: a batch that moved its peer's epoch further forward
+	// than a mux ever does.
+	DropEpochJump
+	// DropUnroutable: a batch from a worker this node has no route to, so
+	// it could not answer it.
+	DropUnroutable
 	NumMuxDropReasons
 )
 
-var muxDropReasonNames = [NumMuxDropReasons]string{"stale_epoch", "generation", "unknown_slot", "closed_slot", "lane_mismatch", "slot_collision"}
+var muxDropReasonNames = [NumMuxDropReasons]string{"stale_epoch", "generation", "unknown_slot", "closed_slot", "lane_mismatch", "slot_collision", "over_credit", "epoch_jump", "unroutable"}
 
 // MuxSnapshot is what one mux reports at a scrape: monotonic counts since
 // it started, and its gauges now.
@@ -66,6 +75,7 @@ type MuxSnapshot struct {
 	RendezvousSingletons         uint64
 	SlotCreditExhausted          uint64
 	UnclaimedBindReaped          uint64
+	RepliesDiscarded             uint64
 
 	LiveSlots       int64
 	WithheldRecords int64
@@ -95,6 +105,7 @@ func (s *MuxSnapshot) add(o MuxSnapshot) {
 	s.RendezvousSingletons += o.RendezvousSingletons
 	s.SlotCreditExhausted += o.SlotCreditExhausted
 	s.UnclaimedBindReaped += o.UnclaimedBindReaped
+	s.RepliesDiscarded += o.RepliesDiscarded
 	s.LiveSlots += o.LiveSlots
 	s.WithheldRecords += o.WithheldRecords
 	s.StagedRecords += o.StagedRecords
@@ -117,7 +128,7 @@ type muxDescs struct {
 	batches, recordsSent, recordsDropped, readerStall, genMismatch *prometheus.Desc
 	controlRefused, epochDeaths, creditLost, creditReposted        *prometheus.Desc
 	seqGaps, drainVisits, holdOverflow, singletons                 *prometheus.Desc
-	creditExhausted, unclaimedReaped                               *prometheus.Desc
+	creditExhausted, unclaimedReaped, repliesDiscarded             *prometheus.Desc
 	live, withheld, staged, held                                   *prometheus.Desc
 }
 
@@ -128,25 +139,26 @@ func newMuxCollector() *muxCollector {
 	return &muxCollector{
 		sources: make(map[uint64]func() MuxSnapshot),
 		descs: muxDescs{
-			batches:         d("velo_streaming_mux_batches_total", "_stream_batch active messages packed (sent) or decoded (received) by the mux.", "direction"),
-			recordsSent:     d("velo_streaming_mux_records_sent_total", "Mux records a batcher packed for its peer, by record type.", "record_type"),
-			recordsDropped:  d("velo_streaming_mux_records_dropped_total", "Mux records discarded by ingress before delivery, by reason.", "reason"),
-			readerStall:     d("velo_streaming_mux_reader_stall_total", "Records ingress could not put into room that credit had reserved. Must stay zero."),
-			genMismatch:     d("velo_streaming_mux_generation_mismatch_total", "Records dropped because their slot index was live at another generation."),
-			controlRefused:  d("velo_streaming_mux_control_refused_total", "Control entries a batcher refused: a slot it never allocated."),
-			epochDeaths:     d("velo_streaming_mux_epoch_deaths_total", "Peer epochs that died, each failing every live slot beneath it once."),
-			creditLost:      d("velo_streaming_mux_credit_lost_total", "Ingress credit that no batch carried back. Expected to stay zero."),
-			creditReposted:  d("velo_streaming_mux_credit_reposted_total", "Ingress credit minted into a discarded batch and handed back for a later one."),
-			seqGaps:         d("velo_streaming_mux_batch_seq_gaps_total", "Batches missing between the expected and received batch_seq within one epoch."),
-			drainVisits:     d("velo_streaming_mux_drain_visits_total", "Credit reconciles the sweeper ran on a peer because a consumer drained."),
-			holdOverflow:    d("velo_streaming_mux_hold_overflow_total", "Slots closed because their ahead-of-sequence hold overflowed."),
-			singletons:      d("velo_streaming_mux_rendezvous_singletons_total", "Records above the eager budget, sent alone in their batch."),
-			creditExhausted: d("velo_streaming_slot_credit_exhausted_total", "Times a mux slot ran out of data credit with records waiting."),
-			unclaimedReaped: d("velo_streaming_unclaimed_bind_reaped_total", "Mux binds reaped because no sender claimed them within the accept window."),
-			live:            d("velo_streaming_mux_live_slots", "Slots the mux holds state for, both sides. Returns to zero at teardown."),
-			withheld:        d("velo_streaming_mux_withheld_records", "Records queued on egress slots that may not be sent yet (no credit)."),
-			staged:          d("velo_streaming_mux_staged_records", "Records packed into batches that are open and not yet written."),
-			held:            d("velo_streaming_mux_held_records", "Records in per-slot ahead-of-sequence holds."),
+			batches:          d("velo_streaming_mux_batches_total", "_stream_batch active messages packed (sent) or decoded (received) by the mux.", "direction"),
+			recordsSent:      d("velo_streaming_mux_records_sent_total", "Mux records a batcher packed for its peer, by record type.", "record_type"),
+			recordsDropped:   d("velo_streaming_mux_records_dropped_total", "Mux records discarded by ingress before delivery, by reason.", "reason"),
+			readerStall:      d("velo_streaming_mux_reader_stall_total", "Records ingress could not put into room that credit had reserved. Must stay zero."),
+			genMismatch:      d("velo_streaming_mux_generation_mismatch_total", "Records dropped because their slot index was live at another generation."),
+			controlRefused:   d("velo_streaming_mux_control_refused_total", "Control entries a batcher refused: a slot it never allocated."),
+			epochDeaths:      d("velo_streaming_mux_epoch_deaths_total", "Peer epochs that died, each failing every live slot beneath it once."),
+			creditLost:       d("velo_streaming_mux_credit_lost_total", "Ingress credit that no batch carried back. Expected to stay zero."),
+			creditReposted:   d("velo_streaming_mux_credit_reposted_total", "Ingress credit minted into a discarded batch and handed back for a later one."),
+			seqGaps:          d("velo_streaming_mux_batch_seq_gaps_total", "Batches missing between the expected and received batch_seq within one epoch."),
+			drainVisits:      d("velo_streaming_mux_drain_visits_total", "Credit reconciles the sweeper ran on a peer because a consumer drained."),
+			holdOverflow:     d("velo_streaming_mux_hold_overflow_total", "Slots closed because their ahead-of-sequence hold overflowed."),
+			singletons:       d("velo_streaming_mux_rendezvous_singletons_total", "Records above the eager budget, sent alone in their batch."),
+			creditExhausted:  d("velo_streaming_slot_credit_exhausted_total", "Times a mux slot ran out of data credit with records waiting."),
+			unclaimedReaped:  d("velo_streaming_unclaimed_bind_reaped_total", "Mux binds reaped because no sender claimed them within the accept window."),
+			repliesDiscarded: d("velo_streaming_mux_replies_discarded_total", "Replies (credit, closes, stops) owed to a peer that could not be reached, dropped instead of retried."),
+			live:             d("velo_streaming_mux_live_slots", "Slots the mux holds state for, both sides. Returns to zero at teardown."),
+			withheld:         d("velo_streaming_mux_withheld_records", "Records queued on egress slots that may not be sent yet (no credit)."),
+			staged:           d("velo_streaming_mux_staged_records", "Records packed into batches that are open and not yet written."),
+			held:             d("velo_streaming_mux_held_records", "Records in per-slot ahead-of-sequence holds."),
 		},
 	}
 }
@@ -189,7 +201,7 @@ func (c *muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.descs
 	for _, x := range []*prometheus.Desc{d.batches, d.recordsSent, d.recordsDropped, d.readerStall, d.genMismatch,
 		d.controlRefused, d.epochDeaths, d.creditLost, d.creditReposted, d.seqGaps, d.drainVisits, d.holdOverflow,
-		d.singletons, d.creditExhausted, d.unclaimedReaped, d.live, d.withheld, d.staged, d.held} {
+		d.singletons, d.creditExhausted, d.unclaimedReaped, d.repliesDiscarded, d.live, d.withheld, d.staged, d.held} {
 		ch <- x
 	}
 }
@@ -223,6 +235,7 @@ func (c *muxCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(d.singletons, s.RendezvousSingletons)
 	counter(d.creditExhausted, s.SlotCreditExhausted)
 	counter(d.unclaimedReaped, s.UnclaimedBindReaped)
+	counter(d.repliesDiscarded, s.RepliesDiscarded)
 	gauge(d.live, s.LiveSlots)
 	gauge(d.withheld, s.WithheldRecords)
 	gauge(d.staged, s.StagedRecords)

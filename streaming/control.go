@@ -96,8 +96,8 @@ func (r *remote) dropSender(rs *remoteSender) {
 }
 
 // sender finds the sender a control message names. Only the anchor's
-// owner may signal it: the stream id is a counter, so anyone could guess
-// one, but the messenger stamps each request with its sender's worker.
+// owner may signal it: the stream id is random (ids.go), and the
+// messenger stamps each request with its sender's worker as well.
 func (r *remote) sender(c *messenger.Context) *remoteSender {
 	req, err := wire.DecodeStreamCancelRequest(c.Payload)
 	if err != nil {

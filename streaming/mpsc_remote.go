@@ -41,6 +41,10 @@ import (
 type mpscRemote struct {
 	core senderCore // what the inlet sees as the sender
 	id   SenderID
+	// worker is the producer's, which attached it: only it may detach it.
+	// The SenderID is a counter (its values are the application's and the
+	// reference's), so a co-producer could otherwise name another's.
+	worker ext.WorkerID
 	conn net.Conn    // nil until the producer connects
 	ctl  *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
 	feed *inSlot     // its mux slot, when it came over the mux; guarded by the anchor's mu
@@ -107,7 +111,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	if st == nil || st.mpsc == nil {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
-	p, ok := st.mpsc.addRemote()
+	p, ok := st.mpsc.addRemote(c.SenderWorkerID())
 	if !ok {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
@@ -126,7 +130,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	}
 	// A routing session of our own: producers on different workers may
 	// use the same session id.
-	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
+	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.ids.next()}
 	pb := &pendingBind{st: st, mpsc: p}
 	r.mu.Lock()
 	if r.closed {
@@ -181,7 +185,7 @@ func (r *remote) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
 // handler must answer, and the producer's sends wait instead). It is
 // false for an anchor that is closed or ended; a cancelled one still takes
 // the producer, which hears of the cancel when its connection is closed.
-func (a *mpscAnchor) addRemote() (*mpscRemote, bool) {
+func (a *mpscAnchor) addRemote(worker ext.WorkerID) (*mpscRemote, bool) {
 	st := &a.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -193,7 +197,7 @@ func (a *mpscAnchor) addRemote() (*mpscRemote, bool) {
 	if a.senders == 1 {
 		st.disarmLocked()
 	}
-	p := &mpscRemote{id: SenderID(a.nextID)}
+	p := &mpscRemote{id: SenderID(a.nextID), worker: worker}
 	p.core.st = st
 	if a.remotes == nil {
 		a.remotes = make(map[SenderID]*mpscRemote)
@@ -230,6 +234,10 @@ func (r *remote) onMPSCDetach(c *messenger.Context) ([]byte, error) {
 	p := a.remotes[SenderID(req.SenderID)]
 	st.mu.Unlock()
 	if p == nil {
+		return unitAnswer, nil
+	}
+	if p.worker != c.SenderWorkerID() {
+		r.strangerSignals.Add(1) // another worker's producer: left alone
 		return unitAnswer, nil
 	}
 	a.endRemote(p, detachedFrame)
@@ -343,7 +351,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	}
 	// Registered before the request leaves, so that a stop the owner
 	// sends at the attach finds it (control.go).
-	rs := newRemoteSender(r, handle, r.session.Add(1))
+	rs := newRemoteSender(r, handle, r.ids.next())
 	r.addSender(rs)
 	ok := false
 	defer func() {
@@ -427,7 +435,7 @@ func (a *mpscAnchor) remoteFeeds() []*inSlot {
 // OpenSlot claims the bind, and its records carry its SenderID at the
 // consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
 func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	session := r.routing.Add(1)
+	session := r.ids.next()
 	lane, ok := r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.mpsc.endRemote(p, droppedFrame)

@@ -842,3 +842,39 @@ func TestRemoteMPSCCancelSendsStreamCancel(t *testing.T) {
 		t.Fatal("no _stream_cancel reached the producer's node")
 	}
 }
+
+// _mpsc_anchor_detach names a producer by its SenderID, a counter that
+// every producer of the anchor could guess: only the worker that attached
+// that producer may detach it. Another producer's worker is ignored and
+// counted.
+func TestRemoteMPSCDetachOnlyByItsProducer(t *testing.T) {
+	producer, consumer := twoNodes(t)
+	other := newRemoteNode(t)
+	if err := other.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	an := newMPSC(t, consumer.sm)
+	s1 := attachMPSCRemoteT(t, producer, an.Handle())
+	attachMPSCRemoteT(t, other, an.Handle()) // holds the handle too
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dr := wire.MPSCDetachRequest{Handle: an.Handle(), SenderID: uint64(s1.SenderID())}
+	if _, err := other.msg.Unary(ctx, consumer.msg.InstanceID(), wire.MPSCAnchorDetachHandler, dr.AppendJSON(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if n := consumer.sm.remote.strangerSignals.Load(); n != 1 {
+		t.Fatalf("stranger signals %d, want 1", n)
+	}
+	if err := s1.Send(ctx, []byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCItem || f.Sender != s1.SenderID() {
+		t.Fatalf("%+v, want an item of %v", f, s1.SenderID())
+	}
+	if _, err := producer.msg.Unary(ctx, consumer.msg.InstanceID(), wire.MPSCAnchorDetachHandler, dr.AppendJSON(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCDetached || f.Sender != s1.SenderID() {
+		t.Fatalf("%+v, want Detached of %v", f, s1.SenderID())
+	}
+}

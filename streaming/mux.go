@@ -178,6 +178,7 @@ type muxCounters struct {
 	batchSeqGaps               atomic.Uint64
 	batcherWakes               atomic.Uint64 // wakes of the batcher goroutines
 	holdOverflow               atomic.Uint64 // slots ended because their hold overflowed
+	repliesDiscarded           atomic.Uint64 // replies owed to a peer that could not be reached, dropped
 	singletons                 atomic.Uint64 // records sent alone as a staged batch
 }
 
@@ -188,7 +189,9 @@ type mux struct {
 	// unreport stops the metrics scrape reading this mux; nil without one.
 	unreport func()
 	cfg      MuxConfig
-	epochs   atomic.Uint64
+	// epochs is the last epoch a batcher took: it starts at a random base
+	// (randomEpochBase) and only moves forward.
+	epochs atomic.Uint64
 	// post writes one batch to peer on lane. A seam for tests; NewNodeManager
 	// sets it to a messenger Post.
 	post func(peer ext.WorkerID, lane int, batch []byte) error
@@ -200,6 +203,11 @@ type mux struct {
 	postOwned func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
 	// postTagged is post with a _mux_slot header; nil: post.
 	postTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
+	// routable says whether this node can write to peer at all (the
+	// messenger has a route to it); nil: every peer is. Only a routable
+	// peer gets an ingress table or a batcher: a stranger's batch gets
+	// nothing made for it (mux_hostile.go).
+	routable func(peer ext.WorkerID) bool
 	// walks counts the credit walks: a pending attach's age is measured
 	// in them, so an attach reads no clock (mux_pipeline.go).
 	walks atomic.Uint64
@@ -252,6 +260,7 @@ func newMux(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int,
 		floorT:   time.NewTimer(time.Hour),
 	}
 	mx.floorT.Stop()
+	mx.epochs.Store(randomEpochBase())
 	mx.acceptQ = deadline.New(0, mx.expireBind)
 	mx.sweeping.Add(1)
 	go mx.sweep()
@@ -350,6 +359,11 @@ func (mx *mux) peerLost(peer ext.WorkerID) {
 		mx.sweeping.Add(1)
 	}
 	mx.mu.Unlock()
+	// Its budget goes with it: a node that meets many peers over its life
+	// keeps none for the ones it lost.
+	mx.budgetMu.Lock()
+	delete(mx.budgets, peer)
+	mx.budgetMu.Unlock()
 	if len(bs) > 0 {
 		// stop waits for each batcher's goroutine, which may be posting;
 		// close waits for this one.
@@ -536,7 +550,7 @@ func (mx *mux) snapshot() metrics.MuxSnapshot {
 		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
 		UnclaimedBindReaped: n.unclaimedReaped.Load(), BatchSeqGaps: n.batchSeqGaps.Load(),
 		HoldOverflow: n.holdOverflow.Load(), HeldRecords: int64(mx.heldRecords()),
-		RendezvousSingletons: n.singletons.Load(),
+		RendezvousSingletons: n.singletons.Load(), RepliesDiscarded: n.repliesDiscarded.Load(),
 	}
 	for i := range s.RecordsSent {
 		s.RecordsSent[i] = n.sentByType[i].Load()

@@ -60,6 +60,10 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	mx.postTagged = r.postBatchTagged
 	mx.postOwned = r.postBatchOwned
 	mx.stagesAbove = r.msg.StagingThreshold()
+	mx.routable = func(peer ext.WorkerID) bool {
+		_, ok := r.msg.InstanceOf(peer)
+		return ok
+	}
 	mx.m = r.m
 	if met != nil {
 		mx.met = met.Mux()
@@ -163,7 +167,7 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID, key *uint64) 
 	st.attached = true
 	st.disarmLocked() // bound: the accept window runs now
 	st.mu.Unlock()
-	session := r.routing.Add(1)
+	session := r.ids.next()
 	lane, ok := r.mux.bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.mu.Lock()

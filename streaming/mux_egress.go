@@ -51,7 +51,7 @@ type batcher struct {
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
-	rejects       int                                    // entries of closes that answer unadmitted OpenSlots
+	rejects       int                                    // answers to unadmitted OpenSlots, owed or in the batch being posted
 	rejected      map[muxwire.SlotID]struct{}            // which they are
 	staged        int                                    // slots with records queued: OnComplete compares it to live
 	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
@@ -79,6 +79,7 @@ type batcher struct {
 	lingered      bool                                   // lingerT fired: the replies may go
 	stopped       bool
 	lastUse       time.Time
+	refusals      int // posts refused in a row (mux_hostile.go)
 
 	// Test seams, nil outside tests. Each runs under mu: testOnWake at
 	// the start of a wake, before the batcher marks itself awake;
@@ -110,6 +111,7 @@ type outSlot struct {
 	spare  []byte   // the arena before it, reused once no queued record is in it
 	qBytes int
 	credit uint32 // data credit the consumer granted and this side has not spent
+	window uint32 // the credit it opened with: no grant lifts credit above it
 	seq    uint32 // next frame_seq
 	// flushable is how many records at the head of q a FlushBatch
 	// released under FlushManual: they go as credit allows, and what was
@@ -182,7 +184,7 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
-	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit, q: b.queueLocked()}
+	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit, window: credit, q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
 	b.lastUse = time.Now()
@@ -239,7 +241,7 @@ func (b *batcher) postOpens() {
 		// The attaches open on the lane's current batcher.
 		err = ErrCancelled
 	case err != nil:
-		b.epochDeath() // ends the slots just opened too
+		b.postRefused(err) // epoch death: ends the slots just opened too
 	}
 	b.mu.Lock()
 	for _, s := range opens {
@@ -394,6 +396,7 @@ func (b *batcher) peerRoomLocked() { b.budget.room(b.mx.cfg.PeerByteBudget) }
 // the lane count. Its lock is a leaf.
 type peerBudget struct {
 	bytes atomic.Int64
+	hold  atomic.Int64 // bytes in the ingress holds of the peer's slots, every lane
 	mu    sync.Mutex
 	wait  chan struct{}
 }
@@ -519,7 +522,10 @@ func (s *outSlot) wakeSpaceLocked() {
 	}
 }
 
-// grant adds credit the consumer returned and lists the slot again.
+// grant adds credit the consumer returned and lists the slot again. The
+// credit never goes above the window the slot opened with: a grant that
+// would lift it there is a liar's (or a repeat), counted in
+// control_refused, and cannot let this side send past the window.
 func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
@@ -528,7 +534,9 @@ func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 		b.mu.Unlock()
 		return
 	}
-	s.credit += delta
+	if s.clampCreditLocked(delta) {
+		b.mx.controlRefused()
+	}
 	wake := s.readyLocked()
 	b.mu.Unlock()
 	if wake {
@@ -623,12 +631,12 @@ func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 		b.handOn(func(nb *batcher) { nb.rejectOpen(id, reason) })
 		return
 	}
-	if _, owed := b.closes[id]; !owed && b.rejects >= maxRejects {
-		b.mu.Unlock()
-		b.mx.controlRefused()
-		return
-	}
-	if _, owed := b.closes[id]; !owed {
+	if _, known := b.rejected[id]; !known {
+		if b.rejects >= maxRejects {
+			b.mu.Unlock()
+			b.mx.controlRefused()
+			return
+		}
 		b.rejects++
 		b.rejected[id] = struct{}{}
 	}
@@ -739,7 +747,7 @@ func (b *batcher) flush() {
 		ob.set(batch)
 		err := b.mx.sendOwned(b.peer, b.lane, batch, b.takeSingletonTag(), ob)
 		ob.Release()
-		b.settleCredit(err == nil)
+		b.settleCredit(err)
 		if len(opened) > 0 {
 			b.mu.Lock()
 			for _, s := range opened {
@@ -752,16 +760,18 @@ func (b *batcher) flush() {
 				s.retire(RetireDiscarded)
 			}
 			b.writeMu.Unlock()
-			b.epochDeath()
+			b.postRefused(err)
 			b.writeMu.Lock()
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
 			// wake it. What the refused batch left (the rest of a cut
-			// batch, re-posted credit) gets a pass of its own.
+			// batch, re-posted replies) goes when the retry delay that
+			// settleCredit armed ends, not on a wake of its own: a lane
+			// that goes on refusing must not be retried in a loop.
 			b.mu.Lock()
 			b.awake = false
+			b.retryLaterLocked()
 			b.mu.Unlock()
-			b.signal()
 			return
 		}
 		for _, s := range retired {
@@ -774,21 +784,66 @@ func (b *batcher) flush() {
 }
 
 // settleCredit forgets the replies of a posted batch, or owes them again
-// when the batch was refused: the consumer already counted the credit as
-// the producer's, a lost cancel or stop would never reach the producer,
-// and the peer's slots they are about live in the peer's epoch, not in
-// the one this refusal ends. The re-post rides the next batch, at most a
-// reply linger later (a linger, not a wake, so that a lane that goes on
-// refusing is not retried in a loop).
-func (b *batcher) settleCredit(posted bool) {
+// when the batch was refused (err): the consumer already counted the
+// credit as the producer's, a lost cancel or stop would never reach the
+// producer, and the peer's slots they are about live in the peer's epoch,
+// not in the one this refusal ends. The re-post rides a later batch
+// (retryLaterLocked). A peer with no route, or a lane that refused
+// maxRefusedPosts batches in a row, is owed nothing more: its replies are
+// dropped and counted.
+func (b *batcher) settleCredit(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !posted {
+	switch {
+	case err == nil:
+		b.refusals = 0
+		b.postedRejectsLocked()
+	case unreachable(err):
 		b.owePostedLocked()
+		b.discardOwedLocked()
+	default:
+		b.refusals++
+		b.owePostedLocked()
+		if b.refusals >= maxRefusedPosts {
+			b.discardOwedLocked()
+		}
 	}
 	clear(b.flying)
 	clear(b.flyingCloses)
 	clear(b.flyingSignals)
+}
+
+// postedRejectsLocked takes the rejects of a posted batch off the reject
+// lane. Until then they count against its cap, also while they are owed
+// again after a refusal: a stranger's made-up OpenSlots cannot grow the
+// batcher past the cap while its posts are refused.
+func (b *batcher) postedRejectsLocked() {
+	if b.rejects == 0 {
+		return
+	}
+	for id := range b.flyingCloses {
+		if _, owed := b.closes[id]; !owed {
+			if _, ok := b.rejected[id]; ok {
+				delete(b.rejected, id)
+				b.rejects--
+			}
+		}
+	}
+}
+
+// retryLaterLocked arms the retry of what a refused batch left owed: one
+// wake after retryDelayLocked, on the reply linger's timer, and none while
+// nothing is owed.
+func (b *batcher) retryLaterLocked() {
+	owed := len(b.credit) + len(b.closes) + len(b.signals) + len(b.opens)
+	if owed == 0 || b.stopped {
+		return
+	}
+	if b.lingerOn {
+		b.lingerT.Stop()
+	}
+	b.lingerOn, b.lingered = true, false
+	b.lingerT.Reset(b.retryDelayLocked())
 }
 
 func (b *batcher) owePostedLocked() {
@@ -808,10 +863,6 @@ func (b *batcher) owePostedLocked() {
 		if _, ok := b.signals[id]; !ok {
 			b.signals[id] = sg
 		}
-	}
-	owed := len(b.flying) + len(b.flyingCloses) + len(b.flyingSignals)
-	if owed > 0 && !b.lingerOn && !b.stopped {
-		b.startLingerLocked()
 	}
 }
 
@@ -865,11 +916,7 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		}
 		enc.CloseSlot(id, 0, reason)
 		delete(b.closes, id)
-		if _, ok := b.rejected[id]; ok {
-			delete(b.rejected, id)
-			b.rejects--
-		}
-		b.flyingCloses[id] = reason
+		b.flyingCloses[id] = reason // a reject stays on the reject lane until it is posted
 	}
 	for id, sg := range b.signals {
 		if full(muxwire.LifecycleSlotBodyLen) {

@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type ingressPeer struct {
 	mx   *mux
 	peer ext.WorkerID
 	lane int
+	pb   *peerBudget // the peer's, shared by its lanes: its holds' bytes
 
 	mu        sync.Mutex
 	epoch     uint64
@@ -76,6 +78,9 @@ type inSlot struct {
 	mpsc         *mpscRemote       // the producer's entry when st is an MPSC anchor
 	lane         int               // the lane the receiver chose: where the stream counts
 	hold         map[uint32][]byte // records ahead of their turn, by frame_seq
+	holdData     int               // the records in hold that spend data credit
+	holdTerminal bool              // hold has the slot's terminal
+	holdBytes    int               // the bytes in hold
 	pendingClose *pendingClose     // a TerminalSent that came before records in front of it
 	drained      atomic.Uint32     // records the consumer took since the last reconcile
 	buffered     atomic.Int64      // bytes delivered to the anchor and not yet taken
@@ -87,17 +92,31 @@ type inSlot struct {
 }
 
 // ingressFor returns the table of peer's batches on lane, making it on
-// first use; nil once the mux is closed.
-func (mx *mux) ingressFor(peer ext.WorkerID, lane int) *ingressPeer {
+// first use. It is nil once the mux is closed (closed true), and for a
+// peer this node has no route to: nothing could answer it, so nothing is
+// made for it.
+func (mx *mux) ingressFor(peer ext.WorkerID, lane int) (ip *ingressPeer, closed bool) {
+	k := laneKey{peer, lane}
+	mx.mu.Lock()
+	ip, closed = mx.ingress[k], mx.closed
+	mx.mu.Unlock()
+	if ip != nil || closed {
+		return ip, closed
+	}
+	if !mx.isRoutable(peer) {
+		return nil, false
+	}
+	pb := mx.budgetFor(peer)
 	mx.mu.Lock()
 	defer mx.mu.Unlock()
-	k := laneKey{peer, lane}
-	ip := mx.ingress[k]
-	if ip == nil && !mx.closed {
-		ip = &ingressPeer{mx: mx, peer: peer, lane: lane}
+	if mx.closed {
+		return nil, true
+	}
+	if ip = mx.ingress[k]; ip == nil {
+		ip = &ingressPeer{mx: mx, peer: peer, lane: lane, pb: pb}
 		mx.ingress[k] = ip
 	}
-	return ip
+	return ip, false
 }
 
 // bind registers a stream of st for the mux, to be claimed by the OpenSlot
@@ -220,9 +239,13 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		mx.n.dropped[metrics.DropLaneMismatch].Add(uint64(batch.Len()))
 		return nil
 	}
-	ip := mx.ingressFor(peer, lane)
+	ip, closed := mx.ingressFor(peer, lane)
 	if ip == nil {
-		mx.refuseOpens(peer, lane, batch)
+		if closed {
+			mx.refuseOpens(peer, lane, batch)
+		} else {
+			mx.n.dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
+		}
 		return nil
 	}
 	mx.n.batchesRecv.Add(1)
@@ -234,9 +257,13 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	own := append([]byte(nil), payload...)
 	var rep replies
 	ip.mu.Lock()
-	if !ip.acceptEpochLocked(batch.Header) {
+	if why, ok := ip.acceptEpochLocked(batch.Header); !ok {
 		ip.mu.Unlock()
-		mx.n.dropped[metrics.DropStaleEpoch].Add(uint64(batch.Len()))
+		n := batch.Len()
+		if why == metrics.DropEpochJump {
+			n = max(n, 1) // a forged empty batch is counted too
+		}
+		mx.n.dropped[why].Add(uint64(n))
 		return nil
 	}
 	recs := batch.Records()
@@ -265,6 +292,12 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 // until its own node ends. It writes in a fresh epoch, as the batchers
 // are gone; the peer's streams from this node are over anyway.
 func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
+	if !mx.isRoutable(peer) {
+		// Nothing can reach it; a retired batcher and a goroutine per
+		// batch would be made for nothing.
+		mx.n.dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
+		return
+	}
 	var closes []closeReply
 	recs := batch.Records()
 	for {
@@ -297,23 +330,29 @@ func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every
-// slot of the old epoch when a new one starts.
-func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) bool {
+// slot of the old epoch when a new one starts. A batch that would move the
+// epoch further than maxEpochStep is refused: no mux moves that far, and
+// accepting it would retire the peer's slots and make its real batches
+// stale from then on. why is the drop reason of a refused batch.
+func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) (why metrics.MuxDropReason, ok bool) {
 	switch {
 	case !ip.haveEpoch:
 		ip.epoch, ip.haveEpoch = h.Epoch, true
 		ip.lastSeq = h.Seq
-		return true
+		return 0, true
 	case h.Epoch < ip.epoch:
-		return false
+		return metrics.DropStaleEpoch, false
+	case h.Epoch-ip.epoch > maxEpochStep:
+		ip.mx.n.protocolErrors.Add(1)
+		return metrics.DropEpochJump, false
 	case h.Epoch > ip.epoch:
 		ip.retireAllLocked()
 		ip.epoch = h.Epoch
 		ip.lastSeq = h.Seq // a new epoch restarts batch_seq: no gap to meter
-		return true
+		return 0, true
 	}
 	ip.meterSeqLocked(h.Seq)
-	return true
+	return 0, true
 }
 
 // meterSeqLocked counts the batches missing between the highest batch_seq
@@ -379,6 +418,13 @@ func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 // use by another stream with ProtocolError.
 func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	idx := int(rec.Slot.Index())
+	if idx >= maxIngressSlots {
+		// No sender allocates that far; the table would grow to it.
+		ip.mx.n.protocolErrors.Add(1)
+		ip.mx.n.dropped[metrics.DropUnknownSlot].Add(1)
+		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
+		return
+	}
 	if idx < len(ip.slots) {
 		if old := ip.slots[idx]; old != nil {
 			if old.id == rec.Slot {
@@ -465,10 +511,15 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 		return
 	}
 	if s.held == 0 {
-		ip.mx.n.protocolErrors.Add(1) // more records than credit
-	} else {
-		s.held--
+		// More records than the consumer granted: the slot ends, and this
+		// record is neither buffered nor delivered. Credit is what bounds
+		// the consumer's memory; a producer that ignored it made one
+		// consumer buffer 22.8 MiB on a window of 32.
+		ip.mx.n.dropped[metrics.DropOverCredit].Add(1)
+		ip.refuseSlotLocked(s, rep)
+		return
 	}
+	s.held--
 	s.buffered.Add(int64(len(body)))
 	if !s.deliver(body) {
 		// The consumer is gone: tell the producer, once.
@@ -481,26 +532,26 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 // message goes staged, and the receiver fetches it off the ordered lane,
 // so the records behind it may overtake it (book chapter 05, "Ordering is
 // per slot"). They wait in the slot's hold until the gap closes. Credit
-// bounds the hold (C records and the terminal); past it, the slot ends
-// with ProtocolError. Not the slot byte budget: an honest producer can
-// have more in flight (a staged record fetched after a later one). A gap that
-// never closes (a lost batch) is the stream watchdog's to end.
+// bounds the hold (the records held and those delivered stay within the
+// window, and one terminal), and so does the peer's byte budget, shared by
+// the holds of all its slots and lanes; past either, the slot ends with
+// ProtocolError. A slot's first held record fits whatever its size, since
+// an honest producer can have one large record overtake another (two
+// staged records fetched out of order). A gap that never closes (a lost
+// batch) is the stream watchdog's to end.
 
 // holdLocked keeps a record that came ahead of its turn.
 func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *replies) {
-	cfg := &ip.mx.cfg
-	if len(s.hold) >= int(cfg.InitialCredit)+1 {
+	if _, dup := s.hold[seq]; dup {
+		return // the mux never sends a record twice: the first one stays
+	}
+	terminal := wire.IsTerminalFrame(body)
+	if !ip.holdFitsLocked(s, body, terminal) {
 		ip.mx.n.holdOverflow.Add(1)
-		ip.mx.n.protocolErrors.Add(1)
-		ip.endLocked(s, true)
-		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.ProtocolError})
+		ip.refuseSlotLocked(s, rep)
 		return
 	}
-	if s.hold == nil {
-		s.hold = make(map[uint32][]byte)
-	}
-	s.hold[seq] = body
-	ip.held++
+	s.addHeldLocked(seq, body, terminal)
 }
 
 // releaseHeldLocked delivers the held records that are now in turn, and
@@ -515,8 +566,7 @@ func (ip *ingressPeer) releaseHeldLocked(s *inSlot, rep *replies) {
 		if !ok {
 			return
 		}
-		delete(s.hold, s.nextSeq)
-		ip.held--
+		s.takeHeldLocked(s.nextSeq, body)
 		ip.inOrderLocked(s, body, rep)
 	}
 }
@@ -563,8 +613,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	}
 	ip.slots[idx] = nil
 	ip.live--
-	ip.held -= len(s.hold)
-	s.hold = nil
+	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
 	s.st.mu.Lock()
 	if s.feedLocked() == s {
@@ -611,7 +660,11 @@ func (ip *ingressPeer) send(rep replies) {
 	if len(rep.closes) == 0 && len(rep.stops) == 0 {
 		return
 	}
-	b, err := ip.mx.batcherFor(ip.peer, ip.lane)
+	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
+	if errors.Is(err, errUnroutable) {
+		ip.mx.n.repliesDiscarded.Add(uint64(len(rep.closes) + len(rep.stops)))
+		return
+	}
 	if err != nil {
 		// The mux closed while this batch was applied: its goodbye may have
 		// missed a slot opened here just now, so answer directly.
@@ -632,7 +685,7 @@ func (ip *ingressPeer) send(rep replies) {
 
 // requestStop sends the producer a graceful stop (LifecycleSlot).
 func (s *inSlot) requestStop() {
-	if b, err := s.ip.mx.batcherFor(s.ip.peer, s.ip.lane); err == nil {
+	if b, err := s.ip.mx.replyBatcher(s.ip.peer, s.ip.lane); err == nil {
 		b.replyLifecycle(s.id, s.session, muxwire.Stop)
 	}
 }
@@ -698,7 +751,7 @@ func (ip *ingressPeer) reconcileDirty() {
 		return
 	}
 	defer ip.returnSpare(ds)
-	b, err := ip.mx.batcherFor(ip.peer, ip.lane)
+	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
 	if err != nil {
 		return
 	}
@@ -750,7 +803,7 @@ func (s *inSlot) consumerGone() {
 	if !live {
 		return
 	}
-	if b, err := ip.mx.batcherFor(ip.peer, ip.lane); err == nil {
+	if b, err := ip.mx.replyBatcher(ip.peer, ip.lane); err == nil {
 		b.replyClose(s.id, muxwire.UnknownSlot)
 	}
 }
@@ -926,7 +979,7 @@ func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause er
 	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
 	ip.endLocked(s, false)
 	ip.mu.Unlock()
-	if b, err := mx.batcherFor(sender, lane); err == nil {
+	if b, err := mx.replyBatcher(sender, lane); err == nil {
 		b.replyLifecycle(id, session, muxwire.Cancel)
 	}
 }

@@ -68,7 +68,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	if err != nil {
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
-	session := r.session.Add(1)
+	session := r.ids.next()
 	req := wire.AttachRequest{
 		Handle:                 handle,
 		SessionID:              session,
@@ -203,7 +203,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 		go b.openGone(s)
 		return
 	}
-	s.session, s.credit = session, credit
+	s.session, s.credit, s.window = session, credit, credit
 	b.opens = append(b.opens, s)
 	s.readyLocked()
 	b.mu.Unlock()

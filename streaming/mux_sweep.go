@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"errors"
 	"time"
 
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
@@ -150,7 +151,11 @@ func (mx *mux) handBack(b *batcher) {
 	if len(closes)+len(credit)+len(signals) == 0 {
 		return
 	}
-	nb, err := mx.batcherFor(b.peer, b.lane)
+	nb, err := mx.replyBatcher(b.peer, b.lane)
+	if errors.Is(err, errUnroutable) {
+		mx.n.repliesDiscarded.Add(uint64(len(closes) + len(credit) + len(signals)))
+		return
+	}
 	if err != nil {
 		return // the mux closed: its goodbye told the peer
 	}
@@ -213,7 +218,7 @@ func (b *batcher) probe() {
 	err := post(b.peer, b.lane, enc.Batch())
 	b.writeMu.Unlock()
 	if err != nil {
-		b.epochDeath()
+		b.postRefused(err)
 	}
 }
 

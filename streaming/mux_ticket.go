@@ -81,7 +81,7 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v not found", ErrNoPrebind, handle)
 	}
 	r := m.remote
-	session := r.routing.Add(1)
+	session := r.ids.next()
 	bd := &muxBind{st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
 	st.mu.Lock()
 	switch {

@@ -121,8 +121,9 @@ type remote struct {
 	log          *slog.Logger
 	hb           *heartbeater  // beats this node's remote senders
 	firings      atomic.Uint64 // streams ended by the watchdog
-	routing      atomic.Uint64 // the last routing session id given out
-	session      atomic.Uint64 // the last producer session id given out
+	// ids draws routing sessions and producer stream ids: random, since
+	// a peer presents them back as authority (ids.go).
+	ids *idSource
 
 	mu      sync.Mutex
 	closed  bool
@@ -139,7 +140,7 @@ type remote struct {
 	muxOwners sync.Map // ext.InstanceID → struct{}
 
 	renewRequests    atomic.Uint64 // _anchor_renew requests served (tests count batches)
-	strangerSignals  atomic.Uint64 // stops and cancels ignored: not from the anchor's owner
+	strangerSignals  atomic.Uint64 // stops, cancels and MPSC detaches ignored: not from the worker they concern
 	strangerControls atomic.Uint64 // detaches, finalizes and cancels ignored: not from the bound producer
 }
 
@@ -186,7 +187,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	m := NewManager(msg.WorkerID(), WithMetrics(cfg.metrics))
 	r := &remote{
 		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
-		heartbeat: cfg.heartbeat, hb: newHeartbeater(),
+		heartbeat: cfg.heartbeat, hb: newHeartbeater(), ids: newIDSource(),
 		pending: make(map[wire.TCPPreamble]*pendingBind),
 		conns:   make(map[net.Conn]struct{}),
 		senders: make(map[uint64]*remoteSender),
@@ -374,7 +375,7 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	}
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).
-	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.routing.Add(1)}
+	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.ids.next()}
 	b := &remoteBind{r: r, key: key, producer: req.CancelHandle.Producer(),
 		streamID: req.CancelHandle.StreamID(), proxy: &senderCore{st: st, pump: true}}
 	pb := &pendingBind{st: st, bind: b}

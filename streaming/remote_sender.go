@@ -104,7 +104,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 	if err != nil {
 		return nil, err
 	}
-	rs := newRemoteSender(r, handle, r.session.Add(1))
+	rs := newRemoteSender(r, handle, r.ids.next())
 	// Registered before the request leaves: the owner may send a stop or
 	// a cancel (one made before this attach) before its answer arrives.
 	r.addSender(rs)

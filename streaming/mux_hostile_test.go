@@ -1,0 +1,466 @@
+package streaming
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// Tests of what the mux refuses from a peer that does not keep the
+// protocol (mux_hostile.go). The hostile batches are handed to the
+// receiving mux as the messenger would hand them, under the sender
+// identity the messenger binds to the connection: a real peer that lies,
+// or a worker the node has no route to.
+
+// openedStream is a mux stream whose slot is open on the consumer and
+// whose first token went through and had its credit returned: the
+// consumer's view of the producer's credit is the whole window again.
+func openedStream(t *testing.T, producer, consumer *remoteNode) (*Anchor[[]byte], *Sender[[]byte]) {
+	t.Helper()
+	a, s := muxStream(t, producer, consumer)
+	pmx := muxOf(t, producer)
+	before := pmx.n.creditReceived.Load()
+	fill(t, s, 0, 1)
+	readTokens(t, a, 0, 1, 5*time.Second)
+	waitFor(t, "the token's credit", func() bool { return pmx.n.creditReceived.Load() > before })
+	return a, s
+}
+
+// forge hands mx one batch of lane 0 from sender, built by add.
+func forge(t *testing.T, mx *mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
+	t.Helper()
+	var enc muxwire.Encoder
+	enc.Start(nil, 0, epoch, 1<<30)
+	add(&enc)
+	if err := mx.handleBatch(sender, 0, enc.Batch()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slowBeats makes the heartbeat window long, so that no heartbeat record
+// spends credit while a test counts it.
+var slowBeats = WithHeartbeatInterval(time.Minute)
+
+// A producer that sends more Data records than its consumer granted: the
+// record past the window is neither buffered nor delivered, the consumer
+// reads what was granted and then ErrSenderDropped, and the producer hears
+// CloseSlot{ProtocolError}. (Before, the record was counted as a protocol
+// error and delivered: 22.8 MiB buffered for a window of 32.)
+func TestMuxDataBeyondCreditEndsTheSlot(t *testing.T) {
+	const c = 4
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c}, slowBeats)
+	a, s := openedStream(t, producer, consumer)
+	id, epoch, next := slotSeq(s)
+	cmx := muxOf(t, consumer)
+	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		for i := range c + 1 {
+			enc.Data(id, next+uint32(i), wire.AppendBytesItem(nil, token(100+i)))
+		}
+	})
+	if n := cmx.n.dropped[metrics.DropOverCredit].Load(); n != 1 {
+		t.Fatalf("over_credit drops %d, want 1", n)
+	}
+	readTokens(t, a, 100, c, 5*time.Second)
+	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
+		t.Fatalf("after the window: %v, want ErrSenderDropped", err)
+	}
+	select {
+	case <-s.Cancelled():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the producer never heard the ProtocolError close")
+	}
+}
+
+// Records that arrive ahead of their turn wait in the hold only within
+// the producer's credit: a record past it ends the slot. (Before, the hold
+// took C+1 data records whatever the credit.)
+func TestMuxHoldBoundedByCredit(t *testing.T) {
+	const c = 4
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c}, slowBeats)
+	a, s := openedStream(t, producer, consumer)
+	id, epoch, next := slotSeq(s)
+	cmx := muxOf(t, consumer)
+	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		// next never comes: every record waits behind its gap.
+		for i := 1; i <= c+1; i++ {
+			enc.Data(id, next+uint32(i), wire.AppendBytesItem(nil, token(i)))
+		}
+	})
+	if n := cmx.n.holdOverflow.Load(); n != 1 {
+		t.Fatalf("hold overflows %d, want 1", n)
+	}
+	if n := cmx.heldRecords(); n != 0 {
+		t.Fatalf("%d records still held after the slot ended", n)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
+		t.Fatalf("got %v, want ErrSenderDropped", err)
+	}
+}
+
+// The holds of a peer's slots share its byte budget: past it a slot's
+// second held record ends the slot, while its first always fits (a large
+// staged record fetched after a later one). A repeated frame_seq is held
+// once.
+func TestMuxHoldBoundedByPeerBytes(t *testing.T) {
+	const budget = 64 << 10
+	producer, consumer := muxNodes(t, MuxConfig{PeerByteBudget: budget}, slowBeats)
+	a, s := openedStream(t, producer, consumer)
+	id, epoch, next := slotSeq(s)
+	cmx := muxOf(t, consumer)
+	big := wire.AppendBytesItem(nil, bytes.Repeat([]byte("x"), budget)) // over the budget alone
+	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		enc.Data(id, next+1, big)
+		enc.Data(id, next+1, big) // a repeat: held once
+	})
+	if n, o := cmx.heldRecords(), cmx.n.holdOverflow.Load(); n != 1 || o != 0 {
+		t.Fatalf("held %d, overflows %d; want the first record held, once", n, o)
+	}
+	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		enc.Data(id, next+2, wire.AppendBytesItem(nil, []byte("small")))
+	})
+	if n := cmx.n.holdOverflow.Load(); n != 1 {
+		t.Fatalf("hold overflows %d, want 1", n)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
+		t.Fatalf("got %v, want ErrSenderDropped", err)
+	}
+	cmx.budgetMu.Lock()
+	pb := cmx.budgets[producer.msg.WorkerID()]
+	cmx.budgetMu.Unlock()
+	if n := pb.hold.Load(); n != 0 {
+		t.Fatalf("the peer's held bytes are %d after its slot ended", n)
+	}
+}
+
+// A CreditUpdate that would lift a slot's credit above the window it
+// opened with, one huge or many repeated, is counted and clamped: the
+// producer cannot send past the window, and the stream goes on.
+func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
+	const c = 4
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c}, slowBeats)
+	a, s := openedStream(t, producer, consumer)
+	id, _, _ := slotSeq(s)
+	pmx, cmx := muxOf(t, producer), muxOf(t, consumer)
+	// The consumer's own epoch towards the producer: the forged batches
+	// pass as the consumer's.
+	cb := cmx.existingBatcher(producer.msg.WorkerID(), 0)
+	if cb == nil {
+		t.Fatal("the consumer has no batcher to the producer")
+	}
+	cb.mu.Lock()
+	epoch := cb.epoch
+	cb.mu.Unlock()
+	refused := pmx.n.controlRefused.Load()
+	forge(t, pmx, consumer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		enc.CreditUpdate(id, 0, math.MaxUint32)
+	})
+	forge(t, pmx, consumer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		for range 100 {
+			enc.CreditUpdate(id, 0, 1)
+		}
+	})
+	if cr, _, _ := slotState(s.mx); cr != c {
+		t.Fatalf("credit %d after forged grants, want the window %d", cr, c)
+	}
+	if n := pmx.n.controlRefused.Load() - refused; n != 101 {
+		t.Fatalf("control_refused counted %d forged grants, want 101", n)
+	}
+	// Past the window the records wait on the producer: the consumer's
+	// inlet never holds more than C.
+	sent := fillAsync(s, 1, 2*c)
+	waitFor(t, "the window to be spent", func() bool {
+		cr, q, _ := slotState(s.mx)
+		return cr == 0 && q == c
+	})
+	if n := queued(&a.st); n > c {
+		t.Fatalf("the consumer holds %d records, over the window of %d", n, c)
+	}
+	readTokens(t, a, 1, 2*c, 5*time.Second)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if n := cmx.n.protocolErrors.Load(); n != 0 {
+		t.Fatalf("%d protocol errors on the consumer", n)
+	}
+}
+
+// A batch from a worker the node has no route to (a stranger's made-up
+// OpenSlot) makes no ingress table and no batcher: it is counted and
+// dropped. (Before, the batcher made for it could never post, and retried
+// in a loop: one such OpenSlot pinned a core, 2,000 forged worker ids took
+// both.)
+func TestMuxStrangerWithoutRouteCostsNothing(t *testing.T) {
+	_, consumer := muxNodes(t, MuxConfig{})
+	cmx := muxOf(t, consumer)
+	const strangers = 2000
+	wakes := cmx.n.batcherWakes.Load()
+	for i := range strangers {
+		forge(t, cmx, ext.WorkerID(0x5eed0000+i), 1, func(enc *muxwire.Encoder) {
+			enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
+		})
+	}
+	cmx.mu.Lock()
+	tables, batchers := len(cmx.ingress), len(cmx.batchers)
+	cmx.mu.Unlock()
+	cmx.budgetMu.Lock()
+	budgets := len(cmx.budgets)
+	cmx.budgetMu.Unlock()
+	if tables+batchers+budgets != 0 {
+		t.Fatalf("made for strangers: %d tables, %d batchers, %d budgets", tables, batchers, budgets)
+	}
+	if n := cmx.n.dropped[metrics.DropUnroutable].Load(); n != strangers {
+		t.Fatalf("unroutable drops %d, want %d", n, strangers)
+	}
+	if n := cmx.n.batcherWakes.Load() - wakes; n != 0 {
+		t.Fatalf("%d batcher wakes for a stranger", n)
+	}
+}
+
+// refusePostsTo makes every post of mx to peer fail with err.
+func refusePostsTo(mx *mux, peer ext.WorkerID, err error) {
+	inner, owned := mx.post, mx.postOwned
+	mx.post = func(p ext.WorkerID, lane int, batch []byte) error {
+		if p == peer {
+			return err
+		}
+		return inner(p, lane, batch)
+	}
+	if owned != nil {
+		mx.postOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+			if p == peer {
+				return err
+			}
+			return owned(p, lane, batch, o)
+		}
+	}
+}
+
+// A made-up OpenSlot from a worker the node has a route to but that never
+// attached: the reject goes to it once, and the batcher made for it is
+// idle and goes at its TTL. Counted in wakes, not time.
+func TestMuxRejectToRoutableStranger(t *testing.T) {
+	cfg := MuxConfig{BatcherIdleTTL: 20 * time.Millisecond, CreditSweepInterval: 5 * time.Millisecond}
+	consumer, other := newRemoteNode(t, WithMux(cfg)), newRemoteNode(t, WithMux(cfg))
+	if err := consumer.msg.RegisterPeer(other.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	cmx, omx := muxOf(t, consumer), muxOf(t, other)
+	stranger := other.msg.WorkerID()
+	wakes := cmx.n.batcherWakes.Load()
+	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
+		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
+	})
+	waitFor(t, "the reject to reach the stranger", func() bool {
+		return omx.n.batchesRecv.Load()+omx.n.dropped[metrics.DropUnroutable].Load() == 1
+	})
+	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
+	if n := cmx.n.batcherWakes.Load() - wakes; n > 2 {
+		t.Fatalf("%d batcher wakes for one reject, want at most 2", n)
+	}
+}
+
+// A made-up OpenSlot from a worker the node has a route to, whose posts
+// are all refused (a peer that never attached, at an address that takes
+// nothing). The reject is retried a few times, further apart each time,
+// then dropped and counted; the batcher is then idle and goes at its TTL.
+// Counted in wakes, not time: before, each refusal woke the batcher again
+// at once, it never stopped owing the reject, and it was never evicted.
+func TestMuxRefusedRejectIsNotRetriedForever(t *testing.T) {
+	cfg := MuxConfig{BatcherIdleTTL: 20 * time.Millisecond, CreditSweepInterval: 5 * time.Millisecond}
+	consumer, other := newRemoteNode(t, WithMux(cfg)), newRemoteNode(t, WithMux(cfg)) // other never attaches
+	if err := consumer.msg.RegisterPeer(other.msg.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	cmx := muxOf(t, consumer)
+	stranger := other.msg.WorkerID()
+	refusePostsTo(cmx, stranger, errors.New("test: the lane refuses"))
+	wakes := cmx.n.batcherWakes.Load()
+	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
+		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
+	})
+	waitFor(t, "the reject to be dropped", func() bool { return cmx.n.repliesDiscarded.Load() == 1 })
+	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
+	if n := cmx.n.batcherWakes.Load() - wakes; n > maxRefusedPosts+1 {
+		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, maxRefusedPosts+1)
+	}
+}
+
+// A post refused because the messenger has no route to the peer drops the
+// batcher at once, with what it owed.
+func TestMuxUnroutablePostDropsTheBatcher(t *testing.T) {
+	_, consumer := muxNodes(t, MuxConfig{})
+	cmx := muxOf(t, consumer)
+	const stranger = ext.WorkerID(0x5eed)
+	cmx.routable = func(ext.WorkerID) bool { return true } // the route goes as the reject is posted
+	refusePostsTo(cmx, stranger, fmt.Errorf("%w: gone", ext.ErrPeerNotRegistered))
+	wakes := cmx.n.batcherWakes.Load()
+	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
+		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
+	})
+	waitFor(t, "the batcher to be dropped", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
+	if n := cmx.n.repliesDiscarded.Load(); n != 1 {
+		t.Fatalf("replies discarded %d, want 1", n)
+	}
+	if n := cmx.n.batcherWakes.Load() - wakes; n > 2 {
+		t.Fatalf("%d batcher wakes, want at most 2", n)
+	}
+}
+
+// The ids a peer presents back as authority are random: two muxes start
+// their epochs at unrelated points far from zero, routing sessions are not
+// a counter, and _mux_slot tags guessed from small counters end nothing.
+func TestMuxIdsAreNotGuessable(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	p, c := muxOf(t, producer).epochs.Load(), muxOf(t, consumer).epochs.Load()
+	if p == c || p < 1<<32 || c < 1<<32 || p >= 1<<epochBaseBits || c >= 1<<epochBaseBits {
+		t.Fatalf("epoch bases %d and %d: want two random values in [2^32, 2^%d)", p, c, epochBaseBits)
+	}
+	a1, s1 := openedStream(t, producer, consumer)
+	_, s2 := openedStream(t, producer, consumer)
+	x, y := s1.mx.session, s2.mx.session
+	if x == y || x < 1<<32 || y < 1<<32 || y-x < 1<<16 && x-y < 1<<16 {
+		t.Fatalf("routing sessions %d and %d look like a counter", x, y)
+	}
+	id, _, _ := slotSeq(s1)
+	cmx := muxOf(t, consumer)
+	cause := errors.New("test: refused")
+	for epoch := uint64(0); epoch < 8; epoch++ {
+		for session := uint64(0); session < 256; session++ {
+			cmx.stagedFailure(producer.msg.WorkerID(), 0, fmt.Sprintf("%d:%d:%d", epoch, uint32(id), session), cause)
+		}
+	}
+	fill(t, s1, 1, 2)
+	readTokens(t, a1, 1, 2, 5*time.Second)
+}
+
+// One empty batch that moves a peer's epoch to 2^64-1 is refused and
+// counted: the peer's slots live on and its later batches are not stale.
+// (Before, it ended every stream of the peer and locked it out.) A peer
+// can still end its own streams by moving its epoch within maxEpochStep,
+// and only its own: tables are kept per sender.
+func TestMuxEpochJumpRefused(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{}, slowBeats)
+	a, s := openedStream(t, producer, consumer)
+	cmx := muxOf(t, consumer)
+	forge(t, cmx, producer.msg.WorkerID(), math.MaxUint64, func(*muxwire.Encoder) {})
+	if n := cmx.n.dropped[metrics.DropEpochJump].Load(); n != 1 {
+		t.Fatalf("epoch_jump drops %d, want 1", n)
+	}
+	fill(t, s, 1, 3)
+	readTokens(t, a, 1, 3, 5*time.Second)
+	a2, s2 := openedStream(t, producer, consumer)
+	fill(t, s2, 1, 1)
+	readTokens(t, a2, 1, 1, 5*time.Second)
+}
+
+// An OpenSlot may not name an index past the 65,536 of a table: the table
+// grows to the highest index opened, so one claim could make it 128 MiB.
+// The bind stays for the real OpenSlot.
+func TestMuxOpenSlotIndexBounded(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{}, slowBeats)
+	openedStream(t, producer, consumer) // the consumer knows the producer
+	a, err := CreateAnchor[[]byte](consumer.sm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tk, err := consumer.sm.PrebindAnchor(a.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmx := muxOf(t, consumer)
+	far, _ := muxwire.NewSlotID(1<<20, 0)
+	epoch := func() uint64 {
+		cmx.mu.Lock()
+		defer cmx.mu.Unlock()
+		ip := cmx.ingress[laneKey{producer.msg.WorkerID(), 0}]
+		ip.mu.Lock()
+		defer ip.mu.Unlock()
+		return ip.epoch
+	}()
+	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
+		enc.OpenSlot(far, 0, a.Handle().LocalID(), tk.RoutingSessionID)
+	})
+	cmx.mu.Lock()
+	ip := cmx.ingress[laneKey{producer.msg.WorkerID(), 0}]
+	cmx.mu.Unlock()
+	ip.mu.Lock()
+	n := len(ip.slots)
+	ip.mu.Unlock()
+	if n > maxIngressSlots {
+		t.Fatalf("the table grew to %d entries", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := OpenAnchorStream[[]byte](ctx, producer.sm, a.Handle(), tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+}
+
+// The answers to a stranger's made-up OpenSlots count against the reject
+// lane's cap until they are posted: while a batch of them is in flight,
+// and when a refused batch owes them again. A flood while the peer takes
+// nothing keeps the batcher at the cap. (Before, the answers in a batch
+// being posted left the lane at once, and a refused batch owed them again
+// as plain closes, so the lane took as many again.)
+func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
+	var attempts atomic.Int32
+	release := make(chan struct{})
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+		if attempts.Add(1) == 1 {
+			<-release // the first batch of answers stays in flight
+		}
+		return errors.New("test: the lane refuses")
+	})
+	defer mx.close()
+	const peer = ext.WorkerID(9)
+	flood := func(first int) {
+		var enc muxwire.Encoder
+		enc.Start(nil, 0, 1, uint32(first+1))
+		for j := first; j < first+maxRejects; j++ {
+			id, _ := muxwire.NewSlotID(uint32(j), 0)
+			enc.OpenSlot(id, 0, uint64(j)+1, 1)
+		}
+		if err := mx.handleBatch(peer, 0, enc.Batch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := func() *batcher {
+		flood(0)
+		return mx.existingBatcher(peer, 0)
+	}()
+	owed := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.closes) + len(b.flyingCloses)
+	}
+	waitFor(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
+	flood(maxRejects)
+	if n := owed(); n > maxRejects {
+		close(release)
+		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, maxRejects)
+	}
+	close(release)
+	waitFor(t, "the refused batch to be owed again", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.refusals > 0
+	})
+	if n := owed(); n > maxRejects {
+		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, maxRejects)
+	}
+}
