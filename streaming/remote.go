@@ -376,7 +376,9 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).
 	key := wire.TCPPreamble{AnchorID: req.Handle.LocalID(), SessionID: r.ids.next()}
-	b := &remoteBind{r: r, key: key, producer: req.CancelHandle.Producer(),
+	// The producer is the worker the connection speaks for, not the one
+	// the body's cancel handle names.
+	b := &remoteBind{r: r, key: key, producer: c.SenderWorkerID(),
 		streamID: req.CancelHandle.StreamID(), proxy: &senderCore{st: st, pump: true}}
 	pb := &pendingBind{st: st, bind: b}
 	st.attached = true
