@@ -45,9 +45,9 @@ type mpscRemote struct {
 	// The SenderID is a counter (its values are the application's and the
 	// reference's), so a co-producer could otherwise name another's.
 	worker ext.WorkerID
-	conn net.Conn    // nil until the producer connects
-	ctl  *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
-	feed *inSlot     // its mux slot, when it came over the mux; guarded by the anchor's mu
+	conn   net.Conn    // nil until the producer connects
+	ctl    *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
+	feed   *inSlot     // its mux slot, when it came over the mux; guarded by the anchor's mu
 }
 
 // mpscConns closes the connection of every remote producer of an MPSC
