@@ -341,6 +341,21 @@ func (r *remote) countAttach(c *messenger.Context, attach func(*messenger.Contex
 	return body, err
 }
 
+// cancelledFirstFrameWait bounds how long a connection to a cancelled
+// anchor waits for its producer's first frame before the cancel goes.
+const cancelledFirstFrameWait = time.Second
+
+// awaitFirstFrame reads until the first frame arrives, the connection ends
+// or d passes. What it reads is dropped: the anchor is over.
+func awaitFirstFrame(c net.Conn, d time.Duration) {
+	c.SetReadDeadline(time.Now().Add(d))
+	fr := frame.NewReader(c, wire.MaxTCPFrame)
+	defer fr.Close()
+	if f, err := fr.Next(); err == nil {
+		f.Release()
+	}
+}
+
 func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	req, err := wire.DecodeAttachRequest(c.Payload)
 	if err != nil {
@@ -502,7 +517,10 @@ func (r *remote) serve(c net.Conn) {
 			// Again, now that the producer is connected: a Rust producer
 			// registers the sender that _stream_cancel names only after
 			// its connection is up, so the message sent with the attach
-			// answer found nothing there and its token never fired.
+			// answer found nothing there and its token never fired. Its
+			// first frame (or a short wait) says it is registered: a
+			// cancel sent at the preamble could still come too early.
+			awaitFirstFrame(c, cancelledFirstFrameWait)
 			b.signal(wire.StreamCancelHandler)
 		}
 		return
