@@ -71,8 +71,8 @@ func proofWait() time.Duration {
 
 // Bounds on what a connection that has not proved itself may cost.
 const (
-	maxHeldFrames = 4096
-	maxHeldBytes  = 16 << 20
+	maxHeldFrames = 2048
+	maxHeldBytes  = 512 << 10 // copied bytes plus heldOverhead per request; a first request may be larger
 	// maxProving is how many connections may wait for one worker's proof
 	// at once: a stranger opening connections in its name cannot make this
 	// node challenge the real peer without bound.
@@ -214,16 +214,43 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 		}
 	}
 	// connProving
-	size := j.msg.Len()
-	if len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes {
+	size := j.msg.Len() + heldOverhead
+	if len(c.held) > 0 && (len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes) {
 		m.countFailure("identity", "held_over_bound")
 		m.gate.refused.Add(1)
 		return gateDrop
 	}
-	c.held = append(c.held, j)
+	held, ok := detach(j)
+	if !ok {
+		return gateDrop
+	}
+	c.held = append(c.held, held)
 	c.heldBytes += size
 	m.gate.held.Add(1)
 	return gateHeld
+}
+
+// heldOverhead is what a held request costs beyond its bytes (its job),
+// counted against maxHeldBytes.
+const heldOverhead = 128
+
+// detach copies a request out of its read buffer, which it then gives
+// back: a held request keeps only its own bytes, not the chunk of the
+// read it came in (which may hold many more). The header is parsed again
+// over the copy, since the parsed one points into the buffer.
+func detach(j job) (job, bool) {
+	f := j.msg.Frame
+	buf := make([]byte, 0, len(f.Header)+len(f.Payload))
+	buf = append(append(buf, f.Header...), f.Payload...)
+	f.Release()
+	j.msg.Header, j.msg.Payload, j.msg.Owner = buf[:len(f.Header):len(f.Header)], buf[len(f.Header):], nil
+	hdr, err := parseRequestHeader(j.msg.Header)
+	if err != nil { // it parsed before the copy
+		j.msg.Guard.Release()
+		return job{}, false
+	}
+	j.hdr = hdr
+	return j, true
 }
 
 // challengeLocked moves c to proving and sends its peer the challenge. It
