@@ -102,7 +102,7 @@ type connState struct {
 	mu        sync.Mutex
 	phase     connPhase
 	nonce     [16]byte
-	held      []job
+	held      []heldReq
 	heldBytes int
 	timer     *time.Timer
 }
@@ -220,37 +220,59 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 		m.gate.refused.Add(1)
 		return gateDrop
 	}
-	held, ok := detach(j)
-	if !ok {
-		return gateDrop
-	}
-	c.held = append(c.held, held)
+	c.held = append(c.held, detach(j))
 	c.heldBytes += size
 	m.gate.held.Add(1)
 	return gateHeld
 }
 
-// heldOverhead is what a held request costs beyond its bytes (its job),
-// counted against maxHeldBytes.
-const heldOverhead = 128
+// heldReq is a request held for its connection's proof, kept small: its
+// bytes, copied out of the read buffer (which it gives back, so a held
+// request does not pin the chunk of the read it came in, which may hold
+// many more), and its in-flight guard.
+type heldReq struct {
+	buf   []byte // header, then payload
+	hlen  int
+	guard ext.InFlightGuard
+	conn  ext.ConnID
+}
 
-// detach copies a request out of its read buffer, which it then gives
-// back: a held request keeps only its own bytes, not the chunk of the
-// read it came in (which may hold many more). The header is parsed again
-// over the copy, since the parsed one points into the buffer.
-func detach(j job) (job, bool) {
+// heldOverhead is what a held request costs beyond its bytes, counted
+// against maxHeldBytes.
+const heldOverhead = 64
+
+func detach(j job) heldReq {
 	f := j.msg.Frame
 	buf := make([]byte, 0, len(f.Header)+len(f.Payload))
 	buf = append(append(buf, f.Header...), f.Payload...)
 	f.Release()
-	j.msg.Header, j.msg.Payload, j.msg.Owner = buf[:len(f.Header):len(f.Header)], buf[len(f.Header):], nil
-	hdr, err := parseRequestHeader(j.msg.Header)
-	if err != nil { // it parsed before the copy
-		j.msg.Guard.Release()
+	return heldReq{buf: buf, hlen: len(f.Header), guard: j.msg.Guard, conn: f.Conn}
+}
+
+// job rebuilds the request. Its header parsed before it was held, so it
+// parses again over the copy.
+func (h heldReq) job() (job, bool) {
+	msg := ext.InboundMessage{
+		Frame: ext.Frame{Type: ext.Message, Header: h.buf[:h.hlen:h.hlen], Payload: h.buf[h.hlen:], Conn: h.conn},
+		Guard: h.guard,
+	}
+	hdr, err := parseRequestHeader(msg.Header)
+	if err != nil {
+		msg.Done()
 		return job{}, false
 	}
-	j.hdr = hdr
-	return j, true
+	return job{msg: msg, hdr: hdr}, true
+}
+
+// jobs rebuilds held requests, in order.
+func jobs(held []heldReq) []job {
+	out := make([]job, 0, len(held))
+	for _, h := range held {
+		if j, ok := h.job(); ok {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // challengeLocked moves c to proving and sends its peer the challenge. It
@@ -315,7 +337,7 @@ func (m *Messenger) proofTimedOut(c *connState) {
 	m.refuseHeld(held)
 }
 
-func (c *connState) takeHeldLocked() []job {
+func (c *connState) takeHeldLocked() []heldReq {
 	held := c.held
 	c.held, c.heldBytes = nil, 0
 	return held
@@ -325,8 +347,8 @@ func (c *connState) takeHeldLocked() []job {
 // goes to the worker they named, at its registered address: a peer whose
 // proof was lost learns why its calls failed, and a stranger learns
 // nothing.
-func (m *Messenger) refuseHeld(held []job) {
-	for _, j := range held {
+func (m *Messenger) refuseHeld(held []heldReq) {
+	for _, j := range jobs(held) {
 		m.refuseIdentity(j)
 	}
 }
@@ -366,7 +388,7 @@ func (m *Messenger) onProof(j job) []job {
 	c.mu.Unlock()
 	m.doneProving(c.claimed)
 	m.gate.proven.Add(1)
-	return held
+	return jobs(held)
 }
 
 // onProve answers a challenge: the same bytes go back as _velo_proof on
