@@ -543,6 +543,7 @@ func hostileOwnerCase() *Case {
 			if err != nil {
 				return err
 			}
+			owner.stageAll(m)
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			r.res.Frames++

@@ -77,14 +77,17 @@ func fuzzAttack(ctx context.Context, r *run) error {
 			}
 		}
 	}
+	var first error
 	for i, c := range conns {
 		r.res.Extra["frames_"+roles[i].name+"_count"] = float64(c.Sent())
 		r.res.Frames += c.Sent()
-		if err := c.Drained(20 * time.Second); err != nil {
-			return err
+	}
+	for _, c := range conns {
+		if err := c.Drained(20 * time.Second); err != nil && first == nil {
+			first = err
 		}
 	}
-	return nil
+	return first
 }
 
 // fuzzer draws hostile frames.

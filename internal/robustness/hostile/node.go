@@ -401,7 +401,10 @@ func (n *node) setOp(op string, a setArgs) (any, error) {
 				close(p.stop)
 			}
 		}
-		deadline := time.After(timeout)
+		// A context, not time.After: its Done stays closed for every
+		// stream after the first that waited it out.
+		wctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
 		out := make([]sentResult, 0, len(ps))
 		for _, p := range ps {
 			r := sentResult{Handle: p.s.Handle()}
@@ -411,7 +414,7 @@ func (n *node) setOp(op string, a setArgs) (any, error) {
 				if p.err != nil {
 					r.Err = p.err.Error()
 				}
-			case <-deadline:
+			case <-wctx.Done():
 				r.Sent, r.Err = -1, "the producer did not stop in time"
 			}
 			out = append(out, r)
@@ -431,12 +434,13 @@ func (n *node) setOp(op string, a setArgs) (any, error) {
 		}
 		return pa, nil
 	case "results":
-		deadline := time.After(timeout)
+		wctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
 		out := make([]recvResult, 0, len(cs))
 		for _, c := range cs {
 			select {
 			case <-c.done:
-			case <-deadline:
+			case <-wctx.Done():
 			}
 		}
 		for _, c := range cs {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -35,16 +36,25 @@ type proc struct {
 	exited  chan struct{} // closed when the process has exited
 	exitErr error
 	stderr  *tailBuffer
+	hung    atomic.Pointer[string] // the first command it did not answer in time
 }
 
 // ErrNodeDied is returned by a command to a node process that has exited.
 var ErrNodeDied = errors.New("hostile: the node process exited")
 
+// ErrUnresponsive is returned by a command a node did not answer within
+// opTimeout: its control channel stopped answering, which the issue
+// counts as harm (a node's debug endpoint stopped answering).
+var ErrUnresponsive = errors.New("hostile: the node stopped answering its control channel")
+
+// opTimeout bounds every command; the slowest ones wait 3 s for streams.
+const opTimeout = 15 * time.Second
+
 // startProc starts a node process and waits for its hello.
 func startProc(ctx context.Context, spawn Spawn, name string, echo io.Writer) (*proc, error) {
 	cmd := spawn()
 	cmd.Env = append(os.Environ(), RoleEnv+"=node")
-	p := &proc{name: name, cmd: cmd, waiting: map[uint64]chan reply{}, exited: make(chan struct{}), stderr: &tailBuffer{max: 64 << 10}}
+	p := &proc{name: name, cmd: cmd, waiting: map[uint64]chan reply{}, exited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 20}}
 	if echo != nil {
 		cmd.Stderr = io.MultiWriter(p.stderr, prefixWriter(echo, name+": "))
 	} else {
@@ -120,7 +130,15 @@ func (p *proc) do(ctx context.Context, op string, args, out any) error {
 	if _, err := p.stdin.Write(line); err != nil {
 		return p.died(err)
 	}
+	timeout := time.NewTimer(opTimeout)
+	defer timeout.Stop()
 	select {
+	case <-timeout.C:
+		p.hung.CompareAndSwap(nil, &op)
+		p.mu.Lock()
+		delete(p.waiting, id)
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s did not answer %s within %v", ErrUnresponsive, p.name, op, opTimeout)
 	case r := <-ch:
 		if r.Err != "" {
 			return fmt.Errorf("%s %s: %s", p.name, op, r.Err)
@@ -179,6 +197,27 @@ func (p *proc) stop() {
 	case <-time.After(time.Second):
 		p.kill()
 	}
+}
+
+// dump makes the node print its goroutines and exit (SIGQUIT), and writes
+// what it printed to a file in dir; it returns the file's path.
+func (p *proc) dump(dir, tag string) string {
+	if !p.alive() {
+		return ""
+	}
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		p.kill()
+	}
+	f, err := os.CreateTemp(dir, "velo-hostile-"+tag+"-"+p.name+"-*.txt")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	f.WriteString(p.stderr.String())
+	return f.Name()
 }
 
 func (p *proc) kill() {

@@ -42,7 +42,9 @@ func newRogue(ctx context.Context, victim ext.PeerInfo, setup func(*messenger.Me
 		stopRogue(m)
 		return nil, err
 	}
-	if err := m.Handshake(ctx, victim.InstanceID); err != nil {
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.Handshake(hctx, victim.InstanceID); err != nil {
 		stopRogue(m)
 		return nil, fmt.Errorf("rogue handshake: %w", err)
 	}
@@ -129,8 +131,14 @@ func (h *hostileOwner) setup(m *messenger.Messenger) error {
 			return err
 		}
 	}
-	m.SetStager(&lyingStager{handle: U128(uint64(m.WorkerID()), 1)})
 	return nil
+}
+
+// stageAll makes every later request of m a staged one, under a handle m
+// answers for with its lies. It is installed after the handshake, whose
+// own body must reach the victim.
+func (h *hostileOwner) stageAll(m *messenger.Messenger) {
+	m.SetStager(&lyingStager{handle: U128(uint64(m.WorkerID()), 1)})
 }
 
 // lyingStager stages every payload under one handle it never holds.

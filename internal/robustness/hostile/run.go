@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -107,10 +108,11 @@ type Result struct {
 	Refusals map[string]float64 // victim counters that name a refusal, by how much they moved
 	Symptoms map[string]float64 // other victim counters that moved (epoch deaths, watchdog firings)
 
-	VictimDied bool
-	DeathNote  string
-	Extra      map[string]float64 // the case's own figures
-	Notes      []string
+	VictimDied   bool
+	DeathNote    string
+	Unresponsive string             // which node stopped answering its control channel, and at what
+	Extra        map[string]float64 // the case's own figures
+	Notes        []string
 }
 
 // Failures lists the bounds r breaks; empty means the case was refused as
@@ -128,7 +130,10 @@ func (r *Result) Failures(b Bounds) []string {
 			f = append(f, p)
 		}
 	}
-	if r.VictimDied {
+	if r.Unresponsive != "" {
+		f = append(f, r.Unresponsive)
+	}
+	if r.VictimDied || r.Unresponsive != "" {
 		return f
 	}
 	if r.CPUPerFrameUS > b.CPUPerFrameUS {
@@ -246,8 +251,12 @@ func Run(ctx context.Context, spawn Spawn, c *Case, o Options) (res Result, err 
 		}
 	}
 	err = r.measure(ctx)
-	if errors.Is(err, ErrNodeDied) {
+	r.noteHung()
+	switch {
+	case errors.Is(err, ErrNodeDied):
 		r.noteDeath()
+		return *r.res, nil
+	case errors.Is(err, ErrUnresponsive):
 		return *r.res, nil
 	}
 	return *r.res, err
@@ -263,6 +272,23 @@ func (r *run) cleanup() {
 	for _, p := range []*proc{r.victim, r.legit} {
 		if p != nil {
 			p.stop()
+		}
+	}
+}
+
+// noteHung records a node that stopped answering and keeps a dump of its
+// goroutines, for finding what held it.
+func (r *run) noteHung() {
+	for _, p := range []*proc{r.victim, r.legit} {
+		op := p.hung.Load()
+		if op == nil {
+			continue
+		}
+		if r.res.Unresponsive == "" {
+			r.res.Unresponsive = fmt.Sprintf("the %s stopped answering its control channel (%s, %v)", p.name, *op, opTimeout)
+		}
+		if path := p.dump(os.TempDir(), r.c.Name); path != "" {
+			r.res.Notes = append(r.res.Notes, fmt.Sprintf("goroutines of the %s: %s", p.name, path))
 		}
 	}
 }
@@ -445,7 +471,7 @@ func (r *run) finishStreams(ctx context.Context) error {
 // given timeout to see every item and the end.
 func endSet(ctx context.Context, s streamSet, timeout time.Duration) (ok int, problems []string, err error) {
 	var sent []sentResult
-	if err := s.producer.do(ctx, "finish", setArgs{Set: s.name}, &sent); err != nil {
+	if err := s.producer.do(ctx, "finish", setArgs{Set: s.name, TimeoutMS: int(timeout / time.Millisecond)}, &sent); err != nil {
 		return 0, nil, err
 	}
 	var recv []recvResult
@@ -468,7 +494,7 @@ func endSet(ctx context.Context, s streamSet, timeout time.Duration) (ok int, pr
 		if !c.InOrder {
 			why = append(why, "items out of order")
 		}
-		if found && c.Received != p.Sent {
+		if found && p.Sent >= 0 && c.Received != p.Sent {
 			why = append(why, fmt.Sprintf("%d of %d items arrived", c.Received, p.Sent))
 		}
 		if c.End != "eof" {
