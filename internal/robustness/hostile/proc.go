@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,7 +54,9 @@ const opTimeout = 15 * time.Second
 // startProc starts a node process and waits for its hello.
 func startProc(ctx context.Context, spawn Spawn, name string, echo io.Writer) (*proc, error) {
 	cmd := spawn()
-	cmd.Env = append(os.Environ(), RoleEnv+"=node")
+	// Under -race the detector sleeps a second at exit unless told not to
+	// (atexit_sleep_ms); every case stops two nodes.
+	cmd.Env = append(os.Environ(), RoleEnv+"=node", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	p := &proc{name: name, cmd: cmd, waiting: map[uint64]chan reply{}, exited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 20}}
 	if echo != nil {
 		cmd.Stderr = io.MultiWriter(p.stderr, prefixWriter(echo, name+": "))
@@ -190,12 +193,14 @@ func (p *proc) deathNote() string {
 
 // stop closes stdin (the node exits) and kills it if it has not gone
 // within a second.
-func (p *proc) stop() {
+func (p *proc) stop() (killed bool) {
 	p.stdin.Close()
 	select {
 	case <-p.exited:
+		return false
 	case <-time.After(time.Second):
 		p.kill()
+		return true
 	}
 }
 

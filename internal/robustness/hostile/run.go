@@ -165,6 +165,7 @@ type run struct {
 	raws   []*RawConn
 	rogues []*messenger.Messenger
 	vars   map[string]any // what a case's setup hands its attack and check
+	began  time.Time
 }
 
 // streamSet is one direction of legit streams.
@@ -176,7 +177,7 @@ type streamSet struct {
 
 func (r *run) logf(format string, args ...any) {
 	if r.o.Log != nil {
-		fmt.Fprintf(r.o.Log, "%s: %s\n", r.c.Name, fmt.Sprintf(format, args...))
+		fmt.Fprintf(r.o.Log, "%s +%v: %s\n", r.c.Name, time.Since(r.began).Round(time.Millisecond), fmt.Sprintf(format, args...))
 	}
 }
 
@@ -228,14 +229,22 @@ func (r *run) scaled(n int) int { return max(1, int(float64(n)*r.o.Scale)) }
 // stream would not attach), not that the attack succeeded.
 func Run(ctx context.Context, spawn Spawn, c *Case, o Options) (res Result, err error) {
 	o = o.withDefaults()
-	r := &run{o: o, c: c, res: &Result{Case: c.Name, Extra: map[string]float64{}}, vars: map[string]any{}}
+	r := &run{o: o, c: c, res: &Result{Case: c.Name, Extra: map[string]float64{}}, vars: map[string]any{}, began: time.Now()}
 	defer r.cleanup()
-	if r.victim, err = startProc(ctx, spawn, "victim", o.Echo); err != nil {
+	legit := make(chan error, 1)
+	go func() {
+		var err error
+		r.legit, err = startProc(ctx, spawn, "legit", o.Echo)
+		legit <- err
+	}()
+	r.victim, err = startProc(ctx, spawn, "victim", o.Echo)
+	if lerr := <-legit; err == nil {
+		err = lerr
+	}
+	if err != nil {
 		return res, err
 	}
-	if r.legit, err = startProc(ctx, spawn, "legit", o.Echo); err != nil {
-		return res, err
-	}
+	r.logf("nodes up")
 	if err := r.victim.do(ctx, "register", registerArgs{Peer: r.legit.info()}, nil); err != nil {
 		return res, err
 	}
@@ -245,6 +254,7 @@ func Run(ctx context.Context, spawn Spawn, c *Case, o Options) (res Result, err 
 	if err := r.startStreams(ctx); err != nil {
 		return res, err
 	}
+	r.logf("legit streams running")
 	if c.Setup != nil {
 		if err := c.Setup(ctx, r); err != nil {
 			return res, fmt.Errorf("setup: %w", err)
@@ -263,6 +273,8 @@ func Run(ctx context.Context, spawn Spawn, c *Case, o Options) (res Result, err 
 }
 
 func (r *run) cleanup() {
+	r.logf("cleanup")
+	defer r.logf("cleaned up")
 	for _, c := range r.raws {
 		c.Close()
 	}
@@ -271,7 +283,9 @@ func (r *run) cleanup() {
 	}
 	for _, p := range []*proc{r.victim, r.legit} {
 		if p != nil {
-			p.stop()
+			t0 := time.Now()
+			killed := p.stop()
+			r.logf("%s stopped in %v (killed: %v)", p.name, time.Since(t0), killed)
 		}
 	}
 }
@@ -379,7 +393,7 @@ func (r *run) measure(ctx context.Context) error {
 	if err := v.do(ctx, "stats", statsArgs{Start: true, GC: true, Counters: true}, &s2); err != nil {
 		return err
 	}
-	r.logf("attack")
+	r.logf("baseline taken; attack")
 	attackErr := r.c.Attack(ctx, r)
 	ended := time.Now()
 	if attackErr != nil && !errors.Is(attackErr, ErrNodeDied) {
@@ -402,7 +416,7 @@ func (r *run) measure(ctx context.Context) error {
 	r.heap(s2, s3, l2, l3)
 	r.res.GoroutineDelta = s3.Goroutines - s2.Goroutines
 
-	r.logf("legit streams")
+	r.logf("attack over; ending the legit streams")
 	if err := r.finishStreams(ctx); err != nil {
 		return err
 	}
@@ -418,6 +432,7 @@ func (r *run) measure(ctx context.Context) error {
 		return err
 	}
 	r.res.IdleCores = cores(s4, s5)
+	r.logf("idle window over")
 	if r.c.Check != nil {
 		r.logf("check")
 		r.res.LegitProblems = append(r.res.LegitProblems, r.c.Check(ctx, r)...)
@@ -426,6 +441,7 @@ func (r *run) measure(ctx context.Context) error {
 	if err := v.do(ctx, "stats", statsArgs{Counters: true}, &s6); err != nil {
 		return err
 	}
+	r.logf("counters read")
 	r.res.Refusals, r.res.Symptoms = classify(s2.Counters, s6.Counters)
 	return nil
 }
