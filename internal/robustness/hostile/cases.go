@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/events"
@@ -309,8 +311,8 @@ func creditIgnoringProducer() *Case {
 			item := wire.AppendBytesItem(nil, make([]byte, 1024))
 			const perBatch = 56 // about 58 KiB: under the 60 KiB a batcher cuts at
 			total := r.scaled(40 * perBatch * 16)
-			seq := uint32(1)
-			for i := 0; seq <= uint32(total); i++ {
+			seq, i := uint32(1), 0
+			for ; seq <= uint32(total); i++ {
 				batch := Batch(0, 1, uint32(i)+1, func(e *muxwire.Encoder) error {
 					if i == 0 {
 						if err := e.OpenSlot(slot, 0, anchor.LocalID(), session); err != nil {
@@ -328,9 +330,10 @@ func creditIgnoringProducer() *Case {
 				if err := m.Send(ctx, victim, muxwire.HandlerName(0), batch); err != nil {
 					return err
 				}
-				r.res.Frames++
 			}
-			r.res.Extra["records_pushed_count"] = float64(seq - 1)
+			// What the victim refuses is records: count those.
+			r.res.Frames, r.res.Unit = int64(seq-1), "records"
+			r.res.Extra["batches_count"] = float64(i)
 			return fence(ctx, m, victim)
 		},
 	}
@@ -367,27 +370,47 @@ func strangerOpenSlot(ids int, name string) *Case {
 
 // ---- guessed rendezvous ids ----
 
-// thief is a peer never given a handle, guessing the victim's.
+// thief is a peer never given a handle, guessing the victim's. It keeps
+// 64 guesses in flight, as an attacker would: one at a time, every guess
+// would wake an idle victim, and the figure would be the cost of the wake.
 type thief struct {
 	m      *messenger.Messenger
 	victim ext.InstanceID
 	owner  uint64
-	stolen int64
-	sent   int64
+	stolen atomic.Int64
+	sent   atomic.Int64
 }
 
+const thiefInFlight = 64
+
+// call is one unary guess.
 func (t *thief) call(ctx context.Context, handler string, body any) ([]byte, error) {
-	t.sent++
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	t.sent.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	b, _ := json.Marshal(body)
 	return t.m.Unary(ctx, t.victim, handler, b)
 }
 
+// guess runs one(i) for i in [0, n), thiefInFlight at a time.
+func (t *thief) guess(n int, one func(i int)) {
+	sem := make(chan struct{}, thiefInFlight)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			one(i)
+		}()
+	}
+	wg.Wait()
+}
+
 func (t *thief) pull(ctx context.Context, transfer uint64, chunk uint32) {
 	b, err := t.call(ctx, rendezvous.HandlerPull, map[string]any{"transfer_id": transfer, "chunk_index": chunk})
 	if err == nil {
-		t.stolen += int64(len(b))
+		t.stolen.Add(int64(len(b)))
 	}
 }
 
@@ -400,8 +423,8 @@ func (r *run) thief(ctx context.Context) (*thief, error) {
 }
 
 func (r *run) thiefDone(t *thief) {
-	r.res.Frames += t.sent
-	r.res.Extra["stolen_bytes"] = float64(t.stolen)
+	r.res.Frames += t.sent.Load()
+	r.res.Extra["stolen_bytes"] = float64(t.stolen.Load())
 }
 
 func guessedRvPayload() *Case {
@@ -423,17 +446,18 @@ func guessedRvPayload() *Case {
 				return err
 			}
 			defer r.thiefDone(t)
-			for lo := uint64(1); lo <= 64; lo++ {
-				h := rendezvous.DataHandle{Hi: t.owner, Lo: lo}
+			// Slot ids 1, 2, 3…: the payload staged is at the first guess.
+			t.guess(r.scaled(1024), func(i int) {
+				h := rendezvous.DataHandle{Hi: t.owner, Lo: uint64(i + 1)}
 				raw, err := t.call(ctx, rendezvous.HandlerAcquire, map[string]any{"handle": h})
 				if err != nil {
-					continue
+					return
 				}
 				var ans acquireAnswer
 				if json.Unmarshal(raw, &ans) == nil && ans.Ready != nil {
 					t.pull(ctx, ans.Ready.TransferID, 0)
 				}
-			}
+			})
 			return nil
 		},
 		Check: func(ctx context.Context, r *run) []string {
@@ -478,15 +502,15 @@ func guessedRvTransfer() *Case {
 				return err
 			}
 			defer r.thiefDone(t)
-			for id := uint64(1); id <= 64; id++ {
-				t.pull(ctx, id, 0)
-			}
-			for lo := uint64(1); lo <= 4; lo++ {
-				for lease := uint64(1); lease <= 64; lease++ {
-					b, _ := json.Marshal(map[string]any{"handle": rendezvous.DataHandle{Hi: t.owner, Lo: lo}, "lease_id": lease})
-					t.sent++
-					t.m.Send(ctx, t.victim, rendezvous.HandlerRelease, b)
-				}
+			// Transfer and lease ids come from the counter the slot ids
+			// come from: the legit transfer is at the second guess.
+			n := r.scaled(1024)
+			t.guess(n, func(i int) { t.pull(ctx, uint64(i+1), 0) })
+			for i := range n {
+				lo, lease := uint64(i%4+1), uint64(i/4+1)
+				b, _ := json.Marshal(map[string]any{"handle": rendezvous.DataHandle{Hi: t.owner, Lo: lo}, "lease_id": lease})
+				t.sent.Add(1)
+				t.m.Send(ctx, t.victim, rendezvous.HandlerRelease, b)
 			}
 			return fence(ctx, t.m, t.victim)
 		},
@@ -538,7 +562,7 @@ func hostileOwnerCase() *Case {
 		Issue: "a hostile owner stating a 1 TiB staged payload killed a node built with defaults (out of memory)",
 		In:    true,
 		Attack: func(ctx context.Context, r *run) error {
-			owner := &hostileOwner{stated: 1 << 40, realChunks: 2}
+			owner := &hostileOwner{stated: 1 << 40, realChunks: 1}
 			m, err := r.rogue(ctx, owner.setup)
 			if err != nil {
 				return err

@@ -12,8 +12,8 @@ import (
 // Summary is a few lines on one result, for a test log.
 func Summary(r *Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d frames on %d hostile connections; victim %.2f µs CPU per frame over %v (baseline %.1f%% of a core), %.2f%% of a core %v after; heap %+.2f MiB (%s); goroutines %+d; control %.1f ms; legit %d/%d",
-		r.Case, r.Frames, r.Conns, r.CPUPerFrameUS, time.Duration(r.AttackNS).Round(time.Millisecond), 100*r.BaselineCores,
+	fmt.Fprintf(&b, "%s: %d %s on %d hostile connections; victim %.2f µs CPU per %s over %v (baseline %.1f%% of a core), %.2f%% of a core %v after; heap %+.2f MiB (%s); goroutines %+d; control %.1f ms; legit %d/%d",
+		r.Case, r.Frames, r.units(), r.Conns, r.CPUPerFrameUS, r.unit(), time.Duration(r.AttackNS).Round(time.Millisecond), 100*r.BaselineCores,
 		100*r.IdleCores, time.Duration(r.IdleStartNS).Round(time.Millisecond),
 		float64(r.HeapGrowth)/(1<<20), r.HeapGrowthNode, r.GoroutineDelta, r.ControlRTTMS, r.LegitOK, r.LegitStreams)
 	if r.VictimDied {
@@ -35,6 +35,13 @@ func Summary(r *Result) string {
 	writeList(&b, "legit harmed", r.LegitProblems, 5)
 	writeList(&b, "notes", r.Notes, 5)
 	return b.String()
+}
+
+func (r *Result) units() string {
+	if r.Unit != "" {
+		return r.Unit
+	}
+	return "frames"
 }
 
 func writeList(b *strings.Builder, what string, xs []string, most int) {
@@ -63,12 +70,16 @@ func WriteTable(w io.Writer, results []Result, b Bounds) error {
 		if r.VictimDied {
 			victim = "DIED"
 		}
-		verdict := "refused"
+		verdict := "held"
 		if f := r.Failures(b); len(f) > 0 {
 			verdict = "FAIL: " + strings.Join(f, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f%%\t%+.2f MiB\t%d/%d\t%s\t%d\t%s\n",
-			r.Case, r.Frames, r.Conns, r.CPUPerFrameUS, 100*r.IdleCores, float64(r.HeapGrowth)/(1<<20),
+		frames := fmt.Sprint(r.Frames)
+		if r.Unit != "" {
+			frames += " " + r.Unit
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f%%\t%+.2f MiB\t%d/%d\t%s\t%d\t%s\n",
+			r.Case, frames, r.Conns, r.CPUPerFrameUS, 100*r.IdleCores, float64(r.HeapGrowth)/(1<<20),
 			r.LegitOK, r.LegitStreams, victim, len(r.Refusals), verdict)
 	}
 	if err := tw.Flush(); err != nil {

@@ -87,12 +87,14 @@ func DefaultBounds() Bounds {
 // Result is what one case measured.
 type Result struct {
 	Case   string
-	Frames int64 // hostile frames (or requests) the attacker sent
-	Conns  int   // hostile connections (raw, or rogue peers)
+	Frames int64  // hostile frames (or requests) the attacker sent
+	Unit   string // what Frames counts when not frames (records, for a producer past its credit)
+	Conns  int    // hostile connections (raw, or rogue peers)
 
 	AttackNS      int64   // the attack window, on the victim's clock
 	BaselineCores float64 // the victim's CPU with the legit traffic alone
 	AttackCPUNS   int64   // the victim's CPU over the attack, less the baseline
+	NoiseNS       int64   // what the estimate of the legit CPU in the attack window may be off by
 	CPUPerFrameUS float64
 	IdleCores     float64 // the victim's CPU in the window Settle after the attack
 	IdleStartNS   int64   // how long after the attack that window started
@@ -136,8 +138,9 @@ func (r *Result) Failures(b Bounds) []string {
 	if r.VictimDied || r.Unresponsive != "" {
 		return f
 	}
-	if r.CPUPerFrameUS > b.CPUPerFrameUS {
-		f = append(f, fmt.Sprintf("victim CPU %.1f µs per frame, bound %.0f µs", r.CPUPerFrameUS, b.CPUPerFrameUS))
+	if allowed := int64(b.CPUPerFrameUS*1e3*float64(r.Frames)) + r.NoiseNS; r.AttackCPUNS > allowed {
+		f = append(f, fmt.Sprintf("victim CPU %.1f µs per %s over %d, bound %.0f µs (%.1f ms allowed in all, %.1f ms of it for measurement noise)",
+			r.CPUPerFrameUS, r.unit(), r.Frames, b.CPUPerFrameUS, float64(allowed)/1e6, float64(r.NoiseNS)/1e6))
 	}
 	if r.IdleCores > b.IdleCores {
 		f = append(f, fmt.Sprintf("victim at %.1f%% of a core %v after the attack, bound %.0f%%", 100*r.IdleCores, time.Duration(r.IdleStartNS).Round(time.Millisecond), 100*b.IdleCores))
@@ -149,6 +152,13 @@ func (r *Result) Failures(b Bounds) []string {
 		f = append(f, "no counter names what was refused")
 	}
 	return f
+}
+
+func (r *Result) unit() string {
+	if r.Unit != "" {
+		return strings.TrimSuffix(r.Unit, "s")
+	}
+	return "frame"
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
@@ -408,8 +418,12 @@ func (r *run) measure(ctx context.Context) error {
 		return err
 	}
 	r.res.AttackNS = s3.WallNS - s2.WallNS
-	spent := s3.CPUNS - s2.CPUNS - int64(r.res.BaselineCores*float64(r.res.AttackNS))
-	r.res.AttackCPUNS = max(spent, 0)
+	legit := int64(r.res.BaselineCores * float64(r.res.AttackNS))
+	r.res.AttackCPUNS = max(s3.CPUNS-s2.CPUNS-legit, 0)
+	// The legit streams' CPU in the window is an estimate: allow it a
+	// quarter off, and a millisecond for the measurements at its ends, so
+	// that an attack of a few frames is not judged on noise.
+	r.res.NoiseNS = legit/4 + int64(time.Millisecond)
 	if r.res.Frames > 0 {
 		r.res.CPUPerFrameUS = float64(r.res.AttackCPUNS) / 1e3 / float64(r.res.Frames)
 	}
