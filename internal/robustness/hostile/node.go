@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -467,7 +468,14 @@ func (n *node) stats(a statsArgs) (any, error) {
 		clock()
 	}
 	if a.GC {
-		runtime.GC()
+		if a.Start {
+			// A collection leaves work behind (the scavenger returns
+			// memory to the OS after it): do that here too, not in the
+			// window that starts now.
+			debug.FreeOSMemory()
+		} else {
+			runtime.GC()
+		}
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

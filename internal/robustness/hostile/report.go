@@ -12,8 +12,8 @@ import (
 // Summary is a few lines on one result, for a test log.
 func Summary(r *Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d %s on %d hostile connections; victim %.2f µs CPU per %s over %v (baseline %.1f%% of a core), %.2f%% of a core %v after; heap %+.2f MiB (%s); goroutines %+d; control %.1f ms; legit %d/%d",
-		r.Case, r.Frames, r.units(), r.Conns, r.CPUPerFrameUS, r.unit(), time.Duration(r.AttackNS).Round(time.Millisecond), 100*r.BaselineCores,
+	fmt.Fprintf(&b, "%s: %d %s on %d hostile connections; victim %.2f µs CPU per %s (%.2f ms) over %v (baseline %.1f%% of a core), %.2f%% of a core %v after; heap %+.2f MiB (%s); goroutines %+d; control %.1f ms; legit %d/%d",
+		r.Case, r.Frames, r.units(), r.Conns, r.CPUPerFrameUS, r.unit(), float64(r.AttackCPUNS)/1e6, time.Duration(r.AttackNS).Round(time.Millisecond), 100*r.BaselineCores,
 		100*r.IdleCores, time.Duration(r.IdleStartNS).Round(time.Millisecond),
 		float64(r.HeapGrowth)/(1<<20), r.HeapGrowthNode, r.GoroutineDelta, r.ControlRTTMS, r.LegitOK, r.LegitStreams)
 	if r.VictimDied {

@@ -400,7 +400,11 @@ func (r *run) measure(ctx context.Context) error {
 	if err := l.do(ctx, "stats", statsArgs{Start: true, GC: true}, &l2); err != nil {
 		return err
 	}
-	if err := v.do(ctx, "stats", statsArgs{Start: true, GC: true, Counters: true}, &s2); err != nil {
+	var sc stats // the counters before the attack, read on their own: the reply is large
+	if err := v.do(ctx, "stats", statsArgs{Counters: true}, &sc); err != nil {
+		return err
+	}
+	if err := v.do(ctx, "stats", statsArgs{Start: true, GC: true}, &s2); err != nil {
 		return err
 	}
 	r.logf("baseline taken; attack")
@@ -456,7 +460,7 @@ func (r *run) measure(ctx context.Context) error {
 		return err
 	}
 	r.logf("counters read")
-	r.res.Refusals, r.res.Symptoms = classify(s2.Counters, s6.Counters)
+	r.res.Refusals, r.res.Symptoms = classify(sc.Counters, s6.Counters)
 	return nil
 }
 
