@@ -10,7 +10,7 @@ import (
 
 func init() {
 	extraHarnesses["hostile"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		cases := fs.String("cases", "", "comma-separated cases (default all): control, forged-close-as-producer, epoch-max-as-producer, forged-credit-as-consumer, forged-close-as-consumer, forged-event-trigger, credit-ignoring-producer, stranger-openslot, stranger-openslot-2000-ids, guessed-rv-payload, guessed-rv-transfer, guessed-mux-slot-tag, hostile-owner-1tib, fuzz")
+		cases := fs.String("cases", "", "comma-separated cases (default all): control, control-answered, forged-close-as-producer, epoch-max-as-producer, forged-credit-as-consumer, forged-close-as-consumer, forged-event-trigger, credit-ignoring-producer, stranger-openslot, stranger-openslot-2000-ids, guessed-rv-payload, guessed-rv-transfer, guessed-mux-slot-tag, hostile-owner-1tib, fuzz")
 		streams := fs.Int("streams", 20, "legit streams per direction")
 		pace := fs.Int("pace-us", 20000, "a legit producer's pause between items, in microseconds")
 		fuzz := fs.Duration("fuzz-duration", 60*time.Second, "how long the fuzzer sends")

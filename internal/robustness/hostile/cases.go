@@ -28,6 +28,9 @@ type Case struct {
 	// makes the consumers read nothing while the attack runs. Together they
 	// show what a credit forgery makes a consumer buffer.
 	Unpaced, PauseConsumers bool
+	// Answered: every request of the attack is one the protocol answers
+	// (Bounds.AnsweredCPUPerFrameUS).
+	Answered bool
 
 	Setup  func(context.Context, *run) error
 	Attack func(context.Context, *run) error
@@ -40,7 +43,7 @@ type Case struct {
 // order, the fuzzer last.
 func Cases() []*Case {
 	return []*Case{
-		controlCase(), forgedCloseAsProducer(), epochMaxAsProducer(), forgedCreditAsConsumer(), forgedCloseAsConsumer(),
+		controlCase(), controlAnswered(), forgedCloseAsProducer(), epochMaxAsProducer(), forgedCreditAsConsumer(), forgedCloseAsConsumer(),
 		forgedEventTrigger(), creditIgnoringProducer(), strangerOpenSlot(1, "stranger-openslot"),
 		strangerOpenSlot(2000, "stranger-openslot-2000-ids"), guessedRvPayload(), guessedRvTransfer(),
 		guessedMuxSlotTag(), hostileOwnerCase(), fuzzCase(),
@@ -56,6 +59,28 @@ func controlCase() *Case {
 		In:     true,
 		Out:    true,
 		Attack: func(context.Context, *run) error { return nil },
+	}
+}
+
+// controlAnswered makes 1,024 ordinary unary calls from a greeted peer,
+// 64 in flight, as the thieves below do, to a handler that answers at
+// once: what any answered request costs the victim, the floor under the
+// cases whose guesses are answered.
+func controlAnswered() *Case {
+	return &Case{
+		Name:     "control-answered",
+		Answered: true,
+		Issue:    "no attack: 1,024 answered calls, the floor of an answered request",
+		In:       true,
+		Attack: func(ctx context.Context, r *run) error {
+			t, err := r.thief(ctx)
+			if err != nil {
+				return err
+			}
+			defer r.thiefDone(t)
+			t.guess(r.scaled(1024), func(int) { t.call(ctx, "_list_handlers", nil) })
+			return nil
+		},
 	}
 }
 
@@ -429,9 +454,10 @@ func (r *run) thiefDone(t *thief) {
 
 func guessedRvPayload() *Case {
 	return &Case{
-		Name:  "guessed-rv-payload",
-		Issue: "a peer never given a handle read another request's staged payload at its first guess",
-		In:    true,
+		Name:     "guessed-rv-payload",
+		Answered: true,
+		Issue:    "a peer never given a handle read another request's staged payload at its first guess",
+		In:       true,
 		Setup: func(ctx context.Context, r *run) error {
 			var a rvAnswer
 			if err := r.victim.do(ctx, "rv_register", rvRegisterArgs{Size: 1 << 20}, &a); err != nil {
@@ -484,9 +510,10 @@ func (r *run) stolenOrBroken(ctx context.Context, op string, a rvFetchArgs) []st
 
 func guessedRvTransfer() *Case {
 	return &Case{
-		Name:  "guessed-rv-transfer",
-		Issue: "a peer never given a handle pulled a transfer in progress and ended its lease",
-		In:    true,
+		Name:     "guessed-rv-transfer",
+		Answered: true,
+		Issue:    "a peer never given a handle pulled a transfer in progress and ended its lease",
+		In:       true,
 		Setup: func(ctx context.Context, r *run) error {
 			var a rvAnswer
 			if err := r.victim.do(ctx, "rv_register", rvRegisterArgs{Size: 16 << 20}, &a); err != nil {

@@ -97,8 +97,8 @@ func Hostile(cfg HostileConfig, r *Report) error {
 		}
 		if cfg.Log != nil {
 			slices.SortFunc(results, func(a, b hostile.Result) int { return caseIndex(a.Case) - caseIndex(b.Case) })
-			fmt.Fprintf(cfg.Log, "\nhostile, rep %d of %d (bounds: %.0f µs CPU per frame, %.0f%% of a core 1 s after, %.0f MiB heap per hostile connection):\n",
-				rep+1, cfg.Reps, bounds.CPUPerFrameUS, 100*bounds.IdleCores, float64(bounds.HeapPerConn)/(1<<20))
+			fmt.Fprintf(cfg.Log, "\nhostile, rep %d of %d (bounds: %.0f µs CPU per frame, %.0f µs per answered request, %.0f%% of a core 1 s after, %.0f MiB heap per hostile connection):\n",
+				rep+1, cfg.Reps, bounds.CPUPerFrameUS, bounds.AnsweredCPUPerFrameUS, 100*bounds.IdleCores, float64(bounds.HeapPerConn)/(1<<20))
 			if err := hostile.WriteTable(cfg.Log, results, bounds); err != nil {
 				return err
 			}
