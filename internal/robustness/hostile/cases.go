@@ -31,6 +31,9 @@ type Case struct {
 	// Answered: every request of the attack is one the protocol answers
 	// (Bounds.AnsweredCPUPerFrameUS).
 	Answered bool
+	// Control cases attack nothing: they measure the floor, and nothing
+	// has to be refused.
+	Control bool
 
 	Setup  func(context.Context, *run) error
 	Attack func(context.Context, *run) error
@@ -54,11 +57,12 @@ func Cases() []*Case {
 // itself measures (the legit streams, the samplers, the control channel).
 func controlCase() *Case {
 	return &Case{
-		Name:   "control",
-		Issue:  "no attack: what the measurement itself reads",
-		In:     true,
-		Out:    true,
-		Attack: func(context.Context, *run) error { return nil },
+		Name:    "control",
+		Control: true,
+		Issue:   "no attack: what the measurement itself reads",
+		In:      true,
+		Out:     true,
+		Attack:  func(context.Context, *run) error { return nil },
 	}
 }
 
@@ -70,6 +74,7 @@ func controlAnswered() *Case {
 	return &Case{
 		Name:     "control-answered",
 		Answered: true,
+		Control:  true,
 		Issue:    "no attack: 1,024 answered calls, the floor of an answered request",
 		In:       true,
 		Attack: func(ctx context.Context, r *run) error {

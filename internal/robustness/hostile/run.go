@@ -100,7 +100,8 @@ type Result struct {
 	// Answered: the protocol answers each of the attacker's requests, and
 	// Bounds.AnsweredCPUPerFrameUS applies.
 	Answered bool
-	Conns    int // hostile connections (raw, or rogue peers)
+	Control  bool // a control case: nothing to refuse
+	Conns    int  // hostile connections (raw, or rogue peers)
 
 	AttackNS      int64   // the attack window, on the victim's clock
 	BaselineCores float64 // the victim's CPU with the legit traffic alone
@@ -163,7 +164,7 @@ func (r *Result) Failures(b Bounds) []string {
 	if limit := b.HeapPerConn * int64(max(r.Conns, 1)); r.HeapGrowth > limit {
 		f = append(f, fmt.Sprintf("%s heap grew %s, bound %s", r.HeapGrowthNode, mib(r.HeapGrowth), mib(limit)))
 	}
-	if len(r.Refusals) == 0 && r.Frames > 0 {
+	if len(r.Refusals) == 0 && !r.Control {
 		f = append(f, "no counter names what was refused")
 	}
 	return f
@@ -254,7 +255,7 @@ func (r *run) scaled(n int) int { return max(1, int(float64(n)*r.o.Scale)) }
 // stream would not attach), not that the attack succeeded.
 func Run(ctx context.Context, spawn Spawn, c *Case, o Options) (res Result, err error) {
 	o = o.withDefaults()
-	r := &run{o: o, c: c, res: &Result{Case: c.Name, Answered: c.Answered, Extra: map[string]float64{}}, vars: map[string]any{}, began: time.Now()}
+	r := &run{o: o, c: c, res: &Result{Case: c.Name, Answered: c.Answered, Control: c.Control, Extra: map[string]float64{}}, vars: map[string]any{}, began: time.Now()}
 	defer r.cleanup()
 	legit := make(chan error, 1)
 	go func() {
