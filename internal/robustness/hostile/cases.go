@@ -42,7 +42,7 @@ type Case struct {
 	Check func(context.Context, *run) []string
 }
 
-// Cases lists every case: the control first, then the in its
+// Cases lists every case: the two controls first, then the in its
 // order, the fuzzer last.
 func Cases() []*Case {
 	return []*Case{
@@ -54,7 +54,7 @@ func Cases() []*Case {
 }
 
 // controlCase attacks nothing: its figures are the floor the harness
-// itself measures (the legit streams, the samplers, the control channel).
+// itself measures (the legit streams and the control channel).
 func controlCase() *Case {
 	return &Case{
 		Name:    "control",

@@ -56,9 +56,9 @@ func fuzzAttack(ctx context.Context, r *run) error {
 	perTick := max(1, r.o.FuzzRate/ticks/len(roles))
 	t := time.NewTicker(time.Second / ticks)
 	defer t.Stop()
-	deadline := time.Now().Add(r.o.FuzzDuration)
+	end := time.Now().Add(r.o.FuzzDuration)
 	f := &fuzzer{rng: rng}
-	for time.Now().Before(deadline) {
+	for time.Now().Before(end) {
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -82,8 +82,9 @@ func fuzzAttack(ctx context.Context, r *run) error {
 		r.res.Extra["frames_"+roles[i].name+"_count"] = float64(c.Sent())
 		r.res.Frames += c.Sent()
 	}
+	deadline := time.Now().Add(drainTimeout) // one bound for the three
 	for _, c := range conns {
-		if err := c.Drained(20 * time.Second); err != nil && first == nil {
+		if err := c.Drained(max(time.Until(deadline), time.Millisecond)); err != nil && first == nil {
 			first = err
 		}
 	}

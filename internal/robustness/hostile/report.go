@@ -85,6 +85,12 @@ func WriteTable(w io.Writer, results []Result, b Bounds) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w, "cases:")
+	for i := range results {
+		if c, ok := CaseByName(results[i].Case); ok {
+			fmt.Fprintf(w, "  %s: %s\n", c.Name, c.Issue)
+		}
+	}
 	for i := range results {
 		r := &results[i]
 		var b strings.Builder

@@ -244,8 +244,12 @@ func (r *run) flood(c *RawConn, n int, frames ...[]byte) error {
 		}
 	}
 	r.res.Frames += c.Sent()
-	return c.Drained(20 * time.Second)
+	return c.Drained(drainTimeout)
 }
+
+// drainTimeout bounds the wait for a victim to read an attack's bytes; a
+// victim that takes longer is too busy to read, which the figures show.
+const drainTimeout = 10 * time.Second
 
 // scaled is n frames times Options.Scale, at least 1.
 func (r *run) scaled(n int) int { return max(1, int(float64(n)*r.o.Scale)) }
