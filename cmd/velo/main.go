@@ -38,6 +38,8 @@ const usage = `usage:
                             (manual or auto flush) or the per-stream path (--legacy)
       first-token           one lone stream at a time over the mux: send -> read of its
                             first token under FlushAuto, FlushLinger and OnComplete
+      hostile               the attacks of issue 20 between processes: victim CPU
+                            per hostile frame, CPU after, heap, legit streams
   velo bench <harness> -h   flags of a harness`
 
 func run(args []string) error {

@@ -12,9 +12,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/velo-go/velo/internal/robustness/hostile"
 )
 
 func TestMain(m *testing.M) {
+	if hostile.IsChild() { // a node process of the hostile-peer suite
+		hostile.RunChild()
+		return
+	}
 	if os.Getenv(serverEnv) != "" {
 		runServer()
 		return
