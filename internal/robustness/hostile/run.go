@@ -77,6 +77,8 @@ type Bounds struct {
 	AnsweredCPUPerFrameUS float64
 	IdleCores             float64 // victim CPU after the attack, in cores
 	HeapPerConn           int64   // live heap growth per hostile connection
+	// A zero CPU or idle bound is not checked: tests assert what the
+	// victim did and kept, the harness (velo bench hostile) reports speed.
 }
 
 // DefaultBounds are the issue's: 5 µs per frame (50 µs under the race
@@ -154,11 +156,11 @@ func (r *Result) Failures(b Bounds) []string {
 	if r.Answered {
 		bound = b.AnsweredCPUPerFrameUS
 	}
-	if allowed := int64(bound*1e3*float64(r.Frames)) + r.NoiseNS; r.AttackCPUNS > allowed {
+	if allowed := int64(bound*1e3*float64(r.Frames)) + r.NoiseNS; bound > 0 && r.AttackCPUNS > allowed {
 		f = append(f, fmt.Sprintf("victim CPU %.1f µs per %s over %d, bound %.0f µs (%.1f ms allowed in all, %.1f ms of it for measurement noise)",
 			r.CPUPerFrameUS, r.unit(), r.Frames, bound, float64(allowed)/1e6, float64(r.NoiseNS)/1e6))
 	}
-	if r.IdleCores > b.IdleCores {
+	if b.IdleCores > 0 && r.IdleCores > b.IdleCores {
 		f = append(f, fmt.Sprintf("victim at %.1f%% of a core %v after the attack, bound %.0f%%", 100*r.IdleCores, time.Duration(r.IdleStartNS).Round(time.Millisecond), 100*b.IdleCores))
 	}
 	if limit := b.HeapPerConn * int64(max(r.Conns, 1)); r.HeapGrowth > limit {
