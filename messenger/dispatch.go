@@ -127,7 +127,7 @@ func (b *spawnBatch) flush() {
 func (r *registered) run(j job, counted bool) {
 	c := Context{
 		Payload: j.msg.Payload, Handler: r.name, m: r.m,
-		headers: j.hdr.headers, sender: j.hdr.id.Worker(), rtype: j.hdr.rtype,
+		headers: j.hdr.headers, sender: j.hdr.id.Worker(), rtype: j.hdr.rtype, conn: j.msg.Conn,
 	}
 	var start time.Time
 	if r.met != nil {

@@ -20,6 +20,7 @@ type Context struct {
 	m       *Messenger
 	headers []byte
 	sender  ext.WorkerID
+	conn    ext.ConnID // the connection the request came on (identity.go)
 	rtype   ResponseType
 }
 

@@ -425,6 +425,27 @@ func (m *Messenger) onProve(c *Context) {
 	}
 }
 
+// bindFirstContact binds conn to w when conn speaks for w and has not
+// had to prove anything yet: the hello that introduced an unknown peer
+// came on it.
+func (m *Messenger) bindFirstContact(conn ext.ConnID, w ext.WorkerID) {
+	if conn == 0 {
+		return
+	}
+	m.gate.mu.Lock()
+	c := m.gate.conns[conn]
+	m.gate.mu.Unlock()
+	if c == nil || c.claimed != w {
+		return
+	}
+	c.mu.Lock()
+	if c.phase == connTrusted {
+		c.phase = connProven
+		c.proven.Store(true)
+	}
+	c.mu.Unlock()
+}
+
 // maxProofsPerSecond bounds the challenges a node answers for one peer: a
 // real peer challenges once per connection this node opens to it.
 const maxProofsPerSecond = 64

@@ -108,10 +108,11 @@ func TestProvenConnectionIsBoundToOnePeer(t *testing.T) {
 	}
 }
 
-// TestGoPeersProveTheirConnections: between two Go nodes the proof runs by
-// itself; calls succeed and nothing is refused.
+// TestGoPeersProveTheirConnections: between two Go nodes that know each
+// other the proof runs by itself; calls succeed and nothing is refused.
 func TestGoPeersProveTheirConnections(t *testing.T) {
 	a, b := pair(t, nil, nil)
+	must(t, b.RegisterPeer(a.PeerInfo())) // b knows a: a's connection must prove itself
 	ctx := testCtx(t)
 	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
 	for i := range 50 {
@@ -284,5 +285,22 @@ func TestChallengeFloodIsBounded(t *testing.T) {
 	// Two one-second windows at most, if the flood straddled a boundary.
 	if n := answered.Load(); n > 2*64 {
 		t.Fatalf("answered %d of %d challenges in one burst", n, flood)
+	}
+}
+
+// TestFirstContactNeedsNoProof: the hello that introduces an unknown peer
+// binds the connection it came on, so a burst of calls right behind the
+// handshake waits for no proof (and none is held or dropped).
+func TestFirstContactNeedsNoProof(t *testing.T) {
+	a, b := pair(t, nil, nil) // b learns a from its hello
+	ctx := testCtx(t)
+	must(t, b.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	for i := range 20 {
+		if _, err := a.Unary(ctx, b.InstanceID(), "echo", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := b.Messenger().IdentityStats(); st.Challenged != 0 || st.Held != 0 || st.Refused != 0 {
+		t.Fatalf("server identity stats %+v: the first contact's connection was challenged", st)
 	}
 }

@@ -95,6 +95,15 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 		}
 		info.Address = withMissing(info.Address, p.info.Address)
 	}
+	if !ok {
+		// First contact: nothing here belongs to this instance yet, and the
+		// hello is what introduces it, so the connection it came on speaks
+		// for it from now on (the trust the reference gives every peer,
+		// given once). Bound before the registration makes the peer one
+		// that must prove: its next requests on this connection need no
+		// proof and wait for nothing.
+		m.bindFirstContact(c.conn, c.sender)
+	}
 	if !ok || !sameAddress(p.info.Address, info.Address) {
 		if err := m.RegisterPeer(info); err != nil {
 			return nil, err
