@@ -77,6 +77,9 @@ const (
 	// at once: a stranger opening connections in its name cannot make this
 	// node challenge the real peer without bound.
 	maxProving = 64
+	// maxOverAnswers is how many requests past the hold's bound a
+	// connection gets answered.
+	maxOverAnswers = 256
 )
 
 const proofBodyLen = 8 + 16 // [u64 BE connection id][16-byte nonce]
@@ -104,7 +107,12 @@ type connState struct {
 	nonce     [16]byte
 	held      []heldReq
 	heldBytes int
-	timer     *time.Timer
+	// overAnswered counts the requests past the hold's bound that were
+	// answered (maxOverAnswers); later ones are only dropped, so a
+	// stranger's flood cannot make this node write to the peer it names
+	// without bound.
+	overAnswered int
+	timer        *time.Timer
 }
 
 // identityGate holds the state of every inbound connection that carried a
@@ -143,9 +151,10 @@ func (m *Messenger) IdentityStats() IdentityStats {
 type gateVerdict uint8
 
 const (
-	gatePass gateVerdict = iota
-	gateHeld             // the gate keeps the job until the proof or the timeout
-	gateDrop             // dropped and counted, never answered: see refuseHeld
+	gatePass   gateVerdict = iota
+	gateHeld               // the gate keeps the job until the proof or the timeout
+	gateDrop               // dropped and counted, never answered: see refuseHeld
+	gateRefuse             // answered with ErrIdentityUnproven (a few per connection)
 )
 
 // connFor returns the state of conn, made on first use for claimed.
@@ -217,6 +226,12 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 	size := j.msg.Len() + heldOverhead
 	if len(c.held) > 0 && (len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes) {
 		m.countFailure("identity", "held_over_bound")
+		if c.overAnswered < maxOverAnswers {
+			// A real peer's burst on a new connection can outgrow the
+			// hold: its callers hear why at once, not at their deadline.
+			c.overAnswered++
+			return gateRefuse
+		}
 		m.gate.refused.Add(1)
 		return gateDrop
 	}

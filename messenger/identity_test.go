@@ -304,3 +304,34 @@ func TestFirstContactNeedsNoProof(t *testing.T) {
 		t.Fatalf("server identity stats %+v: the first contact's connection was challenged", st)
 	}
 }
+
+// TestOverTheHoldIsAnsweredThenDropped: requests past the hold's bound on
+// a connection that must still prove itself are answered with
+// ErrIdentityUnproven (a real peer's callers hear why at once), up to a
+// bound per connection; past it they are only dropped, so a stranger's
+// flood makes the node write to the peer it names a bounded number of
+// times.
+func TestOverTheHoldIsAnsweredThenDropped(t *testing.T) {
+	defer messenger.SetProofTimeout(time.Hour)()
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	_, err := a.RemoteHandlers(ctx, b.InstanceID())
+	must(t, err)
+	before := a.Messenger().UnmatchedReplies()
+	conn := rawConn(t, b)
+	const flood = 2048 + 256 + 500 // the hold, the answered, the dropped
+	var out []byte
+	for i := range flood {
+		hdr := wireRequestHeader(byte(messenger.UnaryResponse), uint64(a.WorkerID()), uint64(i+1)<<16|1, "_list_handlers", nil)
+		out = frame.Append(out, ext.Frame{Type: ext.Message, Header: hdr})
+	}
+	_, err = conn.Write(out)
+	must(t, err)
+	waitFor(t, "the flood to be held, answered or dropped", func() bool {
+		st := b.Messenger().IdentityStats()
+		return st.Held >= 2048 && a.Messenger().UnmatchedReplies()-before >= 256 && st.Refused >= 500
+	})
+	if n := a.Messenger().UnmatchedReplies() - before; n != 256 {
+		t.Fatalf("the peer the flood named got %d answers, want 256", n)
+	}
+}

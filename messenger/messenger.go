@@ -928,6 +928,9 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 		case gateDrop:
 			msg.Done()
 			continue
+		case gateRefuse:
+			m.refuseIdentity(j)
+			continue
 		}
 		m.dispatchOne(hs, j, &spawned)
 	}
