@@ -37,10 +37,11 @@ const (
 	RvTooLarge                      // consumer: a stated size over StagedPayloadMax
 	RvSizeMismatch                  // consumer: the owner sent other than the bytes it stated
 	RvBadAnswer                     // consumer: an acquire answer whose numbers disagree, or RDMA unasked
+	RvTooManyLeases                 // owner: the asker holds MaxLeasesPerPeer leases already
 	NumRvRefusals
 )
 
-var rvRefusalNames = [NumRvRefusals]string{"not_found", "not_holder", "mismatch", "malformed", "too_large", "size_mismatch", "bad_answer"}
+var rvRefusalNames = [NumRvRefusals]string{"not_found", "not_holder", "mismatch", "malformed", "too_large", "size_mismatch", "bad_answer", "too_many_leases"}
 
 func (r RvRefusal) String() string {
 	if r < NumRvRefusals {

@@ -92,6 +92,11 @@ var ErrNotFound error = messenger.NewCodedError("rendezvous_not_found", "rendezv
 // only that peer may pull, renew, detach or release them.
 var ErrNotHolder error = messenger.NewCodedError("rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
 
+// ErrTooManyLeases: the asker already holds MaxLeasesPerPeer leases on
+// the owner; one must end (a release, a detach or its deadline) first. It
+// keeps its identity across the wire.
+var ErrTooManyLeases error = messenger.NewCodedError("rendezvous_too_many_leases", "rendezvous: too many leases held on the owner")
+
 // ErrSizeMismatch: the owner sent other than the bytes it stated (a chunk
 // shorter or longer than its share of total_len).
 var ErrSizeMismatch = errors.New("rendezvous: the owner's bytes do not match the size it stated")
@@ -232,9 +237,9 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 	h, err := r.decodeHandle(metrics.RvAcquire, c.Payload)
 	var rd ready
 	if err == nil {
-		var ok bool
-		if rd, ok = r.st.acquire(h.Lo, leaseTimeout(c), c.SenderWorkerID()); !ok {
-			err = r.notFound(metrics.RvAcquire, h)
+		var v verdict
+		if rd, v = r.st.acquire(h.Lo, leaseTimeout(c), c.SenderWorkerID()); v != done {
+			err = r.refuse(metrics.RvAcquire, v, h.String())
 		}
 	}
 	r.met.Op(metrics.RvAcquire, err == nil, start)
@@ -283,6 +288,8 @@ func (r *Manager) count(op metrics.RvOp, v verdict) {
 		r.met.Refused(op, metrics.RvNotHolder)
 	case mismatch:
 		r.met.Refused(op, metrics.RvMismatch)
+	case tooManyLeases:
+		r.met.Refused(op, metrics.RvTooManyLeases)
 	default:
 		r.met.Refused(op, metrics.RvNotFound)
 	}
@@ -297,6 +304,8 @@ func (r *Manager) refuse(op metrics.RvOp, v verdict, what string) error {
 		return fmt.Errorf("%w: %s", ErrNotHolder, what)
 	case mismatch:
 		return fmt.Errorf("%w: %s is on another slot", ErrNotFound, what)
+	case tooManyLeases:
+		return fmt.Errorf("%w: %d open on this node", ErrTooManyLeases, MaxLeasesPerPeer)
 	default:
 		return fmt.Errorf("%w: %s", ErrNotFound, what)
 	}
@@ -631,9 +640,9 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 // are here, so their size is no one's word: the buffer is made at once.
 func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64, error) {
 	self := r.m.WorkerID()
-	rd, ok := r.st.acquire(h.Lo, 0, self)
-	if !ok {
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, h)
+	rd, v := r.st.acquire(h.Lo, 0, self)
+	if v != done {
+		return nil, 0, r.refuse(metrics.RvGet, v, h.String())
 	}
 	if max >= 0 && rd.TotalLen > uint64(max) {
 		r.st.endLease(h.Lo, rd.LeaseID, true, self)

@@ -48,6 +48,7 @@ type store struct {
 	mu        sync.Mutex
 	slots     map[uint64]*slot
 	leases    map[uint64]*lease // by lease id
+	byHolder  map[ext.WorkerID]int // leases open per holder: at most MaxLeasesPerPeer
 	transfers map[uint64]uint64 // transfer id → lease id
 	draw      func() uint64     // the id source: rng, or a test's
 	rng       *rand.ChaCha8     // a CSPRNG seeded from crypto/rand; used under mu
@@ -68,7 +69,7 @@ func newStore() *store {
 	var seed [32]byte
 	crand.Read(seed[:]) // never fails (crypto/rand, Go 1.24 and later)
 	s := &store{
-		slots: map[uint64]*slot{}, leases: map[uint64]*lease{}, transfers: map[uint64]uint64{},
+		slots: map[uint64]*slot{}, leases: map[uint64]*lease{}, transfers: map[uint64]uint64{}, byHolder: map[ext.WorkerID]int{},
 		rng: rand.NewChaCha8(seed), stop: make(chan struct{}), now: time.Now,
 	}
 	s.draw = s.rng.Uint64
@@ -123,13 +124,19 @@ func (s *store) metadata(id uint64) (Metadata, bool) {
 
 // acquire takes a read lock for holder and opens the chunked transfer.
 // The registration is checked here, at every acquire.
-func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (ready, bool) {
+func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (ready, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, ok := s.slots[id]
 	if !ok {
-		return ready{}, false
+		return ready{}, notFound
 	}
+	if s.byHolder[holder] >= MaxLeasesPerPeer {
+		// A handle is a capability, but what its holder may keep open on
+		// this node is bounded: each lease keeps its slot staged.
+		return ready{}, tooManyLeases
+	}
+	s.byHolder[holder]++
 	sl.readLocks++
 	lid := s.newIDLocked(s.leaseTaken)
 	tid := s.newIDLocked(s.transferTaken)
@@ -141,7 +148,7 @@ func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (
 	}
 	s.leases[lid] = l
 	s.transfers[tid] = lid
-	return ready{LeaseID: lid, TransferID: tid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, true
+	return ready{LeaseID: lid, TransferID: tid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, done
 }
 
 // verdict is what the store made of a request that names a lease or a
@@ -153,7 +160,12 @@ const (
 	notFound          // no such slot, lease or transfer, or a chunk past the end
 	notHolder         // the lease or transfer was handed to another peer
 	mismatch          // the lease is on another slot than the handle names
+	tooManyLeases     // the asker holds MaxLeasesPerPeer leases already
 )
+
+// MaxLeasesPerPeer bounds the leases one peer may hold open on this node
+// at once (each keeps its slot staged until it ends or expires).
+const MaxLeasesPerPeer = 4096
 
 // chunk returns chunk idx of a transfer (aliasing the slot: slots are never
 // written after register) and renews the lease's deadline. Only the
@@ -258,6 +270,9 @@ func (s *store) unref(id uint64) bool {
 
 func (s *store) dropLeaseLocked(lid uint64, l *lease) {
 	delete(s.leases, lid)
+	if s.byHolder[l.holder]--; s.byHolder[l.holder] <= 0 {
+		delete(s.byHolder, l.holder)
+	}
 	delete(s.transfers, l.transferID)
 	if l.timeout > 0 {
 		s.deadlines--

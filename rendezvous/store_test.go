@@ -20,8 +20,8 @@ func TestIDsAreUnguessable(t *testing.T) {
 		slots = append(slots, s.register([]byte("x"), 0))
 	}
 	for range n {
-		rd, ok := s.acquire(slots[0], 0, 7)
-		if !ok {
+		rd, v := s.acquire(slots[0], 0, 7)
+		if v != done {
 			t.Fatal("acquire refused")
 		}
 		if rd.LeaseID == rd.TransferID {
@@ -179,4 +179,32 @@ func FuzzOwnerRequests(f *testing.F) {
 			t.Fatalf("lease present %v after a request that ended it: %v", ok, ended)
 		}
 	})
+}
+
+// TestLeasesPerPeerAreBounded: a handle is a capability, but one peer
+// cannot keep more than MaxLeasesPerPeer leases open (each keeps its slot
+// staged); another peer is not affected, and an ended lease frees a place.
+func TestLeasesPerPeerAreBounded(t *testing.T) {
+	s := newStore()
+	id := s.register([]byte("x"), 0)
+	var last ready
+	for i := range MaxLeasesPerPeer {
+		rd, v := s.acquire(id, 0, 1)
+		if v != done {
+			t.Fatalf("lease %d refused: %d", i, v)
+		}
+		last = rd
+	}
+	if _, v := s.acquire(id, 0, 1); v != tooManyLeases {
+		t.Fatalf("lease past the bound: verdict %d, want tooManyLeases", v)
+	}
+	if _, v := s.acquire(id, 0, 2); v != done {
+		t.Fatalf("another peer's lease: verdict %d", v)
+	}
+	if v := s.endLease(id, last.LeaseID, false, 1); v != done {
+		t.Fatalf("end lease: %d", v)
+	}
+	if _, v := s.acquire(id, 0, 1); v != done {
+		t.Fatalf("a lease after one ended: verdict %d", v)
+	}
 }
