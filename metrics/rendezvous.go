@@ -30,14 +30,14 @@ var rvOpNames = [NumRvOps]string{"register", "metadata", "get", "ref", "detach",
 type RvRefusal uint8
 
 const (
-	RvNotFound     RvRefusal = iota // owner: no such slot, lease or transfer (freed, expired, never given out)
-	RvNotHolder                     // owner: the lease or transfer was handed to another peer
-	RvMismatch                      // owner: the lease is on another slot than the handle names
-	RvMalformed                     // owner: a body that does not decode, or a handle of another owner
-	RvTooLarge                      // consumer: a stated size over StagedPayloadMax
-	RvSizeMismatch                  // consumer: the owner sent other than the bytes it stated
-	RvBadAnswer                     // consumer: an acquire answer whose numbers disagree, or RDMA unasked
-	RvTooManyLeases                 // owner: the asker holds MaxLeasesPerPeer leases already
+	RvNotFound      RvRefusal = iota // owner: no such slot, lease or transfer (freed, expired, never given out)
+	RvNotHolder                      // owner: the lease or transfer was handed to another peer
+	RvMismatch                       // owner: the lease is on another slot than the handle names
+	RvMalformed                      // owner: a body that does not decode, or a handle of another owner
+	RvTooLarge                       // consumer: a stated size over StagedPayloadMax
+	RvSizeMismatch                   // consumer: the owner sent other than the bytes it stated
+	RvBadAnswer                      // consumer: an acquire answer whose numbers disagree, or RDMA unasked
+	RvTooManyLeases                  // owner: the asker holds MaxLeasesPerPeer leases already
 	NumRvRefusals
 )
 

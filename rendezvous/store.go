@@ -47,13 +47,13 @@ type lease struct {
 type store struct {
 	mu        sync.Mutex
 	slots     map[uint64]*slot
-	leases    map[uint64]*lease // by lease id
+	leases    map[uint64]*lease    // by lease id
 	byHolder  map[ext.WorkerID]int // leases open per holder: at most MaxLeasesPerPeer
-	transfers map[uint64]uint64 // transfer id → lease id
-	draw      func() uint64     // the id source: rng, or a test's
-	rng       *rand.ChaCha8     // a CSPRNG seeded from crypto/rand; used under mu
-	held      int64             // bytes in slots
-	deadlines int               // slots with a TTL plus leases with a deadline
+	transfers map[uint64]uint64    // transfer id → lease id
+	draw      func() uint64        // the id source: rng, or a test's
+	rng       *rand.ChaCha8        // a CSPRNG seeded from crypto/rand; used under mu
+	held      int64                // bytes in slots
+	deadlines int                  // slots with a TTL plus leases with a deadline
 
 	// The sweep goroutine runs only while deadlines > 0.
 	sweeping bool
@@ -156,11 +156,11 @@ func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (
 type verdict uint8
 
 const (
-	done      verdict = iota
-	notFound          // no such slot, lease or transfer, or a chunk past the end
-	notHolder         // the lease or transfer was handed to another peer
-	mismatch          // the lease is on another slot than the handle names
-	tooManyLeases     // the asker holds MaxLeasesPerPeer leases already
+	done          verdict = iota
+	notFound              // no such slot, lease or transfer, or a chunk past the end
+	notHolder             // the lease or transfer was handed to another peer
+	mismatch              // the lease is on another slot than the handle names
+	tooManyLeases         // the asker holds MaxLeasesPerPeer leases already
 )
 
 // MaxLeasesPerPeer bounds the leases one peer may hold open on this node
