@@ -120,6 +120,10 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 		cfg.PayloadMax = -1 // no limit
 	}
 	r := &Manager{m: m, cfg: cfg, st: newStore(), met: cfg.Metrics.Rendezvous()}
+	r.st.self = m.WorkerID()
+	// A lost peer's leases would keep their slots staged, and count against
+	// its bound, until their deadlines (Get asks for none).
+	m.OnPeerLost(func(peer ext.InstanceID, _ error) { r.st.dropHolder(peer.WorkerID()) })
 	if r.met != nil {
 		r.st.onCount = r.met.ActiveSlots
 		r.st.onExpire = func(n int) {
@@ -479,7 +483,7 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 // checkedSink checks the numbers of an answer and makes its destination.
 func (r *Manager) checkedSink(rd *ready, into []byte) (*sink, error) {
 	if err := checkReady(rd); err != nil {
-		r.met.Refused(metrics.RvGet, metrics.RvSizeMismatch)
+		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
 		return nil, err
 	}
 	return newSink(int(rd.TotalLen), into)

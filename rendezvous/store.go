@@ -49,6 +49,7 @@ type store struct {
 	slots     map[uint64]*slot
 	leases    map[uint64]*lease    // by lease id
 	byHolder  map[ext.WorkerID]int // leases open per holder: at most MaxLeasesPerPeer
+	self      ext.WorkerID         // this node: its own leases (local Gets) are not bounded per peer
 	transfers map[uint64]uint64    // transfer id → lease id
 	draw      func() uint64        // the id source: rng, or a test's
 	rng       *rand.ChaCha8        // a CSPRNG seeded from crypto/rand; used under mu
@@ -131,7 +132,7 @@ func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (
 	if !ok {
 		return ready{}, notFound
 	}
-	if s.byHolder[holder] >= MaxLeasesPerPeer {
+	if holder != s.self && s.byHolder[holder] >= MaxLeasesPerPeer {
 		// A handle is a capability, but what its holder may keep open on
 		// this node is bounded: each lease keeps its slot staged.
 		return ready{}, tooManyLeases
@@ -268,6 +269,36 @@ func (s *store) unref(id uint64) bool {
 	return true
 }
 
+// releaseLeaseLocked ends lease lid without a deref: its slot loses the
+// read lock the lease held, and goes if nothing else keeps it.
+func (s *store) releaseLeaseLocked(lid uint64, l *lease) {
+	s.dropLeaseLocked(lid, l)
+	if sl := s.slots[l.local]; sl != nil {
+		if sl.readLocks > 0 {
+			sl.readLocks--
+		}
+		s.maybeFreeLocked(l.local, sl)
+	}
+}
+
+// dropHolder ends every lease that holder opened (its node is gone, so no
+// release will come) and reports how many.
+func (s *store) dropHolder(holder ext.WorkerID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byHolder[holder] == 0 {
+		return 0
+	}
+	n := 0
+	for lid, l := range s.leases {
+		if l.holder == holder {
+			s.releaseLeaseLocked(lid, l)
+			n++
+		}
+	}
+	return n
+}
+
 func (s *store) dropLeaseLocked(lid uint64, l *lease) {
 	delete(s.leases, lid)
 	if s.byHolder[l.holder]--; s.byHolder[l.holder] <= 0 {
@@ -338,13 +369,7 @@ func (s *store) sweepOnce() bool {
 	ended := 0
 	for lid, l := range s.leases {
 		if l.timeout > 0 && now.After(l.deadline) {
-			s.dropLeaseLocked(lid, l)
-			if sl := s.slots[l.local]; sl != nil {
-				if sl.readLocks > 0 {
-					sl.readLocks--
-				}
-				s.maybeFreeLocked(l.local, sl)
-			}
+			s.releaseLeaseLocked(lid, l)
 			ended++
 		}
 	}

@@ -208,3 +208,35 @@ func TestLeasesPerPeerAreBounded(t *testing.T) {
 		t.Fatalf("a lease after one ended: verdict %d", v)
 	}
 }
+
+// TestLostHolderLeasesEnd: the leases of a peer whose node is gone end at
+// once (no release will come, and Get asks for no deadline), freeing its
+// place under the bound and its slot's read locks; this node's own local
+// leases are not bounded per peer.
+func TestLostHolderLeasesEnd(t *testing.T) {
+	s := newStore()
+	s.self = 9
+	id := s.register([]byte("x"), 0)
+	for range MaxLeasesPerPeer + 1 {
+		if _, v := s.acquire(id, 0, 9); v != done {
+			t.Fatalf("a local lease was refused: %d", v)
+		}
+	}
+	for range MaxLeasesPerPeer {
+		if _, v := s.acquire(id, 0, 1); v != done {
+			t.Fatalf("lease refused: %d", v)
+		}
+	}
+	if n := s.dropHolder(1); n != MaxLeasesPerPeer {
+		t.Fatalf("dropHolder ended %d leases, want %d", n, MaxLeasesPerPeer)
+	}
+	if _, v := s.acquire(id, 0, 1); v != done {
+		t.Fatalf("a lease after the holder's were dropped: verdict %d", v)
+	}
+	s.mu.Lock()
+	locks := s.slots[id].readLocks
+	s.mu.Unlock()
+	if locks != MaxLeasesPerPeer+2 {
+		t.Fatalf("read locks %d, want %d (the local leases and the new one)", locks, MaxLeasesPerPeer+2)
+	}
+}
