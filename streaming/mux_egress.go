@@ -788,9 +788,13 @@ func (b *batcher) flush() {
 // credit as the producer's, a lost cancel or stop would never reach the
 // producer, and the peer's slots they are about live in the peer's epoch,
 // not in the one this refusal ends. The re-post rides a later batch
-// (retryLaterLocked). A peer with no route, or a lane that refused
-// maxRefusedPosts batches in a row, is owed nothing more: its replies are
-// dropped and counted.
+// (retryLaterLocked). A peer with no route is owed nothing more: its
+// replies are dropped and counted. A lane that refused maxRefusedPosts
+// batches in a row loses only its rejects (answers to OpenSlots this side
+// never admitted, which cost no credit); credit, closes and signals for
+// live slots stay owed, retried at most once per maxRefusedBackoff, since
+// dropping credit would stall an honest producer for good once the lane
+// takes batches again.
 func (b *batcher) settleCredit(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -805,7 +809,7 @@ func (b *batcher) settleCredit(err error) {
 		b.refusals++
 		b.owePostedLocked()
 		if b.refusals >= maxRefusedPosts {
-			b.discardOwedLocked()
+			b.discardRejectsLocked()
 		}
 	}
 	clear(b.flying)

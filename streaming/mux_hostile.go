@@ -59,9 +59,8 @@ func (mx *mux) replyBatcher(peer ext.WorkerID, lane int) (*batcher, error) {
 func unreachable(err error) bool { return errors.Is(err, ext.ErrPeerNotRegistered) }
 
 // maxRefusedPosts is how many posts in a row a batcher may have refused
-// before it stops owing its replies again: past it, what it owes is
-// dropped and counted (replies_discarded_total, credit_lost_total), and
-// the peer's slots that waited for it are the stream watchdog's. Each
+// before it stops owing its rejects again (they are dropped and counted in
+// replies_discarded_total); what it owes for live slots stays owed. Each
 // retry waits twice as long as the one before, from ReplyLinger up to
 // maxRefusedBackoff: a lane that goes on refusing is not retried in a loop.
 const (
@@ -101,6 +100,24 @@ func (b *batcher) discardOwedLocked() {
 	}
 	if credit > 0 {
 		b.mx.n.creditLost.Add(credit)
+	}
+}
+
+// discardRejectsLocked drops the rejects the batcher owes, counted: the
+// answers to a stranger's made-up OpenSlots, on a lane that keeps refusing
+// them, must not keep the batcher owing (and so from eviction) for ever.
+func (b *batcher) discardRejectsLocked() {
+	n := 0
+	for id := range b.rejected {
+		if _, owed := b.closes[id]; owed {
+			delete(b.closes, id)
+			n++
+		}
+	}
+	clear(b.rejected)
+	b.rejects = 0
+	if n > 0 {
+		b.mx.n.repliesDiscarded.Add(uint64(n))
 	}
 }
 

@@ -464,3 +464,54 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, maxRejects)
 	}
 }
+
+// A lane that refuses the consumer's posts for longer than maxRefusedPosts
+// retries and then takes batches again: the credit owed for the live slot
+// is still owed, so the producer goes on. (Dropping it after the refusals,
+// as the reject lane is, stalled the honest stream for good.)
+func TestMuxCreditOutlivesARefusingLane(t *testing.T) {
+	const c = 4
+	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c}, slowBeats)
+	cmx := muxOf(t, consumer)
+	var refused atomic.Int64
+	var refusing atomic.Bool
+	refuse := func(p ext.WorkerID) bool {
+		if !refusing.Load() || p != producer.msg.WorkerID() {
+			return false
+		}
+		if refused.Add(1) >= maxRefusedPosts+2 {
+			refusing.Store(false)
+		}
+		return true
+	}
+	errRefused := errors.New("test: the lane is being dialled again")
+	// Installed before any traffic: the batchers read these fields.
+	inner, owned := cmx.post, cmx.postOwned
+	cmx.post = func(p ext.WorkerID, lane int, batch []byte) error {
+		if refuse(p) {
+			return errRefused
+		}
+		return inner(p, lane, batch)
+	}
+	if owned != nil {
+		cmx.postOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+			if refuse(p) {
+				return errRefused
+			}
+			return owned(p, lane, batch, o)
+		}
+	}
+	a, s := openedStream(t, producer, consumer)
+	refusing.Store(true)
+	const n = 4 * c
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		fill(t, s, 1, n)
+	}()
+	readTokens(t, a, 1, n, 10*time.Second)
+	<-sent
+	if refused.Load() < maxRefusedPosts+2 {
+		t.Fatalf("%d posts refused: the lane never refused long enough", refused.Load())
+	}
+}
