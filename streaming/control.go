@@ -166,7 +166,9 @@ func (r *remote) target(payload []byte) (*anchorState, error) {
 func (r *remote) takeBind(st *anchorState, asker ext.WorkerID) (b *remoteBind, ok bool) {
 	st.mu.Lock()
 	b = st.bind
-	if b != nil && b.producer != asker {
+	if (b != nil && b.producer != asker) || (st.feed != nil && st.feed.ip.peer != asker) {
+		// A per-stream producer, or the producer whose mux slot feeds
+		// the anchor, is the only one that may end its stream.
 		st.mu.Unlock()
 		r.strangerControls.Add(1)
 		return nil, false

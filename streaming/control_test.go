@@ -500,3 +500,25 @@ func TestAnchorControlFromStranger(t *testing.T) {
 		t.Fatalf("after the producer's finalize: %v, want io.EOF", err)
 	}
 }
+
+// TestAnchorControlFromStrangerOverTheMux: the same for a stream that a
+// mux slot feeds (the default path): only its producer may end it.
+func TestAnchorControlFromStrangerOverTheMux(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	stranger := newMessenger(t)
+	connect(t, stranger, consumer.msg)
+	a, s := openedStream(t, producer, consumer)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	body := (&wire.HandleRequest{Handle: a.Handle()}).AppendJSON(nil)
+	for i, h := range []string{wire.AnchorFinalizeHandler, wire.AnchorCancelHandler} {
+		if _, err := stranger.Unary(ctx, consumer.msg.InstanceID(), h, body); err != nil {
+			t.Fatalf("%s: %v", h, err)
+		}
+		if n := consumer.sm.remote.strangerControls.Load(); n != uint64(i+1) {
+			t.Fatalf("after %s: %d stranger controls counted, want %d", h, n, i+1)
+		}
+	}
+	fill(t, s, 1, 1)
+	readTokens(t, a, 1, 1, 5*time.Second)
+}
