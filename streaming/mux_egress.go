@@ -51,8 +51,7 @@ type batcher struct {
 	opens         []*outSlot                             // OpenSlots queued for the next write (open)
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
-	rejects       int                                    // answers to unadmitted OpenSlots, owed or in the batch being posted
-	rejected      map[muxwire.SlotID]struct{}            // which they are
+	rejected      map[muxwire.SlotID]struct{}            // answers to unadmitted OpenSlots, owed or in the batch being posted
 	staged        int                                    // slots with records queued: OnComplete compares it to live
 	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
 	windowArmed   bool                                   // windowT runs
@@ -632,12 +631,11 @@ func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 		return
 	}
 	if _, known := b.rejected[id]; !known {
-		if b.rejects >= maxRejects {
+		if len(b.rejected) >= maxRejects {
 			b.mu.Unlock()
 			b.mx.controlRefused()
 			return
 		}
-		b.rejects++
 		b.rejected[id] = struct{}{}
 	}
 	b.closes[id] = reason
@@ -765,9 +763,9 @@ func (b *batcher) flush() {
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
 			// wake it. What the refused batch left (the rest of a cut
-			// batch, re-posted replies) goes when the retry delay that
-			// settleCredit armed ends, not on a wake of its own: a lane
-			// that goes on refusing must not be retried in a loop.
+			// batch, re-posted replies) goes when the retry delay armed
+			// here ends, not on a wake of its own: a lane that goes on
+			// refusing must not be retried in a loop.
 			b.mu.Lock()
 			b.awake = false
 			b.retryLaterLocked()
@@ -822,14 +820,13 @@ func (b *batcher) settleCredit(err error) {
 // again after a refusal: a stranger's made-up OpenSlots cannot grow the
 // batcher past the cap while its posts are refused.
 func (b *batcher) postedRejectsLocked() {
-	if b.rejects == 0 {
+	if len(b.rejected) == 0 {
 		return
 	}
 	for id := range b.flyingCloses {
 		if _, owed := b.closes[id]; !owed {
 			if _, ok := b.rejected[id]; ok {
 				delete(b.rejected, id)
-				b.rejects--
 			}
 		}
 	}

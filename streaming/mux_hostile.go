@@ -90,7 +90,6 @@ func (b *batcher) discardOwedLocked() {
 	clear(b.closes)
 	clear(b.signals)
 	clear(b.rejected)
-	b.rejects = 0
 	if b.lingerOn {
 		b.lingerT.Stop()
 		b.lingerOn, b.lingered = false, false
@@ -115,7 +114,6 @@ func (b *batcher) discardRejectsLocked() {
 		}
 	}
 	clear(b.rejected)
-	b.rejects = 0
 	if n > 0 {
 		b.mx.n.repliesDiscarded.Add(uint64(n))
 	}
