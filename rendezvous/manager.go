@@ -309,7 +309,7 @@ func (r *Manager) refuse(op metrics.RvOp, v verdict, what string) error {
 	case mismatch:
 		return fmt.Errorf("%w: %s is on another slot", ErrNotFound, what)
 	case tooManyLeases:
-		return fmt.Errorf("%w: %d open on this node", ErrTooManyLeases, MaxLeasesPerPeer)
+		return fmt.Errorf("%w: at most %d per peer and %d in all", ErrTooManyLeases, MaxLeasesPerPeer, MaxLeases)
 	default:
 		return fmt.Errorf("%w: %s", ErrNotFound, what)
 	}

@@ -132,7 +132,7 @@ func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (
 	if !ok {
 		return ready{}, notFound
 	}
-	if holder != s.self && s.byHolder[holder] >= MaxLeasesPerPeer {
+	if holder != s.self && (s.byHolder[holder] >= MaxLeasesPerPeer || len(s.leases) >= MaxLeases) {
 		// A handle is a capability, but what its holder may keep open on
 		// this node is bounded: each lease keeps its slot staged.
 		return ready{}, tooManyLeases
@@ -165,8 +165,13 @@ const (
 )
 
 // MaxLeasesPerPeer bounds the leases one peer may hold open on this node
-// at once (each keeps its slot staged until it ends or expires).
-const MaxLeasesPerPeer = 4096
+// at once (each keeps its slot staged until it ends or expires), and
+// MaxLeases those of all peers: a peer that cannot prove its identity
+// (see the messenger's identity gate) could name ever new worker ids.
+const (
+	MaxLeasesPerPeer = 4096
+	MaxLeases        = 1 << 16
+)
 
 // chunk returns chunk idx of a transfer (aliasing the slot: slots are never
 // written after register) and renews the lease's deadline. Only the

@@ -240,3 +240,18 @@ func TestLostHolderLeasesEnd(t *testing.T) {
 		t.Fatalf("read locks %d, want %d (the local leases and the new one)", locks, MaxLeasesPerPeer+2)
 	}
 }
+
+// TestLeasesInAllAreBounded: peers that name ever new worker ids (one that
+// cannot prove its identity may) are bounded together too.
+func TestLeasesInAllAreBounded(t *testing.T) {
+	s := newStore()
+	id := s.register([]byte("x"), 0)
+	for i := range MaxLeases {
+		if _, v := s.acquire(id, 0, ext.WorkerID(100+i/MaxLeasesPerPeer)); v != done {
+			t.Fatalf("lease %d refused: %d", i, v)
+		}
+	}
+	if _, v := s.acquire(id, 0, 99999); v != tooManyLeases {
+		t.Fatalf("a lease past the total bound from a new worker: verdict %d, want tooManyLeases", v)
+	}
+}
