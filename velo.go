@@ -27,8 +27,9 @@ import (
 
 // Node is one velo instance: its messenger, which sends active messages
 // and serves handlers, Events, its distributed event manager, and Streams,
-// its stream anchors (same worker, and to and from other nodes over one
-// TCP connection per stream).
+// its stream anchors (same worker, and to and from other nodes: over the
+// messenger mux by default, or one TCP connection per stream with a peer
+// that has no mux).
 type Node struct {
 	m       *messenger.Messenger
 	Events  *events.Manager
@@ -71,7 +72,8 @@ func WithStagingThreshold(n int) Option {
 }
 
 // WithStreamListenAddr sets the address of the node's per-stream TCP
-// listener (127.0.0.1:0 unless set); see streaming.NewNodeManager.
+// listener (127.0.0.1:0 unless set), which takes the streams of peers
+// that do not use the mux; see streaming.NewNodeManager.
 func WithStreamListenAddr(addr string) Option {
 	return Option{stream: []streaming.NodeOption{streaming.WithStreamListenAddr(addr)}}
 }

@@ -155,7 +155,7 @@ type OrderedConfig struct {
 	// Global: one lane for all senders instead of one per sender.
 	Global bool
 	// IdleLaneTTL stops a lane idle this long (default 30 s). Negative
-	// keeps lanes for ever (the book's None).
+	// keeps lanes for ever.
 	IdleLaneTTL time.Duration
 	// MaxQueueDepth is a soft per-lane limit that drives Overflow; 0 means
 	// none. A lane's depth counts the messages waiting on it, not the one

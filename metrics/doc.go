@@ -1,5 +1,6 @@
 // Package metrics holds VeloMetrics: the Prometheus families that velo
-// records, with the names, labels and types of the metrics reference.
+// records, with the names, labels and types that the Rust reference
+// (ai-dynamo/velo) uses, and a few of its own (docs/metrics.md).
 //
 // Register puts every family into a registry that the caller owns. Velo
 // never uses the global registry and never runs an exporter: serve or

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The velo_streaming_mux_* series (book chapter 33) and the two streaming
+// The velo_streaming_mux_* series (docs/metrics.md) and the two streaming
 // counters that only the mux moves (slot credit exhaustion, unclaimed
 // binds reaped).
 //

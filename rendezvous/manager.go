@@ -194,8 +194,8 @@ func (r *Manager) mine(h DataHandle) error {
 	return nil
 }
 
-// Who may ask (book, chapter 11: "the owner passes the handle to consumers
-// by any means"): a handle is a capability, so _rv_metadata, _rv_acquire
+// Who may ask: the owner may pass a handle to consumers by any means, so
+// a handle is a capability, so _rv_metadata, _rv_acquire
 // and _rv_ref serve whoever names a staged slot; its random 64-bit slot id
 // is what a stranger cannot name. A lease and its transfer belong to the
 // peer whose acquire opened them (the sender the messenger saw), so

@@ -20,13 +20,15 @@ import (
 // stream id of the CancelHandle it sent in _anchor_attach. The consumer's
 // node sends _stream_stop and _stream_cancel to that id, fire-and-forget.
 // The owner of an anchor serves _anchor_detach, _anchor_finalize and
-// _anchor_cancel, which a Rust producer sends instead of a terminal frame.
-// A Go producer ends its stream with a terminal frame on its connection,
-// so it never sends these three.
+// _anchor_cancel, as the reference registers them, for a producer that
+// ends its stream by message instead of by a terminal frame. Neither a Go
+// producer nor the reference's 0.9 producer sends them: a terminal frame
+// on the stream says the same.
 
 // StreamStopHandler is the producer's handler for a consumer's graceful
-// stop. The book names it (chapter 10) but reference 0.9 has no such
-// handler; its body is that of _stream_cancel.
+// stop. It is Go-defined (the Rust reference's release 0.9 has no such
+// handler, so a Rust producer does not see a stop); its body is that of
+// _stream_cancel.
 const StreamStopHandler = wire.StreamStopHandler
 
 // unitAnswer is the answer of a handler that returns nothing: serde_json
@@ -60,8 +62,7 @@ func (b *remoteBind) signal(handler string) {
 }
 
 // registerControl registers the control handlers of both ends. All are
-// drain-exempt: they serve streams that were already accepted (the book,
-// chapter 10).
+// drain-exempt: they serve streams that were already accepted.
 func (r *remote) registerControl() error {
 	ex := messenger.WithDrainExempt()
 	for _, h := range []messenger.Handler{

@@ -1,5 +1,5 @@
 // Package streaming moves a sequence of typed items from a producer to a
-// consumer: the streams of the velo book (chapter Streaming).
+// consumer.
 //
 // The consumer creates an Anchor with CreateAnchor and hands its handle to
 // a producer. The producer attaches with AttachAnchor and gets a Sender.
@@ -11,21 +11,28 @@
 // On the same worker, the producer and the consumer use the same Manager,
 // and frames go straight into the anchor's inlet, a bounded mutex-guarded
 // queue, with no goroutine per anchor or per sender. Between nodes, each
-// node has a Manager from NewNodeManager (velo.Node.Streams): AttachAnchor
-// makes the _anchor_attach round trip to the anchor's owner and opens one
-// TCP connection for the stream, whose frames the owner feeds into the
-// same inlet. An anchor that no producer attaches to within its unattached
-// timeout ends with ErrUnattachedTimeout; one sweeper goroutine per Manager
-// serves all these deadlines (reservation.go). CreateMPSCAnchor makes an
-// anchor for many producers (mpsc.go): each attaches with
-// AttachMPSCAnchor, on the same worker or from another node
-// (_mpsc_anchor_attach and one TCP connection per producer,
-// mpsc_remote.go), and the consumer reads MPSCFrames tagged with a
-// SenderID. Remote producers send heartbeats when idle (one goroutine per
-// Manager, heartbeat.go), and a remote stream silent for three heartbeat
-// windows ends with ErrSenderDropped (for an MPSC anchor, that producer
-// alone ends, as Dropped). The gRPC transport is not built
-// (docs/streams.md).
+// node has a Manager from NewNodeManager (velo.Node.Streams), and
+// AttachAnchor asks the anchor's owner with _anchor_attach. By default the
+// stream then rides the messenger mux: it is a slot on the messenger
+// connection the two nodes already share, and the records of many streams
+// to one peer travel together in one message, with credit per slot
+// (MuxConfig; docs/mux.md). With a peer that has no mux (a node built with
+// MuxConfig{Disabled: true}, or a node of the Rust reference
+// ai-dynamo/velo, whose release 0.9 speaks an older mux wire) the attach
+// falls back to the per-stream path: one TCP connection for the stream, to
+// the owner's stream listener. Either way the owner feeds the frames into
+// the same inlet. PrebindAnchor and OpenAnchorStream open a mux stream with
+// no attach round trip (a ticket).
+//
+// An anchor that no producer attaches to within its unattached timeout
+// ends with ErrUnattachedTimeout; one sweeper goroutine per Manager serves
+// all these deadlines. CreateMPSCAnchor makes an anchor for many
+// producers: each attaches with AttachMPSCAnchor, on the same worker or
+// from another node (a mux slot, or one TCP connection, per producer), and
+// the consumer reads MPSCFrames tagged with a SenderID. Remote producers
+// send heartbeats when idle, and a remote stream silent for three
+// heartbeat windows ends with ErrSenderDropped (for an MPSC anchor, that
+// producer alone ends, as Dropped).
 //
 // Lifecycle and errors:
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // ErrSenderDropped ends a stream whose producer closed its Sender without
-// finalizing (the book's StreamFrame::Dropped).
+// finalizing: the Dropped frame.
 var ErrSenderDropped = errors.New("velo: stream sender dropped")
 
 // ErrCancelled is returned by a send after the consumer cancelled the
@@ -43,16 +43,16 @@ var ErrUnsupportedItem = errors.New("velo: unsupported stream item type")
 // ErrBadCapacity is returned by CreateAnchor for a capacity below 1.
 var ErrBadCapacity = errors.New("velo: stream inlet capacity must be at least 1")
 
-// SenderError is a soft error that the producer put in the stream (the
-// book's StreamFrame::SenderError). The stream goes on after it.
+// SenderError is a soft error that the producer put in the stream (a
+// SenderError frame). The stream goes on after it.
 type SenderError struct {
 	Message string
 }
 
 func (e *SenderError) Error() string { return "velo: stream sender error: " + e.Message }
 
-// TransportError ends a stream whose delivery failed (the book's
-// StreamFrame::TransportError).
+// TransportError ends a stream whose delivery failed (a TransportError
+// frame from the producer, or a bad frame on its connection).
 type TransportError struct {
 	Message string
 }

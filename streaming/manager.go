@@ -110,8 +110,8 @@ func (m *Manager) shard(localID uint64) *registryShard {
 }
 
 // register gives st a fresh random local id and puts it in the registry.
-// The id is the only credential a producer needs (the book: "the local ID
-// in the handle is random"), so it comes from crypto/rand, never a counter.
+// The id is the only credential a producer needs, so it comes from
+// crypto/rand, never a counter.
 // It reports false, registering nothing, once Close has begun: the flag is
 // read under the shard lock that Close's sweep of the registry takes, so an
 // anchor is either refused or cancelled by Close, never missed. With mpsc,
@@ -257,8 +257,12 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 // MessagePack, so the two ends need only agree on the bytes.
 //
 // A handle of another worker needs a Manager from NewNodeManager: the
-// attach then makes the _anchor_attach round trip to the owner and opens
-// one TCP connection for the stream (see NewNodeManager). On the same
+// attach then asks the owner with _anchor_attach, and the stream rides the
+// messenger mux, or one TCP connection of its own when the owner has no mux
+// (see NewNodeManager and MuxConfig). Over the mux, an attach to an owner
+// that already answered this node with the mux returns before the answer;
+// a refusal then comes from the next Send, Finalize or Detach, or from
+// Sender.Ready. On the same
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
 func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
@@ -278,8 +282,8 @@ func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.Anc
 	start := m.opStart()
 	s, err := attachAnchor[T](ctx, m, handle, key)
 	// A remote attach is counted by the owner's handler (operation
-	// "attach") and here only as its round trip (attach_rtt): the book's
-	// queueing query subtracts one from the other, so the sender must not
+	// "attach") and here only as its round trip (attach_rtt): the queueing
+	// query in docs/metrics.md subtracts one from the other, so the sender must not
 	// add its own, longer, attach durations to the owner's.
 	if handle.Owner() == m.owner {
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)

@@ -9,7 +9,7 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// Many producers, one consumer (the book's MPSC anchors).
+// Many producers, one consumer: MPSC anchors.
 //
 // An MPSC anchor is an anchorState, in the same registry and under the same
 // mutex as an SPSC one: its handle has wire.MPSCBit set, and its registry
@@ -244,8 +244,9 @@ type MPSCSender[T any] struct {
 //
 // A handle of another worker needs a Manager from NewNodeManager: the
 // attach then makes the _mpsc_anchor_attach round trip to the owner, which
-// gives the SenderID, and opens one TCP connection for this producer
-// (mpsc_remote.go). It does not wait for room in the inlet; the sends do.
+// gives the SenderID; the producer then rides the messenger mux as a slot
+// of its own, or opens one TCP connection when the owner has no mux. It
+// does not wait for room in the inlet; the sends do.
 func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
 	return attachMPSCCounted[T](ctx, m, handle, nil)
 }

@@ -16,7 +16,9 @@ import (
 //
 // A producer on another worker asks the owner with _mpsc_anchor_attach
 // (the body of _anchor_attach). The owner gives it the next SenderID at
-// once, binds a routing session on the per-stream TCP listener, and
+// once and, when the producer offered no mux (over the mux it binds a
+// slot instead, mux_attach.go), binds a routing session on the per-stream
+// TCP listener, and
 // answers with the key, the heartbeat interval, the SenderID and the
 // routing session. The producer then opens one connection exactly as an
 // SPSC producer does: the same 16-byte preamble (the anchor's local id,
@@ -330,9 +332,9 @@ func mpscTerminal(p []byte) []byte {
 	return nil
 }
 
-// fireMPSC ends a silent remote producer as Dropped, for it alone. The
-// book (Stream saturation) has an MPSC reader neither log nor count a
-// watchdog firing: WatchdogFirings and its warning stay SPSC signals.
+// fireMPSC ends a silent remote producer as Dropped, for it alone. An
+// MPSC reader neither logs nor counts a watchdog firing, as in the
+// reference: WatchdogFirings and its warning stay SPSC signals.
 func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
 	a.endRemote(p, droppedFrame)
 }

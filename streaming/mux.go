@@ -14,7 +14,7 @@ import (
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
-// The messenger mux (book chapter 05): every stream to a peer is a slot on
+// The messenger mux (docs/mux.md): every stream to a peer is a slot on
 // the messenger connection that already exists to that peer, and records
 // of many streams share one _stream_batch active message.
 //
@@ -33,8 +33,8 @@ type FlushPolicy uint8
 
 const (
 	// FlushAuto writes at the end of every batcher wake: the batcher takes
-	// everything already queued and never waits for more (the book's
-	// Auto{on_admission: true}, the default).
+	// everything already queued and never waits for more (the default).
+	// It is the Rust reference's Auto{on_admission: true}.
 	FlushAuto FlushPolicy = iota
 	// FlushManual writes data only when the application calls
 	// Manager.FlushBatch. Terminals, closes and credit replies still go
@@ -42,8 +42,8 @@ const (
 	FlushManual
 	// FlushLinger holds data for up to MuxConfig.MaxLinger after the
 	// oldest staged record, so that records that come close together share
-	// a write (the book's Auto{on_admission: false, max_linger}). OnComplete
-	// and AtBytes end the window early.
+	// a write (the Rust reference's Auto{on_admission: false, max_linger}).
+	// OnComplete and AtBytes end the window early.
 	FlushLinger
 )
 

@@ -16,14 +16,14 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// Attach negotiation for the mux (book chapter 05, "Negotiation and
-// compatibility"). A producer with the mux offers messenger-mux-v2 before
+// Attach negotiation for the mux. A producer with the mux offers messenger-mux-v2 before
 // tcp-stream; an owner with the mux answers it only when offered, and the
 // per-stream path otherwise, so that older peers and Rust 0.9 nodes (which
 // offer messenger-mux-v1, a different wire) meet on tcp-stream.
 
 // MuxDisableEnv turns the mux off for a process when set to 1, true, yes
-// or on: the rollback the book describes.
+// or on: a rollback that needs no code change. The next attach negotiates
+// the per-stream path; a node built WithMuxOnly fails to start.
 const MuxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
 
 // WithMux sets the messenger mux of a node Manager (on by default).

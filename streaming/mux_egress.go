@@ -15,7 +15,7 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// The producer's side of the messenger mux (book chapter 05, "Egress").
+// The producer's side of the messenger mux (docs/mux.md, "How it works").
 //
 // Every stream to one peer is a slot of that peer's batcher. A Send puts
 // its frame in the slot's queue under the batcher's lock and wakes the
@@ -282,8 +282,10 @@ func (b *batcher) releaseLocked(s *outSlot) {
 }
 
 // maxMuxRecord is the largest record the mux carries inline: one that
-// goes alone in a batch of the messenger's largest frame. Larger records
-// wait for rendezvous staging (not built).
+// goes alone in a batch of the messenger's largest frame. A larger record
+// is refused with ItemTooLargeError; one above the messenger's staging
+// threshold and below this goes alone in its batch, which the messenger
+// stages by rendezvous.
 const maxMuxRecord = wire.MaxTCPFrame - 1024
 
 // push queues one record of s, waiting while its queue is full.

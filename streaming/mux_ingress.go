@@ -13,8 +13,8 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// The consumer's side of the messenger mux (book chapter 05, "Flow
-// control", "Credit return").
+// The consumer's side of the messenger mux: flow control and credit
+// return (docs/mux.md, "How it works").
 //
 // _stream_batch runs inline on the connection's reader goroutine and never
 // blocks: a Data record goes into its anchor's inlet past the inlet's
@@ -530,8 +530,8 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 
 // A record can arrive ahead of its frame_seq: a record too large for one
 // message goes staged, and the receiver fetches it off the ordered lane,
-// so the records behind it may overtake it (book chapter 05, "Ordering is
-// per slot"). They wait in the slot's hold until the gap closes. Credit
+// so the records behind it may overtake it (order is per slot, by
+// frame_seq, not per connection). They wait in the slot's hold until the gap closes. Credit
 // bounds the hold (the records held and those delivered stay within the
 // window, and one terminal), and so does the peer's byte budget, shared by
 // the holds of all its slots and lanes; past either, the slot ends with
@@ -826,7 +826,7 @@ func (ip *ingressPeer) watch() {
 			if s.misses >= DetectionMultiplier {
 				// Counted before the end is delivered, so that a consumer
 				// that sees ErrSenderDropped can tell a watchdog kill. An
-				// MPSC producer's end is not counted (book chapter 20).
+				// MPSC producer's end is not counted, as in the reference.
 				if s.mpsc == nil {
 					ip.mx.n.watchdogFirings.Add(1)
 				}
@@ -944,8 +944,8 @@ func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
 
 // MuxSlotHeader names the stream of a singleton batch that the messenger
 // stages: "<epoch>:<slot>:<session>", the sender's epoch, the slot's full
-// id and the routing session it was opened with (book chapter 05, "A
-// record refused for its size").
+// id and the routing session it was opened with. A receiver that refuses
+// the staged record for its size ends that one stream (docs/mux.md).
 const MuxSlotHeader = "_mux_slot"
 
 // stagedFailure ends the one stream that a staged singleton batch from

@@ -5,7 +5,7 @@ import (
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
-// Lanes (book chapter 05, "Lanes"): up to 16 ordered channels of batches
+// Lanes (docs/mux.md, "Lanes"): up to 16 ordered channels of batches
 // to one peer, mux lane k on transport lane k. Everything that depends on
 // order is kept per (peer, lane) (laneKey). The receiver of a stream picks
 // its lane when it binds the slot, and names it in the attach answer or

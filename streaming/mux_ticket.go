@@ -11,7 +11,7 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// Zero-RTT stream setup (book chapter 05, "Zero-RTT stream setup").
+// Zero-RTT stream setup (docs/mux.md, "Zero-RTT setup: tickets").
 //
 // Every field of an attach answer is the owner's choice, so the owner can
 // bind a mux slot before any producer asks: PrebindAnchor does the attach

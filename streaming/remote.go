@@ -25,9 +25,11 @@ import (
 // tcp_transport.rs of the reference).
 //
 // The producer asks the anchor's owner with _anchor_attach (JSON bodies
-// from package wire), offering the transport keys it can connect on. The
-// owner binds the stream on its per-stream TCP listener and answers with
-// the key ("tcp-stream", the only one built) and a routing session id.
+// from package wire), offering the transport keys it can connect on:
+// "messenger-mux-v2" first when its mux is on, then "tcp-stream". An owner
+// with the mux answers the mux when offered (mux_attach.go); otherwise it
+// binds the stream on its per-stream TCP listener and answers "tcp-stream"
+// and a routing session id. This file is that per-stream path.
 // The producer then opens one TCP connection for the stream, writes the
 // 16-byte preamble (anchor local id, routing session id) and the stream
 // frames as messenger frames with an empty header. The owner's reader
@@ -38,9 +40,10 @@ import (
 // "tcp-stream", in the format of the messenger TCP transport's entry. The
 // producer reads it from the PeerInfo it registered for the owner.
 
-// AcceptWindow is how long a stream bound by _anchor_attach waits for its
-// producer's connection (the reference's fixed ACCEPT_TIMEOUT). After it
-// the anchor sees ErrSenderDropped.
+// AcceptWindow is how long a stream bound by _anchor_attach on the
+// per-stream path waits for its producer's connection (the reference's
+// fixed ACCEPT_TIMEOUT). After it the anchor sees ErrSenderDropped. A mux
+// bind waits ReservationConfig.AcceptWindow instead.
 const AcceptWindow = 60 * time.Second
 
 // preambleTimeout bounds how long a connection may take to send its
@@ -54,9 +57,9 @@ const preambleTimeout = 20 * time.Second
 const DefaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
 
 // ItemTooLargeError is returned by a send on a stream between workers for
-// an item whose frame is larger than Limit (wire.MaxTCPFrame, 16 MiB): the
-// per-stream connection could not carry it. Nothing is sent and the stream
-// goes on.
+// an item whose frame is larger than Limit: wire.MaxTCPFrame (16 MiB) on
+// the per-stream path, 1 KiB less over the mux (room for the batch around
+// the record). Nothing is sent and the stream goes on.
 type ItemTooLargeError struct {
 	Size, Limit int
 }

@@ -52,8 +52,9 @@ type remoteSender struct {
 }
 
 // NegotiatedTransport is the transport key the anchor's owner answered the
-// attach with ("tcp-stream"), or "" on the same worker, where no transport
-// is involved.
+// attach with ("messenger-mux-v2" over the mux, "tcp-stream" on the
+// per-stream path), or "" on the same worker, where no transport is
+// involved.
 func (s *Sender[T]) NegotiatedTransport() string {
 	if s.mx != nil {
 		return muxWireKey

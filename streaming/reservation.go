@@ -13,7 +13,7 @@ import (
 )
 
 // Forever, as an unattached timeout, makes an anchor wait for a producer
-// with no limit (the book's Duration::MAX). Such an anchor has no entry in
+// with no limit. Such an anchor has no entry in
 // the deadline queue.
 const Forever time.Duration = math.MaxInt64
 
@@ -26,14 +26,16 @@ type ReservationConfig struct {
 	// Forever waits with no limit; WithUnattachedTimeout overrides it per
 	// anchor.
 	UnattachedTimeout time.Duration
-	// AcceptWindow is how long a bind waits to be claimed on the
-	// messenger mux (the book's prebind_timeout), 180 s by default. The
-	// mux is not built yet: the Manager keeps the value for it.
+	// AcceptWindow is how long a bind on the messenger mux (an attach's
+	// or a PrebindAnchor's) waits for the producer's OpenSlot, 180 s by
+	// default; the consumer then sees ErrSenderDropped. RenewReservations
+	// extends it. The per-stream path has its own fixed window (the
+	// constant AcceptWindow, 60 s).
 	AcceptWindow time.Duration
 }
 
-// DefaultReservationConfig returns the book's defaults: an unattached
-// timeout of 120 s and an accept window of 180 s.
+// DefaultReservationConfig returns the defaults: an unattached timeout of
+// 120 s and an accept window of 180 s.
 func DefaultReservationConfig() ReservationConfig {
 	return ReservationConfig{UnattachedTimeout: 120 * time.Second, AcceptWindow: 180 * time.Second}
 }
@@ -153,7 +155,7 @@ func (m *Manager) countRenew(sc metrics.StreamScheme, ok bool, n int) {
 // renewLocal renews one handle of this Manager, if it can be renewed.
 func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	if h.IsMPSC() {
-		return // the book: renewal does not extend an MPSC anchor
+		return // renewal does not extend an MPSC anchor
 	}
 	st := m.lookup(h.LocalID())
 	if st == nil {

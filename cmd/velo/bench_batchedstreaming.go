@@ -14,7 +14,7 @@ func init() {
 		engines := fs.Int("engines", 2, "engines: nodes that run continuous batching and stream tokens")
 		requests := fs.Int("requests", 24, "requests per rep, one response stream each")
 		maxBatch := fs.Int("max-batch", 8, "active requests one engine holds at once")
-		tokens := fs.Int("tokens", 40, "longest response in tokens; request i has 1 + (7i mod tokens), as in the book, unless --uniform")
+		tokens := fs.Int("tokens", 40, "longest response in tokens; request i has 1 + (7i mod tokens), as in the Rust reference's batched_streaming example, unless --uniform")
 		uniform := fs.Bool("uniform", false, "give every request --tokens tokens")
 		delay := fs.Float64("pass-delay-ms", 1, "gap between an engine's forward passes, in milliseconds")
 		flush := fs.String("flush-policy", "manual", "engines' mux flush policy: manual (FlushBatch once per forward pass) or auto (velo's default); ignored with --legacy")

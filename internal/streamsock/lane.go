@@ -299,7 +299,7 @@ func (l *lane) waitForWork(b *batch) bool {
 // (writev): each run of coalesced small frames is one buffer, and a large
 // frame is two, its preamble and header and then its payload in place, so
 // the payload is never copied. Go's writev loops over short writes, so the
-// large-frame fault the book avoids by writing twice cannot happen here, and
+// large-frame fault the Rust reference avoids by writing twice cannot happen here, and
 // no small segment goes on the wire alone ahead of a large payload. It
 // returns the index of the first segment not wholly written on error.
 func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int, error) {

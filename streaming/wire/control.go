@@ -16,7 +16,7 @@ const (
 	MPSCAnchorDetachHandler    = "_mpsc_anchor_detach"
 	MPSCAnchorCancelHandler    = "_mpsc_anchor_cancel"
 	StreamCancelHandler        = "_stream_cancel"
-	StreamStopHandler          = "_stream_stop"  // Go-defined body shape of _stream_cancel; the book names it, reference 0.9 lacks it
+	StreamStopHandler          = "_stream_stop"  // Go-defined (reference 0.9 lacks it); the body of _stream_cancel
 	AnchorRenewHandler         = "_anchor_renew" // Go-defined: RenewRequest
 	DefaultHeartbeatIntervalMS = 5000            // an SPSC attach answer without heartbeat_interval_ms
 )

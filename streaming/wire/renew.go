@@ -2,8 +2,8 @@ package wire
 
 import "encoding/json"
 
-// MaxRenewBatch is the most handles one _anchor_renew request carries (the
-// book: at most 256 entries per remote batch). An owner refuses more.
+// MaxRenewBatch is the most handles one _anchor_renew request carries. An
+// owner refuses more.
 const MaxRenewBatch = 256
 
 // RenewRequest is the body of _anchor_renew. Go defines it: reference 0.9

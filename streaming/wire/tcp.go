@@ -59,7 +59,7 @@ func AppendTCPFrame(dst, streamFrame []byte) []byte {
 }
 
 // CheckTCPFrameSize returns an error when a stream frame is too large for
-// a per-stream connection (the book's SendError::ItemTooLarge).
+// a per-stream connection (the sender returns ItemTooLargeError).
 func CheckTCPFrameSize(streamFrame []byte) error {
 	if len(streamFrame) > MaxTCPFrame {
 		return fmt.Errorf("velo: stream frame of %d bytes exceeds %d", len(streamFrame), MaxTCPFrame)

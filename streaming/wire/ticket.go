@@ -6,7 +6,7 @@ import (
 )
 
 // StreamOpenTicket is what a consumer's pre-bind mints for zero-RTT stream
-// setup (book chapter 05, "Zero-RTT stream setup"): the values an attach
+// setup: the values an attach
 // answer carries, chosen by the receiver without the sender. The
 // application sends it, with the anchor handle, in the request envelope it
 // already sends to the producer, which opens the stream with no
@@ -14,7 +14,7 @@ import (
 //
 // Reference release 0.9 has no tickets, so this JSON form is Go-defined:
 // the attach answer's field names, with lane last and written only when
-// not zero (as the book asks of the fields that lanes added):
+// not zero (as every field that lanes added is):
 //
 //	{"streaming_transport_key":"messenger-mux-v2","heartbeat_interval_ms":N,"routing_session_id":N,"initial_credit":N,"slot_byte_budget":N[,"lane":N]}
 type StreamOpenTicket struct {

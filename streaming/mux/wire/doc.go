@@ -1,6 +1,8 @@
 // Package wire is the byte format of the messenger mux: the payload of one
-// _stream_batch active message, as chapter 05 of the velo book (Batched
-// streaming, "Frame envelope" and "Slots") states it.
+// _stream_batch active message, version 2 (transport key
+// "messenger-mux-v2"). The Rust reference ai-dynamo/velo, release 0.9,
+// speaks version 1, described in its lib/velo/src/streaming/BATCHING.md;
+// version 2 adds lanes and the LifecycleSlot record (docs/mux-wire.md).
 //
 // A batch is a 16-byte header followed by records, each a 13-byte header
 // and a body. Every multi-byte field is big-endian.

@@ -136,8 +136,9 @@ func (e *Encoder) CreditUpdate(slot SlotID, seq uint32, delta uint32) error {
 	return nil
 }
 
-// SlotHeartbeat appends a bodiless heartbeat. The book reserves it: no
-// sender emits it yet, but the format is fixed so that ingress can take it.
+// SlotHeartbeat appends a bodiless heartbeat. The format reserves it: no
+// sender emits it yet (heartbeats ride as Data records), but its layout is
+// fixed so that ingress can take it.
 func (e *Encoder) SlotHeartbeat(slot SlotID, seq uint32) error {
 	if err := e.admit(SlotHeartbeatBodyLen); err != nil {
 		return err

@@ -4,8 +4,8 @@ import "strconv"
 
 // Sizes and limits of the format.
 const (
-	// Version is the mux_version byte this package writes and reads. The book
-	// says 2; the reference release 0.9 writes 1 (see docs/mux-wire.md).
+	// Version is the mux_version byte this package writes and reads. The
+	// Rust reference's release 0.9 writes 1 (see docs/mux-wire.md).
 	Version = 2
 	// BatchHeaderLen is the size of the batch header.
 	BatchHeaderLen = 16
@@ -32,8 +32,8 @@ const (
 // meet on one slot: the key is the real version check, the header byte a
 // second line of defence.
 const (
-	// TransportKey is the key the book names and the only one a Go node should
-	// offer for this wire.
+	// TransportKey names this wire in attach negotiation, and is the only
+	// key a Go node should offer for it.
 	TransportKey = "messenger-mux-v2"
 	// ReferenceV1TransportKey is what the reference release 0.9 offers. Its
 	// wire differs (version byte 1, no lanes, no LifecycleSlot), so a node that
@@ -111,7 +111,7 @@ func (s SlotID) String() string {
 // RecordType is the first byte of a record.
 type RecordType uint8
 
-// The record types of the book.
+// The record types of the format.
 const (
 	Data          RecordType = 0 // a stream frame, as the per-stream path encodes it
 	OpenSlot      RecordType = 1 // [u64 anchor_id][u64 session_id]
@@ -156,7 +156,7 @@ func (t RecordType) fixedBodyLen() int {
 // ProtocolError the other way.
 type CloseReason uint8
 
-// The close reasons of the book.
+// The close reasons of the format.
 const (
 	TerminalSent  CloseReason = 0 // the only reason that does not inject Dropped
 	PeerGone      CloseReason = 1

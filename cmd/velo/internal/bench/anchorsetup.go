@@ -23,8 +23,8 @@ import (
 // the first rep (each rep rotates the order by one, see rotated).
 var AnchorSetupArms = []string{"unattached", "lifecycle"}
 
-// AnchorSetupConfig sets the anchor-setup harness (the book's
-// anchor_setup_bench).
+// AnchorSetupConfig sets the anchor-setup harness: unattached anchors
+// held, and concurrent create-attach-finalize lifecycles.
 type AnchorSetupConfig struct {
 	Held    int // unattached arm: anchors created and held
 	Tasks   int // lifecycle arm: concurrent goroutines

@@ -22,8 +22,8 @@ import (
 	"github.com/velo-go/velo/streaming/wire"
 )
 
-// The batched-streaming harness (the book's batched_streaming example,
-// chapter 21) shows that the mux batches across streams and compares the
+// The batched-streaming harness (after the Rust reference's
+// examples/examples/batched_streaming.rs) shows that the mux batches across streams and compares the
 // flush policies. It is the response-plane shape at a small scale: anchor
 // hosts own one response stream per request, and engines run continuous
 // batching, each forward pass putting one token on every active request.
@@ -33,7 +33,7 @@ import (
 // anchor is created and every request queued before any engine starts, so
 // each engine admits the same requests at the same pass on every run, and
 // a request's token budget comes from its index (1 + 7i mod --tokens, as
-// in the book) unless --uniform gives every request --tokens. What can
+// in that example) unless --uniform gives every request --tokens. What can
 // still move between runs is only how the batcher was scheduled against
 // the engine, which is what the flush policies differ in.
 //
@@ -42,7 +42,7 @@ import (
 // handed on, so the harness knows each batch's records by type: items
 // (tokens), terminals, heartbeats, OpenSlot, CloseSlot and the rest. That
 // gives batches that carried a token, next to MuxStats.BatchesSent (every
-// batch, the book's count) and MuxStats.RecordsSent (records of every
+// batch, the reference's count) and MuxStats.RecordsSent (records of every
 // type). On the per-stream path the engines' velo metrics give
 // velo_streaming_egress_flushes_total, one socket write each. The write
 // system calls come from /proc/self/io and are process-wide: hosts and
@@ -59,7 +59,7 @@ type BatchedStreamingConfig struct {
 	MaxBatch    int // active requests per engine
 	Tokens      int // longest response; see Uniform
 	// Uniform gives every request Tokens tokens; otherwise request i has
-	// 1 + (7i mod Tokens), the book's budget.
+	// 1 + (7i mod Tokens), the Rust example's budget.
 	Uniform       bool
 	PassDelay     time.Duration
 	Flush         string // manual (FlushBatch once per pass) or auto; ignored with Legacy

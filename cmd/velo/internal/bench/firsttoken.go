@@ -23,7 +23,7 @@ import (
 // each rep runs on fresh nodes.
 //
 // Arms:
-//   - auto: FlushAuto (the book's Auto{on_admission: true});
+//   - auto: FlushAuto (the Rust reference's Auto{on_admission: true});
 //   - linger: FlushLinger with MaxLinger = Linger and no early end;
 //   - linger-complete: the same with OnComplete.
 

@@ -41,8 +41,8 @@ func StreamLifecycleModesFor(path string) []string {
 // StreamLifecyclePaths are the stream paths the harness can run on.
 var StreamLifecyclePaths = []string{"same-worker", "per-stream", "mux"}
 
-// StreamLifecycleConfig sets the stream-lifecycle harness (the book's
-// stream_lifecycle).
+// StreamLifecycleConfig sets the stream-lifecycle harness: whole stream
+// lifecycles (create, attach, send, end) on one path.
 type StreamLifecycleConfig struct {
 	Path        string   // same-worker or per-stream
 	Modes       []string // arms, from StreamLifecycleModes

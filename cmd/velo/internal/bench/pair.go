@@ -31,7 +31,7 @@ func NewTransport(kind string) (ext.Transport, error) {
 	return nil, fmt.Errorf("unknown transport %q (want tcp or uds)", kind)
 }
 
-// tcpBufferOption reads VELO_TCP_SOCKET_BUFFERS as the book's examples do:
+// tcpBufferOption reads VELO_TCP_SOCKET_BUFFERS:
 // "auto" leaves buffers to the kernel, a number sets them in bytes.
 func tcpBufferOption() []tcp.Option {
 	v := os.Getenv("VELO_TCP_SOCKET_BUFFERS")

@@ -23,8 +23,7 @@ import (
 	"github.com/velo-go/velo/transport/tcp"
 )
 
-// The response-plane harness (the book's response_plane_bench, chapter 21)
-// models the serving shape the mux exists for. Anchor hosts stand in for
+// The response-plane harness models the serving shape the mux exists for. Anchor hosts stand in for
 // frontends and own one response stream per request. Engines run
 // continuous batching: each forward pass puts exactly one token on every
 // active request's stream. Requests reach the engines round-robin over an
