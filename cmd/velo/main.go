@@ -1,46 +1,53 @@
-// Command velo runs the velo demo and the benchmark harnesses.
+// Command velo runs the velo demo: two processes that find each other by
+// service name.
 //
 //	velo demo
+//	velo tour
 //	velo bench <harness> [flags]
+//
+// It imports only the light packages (the velo core, its transports and
+// file discovery), so that a first `go run ./cmd/velo demo` compiles in
+// seconds. The benchmark harnesses and the demo with an embedded etcd or
+// nats-server live in the velo-bench binary, which pulls in etcd,
+// nats-server, grpc-go and gonum; `velo bench ...` and `velo demo
+// --discovery ...` run it for you (see forward.go).
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	var code exitCode
+	switch {
+	case err == nil:
+	case errors.As(err, &code):
+		os.Exit(int(code))
+	case errors.Is(err, flag.ErrHelp): // the flag set printed the help
+		os.Exit(0)
+	default:
 		fmt.Fprintln(os.Stderr, "velo:", err)
 		os.Exit(1)
 	}
 }
 
 const usage = `usage:
-  velo demo [--discovery etcd|nats]
-                            run the two-node demo (optionally finding peers
-                            through an embedded etcd or nats-server)
-  velo bench <harness>      run a benchmark harness; harnesses:
-      tx-budget             one-way latency by layer (L0 raw .. L3 transport)
-      throughput            transport frames/s and MiB/s against a raw socket;
-                            messenger calls/s and msgs/s against raw and grpc-go
-      ping-pong             unary round trip against raw TCP and grpc-go
-      events                local event cost, remote wait latency, many waiters
-      anchor-setup          unattached anchors (create time, goroutines, RSS);
-                            same-worker stream lifecycles (rate, latency, CPU)
-      stream-lifecycle      short streams, plain against awaiting Retired() or an ack,
-                            same worker or per-stream TCP (rate, latency, CPU)
-      mpsc-fanin            P producers into one same-worker MPSC anchor
-                            (items/s, CPU per item)
-      response-plane        frontends and continuous-batching engines: mux, per-stream
-                            and grpc-go (TTFT, token latency, tokens/s, CPU per token)
-      batched-streaming     anchor hosts and engines: tokens per wire write on the mux
-                            (manual or auto flush) or the per-stream path (--legacy)
-      first-token           one lone stream at a time over the mux: send -> read of its
-                            first token under FlushAuto, FlushLinger and OnComplete
-      hostile               the attacks of issue 20 between processes: victim CPU
-                            per hostile frame, CPU after, heap, legit streams
-  velo bench <harness> -h   flags of a harness`
+  velo demo                 two processes find each other by service name:
+                            this one starts a greeter process, finds it
+                            through file discovery and calls it
+  velo tour                 a tour of the call patterns (unary, sync, ordered,
+                            deadlines, large payloads, events, streams, drain)
+                            between two nodes in this process
+  velo demo --discovery etcd|nats
+                            the tour with the nodes finding each other through
+                            an embedded etcd or nats-server (runs velo-bench)
+  velo bench <harness> [flags]
+                            run a benchmark harness (runs velo-bench;
+                            'velo bench help' lists the harnesses)`
 
 func run(args []string) error {
 	if len(args) == 0 {
@@ -50,11 +57,19 @@ func run(args []string) error {
 	switch args[0] {
 	case "demo":
 		return runDemo(args[1:])
+	case "tour":
+		return runTour(args[1:])
 	case "bench":
-		return runBench(args[1:])
+		return forwardToBench(args)
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }
+
+// exitCode is the status of a program that velo ran on the user's behalf;
+// velo exits with it, having nothing to add to what that program printed.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }

@@ -21,7 +21,7 @@ import (
 
 // Spawn makes the command that starts this binary again; the case adds
 // RoleEnv to its environment. Tests re-run the test binary
-// (os.Args[0] -test.run=^$), the harness runs `velo bench hostile`.
+// (os.Args[0] -test.run=^$), the harness runs `velo-bench hostile`.
 type Spawn func() *exec.Cmd
 
 // proc is a running node process and its control channel.

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/velo-go/velo/cmd/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
 )
 
 func init() {

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"strings"
 
-	"github.com/velo-go/velo/cmd/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
 )
 
 func init() {

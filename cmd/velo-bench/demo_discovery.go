@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"time"
@@ -86,13 +85,4 @@ func (d *demoDiscovery) startEtcd(dir string) error {
 		return etcddisc.New(cli, "demo", etcddisc.WithLeaseTTL(5*time.Second)), nil
 	}
 	return nil
-}
-
-// lookupAfterShutdown shows the last step: a node that shut down has
-// withdrawn its entry, so a fresh lookup finds nothing.
-func lookupAfterShutdown(ctx context.Context, d ext.PeerDiscovery, id ext.InstanceID) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := d.DiscoverInstance(ctx, id)
-	return fmt.Sprintf("lookup of B after its shutdown: %v", err)
 }

@@ -8,7 +8,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
-	"github.com/velo-go/velo/cmd/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
 )
 
 func runBench(args []string) error {

@@ -17,7 +17,7 @@ import (
 // prints the must-show table (package hostile has the cases and the
 // measurement; the tests in internal/robustness assert the same bounds on
 // the same cases). Each case starts this binary twice more as node
-// processes (`velo bench hostile` with hostile.RoleEnv set): a victim,
+// processes (`velo-bench hostile` with hostile.RoleEnv set): a victim,
 // and a legit peer whose streams run to or from it. The attacker is this
 // process: raw TCP connections that write velo frames by hand, and bare
 // messengers that speak the protocol with their own identity.
@@ -73,7 +73,7 @@ func Hostile(cfg HostileConfig, r *Report) error {
 	if err != nil {
 		return err
 	}
-	spawn := func() *exec.Cmd { return exec.Command(exe, "bench", hostileHarness) }
+	spawn := func() *exec.Cmd { return exec.Command(exe, hostileHarness) }
 	opts := hostile.Options{
 		Streams: cfg.Streams, PaceUS: cfg.PaceUS, FuzzDuration: cfg.FuzzDuration, FuzzRate: cfg.FuzzRate,
 		Scale: cfg.Scale, Seed: cfg.Seed, Log: cfg.Log, Echo: cfg.Echo,

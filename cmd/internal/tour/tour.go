@@ -1,35 +1,40 @@
-package main
+// Package tour is the in-process tour of velo's call patterns: two nodes
+// over loopback TCP, one step per pattern, each printed with what it
+// showed and how long it took. `velo tour` runs it alone; `velo-bench demo
+// --discovery etcd|nats` runs it with the nodes finding each other through
+// an embedded server, which is why the backend comes in from outside.
+package tour
 
 import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
-func runDemo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	discKind := fs.String("discovery", "", "find peers through an embedded etcd or nats-server (etcd|nats) instead of registering them by hand")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// Discovery is a backend the tour's nodes use instead of being registered
+// by hand. Open is called once per node, so each gets its own client, as
+// a separate process would have.
+type Discovery struct {
+	About string // one line for the output: what the backend is and where
+	Open  func() (ext.PeerDiscovery, error)
+}
+
+// Run runs every step and writes one line per step to w. disc may be nil.
+// The handlers keep process-wide state, so Run runs once per process.
+func Run(w io.Writer, disc *Discovery) error {
 	ctx := context.Background()
-	fmt.Println("velo demo: two nodes over TCP on loopback")
-	var disc *demoDiscovery
-	if *discKind != "" {
-		var err error
-		if disc, err = startDemoDiscovery(*discKind); err != nil {
-			return err
-		}
-		defer disc.close()
-		fmt.Println("  discovery:", disc.about)
+	fmt.Fprintln(w, "velo tour: two nodes over TCP on loopback")
+	if disc != nil {
+		fmt.Fprintln(w, "  discovery:", disc.About)
 	}
 	a, err := demoNode(ctx, disc)
 	if err != nil {
@@ -40,9 +45,8 @@ func runDemo(args []string) error {
 		return err
 	}
 	defer shutdownWithin(a, 2*time.Second)
-	fmt.Printf("  node A %s at %s\n", a.InstanceID(), tcpAddr(a))
-	fmt.Printf("  node B %s at %s\n", b.InstanceID(), tcpAddr(b))
-
+	fmt.Fprintf(w, "  node A %s at %s\n", a.InstanceID(), tcpAddr(a))
+	fmt.Fprintf(w, "  node B %s at %s\n", b.InstanceID(), tcpAddr(b))
 	if err := registerDemoHandlers(b); err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func runDemo(args []string) error {
 			return err
 		}
 	} else {
-		fmt.Println("  nothing registered by hand: each node published itself, and A finds B on its first call")
+		fmt.Fprintln(w, "  nothing registered by hand: each node published itself, and A finds B on its first call")
 	}
 	steps := []struct {
 		name string
@@ -74,26 +78,26 @@ func runDemo(args []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		fmt.Printf("%d. %s\n   %s (%v)\n", i+1, s.name, out, time.Since(start).Round(time.Microsecond))
+		fmt.Fprintf(w, "%d. %s\n   %s (%v)\n", i+1, s.name, out, time.Since(start).Round(time.Microsecond))
 	}
 	if disc != nil {
-		d, err := disc.open()
+		d, err := disc.Open()
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%d. B withdrew its entry when it shut down\n   %s\n", len(steps)+1, lookupAfterShutdown(ctx, d, b.InstanceID()))
+		fmt.Fprintf(w, "%d. B withdrew its entry when it shut down\n   %s\n", len(steps)+1, lookupAfterShutdown(ctx, d, b.InstanceID()))
 	}
 	return nil
 }
 
-func demoNode(ctx context.Context, disc *demoDiscovery) (*velo.Node, error) {
+func demoNode(ctx context.Context, disc *Discovery) (*velo.Node, error) {
 	tr, err := tcp.New()
 	if err != nil {
 		return nil, err
 	}
 	opts := []velo.Option{velo.WithTransport(tr)}
 	if disc != nil {
-		d, err := disc.open()
+		d, err := disc.Open()
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +284,7 @@ func demoEvent(ctx context.Context, a, b *velo.Node) (string, error) {
 		return "", err
 	}
 	if err := <-done; err != nil {
-		return "", fmt.Errorf("A's wait: %w", err)
+		return "", fmt.Errorf("node A's wait: %w", err)
 	}
 	took := woke.Sub(start)
 	// A second wait is answered from A's cache of completed events.
@@ -385,7 +389,7 @@ func demoLarge(ctx context.Context, a, b *velo.Node) (string, error) {
 		return "", err
 	}
 	if want := fmt.Sprintf("%d bytes, sha256 %x", len(payload), sum[:8]); string(resp) != want {
-		return "", fmt.Errorf("B saw %q, A sent %q", resp, want)
+		return "", fmt.Errorf("node B saw %q, node A sent %q", resp, want)
 	}
 	staged, _ := a.Rendezvous.Transparent()
 	_, fetched := b.Rendezvous.Transparent()
@@ -399,4 +403,13 @@ func demoLarge(ctx context.Context, a, b *velo.Node) (string, error) {
 	}
 	return fmt.Sprintf("B's handler saw %s (same as sent); A staged %d payload, B fetched %d; A holds %d bytes after the release",
 		resp, staged-stagedBefore, fetched-fetchedBefore, held), nil
+}
+
+// lookupAfterShutdown shows the last step: a node that shut down has
+// withdrawn its entry, so a fresh lookup finds nothing.
+func lookupAfterShutdown(ctx context.Context, d ext.PeerDiscovery, id ext.InstanceID) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := d.DiscoverInstance(ctx, id)
+	return fmt.Sprintf("lookup of B after its shutdown: %v", err)
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/velo-go/velo/cmd/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
 )
 
 // msgThroughputFlags adds the messenger-level flags of `velo bench

@@ -1,4 +1,4 @@
-// Package bench holds the harnesses behind `velo bench <name>` and the one
+// Package bench holds the harnesses behind `velo-bench <name>` and the one
 // output shape they share: a human table by default, or one JSON object per
 // figure with --json.
 package bench

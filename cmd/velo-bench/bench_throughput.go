@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/velo-go/velo/cmd/velo/internal/bench"
+	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
 )
 
 func init() {
