@@ -77,14 +77,12 @@ func Example_errors() {
 	client := startNode(ctx)
 	defer client.Shutdown(context.Background())
 
-	release := make(chan struct{})
-	defer close(release)
 	server.Register(velo.SyncHandler("process", func(c *velo.Context) error {
 		return errors.New("queue is full")
 	}))
 	server.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
-		<-release
-		return nil, nil
+		<-c.Context().Done() // the caller's deadline ends it
+		return nil, c.Context().Err()
 	}))
 	client.RegisterPeer(server.PeerInfo())
 
@@ -101,4 +99,42 @@ func Example_errors() {
 	// Output:
 	// handler process failed: queue is full
 	// timed out: true true
+}
+
+// A handler's c.Context() carries the caller's deadline and ends when the
+// caller gives up: here the client cancels its call while the handler
+// waits, and the handler hears why.
+func Example_handlerContext() {
+	ctx := context.Background()
+	server := startNode(ctx)
+	defer server.Shutdown(context.Background())
+	client := startNode(ctx)
+	defer client.Shutdown(context.Background())
+
+	started, stopped := make(chan bool), make(chan error, 1)
+	server.Register(velo.UnaryHandler("work", func(c *velo.Context) ([]byte, error) {
+		ctx := c.Context()
+		_, hasDeadline := ctx.Deadline()
+		started <- hasDeadline
+		<-ctx.Done() // a real handler passes ctx to what it waits on
+		stopped <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}))
+	client.RegisterPeer(server.PeerInfo())
+
+	call, cancel := context.WithTimeout(ctx, time.Minute)
+	result := make(chan error, 1)
+	go func() {
+		_, err := client.Unary(call, server.InstanceID(), "work", nil)
+		result <- err
+	}()
+	fmt.Println("the handler has the caller's deadline:", <-started)
+	cancel()
+	fmt.Println("the caller gets:", <-result)
+	cause := <-stopped
+	fmt.Println("the handler stops because:", cause, errors.Is(cause, velo.ErrCallerCancelled))
+	// Output:
+	// the handler has the caller's deadline: true
+	// the caller gets: context canceled
+	// the handler stops because: velo: the caller cancelled the call true
 }

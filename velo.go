@@ -7,7 +7,9 @@
 //	resp, err := node.Unary(ctx, other.InstanceID(), "ping", nil)
 //
 // Every call that can wait takes a context; its deadline is the call's
-// timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded).
+// timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded),
+// and travels to the handler, whose Context.Context carries it and ends
+// when the caller cancels or is lost.
 // A Node is a pointer: copies share one instance. Call Shutdown to drain
 // and stop it.
 package velo
@@ -315,6 +317,14 @@ var (
 	ErrOverloaded        = messenger.ErrOverloaded
 	ErrPeerUnreachable   = messenger.ErrPeerUnreachable
 	ErrPeerRestarted     = messenger.ErrPeerRestarted
+)
+
+// Why a handler's context ended, as context.Cause reports it (see
+// Context.Context). A deadline that passed is context.DeadlineExceeded;
+// this node's shutdown past its drain budget is ErrShuttingDown.
+var (
+	ErrCallerCancelled = messenger.ErrCallerCancelled
+	ErrCallerLost      = messenger.ErrCallerLost
 )
 
 // Header limits: a value of at most MaxHeaderValue bytes, all headers of a

@@ -3,6 +3,7 @@ package messenger_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/velo-go/velo"
 )
@@ -54,6 +55,76 @@ func TestUnaryRoundTripAllocs(t *testing.T) {
 	t.Logf("allocations per unary round trip (both sides): %v", allocs)
 	if allocs > unaryRoundTripAllocs {
 		t.Errorf("allocations per unary round trip: %v, want at most %d", allocs, unaryRoundTripAllocs)
+	}
+}
+
+// TestUnaryWithDeadlineRoundTripAllocs: a call whose context has a
+// deadline sends it to the handler (DeadlineHeader) and costs no more
+// allocations than one without: the header goes into the request header's
+// own buffer, and the handler reads it in place. A handler that never
+// asks for its context.Context pays nothing for it.
+func TestUnaryWithDeadlineRoundTripAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 1000 round trips")
+	}
+	a, b := pair(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // made once, as a caller's request scope is
+	defer cancel()
+	must(t, b.Register(velo.UnaryHandler("echo64", func(c *velo.Context) ([]byte, error) {
+		return c.Payload, nil
+	})))
+	payload := make([]byte, 64)
+	call := func() {
+		if _, err := a.Unary(ctx, b.InstanceID(), "echo64", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 200 {
+		call()
+	}
+	allocs := testing.AllocsPerRun(1000, call)
+	t.Logf("allocations per unary round trip with a deadline (both sides): %v", allocs)
+	if allocs > unaryRoundTripAllocs {
+		t.Errorf("allocations per unary round trip with a deadline: %v, want at most %d", allocs, unaryRoundTripAllocs)
+	}
+}
+
+// handlerContextAllocs is the most that a handler's first call to
+// Context() may add to a round trip with a deadline. Measured on go1.26:
+// 10, all of the context package's making but one (the table entry): the
+// cancel context and its cancel function, the deadline context, its
+// timer, its cancel function and its parent's set of children, and what
+// cancelling them at the handler's end takes. A bound of 2 over that.
+const handlerContextAllocs = 12
+
+// TestHandlerContextAllocs holds what a handler that asks for its context
+// pays to a bound: it is paid only by handlers that ask.
+func TestHandlerContextAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 1000 round trips")
+	}
+	a, b := pair(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	must(t, b.Register(velo.UnaryHandler("ctx64", func(c *velo.Context) ([]byte, error) {
+		if c.Context().Err() != nil {
+			return nil, c.Context().Err()
+		}
+		return c.Payload, nil
+	})))
+	payload := make([]byte, 64)
+	call := func() {
+		if _, err := a.Unary(ctx, b.InstanceID(), "ctx64", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 200 {
+		call()
+	}
+	allocs := testing.AllocsPerRun(1000, call)
+	t.Logf("allocations per round trip whose handler asks for its context: %v", allocs)
+	if allocs > unaryRoundTripAllocs+handlerContextAllocs {
+		t.Errorf("allocations per round trip whose handler asks for its context: %v, want at most %d", allocs, unaryRoundTripAllocs+handlerContextAllocs)
 	}
 }
 

@@ -24,6 +24,7 @@ type job struct {
 	msg ext.InboundMessage
 	hdr requestHeader
 	at  time.Time // when it was queued on an ordered lane (metrics only)
+	dl  time.Time // the caller's deadline, read on arrival; zero without one (budget.go)
 }
 
 // registered is a handler as the messenger runs it.
@@ -128,6 +129,7 @@ func (r *registered) run(j job, counted bool) {
 	c := Context{
 		Payload: j.msg.Payload, Handler: r.name, m: r.m,
 		headers: j.hdr.headers, sender: j.hdr.id.Worker(), rtype: j.hdr.rtype, conn: j.msg.Conn,
+		token: j.hdr.id.Hi, dl: j.dl,
 	}
 	var start time.Time
 	if r.met != nil {
@@ -135,12 +137,22 @@ func (r *registered) run(j job, counted bool) {
 		start = time.Now()
 	}
 	resp, err := r.call(&c)
+	c.finishRun()
 	if counted {
 		r.m.endRun(r)
 	}
 	if r.met != nil {
 		r.met.inFlight.Dec()
 		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
+	}
+	if err != nil && c.pastDeadline(err) {
+		// The handler gave up at the caller's deadline, which the
+		// caller's own timer keeps too: an answer could only replace the
+		// caller's ErrRequestTimeout with a remote error of the same
+		// meaning. (As a staged fetch that ran out of the budget does.)
+		r.m.countFailure("dispatch", "handler_deadline")
+		j.msg.Done()
+		return
 	}
 	if err != nil {
 		// A handler's own error never carries a wire code, even when it

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
 )
 
-// Context is what a handler gets: the request and the messenger, so the
-// handler can send messages of its own.
+// Context is what a handler gets: the request, its context.Context
+// (Context), and the messenger, so the handler can send messages of its own.
+// A *Context is valid until the handler returns.
 type Context struct {
 	// Payload is valid until the handler returns; copy what you keep.
 	Payload []byte
@@ -22,6 +24,13 @@ type Context struct {
 	sender  ext.WorkerID
 	conn    ext.ConnID // the connection the request came on (identity.go)
 	rtype   ResponseType
+	token   uint64    // the upper half of the response id: what a cancel names
+	dl      time.Time // the caller's deadline here, zero without one (budget.go)
+
+	// The handler's context.Context, made on first use (handlerctx.go);
+	// ended is set once the handler returned.
+	hc    atomic.Pointer[handlerCtx]
+	ended atomic.Bool
 }
 
 // Messenger is the node's messenger, for sending from inside a handler.
@@ -33,8 +42,13 @@ func (c *Context) SenderWorkerID() ext.WorkerID { return c.sender }
 // SenderInstanceID is known once the sender's handshake is done.
 func (c *Context) SenderInstanceID() (ext.InstanceID, bool) { return c.m.peers.byWorker(c.sender) }
 
-// Headers decodes the request's headers.
-func (c *Context) Headers() (map[string]string, error) { return DecodeHeaders(c.headers) }
+// Headers decodes the request's headers. The caller's deadline travels in
+// one of them (DeadlineHeader); it is left out here: Context has it.
+func (c *Context) Headers() (map[string]string, error) {
+	h, err := DecodeHeaders(c.headers)
+	delete(h, DeadlineHeader)
+	return h, err
+}
 
 // ResponseType says what the caller waits for.
 func (c *Context) ResponseType() ResponseType { return c.rtype }

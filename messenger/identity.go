@@ -250,6 +250,7 @@ type heldReq struct {
 	hlen  int
 	guard ext.InFlightGuard
 	conn  ext.ConnID
+	dl    time.Time // the caller's deadline, read on arrival
 }
 
 // heldOverhead is what a held request costs beyond its bytes, counted
@@ -261,7 +262,7 @@ func detach(j job) heldReq {
 	buf := make([]byte, 0, len(f.Header)+len(f.Payload))
 	buf = append(append(buf, f.Header...), f.Payload...)
 	f.Release()
-	return heldReq{buf: buf, hlen: len(f.Header), guard: j.msg.Guard, conn: f.Conn}
+	return heldReq{buf: buf, hlen: len(f.Header), guard: j.msg.Guard, conn: f.Conn, dl: j.dl}
 }
 
 // job rebuilds the request. Its header parsed before it was held, so it
@@ -276,7 +277,7 @@ func (h heldReq) job() (job, bool) {
 		msg.Done()
 		return job{}, false
 	}
-	return job{msg: msg, hdr: hdr}, true
+	return job{msg: msg, hdr: hdr, dl: h.dl}, true
 }
 
 // jobs rebuilds held requests, in order.
@@ -474,7 +475,8 @@ func (p *peer) allowProof(now time.Time) bool {
 	return p.proofCount.Add(1) <= maxProofsPerSecond
 }
 
-// onConnClosed forgets a connection that ended; what it still held is refused.
+// onConnClosed forgets a connection that ended; what it still held is
+// refused, and the handlers of its requests are told (their contexts end).
 func (m *Messenger) onConnClosed(id ext.ConnID) {
 	m.gate.mu.Lock()
 	c := m.gate.conns[id]
@@ -483,6 +485,9 @@ func (m *Messenger) onConnClosed(id ext.ConnID) {
 	if c == nil {
 		return
 	}
+	// After the gate forgot it: a context asked for from now on finds the
+	// connection gone (handlerctx.go).
+	m.callerConnClosed(id)
 	c.mu.Lock()
 	wasProving := c.phase == connProving
 	c.phase = connRefused

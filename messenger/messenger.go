@@ -106,6 +106,7 @@ type Messenger struct {
 	lostCalls atomic.Int64
 	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	hctx      handlerCtxs  // the context.Context of running handlers that asked for one (handlerctx.go)
 	// testOnChallenge sees each identity challenge this node answers (tests).
 	testOnChallenge atomic.Pointer[func([]byte)]
 
@@ -543,21 +544,33 @@ const largePayload = 64 << 10
 // into the header's allocation when small (no extra allocation), into its
 // own when large.
 func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []byte) ext.Frame {
+	return requestFrameDeadline(rt, id, handler, hb, payload, time.Time{})
+}
+
+// requestFrameDeadline is requestFrame for a call whose context ends at dl
+// (zero: none), which the request carries (DeadlineHeader) in the same
+// allocation.
+func requestFrameDeadline(rt ResponseType, id ResponseID, handler string, hb, payload []byte, dl time.Time) ext.Frame {
 	hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
-	if len(payload) > largePayload {
-		return ext.Frame{Type: ext.Message, Header: appendRequestHeader(make([]byte, 0, hlen), rt, id, handler, hb), Payload: bytes.Clone(payload)}
+	if !dl.IsZero() {
+		hlen += deadlineEntryMax
 	}
-	buf := appendRequestHeader(make([]byte, 0, hlen+len(payload)), rt, id, handler, hb)
+	if len(payload) > largePayload {
+		return ext.Frame{Type: ext.Message, Header: appendRequestHeaderDeadline(make([]byte, 0, hlen), rt, id, handler, hb, dl), Payload: bytes.Clone(payload)}
+	}
+	buf := appendRequestHeaderDeadline(make([]byte, 0, hlen+len(payload)), rt, id, handler, hb, dl)
+	hlen = len(buf)
 	buf = append(buf, payload...)
 	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:]}
 }
 
-// withoutStaging copies h without the staging keys: only a staged send
-// writes them, so a handler that forwards its headers never forwards them.
+// withoutStaging copies h without the staging keys and the deadline: only
+// the messenger writes them, so a handler that forwards its headers never
+// forwards them.
 func withoutStaging(h map[string]string) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		if k != StagedHandleHeader && k != StagedBudgetHeader {
+		if k != StagedHandleHeader && k != StagedBudgetHeader && k != DeadlineHeader {
 			out[k] = v
 		}
 	}
@@ -581,6 +594,8 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 		if _, ok := h[StagedHandleHeader]; ok {
 			h = withoutStaging(h)
 		} else if _, ok := h[StagedBudgetHeader]; ok {
+			h = withoutStaging(h)
+		} else if _, ok := h[DeadlineHeader]; ok {
 			h = withoutStaging(h)
 		}
 		if hb, err = EncodeHeaders(h); err != nil {
@@ -651,7 +666,8 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 			defer m.met.PendingResponses.Dec()
 		}
 	}
-	out, err := p.primary.Send(target, requestFrame(rt, id, handler, hb, payload))
+	dl, budgeted := ctx.Deadline() // it travels with the request (budget.go)
+	out, err := p.primary.Send(target, requestFrameDeadline(rt, id, handler, hb, payload, dl))
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}
@@ -667,7 +683,19 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 		}
 		return nil, nil
 	}
-	return m.awaitReply(ctx, idx, handler)
+	r, err := m.slots.wait(ctx, idx)
+	if err != nil {
+		// The caller gave up: its handler need not run on.
+		if shouldCancel(ctx, budgeted) {
+			m.sendCancel(p, target, id)
+		}
+		return nil, err
+	}
+	if r.err != nil {
+		nameHandler(r.err, handler)
+		return nil, r.err
+	}
+	return r.payload, nil
 }
 
 // awaitReply waits for the reply to the call in slot idx.
@@ -881,14 +909,17 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 		return 0, unsent(ErrShuttingDown)
 	}
 	id := ResponseID{Lo: uint64(m.wid), Hi: token}
-	if _, err := p.primary.Send(target, requestFrame(UnaryResponse, id, handler, hb, payload)); err != nil {
+	dl, budgeted := ctx.Deadline()
+	if _, err := p.primary.Send(target, requestFrameDeadline(UnaryResponse, id, handler, hb, payload, dl)); err != nil {
 		return 0, unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
 	// cannot (Background) costs nothing.
 	if ctx.Done() != nil {
 		m.slots.watch(token, context.AfterFunc(ctx, func() {
-			m.slots.deliver(token, reply{err: ctxErr(ctx)})
+			if m.slots.deliver(token, reply{err: ctxErr(ctx)}) && shouldCancel(ctx, budgeted) {
+				m.sendCancel(p, target, id) // the call ended here before its answer came
+			}
 		}))
 	}
 	return token, nil
@@ -912,6 +943,9 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 			continue
 		}
 		j := job{msg: msg, hdr: hdr}
+		if len(hdr.headers) != 0 {
+			j.dl = headerDeadline(hdr.headers) // on arrival: the transit is spent
+		}
 		switch string(hdr.handler) {
 		case proofHandler:
 			for _, held := range m.onProof(j) {
@@ -1090,6 +1124,10 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	if _, ok := m.draining.Load(w); ok {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
 	}
+	// A handler's request on a transport that names its connections ends
+	// with that connection (onConnClosed); one on a transport that does
+	// not has only this to go by.
+	m.callerLost(w, true)
 	fail := func() {
 		m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
 	}
@@ -1311,6 +1349,9 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 func (m *Messenger) shutdown(ctx context.Context) error {
 	m.state.BeginDrain()                  // 1. gate
 	drainErr := m.state.WaitForDrain(ctx) // 2. drain
+	// What still runs is past the drain budget: its handlers' contexts
+	// end, so that they can return.
+	m.stopHandlerCtxs()
 	// Withdrawn after the drain, not before: a peer that watches
 	// discovery fails its calls to this node when the entry goes.
 	m.unpublish()

@@ -68,6 +68,10 @@ func (m *Messenger) registerSystemHandlers() {
 	// pass a drain: a peer's requests may wait on them.
 	must(m.register(FireHandler(proveHandler, m.onProve, WithDrainExempt()), true))
 	must(m.register(FireHandler(proofHandler, func(*Context) {}, WithDrainExempt()), true))
+	// A caller's cancel (handlerctx.go) is a map lookup: it runs on the
+	// reader, in order after the request it names, and passes a drain,
+	// which it can only shorten.
+	must(m.register(FireHandler(cancelHandler, m.onCancel, WithDrainExempt(), WithInline()), true))
 }
 
 // onHello registers the caller (so replies can reach it) and answers with
@@ -260,6 +264,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 		// Another instance listens at the address: the peer restarted.
 		// Nothing more goes to it under the old instance's name.
 		p.restarted.Store(true)
+		m.callerLost(p.info.WorkerID(), false) // the old instance waits for no answer
 		err := fmt.Errorf("%w: %s answers at the address of %s", ErrPeerRestarted, *h.InstanceID, p.info.InstanceID)
 		m.slots.failPeer(p.info.WorkerID(), err)
 		return err

@@ -25,5 +25,9 @@ func TestMain(m *testing.M) {
 		runServer()
 		return
 	}
+	if os.Getenv(callerEnv) != "" {
+		runCaller()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }

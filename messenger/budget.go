@@ -1,0 +1,206 @@
+package messenger
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+	"time"
+)
+
+// The caller's deadline on the wire.
+//
+// A call whose context has a deadline sends it in one request header,
+// DeadlineHeader, whose value is two decimal numbers and a space between
+// them: the microseconds left when the request was built (rounded down),
+// and the deadline itself as Unix microseconds. The first survives any
+// clock skew between the hosts; alone it would give the handler the
+// transit on top (its deadline would be the caller's plus the time the
+// request travelled). The second lets a handler whose clock agrees with
+// the caller's take the caller's deadline as it is, the transit already
+// spent. A handler trusts the second for at most maxSkewCut: a clock
+// ahead of the caller's by more cannot cut the handler's time by more.
+//
+// The reference (ai-dynamo/velo) has no such header and ignores headers it
+// does not know, so a Rust handler runs without a deadline and a Rust
+// caller sends none. The header is written straight into the request
+// header's buffer, so a call with a deadline allocates nothing more than
+// one without.
+
+// DeadlineHeader is the request header that carries the caller's deadline
+// (Go-defined; see docs/wire.md). A handler reads it through
+// Context.Context, never in Context.Headers; a caller's own value for it
+// is dropped.
+const DeadlineHeader = "_velo_deadline"
+
+// maxSkewCut bounds how much earlier than arrival plus budget a handler's
+// deadline may be made by the caller's absolute deadline.
+const maxSkewCut = 25 * time.Millisecond
+
+// maxBudget caps the remaining time sent: 15 decimal digits of
+// microseconds (about three years), so the value fits its bound below.
+const maxBudget = 999_999_999_999_999 * time.Microsecond
+
+// deadlineEntryMax is the most that the deadline entry adds to a header
+// map: the map's count may grow from one byte to three, then the key and
+// a str8 value of two numbers of at most 15 and 16 digits and a space
+// (Unix microseconds keep to 16 digits until the year 2286).
+const deadlineEntryMax = 2 + (1 + len(DeadlineHeader)) + (2 + 15 + 1 + 16)
+
+// deadlineKey is the MessagePack form of DeadlineHeader as a map key: a
+// cheap test that rules the header out for most requests before any
+// decoding.
+var deadlineKey = append([]byte{0xa0 | byte(len(DeadlineHeader))}, DeadlineHeader...)
+
+// appendRequestHeaderDeadline is appendRequestHeader with the deadline dl
+// added to the header map hb (as EncodeHeaders writes it). A zero dl, or a
+// map that has no room for the entry, adds nothing.
+func appendRequestHeaderDeadline(dst []byte, rt ResponseType, id ResponseID, handler string, hb []byte, dl time.Time) []byte {
+	n, body, ok := mapEntries(hb)
+	if dl.IsZero() || !ok || n+1 > 0xffff || len(hb)+deadlineEntryMax > MaxEncodedHeaders {
+		return appendRequestHeader(dst, rt, id, handler, hb)
+	}
+	left := min(max(time.Until(dl), 0), maxBudget)
+	dst = append(dst, headerSchema, byte(rt))
+	dst = id.AppendLE(dst)
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(handler)))
+	dst = append(dst, handler...)
+	lenAt := len(dst)
+	dst = append(dst, 0, 0)
+	start := len(dst)
+	if n+1 < 16 {
+		dst = append(dst, 0x80|byte(n+1))
+	} else {
+		dst = binary.BigEndian.AppendUint16(append(dst, 0xde), uint16(n+1))
+	}
+	dst = append(dst, deadlineKey...)
+	dst = append(dst, 0xd9, 0)
+	valAt := len(dst)
+	dst = strconv.AppendInt(dst, int64(left/time.Microsecond), 10)
+	if wall := dl.UnixMicro(); wall >= 0 && wall < 1e16 {
+		dst = strconv.AppendInt(append(dst, ' '), wall, 10)
+	}
+	dst[valAt-1] = byte(len(dst) - valAt)
+	dst = append(dst, body...)
+	binary.LittleEndian.PutUint16(dst[lenAt:], uint16(len(dst)-start))
+	return dst
+}
+
+// mapEntries splits a header map as EncodeHeaders writes it into its count
+// and its entries. An empty hb is an empty map.
+func mapEntries(hb []byte) (n int, body []byte, ok bool) {
+	switch {
+	case len(hb) == 0:
+		return 0, nil, true
+	case hb[0]&0xf0 == 0x80:
+		return int(hb[0] & 0x0f), hb[1:], true
+	case hb[0] == 0xde && len(hb) >= 3:
+		return int(binary.BigEndian.Uint16(hb[1:])), hb[3:], true
+	}
+	return 0, nil, false
+}
+
+// headerDeadline is the handler's deadline for a request with headers hb
+// that arrived now, or the zero time when the request carries none (or a
+// malformed one: the handler then runs without a deadline, as it would
+// for a caller that sent none). It allocates nothing.
+func headerDeadline(hb []byte) time.Time {
+	if !bytes.Contains(hb, deadlineKey) {
+		return time.Time{}
+	}
+	v, ok := lookupHeader(hb, DeadlineHeader)
+	if !ok {
+		return time.Time{}
+	}
+	left, wall, hasWall, ok := parseDeadline(v)
+	if !ok {
+		return time.Time{}
+	}
+	t := time.Now()
+	d := left
+	if hasWall {
+		// The caller's own deadline, read on this host's clock: earlier
+		// than arrival plus budget by the transit when the clocks agree.
+		// It may cut the budget by maxSkewCut at most.
+		if abs := time.UnixMicro(wall).Sub(t); abs < d {
+			d = max(abs, d-maxSkewCut)
+		}
+	}
+	return t.Add(d)
+}
+
+// parseDeadline reads "<left µs>[ <unix µs>]".
+func parseDeadline(v []byte) (left time.Duration, wall int64, hasWall, ok bool) {
+	a, rest, _ := bytes.Cut(v, []byte{' '})
+	us, ok := parseDecimal(a, 15)
+	if !ok {
+		return 0, 0, false, false
+	}
+	left = time.Duration(us) * time.Microsecond
+	if rest == nil {
+		return left, 0, false, true
+	}
+	w, ok := parseDecimal(rest, 16)
+	if !ok {
+		return 0, 0, false, false
+	}
+	return left, int64(w), true, true
+}
+
+// parseDecimal reads 1 to max decimal digits and nothing else.
+func parseDecimal(b []byte, max int) (uint64, bool) {
+	if len(b) == 0 || len(b) > max {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+// lookupHeader finds key in an encoded header map without decoding the
+// rest. The value aliases hb.
+func lookupHeader(hb []byte, key string) ([]byte, bool) {
+	n, b, ok := mapEntries(hb)
+	if !ok {
+		return nil, false
+	}
+	for range n {
+		var k, v []byte
+		if k, b, ok = msgpackStrBytes(b); !ok {
+			return nil, false
+		}
+		if v, b, ok = msgpackStrBytes(b); !ok {
+			return nil, false
+		}
+		if string(k) == key {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// msgpackStrBytes reads one MessagePack string, aliasing b.
+func msgpackStrBytes(b []byte) (s, rest []byte, ok bool) {
+	if len(b) == 0 {
+		return nil, nil, false
+	}
+	var n int
+	switch t := b[0]; {
+	case t&0xe0 == 0xa0:
+		n, b = int(t&0x1f), b[1:]
+	case t == 0xd9 && len(b) >= 2:
+		n, b = int(b[1]), b[2:]
+	case t == 0xda && len(b) >= 3:
+		n, b = int(binary.BigEndian.Uint16(b[1:])), b[3:]
+	default:
+		return nil, nil, false
+	}
+	if n > len(b) {
+		return nil, nil, false
+	}
+	return b[:n], b[n:], true
+}
