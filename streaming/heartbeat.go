@@ -46,6 +46,16 @@ func WithHeartbeatInterval(d time.Duration) NodeOption {
 	return NodeOption{func(c *nodeConfig) { c.heartbeat = d }}
 }
 
+// HeartbeatInterval is the interval this node answers attaches with and
+// watches its remote streams by; 0 for a Manager from NewManager, which
+// has no remote streams.
+func (m *Manager) HeartbeatInterval() time.Duration {
+	if m.remote == nil {
+		return 0
+	}
+	return m.remote.heartbeat
+}
+
 // WatchdogFirings counts the remote streams of this Manager that its
 // watchdog ended: DetectionMultiplier heartbeat windows passed with
 // nothing from the producer (velo_streaming_heartbeat_watchdog_firings_total

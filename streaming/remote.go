@@ -79,6 +79,7 @@ type nodeConfig struct {
 	listen       string
 	acceptWindow time.Duration
 	heartbeat    time.Duration
+	reservation  *ReservationConfig
 	log          *slog.Logger
 	metrics      *metrics.VeloMetrics
 }
@@ -100,6 +101,14 @@ func WithStreamLogger(l *slog.Logger) NodeOption {
 // as WithMetrics does for NewManager. A nil vm records nothing.
 func WithNodeMetrics(vm *metrics.VeloMetrics) NodeOption {
 	return NodeOption{func(c *nodeConfig) { c.metrics = vm }}
+}
+
+// WithNodeReservation sets the Manager's ReservationConfig, as
+// WithReservationConfig does for NewManager: how long an anchor waits for
+// its first producer and how long a mux bind waits for its OpenSlot. A
+// field that is zero or negative keeps its default.
+func WithNodeReservation(c ReservationConfig) NodeOption {
+	return NodeOption{func(nc *nodeConfig) { nc.reservation = &c }}
 }
 
 // withAcceptWindow shortens the accept window, for tests.
@@ -187,7 +196,11 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 			return nil, err
 		}
 	}
-	m := NewManager(msg.WorkerID(), WithMetrics(cfg.metrics))
+	mopts := []ManagerOption{WithMetrics(cfg.metrics)}
+	if cfg.reservation != nil {
+		mopts = append(mopts, WithReservationConfig(*cfg.reservation))
+	}
+	m := NewManager(msg.WorkerID(), mopts...)
 	r := &remote{
 		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
 		heartbeat: cfg.heartbeat, hb: newHeartbeater(), ids: newIDSource(),

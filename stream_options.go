@@ -1,0 +1,33 @@
+package velo
+
+import (
+	"time"
+
+	"github.com/velo-go/velo/streaming"
+)
+
+// WithStreamReservation sets how long the node's anchors wait for a
+// producer: UnattachedTimeout (120 s by default) for an anchor nobody has
+// attached to, AcceptWindow (180 s) for a mux bind or a PrebindAnchor
+// ticket whose producer has not opened its slot. A zero or negative field
+// keeps its default. See streaming.ReservationConfig.
+func WithStreamReservation(c streaming.ReservationConfig) Option {
+	return Option{stream: []streaming.NodeOption{streaming.WithNodeReservation(c)}}
+}
+
+// WithStreamHeartbeat sets the heartbeat interval of the node's remote
+// streams (5 s by default): an idle producer sends one per interval, and
+// a stream silent for three intervals ends with streaming.ErrSenderDropped.
+// A value under a millisecond keeps the default.
+func WithStreamHeartbeat(d time.Duration) Option {
+	return Option{stream: []streaming.NodeOption{streaming.WithHeartbeatInterval(d)}}
+}
+
+// WithMuxOnly builds the node with no per-stream TCP listener: every
+// stream to or from another node rides the messenger mux, and an attach
+// that cannot use the mux (from a peer without it) is refused. New fails
+// when the mux is disabled (WithMux(streaming.MuxConfig{Disabled: true}) or
+// the VELO_MESSENGER_MUX_DISABLE environment variable).
+func WithMuxOnly() Option {
+	return Option{stream: []streaming.NodeOption{streaming.WithMuxOnly()}}
+}
