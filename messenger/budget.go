@@ -125,7 +125,10 @@ func headerDeadline(hb []byte) time.Time {
 			d = max(abs, d-maxSkewCut)
 		}
 	}
-	return t.Add(d)
+	// One microsecond short: the wall clock that read the caller's
+	// deadline and the monotonic clock that times the handler's drift by
+	// nanoseconds, and the handler's deadline must never be the later one.
+	return t.Add(d - time.Microsecond)
 }
 
 // parseDeadline reads "<left µs>[ <unix µs>]".

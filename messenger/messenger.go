@@ -38,6 +38,10 @@ type Config struct {
 	// Bytes already handed to the kernel when a connection dies are lost
 	// without a report: no transport can know of them.
 	OnUndelivered func(peer ext.InstanceID, handler string, err error)
+	// OnPeerEvent, when set, hears when a peer greeted this node's
+	// handshake, was lost, restarted or shut down (see PeerEvent). It runs
+	// on the goroutine that noticed the change and must not block.
+	OnPeerEvent func(PeerEvent)
 	// MaxRunningHandlers caps the handlers this node runs at once, over all
 	// handlers (default DefaultMaxRunningHandlers). A request that arrives
 	// at the cap is answered with ErrOverloaded at once. Inline handlers,
@@ -111,6 +115,7 @@ type Messenger struct {
 	testOnChallenge atomic.Pointer[func([]byte)]
 
 	undeliveredFn func(ext.InstanceID, string, error)
+	peerEventFn   func(PeerEvent)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
 	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
@@ -139,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
 		undeliveredFn: cfg.OnUndelivered,
+		peerEventFn:   cfg.OnPeerEvent,
 		peers:         newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
@@ -1128,6 +1134,7 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	// with that connection (onConnClosed); one on a transport that does
 	// not has only this to go by.
 	m.callerLost(w, true)
+	m.notePeerEvent(lostEvent(id, err))
 	fail := func() {
 		m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
 	}

@@ -267,6 +267,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 		m.callerLost(p.info.WorkerID(), false) // the old instance waits for no answer
 		err := fmt.Errorf("%w: %s answers at the address of %s", ErrPeerRestarted, *h.InstanceID, p.info.InstanceID)
 		m.slots.failPeer(p.info.WorkerID(), err)
+		m.notePeerEvent(PeerEvent{Kind: PeerRestarted, Instance: p.info.InstanceID, Worker: p.info.WorkerID(), NewInstance: *h.InstanceID, Err: err})
 		return err
 	}
 	p.setHandlers(h.Handlers)
@@ -275,6 +276,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	}
 	p.helloOK.Store(true)
 	m.draining.Delete(p.info.WorkerID()) // a fresh handshake: it is serving again
+	m.notePeerEvent(PeerEvent{Kind: PeerGreeted, Instance: p.info.InstanceID, Worker: p.info.WorkerID()})
 	return nil
 }
 

@@ -1,0 +1,89 @@
+package messenger
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// PeerEventKind says what happened to a peer.
+type PeerEventKind uint8
+
+// Peer event kinds. Each is reported once per change of the peer's state,
+// never per message.
+const (
+	// PeerGreeted: this node's handshake with the peer succeeded; calls
+	// to it go out from now on.
+	PeerGreeted PeerEventKind = iota + 1
+	// PeerLost: a transport lost its connection to the peer without a
+	// goodbye (a crash, a kill, a cut). Calls waiting on it failed with
+	// ErrPeerUnreachable.
+	PeerLost
+	// PeerShutDown: the peer said goodbye (it shut down in order).
+	PeerShutDown
+	// PeerRestarted: another instance answers at the peer's address.
+	// NewInstance names it; calls to the old instance fail with
+	// ErrPeerRestarted.
+	PeerRestarted
+)
+
+func (k PeerEventKind) String() string {
+	switch k {
+	case PeerGreeted:
+		return "greeted"
+	case PeerLost:
+		return "lost"
+	case PeerShutDown:
+		return "shut down"
+	case PeerRestarted:
+		return "restarted"
+	}
+	return "unknown"
+}
+
+// PeerEvent is one change in what this node knows of a peer.
+type PeerEvent struct {
+	Kind     PeerEventKind
+	Instance ext.InstanceID
+	Worker   ext.WorkerID
+	// NewInstance is the instance that now answers (PeerRestarted only).
+	NewInstance ext.InstanceID
+	// Err is the error that calls to the peer failed with (Lost,
+	// ShutDown, Restarted); nil for Greeted.
+	Err error
+}
+
+func lostEvent(id ext.InstanceID, err error) PeerEvent {
+	kind := PeerLost
+	if errors.Is(err, ext.ErrPeerShutdown) {
+		kind = PeerShutDown
+	}
+	return PeerEvent{Kind: kind, Instance: id, Worker: id.WorkerID(), Err: err}
+}
+
+// notePeerEvent logs ev at Info and hands it to Config.OnPeerEvent. A peer
+// changes state rarely (a handshake, a loss), so a line each is no flood.
+func (m *Messenger) notePeerEvent(ev PeerEvent) {
+	attrs := []any{slog.String("instance", ev.Instance.String()), slog.Uint64("worker", uint64(ev.Worker))}
+	if p, ok := m.peers.get(ev.Instance); ok {
+		keys := make([]string, 0, len(p.info.Address))
+		for k := range p.info.Address {
+			keys = append(keys, string(k))
+		}
+		slices.Sort(keys)
+		attrs = append(attrs, slog.String("transports", strings.Join(keys, ",")))
+	}
+	if ev.Kind == PeerRestarted {
+		attrs = append(attrs, slog.String("new_instance", ev.NewInstance.String()))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.String("err", ev.Err.Error()))
+	}
+	m.logger().Info("velo: peer "+ev.Kind.String(), attrs...)
+	if m.peerEventFn != nil {
+		m.peerEventFn(ev)
+	}
+}
