@@ -108,8 +108,11 @@ func WithMaxDiscoveredPeers(n int) Option {
 }
 
 // WithMetrics records into a VeloMetrics registered by the caller: the
-// messenger's families and, through streaming.WithNodeMetrics, the
-// Streaming family of the node's streams.
+// Transport families of the node's transports, the Messenger family, the
+// Streaming and mux families of its streams (streaming.WithNodeMetrics) and
+// the Rendezvous family. A handler's series appear when it first runs;
+// velo's own handlers count together under handler="_system" unless
+// WithSystemHandlerMetrics. See docs/metrics.md.
 func WithMetrics(m *metrics.VeloMetrics) Option {
 	return Option{
 		apply:  func(c *messenger.Config) { c.Metrics = m },

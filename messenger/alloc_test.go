@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/velo-go/velo"
 )
 
@@ -55,6 +58,67 @@ func TestUnaryRoundTripAllocs(t *testing.T) {
 	t.Logf("allocations per unary round trip (both sides): %v", allocs)
 	if allocs > unaryRoundTripAllocs {
 		t.Errorf("allocations per unary round trip: %v, want at most %d", allocs, unaryRoundTripAllocs)
+	}
+}
+
+// TestUnaryRoundTripAllocsWithMetrics: with metrics on both nodes, a
+// round trip after the handler's first call looks no label set up and
+// allocates no more than one without metrics. The handler binds its series
+// on its first call and keeps them (messenger/metrics.go); the transport
+// and pending-response series are bound already. The test points the
+// handler's binder at a decoy VeloMetrics once the handler has run, so a
+// lookup after that would make a series in the decoy, or miss a count in
+// the real one. The allocations are compared with the same round trip
+// without metrics, measured here, rather than with unaryRoundTripAllocs,
+// whose slack would hide one.
+func TestUnaryRoundTripAllocsWithMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 1000 round trips")
+	}
+	ctx := testCtx(t)
+	payload := make([]byte, 64)
+	measure := func(a, b *velo.Node, h string, rebind func()) float64 {
+		call := func() {
+			if _, err := a.Unary(ctx, b.InstanceID(), h, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 200 {
+			call()
+		}
+		rebind()
+		return testing.AllocsPerRun(1000, call) // and one warm-up call
+	}
+	register := func(b *velo.Node) {
+		echo := func(c *velo.Context) ([]byte, error) { return c.Payload, nil }
+		must(t, b.Register(velo.UnaryHandler("echo64", echo)))
+		must(t, b.Register(velo.UnaryHandler("ordered64", echo, velo.WithOrdered())))
+	}
+	a0, b0 := pair(t, nil, nil)
+	register(b0)
+	vm, decoy := newMetrics(t), newMetrics(t)
+	a1, b1 := pair(t, []velo.Option{velo.WithMetrics(newMetrics(t))}, []velo.Option{velo.WithMetrics(vm)})
+	register(b1)
+	for _, h := range []string{"echo64", "ordered64"} {
+		without := measure(a0, b0, h, func() {})
+		with := measure(a1, b1, h, func() { b1.Messenger().RebindHandlerMetrics(h, decoy) })
+		t.Logf("%s: allocations per unary round trip (both sides): %v without metrics, %v with", h, without, with)
+		if with > without {
+			t.Errorf("%s: metrics add %v allocations per round trip, want none", h, with-without)
+		}
+		if n := testutil.ToFloat64(vm.HandlerRequests.WithLabelValues(h, "unary", "success")); n != 1201 {
+			t.Errorf("%s: %v requests counted, want 1201", h, n)
+		}
+	}
+	for name, c := range map[string]prometheus.Collector{
+		"requests": decoy.HandlerRequests, "duration": decoy.HandlerDuration,
+		"request bytes": decoy.HandlerRequestBytes, "response bytes": decoy.HandlerResponseBytes,
+		"in flight": decoy.HandlerInFlight, "lanes": decoy.OrderedLanes, "lane depth": decoy.OrderedLaneDepth,
+		"lane wait": decoy.OrderedLaneWait, "lanes created": decoy.OrderedLanesCreated,
+	} {
+		if n := testutil.CollectAndCount(c); n != 0 {
+			t.Errorf("%s: %d label sets looked up after the handlers' first calls, want 0", name, n)
+		}
 	}
 }
 

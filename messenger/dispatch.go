@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/velo-go/velo/ext"
 )
 
@@ -49,9 +47,7 @@ func (m *Messenger) newRegistered(h Handler, system bool) *registered {
 		r.sem = make(chan struct{}, h.opts.maxConcurrent)
 	}
 	r.pool.max = h.opts.maxConcurrent
-	if m.met != nil {
-		r.met = newHandlerMetrics(m.met, h.name)
-	}
+	r.met = m.handlerMetricsFor(h.name, system)
 	return r
 }
 
@@ -133,7 +129,7 @@ func (r *registered) run(j job, counted bool) {
 	}
 	var start time.Time
 	if r.met != nil {
-		r.met.inFlight.Inc()
+		r.met.running().Inc()
 		start = time.Now()
 	}
 	resp, err := r.call(&c)
@@ -142,7 +138,6 @@ func (r *registered) run(j job, counted bool) {
 		r.m.endRun(r)
 	}
 	if r.met != nil {
-		r.met.inFlight.Dec()
 		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
 	}
 	if err != nil && c.pastDeadline(err) {
@@ -292,8 +287,9 @@ func (r *registered) lane(key ext.WorkerID) *orderedLane {
 	l := &orderedLane{r: r, key: key, notify: make(chan struct{}, 1)}
 	r.lanes[key] = l
 	if r.met != nil {
-		r.met.lanes.Inc()
-		r.met.lanesCreated.Inc()
+		ls := r.met.lane()
+		ls.lanes.Inc()
+		ls.created.Inc()
 	}
 	return l
 }
@@ -354,7 +350,7 @@ func (l *orderedLane) push(j job) {
 		}
 		// Warn: queue it anyway, count it, and say so now and then.
 		if r.met != nil {
-			r.met.overDepth.Inc()
+			r.met.lane().overDepth.Inc()
 		}
 		if r.overWarn.allow() {
 			r.m.logger().Warn("velo: ordered lane over its max queue depth; the handler falls behind its sender",
@@ -364,7 +360,7 @@ func (l *orderedLane) push(j job) {
 	}
 	if r.met != nil {
 		j.at = time.Now()
-		r.met.depth.Inc()
+		r.met.lane().depth.Inc()
 	}
 	l.depth.Add(1)
 	l.q = append(l.q, j)
@@ -454,8 +450,9 @@ func (l *orderedLane) runOne(j job) bool {
 	}
 	l.depth.Add(-1)
 	if r.met != nil {
-		r.met.depth.Dec()
-		r.met.wait.Observe(time.Since(j.at).Seconds())
+		ls := r.met.lane()
+		ls.depth.Dec()
+		ls.wait.Observe(time.Since(j.at).Seconds())
 	}
 	r.m.startRun(r) // counted while it runs, never held back: the lane is one goroutine
 	r.run(j, true)
@@ -481,7 +478,7 @@ func (l *orderedLane) retire() bool {
 	if l.r.lanes[l.key] == l {
 		delete(l.r.lanes, l.key)
 		if l.r.met != nil {
-			l.r.met.lanes.Dec()
+			l.r.met.lane().lanes.Dec()
 		}
 	}
 	return true
@@ -500,7 +497,7 @@ func (l *orderedLane) stop() {
 	if l.r.lanes[l.key] == l {
 		delete(l.r.lanes, l.key)
 		if l.r.met != nil {
-			l.r.met.lanes.Dec()
+			l.r.met.lane().lanes.Dec()
 		}
 	}
 	l.r.lanesMu.Unlock()
@@ -512,26 +509,11 @@ func (l *orderedLane) refuse(jobs []job) {
 	for i := range jobs {
 		l.depth.Add(-1)
 		if l.r.met != nil {
-			l.r.met.depth.Dec()
+			l.r.met.lane().depth.Dec()
 		}
 		l.r.refuse(jobs[i], ErrShuttingDown)
 		jobs[i] = job{}
 	}
-}
-
-// handlerMetrics are one handler's series, bound at registration.
-type handlerMetrics struct {
-	requests  [3][2]prometheus.Counter
-	durations [3][2]prometheus.Observer
-	reqBytes  [3]prometheus.Counter
-	respBytes [3][2]prometheus.Counter
-	inFlight  prometheus.Gauge
-	lanes     prometheus.Gauge
-	depth     prometheus.Gauge
-	wait      prometheus.Observer
-	overDepth prometheus.Counter
-
-	lanesCreated prometheus.Counter
 }
 
 // ---- spawn mode ----

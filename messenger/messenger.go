@@ -27,6 +27,11 @@ type Config struct {
 	Discovery ext.PeerDiscovery
 	// Metrics, when set, receives the Transport and Messenger families.
 	Metrics *metrics.VeloMetrics
+	// SystemHandlerMetrics gives each of velo's own handlers (names starting
+	// with '_') its own per-handler series. Without it they are counted
+	// together under handler="_system" (SystemHandlerLabel). Either way a
+	// handler's series appear when it first runs, not when it is registered.
+	SystemHandlerMetrics bool
 	// ResponseSlots bounds calls waiting for an answer at once (default and
 	// most 65536: a response id names its slot in 16 bits).
 	ResponseSlots int
@@ -78,6 +83,10 @@ type Messenger struct {
 	trs     []ext.Transport
 	disc    ext.PeerDiscovery
 	met     *metrics.VeloMetrics
+	// sysMet: the series velo's handlers share, made with the first one
+	// (under regMu); sysSeries: Config.SystemHandlerMetrics.
+	sysMet    *handlerMetrics
+	sysSeries bool
 
 	peers    *peerTable
 	handlers atomic.Pointer[map[string]*registered]
@@ -149,6 +158,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.sysSeries = cfg.SystemHandlerMetrics
 	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
 	if m.disco.limit <= 0 {

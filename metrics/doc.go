@@ -6,8 +6,13 @@
 // never uses the global registry and never runs an exporter: serve or
 // scrape the registry with your own code (for example promhttp.HandlerFor).
 //
-// Hot paths use pre-bound handles. Transport returns an ext.Observability
-// whose series were all created up front, so recording is an array index
-// and an atomic add. A nil *VeloMetrics gives the no-op handle, so a node
-// without metrics pays nothing.
+// Hot paths record through handles bound once. Transport returns an
+// ext.Observability whose series were all created up front (a dashboard
+// sees every transport series at zero), so recording is an array index and
+// an atomic add. The families with many label sets that a node mostly
+// never meets (handler × response type × outcome, stream operation ×
+// outcome × scheme, rendezvous operations) are bound one label set at a
+// time, on its first record, and the handle kept: an idle node scrapes a
+// few hundred samples, not thousands. A nil *VeloMetrics gives the no-op
+// handle, so a node without metrics pays nothing.
 package metrics

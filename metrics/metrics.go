@@ -15,8 +15,9 @@ var latencyBuckets = prometheus.ExponentialBucketsRange(1e-6, 10, 15)
 // VeloMetrics holds every family velo registers. Build it with Register.
 //
 // The transport families are reached through Transport, which pre-binds
-// them. The messenger families are exported so the messenger can pre-bind
-// the label values it knows (see Handler).
+// them. The messenger families are exported so that the messenger can bind
+// the label values it meets, each on first use (see Handler), and so that
+// a test can read a series.
 type VeloMetrics struct {
 	// Transport family; see Transport.
 	frames         *prometheus.CounterVec
@@ -225,19 +226,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			Help: "Number of data slots currently staged in the rendezvous registry.",
 		}),
 	}
-	all := []prometheus.Collector{
-		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
-		m.rejections, m.sendBackpress, m.registeredPeer, m.activeConns,
-		m.connsDropped, m.acceptErrors,
-		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
-		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
-		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
-		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
-		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
-		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog, m.streamCreated, m.streamUnattached, m.streamActive,
-		m.muxPerBatch, m.muxCollector,
-		m.rvOps, m.rvDur, m.rvBytes, m.rvRefused, m.rvActive,
-	}
+	all := m.collectors()
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {
 			// Undo the partial work so the caller can retry or use reg as
@@ -251,6 +240,24 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 	return m, nil
 }
 
+// collectors are every family of m, in the order Register registers them.
+func (m *VeloMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
+		m.rejections, m.sendBackpress, m.registeredPeer, m.activeConns,
+		m.connsDropped, m.acceptErrors,
+		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
+		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
+		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
+		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
+		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
+		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog,
+		m.streamCreated, m.streamUnattached, m.streamActive,
+		m.muxPerBatch, m.muxCollector,
+		m.rvOps, m.rvDur, m.rvBytes, m.rvRefused, m.rvActive,
+	}
+}
+
 // HandlerMetrics holds the messenger series that carry only the handler
 // label, bound to one handler name.
 type HandlerMetrics struct {
@@ -262,8 +269,9 @@ type HandlerMetrics struct {
 	OrderedLaneOverDepth prometheus.Counter
 }
 
-// Handler binds the handler-only messenger series to name. Call it once
-// when the handler is registered and keep the result. m must not be nil.
+// Handler binds the handler-only messenger series to name, making them if
+// they are not there yet. The messenger calls it when an ordered handler
+// makes its first lane and keeps the result. m must not be nil.
 func (m *VeloMetrics) Handler(name string) HandlerMetrics {
 	return HandlerMetrics{
 		InFlight:             m.HandlerInFlight.WithLabelValues(name),

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,16 +58,19 @@ func (o RvOp) String() string {
 	return "unknown"
 }
 
-// RendezvousMetrics is the pre-bound handle of the Rendezvous family, from
+// RendezvousMetrics is the handle of the Rendezvous family, from
 // VeloMetrics.Rendezvous. The rendezvous package holds a pointer and
-// records nothing when it is nil.
+// records nothing when it is nil. active_slots exists once it is built;
+// every other series is bound the first time it records (see lazy.go),
+// since a node that never stages a payload meets none of its operations.
 type RendezvousMetrics struct {
-	ops    [NumRvOps][2]prometheus.Counter
-	dur    [NumRvOps][2]prometheus.Observer
-	bytes  [NumRvOps]prometheus.Counter
-	active prometheus.Gauge
-	// refused is bound on first use: refusals are off the data path, and
-	// most of the operation × reason pairs never occur.
+	ops      [NumRvOps][2]atomic.Pointer[opSeries]
+	bytes    [NumRvOps]atomic.Pointer[counterSeries]
+	opsVec   *prometheus.CounterVec
+	durVec   *prometheus.HistogramVec
+	bytesVec *prometheus.CounterVec
+	active   prometheus.Gauge
+	// refused is bound on each refusal: refusals are off the data path.
 	refused *prometheus.CounterVec
 }
 
@@ -77,15 +81,10 @@ func (m *VeloMetrics) Rendezvous() *RendezvousMetrics {
 		return nil
 	}
 	m.rvOnce.Do(func() {
-		r := &RendezvousMetrics{active: m.rvActive, refused: m.rvRefused}
-		for o := range NumRvOps {
-			for oc := range 2 {
-				r.ops[o][oc] = m.rvOps.WithLabelValues(RvOp(o).String(), streamOutcomeNames[oc])
-				r.dur[o][oc] = m.rvDur.WithLabelValues(RvOp(o).String(), streamOutcomeNames[oc])
-			}
-			r.bytes[o] = m.rvBytes.WithLabelValues(RvOp(o).String())
+		m.rv = &RendezvousMetrics{
+			opsVec: m.rvOps, durVec: m.rvDur, bytesVec: m.rvBytes,
+			active: m.rvActive, refused: m.rvRefused,
 		}
-		m.rv = r
 	})
 	return m.rv
 }
@@ -96,17 +95,26 @@ func (r *RendezvousMetrics) Op(op RvOp, ok bool, start time.Time) {
 		return
 	}
 	oc := outcomeIndex(ok)
-	r.ops[op][oc].Inc()
+	s := r.ops[op][oc].Load()
+	if s == nil {
+		s = bindOp(&r.ops[op][oc], r.opsVec, r.durVec, op.String(), streamOutcomeNames[oc])
+	}
+	s.count.Inc()
 	if !start.IsZero() {
-		r.dur[op][oc].Observe(time.Since(start).Seconds())
+		s.dur.Observe(time.Since(start).Seconds())
 	}
 }
 
 // Bytes counts payload bytes moved by op.
 func (r *RendezvousMetrics) Bytes(op RvOp, n int) {
-	if r != nil && op < NumRvOps && n > 0 {
-		r.bytes[op].Add(float64(n))
+	if r == nil || op >= NumRvOps || n <= 0 {
+		return
 	}
+	s := r.bytes[op].Load()
+	if s == nil {
+		s = bindCounter(&r.bytes[op], r.bytesVec, op.String())
+	}
+	s.c.Add(float64(n))
 }
 
 // Refused counts one request or answer of op refused for why.

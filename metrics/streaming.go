@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,14 +78,22 @@ const (
 
 var streamOutcomeNames = [2]string{"success", "error"}
 
-// StreamingMetrics is the pre-bound handle of the Streaming family, from
-// VeloMetrics.Streaming. Every series exists, at zero, once it is built; a
-// record is an array index and an atomic add. The streaming package holds
-// a *StreamingMetrics and records nothing when it is nil.
+// StreamingMetrics is the handle of the Streaming family, from
+// VeloMetrics.Streaming. The series without labels, the kinds of
+// anchors_created_total and the schemes of backpressure_total exist, at
+// zero, once it is built. The operation and attach families are bound on
+// first use, one label set at a time: of their 7 × 2 × 4 combinations a
+// node meets a handful, and pre-binding them all made an idle node scrape
+// over a thousand histogram samples. A bound label set is kept in an
+// atomic pointer, so a record after the first is a load, an index and an
+// atomic add. The streaming package holds a *StreamingMetrics and records
+// nothing when it is nil.
 type StreamingMetrics struct {
-	ops          [NumStreamOps][2][NumStreamSchemes]prometheus.Counter
-	dur          [NumStreamOps][2][NumStreamSchemes]prometheus.Observer
-	attachRTT    [2][NumStreamSchemes]prometheus.Observer
+	ops          [NumStreamOps][2][NumStreamSchemes]atomic.Pointer[opSeries]
+	attachRTT    [2][NumStreamSchemes]atomic.Pointer[observerSeries]
+	opsVec       *prometheus.CounterVec
+	durVec       *prometheus.HistogramVec
+	rttVec       *prometheus.HistogramVec
 	created      [2]prometheus.Counter // spsc, mpsc
 	backpressure [NumStreamSchemes]prometheus.Counter
 	producerBP   prometheus.Counter
@@ -105,6 +114,9 @@ func (m *VeloMetrics) Streaming() *StreamingMetrics {
 	}
 	m.streamOnce.Do(func() {
 		s := &StreamingMetrics{
+			opsVec:     m.streamOps,
+			durVec:     m.streamOpDur,
+			rttVec:     m.streamAttachRTT,
 			producerBP: m.streamProducerBP,
 			readerBP:   m.streamReaderBP,
 			frames:     m.streamFrames,
@@ -112,20 +124,6 @@ func (m *VeloMetrics) Streaming() *StreamingMetrics {
 			watchdog:   m.streamWatchdog,
 			unattached: m.streamUnattached,
 			active:     m.streamActive,
-		}
-		for o := range NumStreamOps {
-			for oc := range 2 {
-				for sc := range NumStreamSchemes {
-					l := []string{StreamOp(o).String(), streamOutcomeNames[oc], StreamScheme(sc).String()}
-					s.ops[o][oc][sc] = m.streamOps.WithLabelValues(l...)
-					s.dur[o][oc][sc] = m.streamOpDur.WithLabelValues(l...)
-				}
-			}
-		}
-		for oc := range 2 {
-			for sc := range NumStreamSchemes {
-				s.attachRTT[oc][sc] = m.streamAttachRTT.WithLabelValues(streamOutcomeNames[oc], StreamScheme(sc).String())
-			}
 		}
 		s.created[0] = m.streamCreated.WithLabelValues("spsc")
 		s.created[1] = m.streamCreated.WithLabelValues("mpsc")
@@ -150,16 +148,26 @@ func (s *StreamingMetrics) Operation(op StreamOp, sc StreamScheme, ok bool, d ti
 		return
 	}
 	oc := outcomeIndex(ok)
-	s.ops[op][oc][sc].Inc()
-	s.dur[op][oc][sc].Observe(d.Seconds())
+	o := s.ops[op][oc][sc].Load()
+	if o == nil {
+		o = bindOp(&s.ops[op][oc][sc], s.opsVec, s.durVec, op.String(), streamOutcomeNames[oc], sc.String())
+	}
+	o.count.Inc()
+	o.dur.Observe(d.Seconds())
 }
 
 // AttachRTT observes the round trip of a remote attach, measured by the
 // producer's node.
 func (s *StreamingMetrics) AttachRTT(sc StreamScheme, ok bool, d time.Duration) {
-	if sc < NumStreamSchemes {
-		s.attachRTT[outcomeIndex(ok)][sc].Observe(d.Seconds())
+	if sc >= NumStreamSchemes {
+		return
 	}
+	oc := outcomeIndex(ok)
+	o := s.attachRTT[oc][sc].Load()
+	if o == nil {
+		o = bindObserver(&s.attachRTT[oc][sc], s.rttVec, streamOutcomeNames[oc], sc.String())
+	}
+	o.obs.Observe(d.Seconds())
 }
 
 // AnchorCreated counts an anchor made, by kind.

@@ -152,7 +152,8 @@ func eventsPair(ctx context.Context, kind string) (p *eventsNodes, err error) {
 		if err != nil {
 			return nil, err
 		}
-		return velo.New(ctx, velo.WithTransport(tr), velo.WithMetrics(vm))
+		// Per-handler series for velo's own handlers, for _event_subscribe's.
+		return velo.New(ctx, velo.WithTransport(tr), velo.WithMetrics(vm), velo.WithSystemHandlerMetrics())
 	}
 	if p.a, err = start(am); err != nil {
 		return nil, err
