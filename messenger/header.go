@@ -283,25 +283,18 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 }
 
 func readMsgpackStr(b []byte) (string, []byte, error) {
-	if len(b) == 0 {
+	v, rest, ok := msgpackStrBytes(b)
+	switch {
+	case ok:
+	case len(b) == 0:
 		return "", nil, fmt.Errorf("%w: truncated", ErrMalformedHeader)
-	}
-	var n int
-	switch t := b[0]; {
-	case t&0xe0 == 0xa0:
-		n, b = int(t&0x1f), b[1:]
-	case t == 0xd9 && len(b) >= 2:
-		n, b = int(b[1]), b[2:]
-	case t == 0xda && len(b) >= 3:
-		n, b = int(binary.BigEndian.Uint16(b[1:])), b[3:]
-	default:
-		return "", nil, fmt.Errorf("%w: expected a string, got 0x%02x", ErrMalformedHeader, t)
-	}
-	if n > len(b) {
+	case b[0]&0xe0 == 0xa0 || b[0] == 0xd9 || b[0] == 0xda:
 		return "", nil, fmt.Errorf("%w: truncated string", ErrMalformedHeader)
+	default:
+		return "", nil, fmt.Errorf("%w: expected a string, got 0x%02x", ErrMalformedHeader, b[0])
 	}
-	if !utf8.Valid(b[:n]) {
+	if !utf8.Valid(v) {
 		return "", nil, fmt.Errorf("%w: header is not UTF-8", ErrMalformedHeader)
 	}
-	return string(b[:n]), b[n:], nil
+	return string(v), rest, nil
 }

@@ -1130,9 +1130,10 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 // address is still the same instance.
 func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	w := id.WorkerID()
+	wasUp := false // greeted until now: only then is the loss news
 	if p, ok := m.peers.get(id); ok {
 		p.epoch.Add(1)
-		p.helloOK.Store(false)
+		wasUp = p.helloOK.Swap(false)
 	}
 	if errors.Is(err, ext.ErrPeerShutdown) {
 		m.draining.Store(w, struct{}{}) // what follows (refused dials) is its shutdown too
@@ -1144,7 +1145,11 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	// with that connection (onConnClosed); one on a transport that does
 	// not has only this to go by.
 	m.callerLost(w, true)
-	m.notePeerEvent(lostEvent(id, err))
+	if wasUp {
+		// A dead peer that calls keep redialling loses its connection
+		// again on every attempt; it is reported once, when it goes.
+		m.notePeerEvent(lostEvent(id, err))
+	}
 	fail := func() {
 		m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
 	}

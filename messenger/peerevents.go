@@ -18,11 +18,12 @@ const (
 	// PeerGreeted: this node's handshake with the peer succeeded; calls
 	// to it go out from now on.
 	PeerGreeted PeerEventKind = iota + 1
-	// PeerLost: a transport lost its connection to the peer without a
-	// goodbye (a crash, a kill, a cut). Calls waiting on it failed with
-	// ErrPeerUnreachable.
+	// PeerLost: a transport lost its connection to a greeted peer
+	// without a goodbye (a crash, a kill, a cut). Calls waiting on it
+	// failed with ErrPeerUnreachable. Redials that fail before the next
+	// greeting are not reported again.
 	PeerLost
-	// PeerShutDown: the peer said goodbye (it shut down in order).
+	// PeerShutDown: a greeted peer said goodbye (it shut down in order).
 	PeerShutDown
 	// PeerRestarted: another instance answers at the peer's address.
 	// NewInstance names it; calls to the old instance fail with
@@ -71,6 +72,9 @@ func (m *Messenger) notePeerEvent(ev PeerEvent) {
 	if p, ok := m.peers.get(ev.Instance); ok {
 		keys := make([]string, 0, len(p.info.Address))
 		for k := range p.info.Address {
+			if k == ProofKey { // a mark of Go nodes, not a transport
+				continue
+			}
 			keys = append(keys, string(k))
 		}
 		slices.Sort(keys)

@@ -95,15 +95,29 @@ func TestPeerEventsOfAKilledAndRestartedProcess(t *testing.T) {
 		t.Fatalf("no Info line for the lost peer in %q", logs.snapshot())
 	}
 
+	// Calls to the dead peer fail, each after a dial that finds nobody:
+	// the loss was reported once and is not reported again per call.
+	linesAfterLoss := len(logs.snapshot())
+	for range 20 {
+		if _, err := caller.Unary(ctx, oldID, "work", nil); err == nil {
+			t.Fatal("a call to a killed peer succeeded")
+		}
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("event %+v from calls to a peer already reported lost", ev)
+	default:
+	}
+	if got := logs.snapshot()[linesAfterLoss:]; len(got) != 0 {
+		t.Fatalf("20 failed calls logged %d records, first %q", len(got), got[0])
+	}
+
 	fresh := startServer(t, addr)
 	for {
 		_, err := caller.Unary(ctx, oldID, "work", nil)
 		if err != nil && ctx.Err() == nil {
 			select {
 			case ev := <-events:
-				if ev.Kind == velo.PeerLost { // a redial that found nobody yet
-					continue
-				}
 				if ev.Kind != velo.PeerRestarted || ev.NewInstance != fresh.hello.PeerInfo.InstanceID {
 					t.Fatalf("event %+v, want restarted to %s", ev, fresh.hello.PeerInfo.InstanceID)
 				}
