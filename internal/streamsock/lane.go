@@ -106,14 +106,23 @@ type lane struct {
 	vec net.Buffers // the writer's gather list, reused across writes
 }
 
+// newLane builds a lane that is not yet running: the caller stores it in
+// its peer's slot first and then calls start, so that a dial that fails at
+// once finds itself in the slot and clears it. Started before the store, a
+// lane that finished in the meantime would stay stored, dead, and refuse
+// every later send to that peer.
 func newLane(t *Transport, p *peer, idx int) *lane {
 	l := &lane{t: t, peer: p, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
-	t.wg.Add(1)
-	t.writers.Add(1)
-	go l.run()
 	return l
+}
+
+// start runs the lane's dialer and writer.
+func (l *lane) start() {
+	l.t.wg.Add(1)
+	l.t.writers.Add(1)
+	go l.run()
 }
 
 // Accept puts an admitted frame on the queue. It runs under the gate's lock.

@@ -256,3 +256,44 @@ func TestAFailedDialIsALossAndFailsEachQueuedFrameOnce(t *testing.T) {
 	reported, _ := fails.check(t)
 	checkAccounted(t, n, nil, reported)
 }
+
+// A dial that fails at once must not leave its dead lane in the peer's
+// slot. The lane used to start before it was stored, so one that had
+// already finished was stored afterwards, and every later send to that
+// peer failed with ErrConnectionClosed for as long as the peer stayed
+// registered. The hook holds laneFor until the lane has finished, the
+// interleaving that lost the race.
+func TestADialThatFailsAtOnceLeavesNoDeadLane(t *testing.T) {
+	nw := &testNet{}
+	rx := newNode(t, Config{})
+	tx := newNodeWith(t, nw, Config{}, func(tr *Transport) {
+		tr.testLaneStarted = func(l *lane) {
+			if !nw.fail.Load() {
+				return
+			}
+			eventually(t, "the failed lane finishes", func() bool {
+				var dead bool
+				l.gate.Drain(func() int { dead = l.dead; return 0 })
+				return dead
+			})
+		}
+	})
+	if err := tx.t.Register(rx.info()); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := tx.t.lookup(rx.id)
+	nw.fail.Store(true)
+	tx.t.Send(rx.id, seqMsg(0, nil)) // its failure is reported, not returned
+	if l := p.lanes[0].Load(); l != nil {
+		t.Fatal("a lane whose dial failed is still stored")
+	}
+	nw.fail.Store(false)
+	var got atomic.Int64
+	stop := make(chan struct{})
+	wg := consume(rx, &got, stop)
+	defer func() { close(stop); wg.Wait() }()
+	if _, err := tx.t.Send(rx.id, seqMsg(1, nil)); err != nil {
+		t.Fatalf("a send after the failed dial: %v", err)
+	}
+	waitCount(t, &got, 1)
+}

@@ -59,6 +59,9 @@ type Transport struct {
 
 	// testWriteHook, when set by a test, sees the segments of every write call.
 	testWriteHook func([]segment)
+	// testLaneStarted, when set by a test, runs in laneFor after a new lane
+	// has started, before laneFor returns it.
+	testLaneStarted func(*lane)
 	// testReadHook, when set by a test, sees the byte count of every read
 	// of an accepted connection.
 	testReadHook func(n int)
@@ -325,6 +328,10 @@ func (t *Transport) laneFor(p *peer, idx int) *lane {
 	}
 	l := newLane(t, p, idx)
 	p.lanes[idx].Store(l)
+	l.start()
+	if t.testLaneStarted != nil {
+		t.testLaneStarted(l)
+	}
 	return l
 }
 
