@@ -44,7 +44,8 @@ func runCaller() {
 }
 
 // A caller process killed (SIGKILL) while its handler runs on another
-// node: the handler's context ends within 100 ms of the kill, with
+// node: the handler's context ends within 100 ms of the process being
+// gone (see killAndReap for why the clock starts there), with
 // ErrCallerLost as its cause. Without handler contexts the handler would
 // run on with nobody waiting for it.
 func TestKilledCallerEndsItsHandlersContext(t *testing.T) {
@@ -70,9 +71,10 @@ func TestKilledCallerEndsItsHandlersContext(t *testing.T) {
 	stdout, err := cmd.StdoutPipe()
 	must(t, err)
 	must(t, cmd.Start())
+	reap := reaper(cmd)
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		reap()
 	})
 	go bufio.NewReader(stdout).ReadString('\n') // "calling"; the pipe must not fill
 	select {
@@ -81,25 +83,17 @@ func TestKilledCallerEndsItsHandlersContext(t *testing.T) {
 		t.Fatal("the caller's request never reached the handler")
 	}
 
-	killed := time.Now()
-	must(t, cmd.Process.Kill())
+	killed, gone := killAndReap(t, cmd, reap)
 	select {
 	case e := <-out:
-		d := e.at.Sub(killed)
-		t.Logf("the handler's context ended %v after the kill", d)
+		goneAt := <-gone
+		d := e.at.Sub(goneAt)
+		t.Logf("the handler's context ended %v after the kill, %v after the process was gone", e.at.Sub(killed), d)
 		if !errors.Is(e.cause, velo.ErrCallerLost) {
 			t.Errorf("cause %v, want ErrCallerLost", e.cause)
 		}
-		// The bound is 100 ms (promptly), met in quiet runs (about
-		// 4 ms). One CI run under load saw 1.03 s, cause not yet found
-		// (a path that notices the lost caller by a 1 s timer instead of
-		// the connection's end?): until it is, this test fails only past
-		// 2 s and logs the miss, so the gap stays visible.
 		if d > promptly {
-			t.Logf("MISSED the 100 ms bound: the handler's context ended %v after the kill", d)
-		}
-		if d > 2*time.Second {
-			t.Errorf("the handler's context ended %v after the kill, want at most %v", d, promptly)
+			t.Errorf("the handler's context ended %v after its caller's process was gone, want at most %v", d, promptly)
 		}
 	case <-time.After(failAfter):
 		t.Fatal("the handler's context never ended after its caller was killed")

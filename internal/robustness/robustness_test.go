@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -324,4 +325,33 @@ func until(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// reaper returns a function that waits for cmd once and returns when it
+// was reaped, however many times (and from however many goroutines) it is
+// called.
+func reaper(cmd *exec.Cmd) func() time.Time {
+	return sync.OnceValue(func() time.Time {
+		cmd.Wait() // the kill's exit status, or the test's end
+		return time.Now()
+	})
+}
+
+// killAndReap SIGKILLs cmd and returns when it did so and a channel that
+// gets the time the process was reaped (reap is cmd's reaper). Bounds on
+// noticing a killed peer are measured from the reaping: the kernel closes
+// a dying process's sockets only once every one of its threads has
+// stopped, and on a loaded machine a thread can sit in an uninterruptible
+// wait (a page fault on the freshly built binary, a blocked write) for a
+// second or more, during which no peer can know anything. Wait returns
+// after that teardown.
+func killAndReap(t *testing.T, cmd *exec.Cmd, reap func() time.Time) (time.Time, <-chan time.Time) {
+	t.Helper()
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan time.Time, 1)
+	go func() { gone <- reap() }()
+	return killed, gone
 }
