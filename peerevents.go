@@ -2,8 +2,8 @@ package velo
 
 import "github.com/velo-go/velo/messenger"
 
-// PeerEvent is one change in what a node knows of a peer: greeted, lost,
-// shut down or restarted (see messenger.PeerEvent).
+// PeerEvent is one change in what a node knows of a peer: connected,
+// greeted, lost, shut down or restarted (see messenger.PeerEvent).
 type (
 	PeerEvent     = messenger.PeerEvent
 	PeerEventKind = messenger.PeerEventKind
@@ -15,15 +15,19 @@ const (
 	PeerLost      = messenger.PeerLost
 	PeerShutDown  = messenger.PeerShutDown
 	PeerRestarted = messenger.PeerRestarted
+	PeerConnected = messenger.PeerConnected
 )
 
-// WithPeerEvents calls fn each time a peer of this node is greeted (its
+// WithPeerEvents calls fn each time a peer of this node is connected (a
+// transport reached it, first since it was last lost), greeted (its
 // handshake succeeded), lost (its connection ended without a goodbye),
 // shut down (it said goodbye) or restarted (another instance answers at
 // its address), as nats.go's connection handlers do for a server. Each
-// event is also logged at Info through WithLogger's logger. fn runs on the
-// goroutine that noticed the change, often a transport's reader: it must
-// return quickly (hand the event to a channel of your own to do more).
+// event is also logged at Info through WithLogger's logger, at most 10
+// lines a second after a burst of 50. fn runs on a goroutine of its own,
+// one event at a time, in order; a slow fn delays only later events, and
+// past 1,024 waiting events new ones are dropped (and the drop is logged
+// at shutdown).
 func WithPeerEvents(fn func(PeerEvent)) Option {
 	return Option{apply: func(c *messenger.Config) { c.OnPeerEvent = fn }}
 }

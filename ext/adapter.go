@@ -42,6 +42,10 @@ type SendErrorHandler func(target InstanceID, f Frame, err error)
 // err matches ErrPeerUnreachable.
 type PeerLostHandler func(peer InstanceID, err error)
 
+// PeerConnectedHandler hears that a transport opened a connection to a
+// peer: transport is its key, remote the address it reached.
+type PeerConnectedHandler func(peer InstanceID, transport TransportKey, remote string)
+
 // AdapterConfig sizes the inbound queues of a TransportAdapter.
 type AdapterConfig struct {
 	// MessageQueue bounds the request queue; a full queue makes readers wait,
@@ -88,6 +92,7 @@ type TransportAdapter struct {
 	shutdowns *Queue[Frame]
 	onErr     atomic.Pointer[SendErrorHandler]
 	onLost    atomic.Pointer[PeerLostHandler]
+	onConn    atomic.Pointer[PeerConnectedHandler]
 }
 
 // NewTransportAdapter makes an adapter that admits against state.
@@ -324,6 +329,18 @@ func (a *TransportAdapter) ReportPeerLost(peer InstanceID, err error) {
 	}
 	if h := a.onLost.Load(); h != nil && *h != nil {
 		(*h)(peer, err)
+	}
+}
+
+// SetPeerConnectedHandler installs the callback for connections opened.
+func (a *TransportAdapter) SetPeerConnectedHandler(h PeerConnectedHandler) { a.onConn.Store(&h) }
+
+// ReportPeerConnected tells the node that a connection this transport
+// dialed to peer is up. A transport reports each connection it opens; the
+// node makes one event of those that follow each other without a loss.
+func (a *TransportAdapter) ReportPeerConnected(peer InstanceID, transport TransportKey, remote string) {
+	if h := a.onConn.Load(); h != nil && *h != nil {
+		(*h)(peer, transport, remote)
 	}
 }
 

@@ -124,7 +124,8 @@ type Messenger struct {
 	testOnChallenge atomic.Pointer[func([]byte)]
 
 	undeliveredFn func(ext.InstanceID, string, error)
-	peerEventFn   func(PeerEvent)
+	peerEvents    *peerEventQueue
+	peerEventLog  logBucket
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
 	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
@@ -153,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	m := &Messenger{
 		id: ext.NewInstanceID(), state: ext.NewShutdownState(), disc: cfg.Discovery, met: cfg.Metrics,
 		undeliveredFn: cfg.OnUndelivered,
-		peerEventFn:   cfg.OnPeerEvent,
+		peerEvents:    newPeerEventQueue(cfg.OnPeerEvent),
 		peers:         newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
@@ -182,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	})
 	m.adapter.SetSendErrorHandler(m.onSendError)
 	m.adapter.SetPeerLostHandler(m.onPeerLost)
+	m.adapter.SetPeerConnectedHandler(m.onPeerConnected)
 	m.trs = append([]ext.Transport(nil), cfg.Transports...)
 	sortByPriority(m.trs)
 	addr := ext.WorkerAddress{}
@@ -1134,6 +1136,7 @@ func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
 	if p, ok := m.peers.get(id); ok {
 		p.epoch.Add(1)
 		wasUp = p.helloOK.Swap(false)
+		p.connected.Store(false)
 	}
 	if errors.Is(err, ext.ErrPeerShutdown) {
 		m.draining.Store(w, struct{}{}) // what follows (refused dials) is its shutdown too
@@ -1396,6 +1399,11 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 		<-tr.Closed()
 	}
 	m.adapter.Close()
+	// The user's callback gets what was noticed up to here, for a while:
+	// one that blocks must not hold the shutdown.
+	if dropped := m.peerEvents.close(time.Second); dropped > 0 {
+		m.logger().Warn("velo: peer events dropped: the OnPeerEvent callback fell behind", "dropped", dropped)
+	}
 	return drainErr
 }
 

@@ -24,7 +24,10 @@ type peer struct {
 	helloMu  sync.Mutex
 	helloRun chan struct{} // non-nil while a handshake is in flight
 	helloOK  atomic.Bool
-	handlers atomic.Pointer[map[string]struct{}]
+	// connected: a transport reported a connection to this peer since it
+	// was last lost (PeerConnected is reported once per such run).
+	connected atomic.Bool
+	handlers  atomic.Pointer[map[string]struct{}]
 	// restarted is set when a handshake found another instance at this
 	// peer's address: calls to it fail with ErrPeerRestarted until the new
 	// instance is registered (a new peer entry).

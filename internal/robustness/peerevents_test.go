@@ -38,8 +38,8 @@ func (l *logRecords) snapshot() []string {
 	return append([]string(nil), l.recs...)
 }
 
-// A peer's life as a user sees it, with a real process: its handshake is
-// an event and an Info line, a thousand calls log nothing, a SIGKILL is a
+// A peer's life as a user sees it, with a real process: its first
+// connection and its handshake are events and Info lines, a thousand calls log nothing, a SIGKILL is a
 // Lost event (and a line naming the instance) at once, and the process
 // restarted at the same address is a Restarted event.
 func TestPeerEventsOfAKilledAndRestartedProcess(t *testing.T) {
@@ -71,6 +71,12 @@ func TestPeerEventsOfAKilledAndRestartedProcess(t *testing.T) {
 	}
 	if _, err := caller.Unary(ctx, oldID, "work", nil); err != nil {
 		t.Fatal(err)
+	}
+	if ev := next(velo.PeerConnected); ev.Instance != oldID || ev.Transport != "tcp" || ev.Remote != addr {
+		t.Fatalf("connected %+v, want %s over tcp at %s", ev, oldID, addr)
+	}
+	if !hasLine(logs.snapshot(), "INFO velo: peer connected", "instance="+oldID.String(), "address="+addr) {
+		t.Fatalf("no Info line for the connection in %q", logs.snapshot())
 	}
 	if ev := next(velo.PeerGreeted); ev.Instance != oldID {
 		t.Fatalf("greeted %s, want %s", ev.Instance, oldID)
@@ -118,6 +124,9 @@ func TestPeerEventsOfAKilledAndRestartedProcess(t *testing.T) {
 		if err != nil && ctx.Err() == nil {
 			select {
 			case ev := <-events:
+				if ev.Kind == velo.PeerConnected {
+					continue // the transport reached the address; the handshake finds who is there
+				}
 				if ev.Kind != velo.PeerRestarted || ev.NewInstance != fresh.hello.PeerInfo.InstanceID {
 					t.Fatalf("event %+v, want restarted to %s", ev, fresh.hello.PeerInfo.InstanceID)
 				}
@@ -149,7 +158,7 @@ func TestPeerEventOfAGracefulShutdown(t *testing.T) {
 		select {
 		case ev := <-events:
 			switch ev.Kind {
-			case velo.PeerGreeted:
+			case velo.PeerConnected, velo.PeerGreeted:
 				continue
 			case velo.PeerShutDown:
 				if ev.Instance != srv.InstanceID() {

@@ -409,6 +409,9 @@ func (l *lane) dial() (net.Conn, error) {
 	}
 	l.t.wg.Add(1)
 	go l.readEchoes(conn)
+	if l.mode.Load() == running {
+		l.t.adapter.ReportPeerConnected(l.peer.id, l.t.cfg.Key, conn.RemoteAddr().String())
+	}
 	return conn, nil
 }
 
