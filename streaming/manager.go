@@ -186,8 +186,10 @@ func WithCapacity(n int) AnchorOption {
 }
 
 // CreateAnchor makes an anchor for items of type T and registers it with
-// m. T is []byte or a type whose pointer is a MsgpackUnmarshaler;
-// the choice is made here, once, not per item.
+// m. T is any type the item codec can carry (see the package
+// documentation; WithCodec sets another codec); the codec is chosen here,
+// once, not per item, and a type it cannot carry is refused with
+// ErrUnsupportedItem.
 func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 	start := m.opStart()
 	a, err := createAnchor[T](m, opts)
@@ -253,9 +255,10 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 }
 
 // AttachAnchor attaches a producer to the anchor that handle names and
-// returns its Sender. T is []byte, or a MsgpackAppender (by value or by
-// pointer), and should match the anchor's T: the items travel as
-// MessagePack, so the two ends need only agree on the bytes.
+// returns its Sender. T should match the anchor's T: the items travel as
+// MessagePack, so the two ends need only agree on the bytes (a Go
+// Sender[Token] and a Rust Anchor<Token> do). WithSenderCodec sets the
+// codec, which must be the anchor's.
 //
 // A handle of another worker needs a Manager from NewNodeManager: the
 // attach then asks the owner with _anchor_attach, and the stream rides the
