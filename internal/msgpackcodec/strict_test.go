@@ -30,10 +30,12 @@ func TestRoundTrip(t *testing.T) {
 		Attrs:  map[string]int32{"x": -1, "y": math.MaxInt32}, Raw: []byte{0, 255},
 		Any: map[string]any{"k": []any{int64(1), "s", nil, true, 2.5, []byte{9}}},
 	}
+	in.Skip, in.hidden = 4, 5 // neither travels
 	b, err := Marshal(in)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in.Skip, in.hidden = 0, 0
 	var out rtItem
 	if err := Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
