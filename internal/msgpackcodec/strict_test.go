@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 type rtItem struct {
@@ -111,5 +113,39 @@ func TestUnsupported(t *testing.T) {
 	}
 	if err := Check(reflect.TypeFor[rtItem]()); err != nil {
 		t.Errorf("Check(rtItem) = %v", err)
+	}
+}
+
+type node struct {
+	V    int
+	Kids []node
+}
+
+// A recursive type, and a type that encodes itself through
+// vmihailenco/msgpack (RawMessage), inside a struct.
+func TestRecursiveAndSelfEncoding(t *testing.T) {
+	in := node{1, []node{{2, nil}, {3, []node{{4, nil}}}}}
+	b, err := Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[0] != 0x92 {
+		t.Fatalf("node = %x", b)
+	}
+	var out node
+	if err := Unmarshal(b, &out); err != nil || !equalish(out, in) {
+		t.Fatalf("node back = %+v, %v", out, err)
+	}
+	type wrap struct {
+		Raw msgpack.RawMessage
+		N   uint8
+	}
+	b, err = Marshal(wrap{msgpack.RawMessage{0x92, 0x01, 0x02}, 5})
+	if err != nil || hex.EncodeToString(b) != "9292010205" {
+		t.Fatalf("wrap = %x, %v", b, err)
+	}
+	var w wrap
+	if err := Unmarshal(b, &w); err != nil || hex.EncodeToString(w.Raw) != "920102" || w.N != 5 {
+		t.Fatalf("wrap back = %+v, %v", w, err)
 	}
 }
