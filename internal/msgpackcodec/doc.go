@@ -20,7 +20,7 @@
 //	map[string]V with one entry   a newtype, tuple or struct enum variant
 //	any                           whatever its dynamic value is
 //
-// A plain Rust Vec<u8> is an array of integers: on the Go side use
+// A plain Rust Vec<u8> or [u8; N] is an array of integers: on the Go side use
 // []uint16 (or mark the Rust field #[serde(with = "serde_bytes")]); a Go
 // []byte reads either form. Types with a vmihailenco/msgpack CustomEncoder,
 // CustomDecoder, Marshaler or Unmarshaler encode themselves. Channels,
