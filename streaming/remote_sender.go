@@ -90,7 +90,7 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
-func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	info, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
@@ -118,7 +118,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 
 // bindRemote makes the _anchor_attach round trip for rs, dials the
 // owner's listener and starts the pump.
-func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	handle := rs.handle
 	var resp wire.AttachResponse
 	err := r.askAttach(ctx, owner, wire.AnchorAttachHandler, rs, key, func(body []byte) (string, string, error) {

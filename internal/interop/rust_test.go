@@ -327,6 +327,7 @@ func TestAgainstRustReference(t *testing.T) {
 	})
 
 	streamChecks(ctx, t, g, rs, rinfo)
+	typedStreamChecks(ctx, t, g, rs)
 	muxPeerChecks(ctx, t, g, path)
 
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {
