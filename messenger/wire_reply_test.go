@@ -21,8 +21,8 @@ import (
 // a node sends back, byte for byte, in the reference's layouts: a unary
 // answer is a Response with the 19-byte header, a sync answer an Ack (or a
 // Nack with the error text), and a request for a missing handler an error
-// Response whose header map carries the code "unknown_handler", whatever
-// the pattern (the reference answers with a Nack, which carries no code; a
+// Response whose header map carries the code 12 (Unimplemented) and the
+// reason "unknown_handler", whatever the pattern (the reference answers with a Nack, which carries no code; a
 // Rust caller reads either frame as the same failure).
 func TestRepliesOnTheWire(t *testing.T) {
 	server := newNode(t)
@@ -67,7 +67,7 @@ func TestRepliesOnTheWire(t *testing.T) {
 	must(t, err)
 	replies = recv(t, accepted, "the server to dial the caller")
 	t.Cleanup(func() { replies.Close() })
-	if typ, h, _ := readFrame(t, replies); typ != ext.Response || !bytes.Equal(h, codedHeader(idLE, "peer_restarted")) {
+	if typ, h, _ := readFrame(t, replies); typ != ext.Response || !bytes.Equal(h, codedHeader(idLE, "14", "peer_restarted")) {
 		t.Fatalf("a request before the handshake was answered with type %d header % x, want the peer_restarted code", typ, h)
 	}
 
@@ -91,8 +91,8 @@ func TestRepliesOnTheWire(t *testing.T) {
 		{2, "echo", "hi", ext.Response, append(append([]byte(nil), idLE...), 0, 0, 0), "hi"},
 		{1, "check", "x", ext.Ack, append([]byte{0}, idLE...), ""},
 		{1, "check", "", ext.Ack, append([]byte{2}, idLE...), "empty"},
-		{2, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
-		{1, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
+		{2, "missing", "", ext.Response, codedHeader(idLE, "12", "unknown_handler"), `velo: no such handler: "missing"`},
+		{1, "missing", "", ext.Response, codedHeader(idLE, "12", "unknown_handler"), `velo: no such handler: "missing"`},
 	}
 	for i, c := range cases {
 		hdr := wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil)
@@ -107,10 +107,12 @@ func TestRepliesOnTheWire(t *testing.T) {
 }
 
 // codedHeader is an error Response header whose map is
-// {"velo-error-code": code}, written out by hand.
-func codedHeader(idLE []byte, code string) []byte {
-	m := append([]byte{0x81, 0xa0 | 15}, "velo-error-code"...)
+// {"velo-code": code, "velo-reason": reason}, written out by hand.
+func codedHeader(idLE []byte, code, reason string) []byte {
+	m := append([]byte{0x82, 0xa0 | 9}, "velo-code"...)
 	m = append(append(m, 0xa0|byte(len(code))), code...)
+	m = append(append(m, 0xa0|11), "velo-reason"...)
+	m = append(append(m, 0xa0|byte(len(reason))), reason...)
 	h := append(append([]byte(nil), idLE...), 1)
 	h = binary.LittleEndian.AppendUint16(h, uint16(len(m)))
 	return append(h, m...)
