@@ -139,3 +139,66 @@ func readFrame(t *testing.T, c net.Conn) (ext.MessageType, []byte, []byte) {
 	}
 	return ext.MessageType(pre[2]), h, p
 }
+
+// TestCodedReplyOnTheWire: the error Response of a handler that returned
+// an *Error, byte for byte: the code alone in the header map (the reason
+// only for a sentinel), the message as the payload, for a unary and a
+// sync call alike. A Rust caller reads the payload as it reads a Nack's.
+func TestCodedReplyOnTheWire(t *testing.T) {
+	server := newNode(t)
+	must(t, server.Register(messenger.UnaryHandler("find", func(c *messenger.Context) ([]byte, error) {
+		return nil, messenger.Errorf(messenger.NotFound, "no user %s", c.Payload)
+	})))
+	must(t, server.Register(messenger.SyncHandler("spend", func(c *messenger.Context) error {
+		return messenger.NewSentinel(1001, "test_quota", "quota used up")
+	})))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	caller := ext.NewInstanceID()
+	ap := ln.Addr().(*net.TCPAddr)
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	must(t, server.RegisterPeer(ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}))
+	out := rawConn(t, server)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	token := uint64(0x55)<<16 | 3
+	idLE := binary.LittleEndian.AppendUint64(nil, uint64(caller.WorkerID()))
+	idLE = binary.LittleEndian.AppendUint64(idLE, token)
+	body, err := json.Marshal(map[string]any{"peer_info": ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}})
+	must(t, err)
+	_, err = out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(2, uint64(caller.WorkerID()), token, "_hello", nil), Payload: body}))
+	must(t, err)
+	replies := recv(t, accepted, "the server to dial the caller")
+	t.Cleanup(func() { replies.Close() })
+	if typ, _, _ := readFrame(t, replies); typ != ext.Response {
+		t.Fatalf("hello answered with type %d", typ)
+	}
+
+	// {"velo-code": "5"}
+	codeOnly := append([]byte{0x81, 0xa9}, "velo-code"...)
+	codeOnly = append(codeOnly, 0xa1, '5')
+	find := append(append(append([]byte(nil), idLE...), 1), byte(len(codeOnly)), 0)
+	find = append(find, codeOnly...)
+	for _, c := range []struct {
+		rt      byte
+		handler string
+		header  []byte
+		answer  string
+	}{
+		{2, "find", find, "no user 7"},
+		{1, "spend", codedHeader(idLE, "1001", "test_quota"), "quota used up"},
+	} {
+		_, err := out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil), Payload: []byte("7")}))
+		must(t, err)
+		typ, h, p := readFrame(t, replies)
+		if typ != ext.Response || !bytes.Equal(h, c.header) || string(p) != c.answer {
+			t.Errorf("%s: got type %d header % x payload %q; want an error Response, header % x, payload %q", c.handler, typ, h, p, c.header, c.answer)
+		}
+	}
+}
