@@ -2,6 +2,11 @@
 // remote instances, in four patterns (fire-and-forget, sync, unary, typed
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
+//
+// A handler's error reaches the caller as a *RemoteError. An *Error (made
+// with NewError, Errorf or NewSentinel) carries a Code, numbered as gRPC
+// numbers its codes, across the wire: the caller reads it with ErrorCode
+// or errors.As, and errors.Is matches a sentinel by its reason.
 package messenger
 
 import (
