@@ -418,10 +418,20 @@ func opOf(opts []CallOption) string {
 
 // nameOp puts the op of opts, if any, in a RemoteError.
 func nameOp(err error, opts []CallOption) {
+	if op := opOf(opts); op != "" {
+		NameOp(err, op)
+	}
+}
+
+// NameOp is WithOp after the fact, for calls that take no options or whose
+// options cost on a hot path: it sets the Op of the RemoteError in err's
+// chain, if there is one, and returns err.
+func NameOp(err error, op string) error {
 	var re *RemoteError
-	if op := opOf(opts); op != "" && errors.As(err, &re) {
+	if errors.As(err, &re) {
 		re.Op = op
 	}
+	return err
 }
 
 // Send is fire-and-forget: it returns once a transport took the message.

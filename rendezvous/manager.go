@@ -622,7 +622,7 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		err := r.m.UnaryAsyncView(ctx, target, HandlerPull, body, func(b []byte, err error) {
 			switch {
 			case err != nil:
-				err = fmt.Errorf("chunk %d: %w", i, fromRemote(withOp(err, "rendezvous get")))
+				err = pullFailed(i, err)
 			case uint64(len(b)) != want:
 				err = fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrSizeMismatch, i, len(b), want)
 			default:
@@ -701,13 +701,15 @@ var referenceNotFound = []string{
 // opGet names Get's calls in a remote failure's text.
 var opGet = messenger.WithOp("rendezvous get")
 
-// withOp names op in a remote failure (for calls that take no WithOp).
-func withOp(err error, op string) error {
+// pullFailed names a failed pull of chunk i: an owner's refusal (whose
+// text names the chunk) as the operation, Get, and anything else, such as
+// the deadline, with the chunk. (UnaryAsyncView takes no WithOp.)
+func pullFailed(i uint32, err error) error {
 	var re *messenger.RemoteError
 	if errors.As(err, &re) {
-		re.Op = op
+		return fromRemote(messenger.NameOp(err, "rendezvous get"))
 	}
-	return err
+	return fmt.Errorf("rendezvous: pull chunk %d: %w", i, err)
 }
 
 // remoteRefusal is a RemoteError that also matches a sentinel.

@@ -81,6 +81,9 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
 	call, err := r.msg.UnaryAsyncCall(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+		if err != nil {
+			messenger.NameOp(err, "stream attach")
+		}
 		r.answerPending(s, owner, start, body, err)
 	})
 	if err != nil {

@@ -492,6 +492,9 @@ func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler st
 	}
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(make([]byte, 0, 256)))
+	if err != nil {
+		messenger.NameOp(err, "stream attach") // the remote messenger's refusal
+	}
 	var transport, refusal string
 	if err == nil {
 		transport, refusal, err = decode(body)
