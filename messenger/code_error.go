@@ -32,7 +32,12 @@ func NewError(code Code, msg string) *Error { return &Error{code: code, msg: msg
 // a caller on another node gets the text and the code.
 func Errorf(code Code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{code: code, msg: err.Error(), wrapped: errors.Unwrap(err)}
+	e := &Error{code: code, msg: err.Error()}
+	switch err.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.wrapped = err // one %w or several
+	}
+	return e
 }
 
 // NewSentinel makes a package's sentinel error that keeps its identity
@@ -59,7 +64,8 @@ func (e *Error) Reason() string { return e.reason }
 // Message is the error's text, as the handler wrote it.
 func (e *Error) Message() string { return e.msg }
 
-// Unwrap is the error that Errorf's %w wrapped, on the node that made it.
+// Unwrap leads to the errors that Errorf's %w wrapped, on the node that
+// made it; nil for an error that wraps none, and on the caller's node.
 func (e *Error) Unwrap() error { return e.wrapped }
 
 // Is matches two errors of the same reason: the one rebuilt from a reply

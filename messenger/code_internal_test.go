@@ -2,6 +2,7 @@ package messenger
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"testing"
 )
@@ -83,4 +84,16 @@ func FuzzParseErrorHeaders(f *testing.F) {
 			t.Fatal("empty code")
 		}
 	})
+}
+
+// TestErrorfWraps: Errorf keeps what %w wrapped visible to errors.Is on
+// this node, with one %w or several, and its text is fmt.Errorf's.
+func TestErrorfWraps(t *testing.T) {
+	e := Errorf(Unavailable, "relay: %w and %w", ErrShuttingDown, ErrLaneFull)
+	if !errors.Is(e, ErrShuttingDown) || !errors.Is(e, ErrLaneFull) || e.Message() != "relay: velo: shutting down and velo: ordered lane is full" {
+		t.Fatalf("%v", e)
+	}
+	if Errorf(NotFound, "no %s", "x").Unwrap() != nil || ErrorCode(e) != Unavailable {
+		t.Fatal("an Errorf without %w unwraps, or the code is lost")
+	}
 }
