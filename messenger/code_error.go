@@ -24,7 +24,8 @@ type Error struct {
 	wrapped error // on this node only; only the text crosses the wire
 }
 
-// NewError returns an error with code and message msg.
+// NewError returns an error with code and message msg. OK is no error's
+// code: an Error made with it reads as Unknown (ErrorCode, the wire).
 func NewError(code Code, msg string) *Error { return &Error{code: code, msg: msg} }
 
 // Errorf formats an error with code, as fmt.Errorf does. An error it
@@ -92,6 +93,9 @@ func ErrorCode(err error) Code {
 func classify(err error) (Code, string) {
 	var e *Error
 	if errors.As(err, &e) {
+		if e.code == OK {
+			return Unknown, e.reason // an error is never OK
+		}
 		return e.code, e.reason
 	}
 	for _, s := range ownSentinels {

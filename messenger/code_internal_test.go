@@ -93,6 +93,9 @@ func TestErrorfWraps(t *testing.T) {
 	if !errors.Is(e, ErrShuttingDown) || !errors.Is(e, ErrLaneFull) || e.Message() != "relay: velo: shutting down and velo: ordered lane is full" {
 		t.Fatalf("%v", e)
 	}
+	if ErrorCode(NewError(OK, "not ok")) != Unknown {
+		t.Fatal("a non-nil error reads as OK")
+	}
 	if Errorf(NotFound, "no %s", "x").Unwrap() != nil || ErrorCode(e) != Unavailable {
 		t.Fatal("an Errorf without %w unwraps, or the code is lost")
 	}
