@@ -9,18 +9,24 @@ import (
 // events wait in order, and past the bound new ones are dropped and
 // counted instead of growing the queue.
 func TestPeerEventsWaitForASlowCallbackInOrderAndBounded(t *testing.T) {
-	release := make(chan struct{})
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
 	got := make(chan PeerEventKind, maxQueuedPeerEvents+2)
 	q := newPeerEventQueue(func(ev PeerEvent) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
 		<-release
 		got <- ev.Kind
 	})
-	for i := range maxQueuedPeerEvents + 10 {
+	q.push(PeerEvent{Kind: 1})
+	<-entered // the callback holds the first event: the queue is empty again
+	for i := 1; i < maxQueuedPeerEvents+10; i++ {
 		q.push(PeerEvent{Kind: PeerEventKind(i%5 + 1)}) // must not block
 	}
 	close(release)
-	// The first event was taken by the callback before the queue filled,
-	// so one more than the bound fits.
+	// The first event left the queue before it filled, so one more than
+	// the bound is delivered.
 	want := maxQueuedPeerEvents + 1
 	for i := range want {
 		select {
