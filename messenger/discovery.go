@@ -191,11 +191,14 @@ func (m *Messenger) unpublish() {
 // ignored. The node calls it itself when its discovery backend implements
 // ext.PeerWatcher; a backend that learns of losses another way calls it.
 func (m *Messenger) PeerRegistrationLost(id ext.InstanceID) {
-	if _, ok := m.peers.get(id); !ok {
+	p, ok := m.peers.get(id)
+	if !ok {
 		return
 	}
-	m.onPeerLost(id, fmt.Errorf("%w: its discovery registration is gone", ErrPeerUnreachable))
+	// Forgotten before the calls fail: a caller that retries at once must
+	// find the peer gone, not reach it once more through the old entry.
 	m.UnregisterPeer(id)
+	m.peerLost(id, p, fmt.Errorf("%w: its discovery registration is gone", ErrPeerUnreachable))
 }
 
 // watchRetry is the pause before a broken discovery watch is opened

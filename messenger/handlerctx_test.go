@@ -240,6 +240,7 @@ func TestHandlerContextEndsAtTheCallersDeadline(t *testing.T) {
 			defer cancel()
 			callerDL, _ := ctx.Deadline()
 			_, err := a.Unary(ctx, b.InstanceID(), name, nil)
+			gaveUp := time.Now()
 			if !errors.Is(err, velo.ErrRequestTimeout) {
 				t.Fatalf("caller got %v, want ErrRequestTimeout", err)
 			}
@@ -247,7 +248,15 @@ func TestHandlerContextEndsAtTheCallersDeadline(t *testing.T) {
 			if e.cause != context.DeadlineExceeded {
 				t.Fatalf("cause %v, want context.DeadlineExceeded", e.cause)
 			}
-			if late := e.at.Sub(callerDL); late > 50*time.Millisecond {
+			// Both ends wait on timers in this one process, so a loaded
+			// machine delays both alike: the handler's end is measured
+			// from the caller giving up, not from the wall-clock deadline.
+			t.Logf("the handler's context ended %v after the caller's deadline, %v after the caller gave up",
+				e.at.Sub(callerDL), e.at.Sub(gaveUp))
+			if after := e.at.Sub(gaveUp); after > 50*time.Millisecond {
+				t.Errorf("the handler's context ended %v after its caller gave up", after)
+			}
+			if late := e.at.Sub(callerDL); late > 2*time.Second {
 				t.Errorf("the handler's context ended %v after the caller's deadline", late)
 			}
 			<-w.started

@@ -1193,9 +1193,16 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 // runs the handshake again, which finds out whether the node at that
 // address is still the same instance.
 func (m *Messenger) onPeerLost(id ext.InstanceID, err error) {
+	p, _ := m.peers.get(id)
+	m.peerLost(id, p, err)
+}
+
+// peerLost is onPeerLost for a peer entry looked up by the caller (nil
+// when there is none), which may have removed it from the table first.
+func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 	w := id.WorkerID()
 	wasUp := false // greeted until now: only then is the loss news
-	if p, ok := m.peers.get(id); ok {
+	if p != nil {
 		p.epoch.Add(1)
 		wasUp = p.helloOK.Swap(false)
 		p.connected.Store(false)
