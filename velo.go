@@ -376,4 +376,3 @@ func WithDrainExempt() HandlerOption { return messenger.WithDrainExempt() }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
 func WithHeaders(h map[string]string) CallOption { return messenger.WithHeaders(h) }
-
