@@ -6,6 +6,12 @@
 //	node.RegisterPeer(other.PeerInfo())
 //	resp, err := node.Unary(ctx, other.InstanceID(), "ping", nil)
 //
+// A call's target is an instance id or a service name: with
+// WithDiscovery and WithServiceDiscovery, workers call
+// node.RegisterService(ctx, "llm-worker") and callers call
+// node.Unary(ctx, velo.Service("llm-worker"), ...), which picks a live
+// instance (see Service).
+//
 // Every call that can wait takes a context; its deadline is the call's
 // timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded),
 // and travels to the handler, whose Context.Context carries it and ends
