@@ -77,3 +77,39 @@ func TestTypedUnaryByService(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEveryPatternByService: Send, Sync, UnaryAsync and RemoteHandlers
+// take a service target.
+func TestEveryPatternByService(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	worker := serviceNode(ctx, dir)
+	defer worker.Shutdown(ctx)
+	fired := make(chan string, 1)
+	worker.Register(velo.FireHandler("fire", func(c *velo.Context) { fired <- string(c.Payload) }))
+	worker.Register(velo.SyncHandler("sync", func(*velo.Context) error { return nil }))
+	worker.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil }))
+	if err := worker.RegisterService(ctx, "all"); err != nil {
+		t.Fatal(err)
+	}
+	caller := serviceNode(ctx, dir)
+	defer caller.Shutdown(ctx)
+	svc := velo.Service("all")
+	if err := caller.Send(ctx, svc, "fire", []byte("x")); err != nil || <-fired != "x" {
+		t.Fatalf("send: %v", err)
+	}
+	if err := caller.Sync(ctx, svc, "sync", nil); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	got := make(chan string, 1)
+	if err := caller.UnaryAsync(ctx, svc, "echo", []byte("y"), func(b []byte, err error) { got <- string(b) }); err != nil || <-got != "y" {
+		t.Fatalf("unary async: %v", err)
+	}
+	hs, err := caller.RemoteHandlers(ctx, svc)
+	if err != nil || len(hs) != 3 {
+		t.Fatalf("remote handlers: %v, %v", hs, err)
+	}
+	if id, err := caller.Pick(ctx, "all"); err != nil || id != worker.InstanceID() {
+		t.Fatalf("pick: %s, %v", id, err)
+	}
+}

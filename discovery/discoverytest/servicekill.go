@@ -26,9 +26,9 @@ type callRecord struct {
 	err        error
 }
 
-// RunServiceKill starts three worker processes that register service
-// KillService on the backend at addr (the test binary's TestMain must call
-// ServeWorkerIfChild), and has a node call velo.Service(KillService) from
+// RunServiceKill starts three worker processes that register in a service
+// of a fresh name on the backend at addr (the test binary's TestMain must
+// call ServeWorkerIfChild), and has a node call that service from
 // several goroutines. Mid-load one worker is SIGKILLed. Every call that
 // starts after the first failed call returned must land on a live worker,
 // and no call may wait more than 100 ms on the dead one (counted from
@@ -36,8 +36,9 @@ type callRecord struct {
 func RunServiceKill(t *testing.T, addr string, open Backends) {
 	var ids []ext.InstanceID
 	var kills []func()
+	service := serviceName()
 	for range 3 {
-		id, kill := StartWorker(t, addr)
+		id, kill := StartWorker(t, addr, service)
 		ids, kills = append(ids, id), append(kills, kill)
 	}
 	caller := serviceCaller(t, addr, open)
@@ -48,7 +49,7 @@ func RunServiceKill(t *testing.T, addr string, open Backends) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec.load(caller, stop)
+			rec.load(caller, service, stop)
 		}()
 	}
 	rec.waitFor(t, func(r []callRecord) bool { return everyAnswered(r, ids) })
@@ -91,7 +92,7 @@ type recorder struct {
 	added chan struct{} // closed and replaced on each record
 }
 
-func (r *recorder) load(n *velo.Node, stop <-chan struct{}) {
+func (r *recorder) load(n *velo.Node, service string, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
@@ -100,7 +101,7 @@ func (r *recorder) load(n *velo.Node, stop <-chan struct{}) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		c := callRecord{start: time.Now()}
-		resp, err := n.Unary(ctx, velo.Service(KillService), "who", nil)
+		resp, err := n.Unary(ctx, velo.Service(service), "who", nil)
 		cancel()
 		c.end, c.answer, c.err = time.Now(), string(resp), err
 		r.add(c)

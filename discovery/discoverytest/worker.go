@@ -15,23 +15,26 @@ import (
 	"github.com/velo-go/velo/transport/tcp"
 )
 
-// workerEnv carries the backend's address to a service worker child.
-const workerEnv = "VELO_SERVICE_WORKER"
+// Environment of a service worker child.
+const (
+	workerEnv        = "VELO_SERVICE_WORKER"         // the backend's address
+	workerServiceEnv = "VELO_SERVICE_WORKER_SERVICE" // the service to register in
+)
 
 // Backends opens a peer and a service discovery client of one backend at
 // addr, as a process would.
 type Backends func(addr string) (ext.PeerDiscovery, ext.ServiceDiscovery, error)
 
 // ServeWorkerIfChild makes this process a service worker when
-// StartWorker started it: a velo node that registers as service KillService
-// and answers "who" with its instance id until it is killed. Call it first
+// StartWorker started it: a velo node that registers in the service it
+// was given and answers "who" with its instance id until it is killed. Call it first
 // in TestMain; it returns at once in any other process.
 func ServeWorkerIfChild(open Backends) {
 	addr := os.Getenv(workerEnv)
 	if addr == "" {
 		return
 	}
-	id, err := serveWorker(addr, open)
+	id, err := serveWorker(addr, os.Getenv(workerServiceEnv), open)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
@@ -41,10 +44,7 @@ func ServeWorkerIfChild(open Backends) {
 	os.Exit(2)
 }
 
-// KillService is the service the workers register.
-const KillService = "w"
-
-func serveWorker(addr string, open Backends) (ext.InstanceID, error) {
+func serveWorker(addr, service string, open Backends) (ext.InstanceID, error) {
 	peers, svcs, err := open(addr)
 	if err != nil {
 		return ext.InstanceID{}, err
@@ -63,16 +63,16 @@ func serveWorker(addr string, open Backends) (ext.InstanceID, error) {
 	if err := n.Register(velo.UnaryHandler("who", func(*velo.Context) ([]byte, error) { return []byte(id.String()), nil })); err != nil {
 		return id, err
 	}
-	return id, n.RegisterService(ctx, KillService)
+	return id, n.RegisterService(ctx, service)
 }
 
 // StartWorker runs this test binary as a service worker on the backend
-// at addr; it returns once the worker has registered, with its instance
+// at addr, registered in service; it returns once the worker has registered, with its instance
 // and a kill function that sends SIGKILL and reaps the process.
-func StartWorker(t *testing.T, addr string) (ext.InstanceID, func()) {
+func StartWorker(t *testing.T, addr, service string) (ext.InstanceID, func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerEnv+"="+addr)
+	cmd.Env = append(os.Environ(), workerEnv+"="+addr, workerServiceEnv+"="+service)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -234,7 +234,7 @@ func TestKilledProcessVanishesWithinTTL(t *testing.T) {
 	}
 }
 
-// TestServiceKill: three worker processes serve service "w", one is
+// TestServiceKill: three worker processes serve one service, one is
 // SIGKILLed under load; calls by service name go on on the two left,
 // long before its lease expires.
 func TestServiceKill(t *testing.T) {

@@ -188,7 +188,7 @@ func backends(dir string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
 	return p, s, nil
 }
 
-// TestServiceKill: three worker processes serve service "w", one is
+// TestServiceKill: three worker processes serve one service, one is
 // SIGKILLed under load; calls by service name go on on the two left.
 func TestServiceKill(t *testing.T) {
 	discoverytest.RunServiceKill(t, t.TempDir(), backends)
@@ -199,12 +199,12 @@ func TestServiceKill(t *testing.T) {
 // lock went with it: the next listing skips the entry and prunes it.
 func TestKilledServiceEntryIsSkipped(t *testing.T) {
 	dir := t.TempDir()
-	live, _ := discoverytest.StartWorker(t, dir)
-	dead, kill := discoverytest.StartWorker(t, dir)
+	live, _ := discoverytest.StartWorker(t, dir, "w")
+	dead, kill := discoverytest.StartWorker(t, dir, "w")
 	_, svcs, _ := backends(dir)
-	discoverytest.MustList(t, svcs, discoverytest.KillService, live, dead)
+	discoverytest.MustList(t, svcs, "w", live, dead)
 	kill()
-	discoverytest.MustList(t, svcs, discoverytest.KillService, live)
+	discoverytest.MustList(t, svcs, "w", live)
 	b, err := os.ReadFile(filepath.Join(dir, "services.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestKilledServiceEntryIsSkipped(t *testing.T) {
 	if err := json.Unmarshal(b, &sf); err != nil {
 		t.Fatal(err)
 	}
-	if got := sf.Services[discoverytest.KillService]; len(got) != 1 || got[0] != live.String() {
+	if got := sf.Services["w"]; len(got) != 1 || got[0] != live.String() {
 		t.Fatalf("file after the listing: %v, want only %s", got, live)
 	}
 }

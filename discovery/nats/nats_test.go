@@ -120,7 +120,7 @@ func TestServiceConformance(t *testing.T) {
 	discoverytest.RunService(t, func(t *testing.T) ext.ServiceDiscovery { return nats.NewServices(connect(t, url), "test") })
 }
 
-// TestServiceKill: three worker processes serve service "w", one is
+// TestServiceKill: three worker processes serve one service, one is
 // SIGKILLed under load; calls by service name go on at once on the two
 // left.
 func TestServiceKill(t *testing.T) {
