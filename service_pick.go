@@ -118,7 +118,7 @@ func answered(err error) bool {
 // passed, whether it answers; only then is it picked again. A user's call
 // never serves as the test.
 func (s *services) maybeProbeLocked(id ext.InstanceID, in *instance) {
-	if in.probing || time.Since(in.failedAt) < ServiceRetryAfter || s.ctx.Err() != nil {
+	if in.probing || time.Since(in.failedAt) < s.retryAfter || s.probe == nil || s.ctx.Err() != nil {
 		return
 	}
 	in.probing = true
@@ -126,7 +126,7 @@ func (s *services) maybeProbeLocked(id ext.InstanceID, in *instance) {
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
-		_, err := s.m.RemoteHandlers(ctx, id)
+		err := s.probe(ctx, id)
 		cancel()
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -214,3 +214,36 @@ func TestWatchKeepsInstances(t *testing.T) {
 		t.Fatalf("a watched service was listed %d times", f.lists)
 	}
 }
+
+// TestSkippedInstanceComesBackWhenItAnswers: once the wait is over, the
+// next pick starts a probe; the instance is picked again only after the
+// probe got an answer, and a probe that fails keeps it skipped.
+func TestSkippedInstanceComesBackWhenItAnswers(t *testing.T) {
+	id := ext.NewInstanceID()
+	s := newTestServices(t, &fakeServices{}, RoundRobin, id)
+	answer := make(chan error)
+	s.retryAfter = 0
+	s.probe = func(_ context.Context, got ext.InstanceID) error {
+		if got != id {
+			t.Errorf("probed %s, want %s", got, id)
+		}
+		return <-answer
+	}
+	ctx := context.Background()
+	s.finish(id, nil) // unknown yet: nothing to count
+	_, finish, err := s.pick(ctx, "w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish(ext.ErrPeerUnreachable)
+	for _, probeErr := range []error{ext.ErrPeerUnreachable, nil} {
+		if _, _, err := s.pick(ctx, "w", false); !errors.Is(err, ErrNoInstance) { // starts the probe
+			t.Fatalf("pick while skipped: %v", err)
+		}
+		answer <- probeErr
+		s.wg.Wait() // the probe has applied its answer
+	}
+	if got, _, err := s.pick(ctx, "w", false); err != nil || got != id {
+		t.Fatalf("pick after the probe answered: %s, %v", got, err)
+	}
+}

@@ -20,7 +20,10 @@ import (
 type services struct {
 	disc   ext.ServiceDiscovery
 	picker Picker
-	m      *messenger.Messenger
+	// probe asks a skipped instance whether it answers, once retryAfter
+	// has passed since its failure (tests replace both).
+	probe      func(ctx context.Context, id ext.InstanceID) error
+	retryAfter time.Duration
 
 	ctx    context.Context // ends the watches and probes at Shutdown
 	cancel context.CancelFunc
@@ -49,10 +52,17 @@ type instance struct {
 
 func newServices(c serviceConfig, m *messenger.Messenger) *services {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &services{
-		disc: c.disc, picker: c.picker, m: m, ctx: ctx, cancel: cancel,
+	s := &services{
+		disc: c.disc, picker: c.picker, retryAfter: ServiceRetryAfter, ctx: ctx, cancel: cancel,
 		sets: map[string]*serviceSet{}, insts: map[ext.InstanceID]*instance{},
 	}
+	if m != nil {
+		s.probe = func(ctx context.Context, id ext.InstanceID) error {
+			_, err := m.RemoteHandlers(ctx, id)
+			return err
+		}
+	}
+	return s
 }
 
 // ids returns the current instances of service, refreshing them first
