@@ -53,13 +53,19 @@ func (n *Node) Unary(ctx context.Context, target ext.Target, handler string, pay
 // messenger.Messenger.UnaryAsync for when and where done runs. A service
 // target is resolved before UnaryAsync returns.
 func (n *Node) UnaryAsync(ctx context.Context, target ext.Target, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	if id, ok := target.(ext.InstanceID); ok {
+		// No wrapper: a callback made per call would cost an allocation.
+		return n.m.UnaryAsync(ctx, id, handler, payload, done, opts...)
+	}
 	id, finish, err := n.resolve(ctx, target)
 	if err != nil {
 		return err
 	}
 	err = n.m.UnaryAsync(ctx, id, handler, payload, func(resp []byte, err error) {
 		finish(err)
-		done(resp, err)
+		if done != nil {
+			done(resp, err)
+		}
 	}, opts...)
 	if err != nil {
 		finish(err)
@@ -121,18 +127,21 @@ func TypedUnary[Resp, Req any](ctx context.Context, n *Node, target ext.Target, 
 // TypedUnaryAsync is TypedUnary with a callback instead of a waiting
 // goroutine; see messenger.Messenger.UnaryAsync for when and where done runs.
 func TypedUnaryAsync[Resp, Req any](ctx context.Context, n *Node, target ext.Target, handler string, req Req, done func(Resp, error), opts ...CallOption) error {
+	if id, ok := target.(ext.InstanceID); ok {
+		return messenger.TypedUnaryAsync(ctx, n.m, id, handler, req, done, opts...)
+	}
 	id, finish, err := n.resolve(ctx, target)
 	if err != nil {
 		return err
 	}
-	var wrapped func(Resp, error)
-	if done != nil {
-		wrapped = func(r Resp, err error) {
-			finish(err)
-			done(r, err)
-		}
+	if done == nil { // the messenger refuses it; say so without a pick counted
+		finish(nil)
+		return messenger.TypedUnaryAsync(ctx, n.m, id, handler, req, done, opts...)
 	}
-	err = messenger.TypedUnaryAsync(ctx, n.m, id, handler, req, wrapped, opts...)
+	err = messenger.TypedUnaryAsync(ctx, n.m, id, handler, req, func(r Resp, err error) {
+		finish(err)
+		done(r, err)
+	}, opts...)
 	if err != nil {
 		finish(err)
 	}
