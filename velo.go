@@ -6,6 +6,12 @@
 //	node.RegisterPeer(other.PeerInfo())
 //	resp, err := node.Unary(ctx, other.InstanceID(), "ping", nil)
 //
+// A call's target is an instance id or a service name: with
+// WithDiscovery and WithServiceDiscovery, workers call
+// node.RegisterService(ctx, "llm-worker") and callers call
+// node.Unary(ctx, velo.Service("llm-worker"), ...), which picks a live
+// instance (see Service).
+//
 // Every call that can wait takes a context; its deadline is the call's
 // timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded),
 // and travels to the handler, whose Context.Context carries it and ends
@@ -44,6 +50,9 @@ type Node struct {
 	// Rendezvous stages large payloads by handle; the messenger uses it for
 	// every request payload above its threshold (transparent staging).
 	Rendezvous *rendezvous.Manager
+
+	svc       *services // nil without WithServiceDiscovery
+	publishes bool      // New published the PeerInfo (WithDiscovery)
 }
 
 // Option configures New. Only this package makes them.
@@ -51,6 +60,7 @@ type Option struct {
 	apply  func(*messenger.Config)
 	stream []streaming.NodeOption
 	rv     func(*rendezvous.Config)
+	svc    func(*serviceConfig)
 }
 
 // WithStagedFetchTimeout bounds how long this node fetches a staged request
@@ -155,7 +165,11 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var cfg messenger.Config
 	var sopts []streaming.NodeOption
 	var rvc rendezvous.Config
+	var svcc serviceConfig
 	for _, o := range opts {
+		if o.svc != nil {
+			o.svc(&svcc)
+		}
 		if o.apply != nil {
 			o.apply(&cfg)
 		}
@@ -207,10 +221,15 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			return nil, err
 		}
 	}
-	return &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv}, nil
+	n := &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv, publishes: cfg.Discovery != nil}
+	if svcc.disc != nil {
+		n.svc = newServices(svcc, m)
+	}
+	return n, nil
 }
 
-// Shutdown drains and stops the node, as http.Server.Shutdown does: new
+// Shutdown drains and stops the node, as http.Server.Shutdown does: the
+// node's service registrations (RegisterService) are withdrawn, new
 // requests are refused at once (their callers get ErrShuttingDown), the
 // requests already accepted run until none is left or ctx is done, then
 // the transports stop, the remote event waits still pending fail, and the
@@ -218,10 +237,17 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 // returns ctx's error when ctx cut the drain short; an already done ctx
 // stops without draining.
 func (n *Node) Shutdown(ctx context.Context) error {
+	werr := n.withdrawServices(ctx)
 	err := n.m.Shutdown(ctx)
+	if n.svc != nil {
+		n.svc.close()
+	}
 	n.Events.Close()
 	n.Streams.Close()
 	n.Rendezvous.Close()
+	if err == nil {
+		err = werr
+	}
 	return err
 }
 
@@ -257,41 +283,6 @@ func (n *Node) UnregisterPeer(id ext.InstanceID) { n.m.UnregisterPeer(id) }
 // DiscoverAndRegisterPeer looks a peer up through discovery and registers it.
 func (n *Node) DiscoverAndRegisterPeer(ctx context.Context, id ext.InstanceID) error {
 	return n.m.DiscoverAndRegisterPeer(ctx, id)
-}
-
-// Send is fire-and-forget: it returns once a transport took the message.
-// A message the transport later fails to deliver is counted (Undelivered)
-// and reported to WithUndeliveredHandler.
-func (n *Node) Send(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
-	return n.m.Send(ctx, target, handler, payload, opts...)
-}
-
-// Sync waits until the remote handler has run; its error comes back as a
-// *RemoteError.
-func (n *Node) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
-	return n.m.Sync(ctx, target, handler, payload, opts...)
-}
-
-// Unary returns the remote handler's answer. The deadline of ctx bounds
-// the whole call.
-func (n *Node) Unary(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
-	return n.m.Unary(ctx, target, handler, payload, opts...)
-}
-
-// UnaryAsync is Unary with a callback instead of a waiting goroutine; see
-// messenger.Messenger.UnaryAsync for when and where done runs.
-func (n *Node) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
-	return n.m.UnaryAsync(ctx, target, handler, payload, done, opts...)
-}
-
-// RemoteHandlers lists the user handlers of a peer, asking it.
-func (n *Node) RemoteHandlers(ctx context.Context, target ext.InstanceID) ([]string, error) {
-	return n.m.RemoteHandlers(ctx, target)
-}
-
-// WaitForHandler returns once target serves handler, or ctx ends.
-func (n *Node) WaitForHandler(ctx context.Context, target ext.InstanceID, handler string) error {
-	return n.m.WaitForHandler(ctx, target, handler)
 }
 
 // Undelivered is how many messages to peer the transports took and then
@@ -391,15 +382,3 @@ func WithDrainExempt() HandlerOption { return messenger.WithDrainExempt() }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
 func WithHeaders(h map[string]string) CallOption { return messenger.WithHeaders(h) }
-
-// TypedUnary calls a typed handler: req goes as JSON, the answer is
-// decoded into Resp. Req is inferred: velo.TypedUnary[Answer](ctx, n, ...).
-func TypedUnary[Resp, Req any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req Req, opts ...CallOption) (Resp, error) {
-	return messenger.TypedUnary[Resp](ctx, n.m, target, handler, req, opts...)
-}
-
-// TypedUnaryAsync is TypedUnary with a callback instead of a waiting
-// goroutine; see messenger.Messenger.UnaryAsync for when and where done runs.
-func TypedUnaryAsync[Resp, Req any](ctx context.Context, n *Node, target ext.InstanceID, handler string, req Req, done func(Resp, error), opts ...CallOption) error {
-	return messenger.TypedUnaryAsync(ctx, n.m, target, handler, req, done, opts...)
-}

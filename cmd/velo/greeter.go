@@ -12,7 +12,6 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/discovery/fs"
-	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -31,13 +30,15 @@ func peersFile(dir string) string    { return filepath.Join(dir, "peers.json") }
 func servicesFile(dir string) string { return filepath.Join(dir, "services.json") }
 
 // newDemoNode is a node on loopback TCP that publishes itself, and finds
-// its peers, in the discovery folder dir.
+// its peers and services, in the discovery folder dir.
 func newDemoNode(ctx context.Context, dir string) (*velo.Node, error) {
 	tr, err := tcp.New()
 	if err != nil {
 		return nil, err
 	}
-	return velo.New(ctx, velo.WithTransport(tr), velo.WithDiscovery(fs.NewPeers(peersFile(dir))))
+	return velo.New(ctx, velo.WithTransport(tr),
+		velo.WithDiscovery(fs.NewPeers(peersFile(dir))),
+		velo.WithServiceDiscovery(fs.NewServices(servicesFile(dir))))
 }
 
 // serveGreeter runs the greeter. Its first line on out tells the parent
@@ -57,26 +58,18 @@ func serveGreeter(dir string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	reg, err := publishGreeter(ctx, node, dir)
-	if err != nil {
+	if err := node.RegisterService(ctx, greeterService); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "greeter (pid %d): node %s serves %q and registered as service %q\n",
 		pid, node.InstanceID(), helloHandler, greeterService)
 	waitForStop(in)
-	if err := reg.Unregister(ctx); err != nil {
-		return err
-	}
+	// Shutdown withdraws the service entry first, then the peer entry.
 	if err := shutdownWithin(node, 2*time.Second); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "greeter (pid %d): withdrew its service and peer entries and shut down\n", pid)
 	return nil
-}
-
-// publishGreeter adds node to the greeter service; the guard removes it.
-func publishGreeter(ctx context.Context, node *velo.Node, dir string) (ext.Registration, error) {
-	return fs.NewServices(servicesFile(dir)).RegisterServiceInstance(ctx, greeterService, node.InstanceID())
 }
 
 // waitForStop returns when in ends or SIGINT or SIGTERM arrives.

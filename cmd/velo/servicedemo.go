@@ -13,7 +13,6 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/discovery/fs"
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/transport/tcp"
 )
 
 // runDemo runs the two-process demo, or, with the hidden --serve-greeter,
@@ -87,11 +86,11 @@ func demo(ctx context.Context, w io.Writer) (run demoRun, err error) {
 		return run, err
 	}
 	defer shutdownWithin(node, 2*time.Second)
-	if run.greeter, err = findGreeter(ctx, w, node, run.dir); err != nil {
+	if run.greeter, err = findGreeter(ctx, w, node); err != nil {
 		return run, err
 	}
 	for _, name := range demoNames {
-		answer, err := greet(ctx, w, node, run.greeter, name)
+		answer, err := greet(ctx, w, node, name)
 		if err != nil {
 			return run, err
 		}
@@ -120,38 +119,25 @@ func demo(ctx context.Context, w io.Writer) (run demoRun, err error) {
 	return run, nil
 }
 
-// findGreeter resolves the service name to an instance through the
-// service file, then lets the node look up that instance's address in the
-// peer file.
-func findGreeter(ctx context.Context, w io.Writer, node *velo.Node, dir string) (ext.InstanceID, error) {
-	ids, err := fs.NewServices(servicesFile(dir)).ListService(ctx, greeterService)
+// findGreeter asks the node which instance a call to the greeter service
+// would go to (the node lists the service in the service file, and finds
+// the instance's address in the peer file when it first calls it).
+func findGreeter(ctx context.Context, w io.Writer, node *velo.Node) (ext.InstanceID, error) {
+	id, err := node.Pick(ctx, greeterService)
 	if err != nil {
 		return ext.InstanceID{}, err
 	}
-	if len(ids) == 0 {
-		return ext.InstanceID{}, fmt.Errorf("service %q has no instance", greeterService)
-	}
-	if err := node.DiscoverAndRegisterPeer(ctx, ids[0]); err != nil {
-		return ext.InstanceID{}, err
-	}
-	info, err := fs.NewPeers(peersFile(dir)).DiscoverInstance(ctx, ids[0])
-	if err != nil {
-		return ext.InstanceID{}, err
-	}
-	addr, err := tcp.DialAddr(info.Address[tcp.Key])
-	if err != nil {
-		return ext.InstanceID{}, err
-	}
-	fmt.Fprintf(w, "  this process (pid %d) looked up service %q: instance %s at %s\n", os.Getpid(), greeterService, ids[0], addr)
-	return ids[0], nil
+	fmt.Fprintf(w, "  this process (pid %d) resolved service %q: instance %s\n", os.Getpid(), greeterService, id)
+	return id, nil
 }
 
 // greet calls the greeter's hello handler with name and prints the answer.
-func greet(ctx context.Context, w io.Writer, node *velo.Node, target ext.InstanceID, name string) (string, error) {
+// The call names the service, not the instance.
+func greet(ctx context.Context, w io.Writer, node *velo.Node, name string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	resp, err := node.Unary(ctx, target, helloHandler, []byte(name))
+	resp, err := node.Unary(ctx, velo.Service(greeterService), helloHandler, []byte(name))
 	if err != nil {
 		return "", fmt.Errorf("calling %s on service %q: %w", helloHandler, greeterService, err)
 	}

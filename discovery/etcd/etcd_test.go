@@ -23,6 +23,14 @@ import (
 var endpoint string
 
 func TestMain(m *testing.M) {
+	discoverytest.ServeWorkerIfChild(func(addr string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, nil, err
+		}
+		d := etcd.New(cli, "test", etcd.WithLeaseTTL(time.Second))
+		return d, d, nil
+	})
 	if os.Getenv(discoverytest.ChildEnv) != "" {
 		discoverytest.RunChild(registerInChild)
 		return
@@ -224,4 +232,14 @@ func TestKilledProcessVanishesWithinTTL(t *testing.T) {
 	if took < ttl/2 || took > ttl+time.Second {
 		t.Fatalf("vanished after %v; want about the TTL %v", took, ttl)
 	}
+}
+
+// TestServiceKill: three worker processes serve one service, one is
+// SIGKILLed under load; calls by service name go on on the two left,
+// long before its lease expires.
+func TestServiceKill(t *testing.T) {
+	discoverytest.RunServiceKill(t, endpoint, func(string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
+		d := open(t)
+		return d, d, nil
+	})
 }

@@ -18,6 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	discoverytest.ServeWorkerIfChild(backends)
 	if os.Getenv("VELO_FS_CHILD") != "" {
 		childRegister()
 		return
@@ -176,4 +177,55 @@ func childRegister() {
 			os.Exit(1)
 		}
 	}
+}
+
+// backends are the two files of a discovery folder, for a worker process
+// or a caller.
+func backends(dir string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
+	p := fs.NewPeers(filepath.Join(dir, "peers.json"))
+	s := fs.NewServices(filepath.Join(dir, "services.json"))
+	s.PollInterval = 50 * time.Millisecond
+	return p, s, nil
+}
+
+// TestServiceKill: three worker processes serve one service, one is
+// SIGKILLed under load; calls by service name go on on the two left.
+func TestServiceKill(t *testing.T) {
+	discoverytest.RunServiceKill(t, t.TempDir(), backends)
+}
+
+// TestKilledServiceEntryIsSkipped: a worker process registered in a
+// service and SIGKILLed leaves its entry in the file, but its liveness
+// lock went with it: the next listing skips the entry and prunes it.
+func TestKilledServiceEntryIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	live, _ := discoverytest.StartWorker(t, dir, "w")
+	dead, kill := discoverytest.StartWorker(t, dir, "w")
+	_, svcs, _ := backends(dir)
+	discoverytest.MustList(t, svcs, "w", live, dead)
+	kill()
+	discoverytest.MustList(t, svcs, "w", live)
+	b, err := os.ReadFile(filepath.Join(dir, "services.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sf struct{ Services map[string][]string }
+	if err := json.Unmarshal(b, &sf); err != nil {
+		t.Fatal(err)
+	}
+	if got := sf.Services["w"]; len(got) != 1 || got[0] != live.String() {
+		t.Fatalf("file after the listing: %v, want only %s", got, live)
+	}
+}
+
+// TestEntryWithoutLockIsLive: an entry with no lock file (written by the
+// reference, or by an older version of this package) is listed as before.
+func TestEntryWithoutLockIsLive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.json")
+	id := ext.NewInstanceID()
+	body := `{"services":{"llm":["` + id.String() + `"]}}`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	discoverytest.MustList(t, fs.NewServices(path), "llm", id)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -24,18 +25,28 @@ const DefaultPollInterval = 2 * time.Second
 // ext.ServiceWatcher (by reading the file every PollInterval).
 type Services struct {
 	f jsonFile
+
+	mu   sync.Mutex
+	held map[serviceKey]func() // the liveness locks of this process's entries
 	// PollInterval is how often a watch reads the file; set it before
 	// the first watch. Zero means DefaultPollInterval.
 	PollInterval time.Duration
 }
 
 // NewServices uses the file at path; it is created on the first registration.
-func NewServices(path string) *Services { return &Services{f: jsonFile{path: path}} }
+func NewServices(path string) *Services {
+	return &Services{f: jsonFile{path: path}, held: map[serviceKey]func(){}}
+}
 
-// RegisterService adds id to service; adding it twice is no error.
+// RegisterService adds id to service; adding it twice is no error. The
+// entry lives while this process holds its liveness lock (see the package
+// doc): until UnregisterService, or the process's end, however it ends.
 func (d *Services) RegisterService(_ context.Context, service string, id ext.InstanceID) error {
+	if err := d.hold(service, id); err != nil {
+		return err
+	}
 	var sf serviceFile
-	return d.f.update(&sf, func() error {
+	err := d.f.update(&sf, func() error {
 		if sf.Services == nil {
 			sf.Services = map[string][]string{}
 		}
@@ -44,20 +55,30 @@ func (d *Services) RegisterService(_ context.Context, service string, id ext.Ins
 		}
 		return nil
 	})
+	if err != nil {
+		d.release(service, id)
+	}
+	return err
 }
 
 // UnregisterService removes id from service; a service left empty goes.
 func (d *Services) UnregisterService(_ context.Context, service string, id ext.InstanceID) error {
 	var sf serviceFile
-	return d.f.update(&sf, func() error {
-		ids := slices.DeleteFunc(sf.Services[service], func(s string) bool { return s == id.String() })
-		if len(ids) == 0 {
-			delete(sf.Services, service)
-		} else {
-			sf.Services[service] = ids
-		}
+	err := d.f.update(&sf, func() error {
+		removeEntry(&sf, service, id.String())
 		return nil
 	})
+	d.release(service, id)
+	return err
+}
+
+func removeEntry(sf *serviceFile, service, id string) {
+	ids := slices.DeleteFunc(sf.Services[service], func(s string) bool { return s == id })
+	if len(ids) == 0 {
+		delete(sf.Services, service)
+	} else {
+		sf.Services[service] = ids
+	}
 }
 
 // RegisterServiceInstance registers id and returns a guard that removes it.
@@ -71,8 +92,8 @@ func (d *Services) RegisterServiceInstance(ctx context.Context, service string, 
 // ListService returns the instances of service; entries that are not
 // UUIDs are skipped.
 func (d *Services) ListService(_ context.Context, service string) ([]ext.InstanceID, error) {
-	var sf serviceFile
-	if err := d.f.read(&sf); err != nil {
+	sf, err := d.readLive()
+	if err != nil {
 		return nil, err
 	}
 	var out []ext.InstanceID
@@ -86,8 +107,8 @@ func (d *Services) ListService(_ context.Context, service string) ([]ext.Instanc
 
 // ListServices returns the names of services with at least one instance.
 func (d *Services) ListServices(context.Context) ([]string, error) {
-	var sf serviceFile
-	if err := d.f.read(&sf); err != nil {
+	sf, err := d.readLive()
+	if err != nil {
 		return nil, err
 	}
 	var out []string

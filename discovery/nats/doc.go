@@ -13,4 +13,19 @@
 // is no lease to tune and no stale entry to clean up, and a Rust node can
 // answer or ask on the same subjects. The cost is that a lookup needs the
 // peer alive and connected, which is what a caller wants anyway.
+//
+// Services does the same for service discovery, which the reference has no
+// NATS form of (these subjects are this module's own). An instance
+// registered in a service subscribes to
+//
+//	<cluster>.velo.service.<name>.list   answers with its instance id as text
+//	<cluster>.velo.services              answers with the service's name
+//
+// and publishes "+<id>" on <cluster>.velo.service.<name>.events when it
+// joins and "-<id>" when it leaves in order. A name's bytes other than
+// letters, digits, '-' and '_' are written %XX. A listing is one request on
+// the list subject, gathering replies until none came for ListQuiet (50 ms)
+// or the server says nobody listens. A watch follows the events subject and
+// lists again every PollInterval (1 s), which is how it sees an instance
+// killed without a word: its subscription went with its connection.
 package nats

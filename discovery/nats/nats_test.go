@@ -15,6 +15,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	discoverytest.ServeWorkerIfChild(backends)
 	if os.Getenv(discoverytest.ChildEnv) != "" {
 		discoverytest.RunChild(registerInChild)
 		return
@@ -102,4 +103,68 @@ func TestKilledNodeVanishes(t *testing.T) {
 	}
 	took := discoverytest.MeasureVanish(t, nats.New(connect(t, url), "test"), info, nc.Close, 5*time.Second)
 	t.Logf("a killed node's entry vanished %v after its connection closed", took)
+}
+
+// backends opens both discoveries on one connection of its own, for a
+// worker process or a caller.
+func backends(url string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
+	nc, err := natsgo.Connect(url, natsgo.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	return nats.New(nc, "test"), nats.NewServices(nc, "test"), nil
+}
+
+func TestServiceConformance(t *testing.T) {
+	url := server(t).URL()
+	discoverytest.RunService(t, func(t *testing.T) ext.ServiceDiscovery { return nats.NewServices(connect(t, url), "test") })
+}
+
+// TestServiceKill: three worker processes serve one service, one is
+// SIGKILLed under load; calls by service name go on at once on the two
+// left.
+func TestServiceKill(t *testing.T) {
+	url := server(t).URL()
+	var conns []*natsgo.Conn
+	t.Cleanup(func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	})
+	discoverytest.RunServiceKill(t, url, func(addr string) (ext.PeerDiscovery, ext.ServiceDiscovery, error) {
+		nc, err := natsgo.Connect(addr, natsgo.Timeout(5*time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		conns = append(conns, nc)
+		return nats.New(nc, "test"), nats.NewServices(nc, "test"), nil
+	})
+}
+
+// TestKilledServiceInstanceVanishes: a process registered in a service
+// and killed leaves no entry: its subscription went with its connection.
+func TestKilledServiceInstanceVanishes(t *testing.T) {
+	url := server(t).URL()
+	nc := connect(t, url)
+	id := ext.NewInstanceID()
+	if err := nats.NewServices(nc, "test").RegisterService(t.Context(), "gone", id); err != nil {
+		t.Fatal(err)
+	}
+	d := nats.NewServices(connect(t, url), "test")
+	discoverytest.MustList(t, d, "gone", id)
+	nc.Close()
+	discoverytest.MustList(t, d, "gone")
+}
+
+// TestServiceSubjects pins the subjects, with a name that needs escaping.
+func TestServiceSubjects(t *testing.T) {
+	for got, want := range map[string]string{
+		nats.ServiceSubject("c", "llm-worker"):  "c.velo.service.llm-worker.list",
+		nats.ServiceEventSubject("c", "a.b *>"): "c.velo.service.a%2Eb%20%2A%3E.events",
+		nats.ServicesSubject("c"):               "c.velo.services",
+	} {
+		if got != want {
+			t.Errorf("subject %q, want %q", got, want)
+		}
+	}
 }

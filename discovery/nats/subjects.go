@@ -3,6 +3,7 @@ package nats
 import (
 	"math/big"
 	"strconv"
+	"strings"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -39,4 +40,40 @@ func base58(b []byte) string {
 		out[i], out[j] = out[j], out[i]
 	}
 	return string(out)
+}
+
+// ServiceSubject is the subject every instance of service answers on: a
+// request there gets one reply per live instance, its id as text.
+func ServiceSubject(cluster, service string) string {
+	return cluster + ".velo.service." + subjectToken(service) + ".list"
+}
+
+// ServiceEventSubject carries "+<id>" when an instance joins service and
+// "-<id>" when it leaves in order (a killed one says nothing; watches
+// find it gone by asking again).
+func ServiceEventSubject(cluster, service string) string {
+	return cluster + ".velo.service." + subjectToken(service) + ".events"
+}
+
+// ServicesSubject is where every registration answers with its service's
+// name, for ListServices.
+func ServicesSubject(cluster string) string { return cluster + ".velo.services" }
+
+// subjectToken makes a service name one subject token: bytes other than
+// letters, digits, '-' and '_' become %XX, so that '.', '*', '>' and
+// spaces cannot split or widen a subject.
+func subjectToken(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
