@@ -52,8 +52,9 @@ type anchorState struct {
 	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
 	closed    bool          // the consumer closed the anchor: terminals are discarded
 	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
-	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
+	stopCh    chan struct{} // made on demand; closed by RequestStop only
 	cancelCh  chan struct{} // made on demand; closed by cancel
+	doneCh    chan struct{} // made on demand; closed by the first of the two
 	endErr    error         // the error that ended the stream, returned again
 
 	// The unattached deadline (reservation.go), set while armed: in
@@ -410,9 +411,14 @@ func (st *anchorState) endLocked(err error) {
 }
 
 // requestStop fires the stop signal, now or for a producer that attaches
-// later.
+// later. After a cancel it does nothing: the stream is over, and Stopped
+// means a stop of a live stream only.
 func (st *anchorState) requestStop() {
 	st.mu.Lock()
+	if st.cancelled {
+		st.mu.Unlock()
+		return
+	}
 	first := st.stopLocked()
 	b, feed := st.bind, st.feed
 	var remotes []*remoteBind
@@ -444,16 +450,38 @@ func (st *anchorState) stopLocked() bool {
 	if st.stopCh != nil {
 		close(st.stopCh)
 	}
+	if !st.cancelled {
+		st.closeDoneLocked()
+	}
 	return true
 }
 
-// cancel ends delivery and fires both producer signals. With closing, the
+// closeDoneLocked closes the Done channel: the first stop or cancel.
+func (st *anchorState) closeDoneLocked() {
+	if st.doneCh != nil {
+		close(st.doneCh)
+	}
+}
+
+// causeLocked is why the producer's signals fired, or nil: the first of a
+// stop (ErrStopRequested) and a cancel (ErrCancelled).
+func (st *anchorState) causeLocked() error {
+	switch {
+	case st.stopReq:
+		return ErrStopRequested
+	case st.cancelled:
+		return ErrCancelled
+	}
+	return nil
+}
+
+// cancel ends delivery and fires the producer's Cancelled (and Done, unless
+// a stop fired it first); Stopped stays as it was. With closing, the
 // anchor also leaves the registry and later terminals are discarded;
 // without, the entry stays so that a producer attaching later still sees
 // the cancel.
 func (st *anchorState) cancel(closing bool) {
 	st.mu.Lock()
-	st.stopLocked()
 	// A cancel counts when it ends a live stream: not again, and not on
 	// a stream that had already ended (finalized, expired, ...).
 	counted := !st.cancelled && st.endErr == nil
@@ -462,6 +490,9 @@ func (st *anchorState) cancel(closing bool) {
 		st.cancelled = true
 		if st.cancelCh != nil {
 			close(st.cancelCh)
+		}
+		if !st.stopReq {
+			st.closeDoneLocked()
 		}
 	}
 	st.endLocked(ErrCancelled)
@@ -512,14 +543,29 @@ func (st *anchorState) cancel(closing bool) {
 	}
 }
 
-// signal returns the stop or cancel channel, made on demand so that a
-// stream nobody watches pays nothing for it.
-func (st *anchorState) signal(cancel bool) <-chan struct{} {
+// Kinds of producer signal: the channels of Stopped, Cancelled and Done.
+type signalKind uint8
+
+const (
+	sigStop signalKind = iota
+	sigCancel
+	sigDone
+)
+
+// signal returns the channel of one kind, made on demand so that a stream
+// nobody watches pays nothing for it.
+func (st *anchorState) signal(k signalKind) <-chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	ch, fired := &st.stopCh, st.stopReq
-	if cancel {
+	var ch *chan struct{}
+	var fired bool
+	switch k {
+	case sigStop:
+		ch, fired = &st.stopCh, st.stopReq
+	case sigCancel:
 		ch, fired = &st.cancelCh, st.cancelled
+	default:
+		ch, fired = &st.doneCh, st.stopReq || st.cancelled
 	}
 	if fired {
 		return closedChan
@@ -528,6 +574,13 @@ func (st *anchorState) signal(cancel bool) <-chan struct{} {
 		*ch = make(chan struct{})
 	}
 	return *ch
+}
+
+// cause is causeLocked under the lock.
+func (st *anchorState) cause() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.causeLocked()
 }
 
 // ring is a FIFO of frames that grows as needed. The capacity limit is the
