@@ -382,6 +382,7 @@ func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
 
 // end ends this producer with its terminal frame.
 func (s *MPSCSender[T]) end(frame []byte) error {
+	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
 	if s.mx != nil {
 		return s.mx.terminate(frame, false)
 	}

@@ -47,10 +47,10 @@ type remoteSender struct {
 	active    bool // a frame was queued since the last heartbeat (heartbeat.go)
 	done      bool // a terminal is queued
 	cancelled bool
-	stopped   bool  // stopCh is closed
-	why       error // the first signal's cause (Sender.Context)
+	stopped   bool        // stopCh is closed
+	why       error       // the first signal's cause (Sender.Context)
 	lossTimer *time.Timer // the grace of a connection that ended before any message
-	closing   bool // the pump closed the connection after the terminal
+	closing   bool        // the pump closed the connection after the terminal
 	retirement
 }
 
@@ -79,6 +79,7 @@ func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
 }
 
 func (s *Sender[T]) end(frame []byte, detach bool) error {
+	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
 	if s.mx != nil {
 		// Close never waits; Finalize and Detach wait for the answer to
 		// a pipelined attach, so that they report its refusal.
@@ -404,15 +405,29 @@ func (rs *remoteSender) stop() {
 	rs.mu.Unlock()
 }
 
+// awaitFail waits for fail: the cancel message, the node's loss or the
+// grace of connEnded.
+func (rs *remoteSender) awaitFail() {
+	for {
+		rs.mu.Lock()
+		c := rs.cancelled
+		rs.mu.Unlock()
+		if c {
+			return
+		}
+		<-rs.pumpWake
+	}
+}
+
 // connLossGrace is how long a connection that ended before any message
 // waits for the consumer's _stream_cancel, which travels on the
 // messenger's connection and may arrive after the close it preceded: a
 // cancel then reads as ErrCancelled, not as a lost consumer. A lost node
 // (peerLost) does not wait.
-const connLossGrace = 20 * time.Millisecond
+const connLossGrace = 50 * time.Millisecond
 
-// connEnded is the watcher's end: the consumer closed the connection (its
-// cancel's backstop) or went away. Closed by this side (Close, the
+// connEnded is the watcher's end, or a failed write: the consumer closed
+// the connection (its cancel's backstop) or went away. Closed by this side (Close, the
 // terminal written), fail does nothing.
 func (rs *remoteSender) connEnded() {
 	rs.mu.Lock()
@@ -465,7 +480,8 @@ func (rs *remoteSender) pump() {
 			rs.mu.Lock()
 			rs.closing = false
 			rs.mu.Unlock()
-			rs.fail(ErrConsumerLost)
+			rs.connEnded() // most often the consumer's cancel closed it
+			rs.awaitFail() // registered until then: the cancel message may follow
 			rs.retire(RetireDiscarded)
 			return
 		}

@@ -47,38 +47,68 @@ func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
 
 // senderContext is the context a Sender hands out, made on first use.
 type senderContext struct {
-	once sync.Once
-	ctx  context.Context
+	mu     sync.Mutex
+	ctx    context.Context
+	endCh  chan struct{} // closed when the Sender ends, once a context waits
+	closed bool          // the Sender ended (Finalize, Detach, Close)
 }
 
 // get returns the context, made on the first call: done when sig fires
-// (the cause is its cause) or when retired closes (ErrSenderClosed). One
-// goroutine waits for the first of the two; every Sender ends (Finalize,
-// Detach or Close), and every consumer end fires the signal, so it does
+// (the cause is its cause) or when the Sender ends (ErrSenderClosed),
+// whichever came first. One goroutine waits for the first of the two;
+// every Sender ends, and every consumer end fires the signal, so it does
 // not outlive the stream.
-func (c *senderContext) get(sig signaller, retired func() <-chan struct{}) context.Context {
-	c.once.Do(func() {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		c.ctx = ctx
-		done, ret := sig.signalCh(sigDone), retired()
-		go func() {
-			select {
-			case <-done:
-			case <-ret:
-			}
-			select {
-			case <-done:
-				why := sig.cause()
-				if why == nil {
-					why = ErrCancelled
-				}
-				cancel(why)
-			default:
-				cancel(ErrSenderClosed)
-			}
-		}()
-	})
-	return c.ctx
+func (c *senderContext) get(sig signaller) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx != nil {
+		return c.ctx
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	c.ctx = ctx
+	done := sig.signalCh(sigDone)
+	if c.closed {
+		select {
+		case <-done:
+			cancel(causeOf(sig))
+		default:
+			cancel(ErrSenderClosed)
+		}
+		return ctx
+	}
+	c.endCh = make(chan struct{})
+	go func(ended <-chan struct{}) {
+		select {
+		case <-done:
+		case <-ended:
+		}
+		select {
+		case <-done: // a signal that came first, or with the end, wins
+			cancel(causeOf(sig))
+		default:
+			cancel(ErrSenderClosed)
+		}
+	}(c.endCh)
+	return ctx
+}
+
+// ended records the Sender's end: its context, if any, ends now.
+func (c *senderContext) ended() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		if c.endCh != nil {
+			close(c.endCh)
+		}
+	}
+}
+
+func causeOf(sig signaller) error {
+	if why := sig.cause(); why != nil {
+		return why
+	}
+	return ErrCancelled
 }
 
 // signals is the signaller of s's path.
@@ -114,7 +144,7 @@ func (s *Sender[T]) Done() <-chan struct{} { return s.signals().signalCh(sigDone
 // first that happened. Pass it to the work that makes the items, so that
 // it ends with the stream. A producer that sends its last items after a
 // stop must not send them under this context.
-func (s *Sender[T]) Context() context.Context { return s.lc.get(s.signals(), s.Retired) }
+func (s *Sender[T]) Context() context.Context { return s.lc.get(s.signals()) }
 
 // signals is the signaller of s's path.
 func (s *MPSCSender[T]) signals() signaller {
@@ -142,4 +172,4 @@ func (s *MPSCSender[T]) Done() <-chan struct{} { return s.signals().signalCh(sig
 
 // Context is as Sender.Context: done on a stop, a cancel, a loss or this
 // producer's end, with the cause.
-func (s *MPSCSender[T]) Context() context.Context { return s.lc.get(s.signals(), s.Retired) }
+func (s *MPSCSender[T]) Context() context.Context { return s.lc.get(s.signals()) }
