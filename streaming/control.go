@@ -77,7 +77,10 @@ func (r *remote) registerControl() error {
 			return err
 		}
 	}
-	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) { r.peerLost(peer.WorkerID()) })
+	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) {
+		r.m.openerLost(peer) // first: its pending binds end as lost openers, not as drops
+		r.peerLost(peer.WorkerID())
+	})
 	return nil
 }
 

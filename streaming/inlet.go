@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -48,6 +49,7 @@ type anchorState struct {
 	dataWait  chan struct{} // a consumer waits for a frame or an end
 	spaceWait chan struct{} // senders wait for room or a state change
 	attached  bool
+	local     bool // the attached producer is on this worker (AttachAnchor)
 	stopReq   bool
 	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
 	closed    bool          // the consumer closed the anchor: terminals are discarded
@@ -69,6 +71,8 @@ type anchorState struct {
 	bind *remoteBind
 
 	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
+
+	opener ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
 
 	// feed is the mux slot that fills the inlet, while one does
 	// (mux_ingress.go): each frame the consumer takes returns its credit.
@@ -331,7 +335,7 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		st.wakeData()
 	}
 	if detach {
-		st.attached = false
+		st.attached, st.local = false, false
 		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
