@@ -56,7 +56,7 @@ type anchorState struct {
 	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
 	stopCh    chan struct{} // made on demand; closed by RequestStop only
 	cancelCh  chan struct{} // made on demand; closed by cancel
-	doneCh    chan struct{} // made on demand; closed by the first of the two
+	extra     *anchorExtra  // made on demand: what few anchors use
 	endErr    error         // the error that ended the stream, returned again
 
 	// The unattached deadline (reservation.go), set while armed: in
@@ -71,8 +71,6 @@ type anchorState struct {
 	bind *remoteBind
 
 	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
-
-	opener ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
 
 	// feed is the mux slot that fills the inlet, while one does
 	// (mux_ingress.go): each frame the consumer takes returns its credit.
@@ -460,11 +458,59 @@ func (st *anchorState) stopLocked() bool {
 	return true
 }
 
-// closeDoneLocked closes the Done channel: the first stop or cancel.
+// closeDoneLocked closes the Done channel and ends the producers'
+// contexts: the first stop or cancel, whose cause causeLocked then says.
 func (st *anchorState) closeDoneLocked() {
-	if st.doneCh != nil {
-		close(st.doneCh)
+	x := st.extra
+	if x == nil {
+		return
 	}
+	if x.doneCh != nil {
+		close(x.doneCh)
+	}
+	why := st.causeLocked()
+	for _, fn := range x.onFire {
+		fn(why)
+	}
+	x.onFire = nil
+}
+
+// anchorExtra holds the fields of an anchor that most streams never use,
+// out of line: every unattached anchor pays for anchorState.
+type anchorExtra struct {
+	doneCh chan struct{}  // made on demand; closed by the first stop or cancel
+	onFire []func(error)  // Sender.Context's cancels, run by the first stop or cancel
+	opener ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
+}
+
+// extraLocked returns st.extra, made if needed.
+func (st *anchorState) extraLocked() *anchorExtra {
+	if st.extra == nil {
+		st.extra = new(anchorExtra)
+	}
+	return st.extra
+}
+
+// openerID is the instance named by ExpectOpener, or zero. It is set
+// before the anchor is registered and never changes.
+func (st *anchorState) openerID() ext.InstanceID {
+	if st.extra == nil {
+		return ext.InstanceID{}
+	}
+	return st.extra.opener
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if a signal has fired already (fn is then not kept).
+func (st *anchorState) watchFire(fn func(error)) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if why := st.causeLocked(); why != nil {
+		return why
+	}
+	x := st.extraLocked()
+	x.onFire = append(x.onFire, fn)
+	return nil
 }
 
 // causeLocked is why the producer's signals fired, or nil: the first of a
@@ -569,7 +615,7 @@ func (st *anchorState) signal(k signalKind) <-chan struct{} {
 	case sigCancel:
 		ch, fired = &st.cancelCh, st.cancelled
 	default:
-		ch, fired = &st.doneCh, st.stopReq || st.cancelled
+		ch, fired = &st.extraLocked().doneCh, st.stopReq || st.cancelled
 	}
 	if fired {
 		return closedChan

@@ -166,8 +166,8 @@ func (m *Manager) remove(st *anchorState) {
 	s.mu.Unlock()
 	if mine {
 		m.unattached.Remove(id)
-		if st.opener != (ext.InstanceID{}) {
-			m.openers.drop(st.opener, st)
+		if id := st.openerID(); id != (ext.InstanceID{}) {
+			m.openers.drop(id, st)
 		}
 	}
 }
@@ -245,7 +245,9 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	a.st.mgr = m
 	a.st.capLim = int32(cfg.capacity)
 	a.st.lifetime = cfg.unattached
-	a.st.opener = cfg.opener
+	if cfg.opener != (ext.InstanceID{}) {
+		a.st.extraLocked().opener = cfg.opener // before anyone else sees the anchor
+	}
 	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed
 	}

@@ -138,6 +138,7 @@ type outSlot struct {
 	cancelCh  chan struct{} // closed by a cancel or a loss
 	doneCh    chan struct{} // closed by the first of the two
 	why       error         // the first signal's cause (Sender.Context)
+	onFire    []func(error) // Sender.Context's cancel, run by the first signal
 	spaceWait chan struct{}
 	retirement
 }
@@ -1215,7 +1216,23 @@ func (s *outSlot) fireLocked(why error) {
 		if s.doneCh != nil {
 			close(s.doneCh)
 		}
+		for _, fn := range s.onFire {
+			fn(why)
+		}
+		s.onFire = nil
 	}
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if one has fired already.
+func (s *outSlot) watchFire(fn func(error)) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.why != nil {
+		return s.why
+	}
+	s.onFire = append(s.onFire, fn)
+	return nil
 }
 
 // cause is the first signal's cause, or nil.

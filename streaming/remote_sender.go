@@ -47,10 +47,11 @@ type remoteSender struct {
 	active    bool // a frame was queued since the last heartbeat (heartbeat.go)
 	done      bool // a terminal is queued
 	cancelled bool
-	stopped   bool        // stopCh is closed
-	why       error       // the first signal's cause (Sender.Context)
-	lossTimer *time.Timer // the grace of a connection that ended before any message
-	closing   bool        // the pump closed the connection after the terminal
+	stopped   bool          // stopCh is closed
+	why       error         // the first signal's cause (Sender.Context)
+	onFire    []func(error) // Sender.Context's cancel, run by the first signal
+	lossTimer *time.Timer   // the grace of a connection that ended before any message
+	closing   bool          // the pump closed the connection after the terminal
 	retirement
 }
 
@@ -382,7 +383,23 @@ func (rs *remoteSender) fireLocked(why error) {
 	if rs.why == nil {
 		rs.why = why
 		close(rs.doneCh)
+		for _, fn := range rs.onFire {
+			fn(why)
+		}
+		rs.onFire = nil
 	}
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if one has fired already.
+func (rs *remoteSender) watchFire(fn func(error)) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.why != nil {
+		return rs.why
+	}
+	rs.onFire = append(rs.onFire, fn)
+	return nil
 }
 
 // cause is the first signal's cause, or nil.

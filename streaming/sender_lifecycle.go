@@ -24,6 +24,10 @@ import (
 type signaller interface {
 	signalCh(k signalKind) <-chan struct{}
 	cause() error // the first signal's cause, nil before
+	// watchFire runs fn with the cause at the first signal (under the
+	// path's lock: fn must not block), or returns the cause if a signal
+	// has fired already.
+	watchFire(fn func(error)) error
 }
 
 // The three paths implement signaller.
@@ -45,70 +49,42 @@ func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
 	return rs.doneCh
 }
 
-// senderContext is the context a Sender hands out, made on first use.
+// senderContext is the context a Sender hands out, made on first use. It
+// ends in step with the signal: the path cancels it as it closes Done, so
+// a producer whose send failed with ErrCancelled already reads the cause.
 type senderContext struct {
 	mu     sync.Mutex
 	ctx    context.Context
-	endCh  chan struct{} // closed when the Sender ends, once a context waits
-	closed bool          // the Sender ended (Finalize, Detach, Close)
+	cancel context.CancelCauseFunc
+	closed bool // the Sender ended (Finalize, Detach, Close)
 }
 
-// get returns the context, made on the first call: done when sig fires
-// (the cause is its cause) or when the Sender ends (ErrSenderClosed),
-// whichever came first. One goroutine waits for the first of the two;
-// every Sender ends, and every consumer end fires the signal, so it does
-// not outlive the stream.
+// get returns the context, made on the first call: done at the first
+// signal (its cause) or at the Sender's end (ErrSenderClosed).
 func (c *senderContext) get(sig signaller) context.Context {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx != nil {
 		return c.ctx
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	c.ctx = ctx
-	done := sig.signalCh(sigDone)
-	if c.closed {
-		select {
-		case <-done:
-			cancel(causeOf(sig))
-		default:
-			cancel(ErrSenderClosed)
-		}
-		return ctx
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	if why := sig.watchFire(c.cancel); why != nil {
+		c.cancel(why)
+	} else if c.closed {
+		c.cancel(ErrSenderClosed)
 	}
-	c.endCh = make(chan struct{})
-	go func(ended <-chan struct{}) {
-		select {
-		case <-done:
-		case <-ended:
-		}
-		select {
-		case <-done: // a signal that came first, or with the end, wins
-			cancel(causeOf(sig))
-		default:
-			cancel(ErrSenderClosed)
-		}
-	}(c.endCh)
-	return ctx
+	return c.ctx
 }
 
-// ended records the Sender's end: its context, if any, ends now.
+// ended records the Sender's end: its context, if any, ends now, unless a
+// signal ended it first.
 func (c *senderContext) ended() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed {
-		c.closed = true
-		if c.endCh != nil {
-			close(c.endCh)
-		}
+	c.closed = true
+	if c.cancel != nil {
+		c.cancel(ErrSenderClosed)
 	}
-}
-
-func causeOf(sig signaller) error {
-	if why := sig.cause(); why != nil {
-		return why
-	}
-	return ErrCancelled
 }
 
 // signals is the signaller of s's path.
