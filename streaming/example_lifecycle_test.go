@@ -116,3 +116,28 @@ func ExampleAnchor_All() {
 	// token 1
 	// producer stopped: true
 }
+
+// An anchor whose handle goes to one known worker instance: if that
+// instance is reported lost before its stream flows, Next fails with
+// ErrOpenerLost at once instead of after the reservation window. (Not run:
+// it needs a node's Manager and a peer; internal/robustness kills a real
+// one.)
+func ExampleExpectOpener() {
+	var node *streaming.Manager // node.Streams of a velo.Node
+	var worker ext.InstanceID   // the instance that will attach
+	ctx := context.Background()
+
+	anchor, err := streaming.CreateAnchor[[]byte](node, streaming.ExpectOpener(worker))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer anchor.Close()
+	// ... send anchor.Handle() to worker in a request ...
+	for item, err := range anchor.All(ctx) {
+		if errors.Is(err, streaming.ErrOpenerLost) {
+			log.Printf("worker %v died before it attached", worker)
+			return
+		}
+		_ = item
+	}
+}
