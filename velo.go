@@ -10,6 +10,11 @@
 // timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded),
 // and travels to the handler, whose Context.Context carries it and ends
 // when the caller cancels or is lost.
+//
+// A handler's error can carry a Code that the caller reads (Errorf,
+// NewError, ErrorCode), numbered as gRPC numbers its status codes; the
+// library's sentinels keep their identity for errors.Is across the wire.
+//
 // A Node is a pointer: copies share one instance. Call Shutdown to drain
 // and stop it.
 package velo

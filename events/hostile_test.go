@@ -161,8 +161,8 @@ func TestTriggerRequestIsTheSenders(t *testing.T) {
 		return triggerRequestBody(e.Handle(), b, u128(id.Hi, id.Lo))
 	})
 	var re *messenger.RemoteError
-	if !errors.As(err, &re) || re.Code != "event_not_sender" {
-		t.Fatalf("a request naming another requester: %v, want the code event_not_sender", err)
+	if !errors.As(err, &re) || re.Reason != "event_not_sender" || !errors.Is(err, events.ErrNotSender) {
+		t.Fatalf("a request naming another requester: %v, want the reason event_not_sender", err)
 	}
 	if got := a.Events.Refusals().NotSender; got != before+2 {
 		t.Fatalf("NotSender = %d, want %d", got, before+2)

@@ -476,13 +476,6 @@ func (r *remote) onTrigger(c *messenger.Context) {
 	}
 }
 
-// Codes of a refused trigger request, in the acknowledgement's header map.
-const (
-	codeAlreadyCompleted = "event_already_completed"
-	codeUnknownEvent     = "event_unknown"
-	codeNotSender        = "event_not_sender"
-)
-
 // codeSubscriptionLimit is the Refused code of a completion that refuses a
 // subscription past the subscriber's limit.
 const codeSubscriptionLimit = "subscription_limit"
@@ -510,7 +503,7 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 	if !namesSender(c, msg.RequesterWorker, msg.RequesterInstance) {
 		r.refused.notSender.Add(1)
 		if msg.ResponseID != nil {
-			r.msg.Acknowledge(msg.ResponseID.responseID(), codeNotSender, ErrNotSender)
+			r.msg.Acknowledge(msg.ResponseID.responseID(), ErrNotSender)
 		}
 		return
 	}
@@ -528,14 +521,9 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 	if msg.ResponseID == nil {
 		return
 	}
-	code := ""
-	switch {
-	case errors.Is(err, ErrAlreadyCompleted):
-		code = codeAlreadyCompleted
-	case err != nil:
-		code = codeUnknownEvent
-	}
-	r.msg.Acknowledge(msg.ResponseID.responseID(), code, err)
+	// complete fails with ErrAlreadyCompleted or ErrUnknownEvent, whose
+	// codes and reasons the reply carries: the requester's errors.Is holds.
+	r.msg.Acknowledge(msg.ResponseID.responseID(), err)
 }
 
 // Trigger completes the event of h, here or, for another node's handle, by
@@ -564,24 +552,17 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 	if err := m.remote.handshake(ctx, owner); err != nil {
 		return err
 	}
+	op := "event trigger"
+	if poisoned {
+		op = "event poison"
+	}
 	_, err = msg.FireAndAwait(ctx, owner, triggerRequestHandler, func(id messenger.ResponseID) []byte {
 		rid := responseU128(id)
 		return mustJSON(triggerRequestMsg{
 			Handle: handleU128(h), RequesterWorker: uint64(msg.WorkerID()), RequesterInstance: msg.InstanceID(),
 			Poisoned: strPtr(poisoned, reason), ResponseID: &rid,
 		})
-	})
-	var re *messenger.RemoteError
-	if errors.As(err, &re) {
-		switch re.Code {
-		case codeAlreadyCompleted:
-			return fmt.Errorf("%w (at the owner)", ErrAlreadyCompleted)
-		case codeUnknownEvent:
-			return fmt.Errorf("%w (at the owner)", ErrUnknownEvent)
-		case codeNotSender:
-			return fmt.Errorf("%w (at the owner)", ErrNotSender)
-		}
-	}
+	}, messenger.WithOp(op))
 	return err
 }
 

@@ -1,7 +1,6 @@
 package messenger
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,10 +149,10 @@ func (r *registered) run(j job, counted bool) {
 		return
 	}
 	if err != nil {
-		// A handler's own error never carries a wire code, even when it
-		// wraps one of ours (a downstream call that met ErrShuttingDown):
-		// the code would tell the caller that this node is shutting down.
-		// A CodedError is the exception: the handler chose to send it.
+		// A handler's own error keeps its code (an *Error it returned, or
+		// wrapped) but never the reason of one of the messenger's
+		// sentinels (a downstream call that met ErrShuttingDown): that
+		// would tell the caller that this node is shutting down.
 		err = handlerError{err}
 	}
 	r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
@@ -165,7 +164,7 @@ func (r *registered) run(j job, counted bool) {
 func (r *registered) call(c *Context) (resp []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			resp, err = nil, fmt.Errorf("handler panicked: %v", p)
+			resp, err = nil, Errorf(Internal, "handler panicked: %v", p)
 		}
 	}()
 	return r.fn(c)
@@ -795,8 +794,8 @@ func (q *jobQueue) takeAll() []job {
 	return out
 }
 
-// handlerError hides a handler's error from the messenger's own wire codes
-// (codeOf): only its text goes back, and the code of a CodedError.
+// handlerError marks a handler's own error, so that wireCode sends its
+// code but not the reason of a messenger sentinel it may wrap.
 type handlerError struct{ err error }
 
 func (e handlerError) Error() string { return e.err.Error() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -43,55 +45,6 @@ var (
 	ErrIdentityUnproven = errors.New("velo: the connection did not prove the sender's identity")
 )
 
-// remoteCodes names the errors that keep their identity across the wire:
-// a reply carries the code in its header map (ErrorCodeHeader), and the
-// caller's RemoteError matches the sentinel with errors.Is.
-var remoteCodes = map[string]error{
-	"unknown_handler":   ErrUnknownHandler,
-	"lane_full":         ErrLaneFull,
-	"overloaded":        ErrOverloaded,
-	"shutting_down":     ErrShuttingDown,
-	"peer_restarted":    ErrPeerRestarted,
-	"identity_unproven": ErrIdentityUnproven,
-}
-
-// codeOf is the wire code of err, or "" when err has none.
-func codeOf(err error) string {
-	var ce *CodedError
-	if he, ok := err.(handlerError); ok {
-		// A handler's error carries only the codes it chose to send.
-		if errors.As(he.err, &ce) {
-			return ce.code
-		}
-		return ""
-	}
-	for code, sentinel := range remoteCodes {
-		if errors.Is(err, sentinel) {
-			return code
-		}
-	}
-	if errors.As(err, &ce) {
-		return ce.code
-	}
-	return ""
-}
-
-// CodedError is a sentinel error that keeps its identity across the wire:
-// a handler that returns it (or an error wrapping it) answers with its
-// code, and the caller's errors.Is(err, sentinel) holds. Packages built on
-// the messenger define their own with NewCodedError, so no table of codes
-// has to be shared. A Rust node sees only the text.
-type CodedError struct{ code, text string }
-
-// NewCodedError makes a sentinel whose code names it on the wire. Codes
-// are the package's to choose; prefix them with the package name.
-func NewCodedError(code, text string) *CodedError { return &CodedError{code: code, text: text} }
-
-func (e *CodedError) Error() string { return e.text }
-
-// Code is the name the error has on the wire.
-func (e *CodedError) Code() string { return e.code }
-
 type timeoutError struct{}
 
 func (timeoutError) Error() string { return "velo: request timed out" }
@@ -103,33 +56,104 @@ func (timeoutError) Is(target error) bool { return target == context.DeadlineExc
 func (timeoutError) Timeout() bool { return true }
 
 // RemoteError is an error returned by the remote handler, or by the remote
-// messenger (unknown handler, handler panic, lane full).
+// messenger (unknown handler, handler panic, lane full). It unwraps to an
+// *Error with the remote's code, reason and message, so errors.As(err,
+// &e) with e an *Error reads them, and errors.Is matches the sentinel the
+// reason names.
 type RemoteError struct {
 	Handler string
+	// Op names the operation the call served (WithOp); when set, the
+	// error's text starts with it instead of the handler's name.
+	Op      string
 	Message string
-	// Code names the failure when the remote gave one (in the reply's
-	// header map, under ErrorCodeHeader); empty otherwise.
-	Code string
+	// Code is the remote's code (CodeHeader in the reply), Unknown when it
+	// sent none, as a Rust node and a plain Go error do.
+	Code Code
+	// Reason names the sentinel the remote answered with (ReasonHeader),
+	// empty when none.
+	Reason string
 }
 
-// ErrorCodeHeader is the key, in an error Response's header map, of a code
-// that names the failure. The reference ignores the map, so the code is an
-// addition a Rust node does not see.
-const ErrorCodeHeader = "velo-error-code"
-
-// Is matches the sentinel the remote named with its code, so
+// Is matches the messenger's own sentinel that the reason names, so
 // errors.Is(err, ErrLaneFull) holds for a lane that was full over there.
+// Other packages' sentinels match through Unwrap.
 func (e *RemoteError) Is(target error) bool {
-	if e.Code == "" {
+	if e.Reason == "" {
 		return false
 	}
-	if ce, ok := target.(*CodedError); ok {
-		return ce.code == e.Code
-	}
-	sentinel, ok := remoteCodes[e.Code]
-	return ok && sentinel == target
+	s, ok := ownByReason(e.Reason)
+	return ok && s.err == target
+}
+
+// Unwrap is the remote's failure as an *Error.
+func (e *RemoteError) Unwrap() error {
+	return &Error{code: e.Code, reason: e.Reason, msg: e.Message}
 }
 
 func (e *RemoteError) Error() string {
+	if e.Op != "" {
+		return e.Op + ": " + trimOpPrefix(e.Op, e.Message)
+	}
 	return fmt.Sprintf("velo: remote handler %q: %s", e.Handler, e.Message)
+}
+
+// trimOpPrefix drops a package prefix from msg that the op repeats:
+// "rendezvous get" and "rendezvous: handle not found" make
+// "rendezvous get: handle not found".
+func trimOpPrefix(op, msg string) string {
+	pkg, _, ok := strings.Cut(op, " ")
+	if ok && strings.HasPrefix(msg, pkg+": ") {
+		return msg[len(pkg)+2:]
+	}
+	return msg
+}
+
+// CodeHeader and ReasonHeader are the keys, in an error Response's header
+// map, of the failure's code (in decimal) and of the reason that names its
+// sentinel. The reference ignores the map and reads the payload, the
+// error's text, so a Rust caller sees the same failure without its code.
+const (
+	CodeHeader   = "velo-code"
+	ReasonHeader = "velo-reason"
+)
+
+// appendErrorHeaders encodes the header map of an error Response: the
+// code, and the reason when there is one. Keys go in sorted order, as
+// EncodeHeaders writes them.
+func appendErrorHeaders(b []byte, code Code, reason string) []byte {
+	n := byte(1)
+	if reason != "" {
+		n = 2
+	}
+	b = append(b, 0x80|n)
+	b = appendMsgpackStr(b, CodeHeader)
+	b = appendMsgpackStr(b, strconv.FormatUint(uint64(code), 10))
+	if reason != "" {
+		b = appendMsgpackStr(b, ReasonHeader)
+		b = appendMsgpackStr(b, reason)
+	}
+	return b
+}
+
+// parseErrorHeaders reads the code and the reason from an error Response's
+// header map. Junk is ignored, never fatal: a map that does not decode, or
+// a code that is not a decimal number of 32 bits, reads as Unknown; a
+// reason that is not a short name is dropped.
+func parseErrorHeaders(hb []byte) (Code, string) {
+	if len(hb) == 0 {
+		return Unknown, ""
+	}
+	h, err := DecodeHeaders(hb)
+	if err != nil {
+		return Unknown, ""
+	}
+	code, ok := parseCode(h[CodeHeader])
+	if !ok || code == OK {
+		return Unknown, "" // an error reply is never OK
+	}
+	reason := h[ReasonHeader]
+	if !validReason(reason) {
+		reason = ""
+	}
+	return code, reason
 }

@@ -212,11 +212,11 @@ func TestHelloCannotMoveAKnownPeer(t *testing.T) {
 	}
 }
 
-// TestCodedErrorKeepsItsIdentity: a sentinel made with NewCodedError that
-// a handler returns, wrapped, matches on the caller with errors.Is.
-func TestCodedErrorKeepsItsIdentity(t *testing.T) {
-	errMine := messenger.NewCodedError("test_mine", "test: mine")
-	errOther := messenger.NewCodedError("test_other", "test: other")
+// TestSentinelKeepsItsIdentity: a sentinel made with NewSentinel that a
+// handler returns, wrapped, matches on the caller with errors.Is.
+func TestSentinelKeepsItsIdentity(t *testing.T) {
+	errMine := messenger.NewSentinel(messenger.NotFound, "test_mine", "test: mine")
+	errOther := messenger.NewSentinel(messenger.NotFound, "test_other", "test: other")
 	a, b := pair(t, nil, nil)
 	must(t, b.Register(velo.UnaryHandler("fail", func(*velo.Context) ([]byte, error) {
 		return nil, fmt.Errorf("while failing: %w", errMine)

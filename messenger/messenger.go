@@ -2,6 +2,11 @@
 // remote instances, in four patterns (fire-and-forget, sync, unary, typed
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
+//
+// A handler's error reaches the caller as a *RemoteError. An *Error (made
+// with NewError, Errorf or NewSentinel) carries a Code, numbered as gRPC
+// numbers its codes, across the wire: the caller reads it with ErrorCode
+// or errors.As, and errors.Is matches a sentinel by its reason.
 package messenger
 
 import (
@@ -385,12 +390,48 @@ func (m *Messenger) resolution(path, outcome string) {
 type CallOption func(*callOptions)
 
 type callOptions struct {
+	op      string
 	headers map[string]string
 }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
 func WithHeaders(h map[string]string) CallOption {
 	return func(o *callOptions) { o.headers = h }
+}
+
+// WithOp names the operation a call serves ("rendezvous get"): a remote
+// failure's text then starts with it (RemoteError.Op) instead of the
+// handler's name, which for a library's system handler means nothing to
+// its user. It sends nothing.
+func WithOp(op string) CallOption {
+	return func(o *callOptions) { o.op = op }
+}
+
+// opOf is the op WithOp set in opts, "" for none.
+func opOf(opts []CallOption) string {
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	return co.op
+}
+
+// nameOp puts the op of opts, if any, in a RemoteError.
+func nameOp(err error, opts []CallOption) {
+	if op := opOf(opts); op != "" {
+		NameOp(err, op)
+	}
+}
+
+// NameOp is WithOp after the fact, for calls that take no options or whose
+// options cost on a hot path: it sets the Op of the RemoteError in err's
+// chain, if there is one, and returns err.
+func NameOp(err error, op string) error {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		re.Op = op
+	}
+	return err
 }
 
 // Send is fire-and-forget: it returns once a transport took the message.
@@ -624,6 +665,14 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 }
 
 func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+	resp, err := m.requestOpts(ctx, target, handler, payload, rt, opts)
+	if err != nil && len(opts) > 0 {
+		nameOp(err, opts)
+	}
+	return resp, err
+}
+
+func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return nil, err
@@ -747,7 +796,15 @@ func (m *Messenger) Handshake(ctx context.Context, target ext.InstanceID) error 
 // fire-and-forget but whose answer is awaited (the reference's event
 // trigger requests) is spoken; ctx bounds the wait. Like Post it skips the
 // handshake and takes only system handler names.
-func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte) ([]byte, error) {
+func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte, opts ...CallOption) ([]byte, error) {
+	resp, err := m.fireAndAwait(ctx, target, handler, build)
+	if err != nil && len(opts) > 0 {
+		nameOp(err, opts)
+	}
+	return resp, err
+}
+
+func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte) ([]byte, error) {
 	if err := systemOnly("FireAndAwait", handler); err != nil {
 		return nil, err
 	}
@@ -832,6 +889,15 @@ func (c AsyncCall) Abandon(err error) bool {
 func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) (AsyncCall, error) {
 	if done == nil {
 		return AsyncCall{}, errors.New("velo: UnaryAsync needs a callback")
+	}
+	if len(opts) > 0 && opOf(opts) != "" {
+		inner := done
+		done = func(resp []byte, err error) {
+			if err != nil {
+				nameOp(err, opts)
+			}
+			inner(resp, err)
+		}
 	}
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
@@ -1046,11 +1112,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 			}
 		} else {
 			re := &RemoteError{Message: string(f.Payload)}
-			if len(hb) > 0 {
-				if h, err := DecodeHeaders(hb); err == nil {
-					re.Code = h[ErrorCodeHeader]
-				}
-			}
+			re.Code, re.Reason = parseErrorHeaders(hb)
 			r.err = re
 		}
 		m.complete(id, r)
@@ -1062,7 +1124,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		}
 		var r reply
 		if flags&ackFlagError != 0 {
-			r.err = &RemoteError{Message: string(f.Payload)}
+			r.err = &RemoteError{Message: string(f.Payload), Code: Unknown}
 		}
 		m.complete(id, r)
 	case ext.ShuttingDown:
@@ -1258,16 +1320,17 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 //
 // A unary call is answered with a Response frame, a sync call with an Ack
 // frame (a Nack when err is set); an error's text is the payload. An error
-// that has a wire code (ErrLaneFull and friends) goes as an error Response
-// whose header map carries the code, whatever the pattern: a Rust caller
-// reads it as it reads a Nack, and a Go caller's errors.Is matches it.
+// that has a code (an *Error, ErrLaneFull and friends) goes as an error
+// Response whose header map carries the code and the reason (wireCode),
+// whatever the pattern: a Rust caller reads it as it reads a Nack, and a
+// Go caller reads the code and matches the sentinel with errors.Is.
 func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
 	if hdr.rtype == FireAndForget {
 		return
 	}
 	if err != nil {
-		if code := codeOf(err); code != "" {
-			m.sendReply(hdr.id, codedError(hdr.id, code, err))
+		if code, reason, ok := wireCode(err); ok {
+			m.sendReply(hdr.id, codedError(hdr.id, code, reason, err))
 			return
 		}
 		resp, owner = []byte(err.Error()), nil
@@ -1306,29 +1369,29 @@ func (m *Messenger) replyUnknownHandler(hdr requestHeader) {
 }
 
 // codedError is an error Response whose header map names the failure.
-func codedError(id ResponseID, code string, err error) ext.Frame {
-	hb, herr := EncodeHeaders(map[string]string{ErrorCodeHeader: code})
-	if herr != nil {
-		panic("velo: encode an error code: " + herr.Error()) // codes are short ASCII
-	}
+func codedError(id ResponseID, code Code, reason string, err error) ext.Frame {
+	hb := appendErrorHeaders(make([]byte, 0, 32+len(reason)), code, reason)
 	return ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
 }
 
 // Acknowledge answers a response id that arrived in a message body rather
 // than a request header (how an event trigger request is answered): an Ack
-// when err is nil. A failure with a code goes as an error Response whose
-// header map carries the code under ErrorCodeHeader, so a Go caller sees
-// RemoteError.Code; the reference reads that frame as it reads a Nack. A
-// failure without a code is a Nack with err's text.
-func (m *Messenger) Acknowledge(id ResponseID, code string, err error) error {
+// when err is nil. A failure with a code (an *Error, see wireCode) goes as
+// an error Response whose header map carries the code and the reason, so a
+// Go caller's errors.Is matches the sentinel; the reference reads that
+// frame as it reads a Nack. A failure without a code is a Nack with err's
+// text.
+func (m *Messenger) Acknowledge(id ResponseID, err error) error {
 	var f ext.Frame
 	switch {
 	case err == nil:
 		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, false)}
-	case code == "":
-		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, true), Payload: []byte(err.Error())}
 	default:
-		f = codedError(id, code, err)
+		if code, reason, ok := wireCode(err); ok {
+			f = codedError(id, code, reason, err)
+		} else {
+			f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), id, true), Payload: []byte(err.Error())}
+		}
 	}
 	if !m.sendReply(id, f) {
 		return fmt.Errorf("%w: worker %s", ErrPeerNotRegistered, id.Worker())

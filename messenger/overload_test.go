@@ -57,8 +57,8 @@ func TestNodeCapRefusesWithErrOverloaded(t *testing.T) {
 		if !errors.Is(res.err, velo.ErrOverloaded) {
 			t.Fatalf("call %d at the cap: %v, want ErrOverloaded", i, res.err)
 		}
-		if re := remoteErr(t, res.err); re.Code != "overloaded" {
-			t.Fatalf("call %d: code %q, want overloaded", i, re.Code)
+		if re := remoteErr(t, res.err); re.Reason != "overloaded" || re.Code != velo.ResourceExhausted {
+			t.Fatalf("call %d: reason %q code %v, want overloaded, ResourceExhausted", i, re.Reason, re.Code)
 		}
 	}
 	if n := runtime.NumGoroutine() - base; n > capacity+goroutineSlack {

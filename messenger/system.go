@@ -254,7 +254,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	}
 	resp, err := m.Unary(ctx, p.info.InstanceID, helloHandler, body)
 	if err != nil {
-		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, err)
+		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, NameOp(err, "the remote"))
 	}
 	var h handlersResponse
 	if err := json.Unmarshal(resp, &h); err != nil {
@@ -303,7 +303,7 @@ func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) (
 	}
 	resp, err := m.Unary(ctx, target, listHandlersHandler, nil)
 	if err != nil {
-		return nil, err
+		return nil, NameOp(err, "velo: list handlers")
 	}
 	var h handlersResponse
 	if err := json.Unmarshal(resp, &h); err != nil {

@@ -21,8 +21,8 @@ import (
 // a node sends back, byte for byte, in the reference's layouts: a unary
 // answer is a Response with the 19-byte header, a sync answer an Ack (or a
 // Nack with the error text), and a request for a missing handler an error
-// Response whose header map carries the code "unknown_handler", whatever
-// the pattern (the reference answers with a Nack, which carries no code; a
+// Response whose header map carries the code 12 (Unimplemented) and the
+// reason "unknown_handler", whatever the pattern (the reference answers with a Nack, which carries no code; a
 // Rust caller reads either frame as the same failure).
 func TestRepliesOnTheWire(t *testing.T) {
 	server := newNode(t)
@@ -67,7 +67,7 @@ func TestRepliesOnTheWire(t *testing.T) {
 	must(t, err)
 	replies = recv(t, accepted, "the server to dial the caller")
 	t.Cleanup(func() { replies.Close() })
-	if typ, h, _ := readFrame(t, replies); typ != ext.Response || !bytes.Equal(h, codedHeader(idLE, "peer_restarted")) {
+	if typ, h, _ := readFrame(t, replies); typ != ext.Response || !bytes.Equal(h, codedHeader(idLE, "14", "peer_restarted")) {
 		t.Fatalf("a request before the handshake was answered with type %d header % x, want the peer_restarted code", typ, h)
 	}
 
@@ -91,8 +91,8 @@ func TestRepliesOnTheWire(t *testing.T) {
 		{2, "echo", "hi", ext.Response, append(append([]byte(nil), idLE...), 0, 0, 0), "hi"},
 		{1, "check", "x", ext.Ack, append([]byte{0}, idLE...), ""},
 		{1, "check", "", ext.Ack, append([]byte{2}, idLE...), "empty"},
-		{2, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
-		{1, "missing", "", ext.Response, codedHeader(idLE, "unknown_handler"), `velo: no such handler: "missing"`},
+		{2, "missing", "", ext.Response, codedHeader(idLE, "12", "unknown_handler"), `velo: no such handler: "missing"`},
+		{1, "missing", "", ext.Response, codedHeader(idLE, "12", "unknown_handler"), `velo: no such handler: "missing"`},
 	}
 	for i, c := range cases {
 		hdr := wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil)
@@ -107,10 +107,12 @@ func TestRepliesOnTheWire(t *testing.T) {
 }
 
 // codedHeader is an error Response header whose map is
-// {"velo-error-code": code}, written out by hand.
-func codedHeader(idLE []byte, code string) []byte {
-	m := append([]byte{0x81, 0xa0 | 15}, "velo-error-code"...)
+// {"velo-code": code, "velo-reason": reason}, written out by hand.
+func codedHeader(idLE []byte, code, reason string) []byte {
+	m := append([]byte{0x82, 0xa0 | 9}, "velo-code"...)
 	m = append(append(m, 0xa0|byte(len(code))), code...)
+	m = append(append(m, 0xa0|11), "velo-reason"...)
+	m = append(append(m, 0xa0|byte(len(reason))), reason...)
 	h := append(append([]byte(nil), idLE...), 1)
 	h = binary.LittleEndian.AppendUint16(h, uint16(len(m)))
 	return append(h, m...)
@@ -136,4 +138,67 @@ func readFrame(t *testing.T, c net.Conn) (ext.MessageType, []byte, []byte) {
 		t.Fatal(err)
 	}
 	return ext.MessageType(pre[2]), h, p
+}
+
+// TestCodedReplyOnTheWire: the error Response of a handler that returned
+// an *Error, byte for byte: the code alone in the header map (the reason
+// only for a sentinel), the message as the payload, for a unary and a
+// sync call alike. A Rust caller reads the payload as it reads a Nack's.
+func TestCodedReplyOnTheWire(t *testing.T) {
+	server := newNode(t)
+	must(t, server.Register(messenger.UnaryHandler("find", func(c *messenger.Context) ([]byte, error) {
+		return nil, messenger.Errorf(messenger.NotFound, "no user %s", c.Payload)
+	})))
+	must(t, server.Register(messenger.SyncHandler("spend", func(c *messenger.Context) error {
+		return messenger.NewSentinel(1001, "test_quota", "quota used up")
+	})))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	caller := ext.NewInstanceID()
+	ap := ln.Addr().(*net.TCPAddr)
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
+	must(t, server.RegisterPeer(ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}))
+	out := rawConn(t, server)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	token := uint64(0x55)<<16 | 3
+	idLE := binary.LittleEndian.AppendUint64(nil, uint64(caller.WorkerID()))
+	idLE = binary.LittleEndian.AppendUint64(idLE, token)
+	body, err := json.Marshal(map[string]any{"peer_info": ext.PeerInfo{InstanceID: caller, Address: ext.WorkerAddress{tcp.Key: ep}}})
+	must(t, err)
+	_, err = out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(2, uint64(caller.WorkerID()), token, "_hello", nil), Payload: body}))
+	must(t, err)
+	replies := recv(t, accepted, "the server to dial the caller")
+	t.Cleanup(func() { replies.Close() })
+	if typ, _, _ := readFrame(t, replies); typ != ext.Response {
+		t.Fatalf("hello answered with type %d", typ)
+	}
+
+	// {"velo-code": "5"}
+	codeOnly := append([]byte{0x81, 0xa9}, "velo-code"...)
+	codeOnly = append(codeOnly, 0xa1, '5')
+	find := append(append(append([]byte(nil), idLE...), 1), byte(len(codeOnly)), 0)
+	find = append(find, codeOnly...)
+	for _, c := range []struct {
+		rt      byte
+		handler string
+		header  []byte
+		answer  string
+	}{
+		{2, "find", find, "no user 7"},
+		{1, "spend", codedHeader(idLE, "1001", "test_quota"), "quota used up"},
+	} {
+		_, err := out.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(c.rt, uint64(caller.WorkerID()), token, c.handler, nil), Payload: []byte("7")}))
+		must(t, err)
+		typ, h, p := readFrame(t, replies)
+		if typ != ext.Response || !bytes.Equal(h, c.header) || string(p) != c.answer {
+			t.Errorf("%s: got type %d header % x payload %q; want an error Response, header % x, payload %q", c.handler, typ, h, p, c.header, c.answer)
+		}
+	}
 }

@@ -80,26 +80,27 @@ type Manager struct {
 }
 
 // ErrPayloadTooLarge is refused by PayloadMax; the error names both sizes.
-var ErrPayloadTooLarge = errors.New("rendezvous: staged payload over this node's limit")
+var ErrPayloadTooLarge error = messenger.NewSentinel(messenger.ResourceExhausted, "rendezvous_payload_too_large", "rendezvous: staged payload over this node's limit")
 
 // ErrNotFound: the owner has no such slot or lease (freed, expired, never staged).
-// It keeps its identity across the wire (a messenger.CodedError).
-var ErrNotFound error = messenger.NewCodedError("rendezvous_not_found", "rendezvous: handle not found")
+// It keeps its identity across the wire (a messenger sentinel), as the
+// other errors of this package do.
+var ErrNotFound error = messenger.NewSentinel(messenger.NotFound, "rendezvous_not_found", "rendezvous: handle not found")
 
 // ErrNotHolder: the lease or transfer named was handed to another peer.
 // A handle is a capability (whoever holds it may take a lease on it), but
 // a lease and its transfer belong to the peer whose acquire opened them:
 // only that peer may pull, renew, detach or release them.
-var ErrNotHolder error = messenger.NewCodedError("rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
+var ErrNotHolder error = messenger.NewSentinel(messenger.PermissionDenied, "rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
 
 // ErrTooManyLeases: the asker already holds MaxLeasesPerPeer leases on
 // the owner; one must end (a release, a detach or its deadline) first. It
 // keeps its identity across the wire.
-var ErrTooManyLeases error = messenger.NewCodedError("rendezvous_too_many_leases", "rendezvous: too many leases held on the owner")
+var ErrTooManyLeases error = messenger.NewSentinel(messenger.ResourceExhausted, "rendezvous_too_many_leases", "rendezvous: too many leases held on the owner")
 
 // ErrSizeMismatch: the owner sent other than the bytes it stated (a chunk
 // shorter or longer than its share of total_len).
-var ErrSizeMismatch = errors.New("rendezvous: the owner's bytes do not match the size it stated")
+var ErrSizeMismatch error = messenger.NewSentinel(messenger.DataLoss, "rendezvous_size_mismatch", "rendezvous: the owner's bytes do not match the size it stated")
 
 // Test seams: destination buffers that Get and Fetch allocated, and the
 // capacity of those buffers in bytes.
@@ -399,7 +400,7 @@ func (r *Manager) metadata(ctx context.Context, h DataHandle) (Metadata, error) 
 	if err != nil {
 		return Metadata{}, err
 	}
-	md, err := messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h})
+	md, err := messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h}, messenger.WithOp("rendezvous metadata"))
 	return md, fromRemote(err)
 }
 
@@ -444,7 +445,7 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		opts = append(opts, messenger.WithHeaders(map[string]string{LeaseHeader: strconv.FormatInt(int64(ms), 10)}))
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
-	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, opts...)
+	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, append(opts, opGet)...)
 	if err != nil {
 		return nil, 0, fromRemote(err)
 	}
@@ -621,7 +622,7 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		err := r.m.UnaryAsyncView(ctx, target, HandlerPull, body, func(b []byte, err error) {
 			switch {
 			case err != nil:
-				err = fmt.Errorf("rendezvous: pull chunk %d: %w", i, fromRemote(err))
+				err = pullFailed(i, err)
 			case uint64(len(b)) != want:
 				err = fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrSizeMismatch, i, len(b), want)
 			default:
@@ -672,13 +673,13 @@ func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64
 }
 
 // fromRemote gives a Rust owner's refusal its identity back. A Go owner's
-// answers carry their code (ErrNotFound and ErrNotHolder are
-// messenger.CodedErrors), but the reference answers with text only: a
-// RemoteError without a code whose text is one of its "not found" answers
-// matches ErrNotFound with errors.Is.
+// answers carry their reason (ErrNotFound and ErrNotHolder are messenger
+// sentinels), but the reference answers with text only: a RemoteError
+// without a reason whose text is one of its "not found" answers matches
+// ErrNotFound with errors.Is.
 func fromRemote(err error) error {
 	var re *messenger.RemoteError
-	if err == nil || !errors.As(err, &re) || re.Code != "" {
+	if err == nil || !errors.As(err, &re) || re.Reason != "" {
 		return err
 	}
 	for _, prefix := range referenceNotFound {
@@ -695,6 +696,20 @@ var referenceNotFound = []string{
 	"rendezvous handle not found",
 	"chunk not found",
 	"_rv_ref: handle not found",
+}
+
+// opGet names Get's calls in a remote failure's text.
+var opGet = messenger.WithOp("rendezvous get")
+
+// pullFailed names a failed pull of chunk i: an owner's refusal (whose
+// text names the chunk) as the operation, Get, and anything else, such as
+// the deadline, with the chunk. (UnaryAsyncView takes no WithOp.)
+func pullFailed(i uint32, err error) error {
+	var re *messenger.RemoteError
+	if errors.As(err, &re) {
+		return fromRemote(messenger.NameOp(err, "rendezvous get"))
+	}
+	return fmt.Errorf("rendezvous: pull chunk %d: %w", i, err)
 }
 
 // remoteRefusal is a RemoteError that also matches a sentinel.
@@ -730,7 +745,7 @@ func (r *Manager) ref(ctx context.Context, h DataHandle) error {
 		return err
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
-	_, err = r.m.Unary(ctx, target, HandlerRef, body)
+	_, err = r.m.Unary(ctx, target, HandlerRef, body, messenger.WithOp("rendezvous ref"))
 	return fromRemote(err)
 }
 

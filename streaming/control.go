@@ -391,7 +391,7 @@ func (r *remote) renewOwner(ctx context.Context, owner ext.WorkerID, hs []wire.A
 		n := min(len(hs), wire.MaxRenewBatch)
 		req := wire.RenewRequest{Handles: hs[:n]}
 		if _, err := r.msg.Unary(ctx, inst, AnchorRenewHandler, req.AppendJSON(nil)); err != nil {
-			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, err)
+			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, messenger.NameOp(err, "stream renew"))
 		}
 		hs = hs[n:]
 	}

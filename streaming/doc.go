@@ -60,9 +60,13 @@
 //     the named instance is reported lost, if no stream of it flows yet,
 //     instead of waiting out its reservation.
 //
-// Items are MessagePack, as on the wire. The module has no general
-// MessagePack encoder, so an item type T is either []byte (a MessagePack
-// binary, the book's Bytes item) or a type that encodes and decodes itself:
-// the Sender needs T to implement MsgpackAppender and the Anchor needs *T
-// to implement MsgpackUnmarshaler.
+// Items are MessagePack, as on the wire, and T can be any Go type: a
+// []byte is a MessagePack binary (the Rust reference's Bytes item), copied
+// as is; any other type is written as the Rust reference's rmp_serde writes
+// the same serde type (a struct is an array of its fields in order, a
+// pointer is an Option, integers take their smallest form), so Go and Rust
+// nodes stream the same types to each other. A type that implements
+// MsgpackAppender and MsgpackUnmarshaler encodes itself, and WithCodec and
+// WithSenderCodec set a Codec of your own (protobuf, JSON), whose bytes
+// travel as a binary. docs/streams.md has the whole mapping.
 package streaming

@@ -49,8 +49,9 @@ var ErrAnchorKind = errors.New("velo: stream anchor handle of the wrong kind")
 var ErrSenderClosed = errors.New("velo: stream sender already finalized, detached or closed")
 
 // ErrUnsupportedItem is returned by CreateAnchor and AttachAnchor for an
-// item type that is neither []byte nor MessagePack-capable (see the
-// package documentation).
+// item type that the MessagePack codec cannot carry: a channel, a function,
+// a complex number, a struct with only unexported fields (time.Time), an
+// omitempty tag.
 var ErrUnsupportedItem = errors.New("velo: unsupported stream item type")
 
 // ErrBadCapacity is returned by CreateAnchor for a capacity below 1.

@@ -2,6 +2,9 @@ package streaming
 
 import (
 	"fmt"
+	"reflect"
+
+	"github.com/velo-go/velo/internal/msgpackcodec"
 
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -27,31 +30,43 @@ const itemPrefix = "\x81\xa4Item"
 
 // The codec of a stream's T is chosen once, when the anchor is created or
 // the sender attached, as a function of T by value: a []byte item then
-// costs no interface conversion and no escape per record.
+// costs no interface conversion and no escape per record. In order: a
+// []byte is raw bytes (a MessagePack binary) whatever the codec; a Codec
+// given by option; a type that encodes itself (MsgpackAppender,
+// MsgpackUnmarshaler); the default MessagePack codec.
 
-func encodeBytes(p []byte) []byte { return bytesItemFrame(p) }
+func encodeBytes(p []byte) ([]byte, error) { return bytesItemFrame(p), nil }
 
 func decodeBytes(value []byte) ([]byte, error) { return bytesPayload(value) }
 
 // encoderFor returns the function that writes the Item frame of a T.
-func encoderFor[T any]() (func(T) []byte, error) {
-	if f, ok := any(encodeBytes).(func(T) []byte); ok {
+func encoderFor[T any](c Codec) (func(T) ([]byte, error), error) {
+	if f, ok := any(encodeBytes).(func(T) ([]byte, error)); ok {
 		return f, nil
+	}
+	if c != nil {
+		return encodeWith[T](c), nil
 	}
 	var z T
 	if _, ok := any(z).(MsgpackAppender); ok {
-		return func(v T) []byte { return appendItem(any(v).(MsgpackAppender)) }, nil
+		return func(v T) ([]byte, error) { return appendItem(any(v).(MsgpackAppender)), nil }, nil
 	}
 	if _, ok := any(&z).(MsgpackAppender); ok {
-		return func(v T) []byte { return appendItem(any(&v).(MsgpackAppender)) }, nil
+		return func(v T) ([]byte, error) { return appendItem(any(&v).(MsgpackAppender)), nil }, nil
 	}
-	return nil, fmt.Errorf("%w: %T is neither []byte nor a MsgpackAppender", ErrUnsupportedItem, z)
+	if err := msgpackcodec.Check(reflect.TypeFor[T]()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupportedItem, err)
+	}
+	return encodeMsgpack[T], nil
 }
 
 // decoderFor returns the function that reads a T from an Item's value.
-func decoderFor[T any]() (func([]byte) (T, error), error) {
+func decoderFor[T any](c Codec) (func([]byte) (T, error), error) {
 	if f, ok := any(decodeBytes).(func([]byte) (T, error)); ok {
 		return f, nil
+	}
+	if c != nil {
+		return decodeWith[T](c), nil
 	}
 	var z T
 	if _, ok := any(&z).(MsgpackUnmarshaler); ok {
@@ -63,7 +78,10 @@ func decoderFor[T any]() (func([]byte) (T, error), error) {
 			return v, nil
 		}, nil
 	}
-	return nil, fmt.Errorf("%w: %T is not []byte and *%T is not a MsgpackUnmarshaler", ErrUnsupportedItem, z, z)
+	if err := msgpackcodec.Check(reflect.TypeFor[T]()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupportedItem, err)
+	}
+	return decodeMsgpack[T], nil
 }
 
 func appendItem(v MsgpackAppender) []byte {

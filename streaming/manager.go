@@ -180,6 +180,7 @@ type AnchorOption struct {
 type anchorConfig struct {
 	capacity   int
 	unattached time.Duration  // 0: the Manager's ReservationConfig
+	codec      Codec          // nil: the default for T
 	opener     ext.InstanceID // zero: none expected (ExpectOpener)
 }
 
@@ -190,8 +191,10 @@ func WithCapacity(n int) AnchorOption {
 }
 
 // CreateAnchor makes an anchor for items of type T and registers it with
-// m. T is []byte or a type whose pointer is a MsgpackUnmarshaler;
-// the choice is made here, once, not per item.
+// m. T is any type the item codec can carry (see the package
+// documentation; WithCodec sets another codec); the codec is chosen here,
+// once, not per item, and a type it cannot carry is refused with
+// ErrUnsupportedItem.
 func CreateAnchor[T any](m *Manager, opts ...AnchorOption) (*Anchor[T], error) {
 	start := m.opStart()
 	a, err := createAnchor[T](m, opts)
@@ -233,11 +236,11 @@ func checkAnchorConfig(cfg anchorConfig, unattached time.Duration) (anchorConfig
 }
 
 func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
-	decode, err := decoderFor[T]()
+	cfg, err := anchorOptions(opts, m.res.UnattachedTimeout)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := anchorOptions(opts, m.res.UnattachedTimeout)
+	decode, err := decoderFor[T](cfg.codec)
 	if err != nil {
 		return nil, err
 	}
@@ -263,9 +266,10 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 }
 
 // AttachAnchor attaches a producer to the anchor that handle names and
-// returns its Sender. T is []byte, or a MsgpackAppender (by value or by
-// pointer), and should match the anchor's T: the items travel as
-// MessagePack, so the two ends need only agree on the bytes.
+// returns its Sender. T should match the anchor's T: the items travel as
+// MessagePack, so the two ends need only agree on the bytes (a Go
+// Sender[Token] and a Rust Anchor<Token> do). WithSenderCodec sets the
+// codec, which must be the anchor's.
 //
 // A handle of another worker needs a Manager from NewNodeManager: the
 // attach then asks the owner with _anchor_attach, and the stream rides the
@@ -276,8 +280,8 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 // Sender.Ready. On the same
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
-func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*Sender[T], error) {
-	return attachAnchorCounted[T](ctx, m, handle, nil)
+func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, opts ...SenderOption) (*Sender[T], error) {
+	return attachAnchorCounted[T](ctx, m, handle, nil, senderCodec(opts))
 }
 
 // AttachAnchorKeyed is AttachAnchor with a placement key for the mux: the
@@ -285,13 +289,13 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 // one key to one owner share a lane. It is a placement hint, not an
 // ordering guarantee; on the same worker and on the per-stream path it
 // changes nothing.
-func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64) (*Sender[T], error) {
-	return attachAnchorCounted[T](ctx, m, handle, &key)
+func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64, opts ...SenderOption) (*Sender[T], error) {
+	return attachAnchorCounted[T](ctx, m, handle, &key, senderCodec(opts))
 }
 
-func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*Sender[T], error) {
+func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*Sender[T], error) {
 	start := m.opStart()
-	s, err := attachAnchor[T](ctx, m, handle, key)
+	s, err := attachAnchor[T](ctx, m, handle, key, codec)
 	// A remote attach is counted by the owner's handler (operation
 	// "attach") and here only as its round trip (attach_rtt): the queueing
 	// query in docs/metrics.md subtracts one from the other, so the sender must not
@@ -302,8 +306,8 @@ func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.Anc
 	return s, err
 }
 
-func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*Sender[T], error) {
-	encode, err := encoderFor[T]()
+func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*Sender[T], error) {
+	encode, err := encoderFor[T](codec)
 	if err != nil {
 		return nil, err
 	}

@@ -116,11 +116,11 @@ func CreateMPSCAnchor[T any](m *Manager, opts ...AnchorOption) (*MPSCAnchor[T], 
 }
 
 func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], error) {
-	decode, err := decoderFor[T]()
+	cfg, err := anchorOptions(opts, Forever)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := anchorOptions(opts, Forever)
+	decode, err := decoderFor[T](cfg.codec)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ type MPSCSender[T any] struct {
 	senderCore
 	a      *mpscAnchor
 	id     SenderID
-	encode func(T) []byte
+	encode func(T) ([]byte, error)
 	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st and a are then nil
 	mx     *outSlot      // set for an anchor of another worker on the mux; st and a are then nil
 	lc     senderContext
@@ -261,27 +261,27 @@ type MPSCSender[T any] struct {
 // gives the SenderID; the producer then rides the messenger mux as a slot
 // of its own, or opens one TCP connection when the owner has no mux. It
 // does not wait for room in the inlet; the sends do.
-func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle) (*MPSCSender[T], error) {
-	return attachMPSCCounted[T](ctx, m, handle, nil)
+func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, opts ...SenderOption) (*MPSCSender[T], error) {
+	return attachMPSCCounted[T](ctx, m, handle, nil, senderCodec(opts))
 }
 
 // AttachMPSCAnchorKeyed is AttachMPSCAnchor with a mux placement key, as
 // AttachAnchorKeyed.
-func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64) (*MPSCSender[T], error) {
-	return attachMPSCCounted[T](ctx, m, handle, &key)
+func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64, opts ...SenderOption) (*MPSCSender[T], error) {
+	return attachMPSCCounted[T](ctx, m, handle, &key, senderCodec(opts))
 }
 
-func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*MPSCSender[T], error) {
+func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*MPSCSender[T], error) {
 	start := m.opStart()
-	s, err := attachMPSCAnchor[T](ctx, m, handle, key)
+	s, err := attachMPSCAnchor[T](ctx, m, handle, key, codec)
 	if handle.Owner() == m.owner { // a remote attach is counted by its owner, as in AttachAnchor
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
 	}
 	return s, err
 }
 
-func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64) (*MPSCSender[T], error) {
-	encode, err := encoderFor[T]()
+func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*MPSCSender[T], error) {
+	encode, err := encoderFor[T](codec)
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +354,11 @@ func (s *MPSCSender[T]) Handle() wire.AnchorHandle {
 // full, until there is room, ctx is done, or the consumer cancels
 // (ErrCancelled). After Detach or Close it returns ErrSenderClosed.
 func (s *MPSCSender[T]) Send(ctx context.Context, item T) error {
-	return s.put(ctx, s.encode(item))
+	f, err := s.encode(item)
+	if err != nil {
+		return err
+	}
+	return s.put(ctx, f)
 }
 
 // SendBytes puts one byte item in the stream, as Sender.SendBytes does.

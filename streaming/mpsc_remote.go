@@ -341,7 +341,7 @@ func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
 
 // attachMPSCRemote makes the _mpsc_anchor_attach round trip to the
 // handle's owner and opens the producer's connection.
-func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*MPSCSender[T], error) {
+func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*MPSCSender[T], error) {
 	info, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
@@ -386,7 +386,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 
 // openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
 // the mux.
-func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) []byte) (*MPSCSender[T], error) {
+func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) ([]byte, error)) (*MPSCSender[T], error) {
 	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, false)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)

@@ -202,7 +202,7 @@ func (r *remote) muxAcceptWindow() time.Duration {
 }
 
 // openMuxSender opens the slot of a stream the owner bound for the mux.
-func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) []byte) (*Sender[T], error) {
+func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) ([]byte, error)) (*Sender[T], error) {
 	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, true)
 	if err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func (r *remote) canPipeline(owner ext.InstanceID) bool {
 
 // attachPipelined opens a pending slot for handle, sends the attach
 // request, and returns the Sender without waiting for the answer.
-func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	b, s, err := r.mux.openOn(handle.Owner(), 0, func(b *batcher) (*outSlot, error) { return b.openPending(handle) })
 	if b == nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
@@ -81,6 +81,9 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
 	call, err := r.msg.UnaryAsyncCall(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+		if err != nil {
+			messenger.NameOp(err, "stream attach")
+		}
 		r.answerPending(s, owner, start, body, err)
 	})
 	if err != nil {

@@ -118,8 +118,8 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 // the owner does not know (forged, used already, expired) opens a stream
 // that the owner closes at once: the Sender's sends then fail with
 // ErrCancelled.
-func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, ticket StreamOpenTicket) (*Sender[T], error) {
-	encode, err := encoderFor[T]()
+func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, ticket StreamOpenTicket, opts ...SenderOption) (*Sender[T], error) {
+	encode, err := encoderFor[T](senderCodec(opts))
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func (s *Sender[T]) end(frame []byte, detach bool) error {
 
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
-func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	info, err := r.reachOwner(ctx, handle)
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 
 // bindRemote makes the _anchor_attach round trip for rs, dials the
 // owner's listener and starts the pump.
-func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) []byte, key *uint64) (*Sender[T], error) {
+func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner ext.InstanceID, addr string, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	handle := rs.handle
 	var resp wire.AttachResponse
 	err := r.askAttach(ctx, owner, wire.AnchorAttachHandler, rs, key, func(body []byte) (string, string, error) {
@@ -565,6 +565,9 @@ func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler st
 	}
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(make([]byte, 0, 256)))
+	if err != nil {
+		messenger.NameOp(err, "stream attach") // the remote messenger's refusal
+	}
 	var transport, refusal string
 	if err == nil {
 		transport, refusal, err = decode(body)

@@ -110,7 +110,7 @@ func (r *retirement) settleLocked(out RetireOutcome) {
 // Its methods are safe to call from many goroutines.
 type Sender[T any] struct {
 	senderCore
-	encode func(T) []byte
+	encode func(T) ([]byte, error)
 	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st is then nil
 	mx     *outSlot      // set for an anchor of another worker on the mux; st is then nil
 	lc     senderContext
@@ -132,7 +132,11 @@ func (s *Sender[T]) Handle() wire.AnchorHandle {
 // (ErrCancelled). It also returns ErrCancelled once the consumer's stream
 // has ended on its side (an item that did not decode).
 func (s *Sender[T]) Send(ctx context.Context, item T) error {
-	return s.put(ctx, s.encode(item))
+	f, err := s.encode(item)
+	if err != nil {
+		return err
+	}
+	return s.put(ctx, f)
 }
 
 // SendBytes puts one byte item in the stream: payload as a MessagePack

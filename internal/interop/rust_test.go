@@ -199,6 +199,8 @@ func TestAgainstRustReference(t *testing.T) {
 		_, err = g.Unary(ctx, rid, "rs_fail", nil)
 		var re *velo.RemoteError
 		check(t, "unary error", errors.As(err, &re) && strings.Contains(re.Message, "rs_fail says no"), nil, err)
+		// The reference sends no code: its errors read as Unknown.
+		check(t, "unary error code", velo.ErrorCode(err) == velo.Unknown, nil, err)
 		check(t, "sync", g.Sync(ctx, rid, "rs_sync", []byte("x")) == nil, nil, nil)
 		err = g.Sync(ctx, rid, "rs_sync_fail", nil)
 		check(t, "sync error", errors.As(err, &re) && strings.Contains(re.Message, "rs_sync_fail says no"), nil, err)
@@ -327,6 +329,7 @@ func TestAgainstRustReference(t *testing.T) {
 	})
 
 	streamChecks(ctx, t, g, rs, rinfo)
+	typedStreamChecks(ctx, t, g, rs)
 	muxPeerChecks(ctx, t, g, path)
 
 	t.Run("a draining go node refuses rust's calls at once", func(t *testing.T) {

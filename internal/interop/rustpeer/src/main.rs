@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use velo::transports::tcp::TcpTransportBuilder;
 mod streams;
+mod typed;
 
 use velo::{Event, EventHandle, Handler, InstanceId, PeerInfo, ShutdownPolicy, TypedContext, Velo};
 
@@ -324,6 +325,7 @@ async fn run_cmd(
             Ok(String::new())
         }
         other if streams::is_stream_cmd(other) => streams::run(velo, target, other, v).await,
+        other if typed::is_typed_cmd(other) => typed::run(velo, other, v).await,
         other => Err(anyhow!("unknown cmd {other:?}")),
     }
 }

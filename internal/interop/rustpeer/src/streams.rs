@@ -31,11 +31,17 @@ use velo::streaming::{AnchorConfig, MpscAnchorConfig, MpscFrame, MpscStreamContr
 use velo::streaming::control::{AnchorAttachRequest, AnchorAttachResponse, StreamCancelHandle};
 use velo::{InstanceId, StreamAnchorHandle, StreamController, StreamError, StreamFrame, Velo};
 
-type Log = Arc<Mutex<Vec<String>>>;
+pub type Log = Arc<Mutex<Vec<String>>>;
 
 enum Ctl {
     Spsc(StreamController),
     Mpsc(MpscStreamController),
+    None,
+}
+
+/// Registers the log of an anchor made elsewhere (typed.rs), for anchor_wait.
+pub fn add_log(id: &str, log: Log) {
+    state().anchors.lock().unwrap().insert(id.to_string(), Slot { log, ctl: Ctl::None });
 }
 
 struct Slot {
@@ -106,6 +112,7 @@ pub async fn run(velo: &Arc<Velo>, target: InstanceId, cmd: &str, v: &Value) -> 
             match &slot.ctl {
                 Ctl::Spsc(c) => c.cancel(),
                 Ctl::Mpsc(c) => c.cancel(),
+                Ctl::None => bail!("anchor {id:?} cannot be cancelled"),
             }
             Ok(String::new())
         }

@@ -1,0 +1,108 @@
+package streaming
+
+import (
+	"fmt"
+
+	"github.com/velo-go/velo/internal/msgpackcodec"
+)
+
+// Codec encodes and decodes the items of a stream whose T is not []byte,
+// for users who want protobuf, JSON or a format of their own instead of the
+// default MessagePack. Marshal gets a T; Unmarshal gets a *T. Both ends of
+// a stream must use the same codec: the consumer's (WithCodec) and the
+// producer's (WithSenderCodec).
+//
+// A Codec's bytes travel as a MessagePack binary, the same item a []byte
+// stream carries, so a Rust peer sees a Bytes item it decodes itself. A
+// Codec must be safe for use by several goroutines.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// WithCodec makes the anchor decode its items with c instead of the
+// default MessagePack codec. It has no effect on a []byte anchor, whose
+// items are raw bytes.
+func WithCodec(c Codec) AnchorOption {
+	return AnchorOption{func(cfg *anchorConfig) { cfg.codec = c }}
+}
+
+// SenderOption changes one setting of AttachAnchor, AttachMPSCAnchor and
+// OpenAnchorStream.
+type SenderOption struct {
+	apply func(*senderConfig)
+}
+
+type senderConfig struct {
+	codec Codec
+}
+
+// WithSenderCodec makes the Sender encode its items with c instead of the
+// default MessagePack codec. It has no effect on a []byte Sender.
+func WithSenderCodec(c Codec) SenderOption {
+	return SenderOption{func(cfg *senderConfig) { cfg.codec = c }}
+}
+
+func senderCodec(opts []SenderOption) Codec {
+	var cfg senderConfig
+	for _, o := range opts {
+		if o.apply != nil {
+			o.apply(&cfg)
+		}
+	}
+	return cfg.codec
+}
+
+// EncodeError is returned by Send for an item that its codec could not
+// encode. Nothing was sent, and the stream goes on.
+type EncodeError struct {
+	Err error
+}
+
+func (e *EncodeError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
+
+// Unwrap returns the codec's error.
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// encodeMsgpack writes the Item frame of v in the default codec: the
+// value's MessagePack, as rmp_serde writes the same serde type, so a Rust
+// peer's Anchor<T> reads it.
+func encodeMsgpack[T any](v T) ([]byte, error) {
+	b, err := msgpackcodec.Append(append(make([]byte, 0, 64), itemPrefix...), v)
+	if err != nil {
+		return nil, &EncodeError{Err: err}
+	}
+	return b, nil
+}
+
+func decodeMsgpack[T any](value []byte) (T, error) {
+	var v T
+	if err := msgpackcodec.Unmarshal(value, &v); err != nil {
+		return v, &DecodeError{Err: err}
+	}
+	return v, nil
+}
+
+func encodeWith[T any](c Codec) func(T) ([]byte, error) {
+	return func(v T) ([]byte, error) {
+		p, err := c.Marshal(v)
+		if err != nil {
+			return nil, &EncodeError{Err: err}
+		}
+		return bytesItemFrame(p), nil
+	}
+}
+
+func decodeWith[T any](c Codec) func([]byte) (T, error) {
+	return func(value []byte) (T, error) {
+		var v T
+		p, err := bytesPayload(value)
+		if err != nil {
+			return v, err
+		}
+		if err := c.Unmarshal(p, &v); err != nil {
+			return v, &DecodeError{Err: err}
+		}
+		return v, nil
+	}
+}
