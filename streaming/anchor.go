@@ -72,6 +72,12 @@ func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
 // (*SenderError) with a zero item. It stops after a finalized stream
 // without yielding io.EOF; any other end, ctx's included, is yielded once
 // as the last pair.
+//
+// Leaving the loop early (break, return) or ctx ending cancels the stream,
+// as Controller.Cancel does: the producer's Cancelled and Done channels
+// close and its Context ends with ErrCancelled, on this node or another,
+// and its sends fail. A consumer that wants the producer to finish
+// gracefully calls Controller.RequestStop and reads on instead.
 func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for {
@@ -79,15 +85,30 @@ func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
 			if err == io.EOF {
 				return
 			}
-			if !yield(v, err) {
+			if err != nil && isCtxEnd(ctx, err) {
+				a.st.cancel(false) // before the yield: the producer hears at once
+				yield(v, err)
 				return
 			}
 			var se *SenderError
-			if err != nil && !errors.As(err, &se) {
+			live := err == nil || errors.As(err, &se) // the stream goes on after this pair
+			if !yield(v, err) {
+				if live {
+					a.st.cancel(false)
+				}
+				return
+			}
+			if !live {
 				return
 			}
 		}
 	}
+}
+
+// isCtxEnd says err is ctx's own end, not the stream's.
+func isCtxEnd(ctx context.Context, err error) bool {
+	cerr := ctx.Err()
+	return cerr != nil && err == cerr
 }
 
 // Controller returns the handle that stops or cancels this stream from
@@ -108,10 +129,11 @@ type Controller struct {
 	st *anchorState
 }
 
-// RequestStop asks the producer to finish: its Sender.Stopped channel
-// closes, and the producer may send its final output and Finalize. Nothing
-// buffered is discarded. A stop made before a producer attaches is kept.
-// It is idempotent.
+// RequestStop asks the producer to finish: its Sender.Stopped and Done
+// channels close, its Context ends with ErrStopRequested, and the producer
+// may send its final output and Finalize. Nothing buffered is discarded. A
+// stop made before a producer attaches is kept. It is idempotent, and does
+// nothing after a cancel.
 func (c Controller) RequestStop() {
 	if c.st != nil {
 		c.st.requestStop()
@@ -119,8 +141,8 @@ func (c Controller) RequestStop() {
 }
 
 // Cancel ends the stream at once: Next returns ErrCancelled, the
-// producer's Stopped and Cancelled channels close, and its sends fail with
-// ErrCancelled. A cancel made before a producer attaches is kept: the
+// producer's Cancelled and Done channels close (Stopped does not), its
+// Context ends with ErrCancelled, and its sends fail with ErrCancelled. A cancel made before a producer attaches is kept: the
 // producer sees it on attach. It is idempotent.
 func (c Controller) Cancel() {
 	if c.st != nil {

@@ -77,7 +77,10 @@ func (r *remote) registerControl() error {
 			return err
 		}
 	}
-	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) { r.peerLost(peer.WorkerID()) })
+	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) {
+		r.m.openerLost(peer) // first: its pending binds end as lost openers, not as drops
+		r.peerLost(peer.WorkerID())
+	})
 	return nil
 }
 
@@ -133,7 +136,7 @@ func (m *Manager) ActiveSenders() int {
 func (r *remote) onStreamCancel(c *messenger.Context) {
 	if rs := r.sender(c); rs != nil {
 		r.dropSender(rs)
-		rs.fail()
+		rs.fail(ErrCancelled)
 	}
 }
 
@@ -281,6 +284,7 @@ func (r *remote) peerLost(w ext.WorkerID) {
 		r.mux.dropBinds(w)
 		r.mux.peerLost(w)
 	}
+	r.consumerLost(w)
 	var lost []*pendingBind
 	r.mu.Lock()
 	for k, pb := range r.pending {
@@ -294,6 +298,22 @@ func (r *remote) peerLost(w ext.WorkerID) {
 	for _, pb := range lost {
 		r.log.Warn("velo: stream bound but its producer's node was lost before it connected", "anchor", pb.bind.key.AnchorID)
 		pb.st.dropBind(pb.bind)
+	}
+}
+
+// consumerLost fails at once this node's per-stream senders to anchors of
+// w, whose node is gone: their connections may take longer to say so.
+func (r *remote) consumerLost(w ext.WorkerID) {
+	var lost []*remoteSender
+	r.sendersMu.Lock()
+	for _, rs := range r.senders {
+		if rs.handle.Owner() == w {
+			lost = append(lost, rs)
+		}
+	}
+	r.sendersMu.Unlock()
+	for _, rs := range lost {
+		rs.fail(ErrConsumerLost)
 	}
 }
 

@@ -143,7 +143,8 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 			t.Fatal("the blocked Send did not wake")
 		}
 		within(t, s.Cancelled(), time.Second, "Cancelled")
-		within(t, s.Stopped(), time.Second, "Stopped")
+		within(t, s.Done(), time.Second, "Done")
+		notClosed(t, s.Stopped(), "Stopped after a cancel")
 		// The pump leaves the registry once it retires the stream.
 		waitFor(t, "registry empty", func() bool { return producer.sm.ActiveSenders() == 0 })
 		a.Close()
@@ -162,7 +163,8 @@ func TestRemoteCancelBeforeAttachSignals(t *testing.T) {
 	a.Controller().Cancel()
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
 	within(t, s.Cancelled(), 5*time.Second, "Cancelled")
-	within(t, s.Stopped(), time.Second, "Stopped")
+	within(t, s.Done(), time.Second, "Done")
+	notClosed(t, s.Stopped(), "Stopped after a cancel")
 	if err := s.Send(context.Background(), []byte("x")); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("send: %v, want ErrCancelled", err)
 	}

@@ -48,6 +48,17 @@
 //   - Close the Anchor when done with it (defer anchor.Close()). Close
 //     cancels the stream if it has not ended, and removes the anchor from
 //     its Manager.
+//   - Leaving an All loop early, or All's context ending, cancels the
+//     stream: the producer, on this node or another, is told.
+//   - A producer's signals mean one thing each: Sender.Stopped closes on
+//     the consumer's RequestStop only, Sender.Cancelled on a cancel or on
+//     the loss of the consumer, and Sender.Done on the first of the two.
+//     Sender.Context ends with them, or when the Sender ends; its
+//     context.Cause is ErrStopRequested, ErrCancelled, ErrConsumerLost or
+//     ErrSenderClosed.
+//   - An anchor made with ExpectOpener fails with ErrOpenerLost as soon as
+//     the named instance is reported lost, if no stream of it flows yet,
+//     instead of waiting out its reservation.
 //
 // Items are MessagePack, as on the wire, and T can be any Go type: a
 // []byte is a MessagePack binary (the Rust reference's Bytes item), copied

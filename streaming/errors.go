@@ -13,6 +13,19 @@ var ErrSenderDropped = errors.New("velo: stream sender dropped")
 // stream or closed its anchor, and by Next after the consumer cancelled.
 var ErrCancelled = errors.New("velo: stream cancelled")
 
+// ErrStopRequested is the context.Cause of a Sender's Context after the
+// consumer asked for a graceful stop (Controller.RequestStop).
+var ErrStopRequested = errors.New("velo: stream stop requested")
+
+// ErrConsumerLost is the context.Cause of a Sender's Context once the
+// consumer's connection or node was lost without a cancel (its sends then
+// fail with ErrCancelled, as after a cancel).
+var ErrConsumerLost = errors.New("velo: stream consumer lost")
+
+// ErrOpenerLost ends an anchor whose expected opener (ExpectOpener) was
+// lost before it attached.
+var ErrOpenerLost = errors.New("velo: stream opener lost before it attached")
+
 // ErrAnchorNotFound is returned by AttachAnchor for a handle that names no
 // live anchor of the Manager: never created, ended or closed.
 var ErrAnchorNotFound = errors.New("velo: stream anchor not found")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -48,12 +49,14 @@ type anchorState struct {
 	dataWait  chan struct{} // a consumer waits for a frame or an end
 	spaceWait chan struct{} // senders wait for room or a state change
 	attached  bool
+	local     bool // the attached producer is on this worker (AttachAnchor)
 	stopReq   bool
 	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
 	closed    bool          // the consumer closed the anchor: terminals are discarded
 	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
-	stopCh    chan struct{} // made on demand; closed by RequestStop or cancel
+	stopCh    chan struct{} // made on demand; closed by RequestStop only
 	cancelCh  chan struct{} // made on demand; closed by cancel
+	extra     *anchorExtra  // made on demand: what few anchors use
 	endErr    error         // the error that ended the stream, returned again
 
 	// The unattached deadline (reservation.go), set while armed: in
@@ -330,7 +333,7 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		st.wakeData()
 	}
 	if detach {
-		st.attached = false
+		st.attached, st.local = false, false
 		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
@@ -410,9 +413,14 @@ func (st *anchorState) endLocked(err error) {
 }
 
 // requestStop fires the stop signal, now or for a producer that attaches
-// later.
+// later. After a cancel it does nothing: the stream is over, and Stopped
+// means a stop of a live stream only.
 func (st *anchorState) requestStop() {
 	st.mu.Lock()
+	if st.cancelled {
+		st.mu.Unlock()
+		return
+	}
 	first := st.stopLocked()
 	b, feed := st.bind, st.feed
 	var remotes []*remoteBind
@@ -444,16 +452,86 @@ func (st *anchorState) stopLocked() bool {
 	if st.stopCh != nil {
 		close(st.stopCh)
 	}
+	if !st.cancelled {
+		st.closeDoneLocked()
+	}
 	return true
 }
 
-// cancel ends delivery and fires both producer signals. With closing, the
+// closeDoneLocked closes the Done channel and ends the producers'
+// contexts: the first stop or cancel, whose cause causeLocked then says.
+func (st *anchorState) closeDoneLocked() {
+	x := st.extra
+	if x == nil {
+		return
+	}
+	if x.doneCh != nil {
+		close(x.doneCh)
+	}
+	why := st.causeLocked()
+	for _, fn := range x.onFire {
+		fn(why)
+	}
+	x.onFire = nil
+}
+
+// anchorExtra holds the fields of an anchor that most streams never use,
+// out of line: every unattached anchor pays for anchorState.
+type anchorExtra struct {
+	doneCh chan struct{}  // made on demand; closed by the first stop or cancel
+	onFire []func(error)  // Sender.Context's cancels, run by the first stop or cancel
+	opener ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
+}
+
+// extraLocked returns st.extra, made if needed.
+func (st *anchorState) extraLocked() *anchorExtra {
+	if st.extra == nil {
+		st.extra = new(anchorExtra)
+	}
+	return st.extra
+}
+
+// openerID is the instance named by ExpectOpener, or zero. It is set
+// before the anchor is registered and never changes.
+func (st *anchorState) openerID() ext.InstanceID {
+	if st.extra == nil {
+		return ext.InstanceID{}
+	}
+	return st.extra.opener
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if a signal has fired already (fn is then not kept).
+func (st *anchorState) watchFire(fn func(error)) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if why := st.causeLocked(); why != nil {
+		return why
+	}
+	x := st.extraLocked()
+	x.onFire = append(x.onFire, fn)
+	return nil
+}
+
+// causeLocked is why the producer's signals fired, or nil: the first of a
+// stop (ErrStopRequested) and a cancel (ErrCancelled).
+func (st *anchorState) causeLocked() error {
+	switch {
+	case st.stopReq:
+		return ErrStopRequested
+	case st.cancelled:
+		return ErrCancelled
+	}
+	return nil
+}
+
+// cancel ends delivery and fires the producer's Cancelled (and Done, unless
+// a stop fired it first); Stopped stays as it was. With closing, the
 // anchor also leaves the registry and later terminals are discarded;
 // without, the entry stays so that a producer attaching later still sees
 // the cancel.
 func (st *anchorState) cancel(closing bool) {
 	st.mu.Lock()
-	st.stopLocked()
 	// A cancel counts when it ends a live stream: not again, and not on
 	// a stream that had already ended (finalized, expired, ...).
 	counted := !st.cancelled && st.endErr == nil
@@ -462,6 +540,9 @@ func (st *anchorState) cancel(closing bool) {
 		st.cancelled = true
 		if st.cancelCh != nil {
 			close(st.cancelCh)
+		}
+		if !st.stopReq {
+			st.closeDoneLocked()
 		}
 	}
 	st.endLocked(ErrCancelled)
@@ -512,14 +593,29 @@ func (st *anchorState) cancel(closing bool) {
 	}
 }
 
-// signal returns the stop or cancel channel, made on demand so that a
-// stream nobody watches pays nothing for it.
-func (st *anchorState) signal(cancel bool) <-chan struct{} {
+// Kinds of producer signal: the channels of Stopped, Cancelled and Done.
+type signalKind uint8
+
+const (
+	sigStop signalKind = iota
+	sigCancel
+	sigDone
+)
+
+// signal returns the channel of one kind, made on demand so that a stream
+// nobody watches pays nothing for it.
+func (st *anchorState) signal(k signalKind) <-chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	ch, fired := &st.stopCh, st.stopReq
-	if cancel {
+	var ch *chan struct{}
+	var fired bool
+	switch k {
+	case sigStop:
+		ch, fired = &st.stopCh, st.stopReq
+	case sigCancel:
 		ch, fired = &st.cancelCh, st.cancelled
+	default:
+		ch, fired = &st.extraLocked().doneCh, st.stopReq || st.cancelled
 	}
 	if fired {
 		return closedChan
@@ -528,6 +624,13 @@ func (st *anchorState) signal(cancel bool) <-chan struct{} {
 		*ch = make(chan struct{})
 	}
 	return *ch
+}
+
+// cause is causeLocked under the lock.
+func (st *anchorState) cause() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.causeLocked()
 }
 
 // ring is a FIFO of frames that grows as needed. The capacity limit is the

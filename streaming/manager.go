@@ -30,7 +30,8 @@ type Manager struct {
 	closed     atomic.Bool
 	expired    atomic.Uint64 // anchors ended by their unattached timeout
 
-	remote *remote // set by NewNodeManager: streams to and from other workers
+	remote  *remote // set by NewNodeManager: streams to and from other workers
+	openers openers // anchors that wait for a named opener (ExpectOpener)
 
 	consumerWakes atomic.Uint64 // consumers woken from a wait for a frame
 
@@ -165,6 +166,9 @@ func (m *Manager) remove(st *anchorState) {
 	s.mu.Unlock()
 	if mine {
 		m.unattached.Remove(id)
+		if id := st.openerID(); id != (ext.InstanceID{}) {
+			m.openers.drop(id, st)
+		}
 	}
 }
 
@@ -175,8 +179,9 @@ type AnchorOption struct {
 
 type anchorConfig struct {
 	capacity   int
-	unattached time.Duration // 0: the Manager's ReservationConfig
-	codec      Codec         // nil: the default for T
+	unattached time.Duration  // 0: the Manager's ReservationConfig
+	codec      Codec          // nil: the default for T
+	opener     ext.InstanceID // zero: none expected (ExpectOpener)
 }
 
 // WithCapacity sets how many frames the anchor's inlet holds before Send
@@ -243,8 +248,14 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	a.st.mgr = m
 	a.st.capLim = int32(cfg.capacity)
 	a.st.lifetime = cfg.unattached
+	if cfg.opener != (ext.InstanceID{}) {
+		a.st.extraLocked().opener = cfg.opener // before anyone else sees the anchor
+	}
 	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed
+	}
+	if cfg.opener != (ext.InstanceID{}) && m.remote != nil {
+		m.openers.add(cfg.opener, &a.st)
 	}
 	// Armed after register: the key of the deadline is the local id. No
 	// one else knows the handle yet, so nothing races with this.
@@ -326,6 +337,7 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 		return nil, fmt.Errorf("%w: %v", ErrAlreadyAttached, handle)
 	}
 	st.attached = true
+	st.local = true
 	st.disarmLocked() // an attached anchor has no unattached deadline
 	if release := st.releasePrebindLocked(); release != nil {
 		// A same-worker producer writes into the inlet and never claims

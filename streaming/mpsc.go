@@ -192,11 +192,24 @@ func (an *MPSCAnchor[T]) Next(ctx context.Context) (MPSCFrame[T], error) {
 
 // All ranges over the stream: each frame with a nil error, until the stream
 // ends or ctx is done; that error is yielded once as the last pair.
+// Leaving the loop early or ctx ending cancels the stream for every
+// producer, as Controller.Cancel does.
 func (an *MPSCAnchor[T]) All(ctx context.Context) iter.Seq2[MPSCFrame[T], error] {
 	return func(yield func(MPSCFrame[T], error) bool) {
 		for {
 			f, err := an.Next(ctx)
-			if !yield(f, err) || err != nil {
+			if err != nil && isCtxEnd(ctx, err) {
+				an.a.st.cancel(false)
+				yield(f, err)
+				return
+			}
+			if !yield(f, err) {
+				if err == nil {
+					an.a.st.cancel(false)
+				}
+				return
+			}
+			if err != nil {
 				return
 			}
 		}
@@ -229,6 +242,7 @@ type MPSCSender[T any] struct {
 	encode func(T) ([]byte, error)
 	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st and a are then nil
 	mx     *outSlot      // set for an anchor of another worker on the mux; st and a are then nil
+	lc     senderContext
 }
 
 // AttachMPSCAnchor attaches a producer to the MPSC anchor that handle names
@@ -372,6 +386,7 @@ func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
 
 // end ends this producer with its terminal frame.
 func (s *MPSCSender[T]) end(frame []byte) error {
+	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
 	if s.mx != nil {
 		return s.mx.terminate(frame, false)
 	}
@@ -415,32 +430,6 @@ func (s *MPSCSender[T]) Close() error {
 		return nil
 	}
 	return err
-}
-
-// Stopped closes when the consumer requests a graceful stop, or cancels.
-// A producer on another worker hears of the stop by _stream_stop.
-func (s *MPSCSender[T]) Stopped() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.signalCh(false)
-	}
-	if s.rs != nil {
-		return s.rs.stopCh
-	}
-	return s.st.signal(false)
-}
-
-// Cancelled closes when the consumer cancels the stream or closes its
-// anchor. Sends then fail with ErrCancelled.
-// For a producer on another worker, it also closes when its connection
-// fails: the owner closes it to cancel.
-func (s *MPSCSender[T]) Cancelled() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.signalCh(true)
-	}
-	if s.rs != nil {
-		return s.rs.cancelCh
-	}
-	return s.st.signal(true)
 }
 
 // Retired returns a channel that closes once the sender has detached or

@@ -274,7 +274,10 @@ func TestMPSCCancelWakesBlockedSenders(t *testing.T) {
 				}
 			}
 			<-a.Cancelled()
-			<-b.Stopped()
+			<-b.Done()
+			if isClosed(b.Stopped()) {
+				t.Fatal("a cancel closed Stopped")
+			}
 			if err := b.Send(ctx, []byte("z")); !errors.Is(err, ErrCancelled) {
 				t.Fatalf("send after cancel = %v", err)
 			}

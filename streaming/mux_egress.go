@@ -134,8 +134,11 @@ type outSlot struct {
 	closed    bool // the slot is gone (terminal written, refused, epoch death)
 	cancelled bool
 	stopped   bool
-	stopCh    chan struct{}
-	cancelCh  chan struct{}
+	stopCh    chan struct{} // closed by a consumer's stop only
+	cancelCh  chan struct{} // closed by a cancel or a loss
+	doneCh    chan struct{} // closed by the first of the two
+	why       error         // the first signal's cause (Sender.Context)
+	onFire    []func(error) // Sender.Context's cancel, run by the first signal
 	spaceWait chan struct{}
 	retirement
 }
@@ -246,7 +249,7 @@ func (b *batcher) postOpens() {
 	for _, s := range opens {
 		s.openErr = err
 		if gone {
-			s.endLocked()
+			s.endLocked(ErrCancelled)
 		}
 	}
 	b.mu.Unlock()
@@ -1149,7 +1152,7 @@ func (b *batcher) closeByPeer(id muxwire.SlotID) {
 		b.mu.Unlock()
 		return
 	}
-	s.endLocked()
+	s.endLocked(ErrCancelled) // the consumer cancelled or closed its anchor
 	b.mu.Unlock()
 }
 
@@ -1163,14 +1166,14 @@ func (b *batcher) refuseLocked(id muxwire.SlotID) {
 	}
 }
 
-// endLocked closes s as cancelled: signals fire, waiting sends fail, the
-// output is discarded, the index is freed.
-func (s *outSlot) endLocked() {
+// endLocked closes s as cancelled, with why as the cause: signals fire,
+// waiting sends fail, the output is discarded, the index is freed.
+func (s *outSlot) endLocked(why error) {
 	if s.closed {
 		return
 	}
 	s.closed = true
-	s.cancelLocked()
+	s.cancelLocked(why)
 	s.b.qBytes -= s.qBytes
 	s.b.budgetAddLocked(-s.qBytes)
 	if len(s.q) > 0 {
@@ -1183,24 +1186,60 @@ func (s *outSlot) endLocked() {
 	s.b.releaseLocked(s)
 }
 
-func (s *outSlot) cancelLocked() {
-	s.stopLocked()
+// cancelLocked fires Cancelled (and Done, if no stop fired it first).
+func (s *outSlot) cancelLocked(why error) {
 	if !s.cancelled {
 		s.cancelled = true
 		if s.cancelCh != nil {
 			close(s.cancelCh)
 		}
+		s.fireLocked(why)
 	}
 	s.wakeSpaceLocked()
 }
 
+// stopLocked fires Stopped: a consumer's stop of a live stream only.
 func (s *outSlot) stopLocked() {
-	if !s.stopped {
+	if !s.stopped && !s.cancelled {
 		s.stopped = true
 		if s.stopCh != nil {
 			close(s.stopCh)
 		}
+		s.fireLocked(ErrStopRequested)
 	}
+}
+
+// fireLocked closes Done on the first signal and keeps its cause.
+func (s *outSlot) fireLocked(why error) {
+	if s.why == nil {
+		s.why = why
+		if s.doneCh != nil {
+			close(s.doneCh)
+		}
+		for _, fn := range s.onFire {
+			fn(why)
+		}
+		s.onFire = nil
+	}
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if one has fired already.
+func (s *outSlot) watchFire(fn func(error)) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.why != nil {
+		return s.why
+	}
+	s.onFire = append(s.onFire, fn)
+	return nil
+}
+
+// cause is the first signal's cause, or nil.
+func (s *outSlot) cause() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.why
 }
 
 // lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
@@ -1213,19 +1252,25 @@ func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.Li
 		return
 	}
 	if action == muxwire.Cancel {
-		s.cancelLocked()
+		s.cancelLocked(ErrCancelled)
 	} else {
 		s.stopLocked()
 	}
 }
 
-// signalCh returns the stop or cancel channel of s, made on demand.
-func (s *outSlot) signalCh(cancel bool) <-chan struct{} {
+// signalCh returns the channel of one kind of signal of s, made on demand.
+func (s *outSlot) signalCh(k signalKind) <-chan struct{} {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	ch, fired := &s.stopCh, s.stopped
-	if cancel {
+	var ch *chan struct{}
+	var fired bool
+	switch k {
+	case sigStop:
+		ch, fired = &s.stopCh, s.stopped
+	case sigCancel:
 		ch, fired = &s.cancelCh, s.cancelled
+	default:
+		ch, fired = &s.doneCh, s.why != nil
 	}
 	if fired {
 		return closedChan
@@ -1252,7 +1297,7 @@ func (b *batcher) epochDeath() {
 	b.mu.Lock()
 	for _, s := range b.slots {
 		if s != nil {
-			s.endLocked()
+			s.endLocked(ErrConsumerLost)
 		}
 	}
 	b.ready = b.ready[:0]

@@ -253,13 +253,13 @@ func TestMuxStaleAndBogusControl(t *testing.T) {
 	b.lifecycle(old.id, 100, muxwire.Cancel) // stale: the old slot id
 	b.lifecycle(cur.id, 100, muxwire.Cancel) // stale: the old session on the new slot
 	select {
-	case <-cur.signalCh(true):
+	case <-cur.signalCh(sigCancel):
 		t.Fatal("a stale LifecycleSlot cancelled the stream that reuses the slot")
 	default:
 	}
 	b.lifecycle(cur.id, 200, muxwire.Cancel)
 	select {
-	case <-cur.signalCh(true):
+	case <-cur.signalCh(sigCancel):
 	default:
 		t.Fatal("the LifecycleSlot of the current session did not cancel")
 	}

@@ -200,7 +200,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 		// On a goroutine of its own: this is the messenger's reader, and
 		// the write lock may be held by a flush that waits for the
 		// transport to take a batch.
-		s.endLocked()
+		s.endLocked(ErrConsumerLost)
 		s.session = session
 		b.mu.Unlock()
 		go b.openGone(s)
@@ -324,7 +324,7 @@ func (b *batcher) failPending(s *outSlot, err error) {
 	close(s.answered)
 	if !s.closed {
 		s.failErr = err
-		s.endLocked()
+		s.endLocked(ErrCancelled)
 	}
 }
 

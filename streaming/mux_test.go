@@ -427,10 +427,11 @@ func TestMuxCancelWakesBlockedSend(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the cancel did not reach the blocked Send")
 	}
-	select {
-	case <-s.Stopped():
-	default:
-		t.Fatal("Stopped did not close with the cancel")
+	if !isClosed(s.Done()) || !isClosed(s.Cancelled()) {
+		t.Fatal("Done and Cancelled did not close with the cancel")
+	}
+	if isClosed(s.Stopped()) {
+		t.Fatal("Stopped closed with a cancel")
 	}
 }
 

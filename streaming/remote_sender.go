@@ -36,8 +36,9 @@ type remoteSender struct {
 	key       string
 	conn      net.Conn
 	id        uint64        // the stream id in the attach's CancelHandle: the registry key
-	stopCh    chan struct{} // closed by _stream_stop, and by every cancel
+	stopCh    chan struct{} // closed by _stream_stop only
 	cancelCh  chan struct{} // closed when the consumer cancels or the connection fails
+	doneCh    chan struct{} // closed by the first of the two
 	pumpWake  chan struct{} // cap 1: frames were queued, or the stream ended
 	spaceWait chan struct{} // senders wait for room
 
@@ -46,8 +47,11 @@ type remoteSender struct {
 	active    bool // a frame was queued since the last heartbeat (heartbeat.go)
 	done      bool // a terminal is queued
 	cancelled bool
-	stopped   bool // stopCh is closed
-	closing   bool // the pump closed the connection after the terminal
+	stopped   bool          // stopCh is closed
+	why       error         // the first signal's cause (Sender.Context)
+	onFire    []func(error) // Sender.Context's cancel, run by the first signal
+	lossTimer *time.Timer   // the grace of a connection that ended before any message
+	closing   bool          // the pump closed the connection after the terminal
 	retirement
 }
 
@@ -76,6 +80,7 @@ func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
 }
 
 func (s *Sender[T]) end(frame []byte, detach bool) error {
+	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
 	if s.mx != nil {
 		// Close never waits; Finalize and Detach wait for the answer to
 		// a pipelined attach, so that they report its refusal.
@@ -195,7 +200,7 @@ func (r *remote) countAttachRTT(start time.Time, ok bool, key string) {
 func newRemoteSender(r *remote, handle wire.AnchorHandle, id uint64) *remoteSender {
 	return &remoteSender{
 		r: r, handle: handle, id: id,
-		stopCh: make(chan struct{}), cancelCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
+		stopCh: make(chan struct{}), cancelCh: make(chan struct{}), doneCh: make(chan struct{}), pumpWake: make(chan struct{}, 1),
 	}
 }
 
@@ -353,9 +358,10 @@ func (rs *remoteSender) retired() <-chan struct{} {
 	return rs.watchLocked()
 }
 
-// fail marks the stream cancelled: the consumer closed the connection, a
-// write failed, or the node shut down.
-func (rs *remoteSender) fail() {
+// fail marks the stream cancelled, with why as the cause Sender.Context
+// reports: ErrCancelled for the consumer's cancel, ErrConsumerLost when
+// its connection or node went.
+func (rs *remoteSender) fail(why error) {
 	rs.mu.Lock()
 	if rs.cancelled || rs.closing {
 		rs.mu.Unlock()
@@ -363,25 +369,91 @@ func (rs *remoteSender) fail() {
 	}
 	rs.cancelled = true
 	close(rs.cancelCh)
-	rs.stopLocked()
+	rs.fireLocked(why)
 	rs.wakeSpaceLocked()
+	if rs.lossTimer != nil {
+		rs.lossTimer.Stop()
+	}
 	rs.mu.Unlock()
 	rs.wake()
 }
 
+// fireLocked closes Done on the first signal and keeps its cause.
+func (rs *remoteSender) fireLocked(why error) {
+	if rs.why == nil {
+		rs.why = why
+		close(rs.doneCh)
+		for _, fn := range rs.onFire {
+			fn(why)
+		}
+		rs.onFire = nil
+	}
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if one has fired already.
+func (rs *remoteSender) watchFire(fn func(error)) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.why != nil {
+		return rs.why
+	}
+	rs.onFire = append(rs.onFire, fn)
+	return nil
+}
+
+// cause is the first signal's cause, or nil.
+func (rs *remoteSender) cause() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.why
+}
+
 // stop fires Stopped only: the consumer asked for a graceful end, and the
-// producer may still send its last items and Finalize.
+// producer may still send its last items and Finalize. A stop that comes
+// after a cancel does nothing.
 func (rs *remoteSender) stop() {
 	rs.mu.Lock()
-	rs.stopLocked()
+	if !rs.stopped && !rs.cancelled {
+		rs.stopped = true
+		close(rs.stopCh)
+		rs.fireLocked(ErrStopRequested)
+	}
 	rs.mu.Unlock()
 }
 
-func (rs *remoteSender) stopLocked() {
-	if !rs.stopped {
-		rs.stopped = true
-		close(rs.stopCh)
+// awaitFail waits for fail: the cancel message, the node's loss or the
+// grace of connEnded.
+func (rs *remoteSender) awaitFail() {
+	for {
+		rs.mu.Lock()
+		c := rs.cancelled
+		rs.mu.Unlock()
+		if c {
+			return
+		}
+		<-rs.pumpWake
 	}
+}
+
+// connLossGrace is how long a connection that ended before any message
+// waits for the consumer's _stream_cancel, which travels on the
+// messenger's connection and may arrive after the close it preceded: a
+// cancel then reads as ErrCancelled, not as a lost consumer. A lost node
+// (peerLost) does not wait.
+const connLossGrace = 50 * time.Millisecond
+
+// connEnded is the watcher's end, or a failed write: the consumer closed
+// the connection (its cancel's backstop) or went away. Closed by this side (Close, the
+// terminal written), fail does nothing.
+func (rs *remoteSender) connEnded() {
+	rs.mu.Lock()
+	if rs.cancelled || rs.closing || rs.lossTimer != nil {
+		rs.mu.Unlock()
+		return
+	}
+	rs.lossTimer = time.AfterFunc(connLossGrace, func() { rs.fail(ErrConsumerLost) })
+	rs.mu.Unlock()
 }
 
 // pump writes what is queued, all of it in one write, until it has written
@@ -425,7 +497,8 @@ func (rs *remoteSender) pump() {
 			rs.mu.Lock()
 			rs.closing = false
 			rs.mu.Unlock()
-			rs.fail()
+			rs.connEnded() // most often the consumer's cancel closed it
+			rs.awaitFail() // registered until then: the cancel message may follow
 			rs.retire(RetireDiscarded)
 			return
 		}
@@ -451,7 +524,7 @@ func (rs *remoteSender) watch() {
 	// The consumer closed the connection (or wrote, which it must not), or
 	// Close closed it; fail does nothing once the pump wrote the
 	// terminal and closed it itself.
-	rs.fail()
+	rs.connEnded()
 }
 
 func deadlineOf(ctx context.Context) time.Time {

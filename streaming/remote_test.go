@@ -351,7 +351,7 @@ func TestRemoteConsumerCancel(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the producer did not see the cancel")
 		}
-		<-s.Stopped()
+		<-s.Done()
 		if err := s.Send(context.Background(), []byte("y")); !errors.Is(err, ErrCancelled) {
 			t.Fatalf("send after cancel: %v", err)
 		}

@@ -113,6 +113,7 @@ type Sender[T any] struct {
 	encode func(T) ([]byte, error)
 	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st is then nil
 	mx     *outSlot      // set for an anchor of another worker on the mux; st is then nil
+	lc     senderContext
 }
 
 // Handle names the anchor this Sender is attached to.
@@ -214,30 +215,6 @@ func (s *Sender[T]) Close() error {
 		return nil
 	}
 	return err
-}
-
-// Stopped closes when the consumer requests a graceful stop, or cancels.
-// The producer may then send its final output and Finalize.
-func (s *Sender[T]) Stopped() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.signalCh(false)
-	}
-	if s.rs != nil {
-		return s.rs.stopCh
-	}
-	return s.st.signal(false)
-}
-
-// Cancelled closes when the consumer cancels the stream or closes its
-// anchor. Sends then fail with ErrCancelled.
-func (s *Sender[T]) Cancelled() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.signalCh(true)
-	}
-	if s.rs != nil {
-		return s.rs.cancelCh
-	}
-	return s.st.signal(true)
 }
 
 // Retired returns a channel that closes once the Sender has finalized,

@@ -373,8 +373,8 @@ func TestCancelBeforeAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attach after cancel: %v", err)
 	}
-	if !isClosed(s.Cancelled()) || !isClosed(s.Stopped()) {
-		t.Fatal("a cancel made before attach is not seen by the producer")
+	if !isClosed(s.Cancelled()) || !isClosed(s.Done()) || isClosed(s.Stopped()) {
+		t.Fatal("a cancel made before attach is not seen by the producer as a cancel (Cancelled and Done, not Stopped)")
 	}
 	if err := s.Send(ctx, []byte("x")); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("Send after cancel = %v, want ErrCancelled", err)
@@ -405,8 +405,8 @@ func TestCancelAfterAttach(t *testing.T) {
 	s.Send(ctx, []byte("dropped by the cancel"))
 	cancelled := s.Cancelled()
 	a.Controller().Cancel()
-	if !isClosed(cancelled) || !isClosed(s.Stopped()) {
-		t.Fatal("cancel did not fire the producer's signals")
+	if !isClosed(cancelled) || !isClosed(s.Done()) || isClosed(s.Stopped()) {
+		t.Fatal("cancel did not fire Cancelled and Done only")
 	}
 	wantEnd(t, a, ErrCancelled)
 	if err := s.Send(ctx, []byte("x")); !errors.Is(err, ErrCancelled) {

@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		runServer()
 		return
 	}
+	if os.Getenv(streamChildEnv) != "" {
+		runStreamChild()
+		return
+	}
 	if os.Getenv(callerEnv) != "" {
 		runCaller()
 		return

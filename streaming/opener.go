@@ -1,0 +1,103 @@
+package streaming
+
+import (
+	"sync"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// An anchor may name the instance expected to open it (ExpectOpener): the
+// producer that was handed its handle or its ticket. Until a producer's
+// stream flows, the anchor waits on its reservation (the unattached
+// timeout, the accept window of a bind, a pre-bind's window), which can be
+// minutes; if the messenger reports the opener lost, the wait is pointless,
+// so the anchor ends at once with ErrOpenerLost.
+
+// ExpectOpener names the instance expected to attach to the anchor (or to
+// open its pre-bind). If the node's messenger reports that instance lost
+// while the anchor waits for it (unattached, bound or pre-bound, with
+// nothing flowing yet), the anchor ends with ErrOpenerLost, instead of at
+// its reservation's window. A stream that flows is not affected: its
+// producer's loss ends it as before (ErrSenderDropped). It needs a Manager
+// from NewNodeManager; on another Manager it does nothing.
+func ExpectOpener(id ext.InstanceID) AnchorOption {
+	return AnchorOption{func(c *anchorConfig) { c.opener = id }}
+}
+
+// openers indexes the anchors that name an opener, by that opener.
+type openers struct {
+	mu sync.Mutex
+	m  map[ext.InstanceID]map[*anchorState]struct{}
+}
+
+func (o *openers) add(id ext.InstanceID, st *anchorState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = make(map[ext.InstanceID]map[*anchorState]struct{})
+	}
+	set := o.m[id]
+	if set == nil {
+		set = make(map[*anchorState]struct{})
+		o.m[id] = set
+	}
+	set[st] = struct{}{}
+}
+
+func (o *openers) drop(id ext.InstanceID, st *anchorState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if set := o.m[id]; set != nil {
+		delete(set, st)
+		if len(set) == 0 {
+			delete(o.m, id)
+		}
+	}
+}
+
+// take removes and returns the anchors that wait for id.
+func (o *openers) take(id ext.InstanceID) []*anchorState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	set := o.m[id]
+	delete(o.m, id)
+	out := make([]*anchorState, 0, len(set))
+	for st := range set {
+		out = append(out, st)
+	}
+	return out
+}
+
+// openerLost ends, with ErrOpenerLost, every anchor of m that waits for
+// the lost instance id.
+func (m *Manager) openerLost(id ext.InstanceID) {
+	for _, st := range m.openers.take(id) {
+		if st.openerLost() {
+			m.remote.log.Warn("velo: stream anchor ended: the instance expected to open it was lost",
+				"anchor", st.handle, "opener", id)
+		}
+	}
+}
+
+// openerLost ends st with ErrOpenerLost unless a stream flows into it or a
+// producer on this worker holds it. It reports whether it ended st.
+func (st *anchorState) openerLost() bool {
+	st.mu.Lock()
+	b := st.bind
+	if st.endErr != nil || st.feed != nil || st.local || (b != nil && b.conn != nil) {
+		st.mu.Unlock()
+		return false
+	}
+	st.bind = nil
+	st.endLocked(ErrOpenerLost)
+	release := st.releasePrebindLocked()
+	st.mu.Unlock()
+	if release != nil {
+		release() // its OpenSlot, if one ever comes, is answered UnknownSlot
+	}
+	if b != nil {
+		st.mgr.remote.unpend(b) // its connection, if one ever comes, finds no bind
+	}
+	st.mgr.remove(st)
+	return true
+}
