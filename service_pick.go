@@ -34,7 +34,8 @@ func (s *services) pick(ctx context.Context, service string, count bool) (ext.In
 	}
 	s.instLocked(id).outstanding++
 	var once sync.Once
-	return id, func(err error) { once.Do(func() { s.finish(id, err) }) }, nil
+	started := time.Now()
+	return id, func(err error) { once.Do(func() { s.finish(id, started, err) }) }, nil
 }
 
 // chooseLocked applies the picker to the instances that are not skipped,
@@ -74,8 +75,8 @@ func (s *services) instLocked(id ext.InstanceID) *instance {
 	return in
 }
 
-// finish ends one counted call on id.
-func (s *services) finish(id ext.InstanceID, err error) {
+// finish ends one counted call on id that started at started.
+func (s *services) finish(id ext.InstanceID, started time.Time, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := s.insts[id]
@@ -88,7 +89,10 @@ func (s *services) finish(id ext.InstanceID, err error) {
 	switch {
 	case connectionLost(err):
 		in.failedAt = time.Now()
-	case answered(err):
+	case answered(err) && started.After(in.failedAt):
+		// Only a call that went out after the failure proves the instance
+		// is back: one that started before it may have been answered
+		// before the instance died, and finish late.
 		in.failedAt = time.Time{}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -168,7 +169,7 @@ func TestLostInstanceIsSkipped(t *testing.T) {
 	}
 	for _, id := range ids { // the two others fail too: none is left
 		if id != dead {
-			s.finish(id, ext.ErrConnectionClosed)
+			s.finish(id, time.Now(), ext.ErrConnectionClosed)
 		}
 	}
 	if _, _, err := s.pick(ctx, "w", true); !errors.Is(err, ErrNoInstance) {
@@ -230,7 +231,7 @@ func TestSkippedInstanceComesBackWhenItAnswers(t *testing.T) {
 		return <-answer
 	}
 	ctx := context.Background()
-	s.finish(id, nil) // unknown yet: nothing to count
+	s.finish(id, time.Now(), nil) // unknown yet: nothing to count
 	_, finish, err := s.pick(ctx, "w", true)
 	if err != nil {
 		t.Fatal(err)
@@ -245,5 +246,42 @@ func TestSkippedInstanceComesBackWhenItAnswers(t *testing.T) {
 	}
 	if got, _, err := s.pick(ctx, "w", false); err != nil || got != id {
 		t.Fatalf("pick after the probe answered: %s, %v", got, err)
+	}
+}
+
+// A call that went out before an instance failed, and is answered (or
+// finishes) after the failure was noted, does not bring the instance
+// back: under load the answer can have come before the instance died.
+// Before, such a late success cleared the skip, and the next call went to
+// the dead instance again.
+func TestALateAnswerDoesNotUnskip(t *testing.T) {
+	ids := threeIDs()
+	s := newTestServices(t, &fakeServices{}, RoundRobin, ids...)
+	ctx := context.Background()
+	dead, early, err := s.pick(ctx, "w", true) // goes out first
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		id, failing, err := s.pick(ctx, "w", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == dead {
+			failing(ext.ErrPeerUnreachable)
+			break
+		}
+		failing(nil)
+	}
+	early(nil) // the early call's answer is handed over only now
+	for i := range 10 {
+		id, finish, err := s.pick(ctx, "w", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		finish(nil)
+		if id == dead {
+			t.Fatalf("pick %d chose %s after a success that started before its failure", i, dead)
+		}
 	}
 }
