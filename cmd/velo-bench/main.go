@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 )
 
@@ -73,5 +74,8 @@ func run(args []string) error {
 		fmt.Println(usage)
 		return nil
 	}
+	// A harness starts and stops dozens of nodes; their peer events
+	// (Info) would bury the figures. Warnings still show.
+	slog.SetLogLoggerLevel(slog.LevelWarn)
 	return runBench(args)
 }
