@@ -54,7 +54,7 @@ harnesses:
   first-token           one lone stream at a time over the mux: send -> read of its
                         first token under FlushAuto, FlushLinger and OnComplete
   rendezvous            a payload moved by handle against a raw TCP transfer
-  hostile               the attacks of issue 20 between processes: victim CPU
+  hostile               attacks by hostile peers between processes: victim CPU
                         per hostile frame, CPU after, heap, legit streams`
 
 func run(args []string) error {

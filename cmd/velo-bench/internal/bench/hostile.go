@@ -13,7 +13,7 @@ import (
 	"github.com/velo-go/velo/internal/robustness/hostile"
 )
 
-// The hostile harness runs the attacks of issue 20 between processes and
+// The hostile harness runs the attacks of hostile peers between processes and
 // prints the must-show table (package hostile has the cases and the
 // measurement; the tests in internal/robustness assert the same bounds on
 // the same cases). Each case starts this binary twice more as node
@@ -105,7 +105,7 @@ func Hostile(cfg HostileConfig, r *Report) error {
 		}
 	}
 	if cfg.Log != nil && failed > 0 {
-		fmt.Fprintf(cfg.Log, "\n%d case runs broke a bound of issue 20\n", failed)
+		fmt.Fprintf(cfg.Log, "\n%d case runs broke a bound of their case\n", failed)
 	}
 	return nil
 }
