@@ -44,8 +44,21 @@ func RunChild(register func(addr string, info ext.PeerInfo) error) {
 func StartChild(t *testing.T, addr string) (ext.PeerInfo, func()) {
 	t.Helper()
 	info := ChildPeer(ext.NewInstanceID())
+	s, kill := startSelf(t, "child", ChildEnv+"="+addr, childIDEnv+"="+info.InstanceID.String())
+	if s != "registered\n" {
+		t.Fatalf("child said %q", s)
+	}
+	return info, kill
+}
+
+// startSelf runs this test binary as a child process with env added,
+// waits for the first line it prints (what names the child says), and
+// returns that line and a kill function that sends SIGKILL and reaps the
+// process, which the test's cleanup also runs.
+func startSelf(t *testing.T, name string, env ...string) (string, func()) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), ChildEnv+"="+addr, childIDEnv+"="+info.InstanceID.String())
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -70,11 +83,9 @@ func StartChild(t *testing.T, addr string) (ext.PeerInfo, func()) {
 	}()
 	select {
 	case s := <-line:
-		if s != "registered\n" {
-			t.Fatalf("child said %q", s)
-		}
+		return s, kill
 	case <-time.After(Wait):
-		t.Fatal("child did not register")
+		t.Fatalf("the %s process did not register", name)
 	}
-	return info, kill
+	return "", kill
 }

@@ -1,11 +1,9 @@
 package discoverytest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -71,39 +69,10 @@ func serveWorker(addr, service string, open Backends) (ext.InstanceID, error) {
 // and a kill function that sends SIGKILL and reaps the process.
 func StartWorker(t *testing.T, addr, service string) (ext.InstanceID, func()) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerEnv+"="+addr, workerServiceEnv+"="+service)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	s, kill := startSelf(t, "worker", workerEnv+"="+addr, workerServiceEnv+"="+service)
+	id, err := ext.ParseInstanceID(strings.TrimSpace(strings.TrimPrefix(s, "worker ")))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("worker said %q", s)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	kill := func() {
-		if !killed {
-			killed = true
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	}
-	t.Cleanup(kill)
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(out).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		id, err := ext.ParseInstanceID(strings.TrimSpace(strings.TrimPrefix(s, "worker ")))
-		if err != nil {
-			t.Fatalf("worker said %q", s)
-		}
-		return id, kill
-	case <-time.After(Wait):
-		t.Fatal("worker did not register")
-	}
-	return ext.InstanceID{}, nil
+	return id, kill
 }
