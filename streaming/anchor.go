@@ -22,7 +22,7 @@ type Anchor[T any] struct {
 
 // Handle names the anchor to a producer. It is the only credential a
 // producer needs: send it only to the producer that needs it.
-func (a *Anchor[T]) Handle() wire.AnchorHandle { return a.st.handle }
+func (a *Anchor[T]) Handle() AnchorHandle { return a.st.handle }
 
 // Next returns the next item. It waits until an item arrives, the stream
 // ends, or ctx is done. A *SenderError is a soft error and the stream goes

@@ -280,7 +280,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 // Sender.Ready. On the same
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
-func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, opts ...SenderOption) (*Sender[T], error) {
+func AttachAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandle, opts ...SenderOption) (*Sender[T], error) {
 	return attachAnchorCounted[T](ctx, m, handle, nil, senderCodec(opts))
 }
 
@@ -289,7 +289,7 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 // one key to one owner share a lane. It is a placement hint, not an
 // ordering guarantee; on the same worker and on the per-stream path it
 // changes nothing.
-func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64, opts ...SenderOption) (*Sender[T], error) {
+func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle AnchorHandle, key uint64, opts ...SenderOption) (*Sender[T], error) {
 	return attachAnchorCounted[T](ctx, m, handle, &key, senderCodec(opts))
 }
 

@@ -140,7 +140,7 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 }
 
 // Handle names the anchor to producers; its local id has wire.MPSCBit set.
-func (an *MPSCAnchor[T]) Handle() wire.AnchorHandle { return an.a.st.handle }
+func (an *MPSCAnchor[T]) Handle() AnchorHandle { return an.a.st.handle }
 
 // Senders counts the producers attached now.
 func (an *MPSCAnchor[T]) Senders() int {
@@ -261,13 +261,13 @@ type MPSCSender[T any] struct {
 // gives the SenderID; the producer then rides the messenger mux as a slot
 // of its own, or opens one TCP connection when the owner has no mux. It
 // does not wait for room in the inlet; the sends do.
-func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, opts ...SenderOption) (*MPSCSender[T], error) {
+func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandle, opts ...SenderOption) (*MPSCSender[T], error) {
 	return attachMPSCCounted[T](ctx, m, handle, nil, senderCodec(opts))
 }
 
 // AttachMPSCAnchorKeyed is AttachMPSCAnchor with a mux placement key, as
 // AttachAnchorKeyed.
-func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key uint64, opts ...SenderOption) (*MPSCSender[T], error) {
+func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle AnchorHandle, key uint64, opts ...SenderOption) (*MPSCSender[T], error) {
 	return attachMPSCCounted[T](ctx, m, handle, &key, senderCodec(opts))
 }
 
@@ -340,7 +340,7 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
 
 // Handle names the anchor this sender is attached to.
-func (s *MPSCSender[T]) Handle() wire.AnchorHandle {
+func (s *MPSCSender[T]) Handle() AnchorHandle {
 	if s.mx != nil {
 		return s.mx.handle
 	}

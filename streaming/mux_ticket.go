@@ -48,7 +48,7 @@ var ErrTicketOnOwner = errors.New("velo: a stream open ticket is for a producer 
 
 // PrebindAnchor binds a mux slot for the anchor that handle names and
 // returns the ticket that opens it. See ErrNoPrebind for when it cannot.
-func (m *Manager) PrebindAnchor(handle wire.AnchorHandle) (StreamOpenTicket, error) {
+func (m *Manager) PrebindAnchor(handle AnchorHandle) (StreamOpenTicket, error) {
 	return m.prebindCounted(handle, nil)
 }
 
@@ -56,7 +56,7 @@ func (m *Manager) PrebindAnchor(handle wire.AnchorHandle) (StreamOpenTicket, err
 // goes on mux lane splitmix64(key) % lanes, the same lane for one key on
 // every node with the same lane count. The key is a placement hint, not an
 // ordering guarantee.
-func (m *Manager) PrebindAnchorKeyed(handle wire.AnchorHandle, key uint64) (StreamOpenTicket, error) {
+func (m *Manager) PrebindAnchorKeyed(handle AnchorHandle, key uint64) (StreamOpenTicket, error) {
 	return m.prebindCounted(handle, &key)
 }
 
@@ -118,7 +118,7 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 // the owner does not know (forged, used already, expired) opens a stream
 // that the owner closes at once: the Sender's sends then fail with
 // ErrCancelled.
-func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, ticket StreamOpenTicket, opts ...SenderOption) (*Sender[T], error) {
+func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle AnchorHandle, ticket StreamOpenTicket, opts ...SenderOption) (*Sender[T], error) {
 	encode, err := encoderFor[T](senderCodec(opts))
 	if err != nil {
 		return nil, err

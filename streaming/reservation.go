@@ -107,7 +107,7 @@ func (m *Manager) ReservationConfig() ReservationConfig { return m.res }
 // request), bounded by DefaultRenewTimeout; a failed request, or an owner
 // without the handler, is an error. The local handles are renewed all the
 // same.
-func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
+func (m *Manager) RenewReservations(handles ...AnchorHandle) error {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultRenewTimeout)
 	defer cancel()
 	return m.RenewReservationsContext(ctx, handles...)
@@ -115,7 +115,7 @@ func (m *Manager) RenewReservations(handles ...wire.AnchorHandle) error {
 
 // RenewReservationsContext is RenewReservations with the caller's context
 // bounding the requests to other workers.
-func (m *Manager) RenewReservationsContext(ctx context.Context, handles ...wire.AnchorHandle) error {
+func (m *Manager) RenewReservationsContext(ctx context.Context, handles ...AnchorHandle) error {
 	var byOwner map[ext.WorkerID][]wire.AnchorHandle
 	n := 0
 	for _, h := range handles {

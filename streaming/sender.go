@@ -117,7 +117,7 @@ type Sender[T any] struct {
 }
 
 // Handle names the anchor this Sender is attached to.
-func (s *Sender[T]) Handle() wire.AnchorHandle {
+func (s *Sender[T]) Handle() AnchorHandle {
 	if s.mx != nil {
 		return s.mx.handle
 	}
