@@ -1,5 +1,9 @@
 package mpread
 
+// IsMap reports whether c, a type byte, starts a map, so a caller can
+// choose between readings without paying for an error.
+func IsMap(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+
 // MapLen reads a map header and returns its number of entries. A count
 // that could not fit in what is left (each entry takes at least two bytes)
 // is refused, so a caller may size a map by it.

@@ -24,14 +24,6 @@ func (r *Reader) Offset() int { return r.off }
 // Rest is what has not been read yet, aliasing the input.
 func (r *Reader) Rest() []byte { return r.b[r.off:] }
 
-// Unread steps back over the byte Byte just returned, so a caller that
-// looked at a type byte can hand the value to another method.
-func (r *Reader) Unread() {
-	if r.off > 0 {
-		r.off--
-	}
-}
-
 // Errorf is an error of the reader's kind, for a caller's own checks.
 func (r *Reader) Errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{r.kind}, args...)...)

@@ -226,21 +226,12 @@ func decodeFrame(b []byte) (Frame, error) {
 		return Frame{Kind: KindHeartbeat}, nil
 	}
 	r := mpread.New(b, ErrMalformed)
-	t, err := r.Byte()
-	if err != nil {
+	t, ok := r.Peek()
+	if !ok {
 		return Frame{}, malformed("empty stream frame")
 	}
-	var n uint64
-	switch {
-	case t&0xf0 == 0x80:
-		n = uint64(t & 0x0f)
-	case t == 0xde:
-		n, err = r.BigEndian(2)
-	case t == 0xdf:
-		n, err = r.BigEndian(4)
-	default:
+	if !mpread.IsMap(t) {
 		// A unit variant: a string and nothing after it.
-		r.Unread()
 		name, err := r.StrUTF8()
 		if err != nil {
 			return Frame{}, malformed("stream frame: neither a variant name nor a map (0x%02x)", t)
@@ -257,6 +248,7 @@ func decodeFrame(b []byte) (Frame, error) {
 		}
 		return Frame{Kind: k}, nil
 	}
+	n, err := r.MapLen()
 	if err != nil {
 		return Frame{}, err
 	}
@@ -316,19 +308,10 @@ func IsTerminalFrame(b []byte) bool {
 	// Read the variant name first, so that an Item costs no walk over its
 	// value.
 	r := mpread.New(b, ErrMalformed)
-	var n uint64
-	t, err := r.Byte()
-	switch {
-	case err != nil:
-		return false
-	case t&0xf0 == 0x80:
-		n = uint64(t & 0x0f)
-	case t == 0xde:
-		n, err = r.BigEndian(2)
-	case t == 0xdf:
-		n, err = r.BigEndian(4)
+	if t, ok := r.Peek(); !ok || !mpread.IsMap(t) {
+		return false // and no error built for a unit variant
 	}
-	if err != nil || n != 1 {
+	if n, err := r.MapLen(); err != nil || n != 1 {
 		return false
 	}
 	if name, err := r.StrUTF8(); err != nil || string(name) != "TransportError" {
