@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // Handle names one event. As a u128 it is laid out as the reference lays
@@ -61,24 +62,34 @@ func (h Handle) MarshalMsgpack() []byte {
 }
 
 // UnmarshalMsgpack reads a {"hi","lo"} map; integers may use any
-// MessagePack unsigned width. It never panics.
+// MessagePack unsigned width. It never panics. It reads only the forms a
+// handle is written in (a fixmap, fixstr keys, unsigned integers), so one
+// handle has few encodings.
 func (h *Handle) UnmarshalMsgpack(b []byte) error {
-	if len(b) < 1 || b[0] != 0x82 {
+	r := mpread.New(b, ErrMalformedHandle)
+	if c, _ := r.Peek(); c != 0x82 {
 		return fmt.Errorf("%w: not a two-entry map", ErrMalformedHandle)
 	}
-	b = b[1:]
+	if n, err := r.MapLen(); err != nil || n != 2 {
+		return fmt.Errorf("%w: not a two-entry map", ErrMalformedHandle)
+	}
 	var got [2]bool
-	for i := 0; i < 2; i++ {
-		if len(b) < 3 || b[0] != 0xa2 {
+	for range 2 {
+		if c, _ := r.Peek(); c&0xe0 != 0xa0 {
 			return fmt.Errorf("%w: bad key", ErrMalformedHandle)
 		}
-		key := string(b[1:3])
-		v, rest, err := readUint(b[3:])
+		key, err := r.Str()
 		if err != nil {
 			return err
 		}
-		b = rest
-		switch key {
+		if c, _ := r.Peek(); c >= 0xd0 && c <= 0xd3 {
+			return fmt.Errorf("%w: signed integer 0x%02x", ErrMalformedHandle, c)
+		}
+		v, err := r.Uint()
+		if err != nil {
+			return err
+		}
+		switch string(key) {
 		case "hi":
 			h.Hi, got[0] = v, true
 		case "lo":
@@ -87,29 +98,10 @@ func (h *Handle) UnmarshalMsgpack(b []byte) error {
 			return fmt.Errorf("%w: key %q", ErrMalformedHandle, key)
 		}
 	}
-	if !got[0] || !got[1] || len(b) != 0 {
+	if !got[0] || !got[1] || r.Len() != 0 {
 		return fmt.Errorf("%w: want hi and lo only", ErrMalformedHandle)
 	}
 	return nil
-}
-
-func readUint(b []byte) (uint64, []byte, error) {
-	if len(b) == 0 {
-		return 0, nil, fmt.Errorf("%w: truncated", ErrMalformedHandle)
-	}
-	t := b[0]
-	if t < 0x80 {
-		return uint64(t), b[1:], nil
-	}
-	width := map[byte]int{0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}[t]
-	if width == 0 || len(b) < 1+width {
-		return 0, nil, fmt.Errorf("%w: bad integer 0x%02x", ErrMalformedHandle, t)
-	}
-	var v uint64
-	for _, c := range b[1 : 1+width] {
-		v = v<<8 | uint64(c)
-	}
-	return v, b[1+width:], nil
 }
 
 // MarshalText writes the handle as 32 hex digits, so it reads well in JSON.

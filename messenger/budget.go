@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"strconv"
 	"time"
+
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // The caller's deadline on the wire.
@@ -88,21 +90,19 @@ func appendRequestHeaderDeadline(dst []byte, rt ResponseType, id ResponseID, han
 // mapEntries splits a header map as EncodeHeaders writes it into its count
 // and its entries. An empty hb is an empty map.
 func mapEntries(hb []byte) (n int, body []byte, ok bool) {
-	switch {
-	case len(hb) == 0:
+	if len(hb) == 0 {
 		return 0, nil, true
-	case hb[0]&0xf0 == 0x80:
-		return int(hb[0] & 0x0f), hb[1:], true
-	case hb[0] == 0xde && len(hb) >= 3:
-		return int(binary.BigEndian.Uint16(hb[1:])), hb[3:], true
 	}
-	return 0, nil, false
+	r := mpread.New(hb, ErrMalformedHeader)
+	n, err := r.MapLen()
+	return n, r.Rest(), err == nil
 }
 
 // headerDeadline is the handler's deadline for a request with headers hb
 // that arrived now, or the zero time when the request carries none (or a
 // malformed one: the handler then runs without a deadline, as it would
-// for a caller that sent none). It allocates nothing.
+// for a caller that sent none). It allocates nothing unless the headers
+// are malformed.
 func headerDeadline(hb []byte) time.Time {
 	if !bytes.Contains(hb, deadlineKey) {
 		return time.Time{}
@@ -167,16 +167,21 @@ func parseDecimal(b []byte, max int) (uint64, bool) {
 // lookupHeader finds key in an encoded header map without decoding the
 // rest. The value aliases hb.
 func lookupHeader(hb []byte, key string) ([]byte, bool) {
-	n, b, ok := mapEntries(hb)
-	if !ok {
+	if len(hb) == 0 {
+		return nil, false
+	}
+	r := mpread.New(hb, ErrMalformedHeader)
+	n, err := r.MapLen()
+	if err != nil {
 		return nil, false
 	}
 	for range n {
-		var k, v []byte
-		if k, b, ok = msgpackStrBytes(b); !ok {
+		k, err := r.Str()
+		if err != nil {
 			return nil, false
 		}
-		if v, b, ok = msgpackStrBytes(b); !ok {
+		v, err := r.Str()
+		if err != nil {
 			return nil, false
 		}
 		if string(k) == key {
@@ -184,26 +189,4 @@ func lookupHeader(hb []byte, key string) ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// msgpackStrBytes reads one MessagePack string, aliasing b.
-func msgpackStrBytes(b []byte) (s, rest []byte, ok bool) {
-	if len(b) == 0 {
-		return nil, nil, false
-	}
-	var n int
-	switch t := b[0]; {
-	case t&0xe0 == 0xa0:
-		n, b = int(t&0x1f), b[1:]
-	case t == 0xd9 && len(b) >= 2:
-		n, b = int(b[1]), b[2:]
-	case t == 0xda && len(b) >= 3:
-		n, b = int(binary.BigEndian.Uint16(b[1:])), b[3:]
-	default:
-		return nil, nil, false
-	}
-	if n > len(b) {
-		return nil, nil, false
-	}
-	return b[:n], b[n:], true
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // ResponseType says what a request's caller waits for.
@@ -249,52 +250,28 @@ func DecodeHeaders(b []byte) (map[string]string, error) {
 	if len(b) > MaxEncodedHeaders {
 		return nil, fmt.Errorf("%w: headers of %d bytes", ErrMalformedHeader, len(b))
 	}
-	var n int
-	switch t := b[0]; {
-	case t&0xf0 == 0x80:
-		n, b = int(t&0x0f), b[1:]
-	case t == 0xde && len(b) >= 3:
-		n, b = int(binary.BigEndian.Uint16(b[1:])), b[3:]
-	default:
-		return nil, fmt.Errorf("%w: headers are not a map", ErrMalformedHeader)
-	}
-	if n > len(b)/2 {
-		return nil, fmt.Errorf("%w: %d entries in %d bytes", ErrMalformedHeader, n, len(b))
+	r := mpread.New(b, ErrMalformedHeader)
+	n, err := r.MapLen() // refuses a count the bytes cannot hold
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string]string, n)
-	for i := 0; i < n; i++ {
-		var k, v string
-		var err error
-		if k, b, err = readMsgpackStr(b); err != nil {
+	for range n {
+		k, err := r.StrUTF8()
+		if err != nil {
 			return nil, err
 		}
-		if v, b, err = readMsgpackStr(b); err != nil {
+		v, err := r.StrUTF8()
+		if err != nil {
 			return nil, err
 		}
 		if len(v) > MaxHeaderValue {
 			return nil, fmt.Errorf("%w: value of %d bytes", ErrMalformedHeader, len(v))
 		}
-		out[k] = v
+		out[string(k)] = string(v)
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformedHeader, len(b))
+	if r.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformedHeader, r.Len())
 	}
 	return out, nil
-}
-
-func readMsgpackStr(b []byte) (string, []byte, error) {
-	v, rest, ok := msgpackStrBytes(b)
-	switch {
-	case ok:
-	case len(b) == 0:
-		return "", nil, fmt.Errorf("%w: truncated", ErrMalformedHeader)
-	case b[0]&0xe0 == 0xa0 || b[0] == 0xd9 || b[0] == 0xda:
-		return "", nil, fmt.Errorf("%w: truncated string", ErrMalformedHeader)
-	default:
-		return "", nil, fmt.Errorf("%w: expected a string, got 0x%02x", ErrMalformedHeader, b[0])
-	}
-	if !utf8.Valid(v) {
-		return "", nil, fmt.Errorf("%w: header is not UTF-8", ErrMalformedHeader)
-	}
-	return string(v), rest, nil
 }

@@ -377,7 +377,7 @@ func (t *slotTable) failWhere(err error, match func(*slot) bool) int {
 // ctxErr maps a finished context to the messenger's error: a deadline is
 // ErrRequestTimeout, a cancel stays context.Canceled.
 func ctxErr(ctx context.Context) error {
-	if ctx.Err() == context.DeadlineExceeded {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ErrRequestTimeout
 	}
 	return ctx.Err()

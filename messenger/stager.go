@@ -159,7 +159,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 		ctx, cancel = context.WithCancel(ctx)
 	}
 	payload, err := st.Fetch(ctx, handle, bounded)
-	timedOut := ctx.Err() == context.DeadlineExceeded
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()
 	if err != nil && r.opts.stagedFailure != nil {
 		r.opts.stagedFailure(ext.WorkerID(j.hdr.id.Lo), rest, err)

@@ -82,7 +82,7 @@ func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		for {
 			v, err := a.Next(ctx)
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return
 			}
 			if err != nil && isCtxEnd(ctx, err) {

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -426,7 +427,7 @@ func (s *MPSCSender[T]) manager() (*Manager, metrics.StreamScheme) {
 // it does nothing and returns nil, so it can be deferred. It never waits.
 func (s *MPSCSender[T]) Close() error {
 	err := s.end(droppedFrame)
-	if err == ErrSenderClosed {
+	if errors.Is(err, ErrSenderClosed) {
 		return nil
 	}
 	return err

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -211,7 +212,7 @@ func (s *Sender[T]) Detach() error {
 // does nothing and returns nil, so it can be deferred. It never waits.
 func (s *Sender[T]) Close() error {
 	err := s.end(droppedFrame, false)
-	if err == ErrSenderClosed {
+	if errors.Is(err, ErrSenderClosed) {
 		return nil
 	}
 	return err

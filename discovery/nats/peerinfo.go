@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // EncodePeerInfo writes a PeerInfo as rmp_serde writes the reference's
@@ -33,27 +34,29 @@ func appendBin(b, v []byte) []byte {
 	return append(b, v...)
 }
 
-var errShort = errors.New("nats discovery: peer info cut short")
+// errMalformed wraps what DecodePeerInfo refuses.
+var errMalformed = errors.New("nats discovery: malformed peer info")
 
 // DecodePeerInfo reads what EncodePeerInfo writes. It never panics and
 // allocates only what the bytes in front of it hold.
 func DecodePeerInfo(b []byte) (ext.PeerInfo, error) {
-	if len(b) < 1 || b[0] != 0x92 {
-		return ext.PeerInfo{}, fmt.Errorf("nats discovery: peer info is not an array of two")
+	r := mpread.New(b, errMalformed)
+	if c, _ := r.Byte(); c != 0x92 { // an empty input reads as 0
+		return ext.PeerInfo{}, fmt.Errorf("%w: not an array of two", errMalformed)
 	}
-	id, rest, err := readBin(b[1:])
+	id, err := r.Bin()
 	if err != nil {
 		return ext.PeerInfo{}, err
 	}
 	if len(id) != 16 {
-		return ext.PeerInfo{}, fmt.Errorf("nats discovery: instance id of %d bytes", len(id))
+		return ext.PeerInfo{}, fmt.Errorf("%w: instance id of %d bytes", errMalformed, len(id))
 	}
-	enc, rest, err := readBin(rest)
+	enc, err := r.Bin()
 	if err != nil {
 		return ext.PeerInfo{}, err
 	}
-	if len(rest) != 0 {
-		return ext.PeerInfo{}, fmt.Errorf("nats discovery: %d bytes after peer info", len(rest))
+	if r.Len() != 0 {
+		return ext.PeerInfo{}, fmt.Errorf("%w: %d bytes after peer info", errMalformed, r.Len())
 	}
 	addr, err := ext.DecodeWorkerAddress(enc)
 	if err != nil {
@@ -63,35 +66,4 @@ func DecodePeerInfo(b []byte) (ext.PeerInfo, error) {
 	copy(p.InstanceID[:], id)
 	p.Address = addr
 	return p, nil
-}
-
-// readBin reads one MessagePack bin and returns it and what follows.
-func readBin(b []byte) (v, rest []byte, err error) {
-	if len(b) < 1 {
-		return nil, nil, errShort
-	}
-	var n, head int
-	switch b[0] {
-	case 0xc4:
-		head = 2
-		if len(b) >= head {
-			n = int(b[1])
-		}
-	case 0xc5:
-		head = 3
-		if len(b) >= head {
-			n = int(binary.BigEndian.Uint16(b[1:]))
-		}
-	case 0xc6:
-		head = 5
-		if len(b) >= head {
-			n = int(binary.BigEndian.Uint32(b[1:]))
-		}
-	default:
-		return nil, nil, fmt.Errorf("nats discovery: want bin, got type byte %#x", b[0])
-	}
-	if len(b) < head || len(b)-head < n {
-		return nil, nil, errShort
-	}
-	return b[head : head+n], b[head+n:], nil
 }

@@ -2,6 +2,7 @@ package streamsock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -427,7 +428,7 @@ func (l *lane) readEchoes(conn net.Conn) {
 	for {
 		f, err := r.Next()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = errClosedByPeer
 				if l.graceful.Load() {
 					err = errClosedAfterGoodbye

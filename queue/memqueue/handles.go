@@ -2,6 +2,7 @@ package memqueue
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -15,7 +16,7 @@ type sender struct {
 func (s *sender) Send(ctx context.Context, data []byte) error {
 	for {
 		wait, err := s.q.put(data)
-		if err != queue.ErrFull {
+		if !errors.Is(err, queue.ErrFull) {
 			return err
 		}
 		select {

@@ -2,6 +2,7 @@ package msgqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -107,7 +108,7 @@ func (s *sender) Send(ctx context.Context, data []byte) error {
 	pause := 2 * time.Millisecond
 	for {
 		err := s.TrySend(ctx, data)
-		if err != queue.ErrFull {
+		if !errors.Is(err, queue.ErrFull) {
 			return err
 		}
 		select {

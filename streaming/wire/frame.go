@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // The stream frame is the reference's StreamFrame<T>
@@ -91,16 +93,16 @@ func (f Frame) ItemBytes() (payload []byte, ok bool) {
 	if f.Kind != KindItem {
 		return nil, false
 	}
-	r := mpReader{b: f.Item}
-	t, err := r.byte1()
+	r := mpread.New(f.Item, ErrMalformed)
+	t, err := r.Byte()
 	if err != nil || t < 0xc4 || t > 0xc6 {
 		return nil, false
 	}
-	n, err := r.be(1 << (t - 0xc4))
-	if err != nil || n != uint64(r.rest()) {
+	n, err := r.BigEndian(1 << (t - 0xc4))
+	if err != nil || n != uint64(r.Len()) {
 		return nil, false
 	}
-	return f.Item[r.off:], true
+	return f.Item[r.Offset():], true
 }
 
 // AppendFrame appends the encoding of f. An Item must hold exactly one
@@ -112,8 +114,8 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		if f.Message != "" {
 			return dst, fmt.Errorf("velo: an Item frame has no message")
 		}
-		r := mpReader{b: f.Item}
-		if err := r.skip(); err != nil || r.rest() != 0 {
+		r := mpread.New(f.Item, ErrMalformed)
+		if err := r.Skip(); err != nil || r.Len() != 0 {
 			return dst, fmt.Errorf("velo: an Item frame must hold exactly one MessagePack value")
 		}
 		return AppendItem(dst, f.Item), nil
@@ -223,28 +225,19 @@ func decodeFrame(b []byte) (Frame, error) {
 	case HeartbeatFrame:
 		return Frame{Kind: KindHeartbeat}, nil
 	}
-	r := mpReader{b: b}
-	t, err := r.byte1()
-	if err != nil {
+	r := mpread.New(b, ErrMalformed)
+	t, ok := r.Peek()
+	if !ok {
 		return Frame{}, malformed("empty stream frame")
 	}
-	var n uint64
-	switch {
-	case t&0xf0 == 0x80:
-		n = uint64(t & 0x0f)
-	case t == 0xde:
-		n, err = r.be(2)
-	case t == 0xdf:
-		n, err = r.be(4)
-	default:
+	if !mpread.IsMap(t) {
 		// A unit variant: a string and nothing after it.
-		r.off--
-		name, err := r.str()
+		name, err := r.StrUTF8()
 		if err != nil {
 			return Frame{}, malformed("stream frame: neither a variant name nor a map (0x%02x)", t)
 		}
-		if r.rest() != 0 {
-			return Frame{}, malformed("stream frame: %d bytes after the variant", r.rest())
+		if r.Len() != 0 {
+			return Frame{}, malformed("stream frame: %d bytes after the variant", r.Len())
 		}
 		k := kindOf(name)
 		if k == 0 {
@@ -255,34 +248,35 @@ func decodeFrame(b []byte) (Frame, error) {
 		}
 		return Frame{Kind: k}, nil
 	}
+	n, err := r.MapLen()
 	if err != nil {
 		return Frame{}, err
 	}
 	if n != 1 {
 		return Frame{}, malformed("stream frame: a map of %d entries, not 1", n)
 	}
-	name, err := r.str()
+	name, err := r.StrUTF8()
 	if err != nil {
 		return Frame{}, err
 	}
 	k := kindOf(name)
 	switch k {
 	case KindItem:
-		start := r.off
-		if err := r.skip(); err != nil {
+		start := r.Offset()
+		if err := r.Skip(); err != nil {
 			return Frame{}, err
 		}
-		if r.rest() != 0 {
-			return Frame{}, malformed("stream frame: %d bytes after the item", r.rest())
+		if r.Len() != 0 {
+			return Frame{}, malformed("stream frame: %d bytes after the item", r.Len())
 		}
 		return Frame{Kind: KindItem, Item: b[start:len(b):len(b)]}, nil
 	case KindSenderError, KindTransportError:
-		msg, err := r.str()
+		msg, err := r.StrUTF8()
 		if err != nil {
 			return Frame{}, err
 		}
-		if r.rest() != 0 {
-			return Frame{}, malformed("stream frame: %d bytes after the message", r.rest())
+		if r.Len() != 0 {
+			return Frame{}, malformed("stream frame: %d bytes after the message", r.Len())
 		}
 		return Frame{Kind: k, Message: string(msg)}, nil
 	case 0:
@@ -313,23 +307,14 @@ func IsTerminalFrame(b []byte) bool {
 	}
 	// Read the variant name first, so that an Item costs no walk over its
 	// value.
-	r := mpReader{b: b}
-	var n uint64
-	t, err := r.byte1()
-	switch {
-	case err != nil:
-		return false
-	case t&0xf0 == 0x80:
-		n = uint64(t & 0x0f)
-	case t == 0xde:
-		n, err = r.be(2)
-	case t == 0xdf:
-		n, err = r.be(4)
+	r := mpread.New(b, ErrMalformed)
+	if t, ok := r.Peek(); !ok || !mpread.IsMap(t) {
+		return false // and no error built for a unit variant
 	}
-	if err != nil || n != 1 {
+	if n, err := r.MapLen(); err != nil || n != 1 {
 		return false
 	}
-	if name, err := r.str(); err != nil || string(name) != "TransportError" {
+	if name, err := r.StrUTF8(); err != nil || string(name) != "TransportError" {
 		return false
 	}
 	f, err := DecodeFrame(b)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // AnchorHandle is the reference's StreamAnchorHandle
@@ -154,27 +155,27 @@ func appendHiLo(dst []byte, hi, lo uint64) []byte {
 }
 
 func decodeHiLo(b []byte) (hi, lo uint64, err error) {
-	r := mpReader{b: b}
-	t, err := r.byte1()
+	r := mpread.New(b, ErrMalformed)
+	t, err := r.Byte()
 	if err != nil {
 		return 0, 0, err
 	}
 	switch t {
 	case 0x92:
-		if hi, err = r.uint(); err != nil {
+		if hi, err = r.Uint(); err != nil {
 			return 0, 0, err
 		}
-		if lo, err = r.uint(); err != nil {
+		if lo, err = r.Uint(); err != nil {
 			return 0, 0, err
 		}
 	case 0x82:
 		var seen [2]bool
 		for range 2 {
-			name, err := r.str()
+			name, err := r.StrUTF8()
 			if err != nil {
 				return 0, 0, err
 			}
-			v, err := r.uint()
+			v, err := r.Uint()
 			if err != nil {
 				return 0, 0, err
 			}
@@ -195,8 +196,8 @@ func decodeHiLo(b []byte) (hi, lo uint64, err error) {
 	default:
 		return 0, 0, malformed("handle: expected [hi, lo] or {hi, lo}, got 0x%02x", t)
 	}
-	if r.rest() != 0 {
-		return 0, 0, malformed("handle: %d bytes after it", r.rest())
+	if r.Len() != 0 {
+		return 0, 0, malformed("handle: %d bytes after it", r.Len())
 	}
 	return hi, lo, nil
 }

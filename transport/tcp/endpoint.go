@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/mpread"
 )
 
 // An Interface is one address a TCP transport listens on, as the address
@@ -200,8 +201,8 @@ func advertise(addr netip.AddrPort) []Interface {
 }
 
 func parseInterfaces(raw []byte) ([]Interface, error) {
-	r := reader{b: raw}
-	n, err := r.arrayLen()
+	r := reader{mpread.New(raw, ErrBadEndpoint)}
+	n, err := r.ArrayLen()
 	if err != nil {
 		return nil, err
 	}
@@ -216,69 +217,20 @@ func parseInterfaces(raw []byte) ([]Interface, error) {
 		}
 		out = append(out, e)
 	}
-	if r.off != len(raw) {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrBadEndpoint, len(raw)-r.off)
+	if r.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrBadEndpoint, r.Len())
 	}
 	return out, nil
 }
 
-// reader reads the MessagePack forms an endpoint list uses.
-type reader struct {
-	b   []byte
-	off int
-}
-
-func (r *reader) need(n int) ([]byte, error) {
-	if n < 0 || len(r.b)-r.off < n {
-		return nil, fmt.Errorf("%w: truncated", ErrBadEndpoint)
-	}
-	s := r.b[r.off : r.off+n]
-	r.off += n
-	return s, nil
-}
-
-func (r *reader) byte1() (byte, error) {
-	s, err := r.need(1)
-	if err != nil {
-		return 0, err
-	}
-	return s[0], nil
-}
-
-func (r *reader) length(width int) (int, error) {
-	s, err := r.need(width)
-	if err != nil {
-		return 0, err
-	}
-	var v uint64
-	for _, c := range s {
-		v = v<<8 | uint64(c)
-	}
-	if v > uint64(len(r.b)) {
-		return 0, fmt.Errorf("%w: length %d in %d bytes", ErrBadEndpoint, v, len(r.b))
-	}
-	return int(v), nil
-}
-
-func (r *reader) arrayLen() (int, error) {
-	t, err := r.byte1()
-	switch {
-	case err != nil:
-		return 0, err
-	case t&0xf0 == 0x90:
-		return int(t & 0x0f), nil
-	case t == 0xdc:
-		return r.length(2)
-	case t == 0xdd:
-		return r.length(4)
-	}
-	return 0, fmt.Errorf("%w: expected an array, got 0x%02x", ErrBadEndpoint, t)
-}
+// reader reads the MessagePack forms an endpoint list uses; its errors
+// wrap ErrBadEndpoint.
+type reader struct{ mpread.Reader }
 
 // entry reads one interface, as an array of five or a map of named fields.
 func (r *reader) entry() (Interface, error) {
 	var e Interface
-	t, err := r.byte1()
+	t, err := r.Byte()
 	if err != nil {
 		return e, err
 	}
@@ -328,21 +280,20 @@ func (r *reader) field(e *Interface, name string) error {
 	case "ip":
 		e.IP, err = r.str()
 	case "port":
-		if v, err = r.int(); err == nil && (v < 0 || v > math.MaxUint16) {
+		if v, err = r.Int(); err == nil && (v < 0 || v > math.MaxUint16) {
 			err = fmt.Errorf("%w: port %d", ErrBadEndpoint, v)
 		}
 		e.Port = uint16(v)
 	case "prefix_len":
-		if v, err = r.int(); err == nil && (v < 0 || v > 128) {
+		if v, err = r.Int(); err == nil && (v < 0 || v > 128) {
 			err = fmt.Errorf("%w: prefix length %d", ErrBadEndpoint, v)
 		}
 		e.PrefixLen = uint8(v)
 	case "numa_node":
-		if len(r.b) > r.off && r.b[r.off] == 0xc0 {
-			r.off++
+		if r.Nil() {
 			return nil
 		}
-		if v, err = r.int(); err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
+		if v, err = r.Int(); err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
 			err = fmt.Errorf("%w: NUMA node %d", ErrBadEndpoint, v)
 		}
 		n := int32(v)
@@ -354,63 +305,8 @@ func (r *reader) field(e *Interface, name string) error {
 }
 
 func (r *reader) str() (string, error) {
-	t, err := r.byte1()
-	if err != nil {
-		return "", err
-	}
-	var n int
-	switch {
-	case t&0xe0 == 0xa0:
-		n = int(t & 0x1f)
-	case t == 0xd9:
-		n, err = r.length(1)
-	case t == 0xda:
-		n, err = r.length(2)
-	case t == 0xdb:
-		n, err = r.length(4)
-	default:
-		return "", fmt.Errorf("%w: expected a string, got 0x%02x", ErrBadEndpoint, t)
-	}
-	if err != nil {
-		return "", err
-	}
-	s, err := r.need(n)
+	s, err := r.Str()
 	return string(s), err
-}
-
-// int reads any MessagePack integer that fits in an int64.
-func (r *reader) int() (int64, error) {
-	t, err := r.byte1()
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case t < 0x80:
-		return int64(t), nil
-	case t >= 0xe0:
-		return int64(int8(t)), nil
-	}
-	widths := map[byte]int{0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}
-	w, ok := widths[t]
-	if !ok {
-		return 0, fmt.Errorf("%w: expected an integer, got 0x%02x", ErrBadEndpoint, t)
-	}
-	s, err := r.need(w)
-	if err != nil {
-		return 0, err
-	}
-	var u uint64
-	for _, c := range s {
-		u = u<<8 | uint64(c)
-	}
-	if t >= 0xd0 { // signed: sign-extend from w bytes
-		shift := 64 - 8*w
-		return int64(u<<shift) >> shift, nil
-	}
-	if u > math.MaxInt64 {
-		return 0, fmt.Errorf("%w: integer %d too large", ErrBadEndpoint, u)
-	}
-	return int64(u), nil
 }
 
 func appendStr(b []byte, s string) []byte {

@@ -7,14 +7,16 @@
 // kernel never shrinks a window that is already open (see docs/transports.md).
 package tcp
 
+// The Transport type, its methods, Stats and the options shared with the
+// other socket transport are generated from one template.
+//go:generate go run ../../internal/streamsock/genfront tcp
+
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"syscall"
-	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/streamsock"
@@ -46,25 +48,12 @@ func WithListenAddr(addr string) Option { return func(o *options) { o.listen = a
 // (see Interface).
 func WithAdvertiseAddr(addr string) Option { return func(o *options) { o.advertise = addr } }
 
-// WithLanes keeps up to n ordered connections to each peer (default 1).
-func WithLanes(n int) Option { return func(o *options) { o.cfg.Lanes = n } }
-
 // WithSocketBuffers sets SO_SNDBUF and SO_RCVBUF (default 2 MiB).
 func WithSocketBuffers(bytes int) Option { return func(o *options) { o.buffers = bytes } }
 
 // WithKernelBuffers sets no buffer size and leaves the kernel to autotune.
 // It suits one-way bulk traffic between hosts.
 func WithKernelBuffers() Option { return func(o *options) { o.buffers = -1 } }
-
-// WithTeardownGrace sets how long queued frames are still written after
-// Shutdown (default 1 s).
-func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
-
-// WithMaxFrameSize bounds header plus payload (default 16 MiB).
-func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
-
-// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
-func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
 
 // WithPriority sets the priority used to pick a peer's primary transport (default 100).
 func WithPriority(p int) Option { return func(o *options) { o.cfg.Priority = p } }
@@ -86,99 +75,6 @@ func New(opts ...Option) (*Transport, error) {
 	}
 	return &Transport{s: s}, nil
 }
-
-// Transport is the TCP messenger transport. It implements ext.Transport;
-// the node calls its methods, and an application needs only New, the
-// options, and Stats.
-type Transport struct {
-	s *streamsock.Transport
-}
-
-var _ ext.Transport = (*Transport)(nil)
-
-// RetainsOwners says that the transport holds an outbound frame's Owner
-// while it holds the frame's bytes (ext.OwnerRetainer).
-func (t *Transport) RetainsOwners() bool { return true }
-
-// Key is the address key, "tcp".
-func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
-
-// Priority orders transports that reach the same peer; higher wins.
-func (t *Transport) Priority() int { return t.s.Priority() }
-
-// Start listens and returns the address entry peers dial.
-func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([]byte, error) {
-	return t.s.Start(ctx, adapter)
-}
-
-// Register learns a peer's endpoint. Nothing is dialed until the first send.
-func (t *Transport) Register(p ext.PeerInfo) error { return t.s.Register(p) }
-
-// Unregister forgets a peer and closes its connections; frames still queued
-// for it fail at once.
-func (t *Transport) Unregister(id ext.InstanceID) { t.s.Unregister(id) }
-
-// Send sends f on lane 0 without waiting for the wire.
-func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
-	return t.s.SendOnLane(target, 0, f)
-}
-
-// SendOnLane sends f on one of the ordered lanes to target without waiting
-// for the wire.
-func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
-	return t.s.SendOnLane(target, lane, f)
-}
-
-// Lanes is the number of ordered connections kept to each peer.
-func (t *Transport) Lanes(target ext.InstanceID) int { return t.s.Lanes(target) }
-
-// MaxMessageSize is the largest header plus payload sent or accepted.
-func (t *Transport) MaxMessageSize() int { return t.s.MaxMessageSize() }
-
-// CheckHealth reports a peer healthy when one of its lanes is connected,
-// and otherwise dials it once.
-func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
-	return t.s.CheckHealth(ctx, target)
-}
-
-// SetObservability installs the metrics handle.
-func (t *Transport) SetObservability(o ext.Observability) { t.s.SetObservability(o) }
-
-// Shutdown writes what is queued until the teardown grace ends, fails the
-// rest, says goodbye on each accepted connection and closes the listener.
-func (t *Transport) Shutdown() { t.s.Shutdown() }
-
-// Closed is closed once the writers are done (or the grace plus half a
-// second passed) and the listener is closed.
-func (t *Transport) Closed() <-chan struct{} { return t.s.Closed() }
-
-// Stats are the counts of what the transport did to protect itself.
-type Stats struct {
-	// RefusedConnections: inbound connections closed as soon as they were
-	// accepted, because WithMaxConnections were already open.
-	RefusedConnections uint64
-	// StalledConnections: inbound connections closed because a frame
-	// stayed half-received past WithFrameTimeout.
-	StalledConnections uint64
-	// AcceptErrors: failed accepts (out of file descriptors, say), each
-	// followed by a pause of 5 ms doubling up to 1 s.
-	AcceptErrors uint64
-}
-
-// Stats reads the transport's counters.
-func (t *Transport) Stats() Stats { return Stats(t.s.Stats()) }
-
-// WithMaxConnections bounds the inbound connections open at once (default
-// 4096). One more is closed as soon as it is accepted, and counted.
-func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConnections = n } }
-
-// WithFrameTimeout bounds how long a frame may stay half-received before
-// its connection is closed (default 30 s). The cut comes between one and
-// one and a half timeouts after the frame started.
-func WithFrameTimeout(d time.Duration) Option { return func(o *options) { o.cfg.FrameTimeout = d } }
-
-// WithLogger sets where the transport logs (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
 
 type network struct{ o options }
 

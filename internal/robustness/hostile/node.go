@@ -278,7 +278,7 @@ func (c *consumer) run() {
 		p, err := c.a.NextBytes(ctx)
 		if err != nil {
 			s := "eof"
-			if err != io.EOF {
+			if !errors.Is(err, io.EOF) {
 				s = err.Error()
 			}
 			c.end.Store(&s)

@@ -161,7 +161,7 @@ func oneLifecycle(ctx context.Context, m *streaming.Manager) error {
 	if _, err := a.NextBytes(ctx); err != nil {
 		return err
 	}
-	if _, err := a.NextBytes(ctx); err != io.EOF {
+	if _, err := a.NextBytes(ctx); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("terminal: %v, want EOF", err)
 	}
 	return nil

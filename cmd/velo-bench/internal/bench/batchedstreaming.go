@@ -306,7 +306,7 @@ func batchedStreamingRun(cfg BatchedStreamingConfig) (bsCounts, error) {
 			defer a.Close()
 			for pos := 0; ; pos++ {
 				p, err := a.NextBytes(ctx)
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					if pos != budget {
 						setErr(fmt.Errorf("request %d: finalized after %d tokens, want %d", i, pos, budget))
 						return

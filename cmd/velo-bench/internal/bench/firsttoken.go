@@ -241,7 +241,7 @@ func firstTokenStream(ctx context.Context, setup string, consumer, producer *vel
 	if err := s.Finalize(); err != nil {
 		return 0, 0, fmt.Errorf("finalize: %w", err)
 	}
-	if _, err := a.NextBytes(ctx); err != io.EOF {
+	if _, err := a.NextBytes(ctx); !errors.Is(err, io.EOF) {
 		return 0, 0, fmt.Errorf("after the token: %v, want the end", err)
 	}
 	return int64(rd.at.Sub(sent)), int64(rd.at.Sub(t0)), nil

@@ -273,7 +273,7 @@ func sendAck(ctx context.Context, e *lifecycleEnds, id uint64) error {
 func readToEnd(ctx context.Context, a *streaming.Anchor[[]byte], items int) error {
 	for i := 0; ; i++ {
 		_, err := a.NextBytes(ctx)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if i != items {
 				return fmt.Errorf("read %d items, want %d", i, items)
 			}

@@ -199,7 +199,7 @@ func msgRunArm(cfg MsgThroughputConfig, arm, mode string, n int) (msgResult, err
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	res, err := msgArmFuncs[arm](ctx, cfg, mode, n)
-	stalled := ctx.Err() == context.DeadlineExceeded
+	stalled := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()
 	if err != nil {
 		if stalled {
@@ -550,7 +550,7 @@ func grpcSinkServer(kind string) (target string, stop func(), err error) {
 		var buf []byte
 		for {
 			if err := st.RecvMsg(&buf); err != nil {
-				if err != io.EOF {
+				if !errors.Is(err, io.EOF) {
 					return err
 				}
 				out := binary.BigEndian.AppendUint64(nil, n)
@@ -578,7 +578,7 @@ func grpcSinkStream(ctx context.Context, cc *grpc.ClientConn, payload []byte, n 
 	var resp []byte
 	for i := 0; i < n; i++ {
 		if err := st.SendMsg(&payload); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				// The stream ended early; its status says why.
 				err = st.RecvMsg(&resp)
 			}

@@ -329,7 +329,7 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 		consume := func(next func() ([]byte, error)) error {
 			for pos := 0; ; pos++ {
 				p, err := next()
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					if pos != T {
 						return fmt.Errorf("request %d: %d tokens, want %d", i, pos, T)
 					}

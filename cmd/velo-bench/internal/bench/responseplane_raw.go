@@ -110,7 +110,7 @@ func (f *rawFront) read(c net.Conn) error {
 	r := bufio.NewReaderSize(c, 64<<10)
 	var hdr [4]byte
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF || errors.Is(err, net.ErrClosed) {
+		if _, err := io.ReadFull(r, hdr[:]); errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 			return nil
 		} else if err != nil {
 			return fmt.Errorf("raw plane: read: %w", err)

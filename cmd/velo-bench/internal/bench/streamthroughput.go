@@ -292,7 +292,7 @@ func streamThroughputRun(cfg StreamThroughputConfig, lanes, streams int) (stream
 			defer consumers.Done()
 			for {
 				p, err := a.NextBytes(ctx)
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					return
 				}
 				if err != nil {
