@@ -812,8 +812,14 @@ func (s *inSlot) consumerGone() {
 // nothing while its producer held credit misses the window; after
 // DetectionMultiplier misses it ends with Dropped.
 func (ip *ingressPeer) watch() {
+	var fired *watchdogFiring
 	ip.mu.Lock()
-	defer ip.mu.Unlock()
+	defer func() {
+		ip.mu.Unlock()
+		if fired != nil {
+			ip.mx.logFiring(fired)
+		}
+	}()
 	for _, s := range ip.slots {
 		if s == nil {
 			continue
@@ -829,6 +835,9 @@ func (ip *ingressPeer) watch() {
 				// MPSC producer's end is not counted, as in the reference.
 				if s.mpsc == nil {
 					ip.mx.n.watchdogFirings.Add(1)
+					if fired == nil && ip.mx.watchdogWarn.allow() {
+						fired = s.firingLocked(ip.mx.heartbeat)
+					}
 				}
 				ip.endLocked(s, true)
 			}
