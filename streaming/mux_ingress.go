@@ -59,6 +59,10 @@ type ingressPeer struct {
 	live      int
 
 	run dataRun // the records being handed on together (mux_ingress_run.go)
+	// early holds size refusals of staged records whose OpenSlot has not
+	// been applied yet, oldest first, at most maxEarlyRefusals
+	// (mux_early_refusal.go).
+	early []earlyRefusal
 
 	dirtyMu   sync.Mutex
 	dirty     []*inSlot
@@ -467,14 +471,20 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
-	if stop { // a stop made before the producer's OpenSlot came is kept
-		rep.stops = append(rep.stops, s)
-	}
 	for len(ip.slots) <= idx {
 		ip.slots = append(ip.slots, nil)
 	}
 	ip.slots[idx] = s
 	ip.live++
+	if msg, refused := ip.takeRefusalLocked(rec.Slot, session); refused {
+		// A staged record of this stream was refused before its OpenSlot.
+		ip.endRefusedLocked(s, msg)
+		rep.closes = append(rep.closes, closeReply{id: rec.Slot, reason: muxwire.UnknownSlot})
+		return
+	}
+	if stop { // a stop made before the producer's OpenSlot came is kept
+		rep.stops = append(rep.stops, s)
+	}
 }
 
 // dataLocked hands one record to its anchor: in sequence, into room its
@@ -970,23 +980,27 @@ func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause er
 	if _, err := fmt.Sscanf(tag, "%d:%d:%d", &epoch, &slot, &session); err != nil {
 		return // no tag, or not one of ours: the stream watchdog ends it
 	}
-	mx.mu.Lock()
-	ip := mx.ingress[laneKey{sender, lane}]
-	mx.mu.Unlock()
+	// The table may not exist yet: the sender's first batch, with the
+	// OpenSlot, may be the staged one still being fetched.
+	ip, _ := mx.ingressFor(sender, lane)
 	if ip == nil {
 		return
 	}
 	id := muxwire.SlotID(slot)
 	ip.mu.Lock()
 	s := ip.slotLocked(id)
-	if ip.epoch != epoch || s == nil || s.session != session {
+	if s == nil || (ip.haveEpoch && epoch > ip.epoch) {
+		// Not opened yet (in this epoch or a later one), or ended already:
+		// kept for an OpenSlot that may still come (mux_early_refusal.go).
+		ip.keepRefusalLocked(earlyRefusal{epoch: epoch, slot: id, session: session, msg: refusedMessage(cause)})
 		ip.mu.Unlock()
 		return
 	}
-	s.terminal = true
-	msg := fmt.Sprintf("velo: a stream record staged by its producer could not be fetched: %v", cause)
-	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
-	ip.endLocked(s, false)
+	if ip.epoch != epoch || s.session != session {
+		ip.mu.Unlock()
+		return
+	}
+	ip.endRefusedLocked(s, refusedMessage(cause))
 	ip.mu.Unlock()
 	if b, err := mx.replyBatcher(sender, lane); err == nil {
 		b.replyLifecycle(id, session, muxwire.Cancel)
