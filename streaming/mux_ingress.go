@@ -57,6 +57,10 @@ type ingressPeer struct {
 	slots     []*inSlot // by slot index: a dense table, no hash per record
 	held      int       // records in the slots' holds
 	live      int
+	// aside holds, by full slot id, slots whose sender closed them while a
+	// staged record was still on its way, moved out of the index a new
+	// stream took (mux_aside.go); nil while there are none.
+	aside map[muxwire.SlotID]*inSlot
 
 	run dataRun // the records being handed on together (mux_ingress_run.go)
 	// early holds size refusals of staged records whose OpenSlot has not
@@ -434,11 +438,20 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 			if old.id == rec.Slot {
 				return // a duplicate OpenSlot
 			}
-			ip.mx.n.protocolErrors.Add(1)
-			ip.mx.n.dropped[metrics.DropSlotCollision].Add(1)
-			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
-			return
+			if old.pendingClose == nil {
+				ip.collisionLocked(rec, rep)
+				return
+			}
+			ip.moveAsideLocked(old)
 		}
+	}
+	if old := ip.aside[rec.Slot]; old != nil {
+		// The generation came round while the old stream with this id
+		// still waits aside: records name their slot by id alone, so
+		// neither stream may have the other's.
+		ip.collisionLocked(rec, rep)
+		ip.endLocked(old, true)
+		return
 	}
 	anchorID, session := rec.OpenSlot()
 	bd := ip.mx.claim(bindKey{anchorID, session}, ip.peer)
@@ -611,17 +624,24 @@ func (ip *ingressPeer) slotLocked(id muxwire.SlotID) *inSlot {
 	if s := ip.slots[idx]; s != nil && s.id == id {
 		return s
 	}
-	return nil
+	return ip.aside[id] // nil, and no hash, while nothing is aside
 }
 
 // endLocked takes s out of the table; with drop, the consumer sees
 // ErrSenderDropped behind what it has.
 func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	idx := int(s.id.Index())
-	if ip.slots[idx] != s {
+	switch {
+	case ip.slots[idx] == s:
+		ip.slots[idx] = nil
+	case ip.aside[s.id] == s:
+		delete(ip.aside, s.id)
+		if len(ip.aside) == 0 {
+			ip.aside = nil
+		}
+	default:
 		return
 	}
-	ip.slots[idx] = nil
 	ip.live--
 	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
@@ -662,6 +682,9 @@ func (ip *ingressPeer) retireAllLocked() {
 		if s != nil {
 			ip.endLocked(s, true)
 		}
+	}
+	for _, s := range ip.aside {
+		ip.endLocked(s, true)
 	}
 }
 
@@ -831,26 +854,34 @@ func (ip *ingressPeer) watch() {
 		}
 	}()
 	for _, s := range ip.slots {
-		if s == nil {
-			continue
+		if s != nil {
+			ip.watchSlotLocked(s, &fired)
 		}
-		switch {
-		case s.delivered || s.held == 0:
-			s.delivered, s.misses = false, 0
-		default:
-			s.misses++
-			if s.misses >= DetectionMultiplier {
-				// Counted before the end is delivered, so that a consumer
-				// that sees ErrSenderDropped can tell a watchdog kill. An
-				// MPSC producer's end is not counted, as in the reference.
-				if s.mpsc == nil {
-					ip.mx.n.watchdogFirings.Add(1)
-					if fired == nil && ip.mx.watchdogWarn.allow() {
-						fired = s.firingLocked(ip.mx.heartbeat)
-					}
+	}
+	for _, s := range ip.aside { // a staged record may never come
+		ip.watchSlotLocked(s, &fired)
+	}
+}
+
+// watchSlotLocked is one window of the watchdog over s; fired takes what
+// the warning reports of the first firing it lets through.
+func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
+	switch {
+	case s.delivered || s.held == 0:
+		s.delivered, s.misses = false, 0
+	default:
+		s.misses++
+		if s.misses >= DetectionMultiplier {
+			// Counted before the end is delivered, so that a consumer
+			// that sees ErrSenderDropped can tell a watchdog kill. An
+			// MPSC producer's end is not counted, as in the reference.
+			if s.mpsc == nil {
+				ip.mx.n.watchdogFirings.Add(1)
+				if *fired == nil && ip.mx.watchdogWarn.allow() {
+					*fired = s.firingLocked(ip.mx.heartbeat)
 				}
-				ip.endLocked(s, true)
 			}
+			ip.endLocked(s, true)
 		}
 	}
 }
