@@ -118,6 +118,7 @@ type Messenger struct {
 
 	undelivered map[string]func([]byte, error) // by handler; guarded by regMu
 	lostHooks   []func(ext.InstanceID, error)  // guarded by regMu
+	downHooks   []func()                       // OnTeardown's; guarded by regMu
 	// draining holds the workers that refused a request with a drain echo:
 	// when their connections close, that is a shutdown, not a crash.
 	draining  sync.Map // ext.WorkerID → struct{}
@@ -1447,6 +1448,10 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	// What still runs is past the drain budget: its handlers' contexts
 	// end, so that they can return.
 	m.stopHandlerCtxs()
+	// Subsystems say goodbye while the transports still carry it, and
+	// before discovery withdraws this node (teardown_hooks.go).
+	hooksDone := m.runTeardownHooks()
+	defer hooksDone()
 	// Withdrawn after the drain, not before: a peer that watches
 	// discovery fails its calls to this node when the entry goes.
 	m.unpublish()

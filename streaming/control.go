@@ -77,9 +77,9 @@ func (r *remote) registerControl() error {
 			return err
 		}
 	}
-	r.msg.OnPeerLost(func(peer ext.InstanceID, _ error) {
+	r.msg.OnPeerLost(func(peer ext.InstanceID, err error) {
 		r.m.openerLost(peer) // first: its pending binds end as lost openers, not as drops
-		r.peerLost(peer.WorkerID())
+		r.peerLost(peer.WorkerID(), errors.Is(err, ext.ErrPeerShutdown))
 	})
 	return nil
 }
@@ -279,10 +279,18 @@ func (r *remote) unpend(b *remoteBind) {
 
 // peerLost ends at once the streams bound for a producer whose node is
 // gone and whose connection never came, instead of at the accept window.
-func (r *remote) peerLost(w ext.WorkerID) {
-	if r.mux != nil {
-		r.mux.dropBinds(w)
-		r.mux.peerLost(w)
+func (r *remote) peerLost(w ext.WorkerID, orderly bool) {
+	if mx := r.mux; mx != nil {
+		mx.dropBinds(w)
+		if orderly {
+			// A peer that shut down in order sent its mux goodbye before
+			// its transports stopped; it travels on the peer's own
+			// connection, which may trail the end of ours a little. The
+			// goodbye's closes, not epoch death, should end its streams.
+			time.AfterFunc(messenger.PeerShutdownGrace, func() { mx.peerLost(w) })
+		} else {
+			mx.peerLost(w)
+		}
 	}
 	r.consumerLost(w)
 	var lost []*pendingBind

@@ -3,6 +3,7 @@ package streaming
 import (
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -216,6 +217,11 @@ type mux struct {
 	stagesAbove int
 	// heartbeat is the window of the stream watchdog.
 	heartbeat time.Duration
+	// log takes the stream watchdog's warning; nil: slog.Default().
+	log *slog.Logger
+	// watchdogWarn rate-limits that warning: a congested peer link can
+	// end thousands of streams in one window (mux_watchdog.go).
+	watchdogWarn logLimiter
 
 	mu       sync.Mutex
 	batchers map[laneKey]*batcher

@@ -65,6 +65,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 		return ok
 	}
 	mx.m = r.m
+	mx.log = r.log
 	if met != nil {
 		mx.met = met.Mux()
 		mx.unreport = mx.met.Report(mx.snapshot)

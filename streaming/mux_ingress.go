@@ -57,8 +57,16 @@ type ingressPeer struct {
 	slots     []*inSlot // by slot index: a dense table, no hash per record
 	held      int       // records in the slots' holds
 	live      int
+	// aside holds, by full slot id, slots whose sender closed them while a
+	// staged record was still on its way, moved out of the index a new
+	// stream took (mux_aside.go); nil while there are none.
+	aside map[muxwire.SlotID]*inSlot
 
 	run dataRun // the records being handed on together (mux_ingress_run.go)
+	// early holds size refusals of staged records whose OpenSlot has not
+	// been applied yet, oldest first, at most maxEarlyRefusals
+	// (mux_early_refusal.go).
+	early []earlyRefusal
 
 	dirtyMu   sync.Mutex
 	dirty     []*inSlot
@@ -430,11 +438,20 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 			if old.id == rec.Slot {
 				return // a duplicate OpenSlot
 			}
-			ip.mx.n.protocolErrors.Add(1)
-			ip.mx.n.dropped[metrics.DropSlotCollision].Add(1)
-			rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
-			return
+			if old.pendingClose == nil {
+				ip.collisionLocked(rec, rep)
+				return
+			}
+			ip.moveAsideLocked(old)
 		}
+	}
+	if old := ip.aside[rec.Slot]; old != nil {
+		// The generation came round while the old stream with this id
+		// still waits aside: records name their slot by id alone, so
+		// neither stream may have the other's.
+		ip.collisionLocked(rec, rep)
+		ip.endLocked(old, true)
+		return
 	}
 	anchorID, session := rec.OpenSlot()
 	bd := ip.mx.claim(bindKey{anchorID, session}, ip.peer)
@@ -467,14 +484,20 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
-	if stop { // a stop made before the producer's OpenSlot came is kept
-		rep.stops = append(rep.stops, s)
-	}
 	for len(ip.slots) <= idx {
 		ip.slots = append(ip.slots, nil)
 	}
 	ip.slots[idx] = s
 	ip.live++
+	if msg, refused := ip.takeRefusalLocked(rec.Slot, session); refused {
+		// A staged record of this stream was refused before its OpenSlot.
+		ip.endRefusedLocked(s, msg)
+		rep.closes = append(rep.closes, closeReply{id: rec.Slot, reason: muxwire.UnknownSlot})
+		return
+	}
+	if stop { // a stop made before the producer's OpenSlot came is kept
+		rep.stops = append(rep.stops, s)
+	}
 }
 
 // dataLocked hands one record to its anchor: in sequence, into room its
@@ -601,17 +624,24 @@ func (ip *ingressPeer) slotLocked(id muxwire.SlotID) *inSlot {
 	if s := ip.slots[idx]; s != nil && s.id == id {
 		return s
 	}
-	return nil
+	return ip.aside[id] // nil, and no hash, while nothing is aside
 }
 
 // endLocked takes s out of the table; with drop, the consumer sees
 // ErrSenderDropped behind what it has.
 func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	idx := int(s.id.Index())
-	if ip.slots[idx] != s {
+	switch {
+	case ip.slots[idx] == s:
+		ip.slots[idx] = nil
+	case ip.aside[s.id] == s:
+		delete(ip.aside, s.id)
+		if len(ip.aside) == 0 {
+			ip.aside = nil
+		}
+	default:
 		return
 	}
-	ip.slots[idx] = nil
 	ip.live--
 	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
@@ -652,6 +682,9 @@ func (ip *ingressPeer) retireAllLocked() {
 		if s != nil {
 			ip.endLocked(s, true)
 		}
+	}
+	for _, s := range ip.aside {
+		ip.endLocked(s, true)
 	}
 }
 
@@ -812,26 +845,43 @@ func (s *inSlot) consumerGone() {
 // nothing while its producer held credit misses the window; after
 // DetectionMultiplier misses it ends with Dropped.
 func (ip *ingressPeer) watch() {
+	var fired *watchdogFiring
 	ip.mu.Lock()
-	defer ip.mu.Unlock()
-	for _, s := range ip.slots {
-		if s == nil {
-			continue
+	defer func() {
+		ip.mu.Unlock()
+		if fired != nil {
+			ip.mx.logFiring(fired)
 		}
-		switch {
-		case s.delivered || s.held == 0:
-			s.delivered, s.misses = false, 0
-		default:
-			s.misses++
-			if s.misses >= DetectionMultiplier {
-				// Counted before the end is delivered, so that a consumer
-				// that sees ErrSenderDropped can tell a watchdog kill. An
-				// MPSC producer's end is not counted, as in the reference.
-				if s.mpsc == nil {
-					ip.mx.n.watchdogFirings.Add(1)
+	}()
+	for _, s := range ip.slots {
+		if s != nil {
+			ip.watchSlotLocked(s, &fired)
+		}
+	}
+	for _, s := range ip.aside { // a staged record may never come
+		ip.watchSlotLocked(s, &fired)
+	}
+}
+
+// watchSlotLocked is one window of the watchdog over s; fired takes what
+// the warning reports of the first firing it lets through.
+func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
+	switch {
+	case s.delivered || s.held == 0:
+		s.delivered, s.misses = false, 0
+	default:
+		s.misses++
+		if s.misses >= DetectionMultiplier {
+			// Counted before the end is delivered, so that a consumer
+			// that sees ErrSenderDropped can tell a watchdog kill. An
+			// MPSC producer's end is not counted, as in the reference.
+			if s.mpsc == nil {
+				ip.mx.n.watchdogFirings.Add(1)
+				if *fired == nil && ip.mx.watchdogWarn.allow() {
+					*fired = s.firingLocked(ip.mx.heartbeat)
 				}
-				ip.endLocked(s, true)
 			}
+			ip.endLocked(s, true)
 		}
 	}
 }
@@ -961,23 +1011,27 @@ func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause er
 	if _, err := fmt.Sscanf(tag, "%d:%d:%d", &epoch, &slot, &session); err != nil {
 		return // no tag, or not one of ours: the stream watchdog ends it
 	}
-	mx.mu.Lock()
-	ip := mx.ingress[laneKey{sender, lane}]
-	mx.mu.Unlock()
+	// The table may not exist yet: the sender's first batch, with the
+	// OpenSlot, may be the staged one still being fetched.
+	ip, _ := mx.ingressFor(sender, lane)
 	if ip == nil {
 		return
 	}
 	id := muxwire.SlotID(slot)
 	ip.mu.Lock()
 	s := ip.slotLocked(id)
-	if ip.epoch != epoch || s == nil || s.session != session {
+	if s == nil || (ip.haveEpoch && epoch > ip.epoch) {
+		// Not opened yet (in this epoch or a later one), or ended already:
+		// kept for an OpenSlot that may still come (mux_early_refusal.go).
+		ip.keepRefusalLocked(earlyRefusal{epoch: epoch, slot: id, session: session, msg: refusedMessage(cause)})
 		ip.mu.Unlock()
 		return
 	}
-	s.terminal = true
-	msg := fmt.Sprintf("velo: a stream record staged by its producer could not be fetched: %v", cause)
-	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
-	ip.endLocked(s, false)
+	if ip.epoch != epoch || s.session != session {
+		ip.mu.Unlock()
+		return
+	}
+	ip.endRefusedLocked(s, refusedMessage(cause))
 	ip.mu.Unlock()
 	if b, err := mx.replyBatcher(sender, lane); err == nil {
 		b.replyLifecycle(id, session, muxwire.Cancel)

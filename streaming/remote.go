@@ -213,6 +213,12 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		m.Close() // closes the listener and the mux
 		return nil, err
 	}
+	if mx := r.mux; mx != nil {
+		// The mux's goodbyes ride the messenger: it must close before the
+		// messenger stops its transports, not after (Manager.Close comes
+		// too late when the node shuts down).
+		msg.OnTeardown(mx.close)
+	}
 	r.wg.Add(1)
 	go r.hb.run(r.wg.Done) // one for all the streams this node produces
 	if ln != nil {

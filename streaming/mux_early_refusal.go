@@ -1,0 +1,69 @@
+package streaming
+
+import (
+	"fmt"
+
+	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/streaming/wire"
+)
+
+// A staged record refused for its size (stagedFailure) can be refused
+// before its stream's OpenSlot is applied: the batch that carried the
+// OpenSlot was staged too and is still being fetched, while the refused
+// one was turned down as soon as its descriptor arrived. The refusal is
+// kept for the OpenSlot, which then ends its stream at once with the
+// TransportError, instead of leaving it to the stream watchdog. What is
+// kept is per sender and lane and bounded (the oldest goes first), so a
+// peer that sends refusals for streams that never open grows nothing and
+// can only lose its own early refusals.
+
+// maxEarlyRefusals bounds the early refusals kept per sender and lane.
+const maxEarlyRefusals = 16
+
+// earlyRefusal is a staged record refused before its stream's OpenSlot.
+type earlyRefusal struct {
+	epoch   uint64
+	slot    muxwire.SlotID
+	session uint64
+	msg     string
+}
+
+// keepRefusalLocked keeps r for its OpenSlot. A refusal of an epoch the
+// table has left can never be claimed and is not kept. The caller holds
+// ip.mu.
+func (ip *ingressPeer) keepRefusalLocked(r earlyRefusal) {
+	if ip.haveEpoch && r.epoch < ip.epoch {
+		return
+	}
+	if len(ip.early) == maxEarlyRefusals {
+		copy(ip.early, ip.early[1:])
+		ip.early = ip.early[:maxEarlyRefusals-1]
+	}
+	ip.early = append(ip.early, r)
+}
+
+// takeRefusalLocked returns and forgets the refusal kept for the stream
+// an OpenSlot of the current epoch opens, if any. The caller holds ip.mu.
+func (ip *ingressPeer) takeRefusalLocked(slot muxwire.SlotID, session uint64) (msg string, ok bool) {
+	for i, r := range ip.early {
+		if r.epoch == ip.epoch && r.slot == slot && r.session == session {
+			ip.early = append(ip.early[:i], ip.early[i+1:]...)
+			return r.msg, true
+		}
+	}
+	return "", false
+}
+
+// refusedMessage is the TransportError text of a refused staged record.
+func refusedMessage(cause error) string {
+	return fmt.Sprintf("velo: a stream record staged by its producer could not be fetched: %v", cause)
+}
+
+// endRefusedLocked ends s because a staged record of its stream could not
+// be fetched: its consumer reads a TransportError with msg. The caller
+// holds ip.mu and tells the producer.
+func (ip *ingressPeer) endRefusedLocked(s *inSlot, msg string) {
+	s.terminal = true
+	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
+	ip.endLocked(s, false)
+}

@@ -1,0 +1,62 @@
+package streaming
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// The warning of the mux stream watchdog (the book's saturation chapter):
+// one line when it ends a single-sender stream, with what the consumer
+// still held, so an operator can tell a silent producer from a slow
+// consumer. The count (watchdogFirings) is exact; the line is not: one
+// congested peer link can end thousands of streams in one window, and one
+// line per stream would bury the log.
+
+// watchdogWarnEvery is the least time between two watchdog warnings of
+// one mux.
+const watchdogWarnEvery = 10 * time.Second
+
+// logLimiter lets a line through at most once per watchdogWarnEvery.
+type logLimiter struct{ last atomic.Int64 }
+
+func (l *logLimiter) allow() bool {
+	now := time.Now().UnixNano()
+	last := l.last.Load()
+	if last != 0 && now-last < int64(watchdogWarnEvery) {
+		return false
+	}
+	return l.last.CompareAndSwap(last, now)
+}
+
+// watchdogFiring is what the warning reports of one ended stream, taken
+// under the ingress lock and written after it is released.
+type watchdogFiring struct {
+	localID   uint64
+	bufferLen int    // records delivered to the anchor and not yet taken
+	arrivals  uint32 // the frame_seq the slot expects next: records in order, its open included
+	window    time.Duration
+}
+
+// firingLocked reads what the warning needs from s. The caller holds the
+// ingress table's lock (the anchor's lock nests in it).
+func (s *inSlot) firingLocked(window time.Duration) *watchdogFiring {
+	s.st.mu.Lock()
+	n := s.st.q.n
+	s.st.mu.Unlock()
+	return &watchdogFiring{localID: s.st.handle.LocalID(), bufferLen: n, arrivals: s.nextSeq, window: window}
+}
+
+// logFiring writes the warning.
+func (mx *mux) logFiring(f *watchdogFiring) {
+	log := mx.log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("stream_watchdog: nothing arrived from a sender holding credit for the detection window, injecting Dropped",
+		"local_id", f.localID,
+		"slot_buffer_len", f.bufferLen,
+		"arrivals", f.arrivals,
+		"heartbeat_deadline_ms", f.window.Milliseconds(),
+		"detection_multiplier", DetectionMultiplier)
+}
