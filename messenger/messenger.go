@@ -699,11 +699,26 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
 }
 
+// needsHello reports whether a request to handler must wait for this
+// node's handshake with the peer. Every user handler does (the handshake
+// is what tells a restarted peer from the one that was greeted), and so
+// does every system request that waits for an answer: the peer can send
+// an answer only to a node it has registered, which the handshake does.
+// Without it, a Get from an owner that this node had registered by hand,
+// but never called, waited for its deadline. Fire-and-forget system
+// posts (mux batches, proofs, cancels) and the handshake itself need none.
+func needsHello(handler string, rt ResponseType) bool {
+	if !strings.HasPrefix(handler, "_") {
+		return true
+	}
+	return rt != FireAndForget && handler != helloHandler
+}
+
 // requestPrepared sends a request whose headers and payload are final and
 // waits for what rt asks for. *sent is set once a transport admitted it.
 func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt ResponseType, hb []byte, sent *bool) ([]byte, error) {
 	var err error
-	if !strings.HasPrefix(handler, "_") {
+	if needsHello(handler, rt) {
 		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
 		}
@@ -904,7 +919,7 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 	if err != nil {
 		return AsyncCall{}, err
 	}
-	system := strings.HasPrefix(handler, "_")
+	hello := needsHello(handler, UnaryResponse)
 	p, ok := m.peers.get(target)
 	if !ok && m.disc == nil {
 		return AsyncCall{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
@@ -920,7 +935,7 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 		}
 		return err
 	}
-	if ok && (system || p.helloOK.Load()) {
+	if ok && (!hello || p.helloOK.Load()) {
 		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
 		if err = unsent(err); err != nil {
 			return AsyncCall{}, err
@@ -930,7 +945,7 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
 		p, err := m.route(ctx, target)
-		if err == nil && !system {
+		if err == nil && hello {
 			err = m.ensureHello(ctx, p)
 		}
 		if err == nil {

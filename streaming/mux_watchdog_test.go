@@ -34,6 +34,12 @@ func TestMuxWatchdogLogLine(t *testing.T) {
 	if n := consumer.sm.WatchdogFirings(); n != 2 {
 		t.Fatalf("WatchdogFirings = %d, want 2", n)
 	}
+	// The line is written after the watchdog lets go of its lock, which
+	// is after the ends it injected reached the anchors: wait for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(log.String(), "stream_watchdog:") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	out := log.String()
 	if lines := strings.Count(out, "stream_watchdog:"); lines != 1 {
 		t.Fatalf("%d stream_watchdog lines for two firings in a row, want 1:\n%s", lines, out)
