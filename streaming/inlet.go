@@ -54,16 +54,13 @@ type anchorState struct {
 	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
 	closed    bool          // the consumer closed the anchor: terminals are discarded
 	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
-	stopCh    chan struct{} // made on demand; closed by RequestStop only
-	cancelCh  chan struct{} // made on demand; closed by cancel
 	extra     *anchorExtra  // made on demand: what few anchors use
 	endErr    error         // the error that ended the stream, returned again
 
 	// The unattached deadline (reservation.go), set while armed: in
-	// nanoseconds since Manager.base; lifetime is the length of one
-	// unattached window.
+	// nanoseconds since Manager.base. The length of one unattached window
+	// is lifetimeLocked.
 	deadline int64
-	lifetime time.Duration
 
 	// bind is the remote producer bound by _anchor_attach, if any: a stop
 	// or cancel is sent to it as a message (control.go), and its
@@ -75,10 +72,6 @@ type anchorState struct {
 	// feed is the mux slot that fills the inlet, while one does
 	// (mux_ingress.go): each frame the consumer takes returns its credit.
 	feed *inSlot
-	// prebind is the mux bind PrebindAnchor made, until an OpenSlot claims
-	// it or something releases it (mux_ticket.go).
-	prebind *muxBind
-
 	// watchDone is the Done channel of the lone consumer's context
 	// (selects, above, counts the waits that selected on it so far). Once
 	// watched (unwatch set), its end wakes a fast waiter (waitLocked);
@@ -449,8 +442,8 @@ func (st *anchorState) stopLocked() bool {
 		return false
 	}
 	st.stopReq = true
-	if st.stopCh != nil {
-		close(st.stopCh)
+	if x := st.extra; x != nil && x.stopCh != nil {
+		close(x.stopCh)
 	}
 	if !st.cancelled {
 		st.closeDoneLocked()
@@ -476,11 +469,64 @@ func (st *anchorState) closeDoneLocked() {
 }
 
 // anchorExtra holds the fields of an anchor that most streams never use,
-// out of line: every unattached anchor pays for anchorState.
+// out of line: every unattached anchor pays for anchorState, whose size
+// class (192 bytes with the Anchor's decoder) the heap bound test in
+// reservation_test.go holds. Each field here moved out of anchorState
+// because an unwatched, unattached anchor never sets it.
 type anchorExtra struct {
-	doneCh chan struct{}  // made on demand; closed by the first stop or cancel
-	onFire []func(error)  // Sender.Context's cancels, run by the first stop or cancel
-	opener ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
+	stopCh   chan struct{}  // made on demand; closed by RequestStop only
+	cancelCh chan struct{}  // made on demand; closed by cancel
+	doneCh   chan struct{}  // made on demand; closed by the first stop or cancel
+	onFire   []func(error)  // Sender.Context's cancels, run by the first stop or cancel
+	opener   ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
+	// prebind is the mux bind PrebindAnchor made, until an OpenSlot
+	// claims it or something releases it (mux_ticket.go).
+	prebind *muxBind
+	// lifetime is the length of one unattached window when it is not
+	// the default (lifetimeLocked); zero: the default.
+	lifetime time.Duration
+}
+
+// prebindLocked is the unclaimed mux pre-bind, or nil. The caller holds mu.
+func (st *anchorState) prebindLocked() *muxBind {
+	if st.extra == nil {
+		return nil
+	}
+	return st.extra.prebind
+}
+
+// setPrebindLocked sets (or, with nil, clears) the mux pre-bind. The
+// caller holds mu.
+func (st *anchorState) setPrebindLocked(bd *muxBind) {
+	if bd == nil && st.extra == nil {
+		return
+	}
+	st.extraLocked().prebind = bd
+}
+
+// defaultLifetime is the unattached window an anchor has without
+// WithUnattachedTimeout: the Manager's, or Forever for an MPSC anchor.
+func (st *anchorState) defaultLifetime() time.Duration {
+	if st.mpsc != nil {
+		return Forever
+	}
+	return st.mgr.res.UnattachedTimeout
+}
+
+// setLifetime sets the length of one unattached window, before anyone
+// else sees the anchor; only a length other than the default takes room.
+func (st *anchorState) setLifetime(d time.Duration) {
+	if d != st.defaultLifetime() {
+		st.extraLocked().lifetime = d
+	}
+}
+
+// lifetimeLocked is the length of one unattached window.
+func (st *anchorState) lifetimeLocked() time.Duration {
+	if x := st.extra; x != nil && x.lifetime != 0 {
+		return x.lifetime
+	}
+	return st.defaultLifetime()
 }
 
 // extraLocked returns st.extra, made if needed.
@@ -538,8 +584,8 @@ func (st *anchorState) cancel(closing bool) {
 	first := !st.cancelled
 	if first {
 		st.cancelled = true
-		if st.cancelCh != nil {
-			close(st.cancelCh)
+		if x := st.extra; x != nil && x.cancelCh != nil {
+			close(x.cancelCh)
 		}
 		if !st.stopReq {
 			st.closeDoneLocked()
@@ -611,9 +657,9 @@ func (st *anchorState) signal(k signalKind) <-chan struct{} {
 	var fired bool
 	switch k {
 	case sigStop:
-		ch, fired = &st.stopCh, st.stopReq
+		ch, fired = &st.extraLocked().stopCh, st.stopReq
 	case sigCancel:
-		ch, fired = &st.cancelCh, st.cancelled
+		ch, fired = &st.extraLocked().cancelCh, st.cancelled
 	default:
 		ch, fired = &st.extraLocked().doneCh, st.stopReq || st.cancelled
 	}

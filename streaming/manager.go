@@ -247,7 +247,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	a := &Anchor[T]{decode: decode}
 	a.st.mgr = m
 	a.st.capLim = int32(cfg.capacity)
-	a.st.lifetime = cfg.unattached
+	a.st.setLifetime(cfg.unattached)
 	if cfg.opener != (ext.InstanceID{}) {
 		a.st.extraLocked().opener = cfg.opener // before anyone else sees the anchor
 	}

@@ -129,8 +129,8 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 	st := &an.a.st
 	st.mgr = m
 	st.capLim = int32(cfg.capacity)
-	st.lifetime = cfg.unattached
-	st.mpsc = &an.a
+	st.mpsc = &an.a // before setLifetime: an MPSC anchor's default is Forever
+	st.setLifetime(cfg.unattached)
 	if !m.register(st, true) {
 		return nil, ErrManagerClosed
 	}

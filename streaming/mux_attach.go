@@ -150,11 +150,11 @@ func (r *remote) attachMux(st *anchorState, producer ext.WorkerID, key *uint64) 
 	case st.attached:
 		st.mu.Unlock()
 		return refuseAttach("anchor %v already attached", st.handle)
-	case st.prebind != nil:
+	case st.prebindLocked() != nil:
 		// An ordinary attach adopts an unclaimed pre-bind: the producer
 		// gets the ticket's session, and the ticket can no longer open it.
-		bd := st.prebind
-		st.prebind = nil
+		bd := st.prebindLocked()
+		st.setPrebindLocked(nil)
 		adopted := r.mux.adopt(bd, producer)
 		if adopted {
 			st.attached = true

@@ -473,8 +473,8 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 			// the inlet once instead of growing it record by record.
 			st.q.reserve(int(bd.credit) + 2)
 		}
-		if bd.prebound && st.prebind == bd { // the ticket's producer claims the pre-bind
-			st.prebind = nil
+		if bd.prebound && st.prebindLocked() == bd { // the ticket's producer claims the pre-bind
+			st.setPrebindLocked(nil)
 			st.attached = true
 		}
 	}

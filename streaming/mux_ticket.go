@@ -88,16 +88,16 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 	case st.closed || st.cancelled || st.endErr != nil:
 		st.mu.Unlock()
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
-	case st.attached || st.prebind != nil:
+	case st.attached || st.prebindLocked() != nil:
 		st.mu.Unlock()
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
 	}
-	st.prebind = bd
+	st.setPrebindLocked(bd)
 	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
 	st.mu.Unlock()
 	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
 		st.mu.Lock()
-		st.prebind = nil
+		st.setPrebindLocked(nil)
 		st.armLocked()
 		st.mu.Unlock()
 		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
@@ -163,11 +163,11 @@ func (r *remote) greetOwner(ctx context.Context, handle wire.AnchorHandle) (ext.
 // holds st.mu; the bind leaves the mux's table once the lock is released,
 // by the returned func (nil when there was none).
 func (st *anchorState) releasePrebindLocked() func() {
-	bd := st.prebind
+	bd := st.prebindLocked()
 	if bd == nil {
 		return nil
 	}
-	st.prebind = nil
+	st.setPrebindLocked(nil)
 	mx := st.mgr.remote.mux
 	return func() { mx.unbind(bd) }
 }

@@ -163,7 +163,7 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	}
 	st.mu.Lock()
 	st.renewLocked()
-	bd := st.prebind
+	bd := st.prebindLocked()
 	st.mu.Unlock()
 	if bd != nil {
 		// A pre-bound anchor waits on its bind's accept window, which
@@ -208,14 +208,15 @@ func (m *Manager) now() int64 { return int64(time.Since(m.base)) }
 // or waits Forever. The caller holds st.mu; the queue's shard lock nests
 // inside it (the sweeper calls expireUnattached with no queue lock held).
 func (st *anchorState) armLocked() {
-	if st.endErr != nil || st.closed || st.lifetime == Forever {
+	life := st.lifetimeLocked()
+	if st.endErr != nil || st.closed || life == Forever {
 		return
 	}
 	m := st.mgr
 	now := time.Now()
-	st.deadline = satAdd(int64(now.Sub(m.base)), st.lifetime)
+	st.deadline = satAdd(int64(now.Sub(m.base)), life)
 	st.armed = true
-	m.unattached.Add(st.handle.LocalID(), now.Add(st.lifetime))
+	m.unattached.Add(st.handle.LocalID(), now.Add(life))
 }
 
 // disarmLocked takes the unattached deadline out of the queue (attach).
@@ -235,9 +236,10 @@ func (st *anchorState) renewLocked() {
 		return // attached, cancelled, expired or closed: a no-op
 	}
 	m := st.mgr
+	life := st.lifetimeLocked()
 	now := time.Now()
-	if m.unattached.Reset(st.handle.LocalID(), now.Add(st.lifetime)) {
-		st.deadline = satAdd(int64(now.Sub(m.base)), st.lifetime)
+	if m.unattached.Reset(st.handle.LocalID(), now.Add(life)) {
+		st.deadline = satAdd(int64(now.Sub(m.base)), life)
 	}
 }
 

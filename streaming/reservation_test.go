@@ -372,13 +372,15 @@ func heapLive() uint64 {
 
 // The must-show of unattached anchors (DESIGN.md §3, the book's deadline
 // queue): many unattached anchors add one goroutine in all (the Manager's
-// sweeper) and at most 300 bytes each. The test holds 50,000 to stay fast;
+// sweeper) and at most 270 bytes each (issue 22: 290 before the rarely
+// used fields moved to anchorExtra, 258 after: a 192-byte Anchor, its
+// registry slot and its queue entry). The test holds 50,000 to stay fast;
 // `velo bench anchor-setup` measures RSS at 200,000. The heap is measured
 // live after GC, so it counts the anchor, its registry slot and its queue
 // entry (the slice of anchors the test keeps is made before the baseline).
 func TestUnattachedAnchorsShareOneSweeper(t *testing.T) {
 	const n = 50_000
-	const maxBytes = 300
+	const maxBytes = 270
 	if err := goleak.Find(); err != nil {
 		t.Fatal(err)
 	}
