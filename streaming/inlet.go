@@ -51,11 +51,11 @@ type anchorState struct {
 	attached  bool
 	local     bool // the attached producer is on this worker (AttachAnchor)
 	stopReq   bool
-	cancelled bool          // the consumer cancelled (Controller.Cancel or Close)
-	closed    bool          // the consumer closed the anchor: terminals are discarded
-	armed     bool          // has an unattached deadline (reservation.go); packed with the bools
-	extra     *anchorExtra  // made on demand: what few anchors use
-	endErr    error         // the error that ended the stream, returned again
+	cancelled bool         // the consumer cancelled (Controller.Cancel or Close)
+	closed    bool         // the consumer closed the anchor: terminals are discarded
+	armed     bool         // has an unattached deadline (reservation.go); packed with the bools
+	extra     *anchorExtra // made on demand: what few anchors use
+	endErr    error        // the error that ended the stream, returned again
 
 	// The unattached deadline (reservation.go), set while armed: in
 	// nanoseconds since Manager.base. The length of one unattached window
