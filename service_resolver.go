@@ -94,7 +94,7 @@ func (s *services) ids(ctx context.Context, service string) ([]ext.InstanceID, e
 }
 
 // setLocked replaces the instances of service, forgets the state of those
-// that left (one that comes back starts afresh), and returns the set.
+// that left unmarked (one that comes back starts afresh), and returns the set.
 func (s *services) setLocked(service string, ids []ext.InstanceID) *serviceSet {
 	set := s.sets[service]
 	if set == nil {
@@ -104,7 +104,10 @@ func (s *services) setLocked(service string, ids []ext.InstanceID) *serviceSet {
 	ids = slices.Clone(ids)
 	slices.SortFunc(ids, func(a, b ext.InstanceID) int { return bytes.Compare(a[:], b[:]) })
 	for _, old := range set.ids {
-		if !slices.Contains(ids, old) {
+		// A listing can drop an instance and the next bring it back (a
+		// backend that has not yet seen its owner die): one that failed
+		// lately keeps its mark, so it is not picked afresh.
+		if in := s.insts[old]; !slices.Contains(ids, old) && (in == nil || in.failedAt.IsZero()) {
 			delete(s.insts, old)
 		}
 	}
