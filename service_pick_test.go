@@ -285,3 +285,37 @@ func TestALateAnswerDoesNotUnskip(t *testing.T) {
 		}
 	}
 }
+
+// A listing that drops a failed instance and a later one that brings it
+// back (a backend that has not yet seen it die) leave it marked: it is
+// not picked again before it answers.
+func TestAFailedInstanceKeepsItsMarkAcrossARelist(t *testing.T) {
+	ids := threeIDs()
+	s := newTestServices(t, &fakeServices{}, RoundRobin, ids...)
+	ctx := context.Background()
+	dead, finish, err := s.pick(ctx, "w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish(ext.ErrPeerUnreachable)
+	var rest []ext.InstanceID
+	for _, id := range ids {
+		if id != dead {
+			rest = append(rest, id)
+		}
+	}
+	s.mu.Lock()
+	s.setLocked("w", rest) // the listing drops it
+	s.setLocked("w", ids)  // and the next brings it back
+	s.mu.Unlock()
+	for i := range 10 {
+		id, finish, err := s.pick(ctx, "w", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		finish(nil)
+		if id == dead {
+			t.Fatalf("pick %d chose %s, which failed and only came back in a listing", i, dead)
+		}
+	}
+}
