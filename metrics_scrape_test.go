@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/velo-go/velo"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming"
 )
@@ -160,11 +160,11 @@ func TestServingNodeScrape(t *testing.T) {
 		}
 	}
 	// The client's _hello ran (and was counted) before its first call.
-	if !s.labels["handler"][messenger.SystemHandlerLabel] {
+	if !s.labels["handler"][msgwire.SystemHandlerLabel] {
 		t.Error(`no handler="_system" series, though _hello ran`)
 	}
 	for h := range s.labels["handler"] {
-		if strings.HasPrefix(h, "_") && h != messenger.SystemHandlerLabel {
+		if strings.HasPrefix(h, "_") && h != msgwire.SystemHandlerLabel {
 			t.Errorf("series for system handler %q without WithSystemHandlerMetrics", h)
 		}
 	}
@@ -194,7 +194,7 @@ func TestSystemHandlerMetrics(t *testing.T) {
 		}
 	}
 	t.Logf("system handlers with series: %v, %d samples", system, s.samples)
-	if s.labels["handler"][messenger.SystemHandlerLabel] {
+	if s.labels["handler"][msgwire.SystemHandlerLabel] {
 		t.Error(`handler="_system" series with WithSystemHandlerMetrics`)
 	}
 	if !s.labels["handler"]["_hello"] {

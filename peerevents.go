@@ -1,21 +1,24 @@
 package velo
 
-import "github.com/velo-go/velo/messenger"
+import (
+	"github.com/velo-go/velo/internal/peerevent"
+	"github.com/velo-go/velo/messenger"
+)
 
 // PeerEvent is one change in what a node knows of a peer: connected,
-// greeted, lost, shut down or restarted (see messenger.PeerEvent).
+// greeted, lost, shut down or restarted (see peerevent.PeerEvent).
 type (
-	PeerEvent     = messenger.PeerEvent
-	PeerEventKind = messenger.PeerEventKind
+	PeerEvent     = peerevent.PeerEvent
+	PeerEventKind = peerevent.PeerEventKind
 )
 
 // Peer event kinds.
 const (
-	PeerGreeted   = messenger.PeerGreeted
-	PeerLost      = messenger.PeerLost
-	PeerShutDown  = messenger.PeerShutDown
-	PeerRestarted = messenger.PeerRestarted
-	PeerConnected = messenger.PeerConnected
+	PeerGreeted   = peerevent.PeerGreeted
+	PeerLost      = peerevent.PeerLost
+	PeerShutDown  = peerevent.PeerShutDown
+	PeerRestarted = peerevent.PeerRestarted
+	PeerConnected = peerevent.PeerConnected
 )
 
 // WithPeerEvents calls fn each time a peer of this node is connected (a

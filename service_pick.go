@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/messenger"
 )
 
@@ -114,7 +115,7 @@ func connectionLost(err error) bool {
 // answered reports an outcome that only a live instance gives: success or
 // its handler's own error.
 func answered(err error) bool {
-	var re *messenger.RemoteError
+	var re *msgerr.RemoteError
 	return err == nil || errors.As(err, &re)
 }
 

@@ -32,6 +32,9 @@ import (
 
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/rendezvous"
@@ -198,7 +201,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		stopNow()
 		return nil, err
 	}
-	m.SetStager(rv)
+	msgrx.SetStager(m, rv)
 	streams, err := streaming.NewNodeManager(m, sopts...)
 	if err != nil {
 		rv.Close()
@@ -299,7 +302,7 @@ type (
 	Handler        = messenger.Handler
 	HandlerOption  = messenger.HandlerOption
 	CallOption     = messenger.CallOption
-	RemoteError    = messenger.RemoteError
+	RemoteError    = msgerr.RemoteError
 	OrderedConfig  = messenger.OrderedConfig
 	OverflowPolicy = messenger.OverflowPolicy
 )
@@ -329,8 +332,8 @@ var (
 // Header limits: a value of at most MaxHeaderValue bytes, all headers of a
 // call at most MaxEncodedHeaders bytes encoded.
 const (
-	MaxHeaderValue    = messenger.MaxHeaderValue
-	MaxEncodedHeaders = messenger.MaxEncodedHeaders
+	MaxHeaderValue    = msgwire.MaxHeaderValue
+	MaxEncodedHeaders = msgwire.MaxEncodedHeaders
 )
 
 // Overflow policies for ordered lanes.

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/events"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // The tests of this file speak as a hostile peer would: a third real node,
@@ -157,10 +159,10 @@ func TestTriggerRequestIsTheSenders(t *testing.T) {
 
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := c.Messenger().FireAndAwait(short, a.InstanceID(), "_event_trigger_request", func(id messenger.ResponseID) []byte {
+	_, err := msgrx.FireAndAwait(c.Messenger(), short, a.InstanceID(), "_event_trigger_request", func(id msgwire.ResponseID) []byte {
 		return triggerRequestBody(e.Handle(), b, u128(id.Hi, id.Lo))
 	})
-	var re *messenger.RemoteError
+	var re *msgerr.RemoteError
 	if !errors.As(err, &re) || re.Reason != "event_not_sender" || !errors.Is(err, events.ErrNotSender) {
 		t.Fatalf("a request naming another requester: %v, want the reason event_not_sender", err)
 	}

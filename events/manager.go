@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgerr"
 )
 
 // Errors of the event system.
@@ -19,10 +19,10 @@ var (
 	// ErrAlreadyCompleted: the event was triggered or poisoned before. It
 	// keeps its identity across the wire (a messenger sentinel), as do
 	// ErrUnknownEvent and ErrNotSender.
-	ErrAlreadyCompleted error = messenger.NewSentinel(messenger.FailedPrecondition, "event_already_completed", "velo: event already completed")
+	ErrAlreadyCompleted error = msgerr.NewSentinel(msgerr.FailedPrecondition, "event_already_completed", "velo: event already completed")
 	// ErrUnknownEvent: the handle names no event this node knows: never
 	// made here, or completed so long ago that its slot was reused.
-	ErrUnknownEvent error = messenger.NewSentinel(messenger.NotFound, "event_unknown", "velo: unknown or stale event handle")
+	ErrUnknownEvent error = msgerr.NewSentinel(msgerr.NotFound, "event_unknown", "velo: unknown or stale event handle")
 	// ErrPoisoned matches every *PoisonedError.
 	ErrPoisoned = errors.New("velo: event poisoned")
 	// ErrClosed: the manager was closed (its node shut down).
@@ -32,7 +32,7 @@ var (
 	ErrSubscriptionLimit = errors.New("velo: too many subscriptions to one owner's pending events")
 	// ErrNotSender: the owner refused a request whose body names a node
 	// other than the one that sent it.
-	ErrNotSender error = messenger.NewSentinel(messenger.PermissionDenied, "event_not_sender", "velo: event request names a node other than its sender")
+	ErrNotSender error = msgerr.NewSentinel(msgerr.PermissionDenied, "event_not_sender", "velo: event request names a node other than its sender")
 )
 
 // PoisonedError carries the reason an event was poisoned. It matches ErrPoisoned.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
 )
 
@@ -98,12 +100,12 @@ func NewDistributed(msg *messenger.Messenger) (*Manager, error) {
 		messenger.FireHandler(triggerRequestHandler, r.onTriggerRequest, messenger.WithDrainExempt()),
 	}
 	for _, h := range hs {
-		if err := msg.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(msg, h); err != nil {
 			return nil, err
 		}
 	}
-	msg.WatchUndelivered(subscribeHandler, r.subscribeUndelivered)
-	msg.OnPeerLost(r.ownerLost)
+	msgrx.WatchUndelivered(msg, subscribeHandler, r.subscribeUndelivered)
+	msgrx.OnPeerLost(msg, r.ownerLost)
 	return m, nil
 }
 
@@ -229,7 +231,7 @@ func (r *remote) ownerLost(peer ext.InstanceID, err error) {
 	if errors.Is(err, ext.ErrPeerShutdown) {
 		// An owner that shut down in order sent the completions it had;
 		// they may trail the end of the connection a little.
-		time.AfterFunc(messenger.PeerShutdownGrace, fail)
+		time.AfterFunc(msgwire.PeerShutdownGrace, fail)
 		return
 	}
 	fail()
@@ -246,7 +248,7 @@ func (r *remote) subscribe(h Handle, c *completion) {
 		case <-ctx.Done():
 		}
 	}()
-	owner, err := r.msg.ResolveWorker(ctx, h.Owner()) // through discovery when unknown
+	owner, err := msgrx.ResolveWorker(r.msg, ctx, h.Owner()) // through discovery when unknown
 	if err != nil {
 		r.settle(h, c, false, "", fmt.Errorf("owner of %s: %w", h, err))
 		return
@@ -288,7 +290,7 @@ func (r *remote) subscribeUndelivered(payload []byte, err error) {
 // still serves events, and may know this node already (a peer registered by
 // hand, or an earlier handshake), so that refusal is not an error here.
 func (r *remote) handshake(ctx context.Context, owner ext.InstanceID) error {
-	if err := r.msg.Handshake(ctx, owner); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+	if err := msgrx.Handshake(r.msg, ctx, owner); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
 		return err
 	}
 	return nil
@@ -433,7 +435,7 @@ func (r *remote) release(key ownedSub) {
 // its node stops or loses this one.
 func (r *remote) notify(target ext.InstanceID, h Handle, msg completionMsg) {
 	msg.Handle = handleU128(h)
-	r.msg.Post(target, triggerHandler, mustJSON(msg))
+	msgrx.Post(r.msg, target, triggerHandler, mustJSON(msg))
 }
 
 // onTrigger runs on a subscriber when the owner reports completion. Only
@@ -503,7 +505,7 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 	if !namesSender(c, msg.RequesterWorker, msg.RequesterInstance) {
 		r.refused.notSender.Add(1)
 		if msg.ResponseID != nil {
-			r.msg.Acknowledge(msg.ResponseID.responseID(), ErrNotSender)
+			msgrx.Acknowledge(r.msg, msg.ResponseID.responseID(), ErrNotSender)
 		}
 		return
 	}
@@ -523,7 +525,7 @@ func (r *remote) onTriggerRequest(c *messenger.Context) {
 	}
 	// complete fails with ErrAlreadyCompleted or ErrUnknownEvent, whose
 	// codes and reasons the reply carries: the requester's errors.Is holds.
-	r.msg.Acknowledge(msg.ResponseID.responseID(), err)
+	msgrx.Acknowledge(r.msg, msg.ResponseID.responseID(), err)
 }
 
 // Trigger completes the event of h, here or, for another node's handle, by
@@ -545,7 +547,7 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 		return fmt.Errorf("%w: %s belongs to another node and this manager is local", ErrUnknownEvent, h)
 	}
 	msg := m.remote.msg
-	owner, err := msg.ResolveWorker(ctx, h.Owner()) // through discovery when unknown
+	owner, err := msgrx.ResolveWorker(msg, ctx, h.Owner()) // through discovery when unknown
 	if err != nil {
 		return fmt.Errorf("owner of %s: %w", h, err)
 	}
@@ -556,13 +558,13 @@ func (m *Manager) completeAnywhere(ctx context.Context, h Handle, poisoned bool,
 	if poisoned {
 		op = "event poison"
 	}
-	_, err = msg.FireAndAwait(ctx, owner, triggerRequestHandler, func(id messenger.ResponseID) []byte {
+	_, err = msgrx.FireAndAwait(msg, ctx, owner, triggerRequestHandler, func(id msgwire.ResponseID) []byte {
 		rid := responseU128(id)
 		return mustJSON(triggerRequestMsg{
 			Handle: handleU128(h), RequesterWorker: uint64(msg.WorkerID()), RequesterInstance: msg.InstanceID(),
 			Poisoned: strPtr(poisoned, reason), ResponseID: &rid,
 		})
-	}, messenger.WithOp(op))
+	}, msgrx.WithOp(op))
 	return err
 }
 

@@ -7,7 +7,7 @@ import (
 	"math/big"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // The bodies of the event system messages. Their shapes are the
@@ -58,10 +58,10 @@ type triggerRequestMsg struct {
 // float64 or int64).
 type u128 struct{ hi, lo uint64 }
 
-func handleU128(h Handle) u128                  { return u128{h.Hi, h.Lo} }
-func (u u128) handle() Handle                   { return Handle{Hi: u.hi, Lo: u.lo} }
-func responseU128(id messenger.ResponseID) u128 { return u128{id.Hi, id.Lo} }
-func (u u128) responseID() messenger.ResponseID { return messenger.ResponseID{Hi: u.hi, Lo: u.lo} }
+func handleU128(h Handle) u128                { return u128{h.Hi, h.Lo} }
+func (u u128) handle() Handle                 { return Handle{Hi: u.hi, Lo: u.lo} }
+func responseU128(id msgwire.ResponseID) u128 { return u128{id.Hi, id.Lo} }
+func (u u128) responseID() msgwire.ResponseID { return msgwire.ResponseID{Hi: u.hi, Lo: u.lo} }
 func (u u128) big() *big.Int {
 	return new(big.Int).Or(new(big.Int).Lsh(new(big.Int).SetUint64(u.hi), 64), new(big.Int).SetUint64(u.lo))
 }

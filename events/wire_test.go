@@ -26,7 +26,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // wireInstance is 6ba7b810-9dad-41d1-80b4-00c04fd430c8.
@@ -84,7 +84,7 @@ func TestHandleLayoutMatchesReference(t *testing.T) {
 }
 
 func TestResponseIDAsU128(t *testing.T) {
-	id := messenger.ResponseID{Hi: 1, Lo: 1}
+	id := msgwire.ResponseID{Hi: 1, Lo: 1}
 	u := responseU128(id)
 	if got := u.String(); got != "18446744073709551617" {
 		t.Errorf("ResponseID{Hi:1,Lo:1} as u128 = %s, want 18446744073709551617", got)
@@ -201,7 +201,7 @@ func TestWireHandleSurvivesMessages(t *testing.T) {
 	if err := json.Unmarshal([]byte(text), &tr); err != nil {
 		t.Fatal(err)
 	}
-	if tr.ResponseID == nil || tr.ResponseID.responseID() != (messenger.ResponseID{Hi: 1, Lo: 1}) {
+	if tr.ResponseID == nil || tr.ResponseID.responseID() != (msgwire.ResponseID{Hi: 1, Lo: 1}) {
 		t.Fatalf("response id = %+v", tr.ResponseID)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // The caller's deadline on the wire.
@@ -28,12 +29,6 @@ import (
 // header's buffer, so a call with a deadline allocates nothing more than
 // one without.
 
-// DeadlineHeader is the request header that carries the caller's deadline
-// (Go-defined; see docs/wire.md). A handler reads it through
-// Context.Context, never in Context.Headers; a caller's own value for it
-// is dropped.
-const DeadlineHeader = "_velo_deadline"
-
 // maxSkewCut bounds how much earlier than arrival plus budget a handler's
 // deadline may be made by the caller's absolute deadline.
 const maxSkewCut = 25 * time.Millisecond
@@ -46,19 +41,19 @@ const maxBudget = 999_999_999_999_999 * time.Microsecond
 // map: the map's count may grow from one byte to three, then the key and
 // a str8 value of two numbers of at most 15 and 16 digits and a space
 // (Unix microseconds keep to 16 digits until the year 2286).
-const deadlineEntryMax = 2 + (1 + len(DeadlineHeader)) + (2 + 15 + 1 + 16)
+const deadlineEntryMax = 2 + (1 + len(msgwire.DeadlineHeader)) + (2 + 15 + 1 + 16)
 
 // deadlineKey is the MessagePack form of DeadlineHeader as a map key: a
 // cheap test that rules the header out for most requests before any
 // decoding.
-var deadlineKey = append([]byte{0xa0 | byte(len(DeadlineHeader))}, DeadlineHeader...)
+var deadlineKey = append([]byte{0xa0 | byte(len(msgwire.DeadlineHeader))}, msgwire.DeadlineHeader...)
 
 // appendRequestHeaderDeadline is appendRequestHeader with the deadline dl
 // added to the header map hb (as EncodeHeaders writes it). A zero dl, or a
 // map that has no room for the entry, adds nothing.
-func appendRequestHeaderDeadline(dst []byte, rt ResponseType, id ResponseID, handler string, hb []byte, dl time.Time) []byte {
+func appendRequestHeaderDeadline(dst []byte, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb []byte, dl time.Time) []byte {
 	n, body, ok := mapEntries(hb)
-	if dl.IsZero() || !ok || n+1 > 0xffff || len(hb)+deadlineEntryMax > MaxEncodedHeaders {
+	if dl.IsZero() || !ok || n+1 > 0xffff || len(hb)+deadlineEntryMax > msgwire.MaxEncodedHeaders {
 		return appendRequestHeader(dst, rt, id, handler, hb)
 	}
 	left := min(max(time.Until(dl), 0), maxBudget)
@@ -93,7 +88,7 @@ func mapEntries(hb []byte) (n int, body []byte, ok bool) {
 	if len(hb) == 0 {
 		return 0, nil, true
 	}
-	r := mpread.New(hb, ErrMalformedHeader)
+	r := mpread.New(hb, msgwire.ErrMalformedHeader)
 	n, err := r.MapLen()
 	return n, r.Rest(), err == nil
 }
@@ -107,7 +102,7 @@ func headerDeadline(hb []byte) time.Time {
 	if !bytes.Contains(hb, deadlineKey) {
 		return time.Time{}
 	}
-	v, ok := lookupHeader(hb, DeadlineHeader)
+	v, ok := lookupHeader(hb, msgwire.DeadlineHeader)
 	if !ok {
 		return time.Time{}
 	}
@@ -170,7 +165,7 @@ func lookupHeader(hb []byte, key string) ([]byte, bool) {
 	if len(hb) == 0 {
 		return nil, false
 	}
-	r := mpread.New(hb, ErrMalformedHeader)
+	r := mpread.New(hb, msgwire.ErrMalformedHeader)
 	n, err := r.MapLen()
 	if err != nil {
 		return nil, false

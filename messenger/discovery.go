@@ -47,7 +47,7 @@ func (m *Messenger) DiscoverAndRegisterPeer(ctx context.Context, id ext.Instance
 
 // ResolveWorker returns the instance of a worker id: from the peer table,
 // or else through discovery, registering what it finds.
-func (m *Messenger) ResolveWorker(ctx context.Context, w ext.WorkerID) (ext.InstanceID, error) {
+func (m *Messenger) resolveWorker(ctx context.Context, w ext.WorkerID) (ext.InstanceID, error) {
 	if id, ok := m.peers.byWorker(w); ok {
 		return id, nil
 	}
@@ -124,7 +124,7 @@ func (d *discoveryState) forget(id ext.InstanceID) {
 
 // DiscoveredPeers is how many peers the node holds from discovery or
 // learned from their hello (both count against MaxDiscoveredPeers).
-func (m *Messenger) DiscoveredPeers() int {
+func (m *Messenger) discoveredPeers() int {
 	m.disco.mu.Lock()
 	defer m.disco.mu.Unlock()
 	return len(m.disco.found)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
 )
 
 // Dispatch never waits on the reader goroutine. The reader that delivered
@@ -42,7 +43,7 @@ type registered struct {
 
 func (m *Messenger) newRegistered(h Handler, system bool) *registered {
 	r := &registered{Handler: h, m: m, system: system, lanes: map[ext.WorkerID]*orderedLane{}}
-	if h.opts.maxConcurrent > 0 && h.opts.mode != Spawn {
+	if h.opts.maxConcurrent > 0 && h.opts.mode != modeSpawn {
 		r.sem = make(chan struct{}, h.opts.maxConcurrent)
 	}
 	r.pool.max = h.opts.maxConcurrent
@@ -55,13 +56,13 @@ func (m *Messenger) newRegistered(h Handler, system bool) *registered {
 // handler, which runs right here).
 func (r *registered) dispatch(j job) {
 	switch r.opts.mode {
-	case Spawn:
+	case modeSpawn:
 		if !r.system && r.m.overCap() {
 			r.m.refuseOverloaded(j, r.name)
 			return
 		}
 		r.pool.submit(r, j)
-	case Inline:
+	case modeInline:
 		select {
 		case <-r.m.done: // teardown refuses what is left, as the other modes do
 			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
@@ -75,7 +76,7 @@ func (r *registered) dispatch(j job) {
 			return
 		}
 		key := j.hdr.id.Worker()
-		if r.opts.mode == OrderedGlobal {
+		if r.opts.mode == modeOrderedGlobal {
 			key = 0
 		}
 		r.lane(key).push(j)
@@ -92,7 +93,7 @@ type spawnBatch struct {
 }
 
 func (b *spawnBatch) dispatch(r *registered, j job) {
-	if r.opts.mode != Spawn {
+	if r.opts.mode != modeSpawn {
 		b.flush()
 		r.dispatch(j)
 		return
@@ -164,7 +165,7 @@ func (r *registered) run(j job, counted bool) {
 func (r *registered) call(c *Context) (resp []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			resp, err = nil, Errorf(Internal, "handler panicked: %v", p)
+			resp, err = nil, msgerr.Errorf(msgerr.Internal, "handler panicked: %v", p)
 		}
 	}()
 	return r.fn(c)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // Context is what a handler gets: the request, its context.Context
@@ -23,7 +24,7 @@ type Context struct {
 	headers []byte
 	sender  ext.WorkerID
 	conn    ext.ConnID // the connection the request came on (identity.go)
-	rtype   ResponseType
+	rtype   msgwire.ResponseType
 	token   uint64    // the upper half of the response id: what a cancel names
 	dl      time.Time // the caller's deadline here, zero without one (budget.go)
 
@@ -45,13 +46,13 @@ func (c *Context) SenderInstanceID() (ext.InstanceID, bool) { return c.m.peers.b
 // Headers decodes the request's headers. The caller's deadline travels in
 // one of them (DeadlineHeader); it is left out here: Context has it.
 func (c *Context) Headers() (map[string]string, error) {
-	h, err := DecodeHeaders(c.headers)
-	delete(h, DeadlineHeader)
+	h, err := msgwire.DecodeHeaders(c.headers)
+	delete(h, msgwire.DeadlineHeader)
 	return h, err
 }
 
 // ResponseType says what the caller waits for.
-func (c *Context) ResponseType() ResponseType { return c.rtype }
+func (c *Context) responseType() msgwire.ResponseType { return c.rtype }
 
 type handlerKind uint8
 
@@ -115,7 +116,7 @@ func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error)
 			h.err = err
 		}
 	}
-	if h.opts.mode == Inline && h.err == nil {
+	if h.opts.mode == modeInline && h.err == nil {
 		switch {
 		case h.opts.maxConcurrent > 0:
 			h.err = fmt.Errorf("inline dispatch cannot wait for a MaxConcurrent permit")
@@ -127,22 +128,22 @@ func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error)
 }
 
 // DispatchMode picks how a handler's requests run.
-type DispatchMode uint8
+type dispatchMode uint8
 
 // Dispatch modes.
 const (
 	// Spawn runs requests concurrently (the default): a request never
 	// waits for another one's handler to return. Workers are reused, so a
 	// burst of short requests does not start a goroutine per request.
-	Spawn DispatchMode = iota
+	modeSpawn dispatchMode = iota
 	// Ordered keeps one lane per sending instance: a sender's requests run
 	// in arrival order, different senders in parallel.
-	Ordered
+	modeOrdered
 	// OrderedGlobal keeps one lane for everyone: total order.
-	OrderedGlobal
+	modeOrderedGlobal
 	// Inline runs the request on the goroutine of the connection that
 	// delivered it. See WithInline.
-	Inline
+	modeInline
 )
 
 // OverflowPolicy says what an ordered lane does with a message that
@@ -179,7 +180,7 @@ type OrderedConfig struct {
 }
 
 type handlerOptions struct {
-	mode          DispatchMode
+	mode          dispatchMode
 	idleTTL       time.Duration // < 0: never
 	maxDepth      int
 	overflow      OverflowPolicy
@@ -201,13 +202,13 @@ type HandlerOption func(*handlerOptions) error
 // how its handler's owner learns of it (the mux ends the one stream the
 // headers name). fn runs on a goroutine of its own and must not block
 // long.
-func WithStagedFailure(fn func(sender ext.WorkerID, headers map[string]string, err error)) HandlerOption {
+func withStagedFailure(fn func(sender ext.WorkerID, headers map[string]string, err error)) HandlerOption {
 	return func(o *handlerOptions) error { o.stagedFailure = fn; return nil }
 }
 
 // WithOrdered dispatches in arrival order per sending instance.
 func WithOrdered() HandlerOption {
-	return func(o *handlerOptions) error { o.mode = Ordered; return nil }
+	return func(o *handlerOptions) error { o.mode = modeOrdered; return nil }
 }
 
 // WithInline runs each request on the goroutine that read it off the
@@ -223,12 +224,12 @@ func WithOrdered() HandlerOption {
 // connection run one at a time, in arrival order. Not allowed with
 // WithMaxConcurrent, whose wait would stall the connection.
 func WithInline() HandlerOption {
-	return func(o *handlerOptions) error { o.mode = Inline; return nil }
+	return func(o *handlerOptions) error { o.mode = modeInline; return nil }
 }
 
 // WithOrderedGlobal dispatches in one total order.
 func WithOrderedGlobal() HandlerOption {
-	return func(o *handlerOptions) error { o.mode = OrderedGlobal; return nil }
+	return func(o *handlerOptions) error { o.mode = modeOrderedGlobal; return nil }
 }
 
 // WithOrderedConfig dispatches in order with explicit settings.
@@ -237,9 +238,9 @@ func WithOrderedConfig(c OrderedConfig) HandlerOption {
 		if c.MaxQueueDepth < 0 {
 			return fmt.Errorf("velo: negative max queue depth")
 		}
-		o.mode = Ordered
+		o.mode = modeOrdered
 		if c.Global {
-			o.mode = OrderedGlobal
+			o.mode = modeOrderedGlobal
 		}
 		if c.IdleLaneTTL != 0 {
 			o.idleTTL = c.IdleLaneTTL

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // A handler's context.Context (Context.Context).
@@ -29,20 +30,6 @@ import (
 // cancel that falls out of the ring before its handler asks for a context
 // is lost, and that handler runs on to its deadline, as a handler does
 // whose caller never cancels.
-
-// Causes of a handler context's end, as context.Cause reports them. A
-// deadline that passed is context.DeadlineExceeded; this node's shutdown
-// past its drain budget is ErrShuttingDown; a handler that returned leaves
-// its context with context.Canceled.
-var (
-	// ErrCallerCancelled: the caller gave up on the call (its context was
-	// cancelled) and said so. Only Go callers say so.
-	ErrCallerCancelled = errors.New("velo: the caller cancelled the call")
-	// ErrCallerLost: the connection the request came on ended (the caller
-	// died, shut down or lost its route), or the caller's instance was
-	// found replaced by a new one. Nobody waits for the answer.
-	ErrCallerLost = errors.New("velo: the caller is gone")
-)
 
 // cancelHandler is the Go-defined fire-and-forget message by which a caller
 // that gave up tells the handler's node. Its body is the 16-byte response id
@@ -233,7 +220,7 @@ func (m *Messenger) onCancel(c *Context) {
 		m.countFailure("cancel", "malformed")
 		return
 	}
-	id := readResponseID(c.Payload)
+	id := msgwire.ReadResponseID(c.Payload)
 	if id.Lo != uint64(c.sender) || id.Hi == 0 {
 		m.countFailure("cancel", "foreign_id")
 		return
@@ -243,11 +230,11 @@ func (m *Messenger) onCancel(c *Context) {
 
 // sendCancel tells a Go peer that the caller gave up on call id. A Rust
 // peer has no such handler and is never sent one. It never waits.
-func (m *Messenger) sendCancel(p *peer, target ext.InstanceID, id ResponseID) {
+func (m *Messenger) sendCancel(p *peer, target ext.InstanceID, id msgwire.ResponseID) {
 	if !p.proves {
 		return
 	}
-	if err := m.Post(target, cancelHandler, id.AppendLE(make([]byte, 0, 16))); err != nil {
+	if err := m.post(target, cancelHandler, id.AppendLE(make([]byte, 0, 16))); err != nil {
 		m.logger().Debug("velo: cancel not sent", "peer", target, "err", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // Who sent a request: the identity bound to its connection.
@@ -45,19 +47,11 @@ import (
 // registered address, and a proof binds nothing unless it carries the
 // nonce sent for the connection it arrives on.
 
-// ProofKey marks the address of a node that answers identity challenges.
-// Its endpoint is the version of the proof protocol (1).
-const ProofKey ext.TransportKey = "velo-conn-proof"
-
 // Handlers of the proof protocol (Go-defined; see docs/wire.md).
 const (
 	proveHandler = "_velo_prove"
 	proofHandler = "_velo_proof"
 )
-
-// ProofTimeout bounds how long a connection's requests wait for its peer's
-// proof before they are refused.
-const ProofTimeout = 5 * time.Second
 
 // proofTimeout, when set, replaces ProofTimeout (tests shorten it).
 var proofTimeout atomic.Int64
@@ -66,7 +60,7 @@ func proofWait() time.Duration {
 	if d := proofTimeout.Load(); d > 0 {
 		return time.Duration(d)
 	}
-	return ProofTimeout
+	return msgwire.ProofTimeout
 }
 
 // Bounds on what a connection that has not proved itself may cost.
@@ -126,7 +120,7 @@ type identityGate struct {
 }
 
 // IdentityStats counts what the identity gate did (see identity.go).
-type IdentityStats struct {
+type gateStats struct {
 	Challenged int64 // challenges sent for connections
 	Proven     int64 // connections bound by a proof
 	Refused    int64 // requests refused: unproven, over a bound, or a second identity
@@ -136,12 +130,12 @@ type IdentityStats struct {
 }
 
 // IdentityStats reports the identity gate's counters.
-func (m *Messenger) IdentityStats() IdentityStats {
+func (m *Messenger) identityStats() gateStats {
 	g := &m.gate
 	g.mu.Lock()
 	n := len(g.conns)
 	g.mu.Unlock()
-	return IdentityStats{
+	return gateStats{
 		Challenged: g.challenged.Load(), Proven: g.proven.Load(), Refused: g.refused.Load(),
 		Mismatched: g.mismatched.Load(), Held: g.held.Load(), Conns: n,
 	}
@@ -319,7 +313,7 @@ func (m *Messenger) challengeLocked(c *connState) bool {
 	// On a goroutine: the caller is a connection's reader, and a send may
 	// wait for a dial or for the transport to take the frame.
 	go func() {
-		if err := m.Post(inst, proveHandler, body); err != nil {
+		if err := m.post(inst, proveHandler, body); err != nil {
 			m.logger().Debug("velo: identity challenge not sent", "peer", inst, "err", err)
 		}
 	}()
@@ -371,7 +365,7 @@ func (m *Messenger) refuseHeld(held []heldReq) {
 
 func (m *Messenger) refuseIdentity(j job) {
 	m.gate.refused.Add(1)
-	m.reply(j.hdr, string(j.hdr.handler), nil, ErrIdentityUnproven)
+	m.reply(j.hdr, string(j.hdr.handler), nil, msgerr.ErrIdentityUnproven)
 	j.msg.Done()
 }
 
@@ -435,7 +429,7 @@ func (m *Messenger) onProve(c *Context) {
 	}
 	inst := p.info.InstanceID
 	for lane := range p.primary.Lanes(inst) {
-		if err := m.PostLane(inst, lane, proofHandler, body); err != nil {
+		if err := m.postLane(inst, lane, proofHandler, body); err != nil {
 			m.logger().Debug("velo: identity proof not sent", "peer", inst, "lane", lane, "err", err)
 		}
 	}

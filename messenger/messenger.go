@@ -21,6 +21,10 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx/hook"
+	"github.com/velo-go/velo/internal/msgwire"
+	"github.com/velo-go/velo/internal/peerevent"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -51,7 +55,7 @@ type Config struct {
 	// OnPeerEvent, when set, hears when a peer greeted this node's
 	// handshake, was lost, restarted or shut down (see PeerEvent). It runs
 	// on the goroutine that noticed the change and must not block.
-	OnPeerEvent func(PeerEvent)
+	OnPeerEvent func(peerevent.PeerEvent)
 	// MaxRunningHandlers caps the handlers this node runs at once, over all
 	// handlers (default DefaultMaxRunningHandlers). A request that arrives
 	// at the cap is answered with ErrOverloaded at once. Inline handlers,
@@ -134,7 +138,7 @@ type Messenger struct {
 	peerEventLog  logBucket
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
-	stager        atomic.Pointer[Stager] // transparent staging (stager.go); nil when off
+	stager        atomic.Pointer[hook.Stager] // transparent staging (stager.go); nil when off
 	// life ends at teardown, with done: the parent of the fetches of staged requests.
 	life    context.Context
 	endLife context.CancelFunc
@@ -208,7 +212,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 			return nil, fmt.Errorf("velo: start transport %q: %w", tr.Key(), err)
 		}
 	}
-	addr[ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
+	addr[msgwire.ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
 	m.registerSystemHandlers()
 	if err := m.startWatch(); err != nil {
@@ -238,7 +242,7 @@ func (m *Messenger) PeerInfo() ext.PeerInfo {
 // streaming, under "tcp-stream"). Peers learn it from PeerInfo and the
 // handshake, so call it before PeerInfo is handed out. A key that is
 // already in the address with another endpoint is an error.
-func (m *Messenger) AdvertiseAddress(key ext.TransportKey, endpoint []byte) error {
+func (m *Messenger) advertiseAddress(key ext.TransportKey, endpoint []byte) error {
 	m.infoMu.Lock()
 	defer m.infoMu.Unlock()
 	addr, err := m.info.Address.Merge(ext.WorkerAddress{key: endpoint})
@@ -251,7 +255,7 @@ func (m *Messenger) AdvertiseAddress(key ext.TransportKey, endpoint []byte) erro
 
 // PeerInfoOf returns the PeerInfo registered for a worker id: how a
 // subsystem finds a peer's address entries (a streaming endpoint).
-func (m *Messenger) PeerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
+func (m *Messenger) peerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
 	if p, ok := m.peers.getWorker(w); ok {
 		return p.info, true
 	}
@@ -263,7 +267,7 @@ func (m *Messenger) Register(h Handler) error { return m.register(h, false) }
 
 // RegisterSystem adds a handler whose name starts with '_'. It is for
 // velo's own subsystems (events, streams), not for applications.
-func (m *Messenger) RegisterSystem(h Handler) error {
+func (m *Messenger) registerSystem(h Handler) error {
 	if !strings.HasPrefix(h.name, "_") {
 		return fmt.Errorf("velo: system handler %q must start with '_'", h.name)
 	}
@@ -279,10 +283,10 @@ func (m *Messenger) logger() *slog.Logger {
 }
 
 // InstanceOf returns the instance registered for a worker id.
-func (m *Messenger) InstanceOf(w ext.WorkerID) (ext.InstanceID, bool) { return m.peers.byWorker(w) }
+func (m *Messenger) instanceOf(w ext.WorkerID) (ext.InstanceID, bool) { return m.peers.byWorker(w) }
 
 // Stopped is closed once teardown begins: subsystems fail their waits then.
-func (m *Messenger) Stopped() <-chan struct{} { return m.done }
+func (m *Messenger) stoppedChan() <-chan struct{} { return m.done }
 
 func (m *Messenger) register(h Handler, system bool) error {
 	if err := validName(h.name, system); err != nil {
@@ -340,7 +344,7 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 	if primary == nil {
 		return fmt.Errorf("velo: peer %s shares no transport with this node: %w", info.InstanceID, errors.Join(errs...))
 	}
-	_, proves := info.Address[ProofKey]
+	_, proves := info.Address[msgwire.ProofKey]
 	if old := m.peers.put(&peer{info: info, primary: primary, proves: proves}); old != nil && old.primary != primary {
 		old.primary.Unregister(info.InstanceID)
 	}
@@ -404,7 +408,7 @@ func WithHeaders(h map[string]string) CallOption {
 // failure's text then starts with it (RemoteError.Op) instead of the
 // handler's name, which for a library's system handler means nothing to
 // its user. It sends nothing.
-func WithOp(op string) CallOption {
+func withOp(op string) CallOption {
 	return func(o *callOptions) { o.op = op }
 }
 
@@ -420,24 +424,13 @@ func opOf(opts []CallOption) string {
 // nameOp puts the op of opts, if any, in a RemoteError.
 func nameOp(err error, opts []CallOption) {
 	if op := opOf(opts); op != "" {
-		NameOp(err, op)
+		msgerr.NameOp(err, op)
 	}
-}
-
-// NameOp is WithOp after the fact, for calls that take no options or whose
-// options cost on a hot path: it sets the Op of the RemoteError in err's
-// chain, if there is one, and returns err.
-func NameOp(err error, op string) error {
-	var re *RemoteError
-	if errors.As(err, &re) {
-		re.Op = op
-	}
-	return err
 }
 
 // Send is fire-and-forget: it returns once a transport took the message.
 func (m *Messenger) Send(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
-	_, err := m.request(ctx, target, handler, payload, FireAndForget, opts)
+	_, err := m.request(ctx, target, handler, payload, msgwire.FireAndForget, opts)
 	return err
 }
 
@@ -466,16 +459,16 @@ func systemOnly(call, handler string) error {
 // be handed over at all returns an error. System subsystems use it where a
 // stalled peer must not hold up the caller (event completions); it skips
 // the handshake, so it takes only system handler names.
-func (m *Messenger) Post(target ext.InstanceID, handler string, payload []byte) error {
-	_, err := m.PostLaneOutcome(target, 0, handler, payload)
+func (m *Messenger) post(target ext.InstanceID, handler string, payload []byte) error {
+	_, err := m.postLaneOutcome(target, 0, handler, payload)
 	return err
 }
 
 // PostLane is Post on one of the ordered lanes the transport keeps to
 // target (0 <= lane < Lanes(target)): messages on one lane arrive in the
 // order they were posted; lanes are not ordered against each other.
-func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, payload []byte) error {
-	_, err := m.PostLaneOutcome(target, lane, handler, payload)
+func (m *Messenger) postLane(target ext.InstanceID, lane int, handler string, payload []byte) error {
+	_, err := m.postLaneOutcome(target, lane, handler, payload)
 	return err
 }
 
@@ -483,7 +476,7 @@ func (m *Messenger) PostLane(target ext.InstanceID, lane int, handler string, pa
 // Admitted, or Pending when the message waits in the lane's admission gate
 // (a congested peer). A caller that must know the message reached the
 // send channel, or that it was refused after all, waits on the outcome.
-func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte, opts ...CallOption) (ext.SendOutcome, error) {
+func (m *Messenger) postLaneOutcome(target ext.InstanceID, lane int, handler string, payload []byte, opts ...CallOption) (ext.SendOutcome, error) {
 	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
 	}
@@ -502,11 +495,11 @@ func (m *Messenger) PostLaneOutcome(target ext.InstanceID, lane int, handler str
 	// the connection they are about, and the fetch would need the proof.
 	var staged string
 	if handler != proveHandler && handler != proofHandler {
-		if hb, payload, staged, err = m.stageRequest(context.Background(), FireAndForget, payload, hb, opts); err != nil {
+		if hb, payload, staged, err = m.stageRequest(context.Background(), msgwire.FireAndForget, payload, hb, opts); err != nil {
 			return ext.SendOutcome{}, err
 		}
 	}
-	f := requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
+	f := requestFrame(msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	out, err := m.postFrame(p, target, lane, handler, f)
 	if err != nil && staged != "" {
 		m.loadStager().Discard(staged)
@@ -537,7 +530,7 @@ func (m *Messenger) postFrame(p *peer, target ext.InstanceID, lane int, handler 
 // batches). It never stages: the caller keeps payloads under the staging
 // threshold (StagingThreshold) and the transport's message size. A
 // transport that is not an ext.OwnerRetainer gets a copy.
-func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler string, payload []byte, owner ext.Owner) (ext.SendOutcome, error) {
+func (m *Messenger) postLaneOwned(target ext.InstanceID, lane int, handler string, payload []byte, owner ext.Owner) (ext.SendOutcome, error) {
 	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
 	}
@@ -554,14 +547,14 @@ func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler strin
 		hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
 		f = ext.Frame{
 			Type:    ext.Message,
-			Header:  appendRequestHeader(make([]byte, 0, hlen), FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb),
+			Header:  appendRequestHeader(make([]byte, 0, hlen), msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb),
 			Payload: payload,
 			Owner:   owner,
 		}
 	} else {
 		// A transport that may keep the bytes without a reference gets a
 		// copy, so that the caller's buffer is free when this returns.
-		f = requestFrame(FireAndForget, ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
+		f = requestFrame(msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	}
 	return m.postFrame(p, target, lane, handler, f)
 }
@@ -569,7 +562,7 @@ func (m *Messenger) PostLaneOwned(target ext.InstanceID, lane int, handler strin
 // Lanes is how many ordered lanes the transport to target keeps; for a
 // target not registered (or the zero InstanceID), the most that any of the
 // node's transports keeps. It is at least 1.
-func (m *Messenger) Lanes(target ext.InstanceID) int {
+func (m *Messenger) laneCount(target ext.InstanceID) int {
 	if p, ok := m.peers.get(target); ok {
 		return max(1, p.primary.Lanes(target))
 	}
@@ -583,14 +576,14 @@ func (m *Messenger) Lanes(target ext.InstanceID) int {
 // Sync waits until the remote handler has run; its error comes back as a
 // *RemoteError.
 func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
-	_, err := m.request(ctx, target, handler, payload, AckNack, opts)
+	_, err := m.request(ctx, target, handler, payload, msgwire.AckNack, opts)
 	return err
 }
 
 // Unary returns the remote handler's answer. The deadline of ctx bounds the
 // whole call; without one, no timer is armed.
 func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
-	return m.request(ctx, target, handler, payload, UnaryResponse, opts)
+	return m.request(ctx, target, handler, payload, msgwire.UnaryResponse, opts)
 }
 
 // largePayload is the size above which a request's payload gets a buffer
@@ -603,14 +596,14 @@ const largePayload = 64 << 10
 // callers reuse their buffer once a call returns, so the payload is copied:
 // into the header's allocation when small (no extra allocation), into its
 // own when large.
-func requestFrame(rt ResponseType, id ResponseID, handler string, hb, payload []byte) ext.Frame {
+func requestFrame(rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte) ext.Frame {
 	return requestFrameDeadline(rt, id, handler, hb, payload, time.Time{})
 }
 
 // requestFrameDeadline is requestFrame for a call whose context ends at dl
 // (zero: none), which the request carries (DeadlineHeader) in the same
 // allocation.
-func requestFrameDeadline(rt ResponseType, id ResponseID, handler string, hb, payload []byte, dl time.Time) ext.Frame {
+func requestFrameDeadline(rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time) ext.Frame {
 	hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
 	if !dl.IsZero() {
 		hlen += deadlineEntryMax
@@ -630,7 +623,7 @@ func requestFrameDeadline(rt ResponseType, id ResponseID, handler string, hb, pa
 func withoutStaging(h map[string]string) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		if k != StagedHandleHeader && k != StagedBudgetHeader && k != DeadlineHeader {
+		if k != msgwire.StagedHandleHeader && k != msgwire.StagedBudgetHeader && k != msgwire.DeadlineHeader {
 			out[k] = v
 		}
 	}
@@ -651,21 +644,21 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 			o(co)
 		}
 		h := co.headers
-		if _, ok := h[StagedHandleHeader]; ok {
+		if _, ok := h[msgwire.StagedHandleHeader]; ok {
 			h = withoutStaging(h)
-		} else if _, ok := h[StagedBudgetHeader]; ok {
+		} else if _, ok := h[msgwire.StagedBudgetHeader]; ok {
 			h = withoutStaging(h)
-		} else if _, ok := h[DeadlineHeader]; ok {
+		} else if _, ok := h[msgwire.DeadlineHeader]; ok {
 			h = withoutStaging(h)
 		}
-		if hb, err = EncodeHeaders(h); err != nil {
+		if hb, err = msgwire.EncodeHeaders(h); err != nil {
 			return nil, err
 		}
 	}
 	return hb, nil
 }
 
-func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
 	resp, err := m.requestOpts(ctx, target, handler, payload, rt, opts)
 	if err != nil && len(opts) > 0 {
 		nameOp(err, opts)
@@ -673,7 +666,7 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 	return resp, err
 }
 
-func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt ResponseType, opts []CallOption) ([]byte, error) {
+func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return nil, err
@@ -707,25 +700,25 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 // Without it, a Get from an owner that this node had registered by hand,
 // but never called, waited for its deadline. Fire-and-forget system
 // posts (mux batches, proofs, cancels) and the handshake itself need none.
-func needsHello(handler string, rt ResponseType) bool {
+func needsHello(handler string, rt msgwire.ResponseType) bool {
 	if !strings.HasPrefix(handler, "_") {
 		return true
 	}
-	return rt != FireAndForget && handler != helloHandler
+	return rt != msgwire.FireAndForget && handler != helloHandler
 }
 
 // requestPrepared sends a request whose headers and payload are final and
 // waits for what rt asks for. *sent is set once a transport admitted it.
-func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt ResponseType, hb []byte, sent *bool) ([]byte, error) {
+func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, sent *bool) ([]byte, error) {
 	var err error
 	if needsHello(handler, rt) {
 		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
 		}
 	}
-	id := ResponseID{Lo: uint64(m.wid)}
+	id := msgwire.ResponseID{Lo: uint64(m.wid)}
 	var idx uint32
-	if rt != FireAndForget {
+	if rt != msgwire.FireAndForget {
 		var token uint64
 		if idx, token, err = m.slots.acquire(ctx, target.WorkerID()); err != nil {
 			return nil, err
@@ -757,7 +750,7 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 	if sent != nil {
 		*sent = true
 	}
-	if rt == FireAndForget {
+	if rt == msgwire.FireAndForget {
 		if err := out.Wait(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctxErr(ctx) // ErrRequestTimeout, as Unary says it
@@ -798,7 +791,7 @@ func (m *Messenger) awaitReply(ctx context.Context, idx uint32, handler string) 
 // that target knows this node's address. A system subsystem that sends only
 // '_' messages (which skip the handshake) calls it before asking target to
 // answer back.
-func (m *Messenger) Handshake(ctx context.Context, target ext.InstanceID) error {
+func (m *Messenger) handshakeWith(ctx context.Context, target ext.InstanceID) error {
 	p, err := m.route(ctx, target)
 	if err != nil {
 		return err
@@ -812,7 +805,7 @@ func (m *Messenger) Handshake(ctx context.Context, target ext.InstanceID) error 
 // fire-and-forget but whose answer is awaited (the reference's event
 // trigger requests) is spoken; ctx bounds the wait. Like Post it skips the
 // handshake and takes only system handler names.
-func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte, opts ...CallOption) ([]byte, error) {
+func (m *Messenger) fireAndAwaitOp(ctx context.Context, target ext.InstanceID, handler string, build func(msgwire.ResponseID) []byte, opts ...CallOption) ([]byte, error) {
 	resp, err := m.fireAndAwait(ctx, target, handler, build)
 	if err != nil && len(opts) > 0 {
 		nameOp(err, opts)
@@ -820,7 +813,7 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 	return resp, err
 }
 
-func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(ResponseID) []byte) ([]byte, error) {
+func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, handler string, build func(msgwire.ResponseID) []byte) ([]byte, error) {
 	if err := systemOnly("FireAndAwait", handler); err != nil {
 		return nil, err
 	}
@@ -843,11 +836,11 @@ func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, han
 		m.met.PendingResponses.Inc()
 		defer m.met.PendingResponses.Dec()
 	}
-	id := ResponseID{Lo: uint64(m.wid), Hi: token}
+	id := msgwire.ResponseID{Lo: uint64(m.wid), Hi: token}
 	// The request header carries the same id (the reference puts a slot's
 	// id in fire-and-forget requests too, and no receiver answers them), so
 	// a write that fails after admission fails this wait at once.
-	out, err := p.primary.Send(target, requestFrame(FireAndForget, id, handler, nil, build(id)))
+	out, err := p.primary.Send(target, requestFrame(msgwire.FireAndForget, id, handler, nil, build(id)))
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}
@@ -876,35 +869,27 @@ func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, han
 // the handshake) moves to a goroutine of its own, so it is safe to call from
 // a callback.
 func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
-	_, err := m.UnaryAsyncCall(ctx, target, handler, payload, done, opts...)
+	_, err := m.unaryAsyncCall(ctx, target, handler, payload, done, opts...)
 	return err
 }
 
-// AsyncCall names an asynchronous call in flight (UnaryAsyncCall), so that
-// its caller can give up on it without a context: a context that can end
-// costs a watch per call. The zero value names no call.
-type AsyncCall struct {
-	m     *Messenger
-	token uint64
-}
-
-// Abandon completes the call with err, as if err had been its answer: its
+// abandonCall completes the asynchronous call that token names (one
+// unaryAsyncCall returned) with err, as if err had been its answer: its
 // response slot is free again and its callback runs now, with err. An
 // answer that comes later is discarded. It reports false when the call had
-// completed already, or c names none.
-func (c AsyncCall) Abandon(err error) bool {
-	if c.m == nil {
-		return false
-	}
-	return c.m.slots.deliver(c.token, reply{err: err})
+// completed already, or token names none. msgrx.AsyncCall wraps it.
+func (m *Messenger) abandonCall(token uint64, err error) bool {
+	return m.slots.deliver(token, reply{err: err})
 }
 
-// UnaryAsyncCall is UnaryAsync, and names the call so that the caller may
-// Abandon it. A first call to a peer, which waits for the handshake on a
-// goroutine of its own, cannot be named: it returns the zero AsyncCall.
-func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) (AsyncCall, error) {
+// unaryAsyncCall is UnaryAsync, and names the call by its slot token so
+// that the caller may abandon it without a context (a context that can
+// end costs a watch per call). A first call to a peer, which waits for the
+// handshake on a goroutine of its own, cannot be named: its token is 0,
+// which names no call (a live token's generation is never 0).
+func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) (uint64, error) {
 	if done == nil {
-		return AsyncCall{}, errors.New("velo: UnaryAsync needs a callback")
+		return 0, errors.New("velo: UnaryAsync needs a callback")
 	}
 	if len(opts) > 0 && opOf(opts) != "" {
 		inner := done
@@ -917,16 +902,16 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 	}
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
-		return AsyncCall{}, err
+		return 0, err
 	}
-	hello := needsHello(handler, UnaryResponse)
+	hello := needsHello(handler, msgwire.UnaryResponse)
 	p, ok := m.peers.get(target)
 	if !ok && m.disc == nil {
-		return AsyncCall{}, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
+		return 0, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
 	var staged string
-	if hb, payload, staged, err = m.stageRequest(ctx, UnaryResponse, payload, hb, opts); err != nil {
-		return AsyncCall{}, err
+	if hb, payload, staged, err = m.stageRequest(ctx, msgwire.UnaryResponse, payload, hb, opts); err != nil {
+		return 0, err
 	}
 	// unsent frees a staged payload whose request never left.
 	unsent := func(err error) error {
@@ -938,9 +923,9 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 	if ok && (!hello || p.helloOK.Load()) {
 		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
 		if err = unsent(err); err != nil {
-			return AsyncCall{}, err
+			return 0, err
 		}
-		return AsyncCall{m: m, token: token}, nil
+		return token, nil
 	}
 	payload = bytes.Clone(payload) // the goroutine sends after this call returned
 	go func() {
@@ -955,7 +940,7 @@ func (m *Messenger) UnaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 			done(nil, err)
 		}
 	}()
-	return AsyncCall{}, nil
+	return 0, nil
 }
 
 // viewMin is the answer size from which a view call reads in place.
@@ -966,7 +951,7 @@ const viewMin = 16 << 10
 // transport received it: resp is valid only until done returns, and done
 // runs on the transport's reader, so it copies what it keeps and returns
 // quickly. It saves one copy of every answer (rendezvous pulls).
-func (m *Messenger) UnaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
+func (m *Messenger) unaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
 	if done == nil {
 		return errors.New("velo: UnaryAsyncView needs a callback")
 	}
@@ -1008,9 +993,9 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	if m.stopped.Load() { // as in request: a slot taken after shutdown failed them all
 		return 0, unsent(ErrShuttingDown)
 	}
-	id := ResponseID{Lo: uint64(m.wid), Hi: token}
+	id := msgwire.ResponseID{Lo: uint64(m.wid), Hi: token}
 	dl, budgeted := ctx.Deadline()
-	if _, err := p.primary.Send(target, requestFrameDeadline(UnaryResponse, id, handler, hb, payload, dl)); err != nil {
+	if _, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl)); err != nil {
 		return 0, unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
@@ -1127,7 +1112,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 				r.payload = append(make([]byte, 0, len(f.Payload)), f.Payload...)
 			}
 		} else {
-			re := &RemoteError{Message: string(f.Payload)}
+			re := &msgerr.RemoteError{Message: string(f.Payload)}
 			re.Code, re.Reason = parseErrorHeaders(hb)
 			r.err = re
 		}
@@ -1140,7 +1125,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		}
 		var r reply
 		if flags&ackFlagError != 0 {
-			r.err = &RemoteError{Message: string(f.Payload), Code: Unknown}
+			r.err = &msgerr.RemoteError{Message: string(f.Payload), Code: msgerr.Unknown}
 		}
 		m.complete(id, r)
 	case ext.ShuttingDown:
@@ -1159,7 +1144,7 @@ func (m *Messenger) onFrame(f ext.Frame) {
 // match: this node's WorkerID, a busy slot, and that slot's current random
 // generation. Anything else is a late, duplicate or forged reply, counted
 // and dropped.
-func (m *Messenger) complete(id ResponseID, r reply) {
+func (m *Messenger) complete(id msgwire.ResponseID, r reply) {
 	switch {
 	case id.Lo != uint64(m.wid):
 		m.countFailure("response", "misrouted")
@@ -1173,7 +1158,7 @@ func (m *Messenger) complete(id ResponseID, r reply) {
 
 // UnmatchedReplies is how many replies matched no waiting call: late ones
 // (the caller gave up), duplicates, and forged ones.
-func (m *Messenger) UnmatchedReplies() int64 { return m.unmatched.Load() }
+func (m *Messenger) unmatchedReplies() int64 { return m.unmatched.Load() }
 
 // onSendError fails the caller of a request that a transport admitted but
 // could not write, instead of leaving it to its deadline.
@@ -1246,7 +1231,7 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 		// its answers travel on its own connection to us, which may trail
 		// the end of ours by a little. What has no answer by then was
 		// refused.
-		time.AfterFunc(PeerShutdownGrace, fail)
+		time.AfterFunc(msgwire.PeerShutdownGrace, fail)
 	} else {
 		fail()
 	}
@@ -1258,16 +1243,10 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 	}
 }
 
-// PeerShutdownGrace is how long what waits on a peer that shut down in
-// order may still get its answer after the peer's connection ended: the
-// answers travel on the peer's own connection to this node, which may
-// trail the end of ours a little.
-const PeerShutdownGrace = 50 * time.Millisecond
-
 // OnPeerLost registers fn to hear when a transport lost its connection to
 // a peer (err matches ErrPeerUnreachable). fn runs on the transport's
 // goroutine and must not block.
-func (m *Messenger) OnPeerLost(fn func(peer ext.InstanceID, err error)) {
+func (m *Messenger) addPeerLostHook(fn func(peer ext.InstanceID, err error)) {
 	m.regMu.Lock()
 	defer m.regMu.Unlock()
 	m.lostHooks = append(m.lostHooks[:len(m.lostHooks):len(m.lostHooks)], fn)
@@ -1275,7 +1254,7 @@ func (m *Messenger) OnPeerLost(fn func(peer ext.InstanceID, err error)) {
 
 // CallsFailedByPeerLoss is how many calls in flight failed because the
 // connection to their peer was lost.
-func (m *Messenger) CallsFailedByPeerLoss() int64 { return m.lostCalls.Load() }
+func (m *Messenger) callsFailedByPeerLoss() int64 { return m.lostCalls.Load() }
 
 // countUndelivered counts a message the transport admitted and then failed
 // or discarded, per peer, and tells Config.OnUndelivered.
@@ -1312,7 +1291,7 @@ func (m *Messenger) Undelivered(peer ext.InstanceID) int64 {
 // returned nil). fn gets a copy of the payload, on a goroutine of its own.
 // A subsystem whose protocol is fire-and-forget (event subscriptions) uses
 // it to fail what waits on such a message at once, not at its deadline.
-func (m *Messenger) WatchUndelivered(handler string, fn func(payload []byte, err error)) {
+func (m *Messenger) watchUndelivered(handler string, fn func(payload []byte, err error)) {
 	m.regMu.Lock()
 	defer m.regMu.Unlock()
 	if m.undelivered == nil {
@@ -1348,7 +1327,7 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 // whatever the pattern: a Rust caller reads it as it reads a Nack, and a
 // Go caller reads the code and matches the sentinel with errors.Is.
 func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
-	if hdr.rtype == FireAndForget {
+	if hdr.rtype == msgwire.FireAndForget {
 		return
 	}
 	if err != nil {
@@ -1363,14 +1342,14 @@ func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner 
 	}
 	var f ext.Frame
 	switch hdr.rtype {
-	case UnaryResponse:
+	case msgwire.UnaryResponse:
 		outcome := byte(outcomeOK)
 		if err != nil {
 			outcome = outcomeErr
 		}
 		h := appendResponseHeader(make([]byte, 0, responseHeaderLen), hdr.id, outcome, nil)
 		f = ext.Frame{Type: ext.Response, Header: h, Payload: resp, Owner: owner}
-	case AckNack:
+	case msgwire.AckNack:
 		if err == nil {
 			resp, owner = nil, nil
 		}
@@ -1392,7 +1371,7 @@ func (m *Messenger) replyUnknownHandler(hdr requestHeader) {
 }
 
 // codedError is an error Response whose header map names the failure.
-func codedError(id ResponseID, code Code, reason string, err error) ext.Frame {
+func codedError(id msgwire.ResponseID, code msgerr.Code, reason string, err error) ext.Frame {
 	hb := appendErrorHeaders(make([]byte, 0, 32+len(reason)), code, reason)
 	return ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
 }
@@ -1404,7 +1383,7 @@ func codedError(id ResponseID, code Code, reason string, err error) ext.Frame {
 // Go caller's errors.Is matches the sentinel; the reference reads that
 // frame as it reads a Nack. A failure without a code is a Nack with err's
 // text.
-func (m *Messenger) Acknowledge(id ResponseID, err error) error {
+func (m *Messenger) acknowledge(id msgwire.ResponseID, err error) error {
 	var f ext.Frame
 	switch {
 	case err == nil:
@@ -1424,7 +1403,7 @@ func (m *Messenger) Acknowledge(id ResponseID, err error) error {
 
 // sendReply sends a reply frame to the worker named in id, through this
 // node's peer table: a remote that forgot the caller cannot answer it.
-func (m *Messenger) sendReply(id ResponseID, f ext.Frame) bool {
+func (m *Messenger) sendReply(id msgwire.ResponseID, f ext.Frame) bool {
 	p, ok := m.peers.getWorker(id.Worker())
 	if !ok {
 		m.countFailure("response", "unknown_caller")

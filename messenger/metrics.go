@@ -6,13 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/metrics"
 )
-
-// SystemHandlerLabel is the handler label under which velo's own handlers
-// (names starting with '_') are counted together, unless
-// Config.SystemHandlerMetrics asks for one set of series per handler.
-const SystemHandlerLabel = "_system"
 
 var outcomes = [2]string{"success", "error"}
 
@@ -29,7 +25,7 @@ type handlerMetrics struct {
 	vm   *metrics.VeloMetrics
 	name string
 
-	calls    [UnaryResponse + 1][2]atomic.Pointer[callSeries] // response type, outcome
+	calls    [msgwire.UnaryResponse + 1][2]atomic.Pointer[callSeries] // response type, outcome
 	inFlight atomic.Pointer[inFlightSeries]
 	lanes    atomic.Pointer[laneSeries]
 }
@@ -69,7 +65,7 @@ func (m *Messenger) handlerMetricsFor(name string, system bool) *handlerMetrics 
 		return newHandlerMetrics(m.met, name)
 	}
 	if m.sysMet == nil {
-		m.sysMet = newHandlerMetrics(m.met, SystemHandlerLabel)
+		m.sysMet = newHandlerMetrics(m.met, msgwire.SystemHandlerLabel)
 	}
 	return m.sysMet
 }
@@ -99,14 +95,14 @@ func (m *handlerMetrics) lane() *laneSeries {
 }
 
 // call is the series of one response type and outcome, bound on first use.
-func (m *handlerMetrics) call(rt ResponseType, o int) *callSeries {
+func (m *handlerMetrics) call(rt msgwire.ResponseType, o int) *callSeries {
 	if s := m.calls[rt][o].Load(); s != nil {
 		return s
 	}
 	return m.bindCall(rt, o)
 }
 
-func (m *handlerMetrics) bindCall(rt ResponseType, o int) *callSeries {
+func (m *handlerMetrics) bindCall(rt msgwire.ResponseType, o int) *callSeries {
 	s := &callSeries{
 		requests:  m.vm.HandlerRequests.WithLabelValues(m.name, rt.String(), outcomes[o]),
 		duration:  m.vm.HandlerDuration.WithLabelValues(m.name, rt.String(), outcomes[o]),
@@ -118,7 +114,7 @@ func (m *handlerMetrics) bindCall(rt ResponseType, o int) *callSeries {
 }
 
 // observe records a handler run that ended, and takes it off the in-flight gauge.
-func (m *handlerMetrics) observe(rt ResponseType, err error, d time.Duration, in, out int) {
+func (m *handlerMetrics) observe(rt msgwire.ResponseType, err error, d time.Duration, in, out int) {
 	o := 0
 	if err != nil {
 		o = 1

@@ -3,6 +3,8 @@ package messenger
 import (
 	"sync"
 	"time"
+
+	"github.com/velo-go/velo/internal/peerevent"
 )
 
 // maxQueuedPeerEvents bounds the events waiting for a slow OnPeerEvent
@@ -15,23 +17,23 @@ const maxQueuedPeerEvents = 1024
 // handshakes, which a slow callback must not hold up. The goroutine runs
 // only while events wait, so an idle node has none.
 type peerEventQueue struct {
-	fn func(PeerEvent)
+	fn func(peerevent.PeerEvent)
 
 	mu      sync.Mutex
-	q       []PeerEvent
+	q       []peerevent.PeerEvent
 	running bool
 	closed  bool
 	dropped int
 	idle    chan struct{} // closed when the delivering goroutine exits; nil while none ran
 }
 
-func newPeerEventQueue(fn func(PeerEvent)) *peerEventQueue {
+func newPeerEventQueue(fn func(peerevent.PeerEvent)) *peerEventQueue {
 	return &peerEventQueue{fn: fn}
 }
 
 // push queues ev, starting the delivering goroutine when none runs. It
 // reports false when ev was dropped: the queue is full or closed.
-func (d *peerEventQueue) push(ev PeerEvent) bool {
+func (d *peerEventQueue) push(ev peerevent.PeerEvent) bool {
 	if d.fn == nil {
 		return true
 	}
@@ -60,7 +62,7 @@ func (d *peerEventQueue) deliver(idle chan struct{}) {
 			return
 		}
 		ev := d.q[0]
-		d.q[0] = PeerEvent{}
+		d.q[0] = peerevent.PeerEvent{}
 		d.q = d.q[1:]
 		d.mu.Unlock()
 		d.fn(ev)

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
 )
 
 // reply is what a response slot receives.
@@ -294,7 +295,7 @@ func (t *slotTable) wait(ctx context.Context, idx uint32) (reply, error) {
 // nameHandler puts the handler's name in a RemoteError (the reply does not
 // carry it).
 func nameHandler(err error, handler string) {
-	var re *RemoteError
+	var re *msgerr.RemoteError
 	if errors.As(err, &re) {
 		re.Handler = handler
 	}

@@ -5,50 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/velo-go/velo/ext"
 	"strconv"
 	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx/hook"
+	"github.com/velo-go/velo/internal/msgwire"
 )
-
-// Header keys of transparent staging. The sender writes both on a staged
-// request; the receiver takes both out before the handler runs, so a
-// handler never sees them and never passes them on.
-const (
-	// StagedHandleHeader carries the handle of a staged payload, as the
-	// decimal form of its 128 bits.
-	StagedHandleHeader = "_rv"
-	// StagedBudgetHeader carries what was left of the caller's deadline
-	// when the request left, in whole milliseconds rounded up.
-	StagedBudgetHeader = "_rv_budget_ms"
-)
-
-// Stager moves request payloads that are too large for one message by
-// handle. The messenger calls it on both sides; package rendezvous
-// implements it and velo.New installs it (SetStager).
-type Stager interface {
-	// Threshold: a request payload longer than this is staged.
-	Threshold() int
-	// Stage keeps a copy of payload until a receiver releases it and
-	// returns the value of the _rv header. ttl > 0 frees it after ttl
-	// whether or not anyone fetched it.
-	Stage(payload []byte, ttl time.Duration) (string, error)
-	// Discard frees a payload staged for a request that was never sent.
-	Discard(handle string)
-	// Fetch pulls the payload named by handle from its owner and releases
-	// it there. bounded says that ctx carries a deadline the fetch should
-	// also ask the owner to apply to its lease.
-	Fetch(ctx context.Context, handle string, bounded bool) ([]byte, error)
-	// FetchTimeout bounds a fetch whose request carried no budget; 0 is none.
-	FetchTimeout() time.Duration
-}
-
-// ErrStagedFetchTimeout is the error a caller gets when the receiver's
-// StagedFetchTimeout ended the fetch of its payload.
-var ErrStagedFetchTimeout = errors.New("velo: the staged payload was not fetched in time")
 
 // SetStager installs transparent staging (nil removes it). Call it before
 // the node takes traffic.
-func (m *Messenger) SetStager(s Stager) {
+func (m *Messenger) setStager(s hook.Stager) {
 	if s == nil {
 		m.stager.Store(nil)
 		return
@@ -56,7 +24,7 @@ func (m *Messenger) SetStager(s Stager) {
 	m.stager.Store(&s)
 }
 
-func (m *Messenger) loadStager() Stager {
+func (m *Messenger) loadStager() hook.Stager {
 	if p := m.stager.Load(); p != nil {
 		return *p
 	}
@@ -67,7 +35,7 @@ func (m *Messenger) loadStager() Stager {
 // It returns the headers to send (the caller's, without any _rv key of
 // theirs, plus the staging keys), the payload to send and the handle, ""
 // when nothing was staged.
-func (m *Messenger) stageRequest(ctx context.Context, rt ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
+func (m *Messenger) stageRequest(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
 	st := m.loadStager()
 	if st == nil || len(payload) <= st.Threshold() {
 		return hb, payload, "", nil
@@ -83,21 +51,21 @@ func (m *Messenger) stageRequest(ctx context.Context, rt ResponseType, payload [
 		}
 	}
 	var ttl time.Duration
-	if dl, ok := ctx.Deadline(); ok && rt != FireAndForget {
+	if dl, ok := ctx.Deadline(); ok && rt != msgwire.FireAndForget {
 		ttl = time.Until(dl)
 		if ttl <= 0 {
 			return nil, nil, "", ErrRequestTimeout
 		}
-		h[StagedBudgetHeader] = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond), 10)
+		h[msgwire.StagedBudgetHeader] = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond), 10)
 	} else {
-		delete(h, StagedBudgetHeader)
+		delete(h, msgwire.StagedBudgetHeader)
 	}
 	handle, err := st.Stage(payload, ttl)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("velo: stage a payload of %d bytes: %w", len(payload), err)
 	}
-	h[StagedHandleHeader] = handle
-	out, err := EncodeHeaders(h)
+	h[msgwire.StagedHandleHeader] = handle
+	out, err := msgwire.EncodeHeaders(h)
 	if err != nil {
 		st.Discard(handle)
 		return nil, nil, "", err
@@ -115,21 +83,21 @@ func stagedHandle(hb []byte) (handle string, budget time.Duration, rest map[stri
 	if len(hb) == 0 || !bytes.Contains(hb, stagingKey) {
 		return "", 0, nil, false
 	}
-	h, err := DecodeHeaders(hb)
+	h, err := msgwire.DecodeHeaders(hb)
 	if err != nil {
 		return "", 0, nil, false
 	}
-	handle, ok = h[StagedHandleHeader]
+	handle, ok = h[msgwire.StagedHandleHeader]
 	if !ok {
 		return "", 0, nil, false
 	}
-	if v, has := h[StagedBudgetHeader]; has {
+	if v, has := h[msgwire.StagedBudgetHeader]; has {
 		if ms, err := strconv.ParseUint(v, 10, 40); err == nil && ms > 0 {
 			budget = time.Duration(ms) * time.Millisecond
 		}
 	}
-	delete(h, StagedHandleHeader)
-	delete(h, StagedBudgetHeader)
+	delete(h, msgwire.StagedHandleHeader)
+	delete(h, msgwire.StagedBudgetHeader)
 	return handle, budget, h, true
 }
 
@@ -173,14 +141,14 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 			j.msg.Done()
 		case timedOut:
 			m.countFailure("dispatch", "staged_fetch_timeout")
-			r.refuse(j, fmt.Errorf("%w (%v): %v", ErrStagedFetchTimeout, st.FetchTimeout(), err))
+			r.refuse(j, fmt.Errorf("%w (%v): %v", msgerr.ErrStagedFetchTimeout, st.FetchTimeout(), err))
 		default:
 			m.countFailure("dispatch", "staged_fetch")
 			r.refuse(j, fmt.Errorf("velo: fetch the staged payload of %q: %w", r.name, err))
 		}
 		return
 	}
-	hb, err := EncodeHeaders(rest)
+	hb, err := msgwire.EncodeHeaders(rest)
 	if err != nil { // cannot happen: rest is a subset of headers that decoded
 		r.refuse(j, err)
 		return
@@ -192,7 +160,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 
 // StagingThreshold is the payload size above which this node stages what
 // it sends, or 0 when it stages nothing.
-func (m *Messenger) StagingThreshold() int {
+func (m *Messenger) stagingThreshold() int {
 	if st := m.loadStager(); st != nil {
 		return st.Threshold()
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/peerevent"
 )
 
 // System handler names.
@@ -254,7 +256,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	}
 	resp, err := m.Unary(ctx, p.info.InstanceID, helloHandler, body)
 	if err != nil {
-		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, NameOp(err, "the remote"))
+		return fmt.Errorf("velo: handshake with %s: %w", p.info.InstanceID, msgerr.NameOp(err, "the remote"))
 	}
 	var h handlersResponse
 	if err := json.Unmarshal(resp, &h); err != nil {
@@ -267,7 +269,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 		m.callerLost(p.info.WorkerID(), false) // the old instance waits for no answer
 		err := fmt.Errorf("%w: %s answers at the address of %s", ErrPeerRestarted, *h.InstanceID, p.info.InstanceID)
 		m.slots.failPeer(p.info.WorkerID(), err)
-		m.notePeerEvent(PeerEvent{Kind: PeerRestarted, Instance: p.info.InstanceID, Worker: p.info.WorkerID(), NewInstance: *h.InstanceID, Err: err})
+		m.notePeerEvent(peerevent.PeerEvent{Kind: peerevent.PeerRestarted, Instance: p.info.InstanceID, Worker: p.info.WorkerID(), NewInstance: *h.InstanceID, Err: err})
 		return err
 	}
 	p.setHandlers(h.Handlers)
@@ -276,7 +278,7 @@ func (m *Messenger) hello(ctx context.Context, p *peer) error {
 	}
 	p.helloOK.Store(true)
 	m.draining.Delete(p.info.WorkerID()) // a fresh handshake: it is serving again
-	m.notePeerEvent(PeerEvent{Kind: PeerGreeted, Instance: p.info.InstanceID, Worker: p.info.WorkerID()})
+	m.notePeerEvent(peerevent.PeerEvent{Kind: peerevent.PeerGreeted, Instance: p.info.InstanceID, Worker: p.info.WorkerID()})
 	return nil
 }
 
@@ -303,7 +305,7 @@ func (m *Messenger) RemoteHandlers(ctx context.Context, target ext.InstanceID) (
 	}
 	resp, err := m.Unary(ctx, target, listHandlersHandler, nil)
 	if err != nil {
-		return nil, NameOp(err, "velo: list handlers")
+		return nil, msgerr.NameOp(err, "velo: list handlers")
 	}
 	var h handlersResponse
 	if err := json.Unmarshal(resp, &h); err != nil {
@@ -352,4 +354,4 @@ func (m *Messenger) WaitForHandler(ctx context.Context, target ext.InstanceID, h
 }
 
 // Handshakes is how many handshakes this node started (for tests and reports).
-func (m *Messenger) Handshakes() int64 { return m.handshakes.Load() }
+func (m *Messenger) handshakeCount() int64 { return m.handshakes.Load() }

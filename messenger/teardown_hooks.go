@@ -15,12 +15,12 @@ import (
 
 // TeardownHookGrace is how long Shutdown waits for its teardown hooks
 // before it stops the transports under them.
-const TeardownHookGrace = 500 * time.Millisecond
+const teardownHookGrace = 500 * time.Millisecond
 
 // OnTeardown registers fn to run once, when Shutdown has drained and
 // before it stops the transports. fn may send; it must return once the
 // transports are down.
-func (m *Messenger) OnTeardown(fn func()) {
+func (m *Messenger) onTeardown(fn func()) {
 	m.regMu.Lock()
 	defer m.regMu.Unlock()
 	m.downHooks = append(m.downHooks, fn)
@@ -49,7 +49,7 @@ func (m *Messenger) runTeardownHooks() (wait func()) {
 		wg.Wait()
 		close(done)
 	}()
-	t := time.NewTimer(TeardownHookGrace)
+	t := time.NewTimer(teardownHookGrace)
 	defer t.Stop()
 	select {
 	case <-done:

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/internal/msgrx"
 )
 
 // BenchmarkGet pulls a staged payload between two nodes on loopback and
@@ -40,7 +41,7 @@ func newBenchPair(b *testing.B) (consumer, owner *velo.Node) {
 	if err := consumer.RegisterPeer(owner.PeerInfo()); err != nil {
 		b.Fatal(err)
 	}
-	if err := consumer.Messenger().Handshake(context.Background(), owner.InstanceID()); err != nil {
+	if err := msgrx.Handshake(consumer.Messenger(), context.Background(), owner.InstanceID()); err != nil {
 		b.Fatal(err)
 	}
 	return consumer, owner

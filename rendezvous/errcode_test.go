@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/rendezvous"
 )
 
@@ -20,7 +21,7 @@ func TestGetAfterReleaseMatchesErrNotFound(t *testing.T) {
 	consumer, owner, _, _ := pair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := consumer.Messenger().Handshake(ctx, owner.InstanceID()); err != nil {
+	if err := msgrx.Handshake(consumer.Messenger(), ctx, owner.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
 	h := owner.Rendezvous.RegisterData([]byte("payload"))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/transport/tcp"
@@ -41,7 +42,7 @@ func trio(t *testing.T) (owner, a, b *velo.Node, om *prometheus.Registry) {
 		if err := owner.RegisterPeer(c.PeerInfo()); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Messenger().Handshake(context.Background(), owner.InstanceID()); err != nil {
+		if err := msgrx.Handshake(c.Messenger(), context.Background(), owner.InstanceID()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +198,7 @@ func newHonestLiar(t *testing.T, stated uint64, honest uint32) *liar {
 		messenger.FireHandler(rendezvous.HandlerRelease, func(*messenger.Context) { l.ended <- rendezvous.HandlerRelease }),
 	}
 	for _, h := range hs {
-		if err := m.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(m, h); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -349,7 +350,7 @@ func TestTransparentFetchFromALiar(t *testing.T) {
 	victim, reg := newNode(t)
 	l := newLiar(t, rendezvous.DefaultPayloadMax-1)
 	l.meet(t, victim)
-	l.m.SetStager(lyingStager{l.handle().String()})
+	msgrx.SetStager(l.m, lyingStager{l.handle().String()})
 	ran := make(chan struct{}, 1)
 	if err := victim.Register(velo.UnaryHandler("h", func(*velo.Context) ([]byte, error) { ran <- struct{}{}; return nil, nil })); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@
 // to _rv_acquire; this node answers chunked, the path that works on every
 // transport.
 //
-// Manager also implements messenger.Stager: the messenger stages any
+// Manager also implements msgrx.Stager: the messenger stages any
 // request payload above Threshold and the receiver fetches it before the
 // handler runs (transparent staging, see docs/rendezvous.md).
 package rendezvous
@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 )
@@ -80,27 +82,27 @@ type Manager struct {
 }
 
 // ErrPayloadTooLarge is refused by PayloadMax; the error names both sizes.
-var ErrPayloadTooLarge error = messenger.NewSentinel(messenger.ResourceExhausted, "rendezvous_payload_too_large", "rendezvous: staged payload over this node's limit")
+var ErrPayloadTooLarge error = msgerr.NewSentinel(msgerr.ResourceExhausted, "rendezvous_payload_too_large", "rendezvous: staged payload over this node's limit")
 
 // ErrNotFound: the owner has no such slot or lease (freed, expired, never staged).
 // It keeps its identity across the wire (a messenger sentinel), as the
 // other errors of this package do.
-var ErrNotFound error = messenger.NewSentinel(messenger.NotFound, "rendezvous_not_found", "rendezvous: handle not found")
+var ErrNotFound error = msgerr.NewSentinel(msgerr.NotFound, "rendezvous_not_found", "rendezvous: handle not found")
 
 // ErrNotHolder: the lease or transfer named was handed to another peer.
 // A handle is a capability (whoever holds it may take a lease on it), but
 // a lease and its transfer belong to the peer whose acquire opened them:
 // only that peer may pull, renew, detach or release them.
-var ErrNotHolder error = messenger.NewSentinel(messenger.PermissionDenied, "rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
+var ErrNotHolder error = msgerr.NewSentinel(msgerr.PermissionDenied, "rendezvous_not_holder", "rendezvous: the lease or transfer belongs to another peer")
 
 // ErrTooManyLeases: the asker already holds MaxLeasesPerPeer leases on
 // the owner; one must end (a release, a detach or its deadline) first. It
 // keeps its identity across the wire.
-var ErrTooManyLeases error = messenger.NewSentinel(messenger.ResourceExhausted, "rendezvous_too_many_leases", "rendezvous: too many leases held on the owner")
+var ErrTooManyLeases error = msgerr.NewSentinel(msgerr.ResourceExhausted, "rendezvous_too_many_leases", "rendezvous: too many leases held on the owner")
 
 // ErrSizeMismatch: the owner sent other than the bytes it stated (a chunk
 // shorter or longer than its share of total_len).
-var ErrSizeMismatch error = messenger.NewSentinel(messenger.DataLoss, "rendezvous_size_mismatch", "rendezvous: the owner's bytes do not match the size it stated")
+var ErrSizeMismatch error = msgerr.NewSentinel(msgerr.DataLoss, "rendezvous_size_mismatch", "rendezvous: the owner's bytes do not match the size it stated")
 
 // Test seams: destination buffers that Get and Fetch allocated, and the
 // capacity of those buffers in bytes.
@@ -124,7 +126,7 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	r.st.self = m.WorkerID()
 	// A lost peer's leases would keep their slots staged, and count against
 	// its bound, until their deadlines (Get asks for none).
-	m.OnPeerLost(func(peer ext.InstanceID, _ error) { r.st.dropHolder(peer.WorkerID()) })
+	msgrx.OnPeerLost(m, func(peer ext.InstanceID, _ error) { r.st.dropHolder(peer.WorkerID()) })
 	if r.met != nil {
 		r.st.onCount = r.met.ActiveSlots
 		r.st.onExpire = func(n int) {
@@ -149,7 +151,7 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 		messenger.FireHandler(HandlerLeaseRenew, r.onRenew, inline, exempt),
 	}
 	for _, h := range hs {
-		if err := m.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(m, h); err != nil {
 			return nil, err
 		}
 	}
@@ -371,7 +373,7 @@ func (r *Manager) onRenew(c *messenger.Context) {
 
 // owner finds the instance that staged h.
 func (r *Manager) owner(h DataHandle) (ext.InstanceID, error) {
-	id, ok := r.m.InstanceOf(h.Owner())
+	id, ok := msgrx.InstanceOf(r.m, h.Owner())
 	if !ok {
 		return ext.InstanceID{}, fmt.Errorf("rendezvous: the owner of %s (worker %d) is not a known peer", h, h.Hi)
 	}
@@ -400,7 +402,7 @@ func (r *Manager) metadata(ctx context.Context, h DataHandle) (Metadata, error) 
 	if err != nil {
 		return Metadata{}, err
 	}
-	md, err := messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h}, messenger.WithOp("rendezvous metadata"))
+	md, err := messenger.TypedUnary[Metadata](ctx, r.m, target, HandlerMetadata, handleRequest{Handle: h}, msgrx.WithOp("rendezvous metadata"))
 	return md, fromRemote(err)
 }
 
@@ -619,7 +621,7 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		body, _ := json.Marshal(pullRequest{TransferID: rd.TransferID, ChunkIndex: i})
 		off := uint64(i) * uint64(rd.ChunkSize)
 		want := min(uint64(rd.ChunkSize), rd.TotalLen-off)
-		err := r.m.UnaryAsyncView(ctx, target, HandlerPull, body, func(b []byte, err error) {
+		err := msgrx.UnaryAsyncView(r.m, ctx, target, HandlerPull, body, func(b []byte, err error) {
 			switch {
 			case err != nil:
 				err = pullFailed(i, err)
@@ -678,7 +680,7 @@ func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64
 // without a reason whose text is one of its "not found" answers matches
 // ErrNotFound with errors.Is.
 func fromRemote(err error) error {
-	var re *messenger.RemoteError
+	var re *msgerr.RemoteError
 	if err == nil || !errors.As(err, &re) || re.Reason != "" {
 		return err
 	}
@@ -699,15 +701,15 @@ var referenceNotFound = []string{
 }
 
 // opGet names Get's calls in a remote failure's text.
-var opGet = messenger.WithOp("rendezvous get")
+var opGet = msgrx.WithOp("rendezvous get")
 
 // pullFailed names a failed pull of chunk i: an owner's refusal (whose
 // text names the chunk) as the operation, Get, and anything else, such as
 // the deadline, with the chunk. (UnaryAsyncView takes no WithOp.)
 func pullFailed(i uint32, err error) error {
-	var re *messenger.RemoteError
+	var re *msgerr.RemoteError
 	if errors.As(err, &re) {
-		return fromRemote(messenger.NameOp(err, "rendezvous get"))
+		return fromRemote(msgerr.NameOp(err, "rendezvous get"))
 	}
 	return fmt.Errorf("rendezvous: pull chunk %d: %w", i, err)
 }
@@ -721,7 +723,7 @@ func (e remoteRefusal) Unwrap() []error { return []error{e.sentinel, e.err} }
 // post sends a fire-and-forget control message without waiting.
 func (r *Manager) post(target ext.InstanceID, handler string, body any) {
 	b, _ := json.Marshal(body)
-	_ = r.m.Post(target, handler, b)
+	_ = msgrx.Post(r.m, target, handler, b)
 }
 
 // Ref adds one reference to h, for one more consumer; it returns once the
@@ -745,7 +747,7 @@ func (r *Manager) ref(ctx context.Context, h DataHandle) error {
 		return err
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
-	_, err = r.m.Unary(ctx, target, HandlerRef, body, messenger.WithOp("rendezvous ref"))
+	_, err = r.m.Unary(ctx, target, HandlerRef, body, msgrx.WithOp("rendezvous ref"))
 	return fromRemote(err)
 }
 
@@ -785,35 +787,35 @@ func (r *Manager) end(ctx context.Context, h DataHandle, lease uint64, deref boo
 	return err
 }
 
-// ---- messenger.Stager ----
+// ---- msgrx.Stager ----
 
-var _ messenger.Stager = (*Manager)(nil)
+var _ msgrx.Stager = (*Manager)(nil)
 
-// Threshold implements messenger.Stager.
+// Threshold implements msgrx.Stager.
 func (r *Manager) Threshold() int { return r.cfg.Threshold }
 
-// FetchTimeout implements messenger.Stager.
+// FetchTimeout implements msgrx.Stager.
 func (r *Manager) FetchTimeout() time.Duration { return r.cfg.FetchTimeout }
 
 // PayloadMax is the largest staged payload this node takes from a peer,
 // or -1 for no limit.
 func (r *Manager) PayloadMax() int64 { return r.cfg.PayloadMax }
 
-// Stage implements messenger.Stager: a copy, since the caller reuses its
+// Stage implements msgrx.Stager: a copy, since the caller reuses its
 // buffer once the call returns.
 func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
 	r.staged.Add(1)
 	return r.register(bytes.Clone(payload), ttl).String(), nil
 }
 
-// Discard implements messenger.Stager.
+// Discard implements msgrx.Stager.
 func (r *Manager) Discard(handle string) {
 	if h, err := ParseHandle(handle); err == nil && r.local(h) {
 		r.st.unref(h.Lo)
 	}
 }
 
-// Fetch implements messenger.Stager: get, then release (a transparent
+// Fetch implements msgrx.Stager: get, then release (a transparent
 // handle has one reference, its one receiver). A payload over PayloadMax
 // is released unread; under it, the buffer grows with the bytes that
 // arrive (see sink), so an owner that states more than it sends costs

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/rendezvous"
@@ -156,17 +158,17 @@ func TestStagingHeadersAreNeverForwarded(t *testing.T) {
 		if h["trace"] != "t1" {
 			t.Fatalf("%s lost the caller's header: %v", who, h)
 		}
-		for _, k := range []string{messenger.StagedHandleHeader, messenger.StagedBudgetHeader} {
+		for _, k := range []string{msgwire.StagedHandleHeader, msgwire.StagedBudgetHeader} {
 			if _, ok := h[k]; ok {
 				t.Fatalf("%s saw %s: %v", who, k, h)
 			}
 		}
 	}
 	// An _rv written by a caller on an eager send never reaches the wire.
-	if _, err := b.Unary(ctx, c.InstanceID(), "sink", []byte("x"), velo.WithHeaders(map[string]string{messenger.StagedHandleHeader: "1", "k": "v"})); err != nil {
+	if _, err := b.Unary(ctx, c.InstanceID(), "sink", []byte("x"), velo.WithHeaders(map[string]string{msgwire.StagedHandleHeader: "1", "k": "v"})); err != nil {
 		t.Fatal(err)
 	}
-	if h := <-seen; h["k"] != "v" || h[messenger.StagedHandleHeader] != "" {
+	if h := <-seen; h["k"] != "v" || h[msgwire.StagedHandleHeader] != "" {
 		t.Fatalf("a caller's _rv went out: %v", h)
 	}
 }
@@ -273,7 +275,7 @@ func TestHandleAPI(t *testing.T) {
 	if err := owner.RegisterPeer(consumer.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
-	if err := consumer.Messenger().Handshake(context.Background(), owner.InstanceID()); err != nil {
+	if err := msgrx.Handshake(consumer.Messenger(), context.Background(), owner.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -342,7 +344,7 @@ func TestHandleAPI(t *testing.T) {
 // new consumers.
 func TestDrainStillServesPulls(t *testing.T) {
 	consumer, owner, _, _ := pair(t)
-	if err := consumer.Messenger().Handshake(context.Background(), owner.InstanceID()); err != nil {
+	if err := msgrx.Handshake(consumer.Messenger(), context.Background(), owner.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

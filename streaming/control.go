@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -51,12 +54,12 @@ type remoteBind struct {
 // waits: a stalled peer must not hold up the consumer. A lost message is
 // covered for a cancel by the closing of the connection.
 func (b *remoteBind) signal(handler string) {
-	inst, ok := b.r.msg.InstanceOf(b.producer)
+	inst, ok := msgrx.InstanceOf(b.r.msg, b.producer)
 	if !ok {
 		return
 	}
 	body := (&wire.StreamCancelRequest{SenderStreamID: b.streamID}).AppendJSON(nil)
-	if err := b.r.msg.Post(inst, handler, body); err != nil {
+	if err := msgrx.Post(b.r.msg, inst, handler, body); err != nil {
 		b.r.log.Debug("velo: stream control message not sent", "handler", handler, "err", err)
 	}
 }
@@ -73,11 +76,11 @@ func (r *remote) registerControl() error {
 		messenger.UnaryHandler(wire.AnchorCancelHandler, r.onAnchorCancel, ex),
 		messenger.UnaryHandler(AnchorRenewHandler, r.onAnchorRenew, ex),
 	} {
-		if err := r.msg.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			return err
 		}
 	}
-	r.msg.OnPeerLost(func(peer ext.InstanceID, err error) {
+	msgrx.OnPeerLost(r.msg, func(peer ext.InstanceID, err error) {
 		r.m.openerLost(peer) // first: its pending binds end as lost openers, not as drops
 		r.peerLost(peer.WorkerID(), errors.Is(err, ext.ErrPeerShutdown))
 	})
@@ -287,7 +290,7 @@ func (r *remote) peerLost(w ext.WorkerID, orderly bool) {
 			// its transports stopped; it travels on the peer's own
 			// connection, which may trail the end of ours a little. The
 			// goodbye's closes, not epoch death, should end its streams.
-			time.AfterFunc(messenger.PeerShutdownGrace, func() { mx.peerLost(w) })
+			time.AfterFunc(msgwire.PeerShutdownGrace, func() { mx.peerLost(w) })
 		} else {
 			mx.peerLost(w)
 		}
@@ -387,19 +390,19 @@ func (r *remote) renewRemote(ctx context.Context, byOwner map[ext.WorkerID][]wir
 }
 
 func (r *remote) renewOwner(ctx context.Context, owner ext.WorkerID, hs []wire.AnchorHandle) error {
-	inst, ok := r.msg.InstanceOf(owner)
+	inst, ok := msgrx.InstanceOf(r.msg, owner)
 	if !ok {
 		return fmt.Errorf("velo: renew on worker %v: %w", owner, messenger.ErrPeerNotRegistered)
 	}
 	// The owner answers through its peer table, as for an attach.
-	if err := r.msg.Handshake(ctx, inst); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+	if err := msgrx.Handshake(r.msg, ctx, inst); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
 		return fmt.Errorf("velo: renew on worker %v: %w", owner, err)
 	}
 	for len(hs) > 0 {
 		n := min(len(hs), wire.MaxRenewBatch)
 		req := wire.RenewRequest{Handles: hs[:n]}
 		if _, err := r.msg.Unary(ctx, inst, AnchorRenewHandler, req.AppendJSON(nil)); err != nil {
-			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, messenger.NameOp(err, "stream renew"))
+			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, msgerr.NameOp(err, "stream renew"))
 		}
 		hs = hs[n:]
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -126,9 +127,9 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		s := attachRemoteT[[]byte](t, producer, a.Handle())
 		done := fillEgress(t, s)
 		if messageOnly {
-			inst, _ := consumer.msg.InstanceOf(producer.msg.WorkerID())
+			inst, _ := msgrx.InstanceOf(consumer.msg, producer.msg.WorkerID())
 			body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
-			if err := consumer.msg.Post(inst, wire.StreamCancelHandler, body); err != nil {
+			if err := msgrx.Post(consumer.msg, inst, wire.StreamCancelHandler, body); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -186,10 +187,10 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := stranger.Handshake(ctx, producer.msg.InstanceID()); err != nil {
+	if err := msgrx.Handshake(stranger, ctx, producer.msg.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
-	if err := stranger.Post(producer.msg.InstanceID(), wire.StreamCancelHandler, body); err != nil {
+	if err := msgrx.Post(stranger, producer.msg.InstanceID(), wire.StreamCancelHandler, body); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.strangerSignals.Load() == 1 })

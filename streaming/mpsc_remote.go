@@ -8,6 +8,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -79,7 +80,7 @@ func (r *remote) registerMPSC() error {
 		messenger.UnaryHandler(wire.MPSCAnchorDetachHandler, r.onMPSCDetach),
 		messenger.UnaryHandler(wire.MPSCAnchorCancelHandler, r.onMPSCCancel),
 	} {
-		if err := r.msg.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
@@ -547,10 +548,10 @@ func TestRemoteMPSCProducerWireGolden(t *testing.T) {
 	defer ln.Close()
 	ap := ln.Addr().(*net.TCPAddr)
 	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
-	if err := owner.AdvertiseAddress(wire.TCPStreamKey, ep); err != nil {
+	if err := msgrx.AdvertiseAddress(owner, wire.TCPStreamKey, ep); err != nil {
 		t.Fatal(err)
 	}
-	owner.RegisterSystem(messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, func(c *messenger.Context) ([]byte, error) {
+	msgrx.RegisterSystem(owner, messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, func(c *messenger.Context) ([]byte, error) {
 		return []byte(`{"Ok":{"streaming_transport_key":"tcp-stream","heartbeat_interval_ms":5000,"sender_id":7,"routing_session_id":72623859790382856}}`), nil
 	}))
 	connect(t, producer.msg, owner)
@@ -648,7 +649,7 @@ func TestRemoteMPSCNeverConnects(t *testing.T) {
 	an := newMPSC(t, consumer.sm)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := producer.msg.Handshake(ctx, consumer.msg.InstanceID()); err != nil {
+	if err := msgrx.Handshake(producer.msg, ctx, consumer.msg.InstanceID()); err != nil {
 		t.Fatal(err)
 	}
 	req := wire.AttachRequest{Handle: an.Handle(), SessionID: 1, CancelHandle: wire.NewCancelHandle(producer.msg.WorkerID(), 1)}
@@ -802,7 +803,7 @@ func TestRemoteMPSCCancelSendsStreamCancel(t *testing.T) {
 	spy := messenger.FireHandler(wire.StreamCancelHandler, func(c *messenger.Context) {
 		got <- append([]byte(nil), c.Payload...)
 	})
-	if err := raw.RegisterSystem(spy); err != nil {
+	if err := msgrx.RegisterSystem(raw, spy); err != nil {
 		t.Fatal(err)
 	}
 	connect(t, raw, consumer.msg)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
@@ -59,9 +60,9 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	mx.probePost = r.probeBatch
 	mx.postTagged = r.postBatchTagged
 	mx.postOwned = r.postBatchOwned
-	mx.stagesAbove = r.msg.StagingThreshold()
+	mx.stagesAbove = msgrx.StagingThreshold(r.msg)
 	mx.routable = func(peer ext.WorkerID) bool {
-		_, ok := r.msg.InstanceOf(peer)
+		_, ok := msgrx.InstanceOf(r.msg, peer)
 		return ok
 	}
 	mx.m = r.m
@@ -74,10 +75,10 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 		h := messenger.FireHandler(muxwire.HandlerName(lane), func(c *messenger.Context) {
 			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)
 		}, messenger.WithInline(), messenger.WithDrainExempt(),
-			messenger.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
+			msgrx.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
 				mx.stagedFailure(sender, lane, h[MuxSlotHeader], err)
 			}))
-		if err := r.msg.RegisterSystem(h); err != nil {
+		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			mx.close()
 			return err
 		}
@@ -100,7 +101,7 @@ func (r *remote) postBatch(peer ext.WorkerID, lane int, batch []byte) error {
 
 // postBatchTagged is postBatch with the _mux_slot header of a singleton.
 func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag string) error {
-	inst, ok := r.msg.InstanceOf(peer)
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
@@ -108,7 +109,7 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 	if tag != "" {
 		opts = append(opts, messenger.WithHeaders(map[string]string{MuxSlotHeader: tag}))
 	}
-	return admitted(r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch, opts...))
+	return admitted(msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch, opts...))
 }
 
 // admitted waits until a posted batch is admitted (a congested peer parks
@@ -129,11 +130,11 @@ func admitted(out ext.SendOutcome, err error) error {
 // messenger sends it without a copy, and the transport holds owner while
 // it holds the bytes.
 func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error {
-	inst, ok := r.msg.InstanceOf(peer)
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
-	return admitted(r.msg.PostLaneOwned(inst, lane, muxwire.HandlerName(lane), batch, owner))
+	return admitted(msgrx.PostLaneOwned(r.msg, inst, lane, muxwire.HandlerName(lane), batch, owner))
 }
 
 // offersMux says whether an attach request names this build's mux.
@@ -296,10 +297,10 @@ func (m *Manager) MuxStats() MuxStats {
 // refusal now is what it looks for, and a congested peer must not hold the
 // sweeper that every peer shares.
 func (r *remote) probeBatch(peer ext.WorkerID, lane int, batch []byte) error {
-	inst, ok := r.msg.InstanceOf(peer)
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
 	if !ok {
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
-	_, err := r.msg.PostLaneOutcome(inst, lane, muxwire.HandlerName(lane), batch)
+	_, err := msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch)
 	return err
 }

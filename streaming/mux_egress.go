@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgrx"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -125,8 +125,8 @@ type outSlot struct {
 	// owner answers: pending holds its records back until the answer,
 	// answered closes with it, and failErr is why the owner refused.
 	pending     bool
-	pendingWalk uint64              // the mux's walk count when the attach was sent
-	call        messenger.AsyncCall // the attach request, given up on when it expires
+	pendingWalk uint64          // the mux's walk count when the attach was sent
+	call        msgrx.AsyncCall // the attach request, given up on when it expires
 	answered    chan struct{}
 	failErr     error
 

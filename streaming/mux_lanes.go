@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
@@ -94,22 +95,22 @@ func (mx *mux) uncount(peer ext.WorkerID, lane int) {
 // senderLane is the lane a producer uses for a stream the owner placed on
 // lane: that lane modulo the lanes its own transport keeps to the owner.
 func (r *remote) senderLane(owner ext.WorkerID, lane uint8) int {
-	inst, ok := r.msg.InstanceOf(owner)
+	inst, ok := msgrx.InstanceOf(r.msg, owner)
 	if !ok {
 		return 0
 	}
-	return int(lane) % clampLanes(r.msg.Lanes(inst))
+	return int(lane) % clampLanes(msgrx.Lanes(r.msg, inst))
 }
 
 // lanesTo is how many lanes the mux uses to peer (0: to any peer, for a
 // pre-bind).
 func (r *remote) lanesTo(peer ext.WorkerID) int {
 	if peer == 0 {
-		return clampLanes(r.msg.Lanes(ext.InstanceID{}))
+		return clampLanes(msgrx.Lanes(r.msg, ext.InstanceID{}))
 	}
-	inst, ok := r.msg.InstanceOf(peer)
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
 	if !ok {
 		return 1
 	}
-	return clampLanes(r.msg.Lanes(inst))
+	return clampLanes(msgrx.Lanes(r.msg, inst))
 }

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -80,9 +81,9 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	// stream, and callers commonly cancel it as AttachAnchor returns. The
 	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
-	call, err := r.msg.UnaryAsyncCall(context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+	call, err := msgrx.UnaryAsyncCall(r.msg, context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
 		if err != nil {
-			messenger.NameOp(err, "stream attach")
+			msgerr.NameOp(err, "stream attach")
 		}
 		r.answerPending(s, owner, start, body, err)
 	})
@@ -114,7 +115,7 @@ func (mx *mux) openOn(peer ext.WorkerID, lane int, open func(*batcher) (*outSlot
 }
 
 // setCall records the attach request of a pending slot, for expirePending.
-func (b *batcher) setCall(s *outSlot, call messenger.AsyncCall) {
+func (b *batcher) setCall(s *outSlot, call msgrx.AsyncCall) {
 	b.mu.Lock()
 	if s.pending {
 		s.call = call
@@ -336,7 +337,7 @@ func (mx *mux) expirePending(tick uint64) {
 	limit := uint64(max(1, attachAnswerTimeout/mx.cfg.CreditSweepInterval))
 	type lateAttach struct {
 		s    *outSlot
-		call messenger.AsyncCall
+		call msgrx.AsyncCall
 	}
 	var late []lateAttach // allocated only when an attach is late: the idle walk allocates nothing
 	mx.mu.Lock()

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgrx"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -394,7 +394,7 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	s.mx.b.mu.Lock()
 	call := s.mx.call
 	s.mx.b.mu.Unlock()
-	if call == (messenger.AsyncCall{}) {
+	if call == (msgrx.AsyncCall{}) {
 		t.Fatal("the pipelined attach's request was not named")
 	}
 	if call.Abandon(errors.New("test: abandoned again")) {

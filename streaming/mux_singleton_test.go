@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/rendezvous"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
@@ -29,7 +30,7 @@ func stagedNode(t *testing.T, cfg ...rendezvous.Config) (*remoteNode, *rendezvou
 		t.Fatal(err)
 	}
 	t.Cleanup(rv.Close)
-	msg.SetStager(rv)
+	msgrx.SetStager(msg, rv)
 	return muxNodeOn(t, msg), rv
 }
 

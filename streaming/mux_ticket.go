@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
 )
@@ -152,7 +153,7 @@ func (r *remote) greetOwner(ctx context.Context, handle wire.AnchorHandle) (ext.
 	if err != nil {
 		return ext.InstanceID{}, err
 	}
-	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil {
+	if err := msgrx.Handshake(r.msg, ctx, info.InstanceID); err != nil {
 		return ext.InstanceID{}, fmt.Errorf("velo: open %v: %w", handle, err)
 	}
 	return info.InstanceID, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -217,7 +218,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		// The mux's goodbyes ride the messenger: it must close before the
 		// messenger stops its transports, not after (Manager.Close comes
 		// too late when the node shuts down).
-		msg.OnTeardown(mx.close)
+		msgrx.OnTeardown(msg, mx.close)
 	}
 	r.wg.Add(1)
 	go r.hb.run(r.wg.Done) // one for all the streams this node produces
@@ -233,7 +234,7 @@ func (r *remote) register(cfg nodeConfig) error {
 	// Inline on the reader goroutine: the attach takes only short locks and
 	// never waits, and a hand-off to another goroutine cost more than the
 	// handler on a small machine; it is on the path of every stream's setup.
-	err := r.msg.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach, messenger.WithInline()))
+	err := msgrx.RegisterSystem(r.msg, messenger.UnaryHandler(wire.AnchorAttachHandler, r.onAttach, messenger.WithInline()))
 	if err == nil {
 		err = r.registerControl()
 	}
@@ -262,7 +263,7 @@ func listenStreams(msg *messenger.Messenger, addr string) (net.Listener, error) 
 	}
 	ip := ap.Addr().Unmap()
 	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: ip.String(), Port: ap.Port(), PrefixLen: uint8(ip.BitLen())}})
-	if err := msg.AdvertiseAddress(wire.TCPStreamKey, ep); err != nil {
+	if err := msgrx.AdvertiseAddress(msg, wire.TCPStreamKey, ep); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -487,7 +488,7 @@ func (r *remote) acceptLoop() {
 			r.log.Warn("velo: stream listener", "err", err)
 			select {
 			case <-time.After(50 * time.Millisecond):
-			case <-r.msg.Stopped():
+			case <-msgrx.Stopped(r.msg):
 			}
 			continue
 		}

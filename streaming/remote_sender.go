@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/wire"
@@ -158,7 +160,7 @@ func (r *remote) reachOwner(ctx context.Context, handle wire.AnchorHandle) (ext.
 	// The owner answers through its peer table: the _hello exchange puts
 	// this node there (a system handler's call does not greet on its own).
 	// A draining owner refuses _hello and may know this node already.
-	if err := r.msg.Handshake(ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
+	if err := msgrx.Handshake(r.msg, ctx, info.InstanceID); err != nil && !errors.Is(err, messenger.ErrShuttingDown) {
 		return ext.PeerInfo{}, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
 	return info, nil
@@ -537,13 +539,13 @@ func deadlineOf(ctx context.Context) time.Time {
 // a request from a third node).
 func (r *remote) ownerInfo(ctx context.Context, handle wire.AnchorHandle) (ext.PeerInfo, error) {
 	owner := handle.Owner()
-	if info, ok := r.msg.PeerInfoOf(owner); ok {
+	if info, ok := msgrx.PeerInfoOf(r.msg, owner); ok {
 		return info, nil
 	}
-	if _, err := r.msg.ResolveWorker(ctx, owner); err != nil {
+	if _, err := msgrx.ResolveWorker(r.msg, ctx, owner); err != nil {
 		return ext.PeerInfo{}, fmt.Errorf("velo: owner of anchor %v: %w", handle, err)
 	}
-	info, ok := r.msg.PeerInfoOf(owner)
+	info, ok := msgrx.PeerInfoOf(r.msg, owner)
 	if !ok {
 		return ext.PeerInfo{}, fmt.Errorf("%w: worker %v, owner of anchor %v", messenger.ErrPeerNotRegistered, owner, handle)
 	}
@@ -566,7 +568,7 @@ func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler st
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(make([]byte, 0, 256)))
 	if err != nil {
-		messenger.NameOp(err, "stream attach") // the remote messenger's refusal
+		msgerr.NameOp(err, "stream attach") // the remote messenger's refusal
 	}
 	var transport, refusal string
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
@@ -434,11 +435,11 @@ func TestRemoteWireGolden(t *testing.T) {
 	defer ln.Close()
 	ap := ln.Addr().(*net.TCPAddr)
 	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: "127.0.0.1", Port: uint16(ap.Port), PrefixLen: 32}})
-	if err := owner.AdvertiseAddress(wire.TCPStreamKey, ep); err != nil {
+	if err := msgrx.AdvertiseAddress(owner, wire.TCPStreamKey, ep); err != nil {
 		t.Fatal(err)
 	}
 	offered := make(chan []string, 1)
-	owner.RegisterSystem(messenger.UnaryHandler(wire.AnchorAttachHandler, func(c *messenger.Context) ([]byte, error) {
+	msgrx.RegisterSystem(owner, messenger.UnaryHandler(wire.AnchorAttachHandler, func(c *messenger.Context) ([]byte, error) {
 		req, err := wire.DecodeAttachRequest(c.Payload)
 		if err != nil {
 			return nil, err
@@ -704,7 +705,7 @@ func TestRemoteCancelBeforeConnectResent(t *testing.T) {
 	spy := messenger.FireHandler(wire.StreamCancelHandler, func(c *messenger.Context) {
 		got <- append([]byte(nil), c.Payload...)
 	})
-	if err := raw.RegisterSystem(spy); err != nil {
+	if err := msgrx.RegisterSystem(raw, spy); err != nil {
 		t.Fatal(err)
 	}
 	connect(t, raw, consumer.msg)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -56,7 +57,7 @@ func RunNodes(t *testing.T, open PeerOpener) {
 			if err != nil || string(got) != b.InstanceID().String() {
 				t.Fatalf("%s → %s: %q, %v", a.InstanceID(), b.InstanceID(), got, err)
 			}
-			id, err := a.Messenger().ResolveWorker(ctx, b.PeerInfo().WorkerID())
+			id, err := msgrx.ResolveWorker(a.Messenger(), ctx, b.PeerInfo().WorkerID())
 			if err != nil || id != b.InstanceID() {
 				t.Fatalf("resolve worker of %s: %s, %v", b.InstanceID(), id, err)
 			}

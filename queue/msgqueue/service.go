@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 )
 
@@ -39,7 +40,7 @@ func Serve(m *messenger.Messenger, cfg ServiceConfig) (*Service, error) {
 	if err := m.Register(messenger.TypedUnaryHandler(Handler, s.serve)); err != nil {
 		return nil, err
 	}
-	go func() { <-m.Stopped(); s.Close() }()
+	go func() { <-msgrx.Stopped(m); s.Close() }()
 	return s, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming"
@@ -275,7 +276,7 @@ func forgedEventTrigger() *Case {
 			for idx := range uint64(16) {
 				for gen := uint64(1); gen <= 16; gen++ {
 					body := `{"handle":` + U128(owner, idx<<32|gen) + `,"poisoned":null}`
-					frames = append(frames, Frame(messenger.FireAndForget, r.legit.worker(), 0, "_event_trigger", nil, []byte(body)))
+					frames = append(frames, Frame(msgwire.FireAndForget, r.legit.worker(), 0, "_event_trigger", nil, []byte(body)))
 				}
 			}
 			return r.flood(c, r.scaled(4096), frames...)
@@ -576,7 +577,7 @@ func guessedMuxSlotTag() *Case {
 					for session := uint64(1); session <= 80; session++ {
 						tag := fmt.Sprintf("%d:%d:%d", guessEpoch, uint32(id), session)
 						frames = append(frames, BatchFrame(r.legit.worker(), 0, nil, map[string]string{
-							messenger.StagedHandleHeader: handle, streaming.MuxSlotHeader: tag,
+							msgwire.StagedHandleHeader: handle, streaming.MuxSlotHeader: tag,
 						}))
 					}
 				}

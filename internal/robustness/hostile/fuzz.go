@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/streaming"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/streaming/wire"
@@ -101,11 +101,11 @@ func (f *fuzzer) frame(role string, sender ext.WorkerID) []byte {
 	switch p := rng.IntN(100); {
 	case p < 3: // a forged event trigger
 		body := `{"handle":` + U128(uint64(sender), uint64(rng.IntN(16))<<32|uint64(rng.IntN(16)+1)) + `,"poisoned":null}`
-		return Frame(messenger.FireAndForget, sender, 0, "_event_trigger", nil, []byte(body))
+		return Frame(msgwire.FireAndForget, sender, 0, "_event_trigger", nil, []byte(body))
 	case p < 8: // a staged singleton with a guessed tag
 		tag := fmt.Sprintf("%d:%d:%d", f.epoch(), uint32(f.slot()), rng.IntN(100))
 		return BatchFrame(sender, 0, nil, map[string]string{
-			messenger.StagedHandleHeader: U128(rng.Uint64(), rng.Uint64()), streaming.MuxSlotHeader: tag,
+			msgwire.StagedHandleHeader: U128(rng.Uint64(), rng.Uint64()), streaming.MuxSlotHeader: tag,
 		})
 	case p < 12: // bytes that do not decode
 		b := f.batch(role)

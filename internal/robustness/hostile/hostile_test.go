@@ -9,7 +9,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
@@ -42,9 +42,9 @@ func TestStrangerOpenSlotFrame(t *testing.T) {
 
 // A frame with headers carries them as the messenger encodes them.
 func TestFrameHeaders(t *testing.T) {
-	h := map[string]string{messenger.StagedHandleHeader: U128(1, 2)}
-	f := Frame(messenger.UnaryResponse, 7, 9, "work", h, []byte("x"))
-	enc, err := messenger.EncodeHeaders(h)
+	h := map[string]string{msgwire.StagedHandleHeader: U128(1, 2)}
+	f := Frame(msgwire.UnaryResponse, 7, 9, "work", h, []byte("x"))
+	enc, err := msgwire.EncodeHeaders(h)
 	if err != nil {
 		t.Fatal(err)
 	}

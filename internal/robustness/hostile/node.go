@@ -26,6 +26,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/events"
+	"github.com/velo-go/velo/internal/msgrx"
 	velometrics "github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming"
@@ -164,7 +165,7 @@ func (n *node) do(c command) (any, error) {
 		if err := n.v.RegisterPeer(a.Peer); err != nil {
 			return nil, err
 		}
-		return nil, n.v.Messenger().Handshake(ctx, a.Peer.InstanceID)
+		return nil, msgrx.Handshake(n.v.Messenger(), ctx, a.Peer.InstanceID)
 	case "consume":
 		var a consumeArgs
 		if err := json.Unmarshal(c.Args, &a); err != nil {
@@ -522,7 +523,7 @@ func (n *node) counters() map[string]float64 {
 	out["stats:mux.CreditExhausted"] = float64(ms.CreditExhausted)
 	out["stats:mux.BatchesReceived"] = float64(ms.BatchesReceived)
 	out["stats:mux.BatchesSent"] = float64(ms.BatchesSent)
-	out["stats:messenger.UnmatchedReplies"] = float64(n.v.Messenger().UnmatchedReplies())
+	out["stats:messenger.UnmatchedReplies"] = float64(msgrx.UnmatchedReplies(n.v.Messenger()))
 	out["stats:streaming.WatchdogFirings"] = float64(n.v.Streams.WatchdogFirings())
 	return out
 }
@@ -662,7 +663,7 @@ func (n *node) slowFetch(a rvFetchArgs, started chan<- error) rvFetchAnswer {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	m := n.v.Messenger()
-	owner, ok := m.InstanceOf(a.Handle.Owner())
+	owner, ok := msgrx.InstanceOf(m, a.Handle.Owner())
 	if !ok {
 		started <- errors.New("the owner is not a known peer")
 		return rvFetchAnswer{Err: "unknown owner"}
@@ -697,7 +698,7 @@ func (n *node) slowFetch(a rvFetchArgs, started chan<- error) rvFetchAnswer {
 		}
 		h.Write(b)
 	}
-	m.Post(owner, rendezvous.HandlerRelease, mustJSON(map[string]any{"handle": a.Handle, "lease_id": rd.LeaseID}))
+	msgrx.Post(m, owner, rendezvous.HandlerRelease, mustJSON(map[string]any{"handle": a.Handle, "lease_id": rd.LeaseID}))
 	if hex.EncodeToString(h.Sum(nil)) != a.Sum {
 		return rvFetchAnswer{Err: "the payload pulled is not the payload staged", Chunks: int(rd.ChunkCount)}
 	}

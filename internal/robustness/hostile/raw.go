@@ -16,7 +16,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -25,11 +25,11 @@ import (
 // messenger preamble, the request header with a response id whose low 64
 // bits name sender (the worker the frame claims to come from) and whose
 // high 64 bits are token, then the payload. headers may be nil.
-func Frame(rt messenger.ResponseType, sender ext.WorkerID, token uint64, handler string, headers map[string]string, payload []byte) []byte {
+func Frame(rt msgwire.ResponseType, sender ext.WorkerID, token uint64, handler string, headers map[string]string, payload []byte) []byte {
 	var hb []byte
 	if len(headers) > 0 {
 		var err error
-		if hb, err = messenger.EncodeHeaders(headers); err != nil {
+		if hb, err = msgwire.EncodeHeaders(headers); err != nil {
 			panic(err) // the cases build their headers; a bad one is a bug here
 		}
 	}
@@ -62,7 +62,7 @@ func Batch(lane int, epoch uint64, seq uint32, records func(e *muxwire.Encoder) 
 // BatchFrame is a fire-and-forget _stream_batch request carrying batch,
 // claiming sender.
 func BatchFrame(sender ext.WorkerID, lane int, batch []byte, headers map[string]string) []byte {
-	return Frame(messenger.FireAndForget, sender, 0, muxwire.HandlerName(lane), headers, batch)
+	return Frame(msgwire.FireAndForget, sender, 0, muxwire.HandlerName(lane), headers, batch)
 }
 
 // U128 is the decimal form of hi<<64 | lo, as JSON bodies and the _rv

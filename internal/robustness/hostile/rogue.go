@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming/wire"
@@ -44,7 +45,7 @@ func newRogue(ctx context.Context, victim ext.PeerInfo, setup func(*messenger.Me
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := m.Handshake(hctx, victim.InstanceID); err != nil {
+	if err := msgrx.Handshake(m, hctx, victim.InstanceID); err != nil {
 		stopRogue(m)
 		return nil, fmt.Errorf("rogue handshake: %w", err)
 	}
@@ -127,7 +128,7 @@ func (h *hostileOwner) setup(m *messenger.Messenger) error {
 		messenger.FireHandler(rendezvous.HandlerRelease, func(*messenger.Context) {}, messenger.WithInline()),
 		messenger.FireHandler(rendezvous.HandlerLeaseRenew, func(*messenger.Context) {}, messenger.WithInline()),
 	} {
-		if err := m.RegisterSystem(hd); err != nil {
+		if err := msgrx.RegisterSystem(m, hd); err != nil {
 			return err
 		}
 	}
@@ -138,7 +139,7 @@ func (h *hostileOwner) setup(m *messenger.Messenger) error {
 // answers for with its lies. It is installed after the handshake, whose
 // own body must reach the victim.
 func (h *hostileOwner) stageAll(m *messenger.Messenger) {
-	m.SetStager(&lyingStager{handle: U128(uint64(m.WorkerID()), 1)})
+	msgrx.SetStager(m, &lyingStager{handle: U128(uint64(m.WorkerID()), 1)})
 }
 
 // lyingStager stages every payload under one handle it never holds.

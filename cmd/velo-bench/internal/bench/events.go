@@ -16,7 +16,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/events"
-	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -176,7 +176,7 @@ func eventsPair(ctx context.Context, kind string) (p *eventsNodes, err error) {
 		return nil, err
 	}
 	// _event_subscribe is a fire-and-forget request, as in the reference.
-	p.subscribes = am.HandlerRequests.WithLabelValues("_event_subscribe", messenger.FireAndForget.String(), "success")
+	p.subscribes = am.HandlerRequests.WithLabelValues("_event_subscribe", msgwire.FireAndForget.String(), "success")
 	p.bPending = bm.PendingResponses
 	return p, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/internal/msgrx"
 )
 
 const rendezvousHarness = "rendezvous"
@@ -114,10 +115,10 @@ func rvPair(ctx context.Context) (a, b *velo.Node, err error) {
 		err = a.RegisterPeer(b.PeerInfo())
 	}
 	if err == nil {
-		err = b.Messenger().Handshake(ctx, a.InstanceID())
+		err = msgrx.Handshake(b.Messenger(), ctx, a.InstanceID())
 	}
 	if err == nil {
-		err = a.Messenger().Handshake(ctx, b.InstanceID())
+		err = msgrx.Handshake(a.Messenger(), ctx, b.InstanceID())
 	}
 	if err != nil {
 		shutdownWithin(a, 5*time.Second)

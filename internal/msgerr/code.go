@@ -1,4 +1,4 @@
-package messenger
+package msgerr
 
 import "strconv"
 
@@ -50,10 +50,10 @@ func (c Code) String() string {
 	return "Code(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
 
-// parseCode reads the decimal form a reply's CodeHeader carries. It takes
-// only plain digits, at most 10 of them, that fit 32 bits; anything else
-// is junk and reported as not ok.
-func parseCode(s string) (Code, bool) {
+// ParseCode reads the decimal form an error reply's code header carries.
+// It takes only plain digits, at most 10 of them, that fit 32 bits;
+// anything else is junk and reported as not ok.
+func ParseCode(s string) (Code, bool) {
 	if len(s) == 0 || len(s) > 10 {
 		return 0, false
 	}
@@ -69,10 +69,10 @@ func parseCode(s string) (Code, bool) {
 	return Code(n), true
 }
 
-// validReason reports whether s can be a reason on the wire: 1 to
-// maxReason bytes of lower-case ASCII letters, digits and '_', '.' or '-'.
-func validReason(s string) bool {
-	if len(s) == 0 || len(s) > maxReason {
+// ValidReason reports whether s can be a reason on the wire: 1 to
+// MaxReason bytes of lower-case ASCII letters, digits and '_', '.' or '-'.
+func ValidReason(s string) bool {
+	if len(s) == 0 || len(s) > MaxReason {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -84,5 +84,5 @@ func validReason(s string) bool {
 	return true
 }
 
-// maxReason bounds a reason: a short name, not a message.
-const maxReason = 64
+// MaxReason bounds a reason: a short name, not a message.
+const MaxReason = 64

@@ -1,0 +1,47 @@
+// Package hook carries the messenger's internal entry points to package
+// msgrx without an import cycle. Package messenger cannot import msgrx,
+// which imports it, so messenger's init stores each entry point here as a
+// plain value (a method expression such as (*Messenger).postLaneOwned),
+// and msgrx's initialization, which runs after messenger's, asserts each
+// one to its type once. Calls then go through typed function variables:
+// no assertion, lookup or allocation per call.
+//
+// It imports only the standard library, so messenger may import it.
+package hook
+
+import (
+	"context"
+	"time"
+)
+
+// Fns is filled by package messenger's init; every field is a function.
+var Fns struct {
+	PostLaneOutcome, PostLaneOwned, Post, PostLane, Lanes any
+	FireAndAwait, UnaryAsyncView, UnaryAsyncCall, Abandon any
+	StagingThreshold, SetStager                           any
+	PeerInfoOf, InstanceOf, ResolveWorker, Handshake      any
+	AdvertiseAddress, RegisterSystem, Acknowledge         any
+	OnPeerLost, WatchUndelivered, OnTeardown, Stopped     any
+	Handshakes, UnmatchedReplies, ResponseTypeOf          any
+	WithStagedFailure, WithOp                             any
+}
+
+// Stager moves request payloads that are too large for one message by
+// handle. The messenger calls it on both sides; package rendezvous
+// implements it and velo.New installs it (msgrx.SetStager).
+type Stager interface {
+	// Threshold: a request payload longer than this is staged.
+	Threshold() int
+	// Stage keeps a copy of payload until a receiver releases it and
+	// returns the value of the _rv header. ttl > 0 frees it after ttl
+	// whether or not anyone fetched it.
+	Stage(payload []byte, ttl time.Duration) (string, error)
+	// Discard frees a payload staged for a request that was never sent.
+	Discard(handle string)
+	// Fetch pulls the payload named by handle from its owner and releases
+	// it there. bounded says that ctx carries a deadline the fetch should
+	// also ask the owner to apply to its lease.
+	Fetch(ctx context.Context, handle string, bounded bool) ([]byte, error)
+	// FetchTimeout bounds a fetch whose request carried no budget; 0 is none.
+	FetchTimeout() time.Duration
+}
