@@ -10,7 +10,13 @@ import (
 // with an *Error). The numbering is gRPC's; codes from UserCodeMin up are
 // the application's. See docs/messaging.md, "Error codes".
 type (
-	Code  = msgerr.Code
+	// Code says what kind of failure an error is (Code.String names it as
+	// grpc-go does).
+	Code = msgerr.Code
+	// Error is an error with a Code (Error.Code), a message
+	// (Error.Message) and, for a sentinel, a reason (Error.Reason), the
+	// short name by which errors.Is matches it across the wire. Errorf's
+	// %w stays visible on this node (Error.Unwrap).
 	Error = msgerr.Error
 )
 

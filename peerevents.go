@@ -6,7 +6,12 @@ import (
 )
 
 // PeerEvent is one change in what a node knows of a peer: connected,
-// greeted, lost, shut down or restarted (see peerevent.PeerEvent).
+// greeted, lost, shut down or restarted. Kind says which; Instance and
+// Worker name the peer; NewInstance is the instance that now answers
+// (PeerRestarted); Transport and Remote are the transport that connected
+// and the address it reached (PeerConnected); Err is the error calls to
+// the peer failed with (lost, shut down, restarted). PeerEventKind's
+// String names the kind ("greeted", "lost", ...).
 type (
 	PeerEvent     = peerevent.PeerEvent
 	PeerEventKind = peerevent.PeerEventKind

@@ -298,10 +298,15 @@ func (n *Node) Messenger() *messenger.Messenger { return n.m }
 
 // Names from the messenger, so most programs import only velo.
 type (
-	Context        = messenger.Context
-	Handler        = messenger.Handler
-	HandlerOption  = messenger.HandlerOption
-	CallOption     = messenger.CallOption
+	Context       = messenger.Context
+	Handler       = messenger.Handler
+	HandlerOption = messenger.HandlerOption
+	CallOption    = messenger.CallOption
+	// RemoteError is the error a call returns when the remote handler (or
+	// the remote messenger: unknown handler, panic, lane full) failed.
+	// Handler and Op name what was called, Message is the remote's text,
+	// Code and Reason its code and sentinel name. It unwraps to an *Error
+	// with them, and errors.Is matches the sentinel the reason names.
 	RemoteError    = msgerr.RemoteError
 	OrderedConfig  = messenger.OrderedConfig
 	OverflowPolicy = messenger.OverflowPolicy

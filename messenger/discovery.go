@@ -45,7 +45,7 @@ func (m *Messenger) DiscoverAndRegisterPeer(ctx context.Context, id ext.Instance
 	return m.registerDiscovered(info)
 }
 
-// ResolveWorker returns the instance of a worker id: from the peer table,
+// resolveWorker returns the instance of a worker id: from the peer table,
 // or else through discovery, registering what it finds.
 func (m *Messenger) resolveWorker(ctx context.Context, w ext.WorkerID) (ext.InstanceID, error) {
 	if id, ok := m.peers.byWorker(w); ok {
@@ -122,7 +122,7 @@ func (d *discoveryState) forget(id ext.InstanceID) {
 	d.mu.Unlock()
 }
 
-// DiscoveredPeers is how many peers the node holds from discovery or
+// discoveredPeers is how many peers the node holds from discovery or
 // learned from their hello (both count against MaxDiscoveredPeers).
 func (m *Messenger) discoveredPeers() int {
 	m.disco.mu.Lock()

@@ -328,7 +328,7 @@ func (l *orderedLane) push(j job) {
 		l.mu.Unlock()
 		select {
 		case <-r.m.done:
-			// Stopped at teardown: refuse rather than look for another lane.
+			// stoppedChan at teardown: refuse rather than look for another lane.
 			r.refuse(j, ErrShuttingDown)
 		default:
 			// Retired between lookup and push: a new lane takes it.

@@ -39,6 +39,14 @@ var (
 	// calls meant for the old one are failed, never delivered. Register the
 	// new instance (or let discovery find it) to reach it.
 	ErrPeerRestarted = msgerr.ErrPeerRestarted
+	// ErrIdentityUnproven: the request came on a connection that did not
+	// prove it speaks for the worker the request names (docs/faults.md,
+	// "Hostile peers").
+	ErrIdentityUnproven = msgerr.ErrIdentityUnproven
+	// ErrStagedFetchTimeout: the receiver's staged fetch timeout
+	// (velo.WithStagedFetchTimeout) ended the fetch of the request's
+	// payload before it arrived.
+	ErrStagedFetchTimeout = msgerr.ErrStagedFetchTimeout
 )
 
 // Causes of a handler context's end, as context.Cause reports them. A

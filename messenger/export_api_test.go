@@ -80,9 +80,7 @@ const (
 )
 
 var (
-	ErrIdentityUnproven   = msgerr.ErrIdentityUnproven
-	ErrStagedFetchTimeout = msgerr.ErrStagedFetchTimeout
-	ErrMalformedHeader    = msgwire.ErrMalformedHeader
+	ErrMalformedHeader = msgwire.ErrMalformedHeader
 
 	NewError          = msgerr.NewError
 	Errorf            = msgerr.Errorf

@@ -127,21 +127,21 @@ func newHandler(name string, kind handlerKind, fn func(*Context) ([]byte, error)
 	return h
 }
 
-// DispatchMode picks how a handler's requests run.
+// dispatchMode picks how a handler's requests run.
 type dispatchMode uint8
 
 // Dispatch modes.
 const (
-	// Spawn runs requests concurrently (the default): a request never
+	// modeSpawn runs requests concurrently (the default): a request never
 	// waits for another one's handler to return. Workers are reused, so a
 	// burst of short requests does not start a goroutine per request.
 	modeSpawn dispatchMode = iota
-	// Ordered keeps one lane per sending instance: a sender's requests run
+	// modeOrdered keeps one lane per sending instance: a sender's requests run
 	// in arrival order, different senders in parallel.
 	modeOrdered
-	// OrderedGlobal keeps one lane for everyone: total order.
+	// modeOrderedGlobal keeps one lane for everyone: total order.
 	modeOrderedGlobal
-	// Inline runs the request on the goroutine of the connection that
+	// modeInline runs the request on the goroutine of the connection that
 	// delivered it. See WithInline.
 	modeInline
 )
@@ -194,7 +194,7 @@ type handlerOptions struct {
 // HandlerOption sets a dispatch option on a handler.
 type HandlerOption func(*handlerOptions) error
 
-// WithStagedFailure calls fn when a request for this handler arrived
+// withStagedFailure calls fn when a request for this handler arrived
 // staged and its payload could not be fetched (refused for its size,
 // timed out, gone): the handler does not run, and fn gets the sender's
 // worker, the request's headers (without the staging keys) and the error.

@@ -119,7 +119,7 @@ type identityGate struct {
 	challenged, proven, refused, mismatched, held atomic.Int64
 }
 
-// IdentityStats counts what the identity gate did (see identity.go).
+// gateStats counts what the identity gate did (see identity.go).
 type gateStats struct {
 	Challenged int64 // challenges sent for connections
 	Proven     int64 // connections bound by a proof
@@ -129,7 +129,7 @@ type gateStats struct {
 	Conns      int   // connections tracked now
 }
 
-// IdentityStats reports the identity gate's counters.
+// identityStats reports the identity gate's counters.
 func (m *Messenger) identityStats() gateStats {
 	g := &m.gate
 	g.mu.Lock()

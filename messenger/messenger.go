@@ -3,10 +3,16 @@
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
 //
-// A handler's error reaches the caller as a *RemoteError. An *Error (made
-// with NewError, Errorf or NewSentinel) carries a Code, numbered as gRPC
-// numbers its codes, across the wire: the caller reads it with ErrorCode
-// or errors.As, and errors.Is matches a sentinel by its reason.
+// A handler's error reaches the caller as a *velo.RemoteError. A
+// *velo.Error (made with velo.NewError, velo.Errorf or velo.NewSentinel)
+// carries a velo.Code, numbered as gRPC numbers its codes, across the
+// wire: the caller reads it with velo.ErrorCode or errors.As, and
+// errors.Is matches a sentinel by its reason. Those names live in velo,
+// the error vocabulary's public home.
+//
+// What only velo's own packages call (system handlers, posting on lanes,
+// staging, slot-addressed replies, hooks on peer loss and teardown) is
+// unexported here and reached through internal/msgrx.
 package messenger
 
 import (
@@ -38,7 +44,7 @@ type Config struct {
 	Metrics *metrics.VeloMetrics
 	// SystemHandlerMetrics gives each of velo's own handlers (names starting
 	// with '_') its own per-handler series. Without it they are counted
-	// together under handler="_system" (SystemHandlerLabel). Either way a
+	// together under handler="_system". Either way a
 	// handler's series appear when it first runs, not when it is registered.
 	SystemHandlerMetrics bool
 	// ResponseSlots bounds calls waiting for an answer at once (default and
@@ -53,7 +59,7 @@ type Config struct {
 	// without a report: no transport can know of them.
 	OnUndelivered func(peer ext.InstanceID, handler string, err error)
 	// OnPeerEvent, when set, hears when a peer greeted this node's
-	// handshake, was lost, restarted or shut down (see PeerEvent). It runs
+	// handshake, was lost, restarted or shut down (see velo.PeerEvent). It runs
 	// on the goroutine that noticed the change and must not block.
 	OnPeerEvent func(peerevent.PeerEvent)
 	// MaxRunningHandlers caps the handlers this node runs at once, over all
@@ -237,7 +243,7 @@ func (m *Messenger) PeerInfo() ext.PeerInfo {
 	return m.info
 }
 
-// AdvertiseAddress adds an entry to this node's address, for a subsystem
+// advertiseAddress adds an entry to this node's address, for a subsystem
 // that listens on its own (the per-stream TCP listener of package
 // streaming, under "tcp-stream"). Peers learn it from PeerInfo and the
 // handshake, so call it before PeerInfo is handed out. A key that is
@@ -253,7 +259,7 @@ func (m *Messenger) advertiseAddress(key ext.TransportKey, endpoint []byte) erro
 	return nil
 }
 
-// PeerInfoOf returns the PeerInfo registered for a worker id: how a
+// peerInfoOf returns the PeerInfo registered for a worker id: how a
 // subsystem finds a peer's address entries (a streaming endpoint).
 func (m *Messenger) peerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
 	if p, ok := m.peers.getWorker(w); ok {
@@ -265,7 +271,7 @@ func (m *Messenger) peerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
 // Register adds a handler. Names starting with '_' are reserved.
 func (m *Messenger) Register(h Handler) error { return m.register(h, false) }
 
-// RegisterSystem adds a handler whose name starts with '_'. It is for
+// registerSystem adds a handler whose name starts with '_'. It is for
 // velo's own subsystems (events, streams), not for applications.
 func (m *Messenger) registerSystem(h Handler) error {
 	if !strings.HasPrefix(h.name, "_") {
@@ -282,10 +288,10 @@ func (m *Messenger) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// InstanceOf returns the instance registered for a worker id.
+// instanceOf returns the instance registered for a worker id.
 func (m *Messenger) instanceOf(w ext.WorkerID) (ext.InstanceID, bool) { return m.peers.byWorker(w) }
 
-// Stopped is closed once teardown begins: subsystems fail their waits then.
+// stoppedChan is closed once teardown begins: subsystems fail their waits then.
 func (m *Messenger) stoppedChan() <-chan struct{} { return m.done }
 
 func (m *Messenger) register(h Handler, system bool) error {
@@ -404,7 +410,7 @@ func WithHeaders(h map[string]string) CallOption {
 	return func(o *callOptions) { o.headers = h }
 }
 
-// WithOp names the operation a call serves ("rendezvous get"): a remote
+// withOp names the operation a call serves ("rendezvous get"): a remote
 // failure's text then starts with it (RemoteError.Op) instead of the
 // handler's name, which for a library's system handler means nothing to
 // its user. It sends nothing.
@@ -453,7 +459,7 @@ func systemOnly(call, handler string) error {
 	return nil
 }
 
-// Post is Send that never waits: it hands the message to the transport and
+// post is Send that never waits: it hands the message to the transport and
 // returns, even when the peer's send channel is full (the message then
 // waits in the transport's admission gate). Only a message that could not
 // be handed over at all returns an error. System subsystems use it where a
@@ -464,7 +470,7 @@ func (m *Messenger) post(target ext.InstanceID, handler string, payload []byte) 
 	return err
 }
 
-// PostLane is Post on one of the ordered lanes the transport keeps to
+// postLane is Post on one of the ordered lanes the transport keeps to
 // target (0 <= lane < Lanes(target)): messages on one lane arrive in the
 // order they were posted; lanes are not ordered against each other.
 func (m *Messenger) postLane(target ext.InstanceID, lane int, handler string, payload []byte) error {
@@ -472,7 +478,7 @@ func (m *Messenger) postLane(target ext.InstanceID, lane int, handler string, pa
 	return err
 }
 
-// PostLaneOutcome is PostLane that also returns the transport's outcome:
+// postLaneOutcome is PostLane that also returns the transport's outcome:
 // Admitted, or Pending when the message waits in the lane's admission gate
 // (a congested peer). A caller that must know the message reached the
 // send channel, or that it was refused after all, waits on the outcome.
@@ -522,7 +528,7 @@ func (m *Messenger) postFrame(p *peer, target ext.InstanceID, lane int, handler 
 	return out, nil
 }
 
-// PostLaneOwned is PostLaneOutcome for a payload that owner's reference
+// postLaneOwned is PostLaneOutcome for a payload that owner's reference
 // keeps alive: the payload is not copied. The frame carries owner to the
 // transport, which retains it while it holds the bytes (ext.Owner); the
 // caller keeps its own reference and releases it when the call returns.
@@ -559,7 +565,7 @@ func (m *Messenger) postLaneOwned(target ext.InstanceID, lane int, handler strin
 	return m.postFrame(p, target, lane, handler, f)
 }
 
-// Lanes is how many ordered lanes the transport to target keeps; for a
+// laneCount is how many ordered lanes the transport to target keeps; for a
 // target not registered (or the zero InstanceID), the most that any of the
 // node's transports keeps. It is at least 1.
 func (m *Messenger) laneCount(target ext.InstanceID) int {
@@ -787,7 +793,7 @@ func (m *Messenger) awaitReply(ctx context.Context, idx uint32, handler string) 
 	return r.payload, nil
 }
 
-// Handshake runs the _hello exchange with target unless it already ran, so
+// handshakeWith runs the _hello exchange with target unless it already ran, so
 // that target knows this node's address. A system subsystem that sends only
 // '_' messages (which skip the handshake) calls it before asking target to
 // answer back.
@@ -799,7 +805,7 @@ func (m *Messenger) handshakeWith(ctx context.Context, target ext.InstanceID) er
 	return m.ensureHello(ctx, p)
 }
 
-// FireAndAwait sends a fire-and-forget request whose body names a response
+// fireAndAwaitOp sends a fire-and-forget request whose body names a response
 // slot, and waits for the Ack or Response sent to that slot. build gets the
 // slot's id and returns the payload. This is how a protocol whose request is
 // fire-and-forget but whose answer is awaited (the reference's event
@@ -946,7 +952,7 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 // viewMin is the answer size from which a view call reads in place.
 const viewMin = 16 << 10
 
-// UnaryAsyncView is UnaryAsync for a system handler ('_' name) on a
+// unaryAsyncView is UnaryAsync for a system handler ('_' name) on a
 // registered peer, whose callback reads a successful answer where the
 // transport received it: resp is valid only until done returns, and done
 // runs on the transport's reader, so it copies what it keeps and returns
@@ -1156,7 +1162,7 @@ func (m *Messenger) complete(id msgwire.ResponseID, r reply) {
 	m.unmatched.Add(1)
 }
 
-// UnmatchedReplies is how many replies matched no waiting call: late ones
+// unmatchedReplies is how many replies matched no waiting call: late ones
 // (the caller gave up), duplicates, and forged ones.
 func (m *Messenger) unmatchedReplies() int64 { return m.unmatched.Load() }
 
@@ -1243,7 +1249,7 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 	}
 }
 
-// OnPeerLost registers fn to hear when a transport lost its connection to
+// addPeerLostHook registers fn to hear when a transport lost its connection to
 // a peer (err matches ErrPeerUnreachable). fn runs on the transport's
 // goroutine and must not block.
 func (m *Messenger) addPeerLostHook(fn func(peer ext.InstanceID, err error)) {
@@ -1252,7 +1258,7 @@ func (m *Messenger) addPeerLostHook(fn func(peer ext.InstanceID, err error)) {
 	m.lostHooks = append(m.lostHooks[:len(m.lostHooks):len(m.lostHooks)], fn)
 }
 
-// CallsFailedByPeerLoss is how many calls in flight failed because the
+// callsFailedByPeerLoss is how many calls in flight failed because the
 // connection to their peer was lost.
 func (m *Messenger) callsFailedByPeerLoss() int64 { return m.lostCalls.Load() }
 
@@ -1286,7 +1292,7 @@ func (m *Messenger) Undelivered(peer ext.InstanceID) int64 {
 	return 0
 }
 
-// WatchUndelivered registers fn to hear of fire-and-forget messages to
+// watchUndelivered registers fn to hear of fire-and-forget messages to
 // handler that a transport admitted but could not write (Send had already
 // returned nil). fn gets a copy of the payload, on a goroutine of its own.
 // A subsystem whose protocol is fire-and-forget (event subscriptions) uses
@@ -1376,7 +1382,7 @@ func codedError(id msgwire.ResponseID, code msgerr.Code, reason string, err erro
 	return ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeErr, hb), Payload: []byte(err.Error())}
 }
 
-// Acknowledge answers a response id that arrived in a message body rather
+// acknowledge answers a response id that arrived in a message body rather
 // than a request header (how an event trigger request is answered): an Ack
 // when err is nil. A failure with a code (an *Error, see wireCode) goes as
 // an error Response whose header map carries the code and the reason, so a

@@ -14,7 +14,7 @@ import (
 	"github.com/velo-go/velo/internal/msgwire"
 )
 
-// SetStager installs transparent staging (nil removes it). Call it before
+// setStager installs transparent staging (nil removes it). Call it before
 // the node takes traffic.
 func (m *Messenger) setStager(s hook.Stager) {
 	if s == nil {
@@ -158,7 +158,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	r.dispatch(j)
 }
 
-// StagingThreshold is the payload size above which this node stages what
+// stagingThreshold is the payload size above which this node stages what
 // it sends, or 0 when it stages nothing.
 func (m *Messenger) stagingThreshold() int {
 	if st := m.loadStager(); st != nil {

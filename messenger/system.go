@@ -353,5 +353,5 @@ func (m *Messenger) WaitForHandler(ctx context.Context, target ext.InstanceID, h
 	return nil
 }
 
-// Handshakes is how many handshakes this node started (for tests and reports).
+// handshakeCount is how many handshakes this node started (for tests and reports).
 func (m *Messenger) handshakeCount() int64 { return m.handshakes.Load() }

@@ -13,11 +13,11 @@ import (
 // tears the transports down; that teardown fails what the hooks wait on,
 // and Shutdown returns only after every hook has.
 
-// TeardownHookGrace is how long Shutdown waits for its teardown hooks
+// teardownHookGrace is how long Shutdown waits for its teardown hooks
 // before it stops the transports under them.
 const teardownHookGrace = 500 * time.Millisecond
 
-// OnTeardown registers fn to run once, when Shutdown has drained and
+// onTeardown registers fn to run once, when Shutdown has drained and
 // before it stops the transports. fn may send; it must return once the
 // transports are down.
 func (m *Messenger) onTeardown(fn func()) {
