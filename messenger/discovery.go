@@ -186,7 +186,7 @@ func (m *Messenger) unpublish() {
 // PeerRegistrationLost tells the node that the discovery registration of
 // a peer it knows has gone (its lease expired, its owner withdrew it).
 // Calls in flight to the peer fail with ErrPeerUnreachable, as do remote
-// event waits (through the OnPeerLost hooks), and the peer is forgotten,
+// event waits (through the subsystems' peer-loss hooks), and the peer is forgotten,
 // so the next call resolves it through discovery again. Unknown ids are
 // ignored. The node calls it itself when its discovery backend implements
 // ext.PeerWatcher; a backend that learns of losses another way calls it.

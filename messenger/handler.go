@@ -44,7 +44,7 @@ func (c *Context) SenderWorkerID() ext.WorkerID { return c.sender }
 func (c *Context) SenderInstanceID() (ext.InstanceID, bool) { return c.m.peers.byWorker(c.sender) }
 
 // Headers decodes the request's headers. The caller's deadline travels in
-// one of them (DeadlineHeader); it is left out here: Context has it.
+// one of them (_velo_deadline); it is left out here: Context has it.
 func (c *Context) Headers() (map[string]string, error) {
 	h, err := msgwire.DecodeHeaders(c.headers)
 	delete(h, msgwire.DeadlineHeader)

@@ -580,7 +580,7 @@ func (m *Messenger) laneCount(target ext.InstanceID) int {
 }
 
 // Sync waits until the remote handler has run; its error comes back as a
-// *RemoteError.
+// *velo.RemoteError.
 func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
 	_, err := m.request(ctx, target, handler, payload, msgwire.AckNack, opts)
 	return err
