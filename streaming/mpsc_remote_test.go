@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

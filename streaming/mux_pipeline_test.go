@@ -10,9 +10,9 @@ import (
 	"unsafe"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // learnOwner runs one waited attach from producer to consumer, after which

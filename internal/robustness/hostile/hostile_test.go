@@ -9,8 +9,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/messenger"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
