@@ -12,7 +12,6 @@ import wire "github.com/velo-go/velo/internal/streamwire"
 //		s, err := streaming.AttachAnchor[Token](c.Context(), node.Streams, h)
 //		...
 //	})
-//
 type AnchorHandle = wire.AnchorHandle
 
 // ByteItemBuilder writes a byte item's frame in place, for
