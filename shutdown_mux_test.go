@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/streaming"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
 // TestNodeShutdownSaysMuxGoodbye: a node that shuts down closes its mux

@@ -6,7 +6,7 @@ import (
 	"io"
 	"iter"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // Anchor is the consumer's end of a stream of items of type T. Make one

@@ -11,9 +11,9 @@ import (
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/msgwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Control messages between the two ends of a stream between workers

@@ -10,8 +10,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // within waits for ch to close, for at most d; what names the signal in

@@ -7,7 +7,6 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // A producer and a consumer on the same worker: the consumer makes an
@@ -31,7 +30,7 @@ func Example() {
 	retired := sender.Retired()
 	sender.Send(ctx, []byte("hello"))
 	sender.SendError(ctx, "one row was bad") // a soft error: the stream goes on
-	item := wire.NewByteItemBuilder(16)      // encode in place, no copy
+	item := streaming.NewByteItemBuilder(16) // encode in place, no copy
 	fmt.Fprintf(item, "token %d", 7)
 	frame, _ := item.Finish()
 	sender.SendFrame(ctx, frame)

@@ -1,6 +1,6 @@
 package streaming
 
-import "github.com/velo-go/velo/streaming/wire"
+import wire "github.com/velo-go/velo/internal/streamwire"
 
 // AnchorHandle names an anchor to producers: the owner's WorkerID in the
 // upper 64 bits and a random local id in the lower 64. Send it to a
@@ -12,6 +12,15 @@ import "github.com/velo-go/velo/streaming/wire"
 //		s, err := streaming.AttachAnchor[Token](c.Context(), node.Streams, h)
 //		...
 //	})
-//
-// It is the same type as the wire package's, so either name works.
 type AnchorHandle = wire.AnchorHandle
+
+// ByteItemBuilder writes a byte item's frame in place, for
+// Sender.SendFrame: Write or fmt.Fprintf the payload into it, then Finish
+// gives the frame, which the stream takes without a copy. Write appends to
+// the payload; Buffer gives the payload's slice to append to directly
+// (strconv.AppendInt, json.Marshal's append forms); Finish ends it.
+type ByteItemBuilder = wire.ByteItemBuilder
+
+// NewByteItemBuilder returns a ByteItemBuilder with room for a payload of
+// capacity bytes; it grows past that as needed.
+func NewByteItemBuilder(capacity int) *ByteItemBuilder { return wire.NewByteItemBuilder(capacity) }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // Heartbeats and the watchdog of the per-stream path (the reference's

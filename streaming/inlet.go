@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // DefaultCapacity is the number of frames an anchor's inlet holds before

@@ -6,7 +6,7 @@ import (
 
 	"github.com/velo-go/velo/internal/msgpackcodec"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // MsgpackAppender is an item type that encodes itself: AppendMsgpack

@@ -12,8 +12,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/deadline"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Manager creates the anchors of one node and attaches producers to them.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"iter"
 
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Many producers, one consumer: MPSC anchors.

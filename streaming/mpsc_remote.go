@@ -9,8 +9,8 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // MPSC anchors between workers (mpsc/control.rs of the reference).

@@ -15,8 +15,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 func newMPSC(t *testing.T, m *Manager, opts ...AnchorOption) *MPSCAnchor[[]byte] {

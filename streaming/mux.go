@@ -11,8 +11,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/deadline"
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
 // The messenger mux (docs/mux.md): every stream to a peer is a slot on
@@ -23,7 +23,7 @@ import (
 // feeds the anchor's inlet directly (the book's direct feed: no goroutine
 // between the slot buffer and the consumer) and backs the same Sender
 // type; a separate package would have to export both. Its wire codec is
-// the leaf package streaming/mux/wire.
+// the leaf package internal/muxwire.
 //
 // Goroutines: one per batcher (one per peer and lane) and one sweeper per
 // Manager for credit doorbells, the periodic credit walk, the stream

@@ -1,8 +1,8 @@
 package streaming
 
 import (
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 )
 
 // The move-aside rule (the book's "Ordering is per slot"). A stream whose

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // TestMuxSlotReuseAfterStagedLastRecord: a stream whose last record went

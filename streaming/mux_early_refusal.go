@@ -3,8 +3,8 @@ package streaming
 import (
 	"fmt"
 
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // A staged record refused for its size (stagedFailure) can be refused

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 // TestMuxEarlySizeRefusalKeptForTheBind: a staged record refused for its

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // What the mux refuses from a peer that does not keep the protocol

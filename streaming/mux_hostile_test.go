@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Tests of what the mux refuses from a peer that does not keep the

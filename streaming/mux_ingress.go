@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // The consumer's side of the messenger mux: flow control and credit

@@ -1,9 +1,9 @@
 package streaming
 
 import (
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // A batcher drains each slot's queue in one piece, so a busy stream's

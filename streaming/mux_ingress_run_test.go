@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // slotSeq is a live mux stream's slot, epoch and next frame_seq, as its

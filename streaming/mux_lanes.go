@@ -3,7 +3,7 @@ package streaming
 import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 // Lanes (docs/mux.md, "Lanes"): up to 16 ordered channels of batches

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

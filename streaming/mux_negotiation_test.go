@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // muxOn turns the mux on for newRemoteNode, which turns it off by default.

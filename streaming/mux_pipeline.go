@@ -9,8 +9,8 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // A pipelined attach: AttachAnchor over the mux without waiting for the

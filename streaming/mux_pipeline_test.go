@@ -11,8 +11,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // learnOwner runs one waited attach from producer to consumer, after which

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 // sweep is the mux's one background goroutine per Manager. It answers

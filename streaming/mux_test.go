@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Zero-RTT stream setup (docs/mux.md, "Zero-RTT setup: tickets").

@@ -12,9 +12,9 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Forever, as an unattached timeout, makes an anchor wait for a producer

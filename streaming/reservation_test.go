@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // nextWithin reads the next frame, failing the test if nothing comes in d.

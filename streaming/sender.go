@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // RetireOutcome says what became of a stream's output on the producer's

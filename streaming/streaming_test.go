@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/streaming/wire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"go.uber.org/goleak"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

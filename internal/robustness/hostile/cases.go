@@ -12,11 +12,11 @@ import (
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgwire"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Case is one attack of issue 20, with the legit work it must not harm.

@@ -10,7 +10,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/internal/msgwire"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,8 +5,8 @@ import (
 
 	"github.com/velo-go/velo/events"
 	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/rendezvous"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // The control channel between a case and its node processes: one JSON

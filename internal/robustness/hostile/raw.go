@@ -17,7 +17,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/internal/msgwire"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

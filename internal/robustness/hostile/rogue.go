@@ -10,9 +10,9 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/wire"
 )
 
 // Options set how a case runs. The zero value of a field takes its default.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/streaming"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
-	"github.com/velo-go/velo/streaming/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 

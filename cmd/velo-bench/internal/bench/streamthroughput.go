@@ -12,8 +12,8 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/streaming"
-	muxwire "github.com/velo-go/velo/streaming/mux/wire"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
