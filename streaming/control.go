@@ -171,17 +171,11 @@ func (r *remote) target(payload []byte) (*anchorState, error) {
 // to that producer, and the messenger has bound the asker to its
 // connection.
 func (r *remote) takeBind(st *anchorState, asker ext.WorkerID) (b *remoteBind, ok bool) {
-	st.mu.Lock()
-	b = st.bind
-	if (b != nil && b.producer != asker) || (st.feed != nil && st.feed.ip.peer != asker) {
-		// A per-stream producer, or the producer whose mux slot feeds
-		// the anchor, is the only one that may end its stream.
-		st.mu.Unlock()
+	b, ok = st.takeBindFrom(asker)
+	if !ok {
 		r.strangerControls.Add(1)
 		return nil, false
 	}
-	st.bind = nil
-	st.mu.Unlock()
 	if b != nil {
 		r.unpend(b)
 	}
@@ -232,10 +226,7 @@ func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
 	if b != nil {
 		proxy = b.proxy
 	} else {
-		st.mu.Lock()
-		local := st.attached
-		st.mu.Unlock()
-		if local {
+		if st.isAttached() {
 			r.countControl(metrics.StreamFinalize, start, false)
 			return unitAnswer, nil
 		}
@@ -325,34 +316,6 @@ func (r *remote) consumerLost(w ext.WorkerID) {
 	r.sendersMu.Unlock()
 	for _, rs := range lost {
 		rs.fail(ErrConsumerLost)
-	}
-}
-
-// dropBind ends the stream of bind b with Dropped, as a connection that
-// ended without a terminal does.
-func (st *anchorState) dropBind(b *remoteBind) {
-	st.clearBind(b)
-	st.terminate(b.proxy, droppedFrame, false)
-}
-
-// clearBind forgets b once its stream ended: a later cancel has no
-// producer to signal.
-func (st *anchorState) clearBind(b *remoteBind) {
-	st.mu.Lock()
-	if st.bind == b {
-		st.bind = nil
-	}
-	st.mu.Unlock()
-}
-
-// closeConn closes the connection of bind b, whose stream ended by a
-// control message: its reader then stops.
-func (st *anchorState) closeConn(b *remoteBind) {
-	st.mu.Lock()
-	c := b.conn
-	st.mu.Unlock()
-	if c != nil {
-		c.Close()
 	}
 }
 

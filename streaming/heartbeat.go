@@ -247,9 +247,7 @@ func (w *watchdog) expired(err error) (timeout, fire bool) {
 // holds (terminals go past its capacity, so it is never lost), one count
 // and one warning with the stream's depths.
 func (r *remote) fire(st *anchorState, proxy *senderCore, w *watchdog) {
-	st.mu.Lock()
-	depth := st.q.n
-	st.mu.Unlock()
+	depth := st.depth()
 	r.firings.Add(1)
 	if met := r.m.met; met != nil {
 		met.WatchdogFiring()

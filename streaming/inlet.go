@@ -120,6 +120,13 @@ func (st *anchorState) waitDataLocked() chan struct{} {
 
 func (st *anchorState) doneWaitingLocked() { st.waiters-- }
 
+// depth is the number of frames the inlet holds.
+func (st *anchorState) depth() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.q.n
+}
+
 // waitLocked waits for a frame or the end, or for ctx to end (its error
 // is returned). The caller holds mu; it is released while waiting and
 // held again on return. A wake may find nothing: the caller checks again.

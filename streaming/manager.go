@@ -327,22 +327,12 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	if st == nil {
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	switch {
-	case st.closed || (st.endErr != nil && !st.cancelled):
-		// Ended or closed between the lookup and the lock.
+	switch st.claimLocal() {
+	case claimEnded:
+		// Ended or closed between the lookup and the claim.
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
-	case st.attached:
+	case claimTaken:
 		return nil, fmt.Errorf("%w: %v", ErrAlreadyAttached, handle)
-	}
-	st.attached = true
-	st.local = true
-	st.disarmLocked() // an attached anchor has no unattached deadline
-	if release := st.releasePrebindLocked(); release != nil {
-		// A same-worker producer writes into the inlet and never claims
-		// the slot: the pre-bind goes back.
-		defer release()
 	}
 	s := &Sender[T]{encode: encode}
 	s.st = st

@@ -84,23 +84,14 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 	r := m.remote
 	session := r.ids.next()
 	bd := &muxBind{st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
-	st.mu.Lock()
-	switch {
-	case st.closed || st.cancelled || st.endErr != nil:
-		st.mu.Unlock()
+	switch st.claimPrebind(bd) {
+	case claimEnded:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
-	case st.attached || st.prebindLocked() != nil:
-		st.mu.Unlock()
+	case claimTaken:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
 	}
-	st.setPrebindLocked(bd)
-	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
-	st.mu.Unlock()
 	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
-		st.mu.Lock()
-		st.setPrebindLocked(nil)
-		st.armLocked()
-		st.mu.Unlock()
+		st.unclaimPrebind()
 		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
 	}
 	return StreamOpenTicket{
@@ -157,34 +148,4 @@ func (r *remote) greetOwner(ctx context.Context, handle wire.AnchorHandle) (ext.
 		return ext.InstanceID{}, fmt.Errorf("velo: open %v: %w", handle, err)
 	}
 	return info.InstanceID, nil
-}
-
-// releasePrebindLocked takes back an unclaimed pre-bind of st (a
-// same-worker attach, a cancel, an attach that cannot use it). The caller
-// holds st.mu; the bind leaves the mux's table once the lock is released,
-// by the returned func (nil when there was none).
-func (st *anchorState) releasePrebindLocked() func() {
-	bd := st.prebindLocked()
-	if bd == nil {
-		return nil
-	}
-	st.setPrebindLocked(nil)
-	mx := st.mgr.remote.mux
-	return func() { mx.unbind(bd) }
-}
-
-// dropPrebind releases st's unclaimed pre-bind, if it has one, and says so;
-// the anchor is unattached again.
-func (r *remote) dropPrebind(st *anchorState) bool {
-	st.mu.Lock()
-	release := st.releasePrebindLocked()
-	if release != nil && !st.attached {
-		st.armLocked()
-	}
-	st.mu.Unlock()
-	if release == nil {
-		return false
-	}
-	release()
-	return true
 }

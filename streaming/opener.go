@@ -78,26 +78,3 @@ func (m *Manager) openerLost(id ext.InstanceID) {
 		}
 	}
 }
-
-// openerLost ends st with ErrOpenerLost unless a stream flows into it or a
-// producer on this worker holds it. It reports whether it ended st.
-func (st *anchorState) openerLost() bool {
-	st.mu.Lock()
-	b := st.bind
-	if st.endErr != nil || st.feed != nil || st.local || (b != nil && b.conn != nil) {
-		st.mu.Unlock()
-		return false
-	}
-	st.bind = nil
-	st.endLocked(ErrOpenerLost)
-	release := st.releasePrebindLocked()
-	st.mu.Unlock()
-	if release != nil {
-		release() // its OpenSlot, if one ever comes, is answered UnknownSlot
-	}
-	if b != nil {
-		st.mgr.remote.unpend(b) // its connection, if one ever comes, finds no bind
-	}
-	st.mgr.remove(st)
-	return true
-}

@@ -397,19 +397,10 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	if r.ln == nil {
 		return refuseAttach("this node serves streams only over %s", muxWireKey)
 	}
-	if r.dropPrebind(st) {
+	if st.releasePrebind() {
 		// The pre-bound key is the mux, which this producer does not
 		// offer: the pre-bind goes back and the attach is refused.
 		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, muxWireKey)
-	}
-	st.mu.Lock()
-	switch {
-	case st.closed || (st.endErr != nil && !st.cancelled):
-		st.mu.Unlock()
-		return refuseAttach("anchor %v not found", req.Handle)
-	case st.attached:
-		st.mu.Unlock()
-		return refuseAttach("anchor %v already attached", req.Handle)
 	}
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).
@@ -418,26 +409,22 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	// the body's cancel handle names.
 	b := &remoteBind{r: r, key: key, producer: c.SenderWorkerID(),
 		streamID: req.CancelHandle.StreamID(), proxy: &senderCore{st: st, pump: true}}
-	pb := &pendingBind{st: st, bind: b}
-	st.attached = true
-	st.disarmLocked() // bound: the accept window, not the unattached timeout, runs now
-	st.bind = b
 	// A stop or cancel made before this attach is sent now; the producer
 	// registered its sender before it asked, so the message cannot come
 	// too early.
-	stop, cancel := st.stopReq, st.cancelled
-	st.mu.Unlock()
+	stop, cancel, why := st.claimRemote(b)
+	switch why {
+	case claimEnded:
+		return refuseAttach("anchor %v not found", req.Handle)
+	case claimTaken:
+		return refuseAttach("anchor %v already attached", req.Handle)
+	}
+	pb := &pendingBind{st: st, bind: b}
 
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		st.mu.Lock()
-		st.attached = false
-		st.armLocked()
-		if st.bind == b {
-			st.bind = nil
-		}
-		st.mu.Unlock()
+		st.unclaimRemote(b)
 		return refuseAttach("node is shutting down")
 	}
 	r.pending[key] = pb
@@ -526,15 +513,9 @@ func (r *remote) serve(c net.Conn) {
 		return
 	}
 	st, b := pb.st, pb.bind
-	st.mu.Lock()
 	// Cancelled before the producer connected, or ended by a control
 	// message: closing the connection is how the producer hears of it.
-	cancelled := st.cancelled
-	gone := cancelled || st.closed || b.proxy.done
-	if !gone {
-		b.conn = c
-	}
-	st.mu.Unlock()
+	gone, cancelled := st.connectBind(b, c)
 	if gone {
 		if cancelled {
 			// Again, now that the producer is connected: a Rust producer

@@ -203,46 +203,6 @@ func (m *Manager) Close() error {
 // now is the time in the unit of anchorState.deadline.
 func (m *Manager) now() int64 { return int64(time.Since(m.base)) }
 
-// armLocked starts an unattached window: one entry in the Manager's queue,
-// no goroutine and no timer. It does nothing for an anchor that has ended
-// or waits Forever. The caller holds st.mu; the queue's shard lock nests
-// inside it (the sweeper calls expireUnattached with no queue lock held).
-func (st *anchorState) armLocked() {
-	life := st.lifetimeLocked()
-	if st.endErr != nil || st.closed || life == Forever {
-		return
-	}
-	m := st.mgr
-	now := time.Now()
-	st.deadline = satAdd(int64(now.Sub(m.base)), life)
-	st.armed = true
-	m.unattached.Add(st.handle.LocalID(), now.Add(life))
-}
-
-// disarmLocked takes the unattached deadline out of the queue (attach).
-func (st *anchorState) disarmLocked() {
-	if st.armed {
-		st.armed = false
-		st.mgr.unattached.Remove(st.handle.LocalID())
-	}
-}
-
-// renewLocked moves a live unattached deadline to a full window from now.
-// Reset does nothing for an entry the sweeper has already taken to expire,
-// so a renewal that races with the expiry cannot revive the stream: the
-// deadline stays, and expireUnattached ends the anchor.
-func (st *anchorState) renewLocked() {
-	if !st.armed || st.endErr != nil || st.closed {
-		return // attached, cancelled, expired or closed: a no-op
-	}
-	m := st.mgr
-	life := st.lifetimeLocked()
-	now := time.Now()
-	if m.unattached.Reset(st.handle.LocalID(), now.Add(life)) {
-		st.deadline = satAdd(int64(now.Sub(m.base)), life)
-	}
-}
-
 // expireUnattached is the queue's onExpire, on the sweeper goroutine. The
 // entry may be stale: the anchor attached, or attached and detached (a new
 // window, a new entry), or was renewed, between the pop and this lock; the
@@ -254,22 +214,15 @@ func (m *Manager) expireUnattached(id uint64) {
 	if st == nil {
 		return
 	}
-	st.mu.Lock()
-	if !st.armed || st.closed || m.now() < st.deadline {
-		st.mu.Unlock()
-		return
-	}
-	st.armed = false
-	// Out of the registry before the consumer wakes, so that a consumer
-	// that sees the end finds nothing left behind. remove takes a
-	// registry shard lock inside st.mu; nothing takes them the other way.
-	m.remove(st)
+	st.expireIfDue()
+}
+
+// countExpired counts one anchor ended by its unattached deadline.
+func (m *Manager) countExpired() {
 	m.expired.Add(1)
 	if m.met != nil {
 		m.met.UnattachedTimeout()
 	}
-	st.endLocked(ErrUnattachedTimeout)
-	st.mu.Unlock()
 }
 
 func satAdd(a int64, d time.Duration) int64 {

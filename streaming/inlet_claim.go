@@ -1,0 +1,132 @@
+package streaming
+
+// An anchor has at most one producer (an MPSC anchor's producers share one
+// claim: see mpsc.go). The three paths claim it here, under the inlet's
+// lock, and nowhere else: a producer on this worker (AttachAnchor), a
+// per-stream producer bound by _anchor_attach (remote.go), and a mux
+// pre-bind minted before any producer asked (mux_ticket.go). A claim takes
+// the anchor off its unattached deadline; the undo puts it back.
+
+// claimRefusal says why an anchor would not take a producer.
+type claimRefusal uint8
+
+const (
+	claimed    claimRefusal = iota
+	claimEnded              // the stream ended (not by a cancel) or the anchor closed
+	claimTaken              // a producer or a pre-bind holds it already
+)
+
+// attachableLocked says whether a producer may attach. A cancelled anchor
+// still takes one, so that the producer hears the cancel; one that ended
+// any other way, or closed, does not. The caller holds mu.
+func (st *anchorState) attachableLocked() claimRefusal {
+	switch {
+	case st.closed || (st.endErr != nil && !st.cancelled):
+		return claimEnded
+	case st.attached:
+		return claimTaken
+	}
+	return claimed
+}
+
+// claimLocal takes the anchor for a producer on this worker. Such a
+// producer writes into the inlet and never claims a mux slot, so an
+// unclaimed pre-bind goes back to the mux.
+func (st *anchorState) claimLocal() claimRefusal {
+	st.mu.Lock()
+	why := st.attachableLocked()
+	var release func()
+	if why == claimed {
+		st.attached = true
+		st.local = true
+		st.disarmLocked()
+		release = st.releasePrebindLocked()
+	}
+	st.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	return why
+}
+
+// claimRemote takes the anchor for the per-stream producer of bind b. It
+// returns whether a stop or a cancel came before the attach: those are
+// sent to the producer now.
+func (st *anchorState) claimRemote(b *remoteBind) (stop, cancel bool, why claimRefusal) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if why = st.attachableLocked(); why != claimed {
+		return false, false, why
+	}
+	st.attached = true
+	st.disarmLocked() // bound: the accept window, not the unattached timeout, runs now
+	st.bind = b
+	return st.stopReq, st.cancelled, claimed
+}
+
+// unclaimRemote undoes claimRemote when the bind cannot be kept (the node
+// shuts down): the anchor is unattached again.
+func (st *anchorState) unclaimRemote(b *remoteBind) {
+	st.mu.Lock()
+	st.attached = false
+	st.armLocked()
+	if st.bind == b {
+		st.bind = nil
+	}
+	st.mu.Unlock()
+}
+
+// claimPrebind holds the anchor for the mux bind bd, which an OpenSlot
+// named in a ticket will claim. Unlike an attach it refuses a cancelled
+// anchor: no producer has been told of the stream yet.
+func (st *anchorState) claimPrebind(bd *muxBind) claimRefusal {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed || st.cancelled || st.endErr != nil:
+		return claimEnded
+	case st.attached || st.prebindLocked() != nil:
+		return claimTaken
+	}
+	st.setPrebindLocked(bd)
+	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
+	return claimed
+}
+
+// unclaimPrebind undoes claimPrebind when the mux would not take the bind.
+func (st *anchorState) unclaimPrebind() {
+	st.mu.Lock()
+	st.setPrebindLocked(nil)
+	st.armLocked()
+	st.mu.Unlock()
+}
+
+// releasePrebind gives an unclaimed pre-bind back, if there is one, and
+// says so; an anchor with no producer is unattached again.
+func (st *anchorState) releasePrebind() bool {
+	st.mu.Lock()
+	release := st.releasePrebindLocked()
+	if release != nil && !st.attached {
+		st.armLocked()
+	}
+	st.mu.Unlock()
+	if release == nil {
+		return false
+	}
+	release()
+	return true
+}
+
+// releasePrebindLocked takes back an unclaimed pre-bind (a same-worker
+// attach, a cancel, an attach that cannot use it). The caller holds mu;
+// the bind leaves the mux's table by the returned func, to be called once
+// the lock is released (nil when there was none).
+func (st *anchorState) releasePrebindLocked() func() {
+	bd := st.prebindLocked()
+	if bd == nil {
+		return nil
+	}
+	st.setPrebindLocked(nil)
+	mx := st.mgr.remote.mux
+	return func() { mx.unbind(bd) }
+}
