@@ -67,16 +67,12 @@ type batcher struct {
 	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
-	closing       bool                                   // goodbye ran: nothing more is written
-	retired       bool                                   // the mux's close took it: its late notices may follow its stop
-	superseded    bool                                   // eviction or peer loss took it out of the mux: it writes no more
-	lost          bool                                   // peer loss superseded it: control for the peer is dropped, not handed on
+	state         batcherState                           // where it is in its life (mux_batcher_state.go)
 	used          bool                                   // control passed through since the last idle check (see idle)
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
-	stopped       bool
 	lastUse       time.Time
 	refusals      int // posts refused in a row (mux_hostile.go)
 
@@ -176,7 +172,7 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // once.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
-	if !b.mayWriteLocked() {
+	if !b.state.mayWrite() {
 		b.mu.Unlock()
 		return nil, ErrCancelled
 	}
@@ -699,7 +695,7 @@ func (b *batcher) run() {
 			return
 		}
 		b.mu.Lock()
-		if b.stopped {
+		if b.state.stopped() {
 			b.mu.Unlock()
 			return
 		}
@@ -730,7 +726,7 @@ func (b *batcher) lingerStaged() {
 		return
 	}
 	b.mu.Lock()
-	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.stopped {
+	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.state.stopped() {
 		b.armWindowLocked(b.mx.cfg.MaxLinger)
 	}
 	b.mu.Unlock()
@@ -842,7 +838,7 @@ func (b *batcher) postedRejectsLocked() {
 // nothing is owed.
 func (b *batcher) retryLaterLocked() {
 	owed := len(b.credit) + len(b.closes) + len(b.signals) + len(b.opens)
-	if owed == 0 || b.stopped {
+	if owed == 0 || b.state.stopped() {
 		return
 	}
 	if b.lingerOn {
@@ -891,7 +887,7 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closing || b.superseded && !b.retired {
+	if !b.state.buildsData() {
 		// Goodbye closed every slot: nothing may follow it. Or a successor
 		// may write on the lane already: what is owed goes through it
 		// (handBack), and this batcher's epoch must not reach the peer.
@@ -1036,7 +1032,7 @@ func (b *batcher) sleptLocked() {
 // the mux. handBack passes on what b held before; what comes after goes
 // straight to the successor. When it reports true it has unlocked b.mu.
 func (b *batcher) handedOnLocked() bool {
-	if !b.superseded || b.retired {
+	if !b.state.handsOn() {
 		return false
 	}
 	b.mu.Unlock()
@@ -1046,8 +1042,11 @@ func (b *batcher) handedOnLocked() bool {
 // handOn gives a reply to the lane's current batcher. After peer loss the
 // reply is dropped: the peer's slots here ended with it.
 func (b *batcher) handOn(f func(nb *batcher)) {
-	if b.lost {
-		return // set before superseded and never cleared: no lock needed
+	b.mu.Lock()
+	lost := b.state.dropsReplies()
+	b.mu.Unlock()
+	if lost {
+		return
 	}
 	if nb, err := b.mx.batcherFor(b.peer, b.lane); err == nil && nb != b {
 		f(nb)
@@ -1323,7 +1322,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	// From here on the batcher writes only closes and the notices of
 	// attaches answered too late (postLate, abandonBound), and an attach
 	// answered now fails its slot instead of queuing an OpenSlot.
-	b.closing = true
+	b.state.to(batcherClosing)
 	// OpenSlots still queued (a pipelined attach answered just before the
 	// end) go first: a close for a slot the peer never saw opened would
 	// leave its bind waiting out the accept window.
@@ -1380,7 +1379,7 @@ func (b *batcher) postOpenSlots(opens []*outSlot) error {
 }
 
 // errNoLongerWrites is postRecords' answer once the batcher may not write
-// (mayWriteLocked).
+// (batcherState.mayWrite).
 var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writes no more")
 
 // postRecords writes n control records with bodies of bodyLen bytes, each
@@ -1392,7 +1391,7 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 	for i := 0; i < n; {
 		k := min(n-i, per)
 		b.mu.Lock()
-		if !b.mayWriteLocked() {
+		if !b.state.mayWrite() {
 			b.mu.Unlock()
 			return errNoLongerWrites
 		}
@@ -1428,11 +1427,11 @@ func (b *batcher) idleLocked(now time.Time, ttl time.Duration) bool {
 // stop ends the batcher's goroutine and fails its slots.
 func (b *batcher) stop() {
 	b.mu.Lock()
-	if b.stopped {
+	if b.state.stopped() {
 		b.mu.Unlock()
 		return
 	}
-	b.stopped = true
+	b.state.to(stoppedState[b.state])
 	b.lingerT.Stop()
 	if b.windowT != nil {
 		b.windowT.Stop()

@@ -162,7 +162,7 @@ func (r *remote) answerPending(s *outSlot, owner ext.InstanceID, start time.Time
 func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.mayWriteLocked() {
+	if !b.state.mayWrite() {
 		return nil, ErrCancelled
 	}
 	idx, ok := b.allocLocked()
@@ -193,7 +193,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if s.closed || b.closing || !b.mayWriteLocked() {
+	if s.closed || b.state.saidGoodbye() || !b.state.mayWrite() {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
 		// bound its anchor for this attach: tell it the stream is over.
@@ -231,14 +231,6 @@ func (b *batcher) openGone(s *outSlot) {
 		b.mx.abandonBound(b.peer, b.lane, s.anchorID, s.session)
 	}
 }
-
-// mayWriteLocked says whether the batcher may still write. One that
-// eviction or peer loss took out of the mux (superseded) or stopped may
-// not: a refused batch or its stop moves it to an epoch newer than a
-// successor's on the same lane, and the peer would retire that
-// successor's streams. One that the mux's close retired may: no successor
-// comes after it.
-func (b *batcher) mayWriteLocked() bool { return b.retired || !(b.stopped || b.superseded) }
 
 // abandonBound tells the owner that the stream it bound for this node as
 // (anchorID, session) will not open. An index taken for the moment
@@ -289,7 +281,8 @@ func (mx *mux) retiredFor(peer ext.WorkerID, lane int) *batcher {
 	if b == nil {
 		b = newBatcher(mx, peer, lane)
 		b.mu.Lock() // a batcher's lock nests in the mux's
-		b.retired, b.closing = true, true
+		b.state.to(batcherRetired)
+		b.state.to(batcherClosing)
 		b.mu.Unlock()
 		mx.retired[k] = b
 	}

@@ -195,14 +195,14 @@ func (mx *mux) beat() {
 // costs the peer nothing but its header.
 func (b *batcher) probe() {
 	b.mu.Lock()
-	live := b.live > 0 && !b.stopped
+	live := b.live > 0 && !b.state.stopped()
 	b.mu.Unlock()
 	if !live {
 		return
 	}
 	b.writeMu.Lock()
 	b.mu.Lock()
-	if !b.mayWriteLocked() { // taken out of the mux since: its successor probes
+	if !b.state.mayWrite() { // taken out of the mux since: its successor probes
 		b.mu.Unlock()
 		b.writeMu.Unlock()
 		return
