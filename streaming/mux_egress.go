@@ -35,12 +35,12 @@ type batcher struct {
 	peer ext.WorkerID
 	lane int
 
-	// writeMu orders posts: a batch takes its batch_seq and goes to the
-	// transport under it, so the peer sees batch_seq in order even when an
-	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
-	writeMu sync.Mutex
-
 	mu            sync.Mutex
+	writing       bool                                   // someone owns the lane's writes (mux_writer.go)
+	rerun         bool                                   // a pass found the lane taken: the owner wakes the goroutine as it lets go
+	jobs          []laneJob                              // control work queued for the lane's writer
+	openWaiters   int                                    // attaches waiting for their OpenSlot to be posted
+	openCh        chan struct{}                          // closed when OpenSlots were posted; made by a waiter
 	epoch         uint64
 	seq           uint32 // the last batch_seq used in this epoch
 	slots         []*outSlot
@@ -116,6 +116,7 @@ type outSlot struct {
 	active    bool   // a record was queued since the last heartbeat
 	openSeq   uint32 // the frame_seq of its OpenSlot
 	openErr   error  // why its OpenSlot was not written
+	openDone  bool   // its OpenSlot was posted or dropped: openErr says how
 
 	// A pipelined attach (mux_pipeline.go) opens the slot before the
 	// owner answers: pending holds its records back until the answer,
@@ -166,10 +167,11 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // starts with credit.
 //
 // OpenSlots go out by group commit: each attach queues its record, and
-// whoever then holds the write lock posts every queued one in one batch.
-// Attaches that come while a batch is being written share the next write
-// instead of each paying a system call; an attach alone still writes at
-// once.
+// whoever then owns the lane's writes posts every queued one in one batch.
+// An attach that finds the lane free writes at once; one that comes while
+// a batch is being written waits for the owner, which posts the queued
+// opens before it lets go, so they share one write instead of each paying
+// a system call.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
 	if !b.state.mayWrite() {
@@ -189,19 +191,28 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 	s.openSeq = s.seq
 	s.seq++
 	b.opens = append(b.opens, s)
-	async := b.mx.cfg.AsyncOpenAck
-	b.mu.Unlock()
-	if async {
+	if b.mx.cfg.AsyncOpenAck {
+		b.mu.Unlock()
 		b.signal() // the batcher writes queued OpenSlots before any data
 		return s, nil
 	}
-
-	b.writeMu.Lock()
-	b.postOpens()
-	b.writeMu.Unlock()
-	b.mu.Lock()
-	err := s.openErr
+	own := b.ownLocked()
+	if !own {
+		b.openWaiters++ // the owner posts it before it lets go
+	}
 	b.mu.Unlock()
+	var err error
+	if own {
+		b.postOpens()
+		b.release()
+		err = b.awaitOpen(s) // posted by now: no wait
+	} else {
+		b.signal()
+		err = b.awaitOpen(s)
+		b.mu.Lock()
+		b.openWaiters--
+		b.mu.Unlock()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -209,24 +220,25 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 }
 
 // postOpens writes every queued OpenSlot in one batch and records the
-// result on each slot. The caller holds writeMu.
+// result on each slot. The caller owns the lane's writes.
 func (b *batcher) postOpens() {
 	b.mu.Lock()
 	opens := b.opens
 	if len(opens) == 0 {
 		b.mu.Unlock()
-		return // an earlier holder of the lock wrote ours
+		return // an earlier pass wrote ours
 	}
 	b.opens = nil
 	live := opens[:0:0]
 	for _, s := range opens {
 		if s.closed { // an epoch death came first: its peer never hears of it
-			s.openErr = ErrCancelled
+			s.openErr, s.openDone = ErrCancelled, true
 		} else {
 			live = append(live, s)
 		}
 	}
 	opens = live
+	b.openPostedLocked()
 	b.mu.Unlock()
 	if len(opens) == 0 {
 		return
@@ -243,11 +255,11 @@ func (b *batcher) postOpens() {
 	}
 	b.mu.Lock()
 	for _, s := range opens {
-		s.openErr = err
 		if gone {
 			s.endLocked(ErrCancelled)
 		}
 	}
+	b.openedLocked(opens, err)
 	b.mu.Unlock()
 }
 
@@ -692,11 +704,13 @@ func (b *batcher) run() {
 			b.mu.Unlock()
 		case <-b.mx.stop:
 			b.epochDeath()
+			b.lastWrites()
 			return
 		}
 		b.mu.Lock()
 		if b.state.stopped() {
 			b.mu.Unlock()
+			b.lastWrites()
 			return
 		}
 		if b.testOnWake != nil {
@@ -732,10 +746,18 @@ func (b *batcher) lingerStaged() {
 	b.mu.Unlock()
 }
 
-// flush writes everything the policy lets go now.
+// flush writes everything the policy lets go now, as the owner of the
+// lane's writes. When someone else owns them, it leaves the batcher awake
+// (a Send needs no wake) and the owner wakes it again as it lets go.
 func (b *batcher) flush() {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	if !b.ownLocked() {
+		b.rerun = true
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	defer b.release()
 	for {
 		ob := b.takeBuf()
 		batch, _, retired, opened, more := b.build(ob)
@@ -749,18 +771,14 @@ func (b *batcher) flush() {
 		b.settleCredit(err)
 		if len(opened) > 0 {
 			b.mu.Lock()
-			for _, s := range opened {
-				s.openErr = err
-			}
+			b.openedLocked(opened, err)
 			b.mu.Unlock()
 		}
 		if err != nil {
 			for _, s := range retired {
 				s.retire(RetireDiscarded)
 			}
-			b.writeMu.Unlock()
 			b.postRefused(err)
-			b.writeMu.Lock()
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
 			// wake it. What the refused batch left (the rest of a cut
@@ -1003,7 +1021,8 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	n := 0
 	for _, s := range b.opens {
 		if s.closed {
-			s.openErr = ErrCancelled
+			s.openErr, s.openDone = ErrCancelled, true
+			b.openPostedLocked()
 			n++
 			continue
 		}
@@ -1315,9 +1334,10 @@ func (b *batcher) epochDeath() {
 // UnknownSlot for theirs, the peer's slots this node consumes (their
 // producers see the cancel). A refused post ends it: the peer's
 // connection is gone, and its own peer loss path takes over.
+//
+// It is queued for the lane's writer, after whatever is being written, and
+// the close writes it itself when the lane is free.
 func (b *batcher) goodbye(theirs []muxwire.SlotID) {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
 	b.mu.Lock()
 	// From here on the batcher writes only closes and the notices of
 	// attaches answered too late (postLate, abandonBound), and an attach
@@ -1347,30 +1367,24 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 		recs = append(recs, closeReply{id: id, reason: reason})
 	}
 	clear(b.closes)
-	b.mu.Unlock()
 	for _, id := range theirs {
 		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
 	}
-	if len(opens) > 0 && b.postOpenSlots(opens) != nil {
-		return
-	}
-	b.postRecords(len(recs), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		enc.CloseSlot(recs[i].id, 0, recs[i].reason)
-	})
+	w := b.queueJobLocked(laneJob{kind: jobGoodbye, opens: opens, closes: recs}, true)
+	b.mu.Unlock()
+	b.writeQueued(w)
 }
 
 // postLate writes closes after the batcher was retired, in order with
-// what it wrote before.
+// what it wrote before. It comes from a reader: the lane's writer writes
+// them, and the caller only once the goroutine is gone and the lane free.
 func (b *batcher) postLate(closes []closeReply) {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
-	b.postRecords(len(closes), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		enc.CloseSlot(closes[i].id, 0, closes[i].reason)
-	})
+	b.queueJob(laneJob{kind: jobLateCloses, closes: closes}, false)
 }
 
 // postOpenSlots writes the OpenSlots of opens, in as many batches as the
-// batch cap needs. The caller holds writeMu. It returns the first refusal.
+// batch cap needs. The caller owns the lane's writes. It returns the first
+// refusal.
 func (b *batcher) postOpenSlots(opens []*outSlot) error {
 	return b.postRecords(len(opens), muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
 		s := opens[i]
@@ -1384,7 +1398,8 @@ var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writ
 
 // postRecords writes n control records with bodies of bodyLen bytes, each
 // put in by add, in as many batches of their own as the batch cap needs.
-// The caller holds writeMu. It stops at the first refusal and returns it,
+// The caller owns the lane's writes. It stops at the first refusal and
+// returns it,
 // or errNoLongerWrites.
 func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
 	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
@@ -1440,6 +1455,18 @@ func (b *batcher) stop() {
 	b.epochDeath()
 	b.signal()
 	<-b.done
+	b.lastWrites() // work queued as the goroutine ended
+}
+
+// lastWrites writes, as the goroutine ends, the control work queued for
+// it, unless the lane's owner is writing and will.
+func (b *batcher) lastWrites() {
+	b.mu.Lock()
+	own := len(b.jobs) > 0 && b.ownLocked()
+	b.mu.Unlock()
+	if own {
+		b.release()
+	}
 }
 
 // The FlushLinger policy. A window opens when a record is staged and none

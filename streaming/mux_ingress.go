@@ -331,10 +331,9 @@ func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 	if len(closes) == 0 {
 		return
 	}
-	// On a goroutine of its own: the caller is the messenger's reader,
-	// and the write lock may be held by a flush that waits for the
-	// transport to take a batch.
-	go mx.retiredFor(peer, lane).postLate(closes)
+	// Queued for the lane's writer: the caller is the messenger's reader,
+	// which must not wait for a flush that waits for the transport.
+	mx.retiredFor(peer, lane).postLate(closes)
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every

@@ -284,15 +284,15 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 	gate.install(muxOf(t, producer))
 	_, s := muxStream(t, producer, consumer)
 	b := s.mx.b
-	b.writeMu.Lock() // the sends queue; the next pass cuts them into batches
+	holdWriter(t, b) // the sends queue; the next pass cuts them into batches
 	for i := range 3 {
 		if err := s.Send(context.Background(), token(i)); err != nil {
-			b.writeMu.Unlock()
+			b.release()
 			t.Fatal(err)
 		}
 	}
 	gate.refuse.Store(1)
-	b.writeMu.Unlock()
+	b.release()
 	select {
 	case <-s.Cancelled():
 	case <-time.After(10 * time.Second):

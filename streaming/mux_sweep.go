@@ -200,11 +200,14 @@ func (b *batcher) probe() {
 	if !live {
 		return
 	}
-	b.writeMu.Lock()
+	b.queueJob(laneJob{kind: jobProbe}, true)
+}
+
+// writeProbe is probe's write. The caller owns the lane's writes.
+func (b *batcher) writeProbe() {
 	b.mu.Lock()
 	if !b.state.mayWrite() { // taken out of the mux since: its successor probes
 		b.mu.Unlock()
-		b.writeMu.Unlock()
 		return
 	}
 	b.seq++
@@ -215,9 +218,7 @@ func (b *batcher) probe() {
 	if post == nil {
 		post = b.mx.post
 	}
-	err := post(b.peer, b.lane, enc.Batch())
-	b.writeMu.Unlock()
-	if err != nil {
+	if err := post(b.peer, b.lane, enc.Batch()); err != nil {
 		b.postRefused(err)
 	}
 }
