@@ -35,12 +35,14 @@ type batcher struct {
 	peer ext.WorkerID
 	lane int
 
+	// Who writes the lane (mux_writer.go); guarded by mu.
+	writing     bool          // someone owns the lane's writes
+	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
+	jobs        []laneJob     // control work queued for the lane's writer
+	openWaiters int           // attaches waiting for their OpenSlot to be posted
+	openCh      chan struct{} // closed when OpenSlots were posted; made by a waiter
+
 	mu            sync.Mutex
-	writing       bool                                   // someone owns the lane's writes (mux_writer.go)
-	rerun         bool                                   // a pass found the lane taken: the owner wakes the goroutine as it lets go
-	jobs          []laneJob                              // control work queued for the lane's writer
-	openWaiters   int                                    // attaches waiting for their OpenSlot to be posted
-	openCh        chan struct{}                          // closed when OpenSlots were posted; made by a waiter
 	epoch         uint64
 	seq           uint32 // the last batch_seq used in this epoch
 	slots         []*outSlot
