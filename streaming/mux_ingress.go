@@ -321,8 +321,8 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 }
 
 // postCloses writes closes to peer once the mux is closed, through the
-// lane's retired batcher (retiredFor), under its write lock and so after
-// what it wrote: a batch in a fresh epoch from elsewhere could reach the
+// lane's retired batcher (retiredFor), by the lane's one writer and so
+// after what it wrote: a batch in a fresh epoch from elsewhere could reach the
 // peer first and make it discard the batcher's last batches (its goodbye,
 // a close it had just built) as stale. (The batcher's own epoch may have
 // moved on at its stop; its later batches still follow its earlier ones
