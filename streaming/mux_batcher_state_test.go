@@ -102,3 +102,48 @@ func TestBatcherStateQuestions(t *testing.T) {
 		t.Errorf("pinned %d states of %d", len(of), batcherStates)
 	}
 }
+
+// TestStreamLifeMoves walks the outSlot's table as TestBatcherStateMoves
+// walks the batcher's, and pins the two questions the old booleans
+// answered.
+func TestStreamLifeMoves(t *testing.T) {
+	got := recordIllegal(t)
+	for from := streamLife(0); from < streamLives; from++ {
+		legal := map[streamLife]bool{}
+		for _, n := range streamLifeMoves[from] {
+			legal[n] = true
+		}
+		for next := streamLife(0); next < streamLives; next++ {
+			s, n := from, len(*got)
+			s.to(next)
+			if reported := len(*got) > n; reported == legal[next] {
+				t.Errorf("%v -> %v: reported %v, legal %v", from, next, reported, legal[next])
+			}
+		}
+	}
+	// end and close from every state not yet gone are legal moves.
+	for _, from := range []streamLife{slotLive, slotEnding, slotClosed} {
+		n := len(*got)
+		if s := from; !s.terminal() {
+			s.end()
+			if !s.terminal() || s.closed() != from.closed() {
+				t.Errorf("end of %v gave %v", from, s)
+			}
+		}
+		if s := from; !s.closed() {
+			s.close()
+			if !s.closed() || s.terminal() != from.terminal() {
+				t.Errorf("close of %v gave %v", from, s)
+			}
+		}
+		if len(*got) != n {
+			t.Errorf("end or close of %v was reported illegal: %v", from, (*got)[n:])
+		}
+	}
+	s := slotEnded
+	n := len(*got)
+	s.close() // a slot closed twice
+	if len(*got) != n+1 {
+		t.Error("closing an ended slot was not reported")
+	}
+}

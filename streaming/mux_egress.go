@@ -129,8 +129,7 @@ type outSlot struct {
 	answered    chan struct{}
 	failErr     error
 
-	terminal  bool // a terminal is queued: nothing more is accepted
-	closed    bool // the slot is gone (terminal written, refused, epoch death)
+	life      streamLife // ended by the application, gone (mux_stream_life.go)
 	cancelled bool
 	stopped   bool
 	stopCh    chan struct{} // closed by a consumer's stop only
@@ -233,7 +232,7 @@ func (b *batcher) postOpens() {
 	b.opens = nil
 	live := opens[:0:0]
 	for _, s := range opens {
-		if s.closed { // an epoch death came first: its peer never hears of it
+		if s.life.closed() { // an epoch death came first: its peer never hears of it
 			s.openErr, s.openDone = ErrCancelled, true
 		} else {
 			live = append(live, s)
@@ -327,10 +326,10 @@ func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) e
 	b.mu.Lock()
 	for {
 		switch {
-		case s.terminal:
+		case s.life.terminal():
 			b.mu.Unlock()
 			return ErrSenderClosed
-		case s.cancelled || s.closed:
+		case s.cancelled || s.life.closed():
 			b.mu.Unlock()
 			return s.endErr()
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
@@ -480,11 +479,11 @@ func (s *outSlot) readyLocked() bool {
 	// A slot that holds a terminal is urgent under every policy, also when
 	// credit comes back for the records in front of it: else, under
 	// FlushManual, the end of a stream would wait for a FlushBatch.
-	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked() ||
+	return !b.awake && (b.autoFlush() || s.life.terminal() || s.owedLocked() ||
 		b.windowDue) // under FlushLinger, a window that ended while this slot had no credit
 }
 
-func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
+func (s *outSlot) headIsTerminal() bool { return s.life.terminal() && len(s.q) == 1 }
 
 // terminate queues a terminal past the queue's limit; it never waits. The
 // batcher writes it behind every record before it, with CloseSlot in the
@@ -499,12 +498,12 @@ func (s *outSlot) terminate(frame []byte, wait bool) error {
 		<-s.answered
 	}
 	b.mu.Lock()
-	if s.terminal {
+	if s.life.terminal() {
 		b.mu.Unlock()
 		return ErrSenderClosed
 	}
-	s.terminal = true
-	if s.cancelled || s.closed {
+	s.life.end()
+	if s.cancelled || s.life.closed() {
 		s.settleLocked(RetireDiscarded)
 		b.mu.Unlock()
 		return s.endErr()
@@ -543,7 +542,7 @@ func (s *outSlot) wakeSpaceLocked() {
 func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
-	if s == nil || s.closed {
+	if s == nil || s.life.closed() {
 		b.refuseLocked(id)
 		b.mu.Unlock()
 		return
@@ -592,7 +591,7 @@ func (b *batcher) kick() {
 	b.mu.Lock()
 	if !b.autoFlush() {
 		for _, s := range b.slots {
-			if s != nil && !s.closed && len(s.q) > 0 {
+			if s != nil && !s.life.closed() && len(s.q) > 0 {
 				s.flushable = len(s.q)
 				s.readyLocked()
 			}
@@ -968,12 +967,12 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 			keep = append(keep, b.ready[i:]...)
 			break
 		}
-		if !data && !s.terminal && !s.owedLocked() {
+		if !data && !s.life.terminal() && !s.owedLocked() {
 			keep = append(keep, s)
 			continue
 		}
 		limit := -1 // everything credit allows
-		if !data && !s.terminal {
+		if !data && !s.life.terminal() {
 			limit = s.flushable // what the last FlushBatch released
 		}
 		var done bool
@@ -981,12 +980,12 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		if done {
 			retired = append(retired, s)
 		}
-		if cut && len(s.q) > 0 && !s.closed {
+		if cut && len(s.q) > 0 && !s.life.closed() {
 			keep = append(keep, s)
 			continue
 		}
 		s.inReady = false
-		if !s.closed && s.readyAgainLocked() {
+		if !s.life.closed() && s.readyAgainLocked() {
 			keep = append(keep, s)
 		}
 	}
@@ -1022,7 +1021,7 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	var opened []*outSlot
 	n := 0
 	for _, s := range b.opens {
-		if s.closed {
+		if s.life.closed() {
 			s.openErr, s.openDone = ErrCancelled, true
 			b.openPostedLocked()
 			n++
@@ -1076,7 +1075,7 @@ func (b *batcher) handOn(f func(nb *batcher)) {
 
 func (b *batcher) hasUrgentLocked() bool {
 	for _, s := range b.ready {
-		if s.terminal || s.owedLocked() {
+		if s.life.terminal() || s.owedLocked() {
 			return true
 		}
 	}
@@ -1099,7 +1098,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 	n, drained := 0, 0
 	for n < len(s.q) && n != limit {
 		rec := s.q[n]
-		last := s.terminal && n == len(s.q)-1
+		last := s.life.terminal() && n == len(s.q)-1
 		if !last && s.credit == 0 {
 			break
 		}
@@ -1126,7 +1125,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		if last {
 			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
 			s.seq++
-			s.closed = true
+			s.life.close()
 			b.releaseLocked(s)
 			done = true
 			n = len(s.q) // the terminal was the last record
@@ -1189,10 +1188,10 @@ func (b *batcher) refuseLocked(id muxwire.SlotID) {
 // endLocked closes s as cancelled, with why as the cause: signals fire,
 // waiting sends fail, the output is discarded, the index is freed.
 func (s *outSlot) endLocked(why error) {
-	if s.closed {
+	if s.life.closed() {
 		return
 	}
-	s.closed = true
+	s.life.close()
 	s.cancelLocked(why)
 	s.b.qBytes -= s.qBytes
 	s.b.budgetAddLocked(-s.qBytes)
@@ -1350,7 +1349,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	// leave its bind waiting out the accept window.
 	opens := make([]*outSlot, 0, len(b.opens))
 	for _, s := range b.opens {
-		if !s.closed {
+		if !s.life.closed() {
 			opens = append(opens, s)
 		}
 	}
@@ -1358,7 +1357,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.opens = b.opens[:0]
 	recs := make([]closeReply, 0, b.live+len(theirs))
 	for _, s := range b.slots {
-		if s != nil && !s.closed && !s.pending { // a pending slot's peer never heard of it
+		if s != nil && !s.life.closed() && !s.pending { // a pending slot's peer never heard of it
 			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
 		}
 	}

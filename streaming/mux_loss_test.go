@@ -151,7 +151,7 @@ func TestMuxManualFlush(t *testing.T) {
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
 			b := s.mx.b
 			b.mu.Lock()
-			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.mx.credit, len(s.mx.q), s.mx.terminal, s.mx.inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.mx, s.mx.flushable, len(b.wake))
+			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.mx.credit, len(s.mx.q), s.mx.life.terminal(), s.mx.inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.mx, s.mx.flushable, len(b.wake))
 			b.mu.Unlock()
 			t.Fatalf("token %d: %v; %s", i, err, msg)
 		}

@@ -193,7 +193,7 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if s.closed || b.state.saidGoodbye() || !b.state.mayWrite() {
+	if s.life.closed() || b.state.saidGoodbye() || !b.state.mayWrite() {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
 		// bound its anchor for this attach: tell it the stream is over.
@@ -318,7 +318,7 @@ func (b *batcher) failPending(s *outSlot, err error) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if !s.closed {
+	if !s.life.closed() {
 		s.failErr = err
 		s.endLocked(ErrCancelled)
 	}
@@ -377,11 +377,11 @@ func (s *Sender[T]) Ready(ctx context.Context) error {
 	b := s.mx.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s.mx.failErr != nil || s.mx.closed || s.mx.cancelled {
+	if s.mx.failErr != nil || s.mx.life.closed() || s.mx.cancelled {
 		// Refused, or ended before or as the answer came (an epoch death,
 		// the Manager's close): a caller deciding on this answer must not
 		// take the Sender as good.
-		if s.mx.terminal && s.mx.failErr == nil && !s.mx.cancelled {
+		if s.mx.life.terminal() && s.mx.failErr == nil && !s.mx.cancelled {
 			return nil // it ended by its own terminal, written
 		}
 		return s.mx.endErr()

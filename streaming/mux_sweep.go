@@ -227,7 +227,7 @@ func (b *batcher) beat() {
 	b.mu.Lock()
 	wake := false
 	for _, s := range b.slots {
-		if s == nil || s.terminal || s.closed || s.pending {
+		if s == nil || s.life.terminal() || s.life.closed() || s.pending {
 			continue
 		}
 		if s.active {
