@@ -301,8 +301,11 @@ func (mx *mux) batcherFor(peer ext.WorkerID, lane int) (*batcher, error) {
 // holds mx.mu (a batcher's lock nests in it).
 func (b *batcher) supersede(lost bool) {
 	b.mu.Lock()
-	b.lost = lost
-	b.superseded = true
+	if lost {
+		b.state.to(batcherLost)
+	} else {
+		b.state.to(batcherSuperseded)
+	}
 	b.mu.Unlock()
 }
 
@@ -315,7 +318,7 @@ func (b *batcher) supersedeIfIdle(now time.Time, ttl time.Duration) bool {
 	if !b.idleLocked(now, ttl) {
 		return false
 	}
-	b.superseded = true
+	b.state.to(batcherSuperseded)
 	return true
 }
 
@@ -402,7 +405,7 @@ func (mx *mux) close() {
 	}
 	for _, b := range bs {
 		b.mu.Lock() // a batcher's lock nests in the mux's
-		b.retired = true
+		b.state.to(batcherRetired)
 		b.mu.Unlock()
 	}
 	mx.retired = maps.Clone(bs) // retiredFor adds to it while close walks bs

@@ -35,10 +35,12 @@ type batcher struct {
 	peer ext.WorkerID
 	lane int
 
-	// writeMu orders posts: a batch takes its batch_seq and goes to the
-	// transport under it, so the peer sees batch_seq in order even when an
-	// attaching goroutine posts an OpenSlot beside the batcher's goroutine.
-	writeMu sync.Mutex
+	// Who writes the lane (mux_writer.go); guarded by mu.
+	writing     bool          // someone owns the lane's writes
+	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
+	jobs        []laneJob     // control work queued for the lane's writer
+	openWaiters int           // attaches waiting for their OpenSlot to be posted
+	openCh      chan struct{} // closed when OpenSlots were posted; made by a waiter
 
 	mu            sync.Mutex
 	epoch         uint64
@@ -67,16 +69,12 @@ type batcher struct {
 	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	awake         bool                                   // the goroutine is building; no wake needed
-	closing       bool                                   // goodbye ran: nothing more is written
-	retired       bool                                   // the mux's close took it: its late notices may follow its stop
-	superseded    bool                                   // eviction or peer loss took it out of the mux: it writes no more
-	lost          bool                                   // peer loss superseded it: control for the peer is dropped, not handed on
+	state         batcherState                           // where it is in its life (mux_batcher_state.go)
 	used          bool                                   // control passed through since the last idle check (see idle)
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
-	stopped       bool
 	lastUse       time.Time
 	refusals      int // posts refused in a row (mux_hostile.go)
 
@@ -120,6 +118,7 @@ type outSlot struct {
 	active    bool   // a record was queued since the last heartbeat
 	openSeq   uint32 // the frame_seq of its OpenSlot
 	openErr   error  // why its OpenSlot was not written
+	openDone  bool   // its OpenSlot was posted or dropped: openErr says how
 
 	// A pipelined attach (mux_pipeline.go) opens the slot before the
 	// owner answers: pending holds its records back until the answer,
@@ -130,8 +129,7 @@ type outSlot struct {
 	answered    chan struct{}
 	failErr     error
 
-	terminal  bool // a terminal is queued: nothing more is accepted
-	closed    bool // the slot is gone (terminal written, refused, epoch death)
+	life      streamLife // ended by the application, gone (mux_stream_life.go)
 	cancelled bool
 	stopped   bool
 	stopCh    chan struct{} // closed by a consumer's stop only
@@ -170,13 +168,14 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // starts with credit.
 //
 // OpenSlots go out by group commit: each attach queues its record, and
-// whoever then holds the write lock posts every queued one in one batch.
-// Attaches that come while a batch is being written share the next write
-// instead of each paying a system call; an attach alone still writes at
-// once.
+// whoever then owns the lane's writes posts every queued one in one batch.
+// An attach that finds the lane free writes at once; one that comes while
+// a batch is being written waits for the owner, which posts the queued
+// opens before it lets go, so they share one write instead of each paying
+// a system call.
 func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
 	b.mu.Lock()
-	if !b.mayWriteLocked() {
+	if !b.state.mayWrite() {
 		b.mu.Unlock()
 		return nil, ErrCancelled
 	}
@@ -193,19 +192,28 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 	s.openSeq = s.seq
 	s.seq++
 	b.opens = append(b.opens, s)
-	async := b.mx.cfg.AsyncOpenAck
-	b.mu.Unlock()
-	if async {
+	if b.mx.cfg.AsyncOpenAck {
+		b.mu.Unlock()
 		b.signal() // the batcher writes queued OpenSlots before any data
 		return s, nil
 	}
-
-	b.writeMu.Lock()
-	b.postOpens()
-	b.writeMu.Unlock()
-	b.mu.Lock()
-	err := s.openErr
+	own := b.ownLocked()
+	if !own {
+		b.openWaiters++ // the owner posts it before it lets go
+	}
 	b.mu.Unlock()
+	var err error
+	if own {
+		b.postOpens()
+		b.release()
+		err = b.awaitOpen(s) // posted by now: no wait
+	} else {
+		b.signal()
+		err = b.awaitOpen(s)
+		b.mu.Lock()
+		b.openWaiters--
+		b.mu.Unlock()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -213,24 +221,25 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 }
 
 // postOpens writes every queued OpenSlot in one batch and records the
-// result on each slot. The caller holds writeMu.
+// result on each slot. The caller owns the lane's writes.
 func (b *batcher) postOpens() {
 	b.mu.Lock()
 	opens := b.opens
 	if len(opens) == 0 {
 		b.mu.Unlock()
-		return // an earlier holder of the lock wrote ours
+		return // an earlier pass wrote ours
 	}
 	b.opens = nil
 	live := opens[:0:0]
 	for _, s := range opens {
-		if s.closed { // an epoch death came first: its peer never hears of it
-			s.openErr = ErrCancelled
+		if s.life.closed() { // an epoch death came first: its peer never hears of it
+			s.openErr, s.openDone = ErrCancelled, true
 		} else {
 			live = append(live, s)
 		}
 	}
 	opens = live
+	b.openPostedLocked()
 	b.mu.Unlock()
 	if len(opens) == 0 {
 		return
@@ -247,11 +256,11 @@ func (b *batcher) postOpens() {
 	}
 	b.mu.Lock()
 	for _, s := range opens {
-		s.openErr = err
 		if gone {
 			s.endLocked(ErrCancelled)
 		}
 	}
+	b.openedLocked(opens, err)
 	b.mu.Unlock()
 }
 
@@ -317,10 +326,10 @@ func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) e
 	b.mu.Lock()
 	for {
 		switch {
-		case s.terminal:
+		case s.life.terminal():
 			b.mu.Unlock()
 			return ErrSenderClosed
-		case s.cancelled || s.closed:
+		case s.cancelled || s.life.closed():
 			b.mu.Unlock()
 			return s.endErr()
 		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
@@ -470,11 +479,11 @@ func (s *outSlot) readyLocked() bool {
 	// A slot that holds a terminal is urgent under every policy, also when
 	// credit comes back for the records in front of it: else, under
 	// FlushManual, the end of a stream would wait for a FlushBatch.
-	return !b.awake && (b.autoFlush() || s.terminal || s.owedLocked() ||
+	return !b.awake && (b.autoFlush() || s.life.terminal() || s.owedLocked() ||
 		b.windowDue) // under FlushLinger, a window that ended while this slot had no credit
 }
 
-func (s *outSlot) headIsTerminal() bool { return s.terminal && len(s.q) == 1 }
+func (s *outSlot) headIsTerminal() bool { return s.life.terminal() && len(s.q) == 1 }
 
 // terminate queues a terminal past the queue's limit; it never waits. The
 // batcher writes it behind every record before it, with CloseSlot in the
@@ -489,12 +498,12 @@ func (s *outSlot) terminate(frame []byte, wait bool) error {
 		<-s.answered
 	}
 	b.mu.Lock()
-	if s.terminal {
+	if s.life.terminal() {
 		b.mu.Unlock()
 		return ErrSenderClosed
 	}
-	s.terminal = true
-	if s.cancelled || s.closed {
+	s.life.end()
+	if s.cancelled || s.life.closed() {
 		s.settleLocked(RetireDiscarded)
 		b.mu.Unlock()
 		return s.endErr()
@@ -533,7 +542,7 @@ func (s *outSlot) wakeSpaceLocked() {
 func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
 	b.mu.Lock()
 	s := b.slotLocked(id)
-	if s == nil || s.closed {
+	if s == nil || s.life.closed() {
 		b.refuseLocked(id)
 		b.mu.Unlock()
 		return
@@ -582,7 +591,7 @@ func (b *batcher) kick() {
 	b.mu.Lock()
 	if !b.autoFlush() {
 		for _, s := range b.slots {
-			if s != nil && !s.closed && len(s.q) > 0 {
+			if s != nil && !s.life.closed() && len(s.q) > 0 {
 				s.flushable = len(s.q)
 				s.readyLocked()
 			}
@@ -696,11 +705,13 @@ func (b *batcher) run() {
 			b.mu.Unlock()
 		case <-b.mx.stop:
 			b.epochDeath()
+			b.lastWrites()
 			return
 		}
 		b.mu.Lock()
-		if b.stopped {
+		if b.state.stopped() {
 			b.mu.Unlock()
+			b.lastWrites()
 			return
 		}
 		if b.testOnWake != nil {
@@ -730,16 +741,24 @@ func (b *batcher) lingerStaged() {
 		return
 	}
 	b.mu.Lock()
-	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.stopped {
+	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.state.stopped() {
 		b.armWindowLocked(b.mx.cfg.MaxLinger)
 	}
 	b.mu.Unlock()
 }
 
-// flush writes everything the policy lets go now.
+// flush writes everything the policy lets go now, as the owner of the
+// lane's writes. When someone else owns them, it leaves the batcher awake
+// (a Send needs no wake) and the owner wakes it again as it lets go.
 func (b *batcher) flush() {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
+	b.mu.Lock()
+	if !b.ownLocked() {
+		b.rerun = true
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	defer b.release()
 	for {
 		ob := b.takeBuf()
 		batch, _, retired, opened, more := b.build(ob)
@@ -753,18 +772,14 @@ func (b *batcher) flush() {
 		b.settleCredit(err)
 		if len(opened) > 0 {
 			b.mu.Lock()
-			for _, s := range opened {
-				s.openErr = err
-			}
+			b.openedLocked(opened, err)
 			b.mu.Unlock()
 		}
 		if err != nil {
 			for _, s := range retired {
 				s.retire(RetireDiscarded)
 			}
-			b.writeMu.Unlock()
 			b.postRefused(err)
-			b.writeMu.Lock()
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
 			// wake it. What the refused batch left (the rest of a cut
@@ -842,7 +857,7 @@ func (b *batcher) postedRejectsLocked() {
 // nothing is owed.
 func (b *batcher) retryLaterLocked() {
 	owed := len(b.credit) + len(b.closes) + len(b.signals) + len(b.opens)
-	if owed == 0 || b.stopped {
+	if owed == 0 || b.state.stopped() {
 		return
 	}
 	if b.lingerOn {
@@ -891,7 +906,7 @@ func (s *outSlot) retire(out RetireOutcome) {
 func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closing || b.superseded && !b.retired {
+	if !b.state.buildsData() {
 		// Goodbye closed every slot: nothing may follow it. Or a successor
 		// may write on the lane already: what is owed goes through it
 		// (handBack), and this batcher's epoch must not reach the peer.
@@ -952,12 +967,12 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 			keep = append(keep, b.ready[i:]...)
 			break
 		}
-		if !data && !s.terminal && !s.owedLocked() {
+		if !data && !s.life.terminal() && !s.owedLocked() {
 			keep = append(keep, s)
 			continue
 		}
 		limit := -1 // everything credit allows
-		if !data && !s.terminal {
+		if !data && !s.life.terminal() {
 			limit = s.flushable // what the last FlushBatch released
 		}
 		var done bool
@@ -965,12 +980,12 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		if done {
 			retired = append(retired, s)
 		}
-		if cut && len(s.q) > 0 && !s.closed {
+		if cut && len(s.q) > 0 && !s.life.closed() {
 			keep = append(keep, s)
 			continue
 		}
 		s.inReady = false
-		if !s.closed && s.readyAgainLocked() {
+		if !s.life.closed() && s.readyAgainLocked() {
 			keep = append(keep, s)
 		}
 	}
@@ -1006,8 +1021,9 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	var opened []*outSlot
 	n := 0
 	for _, s := range b.opens {
-		if s.closed {
-			s.openErr = ErrCancelled
+		if s.life.closed() {
+			s.openErr, s.openDone = ErrCancelled, true
+			b.openPostedLocked()
 			n++
 			continue
 		}
@@ -1036,7 +1052,7 @@ func (b *batcher) sleptLocked() {
 // the mux. handBack passes on what b held before; what comes after goes
 // straight to the successor. When it reports true it has unlocked b.mu.
 func (b *batcher) handedOnLocked() bool {
-	if !b.superseded || b.retired {
+	if !b.state.handsOn() {
 		return false
 	}
 	b.mu.Unlock()
@@ -1046,8 +1062,11 @@ func (b *batcher) handedOnLocked() bool {
 // handOn gives a reply to the lane's current batcher. After peer loss the
 // reply is dropped: the peer's slots here ended with it.
 func (b *batcher) handOn(f func(nb *batcher)) {
-	if b.lost {
-		return // set before superseded and never cleared: no lock needed
+	b.mu.Lock()
+	lost := b.state.dropsReplies()
+	b.mu.Unlock()
+	if lost {
+		return
 	}
 	if nb, err := b.mx.batcherFor(b.peer, b.lane); err == nil && nb != b {
 		f(nb)
@@ -1056,7 +1075,7 @@ func (b *batcher) handOn(f func(nb *batcher)) {
 
 func (b *batcher) hasUrgentLocked() bool {
 	for _, s := range b.ready {
-		if s.terminal || s.owedLocked() {
+		if s.life.terminal() || s.owedLocked() {
 			return true
 		}
 	}
@@ -1079,7 +1098,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 	n, drained := 0, 0
 	for n < len(s.q) && n != limit {
 		rec := s.q[n]
-		last := s.terminal && n == len(s.q)-1
+		last := s.life.terminal() && n == len(s.q)-1
 		if !last && s.credit == 0 {
 			break
 		}
@@ -1106,7 +1125,7 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		if last {
 			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
 			s.seq++
-			s.closed = true
+			s.life.close()
 			b.releaseLocked(s)
 			done = true
 			n = len(s.q) // the terminal was the last record
@@ -1169,10 +1188,10 @@ func (b *batcher) refuseLocked(id muxwire.SlotID) {
 // endLocked closes s as cancelled, with why as the cause: signals fire,
 // waiting sends fail, the output is discarded, the index is freed.
 func (s *outSlot) endLocked(why error) {
-	if s.closed {
+	if s.life.closed() {
 		return
 	}
-	s.closed = true
+	s.life.close()
 	s.cancelLocked(why)
 	s.b.qBytes -= s.qBytes
 	s.b.budgetAddLocked(-s.qBytes)
@@ -1316,20 +1335,21 @@ func (b *batcher) epochDeath() {
 // UnknownSlot for theirs, the peer's slots this node consumes (their
 // producers see the cancel). A refused post ends it: the peer's
 // connection is gone, and its own peer loss path takes over.
+//
+// It is queued for the lane's writer, after whatever is being written, and
+// the close writes it itself when the lane is free.
 func (b *batcher) goodbye(theirs []muxwire.SlotID) {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
 	b.mu.Lock()
 	// From here on the batcher writes only closes and the notices of
 	// attaches answered too late (postLate, abandonBound), and an attach
 	// answered now fails its slot instead of queuing an OpenSlot.
-	b.closing = true
+	b.state.to(batcherClosing)
 	// OpenSlots still queued (a pipelined attach answered just before the
 	// end) go first: a close for a slot the peer never saw opened would
 	// leave its bind waiting out the accept window.
 	opens := make([]*outSlot, 0, len(b.opens))
 	for _, s := range b.opens {
-		if !s.closed {
+		if !s.life.closed() {
 			opens = append(opens, s)
 		}
 	}
@@ -1337,7 +1357,7 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 	b.opens = b.opens[:0]
 	recs := make([]closeReply, 0, b.live+len(theirs))
 	for _, s := range b.slots {
-		if s != nil && !s.closed && !s.pending { // a pending slot's peer never heard of it
+		if s != nil && !s.life.closed() && !s.pending { // a pending slot's peer never heard of it
 			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
 		}
 	}
@@ -1348,30 +1368,24 @@ func (b *batcher) goodbye(theirs []muxwire.SlotID) {
 		recs = append(recs, closeReply{id: id, reason: reason})
 	}
 	clear(b.closes)
-	b.mu.Unlock()
 	for _, id := range theirs {
 		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
 	}
-	if len(opens) > 0 && b.postOpenSlots(opens) != nil {
-		return
-	}
-	b.postRecords(len(recs), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		enc.CloseSlot(recs[i].id, 0, recs[i].reason)
-	})
+	w := b.queueJobLocked(laneJob{kind: jobGoodbye, opens: opens, closes: recs}, true)
+	b.mu.Unlock()
+	b.writeQueued(w)
 }
 
 // postLate writes closes after the batcher was retired, in order with
-// what it wrote before.
+// what it wrote before. It comes from a reader: the lane's writer writes
+// them, and the caller only once the goroutine is gone and the lane free.
 func (b *batcher) postLate(closes []closeReply) {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
-	b.postRecords(len(closes), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		enc.CloseSlot(closes[i].id, 0, closes[i].reason)
-	})
+	b.queueJob(laneJob{kind: jobLateCloses, closes: closes}, false)
 }
 
 // postOpenSlots writes the OpenSlots of opens, in as many batches as the
-// batch cap needs. The caller holds writeMu. It returns the first refusal.
+// batch cap needs. The caller owns the lane's writes. It returns the first
+// refusal.
 func (b *batcher) postOpenSlots(opens []*outSlot) error {
 	return b.postRecords(len(opens), muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
 		s := opens[i]
@@ -1380,19 +1394,20 @@ func (b *batcher) postOpenSlots(opens []*outSlot) error {
 }
 
 // errNoLongerWrites is postRecords' answer once the batcher may not write
-// (mayWriteLocked).
+// (batcherState.mayWrite).
 var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writes no more")
 
 // postRecords writes n control records with bodies of bodyLen bytes, each
 // put in by add, in as many batches of their own as the batch cap needs.
-// The caller holds writeMu. It stops at the first refusal and returns it,
+// The caller owns the lane's writes. It stops at the first refusal and
+// returns it,
 // or errNoLongerWrites.
 func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
 	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
 	for i := 0; i < n; {
 		k := min(n-i, per)
 		b.mu.Lock()
-		if !b.mayWriteLocked() {
+		if !b.state.mayWrite() {
 			b.mu.Unlock()
 			return errNoLongerWrites
 		}
@@ -1428,11 +1443,11 @@ func (b *batcher) idleLocked(now time.Time, ttl time.Duration) bool {
 // stop ends the batcher's goroutine and fails its slots.
 func (b *batcher) stop() {
 	b.mu.Lock()
-	if b.stopped {
+	if b.state.stopped() {
 		b.mu.Unlock()
 		return
 	}
-	b.stopped = true
+	b.state.to(stoppedState[b.state])
 	b.lingerT.Stop()
 	if b.windowT != nil {
 		b.windowT.Stop()
@@ -1441,6 +1456,18 @@ func (b *batcher) stop() {
 	b.epochDeath()
 	b.signal()
 	<-b.done
+	b.lastWrites() // work queued as the goroutine ended
+}
+
+// lastWrites writes, as the goroutine ends, the control work queued for
+// it, unless the lane's owner is writing and will.
+func (b *batcher) lastWrites() {
+	b.mu.Lock()
+	own := len(b.jobs) > 0 && b.ownLocked()
+	b.mu.Unlock()
+	if own {
+		b.release()
+	}
 }
 
 // The FlushLinger policy. A window opens when a record is staged and none

@@ -110,7 +110,7 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 		defer b.mu.Unlock()
 		return !b.awake && len(b.wake) == 0 && !b.windowArmed
 	})
-	b.writeMu.Lock() // holds the pass between "awake = true" and its build
+	holdWriter(t, b) // holds the pass between "awake = true" and its build
 	b.kick()         // FlushBatch with nothing staged
 	waitFor(t, "the batcher to wake", func() bool {
 		b.mu.Lock()
@@ -118,6 +118,6 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 		return b.awake && len(b.wake) == 0
 	})
 	fill(t, s, 1, 1) // staged while awake
-	b.writeMu.Unlock()
+	b.release()
 	readTokens(t, a, 1, 1, 5*time.Second)
 }

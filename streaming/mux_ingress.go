@@ -321,8 +321,8 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 }
 
 // postCloses writes closes to peer once the mux is closed, through the
-// lane's retired batcher (retiredFor), under its write lock and so after
-// what it wrote: a batch in a fresh epoch from elsewhere could reach the
+// lane's retired batcher (retiredFor), by the lane's one writer and so
+// after what it wrote: a batch in a fresh epoch from elsewhere could reach the
 // peer first and make it discard the batcher's last batches (its goodbye,
 // a close it had just built) as stale. (The batcher's own epoch may have
 // moved on at its stop; its later batches still follow its earlier ones
@@ -331,10 +331,9 @@ func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 	if len(closes) == 0 {
 		return
 	}
-	// On a goroutine of its own: the caller is the messenger's reader,
-	// and the write lock may be held by a flush that waits for the
-	// transport to take a batch.
-	go mx.retiredFor(peer, lane).postLate(closes)
+	// Queued for the lane's writer: the caller is the messenger's reader,
+	// which must not wait for a flush that waits for the transport.
+	mx.retiredFor(peer, lane).postLate(closes)
 }
 
 // acceptEpochLocked discards a batch of an old epoch, and retires every

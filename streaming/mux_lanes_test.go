@@ -199,7 +199,7 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 	delete(mx.batchers, laneKey{peer, 0}) // evicted: out of the table, and
 	mx.mu.Unlock()
 	b.mu.Lock()
-	b.stopped = true // its goroutine will write nothing more ...
+	b.state.to(batcherHalted) // its goroutine will write nothing more ...
 	b.mu.Unlock()
 	id, _ := muxwire.NewSlotID(3, 1)
 	b.replyClose(id, muxwire.UnknownSlot) // ... as a close is posted to it

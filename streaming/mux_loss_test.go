@@ -151,7 +151,7 @@ func TestMuxManualFlush(t *testing.T) {
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
 			b := s.mx.b
 			b.mu.Lock()
-			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.mx.credit, len(s.mx.q), s.mx.terminal, s.mx.inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.mx, s.mx.flushable, len(b.wake))
+			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.mx.credit, len(s.mx.q), s.mx.life.terminal(), s.mx.inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.mx, s.mx.flushable, len(b.wake))
 			b.mu.Unlock()
 			t.Fatalf("token %d: %v; %s", i, err, msg)
 		}
@@ -284,15 +284,15 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 	gate.install(muxOf(t, producer))
 	_, s := muxStream(t, producer, consumer)
 	b := s.mx.b
-	b.writeMu.Lock() // the sends queue; the next pass cuts them into batches
+	holdWriter(t, b) // the sends queue; the next pass cuts them into batches
 	for i := range 3 {
 		if err := s.Send(context.Background(), token(i)); err != nil {
-			b.writeMu.Unlock()
+			b.release()
 			t.Fatal(err)
 		}
 	}
 	gate.refuse.Store(1)
-	b.writeMu.Unlock()
+	b.release()
 	select {
 	case <-s.Cancelled():
 	case <-time.After(10 * time.Second):

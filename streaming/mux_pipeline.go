@@ -163,7 +163,7 @@ func (r *remote) answerPending(s *outSlot, owner ext.InstanceID, start time.Time
 func (b *batcher) openPending(handle wire.AnchorHandle) (*outSlot, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.mayWriteLocked() {
+	if !b.state.mayWrite() {
 		return nil, ErrCancelled
 	}
 	idx, ok := b.allocLocked()
@@ -194,17 +194,17 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if s.closed || b.closing || !b.mayWriteLocked() {
+	if s.life.closed() || b.state.saidGoodbye() || !b.state.mayWrite() {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
 		// bound its anchor for this attach: tell it the stream is over.
-		// On a goroutine of its own: this is the messenger's reader, and
-		// the write lock may be held by a flush that waits for the
-		// transport to take a batch.
+		// Queued for the lane's writer: this is the messenger's reader,
+		// which must not wait for a flush that waits for the transport.
 		s.endLocked(ErrConsumerLost)
 		s.session = session
+		w := b.queueJobLocked(laneJob{kind: jobOpenGone, slot: s}, false)
 		b.mu.Unlock()
-		go b.openGone(s)
+		b.writeQueued(w)
 		return
 	}
 	s.session, s.credit, s.window = session, credit, credit
@@ -220,35 +220,30 @@ func (b *batcher) resolvePending(s *outSlot, session uint64, credit uint32) {
 // watchdog gives up on a slot that never opened. When the slot's index
 // already serves a stream the owner may know (an OpenSlot for it would
 // collide there), or eviction or peer loss stopped the batcher, the lane's
-// current batcher writes it with an index of its own.
-func (b *batcher) openGone(s *outSlot) {
-	b.writeMu.Lock()
+// current batcher writes it with an index of its own. The caller owns
+// the lane's writes.
+func (b *batcher) writeOpenGone(s *outSlot) {
 	b.mu.Lock()
 	now := b.slots[s.id.Index()]
 	b.mu.Unlock()
 	wrote := (now == nil || now.pending) && b.postOpenGone(s.id, s.openSeq, s.anchorID, s.session)
-	b.writeMu.Unlock()
 	if !wrote {
 		b.mx.abandonBound(b.peer, b.lane, s.anchorID, s.session)
 	}
 }
 
-// mayWriteLocked says whether the batcher may still write. One that
-// eviction or peer loss took out of the mux (superseded) or stopped may
-// not: a refused batch or its stop moves it to an epoch newer than a
-// successor's on the same lane, and the peer would retire that
-// successor's streams. One that the mux's close retired may: no successor
-// comes after it.
-func (b *batcher) mayWriteLocked() bool { return b.retired || !(b.stopped || b.superseded) }
-
 // abandonBound tells the owner that the stream it bound for this node as
 // (anchorID, session) will not open. An index taken for the moment
 // carries the OpenSlot and the CloseSlot{PeerGone}; with every index
 // taken, or the batcher stopped, nothing is written and the owner's
-// accept window ends the bind.
+// accept window ends the bind. It is queued for the lane's writer, and
+// written by the caller when the lane is free.
 func (b *batcher) abandonBound(anchorID, session uint64) {
-	b.writeMu.Lock()
-	defer b.writeMu.Unlock()
+	b.queueJob(laneJob{kind: jobAbandon, anchorID: anchorID, session: session}, true)
+}
+
+// writeAbandon is abandonBound's write. The caller owns the lane's writes.
+func (b *batcher) writeAbandon(anchorID, session uint64) {
 	b.mu.Lock()
 	idx, ok := b.allocLocked()
 	var id muxwire.SlotID
@@ -290,7 +285,8 @@ func (mx *mux) retiredFor(peer ext.WorkerID, lane int) *batcher {
 	if b == nil {
 		b = newBatcher(mx, peer, lane)
 		b.mu.Lock() // a batcher's lock nests in the mux's
-		b.retired, b.closing = true, true
+		b.state.to(batcherRetired)
+		b.state.to(batcherClosing)
 		b.mu.Unlock()
 		mx.retired[k] = b
 	}
@@ -300,7 +296,7 @@ func (mx *mux) retiredFor(peer ext.WorkerID, lane int) *batcher {
 // postOpenGone writes OpenSlot and CloseSlot{PeerGone} for id in one
 // batch: the owner claims its bind and ends it with Dropped. It reports
 // false when the batcher may no longer write (a transport's refusal
-// counts as written: the peer is gone). The caller holds writeMu.
+// counts as written: the peer is gone). The caller owns the lane's writes.
 func (b *batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session uint64) bool {
 	err := b.postRecords(2, muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
 		if i == 0 {
@@ -323,7 +319,7 @@ func (b *batcher) failPending(s *outSlot, err error) {
 	s.pending = false
 	b.pendingN--
 	close(s.answered)
-	if !s.closed {
+	if !s.life.closed() {
 		s.failErr = err
 		s.endLocked(ErrCancelled)
 	}
@@ -382,11 +378,11 @@ func (s *Sender[T]) Ready(ctx context.Context) error {
 	b := s.mx.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s.mx.failErr != nil || s.mx.closed || s.mx.cancelled {
+	if s.mx.failErr != nil || s.mx.life.closed() || s.mx.cancelled {
 		// Refused, or ended before or as the answer came (an epoch death,
 		// the Manager's close): a caller deciding on this answer must not
 		// take the Sender as good.
-		if s.mx.terminal && s.mx.failErr == nil && !s.mx.cancelled {
+		if s.mx.life.terminal() && s.mx.failErr == nil && !s.mx.cancelled {
 			return nil // it ended by its own terminal, written
 		}
 		return s.mx.endErr()

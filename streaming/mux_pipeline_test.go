@@ -332,8 +332,8 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.writeMu.Lock() // keep the batcher's goroutine out of flush
-	defer b.writeMu.Unlock()
+	holdWriter(t, b) // keep the batcher's goroutine out of flush
+	defer b.release()
 	s1, _ := b.openPending(wire.NewAnchorHandle(7, 1))
 	s2, _ := b.openPending(wire.NewAnchorHandle(7, 2))
 	if err := s2.pushBytes(context.Background(), []byte("x")); err != nil {

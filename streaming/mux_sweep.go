@@ -195,16 +195,19 @@ func (mx *mux) beat() {
 // costs the peer nothing but its header.
 func (b *batcher) probe() {
 	b.mu.Lock()
-	live := b.live > 0 && !b.stopped
+	live := b.live > 0 && !b.state.stopped()
 	b.mu.Unlock()
 	if !live {
 		return
 	}
-	b.writeMu.Lock()
+	b.queueJob(laneJob{kind: jobProbe}, true)
+}
+
+// writeProbe is probe's write. The caller owns the lane's writes.
+func (b *batcher) writeProbe() {
 	b.mu.Lock()
-	if !b.mayWriteLocked() { // taken out of the mux since: its successor probes
+	if !b.state.mayWrite() { // taken out of the mux since: its successor probes
 		b.mu.Unlock()
-		b.writeMu.Unlock()
 		return
 	}
 	b.seq++
@@ -215,9 +218,7 @@ func (b *batcher) probe() {
 	if post == nil {
 		post = b.mx.post
 	}
-	err := post(b.peer, b.lane, enc.Batch())
-	b.writeMu.Unlock()
-	if err != nil {
+	if err := post(b.peer, b.lane, enc.Batch()); err != nil {
 		b.postRefused(err)
 	}
 }
@@ -226,7 +227,7 @@ func (b *batcher) beat() {
 	b.mu.Lock()
 	wake := false
 	for _, s := range b.slots {
-		if s == nil || s.terminal || s.closed || s.pending {
+		if s == nil || s.life.terminal() || s.life.closed() || s.pending {
 			continue
 		}
 		if s.active {

@@ -1,0 +1,206 @@
+package streaming
+
+// One writer per lane. Every post of a batcher goes through whoever owns
+// its writes (b.writing, under b.mu), so batch_seq reaches the peer in
+// order. Ownership is only ever taken without waiting: whoever finds it
+// taken queues its work (an OpenSlot in b.opens, anything else as a
+// laneJob) and leaves, and the owner writes that work before it lets go
+// (release), under the same hold of b.mu that clears b.writing, so no
+// queued work is left without a writer.
+//
+// The batcher's goroutine is the usual owner. A synchronous attach, the
+// close's goodbye and the sweep's probe write inline when the lane is
+// free, as they did under a write lock, to save a wake; control work that
+// comes from a reader (the messenger's callbacks, ingress) never writes
+// inline while the goroutine lives, so a reader neither waits for a
+// writer nor posts itself. Once the goroutine is gone (the mux closed, the
+// batcher stopped), work comes late and rarely, and whoever queues it
+// writes it if the lane is free.
+
+import "github.com/velo-go/velo/internal/muxwire"
+
+// laneJobKind names the control work a laneJob carries.
+type laneJobKind uint8
+
+const (
+	jobLateCloses laneJobKind = iota // closes after the mux closed (postCloses)
+	jobGoodbye                       // the close's OpenSlots and CloseSlots
+	jobOpenGone                      // a pipelined attach answered after its stream ended
+	jobAbandon                       // a bind that will not open (abandonBound)
+	jobProbe                         // the heartbeat's empty batch
+)
+
+// laneJob is one piece of control work queued for the lane's writer.
+type laneJob struct {
+	kind              laneJobKind
+	closes            []closeReply // jobLateCloses, jobGoodbye
+	opens             []*outSlot   // jobGoodbye: OpenSlots that go before its closes
+	slot              *outSlot     // jobOpenGone
+	anchorID, session uint64       // jobAbandon
+}
+
+// ownLocked takes the lane's writes if no one holds them. The caller
+// holds b.mu; on true it must call release.
+func (b *batcher) ownLocked() bool {
+	if b.writing {
+		return false
+	}
+	b.writing = true
+	return true
+}
+
+// goneLocked says the batcher's goroutine has ended or is ending, so no
+// wake of it would write queued work.
+func (b *batcher) goneLocked() bool {
+	if b.state.stopped() {
+		return true
+	}
+	select {
+	case <-b.mx.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// jobWriter says who writes a queued job.
+type jobWriter uint8
+
+const (
+	ownerWrites  jobWriter = iota // the lane's current owner, before it lets go
+	callerWrites                  // the caller took the lane: it calls release
+	wakeWrites                    // the lane is free: the goroutine, once woken
+)
+
+// queueJobLocked queues j for the lane's writer and says who writes it.
+// With inline, the caller writes when the lane is free; without, only
+// once the goroutine is gone.
+func (b *batcher) queueJobLocked(j laneJob, inline bool) jobWriter {
+	b.jobs = append(b.jobs, j)
+	switch {
+	case b.writing:
+		return ownerWrites
+	case inline || b.goneLocked():
+		b.writing = true
+		return callerWrites
+	}
+	return wakeWrites
+}
+
+// queueJob is queueJobLocked that takes the lock and sees the job written.
+func (b *batcher) queueJob(j laneJob, inline bool) {
+	b.mu.Lock()
+	w := b.queueJobLocked(j, inline)
+	b.mu.Unlock()
+	b.writeQueued(w)
+}
+
+// writeQueued does the caller's part in writing a queued job.
+func (b *batcher) writeQueued(w jobWriter) {
+	switch w {
+	case callerWrites:
+		b.release()
+	case wakeWrites:
+		b.signal()
+	}
+}
+
+// release writes what was queued for the owner and gives up the lane's
+// writes. A pass that found the lane taken (rerun) is woken again.
+func (b *batcher) release() {
+	b.mu.Lock()
+	for {
+		if len(b.jobs) > 0 {
+			j := b.jobs[0]
+			b.jobs[0] = laneJob{}
+			b.jobs = b.jobs[1:]
+			if len(b.jobs) == 0 {
+				b.jobs = b.jobs[:0:cap(b.jobs)]
+			}
+			b.mu.Unlock()
+			b.runJob(j)
+			b.mu.Lock()
+			continue
+		}
+		if b.openWaiters > 0 && len(b.opens) > 0 {
+			b.mu.Unlock()
+			b.postOpens()
+			b.mu.Lock()
+			continue
+		}
+		break
+	}
+	b.writing = false
+	rerun := b.rerun
+	b.rerun = false
+	b.mu.Unlock()
+	if rerun {
+		b.signal()
+	}
+}
+
+// runJob writes one job. The caller owns the lane's writes.
+func (b *batcher) runJob(j laneJob) {
+	switch j.kind {
+	case jobLateCloses:
+		b.postCloses(j.closes)
+	case jobGoodbye:
+		if len(j.opens) > 0 {
+			err := b.postOpenSlots(j.opens)
+			b.mu.Lock()
+			b.openedLocked(j.opens, nil) // as an attach whose open the goodbye wrote
+			b.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+		b.postCloses(j.closes)
+	case jobOpenGone:
+		b.writeOpenGone(j.slot)
+	case jobAbandon:
+		b.writeAbandon(j.anchorID, j.session)
+	case jobProbe:
+		b.writeProbe()
+	}
+}
+
+// postCloses writes CloseSlot records, in as many batches as need be.
+func (b *batcher) postCloses(closes []closeReply) {
+	b.postRecords(len(closes), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		enc.CloseSlot(closes[i].id, 0, closes[i].reason)
+	})
+}
+
+// openedLocked records the result of posting opens and wakes the
+// attaches that wait for it.
+func (b *batcher) openedLocked(opens []*outSlot, err error) {
+	for _, s := range opens {
+		s.openErr, s.openDone = err, true
+	}
+	b.openPostedLocked()
+}
+
+// openPostedLocked wakes the attaches waiting for their OpenSlot.
+func (b *batcher) openPostedLocked() {
+	if b.openCh != nil {
+		close(b.openCh)
+		b.openCh = nil
+	}
+}
+
+// awaitOpen waits until s's OpenSlot was posted (or dropped) by the
+// lane's writer and returns the result. The caller does not hold b.mu.
+func (b *batcher) awaitOpen(s *outSlot) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for !s.openDone {
+		if b.openCh == nil {
+			b.openCh = make(chan struct{})
+		}
+		ch := b.openCh
+		b.mu.Unlock()
+		<-ch
+		b.mu.Lock()
+	}
+	return s.openErr
+}

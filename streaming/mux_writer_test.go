@@ -1,0 +1,159 @@
+package streaming
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+)
+
+// holdWriter takes the lane's writes for the test, once they are free:
+// the batcher's goroutine writes nothing until b.release.
+func holdWriter(t *testing.T, b *batcher) {
+	t.Helper()
+	waitFor(t, "the lane's writes to be free", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.ownLocked()
+	})
+}
+
+// seqChecker is a post function that fails the test when a lane's
+// batch_seq does not grow by one within an epoch.
+type seqChecker struct {
+	t       *testing.T
+	mu      sync.Mutex
+	epoch   uint64
+	seq     uint32
+	batches int
+	opens   int
+}
+
+func (c *seqChecker) post(_ ext.WorkerID, _ int, batch []byte) error {
+	dec, err := muxwire.Decode(batch)
+	if err != nil {
+		c.t.Error(err)
+		return nil
+	}
+	h := dec.Header
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.Epoch == c.epoch && h.Seq != c.seq+1 {
+		c.t.Errorf("epoch %d: batch_seq %d after %d", h.Epoch, h.Seq, c.seq)
+	}
+	c.epoch, c.seq = h.Epoch, h.Seq
+	c.batches++
+	for r := dec.Records(); ; {
+		rec, ok := r.Next()
+		if !ok {
+			break
+		}
+		if rec.Type == muxwire.OpenSlot {
+			c.opens++
+		}
+	}
+	return nil
+}
+
+// TestMuxOpenWaitsForTheLaneOwner: an attach that finds the lane's writes
+// taken does not write: it queues its OpenSlot and the owner posts it as
+// it lets go, with every other open queued meanwhile, in one batch.
+func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
+	c := &seqChecker{t: t}
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, c.post)
+	defer mx.close()
+	b, err := mx.batcherFor(7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdWriter(t, b)
+	const n = 3
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := b.open(uint64(i+1), uint64(i+1), 4)
+			errs <- err
+		}()
+	}
+	waitFor(t, "the attaches to queue", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.openWaiters == n
+	})
+	c.mu.Lock()
+	if c.batches != 0 {
+		t.Errorf("%d batches written while the lane was held", c.batches)
+	}
+	c.mu.Unlock()
+	b.release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batches != 1 || c.opens != n {
+		t.Errorf("%d OpenSlots in %d batches, want %d in 1", c.opens, c.batches, n)
+	}
+}
+
+// TestMuxControlWorkGoesToTheLaneWriter: who writes a queued job. A
+// reader's job on a live batcher wakes its goroutine; one queued while the
+// lane is taken is the owner's; once the goroutine is gone, the caller
+// writes it.
+func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
+	c := &seqChecker{t: t}
+	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, c.post)
+	defer mx.close()
+	b, err := mx.batcherFor(7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := laneJob{kind: jobLateCloses, closes: []closeReply{{id: 1, reason: muxwire.UnknownSlot}}}
+	b.mu.Lock()
+	if w := b.queueJobLocked(job, false); w != wakeWrites {
+		t.Errorf("a reader's job on a live batcher: %v, want the goroutine's", w)
+	}
+	b.mu.Unlock()
+	b.signal()
+	waitFor(t, "the goroutine to write it", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.batches == 1
+	})
+	holdWriter(t, b)
+	b.mu.Lock()
+	if w := b.queueJobLocked(job, true); w != ownerWrites {
+		t.Errorf("a job while the lane is taken: %v, want the owner's", w)
+	}
+	b.mu.Unlock()
+	b.release() // writes it
+	c.mu.Lock()
+	if c.batches != 2 {
+		t.Errorf("%d batches after the owner let go, want 2", c.batches)
+	}
+	c.mu.Unlock()
+	mx.mu.Lock()
+	delete(mx.batchers, laneKey{7, 0}) // as close does, before its goodbye
+	b.mu.Lock()
+	b.state.to(batcherRetired)
+	b.state.to(batcherClosing)
+	b.mu.Unlock()
+	mx.mu.Unlock()
+	b.stop()
+	b.mu.Lock()
+	w := b.queueJobLocked(job, false)
+	b.mu.Unlock()
+	if w != callerWrites {
+		t.Errorf("a reader's job once the goroutine is gone: %v, want the caller's", w)
+	} else {
+		b.release()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batches != 3 {
+		t.Errorf("%d batches, want 3", c.batches)
+	}
+}
