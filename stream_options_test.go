@@ -3,6 +3,7 @@ package velo_test
 import (
 	"context"
 	"errors"
+	"github.com/velo-go/velo/internal/streamx"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // unattached timeout, not at the 120 s default.
 func TestWithStreamReservationSetsTheUnattachedTimeout(t *testing.T) {
 	n := node(t, velo.WithStreamReservation(streaming.ReservationConfig{UnattachedTimeout: 30 * time.Millisecond}))
-	if got := n.Streams.ReservationConfig(); got.UnattachedTimeout != 30*time.Millisecond || got.AcceptWindow != streaming.DefaultReservationConfig().AcceptWindow {
+	if got := streamx.ReservationConfig(n.Streams); got.UnattachedTimeout != 30*time.Millisecond || got.AcceptWindow != streaming.DefaultReservationConfig().AcceptWindow {
 		t.Fatalf("reservation config %+v", got)
 	}
 	a, err := streaming.CreateAnchor[[]byte](n.Streams)
@@ -31,10 +32,10 @@ func TestWithStreamReservationSetsTheUnattachedTimeout(t *testing.T) {
 }
 
 func TestWithStreamHeartbeat(t *testing.T) {
-	if got := node(t).Streams.HeartbeatInterval(); got != streaming.DefaultHeartbeatInterval {
+	if got := streamx.HeartbeatInterval(node(t).Streams); got != 5*time.Second {
 		t.Fatalf("default heartbeat %v", got)
 	}
-	if got := node(t, velo.WithStreamHeartbeat(250*time.Millisecond)).Streams.HeartbeatInterval(); got != 250*time.Millisecond {
+	if got := streamx.HeartbeatInterval(node(t, velo.WithStreamHeartbeat(250*time.Millisecond)).Streams); got != 250*time.Millisecond {
 		t.Fatalf("heartbeat %v, want 250ms", got)
 	}
 }
@@ -42,11 +43,11 @@ func TestWithStreamHeartbeat(t *testing.T) {
 // A mux-only node has no per-stream listener and advertises none; a
 // mux-only node with the mux disabled does not start.
 func TestWithMuxOnly(t *testing.T) {
-	if node(t).Streams.StreamAddr() == nil {
+	if streamx.StreamAddr(node(t).Streams) == nil {
 		t.Fatal("a default node has no per-stream listener")
 	}
 	n := node(t, velo.WithMuxOnly())
-	if n.Streams.StreamAddr() != nil {
+	if streamx.StreamAddr(n.Streams) != nil {
 		t.Fatal("a mux-only node listens for per-stream connections")
 	}
 	if _, err := n.PeerInfo().Address.Lookup("tcp-stream"); err == nil {

@@ -27,14 +27,24 @@ func WithCodec(c Codec) AnchorOption {
 	return AnchorOption{func(cfg *anchorConfig) { cfg.codec = c }}
 }
 
-// SenderOption changes one setting of AttachAnchor, AttachMPSCAnchor and
-// OpenAnchorStream.
+// SenderOption changes one setting of AttachAnchor, AttachMPSCAnchor,
+// OpenAnchorStream and PrebindAnchor.
 type SenderOption struct {
 	apply func(*senderConfig)
 }
 
 type senderConfig struct {
 	codec Codec
+	key   *uint64 // WithLaneKey
+}
+
+// WithLaneKey gives the stream a placement key for the mux: its owner
+// puts it on lane splitmix64(key) % lanes, so streams with one key to one
+// owner share a lane, on every node with the same lane count. It is a
+// placement hint, not an ordering guarantee; on the same worker and on the
+// per-stream path it changes nothing. The codec options ignore it.
+func WithLaneKey(key uint64) SenderOption {
+	return SenderOption{func(cfg *senderConfig) { cfg.key = &key }}
 }
 
 // WithSenderCodec makes the Sender encode its items with c instead of the
@@ -43,14 +53,16 @@ func WithSenderCodec(c Codec) SenderOption {
 	return SenderOption{func(cfg *senderConfig) { cfg.codec = c }}
 }
 
-func senderCodec(opts []SenderOption) Codec {
+func senderCodec(opts []SenderOption) Codec { return senderOptions(opts).codec }
+
+func senderOptions(opts []SenderOption) senderConfig {
 	var cfg senderConfig
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
 		}
 	}
-	return cfg.codec
+	return cfg
 }
 
 // EncodeError is returned by Send for an item that its codec could not

@@ -28,11 +28,11 @@ import (
 // producer nor the reference's 0.9 producer sends them: a terminal frame
 // on the stream says the same.
 
-// StreamStopHandler is the producer's handler for a consumer's graceful
+// streamStopHandler is the producer's handler for a consumer's graceful
 // stop. It is Go-defined (the Rust reference's release 0.9 has no such
 // handler, so a Rust producer does not see a stop); its body is that of
 // _stream_cancel.
-const StreamStopHandler = wire.StreamStopHandler
+const streamStopHandler = wire.StreamStopHandler
 
 // unitAnswer is the answer of a handler that returns nothing: serde_json
 // writes Rust's () as null, and a Rust caller decodes it.
@@ -70,11 +70,11 @@ func (r *remote) registerControl() error {
 	ex := messenger.WithDrainExempt()
 	for _, h := range []messenger.Handler{
 		messenger.FireHandler(wire.StreamCancelHandler, r.onStreamCancel, ex),
-		messenger.FireHandler(StreamStopHandler, r.onStreamStop, ex),
+		messenger.FireHandler(streamStopHandler, r.onStreamStop, ex),
 		messenger.UnaryHandler(wire.AnchorDetachHandler, r.onAnchorDetach, ex),
 		messenger.UnaryHandler(wire.AnchorFinalizeHandler, r.onAnchorFinalize, ex),
 		messenger.UnaryHandler(wire.AnchorCancelHandler, r.onAnchorCancel, ex),
-		messenger.UnaryHandler(AnchorRenewHandler, r.onAnchorRenew, ex),
+		messenger.UnaryHandler(anchorRenewHandler, r.onAnchorRenew, ex),
 	} {
 		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			return err
@@ -123,9 +123,9 @@ func (r *remote) sender(c *messenger.Context) *remoteSender {
 	return rs
 }
 
-// ActiveSenders counts this node's remote senders that a stop or cancel
+// activeSenders counts this node's remote senders that a stop or cancel
 // can still reach: attaching or streaming.
-func (m *Manager) ActiveSenders() int {
+func (m *Manager) activeSenders() int {
 	if m.remote == nil {
 		return 0
 	}
@@ -319,9 +319,9 @@ func (r *remote) consumerLost(w ext.WorkerID) {
 	}
 }
 
-// AnchorRenewHandler renews unattached reservations on their owner. Go
+// anchorRenewHandler renews unattached reservations on their owner. Go
 // defines it (reference 0.9 has none); see docs/wire.md.
-const AnchorRenewHandler = wire.AnchorRenewHandler
+const anchorRenewHandler = wire.AnchorRenewHandler
 
 // onAnchorRenew renews the local anchors a batch names, with the rules of
 // RenewReservations: every entry that cannot be renewed is a no-op.
@@ -364,7 +364,7 @@ func (r *remote) renewOwner(ctx context.Context, owner ext.WorkerID, hs []wire.A
 	for len(hs) > 0 {
 		n := min(len(hs), wire.MaxRenewBatch)
 		req := wire.RenewRequest{Handles: hs[:n]}
-		if _, err := r.msg.Unary(ctx, inst, AnchorRenewHandler, req.AppendJSON(nil)); err != nil {
+		if _, err := r.msg.Unary(ctx, inst, anchorRenewHandler, req.AppendJSON(nil)); err != nil {
 			return fmt.Errorf("velo: renew %d reservation(s) on worker %v: %w", len(hs), owner, msgerr.NameOp(err, "stream renew"))
 		}
 		hs = hs[n:]

@@ -83,7 +83,7 @@ func TestRemoteStop(t *testing.T) {
 			a.Controller().RequestStop() // idempotent
 		}
 		finishAfterStop(t, s, a)
-		if n := producer.sm.ActiveSenders(); n != 0 {
+		if n := producer.sm.activeSenders(); n != 0 {
 			t.Fatalf("before=%v: %d senders left in the registry", before, n)
 		}
 		a.Close()
@@ -147,7 +147,7 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		within(t, s.Done(), time.Second, "Done")
 		notClosed(t, s.Stopped(), "Stopped after a cancel")
 		// The pump leaves the registry once it retires the stream.
-		waitFor(t, "registry empty", func() bool { return producer.sm.ActiveSenders() == 0 })
+		waitFor(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
 		a.Close()
 	}
 }
@@ -169,7 +169,7 @@ func TestRemoteCancelBeforeAttachSignals(t *testing.T) {
 	if err := s.Send(context.Background(), []byte("x")); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("send: %v, want ErrCancelled", err)
 	}
-	waitFor(t, "registry empty", func() bool { return producer.sm.ActiveSenders() == 0 })
+	waitFor(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
 }
 
 // TestStreamSignalFromStranger: only the anchor's owner can signal a
@@ -278,7 +278,7 @@ func TestAnchorFinalizeHandler(t *testing.T) {
 	}
 	unaryNull(t, raw, consumer, wire.AnchorFinalizeHandler, a.Handle())
 	connClosed(t, c)
-	if n := consumer.sm.ActiveAnchors(); n != 0 {
+	if n := consumer.sm.activeAnchors(); n != 0 {
 		t.Fatalf("%d anchors left", n)
 	}
 	// An unattached anchor is finalized too, as in the reference.
@@ -325,7 +325,7 @@ func TestAnchorCancelHandler(t *testing.T) {
 	}
 	defer m.Close()
 	unaryNull(t, raw, consumer, wire.AnchorCancelHandler, m.Handle())
-	if n := consumer.sm.ActiveAnchors(); n != 1 {
+	if n := consumer.sm.activeAnchors(); n != 1 {
 		t.Fatalf("%d anchors, want the MPSC one", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -439,7 +439,7 @@ func TestSenderRegistryEmpty(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := attachRemoteT[[]byte](t, producer, a.Handle())
-		if n := producer.sm.ActiveSenders(); n != 1 {
+		if n := producer.sm.activeSenders(); n != 1 {
 			t.Fatalf("case %d: %d senders while live, want 1", i, n)
 		}
 		retired := s.Retired()
@@ -451,7 +451,7 @@ func TestSenderRegistryEmpty(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("case %d: not retired", i)
 		}
-		if n := producer.sm.ActiveSenders(); n != 0 {
+		if n := producer.sm.activeSenders(); n != 0 {
 			t.Fatalf("case %d: %d senders left", i, n)
 		}
 		a.Close()
@@ -461,7 +461,7 @@ func TestSenderRegistryEmpty(t *testing.T) {
 	if _, err := AttachAnchor[[]byte](ctx, producer.sm, wire.NewAnchorHandle(consumer.msg.WorkerID(), 99)); !errors.Is(err, ErrAnchorNotFound) {
 		t.Fatalf("attach to nothing: %v", err)
 	}
-	if n := producer.sm.ActiveSenders(); n != 0 {
+	if n := producer.sm.activeSenders(); n != 0 {
 		t.Fatalf("refused attach: %d senders left", n)
 	}
 }

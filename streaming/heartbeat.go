@@ -26,42 +26,42 @@ import (
 // The consumer's reader of each stream watches the connection with its
 // read deadline, the one timer of the stream: it moves the deadline only
 // when it is within half a window of the last frame, and a frame that is
-// read wins over a deadline that passed. After DetectionMultiplier windows
+// read wins over a deadline that passed. After detectionMultiplier windows
 // with no frame it ends the stream with ErrSenderDropped, counts the firing
-// (Manager.WatchdogFirings) and logs one warning.
+// (streamx.WatchdogFirings) and logs one warning.
 
-// DetectionMultiplier is how many heartbeat windows without a frame end a
+// detectionMultiplier is how many heartbeat windows without a frame end a
 // remote stream (the reference's DETECTION_MULTIPLIER).
-const DetectionMultiplier = 3
+const detectionMultiplier = 3
 
 // heartbeatFrame is the Heartbeat stream frame, shared by every sender.
 var heartbeatFrame = []byte(wire.HeartbeatFrame)
 
 // WithHeartbeatInterval sets the heartbeat interval this node answers an
 // attach with, and watches its remote streams with: a stream from which
-// nothing arrives for DetectionMultiplier intervals ends with
-// ErrSenderDropped. DefaultHeartbeatInterval (5 s) unless set; a value
+// nothing arrives for detectionMultiplier intervals ends with
+// ErrSenderDropped. defaultHeartbeatInterval (5 s) unless set; a value
 // below one millisecond (the unit on the wire) is taken as the default.
 func WithHeartbeatInterval(d time.Duration) NodeOption {
 	return NodeOption{func(c *nodeConfig) { c.heartbeat = d }}
 }
 
-// HeartbeatInterval is the interval this node answers attaches with and
+// heartbeatInterval is the interval this node answers attaches with and
 // watches its remote streams by; 0 for a Manager from NewManager, which
 // has no remote streams.
-func (m *Manager) HeartbeatInterval() time.Duration {
+func (m *Manager) heartbeatInterval() time.Duration {
 	if m.remote == nil {
 		return 0
 	}
 	return m.remote.heartbeat
 }
 
-// WatchdogFirings counts the remote streams of this Manager that its
-// watchdog ended: DetectionMultiplier heartbeat windows passed with
+// watchdogFirings counts the remote streams of this Manager that its
+// watchdog ended: detectionMultiplier heartbeat windows passed with
 // nothing from the producer (velo_streaming_heartbeat_watchdog_firings_total
 // in the reference). It is the signal of a watchdog kill: the consumer's
 // ErrSenderDropped alone does not tell it from a producer that closed.
-func (m *Manager) WatchdogFirings() uint64 {
+func (m *Manager) watchdogFirings() uint64 {
 	if m.remote == nil {
 		return 0
 	}
@@ -223,7 +223,7 @@ func (w *watchdog) frame() {
 }
 
 // expired reports whether err is the read deadline passing, and if so
-// whether that ends the stream: DetectionMultiplier windows after the last
+// whether that ends the stream: detectionMultiplier windows after the last
 // frame. Otherwise it re-arms the deadline and the read goes on (the
 // frame reader keeps a partial frame across the timeout).
 func (w *watchdog) expired(err error) (timeout, fire bool) {
@@ -235,7 +235,7 @@ func (w *watchdog) expired(err error) (timeout, fire bool) {
 	// moved for frames that came while it was more than half a window
 	// away.
 	w.misses = int(now.Sub(w.last) / w.window)
-	if w.misses >= DetectionMultiplier {
+	if w.misses >= detectionMultiplier {
 		return true, true
 	}
 	w.deadline = w.last.Add(time.Duration(w.misses+1) * w.window)
@@ -258,6 +258,6 @@ func (r *remote) fire(st *anchorState, proxy *senderCore, w *watchdog) {
 		"anchor_inlet_cap", st.capLim,
 		"silent_ms", time.Since(w.last).Milliseconds(),
 		"heartbeat_deadline_ms", w.window.Milliseconds(),
-		"detection_multiplier", DetectionMultiplier)
+		"detection_multiplier", detectionMultiplier)
 	st.terminate(proxy, droppedFrame, false)
 }

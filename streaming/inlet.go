@@ -11,9 +11,9 @@ import (
 	"github.com/velo-go/velo/metrics"
 )
 
-// DefaultCapacity is the number of frames an anchor's inlet holds before
+// defaultCapacity is the number of frames an anchor's inlet holds before
 // Send waits.
-const DefaultCapacity = 256
+const defaultCapacity = 256
 
 // closedChan is returned for a signal that has already fired.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -430,10 +430,10 @@ func (st *anchorState) requestStop() {
 	}
 	st.mu.Unlock()
 	if first && b != nil {
-		b.signal(StreamStopHandler)
+		b.signal(streamStopHandler)
 	}
 	for _, rb := range remotes {
-		rb.signal(StreamStopHandler)
+		rb.signal(streamStopHandler)
 	}
 	if first && feed != nil {
 		feed.requestStop()

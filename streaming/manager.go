@@ -36,7 +36,7 @@ type Manager struct {
 	consumerWakes atomic.Uint64 // consumers woken from a wait for a frame
 
 	met     *metrics.StreamingMetrics // nil: no metrics, nothing recorded
-	untrack func()                    // removes ActiveAnchors from the gauge's sources
+	untrack func()                    // removes activeAnchors from the gauge's sources
 }
 
 // WithMetrics makes the Manager record into the Streaming family of vm
@@ -85,7 +85,7 @@ func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
 	m.base = time.Now()
 	m.unattached = deadline.New(deadline.DefaultShards, m.expireUnattached)
 	if m.met != nil {
-		m.untrack = m.met.TrackActive(m.ActiveAnchors)
+		m.untrack = m.met.TrackActive(m.activeAnchors)
 	}
 	return m
 }
@@ -93,9 +93,9 @@ func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
 // Owner is the WorkerID in the handles of this Manager.
 func (m *Manager) Owner() ext.WorkerID { return m.owner }
 
-// ActiveAnchors counts the anchors in the registry: created, and neither
+// activeAnchors counts the anchors in the registry: created, and neither
 // ended nor closed.
-func (m *Manager) ActiveAnchors() int {
+func (m *Manager) activeAnchors() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
@@ -185,7 +185,7 @@ type anchorConfig struct {
 }
 
 // WithCapacity sets how many frames the anchor's inlet holds before Send
-// waits (DefaultCapacity unless set). It must be at least 1.
+// waits (defaultCapacity unless set). It must be at least 1.
 func WithCapacity(n int) AnchorOption {
 	return AnchorOption{func(c *anchorConfig) { c.capacity = n }}
 }
@@ -211,9 +211,9 @@ func anchorOptions(opts []AnchorOption, unattached time.Duration) (anchorConfig,
 	if len(opts) == 0 {
 		// The usual case, kept apart: handing the config to an option
 		// moves it to the heap, once per anchor.
-		return anchorConfig{capacity: DefaultCapacity, unattached: unattached}, nil
+		return anchorConfig{capacity: defaultCapacity, unattached: unattached}, nil
 	}
-	cfg := anchorConfig{capacity: DefaultCapacity}
+	cfg := anchorConfig{capacity: defaultCapacity}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
@@ -281,16 +281,8 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 // worker, a stop or cancel that the consumer made before the attach is
 // already fired on the returned Sender.
 func AttachAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandle, opts ...SenderOption) (*Sender[T], error) {
-	return attachAnchorCounted[T](ctx, m, handle, nil, senderCodec(opts))
-}
-
-// AttachAnchorKeyed is AttachAnchor with a placement key for the mux: the
-// owner puts the stream on lane splitmix64(key) % lanes, so streams with
-// one key to one owner share a lane. It is a placement hint, not an
-// ordering guarantee; on the same worker and on the per-stream path it
-// changes nothing.
-func AttachAnchorKeyed[T any](ctx context.Context, m *Manager, handle AnchorHandle, key uint64, opts ...SenderOption) (*Sender[T], error) {
-	return attachAnchorCounted[T](ctx, m, handle, &key, senderCodec(opts))
+	cfg := senderOptions(opts)
+	return attachAnchorCounted[T](ctx, m, handle, cfg.key, cfg.codec)
 }
 
 func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*Sender[T], error) {
@@ -339,6 +331,6 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	return s, nil
 }
 
-// ConsumerWakes counts the times a consumer waiting in Next was woken by a
+// consumerWakeCount counts the times a consumer waiting in Next was woken by a
 // frame: divided by the records read, it is the wakes per record.
-func (m *Manager) ConsumerWakes() uint64 { return m.consumerWakes.Load() }
+func (m *Manager) consumerWakeCount() uint64 { return m.consumerWakes.Load() }

@@ -99,7 +99,7 @@ type MPSCAnchor[T any] struct {
 
 // CreateMPSCAnchor makes an anchor for items of type T that accepts many
 // producers at once, and registers it with m. Its inlet holds
-// DefaultCapacity frames from all producers together unless WithCapacity
+// defaultCapacity frames from all producers together unless WithCapacity
 // says otherwise. It has no unattached timeout unless
 // WithUnattachedTimeout sets one (the Manager's ReservationConfig applies
 // to SPSC anchors only): the timeout then runs while no producer is
@@ -263,13 +263,8 @@ type MPSCSender[T any] struct {
 // of its own, or opens one TCP connection when the owner has no mux. It
 // does not wait for room in the inlet; the sends do.
 func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandle, opts ...SenderOption) (*MPSCSender[T], error) {
-	return attachMPSCCounted[T](ctx, m, handle, nil, senderCodec(opts))
-}
-
-// AttachMPSCAnchorKeyed is AttachMPSCAnchor with a mux placement key, as
-// AttachAnchorKeyed.
-func AttachMPSCAnchorKeyed[T any](ctx context.Context, m *Manager, handle AnchorHandle, key uint64, opts ...SenderOption) (*MPSCSender[T], error) {
-	return attachMPSCCounted[T](ctx, m, handle, &key, senderCodec(opts))
+	cfg := senderOptions(opts)
+	return attachMPSCCounted[T](ctx, m, handle, cfg.key, cfg.codec)
 }
 
 func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*MPSCSender[T], error) {

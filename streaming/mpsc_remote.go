@@ -30,7 +30,7 @@ import (
 //
 // On the owner, one reader goroutine per remote producer feeds the shared
 // inlet. Whatever ends that producer — its Detached or Dropped frame, its
-// connection closing, its silence for DetectionMultiplier heartbeat
+// connection closing, its silence for detectionMultiplier heartbeat
 // windows, _mpsc_anchor_detach, or no connection within its connect window —
 // gives the consumer that producer's MPSCDetached or MPSCDropped, and the
 // stream goes on. The consumer's Cancel or Close closes every producer's
@@ -129,7 +129,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	if stop {
 		// A stop made before this producer attached is kept: the producer
 		// registered its sender before it asked, so this cannot come early.
-		ctl.signal(StreamStopHandler)
+		ctl.signal(streamStopHandler)
 	}
 	// A routing session of our own: producers on different workers may
 	// use the same session id.
@@ -156,10 +156,10 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 // mpscConnectWindow is how long the owner waits for the connection of a
 // producer it counted. The reference's per-sender reader starts its
 // heartbeat watch at the attach, so a producer that never connects is
-// dropped after DetectionMultiplier windows, or the accept window if that
+// dropped after detectionMultiplier windows, or the accept window if that
 // is shorter.
 func (r *remote) mpscConnectWindow() time.Duration {
-	return min(r.acceptWindow, DetectionMultiplier*r.heartbeat)
+	return min(r.acceptWindow, detectionMultiplier*r.heartbeat)
 }
 
 // expireMPSC drops a counted producer whose connection did not come in

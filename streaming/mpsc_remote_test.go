@@ -442,10 +442,10 @@ func TestRemoteMPSCWatchdog(t *testing.T) {
 	if f.Kind != MPSCDropped || f.Sender != s.SenderID() {
 		t.Fatalf("after the silence: %+v, want Dropped of %v", f, s.SenderID())
 	}
-	if lo, hi := 2*testWindow, DetectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
+	if lo, hi := 2*testWindow, detectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
 		t.Fatalf("dropped %v after the last frame, want within [%v, %v]", took, lo, hi)
 	}
-	if n := consumer.sm.WatchdogFirings(); n != 0 {
+	if n := consumer.sm.watchdogFirings(); n != 0 {
 		t.Fatalf("WatchdogFirings = %d, want 0 for an MPSC producer", n)
 	}
 	if strings.Contains(log.String(), "watchdog") {
@@ -616,7 +616,7 @@ func TestRemoteMPSCOwnerWireGolden(t *testing.T) {
 	if string(answer) != want {
 		t.Fatalf("answer\n got %s\nwant %s", answer, want)
 	}
-	c, err := net.Dial("tcp", consumer.sm.StreamAddr().String())
+	c, err := net.Dial("tcp", consumer.sm.streamAddr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +670,7 @@ func TestRemoteMPSCNeverConnects(t *testing.T) {
 	if f.Kind != MPSCDropped || f.Sender != 1 {
 		t.Fatalf("%+v, want Dropped of SenderID(1)", f)
 	}
-	if lo, hi := DetectionMultiplier*testWindow, DetectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
+	if lo, hi := detectionMultiplier*testWindow, detectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
 		t.Fatalf("dropped %v after the attach, want within [%v, %v]", took, lo, hi)
 	}
 	if got := an.Senders(); got != 0 {
@@ -728,7 +728,7 @@ func TestRemoteMPSCHeartbeatKeepsIdleProducer(t *testing.T) {
 	s := attachMPSCRemoteT(t, producer, an.Handle())
 	// Twice the detection time with nothing but heartbeats: the consumer
 	// must see nothing at all (no Dropped).
-	ctx, cancel := context.WithTimeout(context.Background(), 2*DetectionMultiplier*testWindow)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*detectionMultiplier*testWindow)
 	f, err := an.Next(ctx)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -820,7 +820,7 @@ func TestRemoteMPSCCancelSendsStreamCancel(t *testing.T) {
 	if err != nil || resp.Refused {
 		t.Fatalf("answer %s: %v", answer, err)
 	}
-	c, err := net.Dial("tcp", consumer.sm.StreamAddr().String())
+	c, err := net.Dial("tcp", consumer.sm.streamAddr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx/hook"
 	"os"
 	"slices"
 	"strings"
@@ -22,10 +23,10 @@ import (
 // per-stream path otherwise, so that older peers and Rust 0.9 nodes (which
 // offer messenger-mux-v1, a different wire) meet on tcp-stream.
 
-// MuxDisableEnv turns the mux off for a process when set to 1, true, yes
+// muxDisableEnv turns the mux off for a process when set to 1, true, yes
 // or on: a rollback that needs no code change. The next attach negotiates
 // the per-stream path; a node built WithMuxOnly fails to start.
-const MuxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
+const muxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
 
 // WithMux sets the messenger mux of a node Manager (on by default).
 func WithMux(c MuxConfig) NodeOption {
@@ -39,11 +40,11 @@ func WithMuxOnly() NodeOption {
 	return NodeOption{func(nc *nodeConfig) { nc.muxOnly = true }}
 }
 
-var errMuxOnlyDisabled = errors.New("velo: a mux-only node needs the mux: it is disabled (MuxConfig.Disabled or " + MuxDisableEnv + ")")
+var errMuxOnlyDisabled = errors.New("velo: a mux-only node needs the mux: it is disabled (MuxConfig.Disabled or " + muxDisableEnv + ")")
 
-// muxDisabledByEnv reads MuxDisableEnv.
+// muxDisabledByEnv reads muxDisableEnv.
 func muxDisabledByEnv() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(MuxDisableEnv))) {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(muxDisableEnv))) {
 	case "1", "true", "yes", "on":
 		return true
 	}
@@ -76,7 +77,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)
 		}, messenger.WithInline(), messenger.WithDrainExempt(),
 			msgrx.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
-				mx.stagedFailure(sender, lane, h[MuxSlotHeader], err)
+				mx.stagedFailure(sender, lane, h[muxSlotHeader], err)
 			}))
 		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			mx.close()
@@ -107,7 +108,7 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 	}
 	var opts []messenger.CallOption
 	if tag != "" {
-		opts = append(opts, messenger.WithHeaders(map[string]string{MuxSlotHeader: tag}))
+		opts = append(opts, messenger.WithHeaders(map[string]string{muxSlotHeader: tag}))
 	}
 	return admitted(msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch, opts...))
 }
@@ -262,28 +263,17 @@ func (r *remote) offeredKeys() []string {
 	return []string{wire.TCPStreamKey}
 }
 
-// MuxStats are counts of this node's mux since it started.
-type MuxStats struct {
-	BatchesSent, RecordsSent         uint64
-	BatchesReceived, RecordsReceived uint64
-	LiveSlotsOut, LiveSlotsIn        int // open slots: this node's producers, and streams into it
-	CreditExhausted                  uint64
-	EpochDeaths                      uint64
-	ProtocolErrors                   uint64
-	WatchdogFirings                  uint64
-	// BatcherWakes counts the wakes of this node's batcher goroutines:
-	// divided by the records sent, it is the wakes per record.
-	BatcherWakes uint64
-}
+// muxCounts is a snapshot of the mux's counts, read by package streamx.
+type muxCounts = hook.MuxStats
 
-// MuxStats returns the mux's counts; zero with no mux.
-func (m *Manager) MuxStats() MuxStats {
+// muxStats returns the mux's counts; zero with no mux.
+func (m *Manager) muxStats() muxCounts {
 	if m.remote == nil || m.remote.mux == nil {
-		return MuxStats{}
+		return muxCounts{}
 	}
 	mx := m.remote.mux
 	out, in := mx.liveSlots()
-	return MuxStats{
+	return muxCounts{
 		BatchesSent: mx.n.batchesSent.Load(), RecordsSent: mx.n.recordsSent.Load(),
 		BatchesReceived: mx.n.batchesRecv.Load(), RecordsReceived: mx.n.recordsRecv.Load(),
 		LiveSlotsOut: out, LiveSlotsIn: in,

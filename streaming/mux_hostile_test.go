@@ -420,7 +420,7 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 	var attempts atomic.Int32
 	release := make(chan struct{})
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		if attempts.Add(1) == 1 {
 			<-release // the first batch of answers stays in flight
 		}

@@ -842,7 +842,7 @@ func (s *inSlot) consumerGone() {
 
 // watch is one watchdog window over the peer's slots: a slot that got
 // nothing while its producer held credit misses the window; after
-// DetectionMultiplier misses it ends with Dropped.
+// detectionMultiplier misses it ends with Dropped.
 func (ip *ingressPeer) watch() {
 	var fired *watchdogFiring
 	ip.mu.Lock()
@@ -870,7 +870,7 @@ func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
 		s.delivered, s.misses = false, 0
 	default:
 		s.misses++
-		if s.misses >= DetectionMultiplier {
+		if s.misses >= detectionMultiplier {
 			// Counted before the end is delivered, so that a consumer
 			// that sees ErrSenderDropped can tell a watchdog kill. An
 			// MPSC producer's end is not counted, as in the reference.
@@ -991,11 +991,8 @@ func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
 	}
 }
 
-// MuxSlotHeader names the stream of a singleton batch that the messenger
-// stages: "<epoch>:<slot>:<session>", the sender's epoch, the slot's full
-// id and the routing session it was opened with. A receiver that refuses
-// the staged record for its size ends that one stream (docs/mux.md).
-const MuxSlotHeader = "_mux_slot"
+// muxSlotHeader names the stream of a staged singleton batch (muxwire.SlotHeader).
+const muxSlotHeader = muxwire.SlotHeader
 
 // stagedFailure ends the one stream that a staged singleton batch from
 // sender on lane belonged to, when this node could not fetch it (refused

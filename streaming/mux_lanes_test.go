@@ -87,7 +87,7 @@ func TestMuxLanesKeyed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := AttachAnchorKeyed[[]byte](context.Background(), producer.sm, a.Handle(), key)
+		s, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle(), WithLaneKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestMuxLanesKeyed(t *testing.T) {
 		readTokens(t, a, 0, 1, 5*time.Second)
 		s.Close()
 		b, _ := CreateAnchor[[]byte](consumer.sm)
-		tk, err := consumer.sm.PrebindAnchorKeyed(b.Handle(), key)
+		tk, err := consumer.sm.PrebindAnchor(b.Handle(), WithLaneKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 	connect(t, producer.msg, consumer.msg)
 	for key := range uint64(8) {
 		a, _ := CreateAnchor[[]byte](consumer.sm)
-		tk, err := consumer.sm.PrebindAnchorKeyed(a.Handle(), key)
+		tk, err := consumer.sm.PrebindAnchor(a.Handle(), WithLaneKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 // A batch whose header names another lane than its handler's is dropped
 // and counted: its slot ids belong to another batcher.
 func TestMuxLaneMismatchDropped(t *testing.T) {
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.close()
 	var enc muxwire.Encoder
 	enc.Start(nil, 2, 1, 1)
@@ -152,7 +152,7 @@ func TestMuxLaneMismatchDropped(t *testing.T) {
 func TestMuxRejectLaneCapped(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		once.Do(func() { <-release }) // the first write stalls: nothing drains the lane
 		return nil
 	})
@@ -185,7 +185,7 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 // and still goes out, through a fresh batcher.
 func TestMuxCloseRacesEviction(t *testing.T) {
 	got := make(chan []byte, 16)
-	mx := newMux(MuxConfig{BatcherIdleTTL: time.Nanosecond}, DefaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
+	mx := newMux(MuxConfig{BatcherIdleTTL: time.Nanosecond}, defaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
 		got <- append([]byte(nil), b...)
 		return nil
 	})
@@ -232,7 +232,7 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 // holds its slot index, nor does one with the right slot but another
 // session; control for an index never allocated is refused and counted.
 func TestMuxStaleAndBogusControl(t *testing.T) {
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.close()
 	b, err := mx.batcherFor(3, 0)
 	if err != nil {
@@ -278,7 +278,7 @@ func TestMuxLanesKeyedMPSC(t *testing.T) {
 	connect(t, producer.msg, consumer.msg)
 	an := newMPSC(t, consumer.sm)
 	for _, key := range []uint64{7, 8, 9} {
-		s, err := AttachMPSCAnchorKeyed[[]byte](context.Background(), producer.sm, an.Handle(), key)
+		s, err := AttachMPSCAnchor[[]byte](context.Background(), producer.sm, an.Handle(), WithLaneKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}

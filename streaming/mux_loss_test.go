@@ -91,7 +91,7 @@ func TestMuxEpochDeath(t *testing.T) {
 // TestMuxWatchdog: heartbeats keep an idle mux stream alive across many
 // windows; when the producer's batches are lost after admission (no
 // epoch death), the consumer's stream watchdog ends the stream with
-// ErrSenderDropped after DetectionMultiplier windows.
+// ErrSenderDropped after detectionMultiplier windows.
 func TestMuxWatchdog(t *testing.T) {
 	const hb = 20 * time.Millisecond
 	producer, consumer := muxNodes(t, MuxConfig{}, WithHeartbeatInterval(hb))
@@ -115,7 +115,7 @@ func TestMuxWatchdog(t *testing.T) {
 		t.Fatalf("want ErrSenderDropped from the watchdog, got %v", err)
 	}
 	t.Logf("the watchdog ended the stream %v after its batches were lost (window %v)", time.Since(start), hb)
-	if n := consumer.sm.WatchdogFirings(); n != 1 {
+	if n := consumer.sm.watchdogFirings(); n != 1 {
 		t.Fatalf("WatchdogFirings %d when the stream ended, want 1", n)
 	}
 }

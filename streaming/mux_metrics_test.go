@@ -70,7 +70,7 @@ func TestMuxMetrics(t *testing.T) {
 // a late batch below the high-water mark is not counted again, and a new
 // epoch starts over.
 func TestMuxBatchSeqGaps(t *testing.T) {
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.close()
 	batch := func(epoch uint64, seq uint32) []byte {
 		var enc muxwire.Encoder

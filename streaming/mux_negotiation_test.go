@@ -61,7 +61,7 @@ func streamOnce(t *testing.T, producer, consumer *remoteNode) (string, error) {
 // refuses producers that cannot use the mux with a clear reason.
 func TestMuxOnly(t *testing.T) {
 	producer, consumer := pairWith(t, []NodeOption{muxOn}, []NodeOption{muxOn, WithMuxOnly()})
-	if consumer.sm.StreamAddr() != nil {
+	if consumer.sm.streamAddr() != nil {
 		t.Fatal("a mux-only node has a per-stream listener")
 	}
 	if _, err := consumer.msg.PeerInfo().Address.Lookup(wire.TCPStreamKey); err == nil {
@@ -88,8 +88,8 @@ func TestMuxOnlyNeedsTheMux(t *testing.T) {
 	if !errors.Is(err, errMuxOnlyDisabled) {
 		t.Fatalf("NewNodeManager = %v, want errMuxOnlyDisabled", err)
 	}
-	t.Setenv(MuxDisableEnv, "1")
+	t.Setenv(muxDisableEnv, "1")
 	if _, err := NewNodeManager(msg, WithMuxOnly()); !errors.Is(err, errMuxOnlyDisabled) {
-		t.Fatalf("NewNodeManager with %s = %v", MuxDisableEnv, err)
+		t.Fatalf("NewNodeManager with %s = %v", muxDisableEnv, err)
 	}
 }

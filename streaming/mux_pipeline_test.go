@@ -326,7 +326,7 @@ func TestOutSlotArenaReuse(t *testing.T) {
 // slot whose OpenSlot was left for the next batch.
 func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 	// header 16 + one OpenSlot record 29 + one 1-byte Data record 22
-	mx := newMux(MuxConfig{MaxBatchBytes: 67}, DefaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := newMux(MuxConfig{MaxBatchBytes: 67}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.close()
 	b, err := mx.batcherFor(7, 0)
 	if err != nil {

@@ -604,7 +604,7 @@ func TestMuxPeerLoss(t *testing.T) {
 			for _, s := range retired {
 				select {
 				case <-s.Cancelled():
-				case <-time.After(2*DefaultHeartbeatInterval + 2*time.Second):
+				case <-time.After(2*defaultHeartbeatInterval + 2*time.Second):
 					t.Fatal("a producer was not cancelled by the loss")
 				}
 			}
@@ -871,7 +871,7 @@ func TestMuxNegotiation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.env != "" {
-				t.Setenv(MuxDisableEnv, tc.env)
+				t.Setenv(muxDisableEnv, tc.env)
 			}
 			producer, consumer := newRemoteNode(t, tc.prod), newRemoteNode(t, tc.cons)
 			if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {

@@ -49,16 +49,10 @@ var ErrTicketOnOwner = errors.New("velo: a stream open ticket is for a producer 
 
 // PrebindAnchor binds a mux slot for the anchor that handle names and
 // returns the ticket that opens it. See ErrNoPrebind for when it cannot.
-func (m *Manager) PrebindAnchor(handle AnchorHandle) (StreamOpenTicket, error) {
-	return m.prebindCounted(handle, nil)
-}
-
-// PrebindAnchorKeyed is PrebindAnchor with a placement key: the stream
-// goes on mux lane splitmix64(key) % lanes, the same lane for one key on
-// every node with the same lane count. The key is a placement hint, not an
-// ordering guarantee.
-func (m *Manager) PrebindAnchorKeyed(handle AnchorHandle, key uint64) (StreamOpenTicket, error) {
-	return m.prebindCounted(handle, &key)
+// Of the options, only WithLaneKey applies: the producer's stream goes on
+// the lane the key names.
+func (m *Manager) PrebindAnchor(handle AnchorHandle, opts ...SenderOption) (StreamOpenTicket, error) {
+	return m.prebindCounted(handle, senderOptions(opts).key)
 }
 
 func (m *Manager) prebindCounted(handle wire.AnchorHandle, key *uint64) (StreamOpenTicket, error) {

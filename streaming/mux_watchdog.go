@@ -58,5 +58,5 @@ func (mx *mux) logFiring(f *watchdogFiring) {
 		"slot_buffer_len", f.bufferLen,
 		"arrivals", f.arrivals,
 		"heartbeat_deadline_ms", f.window.Milliseconds(),
-		"detection_multiplier", DetectionMultiplier)
+		"detection_multiplier", detectionMultiplier)
 }

@@ -31,7 +31,7 @@ func TestMuxWatchdogLogLine(t *testing.T) {
 			t.Fatalf("want ErrSenderDropped from the watchdog, got %v", err)
 		}
 	}
-	if n := consumer.sm.WatchdogFirings(); n != 2 {
+	if n := consumer.sm.watchdogFirings(); n != 2 {
 		t.Fatalf("WatchdogFirings = %d, want 2", n)
 	}
 	// The line is written after the watchdog lets go of its lock, which

@@ -51,11 +51,11 @@ const AcceptWindow = 60 * time.Second
 // preamble (the reference's TOKEN_READ_TIMEOUT); it also bounds the dial.
 const preambleTimeout = 20 * time.Second
 
-// DefaultHeartbeatInterval is the heartbeat interval this node answers an
+// defaultHeartbeatInterval is the heartbeat interval this node answers an
 // attach with unless WithHeartbeatInterval says otherwise: the producer
 // beats at it, and the stream's reader ends a stream silent for
-// DetectionMultiplier of them (see heartbeat.go).
-const DefaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
+// detectionMultiplier of them (see heartbeat.go).
+const defaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
 
 // ItemTooLargeError is returned by a send on a stream between workers for
 // an item whose frame is larger than Limit: wire.MaxTCPFrame (16 MiB) on
@@ -184,7 +184,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 		cfg.log = slog.Default()
 	}
 	if cfg.heartbeat < time.Millisecond {
-		cfg.heartbeat = DefaultHeartbeatInterval
+		cfg.heartbeat = defaultHeartbeatInterval
 	}
 	cfg.heartbeat = cfg.heartbeat.Truncate(time.Millisecond) // what the wire carries
 	if cfg.muxOnly && (cfg.mux.Disabled || muxDisabledByEnv()) {
@@ -270,9 +270,9 @@ func listenStreams(msg *messenger.Messenger, addr string) (net.Listener, error) 
 	return ln, nil
 }
 
-// StreamAddr is the address of the per-stream TCP listener, or nil for a
+// streamAddr is the address of the per-stream TCP listener, or nil for a
 // Manager from NewManager or one built WithMuxOnly.
-func (m *Manager) StreamAddr() net.Addr {
+func (m *Manager) streamAddr() net.Addr {
 	if m.remote == nil || m.remote.ln == nil {
 		return nil
 	}
@@ -435,7 +435,7 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	case cancel:
 		b.signal(wire.StreamCancelHandler)
 	case stop:
-		b.signal(StreamStopHandler)
+		b.signal(streamStopHandler)
 	}
 
 	resp := wire.AttachResponse{

@@ -20,7 +20,7 @@ import (
 
 // egressCapacity is how many frames a remote Sender queues for its pump
 // before Send waits: the inlet's default, so the two paths push back alike.
-const egressCapacity = DefaultCapacity
+const egressCapacity = defaultCapacity
 
 // remoteSender is the producer's end of a stream to an anchor of another
 // worker: the connection, the frames queued for the egress pump, and the

@@ -283,7 +283,7 @@ func dialStream(t *testing.T, producer *messenger.Messenger, owner *remoteNode, 
 		// An empty offer gets the default transport.
 		t.Fatalf("attach answer %+v, %v", resp, err)
 	}
-	c, err := net.Dial("tcp", owner.sm.StreamAddr().String())
+	c, err := net.Dial("tcp", owner.sm.streamAddr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestRemoteWireGolden(t *testing.T) {
 // stream is closed, and a bound stream is not disturbed by it.
 func TestRemoteUnknownPreamble(t *testing.T) {
 	consumer := newRemoteNode(t)
-	c, err := net.Dial("tcp", consumer.sm.StreamAddr().String())
+	c, err := net.Dial("tcp", consumer.sm.streamAddr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ func TestRemoteGoroutinesPerStream(t *testing.T) {
 	if got := waitGoroutines(base + slack); got > base+slack {
 		t.Fatalf("after %d finished remote streams: %d goroutines, baseline %d", n, got, base)
 	}
-	if got := consumer.sm.ActiveAnchors(); got != 0 {
+	if got := consumer.sm.activeAnchors(); got != 0 {
 		t.Fatalf("ActiveAnchors = %d after every stream ended", got)
 	}
 }

@@ -87,16 +87,16 @@ var ErrManagerClosed = errors.New("velo: stream manager closed")
 // messenger to reach their owner.
 var ErrRemoteRenewal = errors.New("velo: renewal of anchors on another worker needs a Manager from NewNodeManager")
 
-// DefaultRenewTimeout bounds a RenewReservations call that renews on
+// defaultRenewTimeout bounds a RenewReservations call that renews on
 // other workers; RenewReservationsContext takes the caller's deadline.
-const DefaultRenewTimeout = 10 * time.Second
+const defaultRenewTimeout = 10 * time.Second
 
-// UnattachedExpired counts the anchors of this Manager that ended because
+// unattachedExpired counts the anchors of this Manager that ended because
 // no producer attached within their unattached timeout.
-func (m *Manager) UnattachedExpired() uint64 { return m.expired.Load() }
+func (m *Manager) unattachedExpired() uint64 { return m.expired.Load() }
 
-// ReservationConfig returns the Manager's reservation settings.
-func (m *Manager) ReservationConfig() ReservationConfig { return m.res }
+// reservationConf returns the Manager's reservation settings.
+func (m *Manager) reservationConf() ReservationConfig { return m.res }
 
 // RenewReservations starts a new unattached window, of the anchor's full
 // unattached timeout, for each handle that names a live, unattached SPSC
@@ -104,11 +104,11 @@ func (m *Manager) ReservationConfig() ReservationConfig { return m.res }
 // anchor is a successful no-op, including when it races with an attach or
 // an expiry: renewal never revives a stream. Handles of other workers are
 // sent to their owner (_anchor_renew, at most wire.MaxRenewBatch per
-// request), bounded by DefaultRenewTimeout; a failed request, or an owner
+// request), bounded by defaultRenewTimeout; a failed request, or an owner
 // without the handler, is an error. The local handles are renewed all the
 // same.
 func (m *Manager) RenewReservations(handles ...AnchorHandle) error {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultRenewTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultRenewTimeout)
 	defer cancel()
 	return m.RenewReservationsContext(ctx, handles...)
 }

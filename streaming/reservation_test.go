@@ -50,7 +50,7 @@ func TestUnattachedTimeoutEndsAnchorOnce(t *testing.T) {
 		t.Fatalf("Next = %v, want ErrUnattachedTimeout", err)
 	}
 	wantEnd(t, a, ErrUnattachedTimeout)
-	if n, q := m.ActiveAnchors(), m.unattached.Len(); n != 0 || q != 0 {
+	if n, q := m.activeAnchors(), m.unattached.Len(); n != 0 || q != 0 {
 		t.Fatalf("after expiry: %d anchors in the registry, %d queue entries", n, q)
 	}
 	if err := m.RenewReservations(a.Handle()); err != nil {
@@ -60,7 +60,7 @@ func TestUnattachedTimeoutEndsAnchorOnce(t *testing.T) {
 		t.Fatalf("attach after expiry = %v, want ErrAnchorNotFound", err)
 	}
 	wantEnd(t, a, ErrUnattachedTimeout)
-	if got := m.UnattachedExpired(); got != 1 {
+	if got := m.unattachedExpired(); got != 1 {
 		t.Fatalf("UnattachedExpired = %d, want 1", got)
 	}
 }
@@ -100,7 +100,7 @@ func TestAttachRemovesDeadlineDetachRestartsIt(t *testing.T) {
 	if err := nextWithin(t, a, 5*time.Second); !errors.Is(err, ErrUnattachedTimeout) {
 		t.Fatalf("detached anchor: Next = %v, want ErrUnattachedTimeout", err)
 	}
-	if n, q := m.ActiveAnchors(), m.unattached.Len(); n != 0 || q != 0 {
+	if n, q := m.activeAnchors(), m.unattached.Len(); n != 0 || q != 0 {
 		t.Fatalf("after expiry: %d anchors, %d queue entries", n, q)
 	}
 }
@@ -119,7 +119,7 @@ func TestEndedAnchorsLeaveTheQueue(t *testing.T) {
 	for range 100 {
 		lifecycle(t, m)
 	}
-	if n, q := m.ActiveAnchors(), m.unattached.Len(); n != 0 || q != 0 {
+	if n, q := m.activeAnchors(), m.unattached.Len(); n != 0 || q != 0 {
 		t.Fatalf("%d anchors, %d queue entries after every stream ended", n, q)
 	}
 }
@@ -238,7 +238,7 @@ func TestCancelledUnattachedAnchorExpiresQuietly(t *testing.T) {
 	defer a.Close()
 	a.Controller().Cancel()
 	wantEnd(t, a, ErrCancelled)
-	waitFor(t, "the cancelled anchor to expire", func() bool { return m.ActiveAnchors() == 0 })
+	waitFor(t, "the cancelled anchor to expire", func() bool { return m.activeAnchors() == 0 })
 	wantEnd(t, a, ErrCancelled)
 	if q := m.unattached.Len(); q != 0 {
 		t.Fatalf("%d queue entries", q)
@@ -248,7 +248,7 @@ func TestCancelledUnattachedAnchorExpiresQuietly(t *testing.T) {
 // Forever and bad timeouts.
 func TestUnattachedTimeoutSettings(t *testing.T) {
 	m := newTestManager(t, WithReservationConfig(ReservationConfig{UnattachedTimeout: Forever}))
-	if got := m.ReservationConfig(); got.UnattachedTimeout != Forever || got.AcceptWindow != 180*time.Second {
+	if got := m.reservationConf(); got.UnattachedTimeout != Forever || got.AcceptWindow != 180*time.Second {
 		t.Fatalf("config = %+v", got)
 	}
 	a, err := CreateAnchor[[]byte](m)
@@ -299,7 +299,7 @@ func TestManagerClose(t *testing.T) {
 	wantEnd(t, a, ErrCancelled)
 	wantEnd(t, u, ErrCancelled)
 	<-s.Cancelled()
-	if n := m.ActiveAnchors(); n != 0 {
+	if n := m.activeAnchors(); n != 0 {
 		t.Fatalf("%d anchors after Close", n)
 	}
 	if _, err := CreateAnchor[[]byte](m); !errors.Is(err, ErrManagerClosed) {
@@ -352,11 +352,11 @@ func TestAttachRacesExpiry(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n, q := m.ActiveAnchors(), m.unattached.Len(); n != 0 || q != 0 {
+	if n, q := m.activeAnchors(), m.unattached.Len(); n != 0 || q != 0 {
 		t.Fatalf("%d anchors, %d queue entries left", n, q)
 	}
-	if uint64(outcomes["expired"]) != m.UnattachedExpired() {
-		t.Fatalf("outcomes %v, UnattachedExpired %d", outcomes, m.UnattachedExpired())
+	if uint64(outcomes["expired"]) != m.unattachedExpired() {
+		t.Fatalf("outcomes %v, UnattachedExpired %d", outcomes, m.unattachedExpired())
 	}
 	t.Logf("outcomes: %v", outcomes)
 }
@@ -411,7 +411,7 @@ func TestUnattachedAnchorsShareOneSweeper(t *testing.T) {
 	for _, a := range anchors {
 		a.Close()
 	}
-	if nq, q := m.ActiveAnchors(), m.unattached.Len(); nq != 0 || q != 0 {
+	if nq, q := m.activeAnchors(), m.unattached.Len(); nq != 0 || q != 0 {
 		t.Fatalf("%d anchors, %d queue entries after Close", nq, q)
 	}
 }

@@ -118,13 +118,13 @@ func TestHandleIsOwnedAndRandom(t *testing.T) {
 	if near > 0 {
 		t.Fatalf("%d handles are followed by the next id: local ids look like a counter", near)
 	}
-	if got := m.ActiveAnchors(); got != 1000 {
+	if got := m.activeAnchors(); got != 1000 {
 		t.Fatalf("ActiveAnchors = %d, want 1000", got)
 	}
 	for _, a := range anchors {
 		a.Close()
 	}
-	if got := m.ActiveAnchors(); got != 0 {
+	if got := m.activeAnchors(); got != 0 {
 		t.Fatalf("ActiveAnchors after Close = %d, want 0", got)
 	}
 }
@@ -147,7 +147,7 @@ func TestSendNextFinalize(t *testing.T) {
 		}
 	}
 	wantEnd(t, a, io.EOF)
-	if m.ActiveAnchors() != 0 {
+	if m.activeAnchors() != 0 {
 		t.Fatal("a finalized anchor stays in the registry")
 	}
 	if _, err := AttachAnchor[[]byte](ctx, m, a.Handle()); !errors.Is(err, ErrAnchorNotFound) {
@@ -220,7 +220,7 @@ func TestItemThatDoesNotDecode(t *testing.T) {
 		t.Fatalf("Next = %v, want a DecodeError", err)
 	}
 	wantEnd(t, a, de)
-	if m.ActiveAnchors() != 0 {
+	if m.activeAnchors() != 0 {
 		t.Fatal("an anchor ended by a decode error stays in the registry")
 	}
 }
@@ -280,7 +280,7 @@ func TestCloseGivesSenderDropped(t *testing.T) {
 		t.Fatalf("Next = %q", got)
 	}
 	wantEnd(t, a, ErrSenderDropped)
-	if m.ActiveAnchors() != 0 {
+	if m.activeAnchors() != 0 {
 		t.Fatal("a dropped anchor stays in the registry")
 	}
 }
@@ -393,7 +393,7 @@ func TestCancelBeforeAttach(t *testing.T) {
 		t.Fatalf("retired %v, want Sent", out)
 	}
 	a.Close()
-	if m.ActiveAnchors() != 0 {
+	if m.activeAnchors() != 0 {
 		t.Fatal("a closed anchor stays in the registry")
 	}
 }
@@ -673,7 +673,7 @@ func TestNextHonoursContext(t *testing.T) {
 		t.Fatalf("Next = %v, want DeadlineExceeded", err)
 	}
 	// The stream did not end.
-	if m.ActiveAnchors() != 1 {
+	if m.activeAnchors() != 1 {
 		t.Fatal("a ctx timeout ended the stream")
 	}
 }
@@ -755,7 +755,7 @@ func TestNoGoroutinePerStream(t *testing.T) {
 	if got := goroutinesSettle(base); got != base {
 		t.Fatalf("after 2,000 lifecycles: %d goroutines, baseline %d", got, base)
 	}
-	if got := m.ActiveAnchors(); got != 0 {
+	if got := m.activeAnchors(); got != 0 {
 		t.Fatalf("ActiveAnchors = %d after every stream ended", got)
 	}
 }

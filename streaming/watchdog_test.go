@@ -17,7 +17,7 @@ import (
 // detection takes a fraction of a second.
 const testWindow = 50 * time.Millisecond
 
-// watchdogSlack is how late past DetectionMultiplier windows a detection
+// watchdogSlack is how late past detectionMultiplier windows a detection
 // may land on a shared 2-core machine under the race detector.
 const watchdogSlack = 150 * time.Millisecond
 
@@ -58,7 +58,7 @@ func hbNodesEvery(t *testing.T, log io.Writer, window time.Duration) (producer, 
 }
 
 // checkDetection asserts that the watchdog ended a stream between 2 and
-// DetectionMultiplier windows (plus slack) after its last frame.
+// detectionMultiplier windows (plus slack) after its last frame.
 func checkDetection(t *testing.T, a *Anchor[[]byte], last time.Time) time.Duration {
 	t.Helper()
 	_, err := nextItemWithin(t, a, 5*time.Second)
@@ -66,7 +66,7 @@ func checkDetection(t *testing.T, a *Anchor[[]byte], last time.Time) time.Durati
 	if !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("Next after %v of silence = %v, want ErrSenderDropped", took, err)
 	}
-	if lo, hi := 2*testWindow, DetectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
+	if lo, hi := 2*testWindow, detectionMultiplier*testWindow+watchdogSlack; took < lo || took > hi {
 		t.Fatalf("dropped %v after the last frame, want within [%v, %v]", took, lo, hi)
 	}
 	return took
@@ -95,10 +95,10 @@ func TestWatchdogStoppedProducer(t *testing.T) {
 	}
 	took := checkDetection(t, a, time.Now())
 	t.Logf("detected %v after the last frame (window %v)", took, testWindow)
-	if n := consumer.sm.WatchdogFirings(); n != 1 {
+	if n := consumer.sm.watchdogFirings(); n != 1 {
 		t.Fatalf("WatchdogFirings = %d, want 1", n)
 	}
-	if n := producer.sm.WatchdogFirings(); n != 0 {
+	if n := producer.sm.watchdogFirings(); n != 0 {
 		t.Fatalf("producer's WatchdogFirings = %d, want 0", n)
 	}
 	if lines := strings.Count(log.String(), "watchdog fired"); lines != 1 {
@@ -133,10 +133,10 @@ func TestWatchdogSilentConnection(t *testing.T) {
 		t.Fatalf("Next = %q, %v", v, err)
 	}
 	checkDetection(t, a, time.Now())
-	if n := consumer.sm.WatchdogFirings(); n != 1 {
+	if n := consumer.sm.watchdogFirings(); n != 1 {
 		t.Fatalf("WatchdogFirings = %d, want 1", n)
 	}
-	if got := consumer.sm.ActiveAnchors(); got != 0 {
+	if got := consumer.sm.activeAnchors(); got != 0 {
 		t.Fatalf("ActiveAnchors = %d after the watchdog ended the stream", got)
 	}
 }
@@ -166,7 +166,7 @@ func TestHeartbeatKeepsIdleStreamAlive(t *testing.T) {
 	if got := producer.sm.remote.hb.beats.Load() - beats; got < 5 {
 		t.Fatalf("%d heartbeats over 10 windows, want about 10", got)
 	}
-	if n := consumer.sm.WatchdogFirings(); n != 0 {
+	if n := consumer.sm.watchdogFirings(); n != 0 {
 		t.Fatalf("WatchdogFirings = %d on a live stream", n)
 	}
 	if err := s.Send(ctx, []byte("second")); err != nil {
@@ -276,7 +276,7 @@ func TestHeartbeatGoroutinePerManager(t *testing.T) {
 	if hb.beats.Load() < n {
 		t.Fatalf("%d heartbeats for %d idle streams over several windows", hb.beats.Load(), n)
 	}
-	if f := consumer.sm.WatchdogFirings(); f != 0 {
+	if f := consumer.sm.watchdogFirings(); f != 0 {
 		t.Fatalf("WatchdogFirings = %d with heartbeats flowing", f)
 	}
 	for i, s := range senders {

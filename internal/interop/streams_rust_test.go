@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"math/big"
 	"strings"
@@ -488,7 +489,7 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 		good := readN(ctx, t, a, "rs-", 1)
 		_, err = a.Next(ctx)
 		ok, d := rs.do(map[string]any{"cmd": "job_wait", "job": "hb2"})
-		check(t, "an idle rust stream is not dropped", good && err == io.EOF && ok && sm2.WatchdogFirings() == 0, d, err)
+		check(t, "an idle rust stream is not dropped", good && err == io.EOF && ok && streamx.WatchdogFirings(sm2) == 0, d, err)
 
 		m, _ := streaming.CreateMPSCAnchor[[]byte](sm2)
 		defer m.Close()
@@ -506,7 +507,7 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 			seen = append(seen, e)
 		}
 		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "hb3"})
-		check(t, "an idle rust mpsc producer is not dropped", ok && strings.Join(seen, "|") == "rs-0|Detached" && sm2.WatchdogFirings() == 0, seen, nil)
+		check(t, "an idle rust mpsc producer is not dropped", ok && strings.Join(seen, "|") == "rs-0|Detached" && streamx.WatchdogFirings(sm2) == 0, seen, nil)
 	})
 }
 

@@ -45,6 +45,13 @@ const (
 // bare name so that a peer from before lanes still meets it.
 const BatchHandler = "_stream_batch"
 
+// SlotHeader is the messenger header that names the stream of a singleton
+// batch the messenger stages: "<epoch>:<slot>:<session>", the sender's
+// epoch, the slot's full id and the routing session it was opened with. A
+// receiver that refuses the staged record for its size ends that one
+// stream (docs/mux.md).
+const SlotHeader = "_mux_slot"
+
 // handlerNames is built once so that the send path never formats a string.
 var handlerNames = func() (n [Lanes]string) {
 	n[0] = BatchHandler

@@ -50,7 +50,7 @@ type AttachRequest struct {
 	// negotiation); empty is written as [].
 	SupportedTransportKeys []string
 	// LaneKey, when set, asks the owner to place the stream on the mux lane
-	// splitmix64(key) % lanes (AttachAnchorKeyed). Go-defined: written
+	// splitmix64(key) % lanes (streaming.WithLaneKey). Go-defined: written
 	// last, as "lane_key", and only when set.
 	LaneKey *uint64
 }

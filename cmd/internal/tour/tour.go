@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"sync"
 	"time"
@@ -324,7 +325,7 @@ func demoStream(ctx context.Context, a, b *velo.Node) (string, error) {
 			anchor.Controller().RequestStop()
 		}
 	}
-	out := b.Streams.MuxStats()
+	out := streamx.MuxStats(b.Streams)
 	perBatch := 0.0
 	if out.BatchesReceived > 0 {
 		perBatch = float64(out.RecordsReceived) / float64(out.BatchesReceived)

@@ -16,7 +16,6 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
-	"github.com/velo-go/velo/streaming"
 )
 
 // Case is one attack of issue 20, with the legit work it must not harm.
@@ -577,7 +576,7 @@ func guessedMuxSlotTag() *Case {
 					for session := uint64(1); session <= 80; session++ {
 						tag := fmt.Sprintf("%d:%d:%d", guessEpoch, uint32(id), session)
 						frames = append(frames, BatchFrame(r.legit.worker(), 0, nil, map[string]string{
-							msgwire.StagedHandleHeader: handle, streaming.MuxSlotHeader: tag,
+							msgwire.StagedHandleHeader: handle, muxwire.SlotHeader: tag,
 						}))
 					}
 				}

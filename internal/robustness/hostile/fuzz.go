@@ -11,7 +11,6 @@ import (
 	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
-	"github.com/velo-go/velo/streaming"
 )
 
 // The fuzzer sends random mux traffic for Options.FuzzDuration while legit
@@ -105,7 +104,7 @@ func (f *fuzzer) frame(role string, sender ext.WorkerID) []byte {
 	case p < 8: // a staged singleton with a guessed tag
 		tag := fmt.Sprintf("%d:%d:%d", f.epoch(), uint32(f.slot()), rng.IntN(100))
 		return BatchFrame(sender, 0, nil, map[string]string{
-			msgwire.StagedHandleHeader: U128(rng.Uint64(), rng.Uint64()), streaming.MuxSlotHeader: tag,
+			msgwire.StagedHandleHeader: U128(rng.Uint64(), rng.Uint64()), muxwire.SlotHeader: tag,
 		})
 	case p < 12: // bytes that do not decode
 		b := f.batch(role)

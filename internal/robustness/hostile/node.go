@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"log/slog"
 	"os"
@@ -516,7 +517,7 @@ func (n *node) counters() map[string]float64 {
 			}
 		}
 	}
-	ms := n.v.Streams.MuxStats()
+	ms := streamx.MuxStats(n.v.Streams)
 	out["stats:mux.ProtocolErrors"] = float64(ms.ProtocolErrors)
 	out["stats:mux.EpochDeaths"] = float64(ms.EpochDeaths)
 	out["stats:mux.WatchdogFirings"] = float64(ms.WatchdogFirings)
@@ -524,7 +525,7 @@ func (n *node) counters() map[string]float64 {
 	out["stats:mux.BatchesReceived"] = float64(ms.BatchesReceived)
 	out["stats:mux.BatchesSent"] = float64(ms.BatchesSent)
 	out["stats:messenger.UnmatchedReplies"] = float64(msgrx.UnmatchedReplies(n.v.Messenger()))
-	out["stats:streaming.WatchdogFirings"] = float64(n.v.Streams.WatchdogFirings())
+	out["stats:streaming.WatchdogFirings"] = float64(streamx.WatchdogFirings(n.v.Streams))
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"os"
 	"runtime"
@@ -133,7 +134,7 @@ func anchorUnattached(cfg AnchorSetupConfig, r *Report) error {
 	for _, a := range held {
 		a.Close()
 	}
-	if k := m.ActiveAnchors(); k != 0 {
+	if k := streamx.ActiveAnchors(m); k != 0 {
 		return fmt.Errorf("%d anchors left after Close", k)
 	}
 	return nil
@@ -207,7 +208,7 @@ func anchorLifecycle(cfg AnchorSetupConfig, r *Report) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if k := m.ActiveAnchors(); k != 0 {
+	if k := streamx.ActiveAnchors(m); k != 0 {
 		return fmt.Errorf("%d anchors left after the run", k)
 	}
 	all := slices.Concat(lat...)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"runtime"
 	"sync"
@@ -366,7 +367,7 @@ func batchedStreamingRun(cfg BatchedStreamingConfig) (bsCounts, error) {
 	for {
 		c.batches, c.records, c.tap, c.flushes, c.frames = 0, 0, tapCounts{}, 0, 0
 		for e, n := range engines {
-			st := n.Streams.MuxStats()
+			st := streamx.MuxStats(n.Streams)
 			c.batches += st.BatchesSent
 			c.records += st.RecordsSent
 			c.tap.add(taps[e].snapshot())

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"runtime"
 	"slices"
@@ -377,7 +378,7 @@ func lifecycleArm(ctx context.Context, e *lifecycleEnds, cfg StreamLifecycleConf
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if k := e.consumer.ActiveAnchors(); k != 0 {
+	if k := streamx.ActiveAnchors(e.consumer); k != 0 {
 		return fmt.Errorf("%d anchors left after the run", k)
 	}
 	if k := e.acks.pending(); k != 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"os"
 	"runtime"
@@ -734,16 +735,16 @@ func (p *veloPlane) pass(e int) {
 func (p *veloPlane) wakes() rpWakes {
 	var w rpWakes
 	for _, n := range p.engines {
-		st := n.Streams.MuxStats()
+		st := streamx.MuxStats(n.Streams)
 		w.engineBatcher += st.BatcherWakes
 		w.engineBatches += st.BatchesSent
 		w.creditExhausted += st.CreditExhausted
 	}
 	for _, n := range p.hosts {
-		st := n.Streams.MuxStats()
+		st := streamx.MuxStats(n.Streams)
 		w.hostBatcher += st.BatcherWakes
 		w.hostBatches += st.BatchesSent
-		w.hostConsumer += n.Streams.ConsumerWakes()
+		w.hostConsumer += streamx.ConsumerWakes(n.Streams)
 	}
 	return w
 }
