@@ -61,7 +61,7 @@ func (c *seqChecker) post(_ ext.WorkerID, _ int, batch []byte) error {
 // it lets go, with every other open queued meanwhile, in one batch.
 func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, c.post)
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, c.post)
 	defer mx.close()
 	b, err := mx.batcherFor(7, 0)
 	if err != nil {
@@ -105,7 +105,7 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 // writes it.
 func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := newMux(MuxConfig{}, DefaultHeartbeatInterval, c.post)
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, c.post)
 	defer mx.close()
 	b, err := mx.batcherFor(7, 0)
 	if err != nil {
