@@ -462,24 +462,8 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		return
 	}
 	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit, lane: bd.lane}
-	st := bd.st
-	st.mu.Lock()
-	gone := st.cancelled || st.closed
-	if !gone {
-		s.setFeedLocked(s)
-		if s.mpsc == nil {
-			// The slot delivers at most its credit and a terminal: size
-			// the inlet once instead of growing it record by record.
-			st.q.reserve(int(bd.credit) + 2)
-		}
-		if bd.prebound && st.prebindLocked() == bd { // the ticket's producer claims the pre-bind
-			st.setPrebindLocked(nil)
-			st.attached = true
-		}
-	}
-	stop := st.stopReq
-	st.mu.Unlock()
-	if gone {
+	stop, ok := bd.st.attachFeed(s, bd)
+	if !ok {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
@@ -644,11 +628,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	ip.live--
 	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
-	s.st.mu.Lock()
-	if s.feedLocked() == s {
-		s.setFeedLocked(nil)
-	}
-	s.st.mu.Unlock()
+	s.st.detachFeed(s)
 	if drop && !s.terminal {
 		s.terminal = true
 		s.end(droppedFrame, false)
@@ -885,56 +865,13 @@ func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
 	}
 }
 
-// deliver puts a record from the mux into the inlet, past its limit (the
-// producer's credit bounds it). It is false when the consumer is gone.
-func (st *anchorState) deliver(frame []byte) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.cancelled || st.closed || st.endErr != nil {
-		return false
-	}
-	st.q.push(frame)
-	st.wakeData()
-	return true
-}
-
-// The slot feeds an SPSC anchor directly, or one producer of an MPSC
-// anchor, whose frames carry that producer's SenderID. These helpers hide
-// the difference from the table.
-
-// feedLocked is the slot the anchor (or the MPSC producer) is fed by. The
-// caller holds the anchor's mu.
-func (s *inSlot) feedLocked() *inSlot {
-	if s.mpsc != nil {
-		return s.mpsc.feed
-	}
-	return s.st.feed
-}
-
-func (s *inSlot) setFeedLocked(f *inSlot) {
-	if s.mpsc != nil {
-		s.mpsc.feed = f
-	} else {
-		s.st.feed = f
-	}
-}
-
 // deliver puts a record into the inlet past its limit, tagged with the
 // producer's id for an MPSC anchor. It is false when the consumer is gone.
 func (s *inSlot) deliver(body []byte) bool {
 	if s.mpsc == nil {
 		return s.st.deliver(body)
 	}
-	st := s.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.cancelled || st.closed || st.endErr != nil {
-		return false
-	}
-	st.q.push(body)
-	st.mpsc.ids.push(s.mpsc.id)
-	st.wakeData()
-	return true
+	return s.st.deliverTagged(body, s.mpsc.id)
 }
 
 // end ends the stream (SPSC) or this producer (MPSC) with a terminal.

@@ -85,21 +85,16 @@ func (ip *ingressPeer) flushRunLocked(rep *replies) {
 // consumer it wakes takes this same lock first thing, and found it held,
 // so it parked again and needed a second wake.
 func (s *inSlot) deliverRun(bodies [][]byte) bool {
-	st := s.st
-	st.mu.Lock()
-	if st.cancelled || st.closed || st.endErr != nil {
-		st.mu.Unlock()
+	var wake chan struct{}
+	var ok bool
+	if s.mpsc != nil {
+		wake, ok = s.st.pushRun(bodies, s.mpsc.id, true)
+	} else {
+		wake, ok = s.st.pushRun(bodies, 0, false)
+	}
+	if !ok {
 		return false
 	}
-	st.q.reserve(st.q.n + len(bodies))
-	for _, b := range bodies {
-		st.q.push(b)
-		if s.mpsc != nil {
-			st.mpsc.ids.push(s.mpsc.id)
-		}
-	}
-	wake := st.wakeChanLocked()
-	st.mu.Unlock()
 	if wake != nil {
 		select {
 		case wake <- struct{}{}:

@@ -41,10 +41,7 @@ type watchdogFiring struct {
 // firingLocked reads what the warning needs from s. The caller holds the
 // ingress table's lock (the anchor's lock nests in it).
 func (s *inSlot) firingLocked(window time.Duration) *watchdogFiring {
-	s.st.mu.Lock()
-	n := s.st.q.n
-	s.st.mu.Unlock()
-	return &watchdogFiring{localID: s.st.handle.LocalID(), bufferLen: n, arrivals: s.nextSeq, window: window}
+	return &watchdogFiring{localID: s.st.handle.LocalID(), bufferLen: s.st.depth(), arrivals: s.nextSeq, window: window}
 }
 
 // logFiring writes the warning.
