@@ -1,0 +1,3 @@
+package streaming
+
+var controlClauses, lossClauses, mpscClauses []suiteClause
