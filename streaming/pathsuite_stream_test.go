@@ -87,7 +87,7 @@ func clauseFinalize(t *testing.T, p suitePath) {
 	if err := s.Send(ctx, []byte("late")); !errors.Is(err, ErrSenderClosed) {
 		t.Fatalf("send after Finalize: %v, want ErrSenderClosed", err)
 	}
-	if _, err := AttachAnchor[[]byte](ctx, env.prod, a.Handle()); !errors.Is(err, ErrAnchorNotFound) {
+	if _, err := attachReady(ctx, env.prod, a.Handle()); !errors.Is(err, ErrAnchorNotFound) {
 		t.Fatalf("attach after the end: %v, want ErrAnchorNotFound", err)
 	}
 }
@@ -102,7 +102,7 @@ func clauseDetach(t *testing.T, p suitePath) {
 	if err := s1.Send(ctx, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AttachAnchor[[]byte](ctx, env.prod, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
+	if _, err := attachReady(ctx, env.prod, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
 		t.Fatalf("second attach: %v, want ErrAlreadyAttached", err)
 	}
 	retired := s1.Retired()
@@ -116,11 +116,13 @@ func clauseDetach(t *testing.T, p suitePath) {
 		t.Fatalf("detached sender retired %v, want Sent", out)
 	}
 	// Over the wire the detach reaches the owner after Detach returns:
-	// retry on the bubble's clock until the owner has read it.
+	// retry on the bubble's clock until the owner has read it. (Over the
+	// mux an attach may return before the owner answers: attachReady
+	// waits for the answer, where a refusal shows.)
 	var s2 *Sender[[]byte]
 	for try := 0; ; try++ {
 		var err error
-		s2, err = AttachAnchor[[]byte](ctx, env.prod, a.Handle())
+		s2, err = attachReady(ctx, env.prod, a.Handle())
 		if err == nil {
 			break
 		}

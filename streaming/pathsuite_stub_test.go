@@ -1,3 +1,3 @@
 package streaming
 
-var controlClauses, lossClauses, mpscClauses []suiteClause
+var lossClauses, mpscClauses []suiteClause

@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -69,7 +70,7 @@ func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
 	env.consMsg, consTr = memMessenger(t, env.net)
 	env.prodMsg, env.prodTr = memMessenger(t, env.net)
 	_ = consTr
-	all := append(append([]NodeOption{withStreamNet(env.net)}, p.opts...), opts...)
+	all := append(append([]NodeOption{withStreamNet(env.net), WithStreamLogger(quietLog)}, p.opts...), opts...)
 	env.cons = memNodeManager(t, env.consMsg, all)
 	env.prod = memNodeManager(t, env.prodMsg, all)
 	// Only the producer knows the consumer, as when the handle came in a
@@ -80,6 +81,10 @@ func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
 	return env
 }
 
+// quietLog drops the nodes' logs: a suite of many small node pairs would
+// bury a failure in peer-connected lines.
+var quietLog = slog.New(slog.DiscardHandler)
+
 // memMessenger is a messenger over the in-memory network nw, shut down
 // when the test ends.
 func memMessenger(t *testing.T, nw *testnet.Net) (*messenger.Messenger, *streamsock.Transport) {
@@ -88,7 +93,7 @@ func memMessenger(t *testing.T, nw *testnet.Net) (*messenger.Messenger, *streams
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
+	msg, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}, Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}

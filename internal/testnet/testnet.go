@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -37,7 +38,9 @@ type Net struct {
 }
 
 // New returns an empty network.
-func New() *Net { return &Net{next: 10000, lns: map[string]*listener{}, held: map[string]chan struct{}{}} }
+func New() *Net {
+	return &Net{next: 10000, lns: map[string]*listener{}, held: map[string]chan struct{}{}}
+}
 
 // Listen opens a listener on a fresh address of n; the address asked for
 // is ignored, as port 0 would be.
@@ -85,7 +88,7 @@ func (n *Net) Network() streamsock.Network { return network{n} }
 
 // Transport is a messenger transport over n, with key "mem".
 func (n *Net) Transport() (*streamsock.Transport, error) {
-	return streamsock.New(network{n}, streamsock.Config{Key: "mem", Priority: 100})
+	return streamsock.New(network{n}, streamsock.Config{Key: "mem", Priority: 100, Logger: slog.New(slog.DiscardHandler)})
 }
 
 var _ ext.Transport = (*streamsock.Transport)(nil)
