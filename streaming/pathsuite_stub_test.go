@@ -1,3 +1,3 @@
 package streaming
 
-var lossClauses, mpscClauses []suiteClause
+var mpscClauses []suiteClause

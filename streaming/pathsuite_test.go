@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -49,9 +50,10 @@ type pathEnv struct {
 	path       suitePath
 	cons, prod *Manager
 	// Remote paths only:
-	net              *testnet.Net
-	consMsg, prodMsg *messenger.Messenger
-	prodTr           *streamsock.Transport
+	net                *testnet.Net
+	consHost, prodHost *testnet.Host
+	consMsg, prodMsg   *messenger.Messenger
+	consTr, prodTr     *streamsock.Transport
 }
 
 // buildPath makes p's Managers inside the bubble of t; everything is
@@ -65,14 +67,12 @@ func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
 		return env
 	}
 	env.net = testnet.New()
-	t.Cleanup(env.net.Release) // runs first: held writes end before the nodes close
-	var consTr *streamsock.Transport
-	env.consMsg, consTr = memMessenger(t, env.net)
-	env.prodMsg, env.prodTr = memMessenger(t, env.net)
-	_ = consTr
-	all := append(append([]NodeOption{withStreamNet(env.net), WithStreamLogger(quietLog)}, p.opts...), opts...)
-	env.cons = memNodeManager(t, env.consMsg, all)
-	env.prod = memNodeManager(t, env.prodMsg, all)
+	env.consHost, env.prodHost = env.net.Host(), env.net.Host()
+	env.consMsg, env.consTr = memMessenger(t, env.consHost)
+	env.prodMsg, env.prodTr = memMessenger(t, env.prodHost)
+	all := slices.Concat([]NodeOption{WithStreamLogger(quietLog)}, p.opts, opts)
+	env.cons = memNodeManager(t, env.consMsg, slices.Concat(all, []NodeOption{withStreamNet(env.consHost)}))
+	env.prod = memNodeManager(t, env.prodMsg, slices.Concat(all, []NodeOption{withStreamNet(env.prodHost)}))
 	// Only the producer knows the consumer, as when the handle came in a
 	// request: the attach introduces the producer.
 	if err := env.prodMsg.RegisterPeer(env.consMsg.PeerInfo()); err != nil {
@@ -85,11 +85,11 @@ func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
 // bury a failure in peer-connected lines.
 var quietLog = slog.New(slog.DiscardHandler)
 
-// memMessenger is a messenger over the in-memory network nw, shut down
-// when the test ends.
-func memMessenger(t *testing.T, nw *testnet.Net) (*messenger.Messenger, *streamsock.Transport) {
+// memMessenger is a messenger on host h of the in-memory network, shut
+// down when the test ends.
+func memMessenger(t *testing.T, h *testnet.Host) (*messenger.Messenger, *streamsock.Transport) {
 	t.Helper()
-	tr, err := nw.Transport()
+	tr, err := h.Transport()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +117,10 @@ func memNodeManager(t *testing.T, msg *messenger.Messenger, opts []NodeOption) *
 
 // holdProducer stalls everything the producer's node sends to the
 // consumer's (messenger and per-stream connections), leaving the
-// connections open: a producer that went silent.
-func (env *pathEnv) holdProducer() {
+// connections open: a producer that went silent. The hold ends as the
+// test does, before its nodes close.
+func (env *pathEnv) holdProducer(t *testing.T) {
+	t.Cleanup(env.net.Release)
 	for _, ep := range env.consMsg.PeerInfo().Address {
 		env.net.Hold(string(ep))
 	}
@@ -128,10 +130,12 @@ func (env *pathEnv) holdProducer() {
 }
 
 // suiteClause is one clause of the contract; remoteOnly clauses have no
-// meaning on the same worker.
+// meaning on the same worker, and skip, when set, names other paths where
+// a clause does not apply (with the reason at the clause).
 type suiteClause struct {
 	name       string
 	remoteOnly bool
+	skip       func(suitePath) bool
 	run        func(t *testing.T, p suitePath)
 }
 
@@ -142,7 +146,7 @@ func TestPathSuite(t *testing.T) {
 		for _, c := range group {
 			t.Run(c.name, func(t *testing.T) {
 				for _, p := range suitePaths {
-					if c.remoteOnly && !p.remote {
+					if (c.remoteOnly && !p.remote) || (c.skip != nil && c.skip(p)) {
 						continue
 					}
 					t.Run(p.name, func(t *testing.T) {
@@ -186,8 +190,11 @@ func suiteStream(t *testing.T, env *pathEnv, opts ...AnchorOption) (*Anchor[[]by
 
 // suiteNext is Next bounded by 10 s of the bubble's clock: a frame that
 // never comes fails the test at once instead of hanging it.
-func suiteNext(a *Anchor[[]byte]) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func suiteNext(a *Anchor[[]byte]) ([]byte, error) { return suiteNextWithin(a, 10*time.Second) }
+
+// suiteNextWithin is Next bounded by d of the bubble's clock.
+func suiteNextWithin(a *Anchor[[]byte], d time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return a.Next(ctx)
 }
