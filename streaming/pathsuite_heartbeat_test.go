@@ -84,6 +84,8 @@ func clauseSilentProducerLost(t *testing.T, p suitePath) {
 		t.Fatalf("producer's WatchdogFirings = %d, want 0", n)
 	}
 	if p.key == wire.TCPStreamKey {
+		// Over the mux the silent producer is not told within 10 s while
+		// its writes are held (TestMuxWatchdog does not assert it).
 		heard(t, s.Cancelled(), "the watchdog's end, at the producer")
 	}
 }

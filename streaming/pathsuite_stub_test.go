@@ -1,3 +1,0 @@
-package streaming
-
-var mpscClauses []suiteClause
