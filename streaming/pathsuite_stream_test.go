@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -55,26 +56,44 @@ func clauseItemsInOrder(t *testing.T, p suitePath) {
 	}
 }
 
-// clauseFinalize: the consumer reads the items, then io.EOF, again and
-// again; the producer's Sender retires Sent and refuses more; an attach
-// to the ended anchor is refused as not found.
+// clauseFinalize: the consumer, reading while the producer sends (more
+// than the inlet or the mux's window holds), gets the items, the soft
+// error sent last, then io.EOF, again and again; the producer's Sender
+// retires Sent and refuses more; an attach to the ended anchor is
+// refused as not found.
 func clauseFinalize(t *testing.T, p suitePath) {
 	env := buildPath(t, p)
 	a, s := suiteStream(t, env)
 	retired := s.Retired()
 	ctx := context.Background()
-	for i := range 10 {
+	const n = 1000
+	read := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if v, err := suiteNext(a); err != nil || !bytes.Equal(v, seqItem(i)) {
+				read <- fmt.Errorf("item %d = % x, %v", i, v, err)
+				return
+			}
+		}
+		read <- nil
+	}()
+	for i := range n {
 		if err := s.Send(ctx, seqItem(i)); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}
+	if err := s.SendError(ctx, "soft"); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Finalize(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 10 {
-		if v, err := suiteNext(a); err != nil || !bytes.Equal(v, seqItem(i)) {
-			t.Fatalf("item %d = % x, %v", i, v, err)
-		}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	var se *SenderError
+	if _, err := suiteNext(a); !errors.As(err, &se) || se.Message != "soft" {
+		t.Fatalf("want the soft error, got %v", err)
 	}
 	for range 2 {
 		if _, err := suiteNext(a); err != io.EOF {
@@ -132,6 +151,9 @@ func clauseDetach(t *testing.T, p suitePath) {
 		time.Sleep(time.Millisecond) // the bubble's clock: no real wait
 	}
 	defer s2.Close()
+	if got := s2.NegotiatedTransport(); p.remote && got != p.key {
+		t.Fatalf("re-attach negotiated %q, want %q", got, p.key)
+	}
 	if err := s2.Send(ctx, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +210,17 @@ func clauseProducerErrors(t *testing.T, p suitePath) {
 
 // clauseLargeItems: items larger than the mux's staging threshold
 // (256 KiB) and of several MiB arrive whole and in order among small ones.
+// Between nodes, an item past the path's frame limit is refused at Send
+// with *ItemTooLargeError naming that limit, and the stream goes on.
 func clauseLargeItems(t *testing.T, p suitePath) {
 	env := buildPath(t, p)
 	a, s := suiteStream(t, env)
+	if p.remote {
+		var tl *ItemTooLargeError
+		if err := s.Send(context.Background(), make([]byte, p.limit)); !errors.As(err, &tl) || tl.Limit != p.limit {
+			t.Fatalf("Send of an item of the limit's size (%d): %v, want *ItemTooLargeError", p.limit, err)
+		}
+	}
 	sizes := []int{1, 256<<10 + 1, 10, 1 << 20, 3<<20 + 7, 5, 8 << 20}
 	items := make([][]byte, len(sizes))
 	for i, n := range sizes {

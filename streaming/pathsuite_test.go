@@ -35,13 +35,14 @@ type suitePath struct {
 	name   string
 	remote bool   // the producer is on another node
 	key    string // the transport a remote attach negotiates
+	limit  int    // the largest frame a remote Send takes
 	opts   []NodeOption
 }
 
 var suitePaths = []suitePath{
 	{name: "same-worker"},
-	{name: "per-stream", remote: true, key: wire.TCPStreamKey, opts: []NodeOption{WithMux(MuxConfig{Disabled: true})}},
-	{name: "mux", remote: true, key: muxWireKey, opts: []NodeOption{WithMux(MuxConfig{}), WithMuxOnly()}},
+	{name: "per-stream", remote: true, key: wire.TCPStreamKey, limit: wire.MaxTCPFrame, opts: []NodeOption{WithMux(MuxConfig{Disabled: true})}},
+	{name: "mux", remote: true, key: muxWireKey, limit: maxMuxRecord, opts: []NodeOption{WithMux(MuxConfig{}), WithMuxOnly()}},
 }
 
 // pathEnv is a consumer-side and a producer-side Manager joined by one
