@@ -151,6 +151,9 @@ func TestPathSuite(t *testing.T) {
 						continue
 					}
 					t.Run(p.name, func(t *testing.T) {
+						if p.key == muxWireKey && muxDisabledByEnv() {
+							t.Skip(MuxDisableEnv + " is set: no mux to test")
+						}
 						synctest.Test(t, func(t *testing.T) { c.run(t, p) })
 					})
 				}
