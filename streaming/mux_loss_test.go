@@ -88,38 +88,6 @@ func TestMuxEpochDeath(t *testing.T) {
 	}
 }
 
-// TestMuxWatchdog: heartbeats keep an idle mux stream alive across many
-// windows; when the producer's batches are lost after admission (no
-// epoch death), the consumer's stream watchdog ends the stream with
-// ErrSenderDropped after detectionMultiplier windows.
-func TestMuxWatchdog(t *testing.T) {
-	const hb = 20 * time.Millisecond
-	producer, consumer := muxNodes(t, MuxConfig{}, WithHeartbeatInterval(hb))
-	var gate postGate
-	gate.install(muxOf(t, producer))
-	a, s := muxStream(t, producer, consumer)
-	fill(t, s, 0, 1)
-	readTokens(t, a, 0, 1, 5*time.Second)
-	// Ten windows idle: heartbeats keep it. Next returns nothing but the
-	// deadline (heartbeats are not items).
-	if _, err := nextItemWithin(t, a, 10*hb); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("an idle stream with heartbeats ended: %v", err)
-	}
-	cm := muxOf(t, consumer)
-	if n := cm.n.watchdogFirings.Load(); n != 0 {
-		t.Fatalf("watchdog fired %d times on a live stream", n)
-	}
-	gate.lose.Store(1 << 30)
-	start := time.Now()
-	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
-		t.Fatalf("want ErrSenderDropped from the watchdog, got %v", err)
-	}
-	t.Logf("the watchdog ended the stream %v after its batches were lost (window %v)", time.Since(start), hb)
-	if n := consumer.sm.watchdogFirings(); n != 1 {
-		t.Fatalf("WatchdogFirings %d when the stream ended, want 1", n)
-	}
-}
-
 // TestMuxManualFlush: under FlushManual data waits for FlushBatch, a
 // terminal goes on its own, and credit still comes back (the consumer's
 // replies are not data), so a stream longer than its window finishes.

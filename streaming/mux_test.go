@@ -136,94 +136,6 @@ func TestMuxStreamFinalize(t *testing.T) {
 	}
 }
 
-// TestMuxDetachReattach: a Detach over the mux leaves the anchor waiting;
-// a second attach goes on with the same stream.
-func TestMuxDetachReattach(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	a, s1 := muxStream(t, producer, consumer)
-	ctx := context.Background()
-	if err := s1.Send(ctx, token(0)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := attachReady(ctx, producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
-		t.Fatalf("second attach: %v, want ErrAlreadyAttached", err)
-	}
-	if err := s1.Detach(); err != nil {
-		t.Fatal(err)
-	}
-	readTokens(t, a, 0, 1, 5*time.Second)
-	var s2 *Sender[[]byte]
-	deadline := time.Now().Add(5 * time.Second)
-	for { // the Detached frame is asynchronous over the wire
-		var err error
-		s2, err = attachReady(ctx, producer.sm, a.Handle())
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrAlreadyAttached) || time.Now().After(deadline) {
-			t.Fatalf("re-attach: %v", err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	defer s2.Close()
-	if got := s2.NegotiatedTransport(); got != muxWireKey {
-		t.Fatalf("re-attach negotiated %q", got)
-	}
-	if err := s2.Send(ctx, token(1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s2.Finalize(); err != nil {
-		t.Fatal(err)
-	}
-	readTokens(t, a, 1, 1, 5*time.Second)
-	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-		t.Fatalf("want io.EOF, got %v", err)
-	}
-}
-
-// TestMuxSenderClose: Close ends the stream with ErrSenderDropped behind
-// the items before it.
-func TestMuxSenderClose(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	a, s := muxStream(t, producer, consumer)
-	for i := range 3 {
-		if err := s.Send(context.Background(), token(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	readTokens(t, a, 0, 3, 5*time.Second)
-	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
-		t.Fatalf("want ErrSenderDropped, got %v", err)
-	}
-}
-
-// TestMuxRetiredDiscarded: when the consumer closed its anchor first, the
-// producer's Finalize is discarded and Retired reports it.
-func TestMuxRetiredDiscarded(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	a, s := muxStream(t, producer, consumer)
-	if err := s.Send(context.Background(), token(0)); err != nil {
-		t.Fatal(err)
-	}
-	readTokens(t, a, 0, 1, 5*time.Second)
-	a.Close()
-	select {
-	case <-s.Cancelled():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the producer did not hear of the close")
-	}
-	retired := s.Retired()
-	if err := s.Finalize(); !errors.Is(err, ErrCancelled) {
-		t.Fatalf("Finalize after the close: %v", err)
-	}
-	if out := retiredOutcome(t, retired, s); out != RetireDiscarded {
-		t.Fatalf("retired %v, want Discarded", out)
-	}
-}
-
 // queued is how many records wait in the anchor's inlet.
 func queued(st *anchorState) int {
 	st.mu.Lock()
@@ -452,50 +364,6 @@ func TestMuxCloseReachesIdleProducer(t *testing.T) {
 	}
 	if err := s.Send(context.Background(), token(1)); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("send after the close: %v", err)
-	}
-}
-
-// TestMuxRequestStop: a stop asked before or after the attach reaches the
-// producer's Stopped; its final item and Finalize then arrive.
-func TestMuxRequestStop(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	for _, before := range []bool{true, false} {
-		a, err := CreateAnchor[[]byte](consumer.sm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if before {
-			a.Controller().RequestStop()
-		}
-		s := attachMuxT[[]byte](t, producer, a.Handle())
-		if !before {
-			if err := s.Send(context.Background(), token(0)); err != nil {
-				t.Fatal(err)
-			}
-			readTokens(t, a, 0, 1, 5*time.Second)
-			a.Controller().RequestStop()
-		}
-		select {
-		case <-s.Stopped():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("stop (before attach: %v) did not reach the producer", before)
-		}
-		select {
-		case <-s.Cancelled():
-			t.Fatal("a stop cancelled the producer")
-		default:
-		}
-		if err := s.Send(context.Background(), token(1)); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Finalize(); err != nil {
-			t.Fatal(err)
-		}
-		readTokens(t, a, 1, 1, 5*time.Second)
-		if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-			t.Fatalf("want io.EOF, got %v", err)
-		}
-		a.Close()
 	}
 }
 
@@ -896,35 +764,6 @@ func TestMuxNegotiation(t *testing.T) {
 				t.Fatalf("want io.EOF, got %v", err)
 			}
 		})
-	}
-}
-
-// TestMuxLargeItems: an item past the batch size goes alone in its batch
-// and arrives intact; one past the mux's record limit is refused with an
-// *ItemTooLargeError and the stream goes on.
-func TestMuxLargeItems(t *testing.T) {
-	producer, consumer := muxNodes(t, MuxConfig{})
-	a, s := muxStream(t, producer, consumer)
-	ctx := context.Background()
-	big := bytes.Repeat([]byte("0123456789abcdef"), (4<<20)/16)
-	var tooBig *ItemTooLargeError
-	if err := s.Send(ctx, make([]byte, maxMuxRecord+1)); !errors.As(err, &tooBig) {
-		t.Fatalf("an item past the limit: %v", err)
-	}
-	for _, v := range [][]byte{token(0), big, token(1)} {
-		if err := s.Send(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Finalize()
-	for i, want := range [][]byte{token(0), big, token(1)} {
-		v, err := nextItemWithin(t, a, 10*time.Second)
-		if err != nil || !bytes.Equal(v, want) {
-			t.Fatalf("item %d: %d bytes, %v", i, len(v), err)
-		}
-	}
-	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-		t.Fatalf("want io.EOF, got %v", err)
 	}
 }
 

@@ -83,6 +83,7 @@ type nodeConfig struct {
 	reservation  *ReservationConfig
 	log          *slog.Logger
 	metrics      *metrics.VeloMetrics
+	streams      streamNet // the per-stream path's network (streamnet.go)
 }
 
 // WithStreamListenAddr sets the address of the per-stream TCP listener
@@ -129,6 +130,7 @@ type remote struct {
 	mux          *mux // nil when the mux is off
 	msg          *messenger.Messenger
 	ln           net.Listener
+	streams      streamNet // how ln was opened, and how to dial a peer's
 	acceptWindow time.Duration
 	heartbeat    time.Duration // answered to attaches, and watched by readers
 	log          *slog.Logger
@@ -174,7 +176,7 @@ type pendingBind struct {
 // before handing out msg's PeerInfo, so that peers learn the listener.
 // Close stops it.
 func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, error) {
-	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow}
+	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow, streams: tcpStreams{}}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
@@ -193,7 +195,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	var ln net.Listener
 	if !cfg.muxOnly {
 		var err error
-		if ln, err = listenStreams(msg, cfg.listen); err != nil {
+		if ln, err = listenStreams(msg, cfg.streams, cfg.listen); err != nil {
 			return nil, err
 		}
 	}
@@ -203,7 +205,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 	}
 	m := NewManager(msg.WorkerID(), mopts...)
 	r := &remote{
-		m: m, msg: msg, ln: ln, acceptWindow: cfg.acceptWindow, log: cfg.log,
+		m: m, msg: msg, ln: ln, streams: cfg.streams, acceptWindow: cfg.acceptWindow, log: cfg.log,
 		heartbeat: cfg.heartbeat, hb: newHeartbeater(), ids: newIDSource(),
 		pending: make(map[wire.TCPPreamble]*pendingBind),
 		conns:   make(map[net.Conn]struct{}),
@@ -248,8 +250,8 @@ func (r *remote) register(cfg nodeConfig) error {
 }
 
 // listenStreams opens the per-stream listener and advertises it.
-func listenStreams(msg *messenger.Messenger, addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+func listenStreams(msg *messenger.Messenger, sn streamNet, addr string) (net.Listener, error) {
+	ln, err := sn.Listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("velo: stream listener: %w", err)
 	}

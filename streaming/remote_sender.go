@@ -220,8 +220,7 @@ func (r *remote) openStream(ctx context.Context, rs *remoteSender, addr, key str
 	}
 	dctx, cancel := context.WithTimeout(ctx, preambleTimeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(dctx, "tcp", addr)
+	conn, err := r.streams.Dial(dctx, addr)
 	if err != nil {
 		// The owner waits for this connection until its accept window
 		// ends, then its anchor sees ErrSenderDropped.

@@ -119,60 +119,6 @@ func nextItemWithin[T any](t *testing.T, a *Anchor[T], d time.Duration) (T, erro
 	return a.Next(ctx)
 }
 
-// TestRemoteStreamFinalize: items from another node arrive in order over
-// the per-stream connection, and Finalize ends the stream with io.EOF
-// after all of them; the output retires as Sent.
-func TestRemoteStreamFinalize(t *testing.T) {
-	producer, consumer := twoNodes(t)
-	a, err := CreateAnchor[[]byte](consumer.sm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	if got := s.NegotiatedTransport(); got != wire.TCPStreamKey {
-		t.Fatalf("NegotiatedTransport = %q, want %q", got, wire.TCPStreamKey)
-	}
-	retired := s.Retired()
-	const n = 1000
-	ctx := context.Background()
-	for i := range n {
-		if err := s.Send(ctx, []byte{byte(i), byte(i >> 8)}); err != nil {
-			t.Fatalf("send %d: %v", i, err)
-		}
-	}
-	if err := s.SendError(ctx, "soft"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Finalize(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		v, err := nextItemWithin(t, a, 5*time.Second)
-		if err != nil {
-			t.Fatalf("item %d: %v", i, err)
-		}
-		if !bytes.Equal(v, []byte{byte(i), byte(i >> 8)}) {
-			t.Fatalf("item %d = % x", i, v)
-		}
-	}
-	var se *SenderError
-	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.As(err, &se) || se.Message != "soft" {
-		t.Fatalf("want the soft error, got %v", err)
-	}
-	for range 2 {
-		if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
-			t.Fatalf("want io.EOF, got %v", err)
-		}
-	}
-	if out := retiredOutcome(t, retired, s); out != RetireSent {
-		t.Fatalf("retired %v, want Sent", out)
-	}
-	if err := s.Send(ctx, []byte("late")); !errors.Is(err, ErrSenderClosed) {
-		t.Fatalf("send after Finalize: %v", err)
-	}
-}
-
 // TestRemoteDetachReattach: a producer on another node detaches; the
 // anchor waits; a second attach (from the same node) goes on with the
 // same stream.
@@ -228,40 +174,6 @@ func TestRemoteDetachReattach(t *testing.T) {
 	// An attach to an anchor that ended is refused as not found.
 	if _, err := AttachAnchor[point](ctx, producer.sm, a.Handle()); !errors.Is(err, ErrAnchorNotFound) {
 		t.Fatalf("attach after the end: %v, want ErrAnchorNotFound", err)
-	}
-}
-
-// TestRemoteProducerNodeShutdown: the producer's node shuts down mid
-// stream, with no terminal written. The consumer reads the items that
-// arrived, then ErrSenderDropped within 100 ms of the close, not at a
-// heartbeat bound.
-func TestRemoteProducerNodeShutdown(t *testing.T) {
-	producer, consumer := twoNodes(t)
-	a, err := CreateAnchor[[]byte](consumer.sm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	if err := s.Send(context.Background(), []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := nextItemWithin(t, a, 5*time.Second); err != nil || string(v) != "x" {
-		t.Fatalf("Next = %q, %v", v, err)
-	}
-	closed := time.Now()
-	producer.sm.Close()
-	_, err = nextItemWithin(t, a, 5*time.Second)
-	took := time.Since(closed)
-	if !errors.Is(err, ErrSenderDropped) {
-		t.Fatalf("want ErrSenderDropped, got %v", err)
-	}
-	if took > 100*time.Millisecond {
-		t.Fatalf("ErrSenderDropped %v after the producer's node shut down, want within 100ms", took)
-	}
-	// The producer's own Sender saw its node stop.
-	if err := s.Send(context.Background(), []byte("y")); !errors.Is(err, ErrCancelled) {
-		t.Fatalf("send after shutdown: %v", err)
 	}
 }
 
@@ -321,49 +233,6 @@ func TestRemoteProducerKilled(t *testing.T) {
 	}
 	if !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("want ErrSenderDropped, got %v", err)
-	}
-}
-
-// TestRemoteConsumerCancel: the consumer cancels; the producer on the
-// other node hears of it through the connection's close: Cancelled and
-// Stopped close and sends fail with ErrCancelled; its terminal is
-// discarded.
-func TestRemoteConsumerCancel(t *testing.T) {
-	for _, closeAnchor := range []bool{false, true} {
-		producer, consumer := twoNodes(t)
-		a, err := CreateAnchor[[]byte](consumer.sm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := attachRemoteT[[]byte](t, producer, a.Handle())
-		if err := s.Send(context.Background(), []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if closeAnchor {
-			a.Close()
-		} else {
-			a.Controller().Cancel()
-		}
-		select {
-		case <-s.Cancelled():
-		case <-time.After(5 * time.Second):
-			t.Fatal("the producer did not see the cancel")
-		}
-		<-s.Done()
-		if err := s.Send(context.Background(), []byte("y")); !errors.Is(err, ErrCancelled) {
-			t.Fatalf("send after cancel: %v", err)
-		}
-		retired := s.Retired()
-		if err := s.Finalize(); !errors.Is(err, ErrCancelled) {
-			t.Fatalf("Finalize after cancel: %v", err)
-		}
-		if out := retiredOutcome(t, retired, s); out != RetireDiscarded {
-			t.Fatalf("retired %v, want Discarded", out)
-		}
-		a.Close()
 	}
 }
 
