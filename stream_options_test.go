@@ -3,6 +3,7 @@ package velo_test
 import (
 	"context"
 	"errors"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"testing"
 	"time"

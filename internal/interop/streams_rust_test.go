@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"math/big"

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"sync"

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"log/slog"

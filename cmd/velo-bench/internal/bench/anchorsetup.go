@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"os"

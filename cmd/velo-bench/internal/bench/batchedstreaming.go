@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
 	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"runtime"

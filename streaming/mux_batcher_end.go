@@ -1,0 +1,172 @@
+package streaming
+
+// How a batcher ends: an epoch death, the close's goodbye, the last
+// writes after its goroutine stopped, and the idle check of eviction.
+
+import (
+	"errors"
+
+	"github.com/velo-go/velo/internal/muxwire"
+	"time"
+)
+
+// epochDeath ends every live slot of the batcher (a refused batch, a lost
+// peer) and starts a new epoch: the owner retires the old epoch's slots
+// when the first batch of the new one arrives.
+func (b *batcher) epochDeath() {
+	b.mu.Lock()
+	for _, s := range b.slots {
+		if s != nil {
+			s.endLocked(ErrConsumerLost)
+		}
+	}
+	b.ready = b.ready[:0]
+	// The replies owed for the peer's slots (credit, closes, stops) stay:
+	// those slots belong to the peer's epoch, which this one's death does
+	// not end; dropping their credit would stall them for good.
+	b.epoch = b.mx.epochs.Add(1)
+	b.seq = 0
+	b.mu.Unlock()
+	b.mx.epochDeaths()
+}
+
+// goodbye posts, before the mux stops, a CloseSlot for every stream
+// between this node and the peer: PeerGone for the slots of this node's
+// producers (their consumers see ErrSenderDropped at once) and
+// UnknownSlot for theirs, the peer's slots this node consumes (their
+// producers see the cancel). A refused post ends it: the peer's
+// connection is gone, and its own peer loss path takes over.
+//
+// It is queued for the lane's writer, after whatever is being written, and
+// the close writes it itself when the lane is free.
+func (b *batcher) goodbye(theirs []muxwire.SlotID) {
+	b.mu.Lock()
+	// From here on the batcher writes only closes and the notices of
+	// attaches answered too late (postLate, abandonBound), and an attach
+	// answered now fails its slot instead of queuing an OpenSlot.
+	b.state.to(batcherClosing)
+	// OpenSlots still queued (a pipelined attach answered just before the
+	// end) go first: a close for a slot the peer never saw opened would
+	// leave its bind waiting out the accept window.
+	opens := make([]*outSlot, 0, len(b.opens))
+	for _, s := range b.opens {
+		if !s.life.closed() {
+			opens = append(opens, s)
+		}
+	}
+	clear(b.opens)
+	b.opens = b.opens[:0]
+	recs := make([]closeReply, 0, b.live+len(theirs))
+	for _, s := range b.slots {
+		if s != nil && !s.life.closed() && !s.pending { // a pending slot's peer never heard of it
+			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
+		}
+	}
+	// Closes still owed go too: Manager.Close cancels its anchors just
+	// before the mux stops, and the batcher's goroutine may not have
+	// written them yet.
+	for id, reason := range b.closes {
+		recs = append(recs, closeReply{id: id, reason: reason})
+	}
+	clear(b.closes)
+	for _, id := range theirs {
+		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
+	}
+	w := b.queueJobLocked(laneJob{kind: jobGoodbye, opens: opens, closes: recs}, true)
+	b.mu.Unlock()
+	b.writeQueued(w)
+}
+
+// postLate writes closes after the batcher was retired, in order with
+// what it wrote before. It comes from a reader: the lane's writer writes
+// them, and the caller only once the goroutine is gone and the lane free.
+func (b *batcher) postLate(closes []closeReply) {
+	b.queueJob(laneJob{kind: jobLateCloses, closes: closes}, false)
+}
+
+// postOpenSlots writes the OpenSlots of opens, in as many batches as the
+// batch cap needs. The caller owns the lane's writes. It returns the first
+// refusal.
+func (b *batcher) postOpenSlots(opens []*outSlot) error {
+	return b.postRecords(len(opens), muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
+		s := opens[i]
+		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+	})
+}
+
+// errNoLongerWrites is postRecords' answer once the batcher may not write
+// (batcherState.mayWrite).
+var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writes no more")
+
+// postRecords writes n control records with bodies of bodyLen bytes, each
+// put in by add, in as many batches of their own as the batch cap needs.
+// The caller owns the lane's writes. It stops at the first refusal and
+// returns it,
+// or errNoLongerWrites.
+func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
+	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
+	for i := 0; i < n; {
+		k := min(n-i, per)
+		b.mu.Lock()
+		if !b.state.mayWrite() {
+			b.mu.Unlock()
+			return errNoLongerWrites
+		}
+		b.seq++
+		epoch, seq := b.epoch, b.seq
+		b.mu.Unlock()
+		var enc muxwire.Encoder
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.lane, epoch, seq)
+		for ; k > 0; i, k = i+1, k-1 {
+			add(&enc, i)
+		}
+		if err := b.mx.send(b.peer, b.lane, enc.Batch()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleLocked says the batcher has no live slot and has not been used for
+// ttl. The caller holds b.mu.
+//
+// A batcher that carries only replies (its node consumes the peer's
+// streams and sends none) is in use too: a reply since the last check
+// counts as use then, at the cost of a flag per reply rather than a clock
+// read.
+func (b *batcher) idleLocked(now time.Time, ttl time.Duration) bool {
+	if b.used {
+		b.used, b.lastUse = false, now
+	}
+	return b.live == 0 && len(b.credit) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && now.Sub(b.lastUse) >= ttl
+}
+
+// stop ends the batcher's goroutine and fails its slots.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	if b.state.stopped() {
+		b.mu.Unlock()
+		return
+	}
+	b.state.to(stoppedState[b.state])
+	b.lingerT.Stop()
+	if b.windowT != nil {
+		b.windowT.Stop()
+	}
+	b.mu.Unlock()
+	b.epochDeath()
+	b.signal()
+	<-b.done
+	b.lastWrites() // work queued as the goroutine ended
+}
+
+// lastWrites writes, as the goroutine ends, the control work queued for
+// it, unless the lane's owner is writing and will.
+func (b *batcher) lastWrites() {
+	b.mu.Lock()
+	own := len(b.jobs) > 0 && b.ownLocked()
+	b.mu.Unlock()
+	if own {
+		b.release()
+	}
+}

@@ -1,0 +1,165 @@
+package streaming
+
+// The control records a batcher owes its peer (credit, closes, stops and
+// cancels): queued in its maps under b.mu and written by its next pass.
+
+import (
+	"github.com/velo-go/velo/internal/muxwire"
+)
+
+// grant adds credit the consumer returned and lists the slot again. The
+// credit never goes above the window the slot opened with: a grant that
+// would lift it there is a liar's (or a repeat), counted in
+// control_refused, and cannot let this side send past the window.
+func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
+	b.mu.Lock()
+	s := b.slotLocked(id)
+	if s == nil || s.life.closed() {
+		b.refuseLocked(id)
+		b.mu.Unlock()
+		return
+	}
+	if s.clampCreditLocked(delta) {
+		b.mx.controlRefused()
+	}
+	wake := s.readyLocked()
+	b.mu.Unlock()
+	if wake {
+		b.signal()
+	}
+}
+
+// slotLocked is the live slot with exactly id, or nil.
+func (b *batcher) slotLocked(id muxwire.SlotID) *outSlot {
+	idx := id.Index()
+	if int(idx) >= len(b.slots) {
+		return nil
+	}
+	if s := b.slots[idx]; s != nil && s.id == id {
+		return s
+	}
+	return nil
+}
+
+// signal wakes the batcher's goroutine; a wake already pending is enough.
+func (b *batcher) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// autoFlush is true under the default policy: write at the end of every
+// wake. Under Manual, data waits for FlushBatch.
+func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush == FlushAuto }
+
+// kick is FlushBatch for this batcher: the next wake writes what is
+// staged, whatever the policy.
+//
+// Under FlushManual it releases exactly what each slot holds now: records
+// staged after the call wait for the next one, so one call is one pass.
+// It looks at every slot of the batcher, once per call.
+func (b *batcher) kick() {
+	b.mu.Lock()
+	if !b.autoFlush() {
+		for _, s := range b.slots {
+			if s != nil && !s.life.closed() && len(s.q) > 0 {
+				s.flushable = len(s.q)
+				s.readyLocked()
+			}
+		}
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
+// reply queues a CreditUpdate for a slot the peer owns on this node's
+// ingress. Replies coalesce per slot; a batch of only replies waits up to
+// reply_linger for company.
+func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
+	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.reply(id, delta) })
+		return
+	}
+	b.used = true
+	if _, closing := b.closes[id]; !closing {
+		b.credit[id] += delta
+	}
+	if !b.lingerOn && !b.awake {
+		b.startLingerLocked()
+	}
+	b.mu.Unlock()
+}
+
+// startLingerLocked opens a reply_linger window. The batcher's goroutine
+// waits on the window's timer itself, so its end is one wake, not a timer
+// goroutine that then wakes the batcher. The end marks the window over,
+// not only wakes the batcher: under FlushManual nothing else would let the
+// replies go, and the peer's producers would wait for credit for good.
+func (b *batcher) startLingerLocked() {
+	b.lingerOn = true
+	b.lingerT.Reset(b.mx.cfg.ReplyLinger)
+}
+
+// maxRejects caps the answers owed for OpenSlots that ingress never
+// admitted: a burst of bogus OpenSlots must not grow the batcher without
+// bound. Dropping one costs no credit, which is why a cap is safe here and
+// nowhere else.
+const maxRejects = 8192
+
+// rejectOpen queues the answer to an OpenSlot this side never admitted, on
+// the capped reject lane.
+func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.rejectOpen(id, reason) })
+		return
+	}
+	if _, known := b.rejected[id]; !known {
+		if len(b.rejected) >= maxRejects {
+			b.mu.Unlock()
+			b.mx.controlRefused()
+			return
+		}
+		b.rejected[id] = struct{}{}
+	}
+	b.closes[id] = reason
+	b.mu.Unlock()
+	b.signal()
+}
+
+// replyClose queues a CloseSlot for a slot the peer owns; it supersedes
+// the slot's credit and is urgent.
+func (b *batcher) replyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.replyClose(id, reason) })
+		return
+	}
+	delete(b.credit, id)
+	b.closes[id] = reason
+	b.mu.Unlock()
+	b.signal()
+}
+
+// lifecycleSignal is a stop or cancel a consumer sends its producer.
+type lifecycleSignal struct {
+	session uint64
+	action  muxwire.LifecycleAction
+}
+
+// replyLifecycle queues a stop or cancel for a slot the peer owns; a
+// cancel wins over a stop of the same session. It is urgent.
+func (b *batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.mu.Lock()
+	if b.handedOnLocked() {
+		b.handOn(func(nb *batcher) { nb.replyLifecycle(id, session, action) })
+		return
+	}
+	if old, ok := b.signals[id]; !ok || old.session != session || action == muxwire.Cancel {
+		b.signals[id] = lifecycleSignal{session, action}
+	}
+	b.mu.Unlock()
+	b.signal()
+}

@@ -1,0 +1,157 @@
+package streaming
+
+// How a mux slot ends: closed by its peer, refused, cancelled, stopped,
+// and the producer's signals (Stopped, Cancelled, Done, Retired) it fires.
+
+import (
+	"github.com/velo-go/velo/internal/muxwire"
+)
+
+// closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
+// cancelled or dropped its anchor; ProtocolError): the producer's sends
+// fail with ErrCancelled and its output is discarded.
+func (b *batcher) closeByPeer(id muxwire.SlotID) {
+	b.mu.Lock()
+	s := b.slotLocked(id)
+	if s == nil {
+		b.refuseLocked(id)
+		b.mu.Unlock()
+		return
+	}
+	s.endLocked(ErrCancelled) // the consumer cancelled or closed its anchor
+	b.mu.Unlock()
+}
+
+// refuseLocked counts control from the peer for a slot this batcher never
+// opened. Control for an index it opened but has since retired is the
+// ordinary race of a close crossing the stream's end, and is dropped
+// without a count, as the book says.
+func (b *batcher) refuseLocked(id muxwire.SlotID) {
+	if int(id.Index()) >= len(b.slots) {
+		b.mx.controlRefused()
+	}
+}
+
+// endLocked closes s as cancelled, with why as the cause: signals fire,
+// waiting sends fail, the output is discarded, the index is freed.
+func (s *outSlot) endLocked(why error) {
+	if s.life.closed() {
+		return
+	}
+	s.life.close()
+	s.cancelLocked(why)
+	s.b.qBytes -= s.qBytes
+	s.b.budgetAddLocked(-s.qBytes)
+	if len(s.q) > 0 {
+		s.b.staged--
+	}
+	s.qBytes = 0
+	s.b.recycleLocked(s) // its records are dropped: nothing points into them
+	s.b.peerRoomLocked()
+	s.settleLocked(RetireDiscarded)
+	s.b.releaseLocked(s)
+}
+
+// cancelLocked fires Cancelled (and Done, if no stop fired it first).
+func (s *outSlot) cancelLocked(why error) {
+	if !s.cancelled {
+		s.cancelled = true
+		if s.cancelCh != nil {
+			close(s.cancelCh)
+		}
+		s.fireLocked(why)
+	}
+	s.wakeSpaceLocked()
+}
+
+// stopLocked fires Stopped: a consumer's stop of a live stream only.
+func (s *outSlot) stopLocked() {
+	if !s.stopped && !s.cancelled {
+		s.stopped = true
+		if s.stopCh != nil {
+			close(s.stopCh)
+		}
+		s.fireLocked(ErrStopRequested)
+	}
+}
+
+// fireLocked closes Done on the first signal and keeps its cause.
+func (s *outSlot) fireLocked(why error) {
+	if s.why == nil {
+		s.why = why
+		if s.doneCh != nil {
+			close(s.doneCh)
+		}
+		for _, fn := range s.onFire {
+			fn(why)
+		}
+		s.onFire = nil
+	}
+}
+
+// watchFire runs fn with the cause at the first signal, or returns the
+// cause if one has fired already.
+func (s *outSlot) watchFire(fn func(error)) error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.why != nil {
+		return s.why
+	}
+	s.onFire = append(s.onFire, fn)
+	return nil
+}
+
+// cause is the first signal's cause, or nil.
+func (s *outSlot) cause() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.why
+}
+
+// lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
+// the stream with this session, never of a later stream on the index.
+func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.slotLocked(id)
+	if s == nil || s.session != session {
+		return
+	}
+	if action == muxwire.Cancel {
+		s.cancelLocked(ErrCancelled)
+	} else {
+		s.stopLocked()
+	}
+}
+
+// signalCh returns the channel of one kind of signal of s, made on demand.
+func (s *outSlot) signalCh(k signalKind) <-chan struct{} {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	var ch *chan struct{}
+	var fired bool
+	switch k {
+	case sigStop:
+		ch, fired = &s.stopCh, s.stopped
+	case sigCancel:
+		ch, fired = &s.cancelCh, s.cancelled
+	default:
+		ch, fired = &s.doneCh, s.why != nil
+	}
+	if fired {
+		return closedChan
+	}
+	if *ch == nil {
+		*ch = make(chan struct{})
+	}
+	return *ch
+}
+
+func (s *outSlot) retiredCh() <-chan struct{} {
+	if s.known() != 0 {
+		return closedFor(&s.retirement)
+	}
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.watchLocked()
+}

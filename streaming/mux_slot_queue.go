@@ -1,0 +1,248 @@
+package streaming
+
+// A producer's records on its mux slot: queued under the batcher's lock,
+// bounded by the slot's credit window and byte budget and the peer's byte
+// budget, and taken by the batcher's pass (mux_flush.go).
+
+import (
+	"context"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
+	"sync"
+	"sync/atomic"
+)
+
+// push queues one record of s, waiting while its queue is full.
+func (s *outSlot) push(ctx context.Context, frame []byte) error {
+	return s.pushFrame(ctx, frame, nil, len(frame))
+}
+
+// pushBytes queues a byte item of payload, encoded straight into the
+// slot's arena: no buffer per record.
+func (s *outSlot) pushBytes(ctx context.Context, payload []byte) error {
+	n := wire.BytesItemLen(len(payload))
+	if n > maxArenaFrame {
+		return s.push(ctx, bytesItemFrame(payload))
+	}
+	return s.pushFrame(ctx, nil, payload, n)
+}
+
+// pushFrame queues frame, or, when frame is nil, the byte item of payload
+// (n bytes either way), waiting while the queue is full.
+func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) error {
+	if n > maxMuxRecord {
+		return &ItemTooLargeError{Size: n, Limit: maxMuxRecord}
+	}
+	b := s.b
+	waited := false
+	b.mu.Lock()
+	for {
+		switch {
+		case s.life.terminal():
+			b.mu.Unlock()
+			return ErrSenderClosed
+		case s.cancelled || s.life.closed():
+			b.mu.Unlock()
+			return s.endErr()
+		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
+			(len(s.q) == 0 || b.budget.fits(b.unpublished+n, b.mx.cfg.PeerByteBudget)):
+			// A slot's first record always fits, so a stream can always move,
+			// whatever the others to the peer hold.
+			if frame == nil {
+				frame = s.arenaFrameLocked(payload, n)
+			}
+			s.enqueueLocked(frame)
+			s.active = true
+			wake := s.readyLocked()
+			if !wake && b.mx.cfg.Flush == FlushLinger {
+				wake = b.lingerWakeLocked()
+			}
+			b.mu.Unlock()
+			if wake {
+				b.signal()
+			}
+			return nil
+		}
+		if !waited {
+			waited = true
+			b.mx.producerBackpressure()
+		}
+		w := s.waitChanLocked(n)
+		b.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+	}
+}
+
+// waitChanLocked is what a Send of n bytes that does not fit waits on: the
+// slot's own room, or, when only the peer's byte budget is full, room
+// anywhere on the peer.
+func (s *outSlot) waitChanLocked(n int) chan struct{} {
+	b := s.b
+	slotFull := len(s.q) >= b.mx.cfg.inletRecords() || s.qBytes+n > b.mx.cfg.SlotByteBudget
+	if !slotFull {
+		return b.budget.waitChan()
+	}
+	if s.spaceWait == nil {
+		s.spaceWait = make(chan struct{})
+	}
+	return s.spaceWait
+}
+
+// budgetChunk is how many queued bytes a batcher gathers before it adds
+// them to the peer's shared budget. The budget is one atomic counter for
+// every lane to the peer, and adding to it per record made producers and
+// the batcher trade its cache line for every token. A peer may so run
+// over its budget by up to a chunk per lane.
+const budgetChunk = 4 << 10
+
+// budgetAddLocked counts delta queued bytes (negative: written or
+// dropped) against the peer's budget. Additions gather up to budgetChunk;
+// a release goes out at once, with what had gathered, so that a Send
+// waiting for room sees it. The caller holds b.mu.
+func (b *batcher) budgetAddLocked(delta int) {
+	b.unpublished += delta
+	if b.unpublished >= budgetChunk || delta < 0 {
+		b.budget.add(b.unpublished)
+		b.unpublished = 0
+	}
+}
+
+// peerRoomLocked wakes the Sends that wait for the peer's byte budget once
+// the queued bytes fell under it.
+func (b *batcher) peerRoomLocked() { b.budget.room(b.mx.cfg.PeerByteBudget) }
+
+// peerBudget is the bytes queued on every lane to one peer: all the lanes
+// of a peer share one budget, so the bound per peer does not depend on
+// the lane count. Its lock is a leaf.
+type peerBudget struct {
+	bytes atomic.Int64
+	hold  atomic.Int64 // bytes in the ingress holds of the peer's slots, every lane
+	mu    sync.Mutex
+	wait  chan struct{}
+}
+
+func (pb *peerBudget) fits(n, limit int) bool { return pb.bytes.Load()+int64(n) <= int64(limit) }
+
+func (pb *peerBudget) add(n int) { pb.bytes.Add(int64(n)) }
+
+// waitChan is what a Send waits on for room on the peer.
+func (pb *peerBudget) waitChan() chan struct{} {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.wait == nil {
+		pb.wait = make(chan struct{})
+	}
+	return pb.wait
+}
+
+// room wakes the waiting Sends once the peer is under its budget.
+func (pb *peerBudget) room(limit int) {
+	if pb.bytes.Load() >= int64(limit) {
+		return
+	}
+	pb.mu.Lock()
+	if pb.wait != nil {
+		close(pb.wait)
+		pb.wait = nil
+	}
+	pb.mu.Unlock()
+}
+
+// waiting says whether a Send waits for the peer's budget (tests).
+func (pb *peerBudget) waiting() bool {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return pb.wait != nil
+}
+
+// enqueueLocked appends a record to s's queue.
+func (s *outSlot) enqueueLocked(frame []byte) {
+	if len(s.q) == 0 {
+		s.b.staged++
+	}
+	s.q = append(s.q, frame)
+	s.qBytes += len(frame)
+	s.b.qBytes += len(frame)
+	s.b.budgetAddLocked(len(frame))
+}
+
+// owedLocked says a FlushBatch came while s held records it could not
+// send for lack of credit. Under FlushManual those go when credit
+// returns, without another FlushBatch: the application asked for them,
+// and the credit it waited for may come long after.
+func (s *outSlot) owedLocked() bool {
+	return s.flushable > 0 && len(s.q) > 0
+}
+
+// readyLocked lists s for the batcher when it has something it may send,
+// and says whether the batcher must be woken to see it.
+func (s *outSlot) readyLocked() bool {
+	if s.inReady || s.pending || len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+		return false
+	}
+	b := s.b
+	s.inReady = true
+	b.ready = append(b.ready, s)
+	// A slot that holds a terminal is urgent under every policy, also when
+	// credit comes back for the records in front of it: else, under
+	// FlushManual, the end of a stream would wait for a FlushBatch.
+	return !b.awake && (b.autoFlush() || s.life.terminal() || s.owedLocked() ||
+		b.windowDue) // under FlushLinger, a window that ended while this slot had no credit
+}
+
+func (s *outSlot) headIsTerminal() bool { return s.life.terminal() && len(s.q) == 1 }
+
+// terminate queues a terminal past the queue's limit; it never waits. The
+// batcher writes it behind every record before it, with CloseSlot in the
+// same batch, and then retires the stream.
+//
+// With wait, a slot whose pipelined attach the owner has not answered yet
+// first waits for the answer, so that Finalize and Detach report a refused
+// attach; Close does not wait.
+func (s *outSlot) terminate(frame []byte, wait bool) error {
+	b := s.b
+	if wait && s.answered != nil {
+		<-s.answered
+	}
+	b.mu.Lock()
+	if s.life.terminal() {
+		b.mu.Unlock()
+		return ErrSenderClosed
+	}
+	s.life.end()
+	if s.cancelled || s.life.closed() {
+		s.settleLocked(RetireDiscarded)
+		b.mu.Unlock()
+		return s.endErr()
+	}
+	s.enqueueLocked(frame)
+	wake := s.readyLocked()
+	s.wakeSpaceLocked()
+	urgent := !b.awake && !wake && s.inReady // listed but the policy waits: a terminal makes its batch urgent
+	b.mu.Unlock()
+	if wake || urgent {
+		b.signal()
+	}
+	return nil
+}
+
+// endErr is what a send on a closed or cancelled slot returns: the
+// owner's refusal for a pipelined attach, else ErrCancelled.
+func (s *outSlot) endErr() error {
+	if s.failErr != nil {
+		return s.failErr
+	}
+	return ErrCancelled
+}
+
+func (s *outSlot) wakeSpaceLocked() {
+	if s.spaceWait != nil {
+		close(s.spaceWait)
+		s.spaceWait = nil
+	}
+}
