@@ -3,12 +3,11 @@ package velo_test
 import (
 	"context"
 	"errors"
-
-	"github.com/velo-go/velo/internal/streamx"
 	"testing"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/internal/streamx"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )

@@ -5,7 +5,6 @@ import (
 	"reflect"
 
 	"github.com/velo-go/velo/internal/msgpackcodec"
-
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
 

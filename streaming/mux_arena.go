@@ -1,8 +1,9 @@
 package streaming
 
 import (
-	wire "github.com/velo-go/velo/internal/streamwire"
 	"unsafe"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // Small byte items are encoded into a per-slot arena that is reused once

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/velo-go/velo/internal/streamx/hook"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/streamx/hook"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 )

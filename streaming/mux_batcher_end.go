@@ -5,9 +5,9 @@ package streaming
 
 import (
 	"errors"
+	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
-	"time"
 )
 
 // epochDeath ends every live slot of the batcher (a refused batch, a lost

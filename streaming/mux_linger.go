@@ -1,8 +1,9 @@
 package streaming
 
 import (
-	"github.com/velo-go/velo/internal/muxwire"
 	"time"
+
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 // The FlushLinger policy. A window opens when a record is staged and none

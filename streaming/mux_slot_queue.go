@@ -6,10 +6,10 @@ package streaming
 
 import (
 	"context"
-
-	wire "github.com/velo-go/velo/internal/streamwire"
 	"sync"
 	"sync/atomic"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // push queues one record of s, waiting while its queue is full.

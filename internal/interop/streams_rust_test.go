@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"math/big"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/streamx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"

@@ -10,14 +10,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-
-	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/streamx"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )

@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"log/slog"
 	"os"
@@ -22,6 +20,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/velo-go/velo/internal/streamx"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"

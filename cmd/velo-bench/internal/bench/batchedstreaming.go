@@ -6,13 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"github.com/velo-go/velo/internal/streamx"
 	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/velo-go/velo/internal/streamx"
 
 	"github.com/prometheus/client_golang/prometheus"
 
