@@ -57,3 +57,48 @@ func (mx *mux) logFiring(f *watchdogFiring) {
 		"heartbeat_deadline_ms", f.window.Milliseconds(),
 		"detection_multiplier", detectionMultiplier)
 }
+
+// watch is one watchdog window over the peer's slots: a slot that got
+// nothing while its producer held credit misses the window; after
+// detectionMultiplier misses it ends with Dropped.
+func (ip *ingressPeer) watch() {
+	var fired *watchdogFiring
+	ip.mu.Lock()
+	defer func() {
+		ip.mu.Unlock()
+		if fired != nil {
+			ip.mx.logFiring(fired)
+		}
+	}()
+	for _, s := range ip.slots {
+		if s != nil {
+			ip.watchSlotLocked(s, &fired)
+		}
+	}
+	for _, s := range ip.aside { // a staged record may never come
+		ip.watchSlotLocked(s, &fired)
+	}
+}
+
+// watchSlotLocked is one window of the watchdog over s; fired takes what
+// the warning reports of the first firing it lets through.
+func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
+	switch {
+	case s.delivered || s.held == 0:
+		s.delivered, s.misses = false, 0
+	default:
+		s.misses++
+		if s.misses >= detectionMultiplier {
+			// Counted before the end is delivered, so that a consumer
+			// that sees ErrSenderDropped can tell a watchdog kill. An
+			// MPSC producer's end is not counted, as in the reference.
+			if s.mpsc == nil {
+				ip.mx.n.watchdogFirings.Add(1)
+				if *fired == nil && ip.mx.watchdogWarn.allow() {
+					*fired = s.firingLocked(ip.mx.heartbeat)
+				}
+			}
+			ip.endLocked(s, true)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package streaming
+
+// The binds of the owner's side of the mux: an anchor bound by an attach
+// (or a ticket) waits in the mux's table for the OpenSlot that claims it,
+// until its accept window ends.
+
+import (
+	"time"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// bind registers a stream of st for the mux, to be claimed by the OpenSlot
+// of producer peer with session; window is the accept window.
+func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
+	return mx.bindProducer(st, nil, peer, session, window, lanes, key)
+}
+
+// bindProducer is bind for one producer p of an MPSC anchor (nil for an
+// SPSC anchor).
+func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
+	bd := &muxBind{st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
+	ok = mx.addBind(bindKey{st.handle.LocalID(), session}, bd, window, lanes, key)
+	return bd.lane, ok
+}
+
+// addBind puts bd in the table under k, with its accept window.
+// Its lane is chosen now, among lanes, and the bind counts on it.
+func (mx *mux) addBind(k bindKey, bd *muxBind, window time.Duration, lanes int, key *uint64) bool {
+	bd.key = k
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.closed {
+		return false
+	}
+	bd.lane = mx.pickLaneLocked(bd.peer, lanes, key)
+	mx.countLocked(bd.peer, bd.lane, 1)
+	mx.binds[k] = bd
+	mx.nextBind++
+	bd.id = mx.nextBind
+	mx.bindIDs[bd.id] = bd
+	mx.acceptQ.Add(bd.id, time.Now().Add(window))
+	return true
+}
+
+// forgetLocked takes bd out of the tables and its accept window out of the
+// queue. The caller holds mx.mu and has checked that bd is in binds.
+func (mx *mux) forgetLocked(bd *muxBind) {
+	delete(mx.binds, bd.key)
+	delete(mx.bindIDs, bd.id)
+	mx.acceptQ.Remove(bd.id)
+}
+
+// expireBind is the accept-window queue's expiry: it ends a bound stream
+// whose OpenSlot did not come in time; the consumer sees ErrSenderDropped.
+// One queue and its one goroutine serve every bind, so a bind costs no
+// timer and no goroutine.
+func (mx *mux) expireBind(id uint64) {
+	mx.mu.Lock()
+	bd := mx.bindIDs[id]
+	if bd == nil || mx.binds[bd.key] != bd {
+		mx.mu.Unlock()
+		return
+	}
+	delete(mx.binds, bd.key)
+	delete(mx.bindIDs, id)
+	mx.countLocked(bd.peer, bd.lane, -1)
+	mx.mu.Unlock()
+	mx.n.unclaimedReaped.Add(1)
+	bd.drop()
+}
+
+// claim takes the bind an OpenSlot names, if peer made it.
+func (mx *mux) claim(k bindKey, peer ext.WorkerID) *muxBind {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	bd := mx.binds[k]
+	if bd == nil || (bd.peer != peer && !bd.prebound) {
+		return nil
+	}
+	mx.forgetLocked(bd)
+	if bd.prebound { // the pre-bind counted on the node; now on its sender too
+		mx.countPeerLocked(peer, bd.lane, 1)
+	}
+	return bd
+}
+
+// dropBinds ends the binds of a lost producer at once.
+func (mx *mux) dropBinds(peer ext.WorkerID) {
+	mx.mu.Lock()
+	var gone []*muxBind
+	for _, bd := range mx.binds {
+		if bd.peer == peer {
+			mx.forgetLocked(bd)
+			mx.countLocked(bd.peer, bd.lane, -1)
+			gone = append(gone, bd)
+		}
+	}
+	mx.mu.Unlock()
+	for _, bd := range gone {
+		bd.drop()
+	}
+}
+
+// drop ends a bind that no OpenSlot claimed: Dropped for the stream, or
+// for the MPSC producer.
+func (bd *muxBind) drop() {
+	if bd.mpsc != nil {
+		bd.st.mpsc.endRemote(bd.mpsc, droppedFrame)
+		return
+	}
+	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+}
+
+// unbind takes bd out of the table, if it is still there unclaimed.
+func (mx *mux) unbind(bd *muxBind) {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] == bd {
+		mx.forgetLocked(bd)
+		mx.countLocked(bd.peer, bd.lane, -1)
+	}
+}
+
+// adopt gives an unclaimed pre-bind to the producer of an ordinary attach.
+// It is false when an OpenSlot has claimed it already.
+func (mx *mux) adopt(bd *muxBind, producer ext.WorkerID) bool {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] != bd {
+		return false
+	}
+	bd.prebound, bd.peer = false, producer
+	mx.countPeerLocked(producer, bd.lane, 1)
+	return true
+}
+
+// renewBind gives an unclaimed bind a full accept window from now. A bind
+// claimed, released or reaped is left alone: renewal cannot revive it.
+func (mx *mux) renewBind(bd *muxBind, window time.Duration) {
+	mx.mu.Lock()
+	defer mx.mu.Unlock()
+	if mx.binds[bd.key] == bd {
+		// Reset does nothing to an entry the queue is expiring: renewal
+		// cannot revive a bind.
+		mx.acceptQ.Reset(bd.id, time.Now().Add(window))
+	}
+}

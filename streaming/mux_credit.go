@@ -1,0 +1,129 @@
+package streaming
+
+// Credit going back to the producer: a consumer's take marks its slot
+// dirty, and the dirty slots' credit rides the next batch to that peer,
+// a doorbell of the sweeper, or its periodic walk.
+
+import (
+	"time"
+
+	"github.com/velo-go/velo/internal/muxwire"
+)
+
+// took is the anchor's pop telling the slot that the consumer took a
+// record: the credit for it may go back. Only the take that lists the
+// slot as dirty rings the sweeper.
+func (s *inSlot) took(n int) {
+	s.buffered.Add(-int64(n))
+	s.drained.Add(1)
+	if s.dirty.CompareAndSwap(false, true) {
+		s.ip.markDirty(s)
+	}
+}
+
+func (ip *ingressPeer) markDirty(s *inSlot) {
+	ip.dirtyMu.Lock()
+	ip.dirty = append(ip.dirty, s)
+	first := len(ip.dirty) == 1
+	due := ip.lastVisit.Add(ip.mx.cfg.DrainVisitFloor)
+	ip.dirtyMu.Unlock()
+	if first {
+		ip.mx.ringAt(due)
+	}
+}
+
+// ringAt asks for a doorbell visit of a peer whose visit floor ends at
+// due. A floor that has passed rings the bell, which wakes the sweeper.
+// One still running arms the sweeper's floor timer instead: waking the
+// sweeper only for it to wait out the floor cost a goroutine switch per
+// forward pass and peer, and the next batch from the peer (the arrival
+// path) usually returns the credit before the floor ends.
+func (mx *mux) ringAt(due time.Time) {
+	if d := time.Until(due); d > 0 {
+		mx.armFloor(due, d)
+		return
+	}
+	select {
+	case mx.bell <- struct{}{}:
+	default:
+	}
+}
+
+// armFloor makes the sweeper's floor timer fire by due (d from now), unless
+// it is set to fire earlier.
+func (mx *mux) armFloor(due time.Time, d time.Duration) {
+	mx.floorMu.Lock()
+	if mx.floorAt.IsZero() || due.Before(mx.floorAt) {
+		mx.floorAt = due
+		mx.floorT.Reset(d)
+	}
+	mx.floorMu.Unlock()
+}
+
+// reconcileDirty returns the credit of every dirty slot of the peer.
+func (ip *ingressPeer) reconcileDirty() {
+	ip.dirtyMu.Lock()
+	ds := ip.dirty
+	ip.dirty, ip.spare = ip.spare, nil
+	ip.lastVisit = time.Now()
+	ip.dirtyMu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	defer ip.returnSpare(ds)
+	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
+	if err != nil {
+		return
+	}
+	// Replies are queued under the table's lock (the batcher's lock nests
+	// in it, as on the arrival path), so no list of grants is built.
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	for _, s := range ds {
+		s.dirty.Store(false) // before the swap: a take after it lists the slot again
+		d := s.drained.Swap(0)
+		if d == 0 || ip.slotLocked(s.id) != s {
+			continue
+		}
+		if s.buffered.Load() > int64(ip.mx.cfg.SlotByteBudget) {
+			// Over the slot's byte watermark: the grant waits, so that
+			// large records cannot pile up to C of them. The consumer's
+			// next take lists the slot again.
+			s.drained.Add(d)
+			continue
+		}
+		s.held += d
+		ip.mx.n.creditSent.Add(uint64(d))
+		b.reply(s.id, d)
+	}
+}
+
+// returnSpare keeps ds as the next dirty buffer, unless another visit
+// already left one.
+func (ip *ingressPeer) returnSpare(ds []*inSlot) {
+	clear(ds)
+	ip.dirtyMu.Lock()
+	if ip.spare == nil {
+		ip.spare = ds[:0]
+	}
+	ip.dirtyMu.Unlock()
+}
+
+// consumerGone closes the slot of an anchor that its consumer cancelled
+// or closed, and tells the producer (CloseSlot{UnknownSlot}), so that an
+// idle producer learns of it without sending again.
+func (s *inSlot) consumerGone() {
+	ip := s.ip
+	ip.mu.Lock()
+	live := ip.slotLocked(s.id) == s
+	if live {
+		ip.endLocked(s, false)
+	}
+	ip.mu.Unlock()
+	if !live {
+		return
+	}
+	if b, err := ip.mx.replyBatcher(ip.peer, ip.lane); err == nil {
+		b.replyClose(s.id, muxwire.UnknownSlot)
+	}
+}
