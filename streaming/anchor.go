@@ -27,7 +27,7 @@ func (a *Anchor[T]) Handle() AnchorHandle { return a.st.handle }
 // Next returns the next item. It waits until an item arrives, the stream
 // ends, or ctx is done. A *SenderError is a soft error and the stream goes
 // on. The stream ends with io.EOF (the producer finalized),
-// ErrSenderDropped, a *TransportError, a *DecodeError or ErrCancelled;
+// ErrSenderDropped, a *TransportError, an *ItemError or ErrCancelled;
 // Next then returns that error again.
 //
 // For T = []byte the item aliases its frame, which the consumer owns.
@@ -51,7 +51,7 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 // NextBytes returns the payload of the next byte item (a MessagePack
 // binary, what SendBytes and a []byte Send write), aliasing its frame with
 // no copy. Everything other than an item behaves as in Next. An item that
-// is not a binary ends the stream with a *DecodeError.
+// is not a binary ends the stream with an *ItemError.
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
 	f, err := a.st.pop(ctx)
 	if err != nil {

@@ -65,16 +65,19 @@ func senderOptions(opts []SenderOption) senderConfig {
 	return cfg
 }
 
-// EncodeError is returned by Send for an item that its codec could not
-// encode. Nothing was sent, and the stream goes on.
-type EncodeError struct {
+// ItemError is an item that its codec could not encode or decode. Send
+// returns it for an item it could not encode: nothing was sent, and the
+// stream goes on. Next returns it for a frame or an item that did not
+// decode, and the stream ends (an MPSC anchor delivers it as MPSCBadItem
+// and goes on).
+type ItemError struct {
 	Err error
 }
 
-func (e *EncodeError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
+func (e *ItemError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
 
 // Unwrap returns the codec's error.
-func (e *EncodeError) Unwrap() error { return e.Err }
+func (e *ItemError) Unwrap() error { return e.Err }
 
 // encodeMsgpack writes the Item frame of v in the default codec: the
 // value's MessagePack, as rmp_serde writes the same serde type, so a Rust
@@ -82,7 +85,7 @@ func (e *EncodeError) Unwrap() error { return e.Err }
 func encodeMsgpack[T any](v T) ([]byte, error) {
 	b, err := msgpackcodec.Append(append(make([]byte, 0, 64), itemPrefix...), v)
 	if err != nil {
-		return nil, &EncodeError{Err: err}
+		return nil, &ItemError{Err: err}
 	}
 	return b, nil
 }
@@ -90,7 +93,7 @@ func encodeMsgpack[T any](v T) ([]byte, error) {
 func decodeMsgpack[T any](value []byte) (T, error) {
 	var v T
 	if err := msgpackcodec.Unmarshal(value, &v); err != nil {
-		return v, &DecodeError{Err: err}
+		return v, &ItemError{Err: err}
 	}
 	return v, nil
 }
@@ -99,7 +102,7 @@ func encodeWith[T any](c Codec) func(T) ([]byte, error) {
 	return func(v T) ([]byte, error) {
 		p, err := c.Marshal(v)
 		if err != nil {
-			return nil, &EncodeError{Err: err}
+			return nil, &ItemError{Err: err}
 		}
 		return bytesItemFrame(p), nil
 	}
@@ -113,7 +116,7 @@ func decodeWith[T any](c Codec) func([]byte) (T, error) {
 			return v, err
 		}
 		if err := c.Unmarshal(p, &v); err != nil {
-			return v, &DecodeError{Err: err}
+			return v, &ItemError{Err: err}
 		}
 		return v, nil
 	}

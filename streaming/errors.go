@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"errors"
-	"fmt"
 )
 
 // ErrSenderDropped ends a stream whose producer closed its Sender without
@@ -35,10 +34,10 @@ var ErrAnchorNotFound = errors.New("velo: stream anchor not found")
 // time.
 var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
 
-// ErrRemoteAttach is returned by AttachAnchor and AttachMPSCAnchor for a
-// handle owned by another worker when the Manager is not bound to a
-// messenger (NewManager rather than NewNodeManager).
-var ErrRemoteAttach = errors.New("velo: attach to an anchor on another worker needs a Manager from NewNodeManager")
+// ErrRemoteAttach is returned by AttachAnchor, AttachMPSCAnchor and
+// RenewReservations for a handle owned by another worker when the Manager
+// is not bound to a messenger (NewManager rather than NewNodeManager).
+var ErrRemoteAttach = errors.New("velo: an anchor on another worker needs a Manager from NewNodeManager")
 
 // ErrAnchorKind is returned by AttachAnchor for the handle of an MPSC
 // anchor, and by AttachMPSCAnchor for the handle of an SPSC anchor.
@@ -54,8 +53,10 @@ var ErrSenderClosed = errors.New("velo: stream sender already finalized, detache
 // omitempty tag.
 var ErrUnsupportedItem = errors.New("velo: unsupported stream item type")
 
-// ErrBadCapacity is returned by CreateAnchor for a capacity below 1.
-var ErrBadCapacity = errors.New("velo: stream inlet capacity must be at least 1")
+// ErrBadOption is returned by CreateAnchor and CreateMPSCAnchor for an
+// option out of range: a capacity below 1 (WithCapacity), an unattached
+// timeout that is not positive (WithUnattachedTimeout).
+var ErrBadOption = errors.New("velo: bad stream anchor option")
 
 // SenderError is a soft error that the producer put in the stream (a
 // SenderError frame). The stream goes on after it.
@@ -72,14 +73,3 @@ type TransportError struct {
 }
 
 func (e *TransportError) Error() string { return "velo: stream transport error: " + e.Message }
-
-// DecodeError ends a stream whose frame or item could not be decoded.
-type DecodeError struct {
-	Err error
-}
-
-func (e *DecodeError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
-
-// Unwrap returns the cause, so that errors.Is(err, wire.ErrMalformed)
-// matches a malformed frame.
-func (e *DecodeError) Unwrap() error { return e.Err }

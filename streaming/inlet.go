@@ -370,7 +370,7 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 		}
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
-			err = &DecodeError{Err: err}
+			err = &ItemError{Err: err}
 		} else {
 			switch f.Kind {
 			case wire.KindItem, wire.KindSenderError:

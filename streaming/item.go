@@ -72,7 +72,7 @@ func decoderFor[T any](c Codec) (func([]byte) (T, error), error) {
 		return func(b []byte) (T, error) {
 			var v T
 			if err := any(&v).(MsgpackUnmarshaler).UnmarshalMsgpack(b); err != nil {
-				return v, &DecodeError{Err: err}
+				return v, &ItemError{Err: err}
 			}
 			return v, nil
 		}, nil
@@ -97,7 +97,7 @@ func bytesItemFrame(payload []byte) []byte {
 func bytesPayload(value []byte) ([]byte, error) {
 	p, ok := (wire.Frame{Kind: wire.KindItem, Item: value}).ItemBytes()
 	if !ok {
-		return nil, &DecodeError{Err: fmt.Errorf("%w: the item is not a MessagePack binary", wire.ErrMalformed)}
+		return nil, &ItemError{Err: fmt.Errorf("%w: the item is not a MessagePack binary", wire.ErrMalformed)}
 	}
 	return p, nil
 }

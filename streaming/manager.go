@@ -224,10 +224,10 @@ func anchorOptions(opts []AnchorOption, unattached time.Duration) (anchorConfig,
 
 func checkAnchorConfig(cfg anchorConfig, unattached time.Duration) (anchorConfig, error) {
 	if cfg.capacity < 1 || cfg.capacity > math.MaxInt32 {
-		return cfg, fmt.Errorf("%w: %d", ErrBadCapacity, cfg.capacity)
+		return cfg, fmt.Errorf("%w: inlet capacity %d, must be at least 1", ErrBadOption, cfg.capacity)
 	}
 	if cfg.unattached < 0 {
-		return cfg, fmt.Errorf("%w: %v", ErrBadUnattachedTimeout, cfg.unattached)
+		return cfg, fmt.Errorf("%w: unattached timeout %v, must be positive (Forever waits with no limit)", ErrBadOption, cfg.unattached)
 	}
 	if cfg.unattached == 0 {
 		cfg.unattached = unattached

@@ -41,7 +41,7 @@ const (
 	// remote producer, a *TransportError).
 	MPSCDropped
 	// MPSCBadItem: an item of the producer did not decode as T; Err is a
-	// *DecodeError. The stream goes on (the reference keeps the anchor
+	// *ItemError. The stream goes on (the reference keeps the anchor
 	// alive and names the sender).
 	MPSCBadItem
 )
@@ -501,7 +501,7 @@ func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (Retire
 }
 
 // pop takes the next frame and its producer, skipping heartbeats. A frame
-// that does not decode comes back as bad, a *DecodeError of its producer,
+// that does not decode comes back as bad, an *ItemError of its producer,
 // not as the end of the stream (end).
 func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, end error) {
 	st := &a.st
@@ -531,7 +531,7 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
 			st.mu.Unlock()
-			return id, wire.Frame{}, &DecodeError{Err: err}, nil
+			return id, wire.Frame{}, &ItemError{Err: err}, nil
 		}
 		if f.Kind == wire.KindHeartbeat {
 			continue

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestMPSCAttachErrors(t *testing.T) {
 	if _, err := AttachMPSCAnchor[[]byte](ctx, m, an.Handle()); !errors.Is(err, ErrAnchorNotFound) {
 		t.Fatalf("closed = %v, want ErrAnchorNotFound", err)
 	}
-	if _, err := CreateMPSCAnchor[[]byte](m, WithCapacity(0)); !errors.Is(err, ErrBadCapacity) {
+	if _, err := CreateMPSCAnchor[[]byte](m, WithCapacity(0)); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "capacity") {
 		t.Fatalf("capacity 0 = %v", err)
 	}
 }
@@ -215,7 +216,7 @@ func TestMPSCBadItemIsPerSender(t *testing.T) {
 	s.Send(ctx, []byte("x"))
 	s.Detach()
 	f, err := an.Next(ctx)
-	var de *DecodeError
+	var de *ItemError
 	if err != nil || f.Kind != MPSCBadItem || f.Sender != s.SenderID() || !errors.As(f.Err, &de) {
 		t.Fatalf("got %+v, %v", f, err)
 	}

@@ -75,17 +75,8 @@ func WithUnattachedTimeout(d time.Duration) AnchorOption {
 // its Manager: an attach gets ErrAnchorNotFound.
 var ErrUnattachedTimeout = errors.New("velo: stream anchor unattached timeout")
 
-// ErrBadUnattachedTimeout is returned by CreateAnchor for an unattached
-// timeout that is not positive.
-var ErrBadUnattachedTimeout = errors.New("velo: unattached timeout must be positive (Forever waits with no limit)")
-
 // ErrManagerClosed is returned by CreateAnchor after Manager.Close.
 var ErrManagerClosed = errors.New("velo: stream manager closed")
-
-// ErrRemoteRenewal is returned by RenewReservations for handles owned by
-// another worker when the Manager is not a node's (NewManager): it has no
-// messenger to reach their owner.
-var ErrRemoteRenewal = errors.New("velo: renewal of anchors on another worker needs a Manager from NewNodeManager")
 
 // defaultRenewTimeout bounds a RenewReservations call that renews on
 // other workers; RenewReservationsContext takes the caller's deadline.
@@ -137,7 +128,7 @@ func (m *Manager) RenewReservationsContext(ctx context.Context, handles ...Ancho
 	}
 	if m.remote == nil {
 		m.countRenew(metrics.SchemeUnknown, false, n)
-		return fmt.Errorf("%w: %d handle(s)", ErrRemoteRenewal, n)
+		return fmt.Errorf("%w: cannot renew %d handle(s)", ErrRemoteAttach, n)
 	}
 	err := m.remote.renewRemote(ctx, byOwner)
 	m.countRenew(metrics.SchemeTCPStream, err == nil, n)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,12 +197,12 @@ func TestMsgpackItems(t *testing.T) {
 	if _, err := AttachAnchor[struct{ F func() }](ctx, m, a.Handle()); !errors.Is(err, ErrUnsupportedItem) {
 		t.Fatalf("AttachAnchor[struct{F func()}] = %v, want ErrUnsupportedItem", err)
 	}
-	if _, err := CreateAnchor[[]byte](m, WithCapacity(0)); !errors.Is(err, ErrBadCapacity) {
-		t.Fatalf("capacity 0 = %v, want ErrBadCapacity", err)
+	if _, err := CreateAnchor[[]byte](m, WithCapacity(0)); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "capacity") {
+		t.Fatalf("capacity 0 = %v, want ErrBadOption for the capacity", err)
 	}
 }
 
-// An item that does not decode ends the stream with a DecodeError.
+// An item that does not decode ends the stream with a ItemError.
 func TestItemThatDoesNotDecode(t *testing.T) {
 	m := newTestManager(t)
 	a, err := CreateAnchor[point](m)
@@ -215,9 +216,9 @@ func TestItemThatDoesNotDecode(t *testing.T) {
 	}
 	s.Send(context.Background(), []byte("not a point"))
 	s.Finalize()
-	var de *DecodeError
+	var de *ItemError
 	if _, err := a.Next(context.Background()); !errors.As(err, &de) {
-		t.Fatalf("Next = %v, want a DecodeError", err)
+		t.Fatalf("Next = %v, want a ItemError", err)
 	}
 	wantEnd(t, a, de)
 	if m.activeAnchors() != 0 {
@@ -613,9 +614,9 @@ func TestNextBytesOnTypedItem(t *testing.T) {
 	m := newTestManager(t)
 	a, s := newPair[point](t, m)
 	s.Send(context.Background(), point{1, 2})
-	var de *DecodeError
+	var de *ItemError
 	if _, err := a.NextBytes(context.Background()); !errors.As(err, &de) || !errors.Is(err, wire.ErrMalformed) {
-		t.Fatalf("NextBytes = %v, want a DecodeError", err)
+		t.Fatalf("NextBytes = %v, want a ItemError", err)
 	}
 }
 
@@ -871,9 +872,9 @@ func TestSendAfterConsumerEnded(t *testing.T) {
 	}
 	defer s.Close()
 	s.Send(ctx, []byte("not a point"))
-	var de *DecodeError
+	var de *ItemError
 	if _, err := a.Next(ctx); !errors.As(err, &de) {
-		t.Fatalf("Next = %v, want a DecodeError", err)
+		t.Fatalf("Next = %v, want a ItemError", err)
 	}
 	for range 2 { // more than the capacity: none waits
 		if err := s.Send(ctx, []byte("x")); !errors.Is(err, ErrCancelled) {

@@ -185,9 +185,9 @@ func TestEncodeErrorKeepsStream(t *testing.T) {
 	m := newTestManager(t)
 	a, s := newPair[any](t, m)
 	ctx := context.Background()
-	var ee *EncodeError
+	var ee *ItemError
 	if err := s.Send(ctx, make(chan int)); !errors.As(err, &ee) || !strings.Contains(err.Error(), "chan int") {
-		t.Fatalf("Send(chan) = %v, want an EncodeError naming chan int", err)
+		t.Fatalf("Send(chan) = %v, want an ItemError naming chan int", err)
 	}
 	if err := s.Send(ctx, "ok"); err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestEncodeErrorKeepsStream(t *testing.T) {
 }
 
 // TestMalformedTypedItem: an item that does not decode as T ends its own
-// stream with a *DecodeError that says why, and costs no other stream on
+// stream with an *ItemError that says why, and costs no other stream on
 // the same nodes; on an MPSC anchor it costs only that item.
 func TestMalformedTypedItem(t *testing.T) {
 	producer, consumer := typedNodes(t, true)
@@ -230,9 +230,9 @@ func TestMalformedTypedItem(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.send(t, a)
-		var de *DecodeError
+		var de *ItemError
 		if _, err := a.Next(ctx); !errors.As(err, &de) || !strings.Contains(err.Error(), c.says) {
-			t.Fatalf("%s: Next = %v, want a DecodeError saying %q", c.name, err, c.says)
+			t.Fatalf("%s: Next = %v, want a ItemError saying %q", c.name, err, c.says)
 		}
 		a.Close()
 		if err := hs.Send(ctx, tok{ID: 1}); err != nil {
@@ -258,7 +258,7 @@ func TestMalformedTypedItem(t *testing.T) {
 	ms.Send(ctx, []any{uint64(1), "two"}) // an array of 2 for a struct of 3
 	ms.Send(ctx, []any{uint64(2), "b", 0.5})
 	f, err := an.Next(ctx)
-	var de *DecodeError
+	var de *ItemError
 	if err != nil || f.Kind != MPSCBadItem || !errors.As(f.Err, &de) || !strings.Contains(f.Err.Error(), "an array of 2") {
 		t.Fatalf("bad item: %+v, %v", f, err)
 	}
