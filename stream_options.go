@@ -12,7 +12,7 @@ import (
 // ticket whose producer has not opened its slot. A zero or negative field
 // keeps its default. See streaming.ReservationConfig.
 func WithStreamReservation(c streaming.ReservationConfig) Option {
-	return Option{stream: []streaming.NodeOption{streaming.WithNodeReservation(c)}}
+	return Option{stream: []streaming.ManagerOption{streaming.WithReservationConfig(c)}}
 }
 
 // WithStreamHeartbeat sets the heartbeat interval of the node's remote
@@ -20,7 +20,7 @@ func WithStreamReservation(c streaming.ReservationConfig) Option {
 // a stream silent for three intervals ends with streaming.ErrSenderDropped.
 // A value under a millisecond keeps the default.
 func WithStreamHeartbeat(d time.Duration) Option {
-	return Option{stream: []streaming.NodeOption{streaming.WithHeartbeatInterval(d)}}
+	return Option{stream: []streaming.ManagerOption{streaming.WithHeartbeatInterval(d)}}
 }
 
 // WithMuxOnly builds the node with no per-stream TCP listener: every
@@ -29,5 +29,5 @@ func WithStreamHeartbeat(d time.Duration) Option {
 // when the mux is disabled (WithMux(streaming.MuxConfig{Disabled: true}) or
 // the VELO_MESSENGER_MUX_DISABLE environment variable).
 func WithMuxOnly() Option {
-	return Option{stream: []streaming.NodeOption{streaming.WithMuxOnly()}}
+	return Option{stream: []streaming.ManagerOption{streaming.WithMuxOnly()}}
 }

@@ -61,7 +61,7 @@ type Node struct {
 // Option configures New. Only this package makes them.
 type Option struct {
 	apply  func(*messenger.Config)
-	stream []streaming.NodeOption
+	stream []streaming.ManagerOption
 	rv     func(*rendezvous.Config)
 	svc    func(*serviceConfig)
 }
@@ -95,13 +95,13 @@ func WithStagingThreshold(n int) Option {
 // listener (127.0.0.1:0 unless set), which takes the streams of peers
 // that do not use the mux; see streaming.NewNodeManager.
 func WithStreamListenAddr(addr string) Option {
-	return Option{stream: []streaming.NodeOption{streaming.WithStreamListenAddr(addr)}}
+	return Option{stream: []streaming.ManagerOption{streaming.WithStreamListenAddr(addr)}}
 }
 
 // WithMux sets the messenger mux of the node's streams (on by default;
 // MuxConfig{Disabled: true} streams over one TCP connection per stream).
 func WithMux(c streaming.MuxConfig) Option {
-	return Option{stream: []streaming.NodeOption{streaming.WithMux(c)}}
+	return Option{stream: []streaming.ManagerOption{streaming.WithMux(c)}}
 }
 
 // WithTransport adds a transport (TCP, UDS, ...). At least one is needed.
@@ -127,14 +127,14 @@ func WithMaxDiscoveredPeers(n int) Option {
 
 // WithMetrics records into a VeloMetrics registered by the caller: the
 // Transport families of the node's transports, the Messenger family, the
-// Streaming and mux families of its streams (streaming.WithNodeMetrics) and
+// Streaming and mux families of its streams (streaming.WithMetrics) and
 // the Rendezvous family. A handler's series appear when it first runs;
 // velo's own handlers count together under handler="_system" unless
 // WithSystemHandlerMetrics. See docs/metrics.md.
 func WithMetrics(m *metrics.VeloMetrics) Option {
 	return Option{
 		apply:  func(c *messenger.Config) { c.Metrics = m },
-		stream: []streaming.NodeOption{streaming.WithNodeMetrics(m)},
+		stream: []streaming.ManagerOption{streaming.WithMetrics(m)},
 	}
 }
 
@@ -166,7 +166,7 @@ func WithLogger(l *slog.Logger) Option {
 // New starts a node.
 func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var cfg messenger.Config
-	var sopts []streaming.NodeOption
+	var sopts []streaming.ManagerOption
 	var rvc rendezvous.Config
 	var svcc serviceConfig
 	for _, o := range opts {

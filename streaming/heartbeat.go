@@ -42,8 +42,8 @@ var heartbeatFrame = []byte(wire.HeartbeatFrame)
 // nothing arrives for detectionMultiplier intervals ends with
 // ErrSenderDropped. defaultHeartbeatInterval (5 s) unless set; a value
 // below one millisecond (the unit on the wire) is taken as the default.
-func WithHeartbeatInterval(d time.Duration) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.heartbeat = d }}
+func WithHeartbeatInterval(d time.Duration) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.heartbeat = d }}
 }
 
 // heartbeatInterval is the interval this node answers attaches with and

@@ -42,7 +42,7 @@ type Manager struct {
 // WithMetrics makes the Manager record into the Streaming family of vm
 // (metrics.VeloMetrics.Streaming). A nil vm records nothing.
 func WithMetrics(vm *metrics.VeloMetrics) ManagerOption {
-	return ManagerOption{func(m *Manager) { m.met = vm.Streaming() }}
+	return ManagerOption{func(c *nodeConfig) { c.metrics = vm }}
 }
 
 // opStart reads the clock for an operation's duration, only when metrics
@@ -73,12 +73,19 @@ type registryShard struct {
 // handles carry owner in their upper 64 bits. It starts the sweeper of
 // unattached deadlines: Close the Manager when done.
 func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
-	m := &Manager{owner: owner, res: DefaultReservationConfig()}
+	cfg := nodeConfig{res: DefaultReservationConfig()}
 	for _, o := range opts {
 		if o.apply != nil {
-			o.apply(m)
+			o.apply(&cfg)
 		}
 	}
+	return newManager(owner, &cfg)
+}
+
+// newManager is NewManager with its options applied: the reservation
+// settings and the metrics of cfg.
+func newManager(owner ext.WorkerID, cfg *nodeConfig) *Manager {
+	m := &Manager{owner: owner, res: cfg.res, met: cfg.metrics.Streaming()}
 	for i := range m.shards {
 		m.shards[i].m = make(map[uint64]*anchorState)
 	}

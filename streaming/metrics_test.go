@@ -236,8 +236,8 @@ func TestMetricsUnattachedTimeout(t *testing.T) {
 func TestMetricsRemoteAttachAndWatchdog(t *testing.T) {
 	preg, pvm := newMetrics(t)
 	creg, cvm := newMetrics(t)
-	producer := newRemoteNode(t, WithNodeMetrics(pvm))
-	consumer := newRemoteNode(t, WithNodeMetrics(cvm), WithHeartbeatInterval(testWindow),
+	producer := newRemoteNode(t, WithMetrics(pvm))
+	consumer := newRemoteNode(t, WithMetrics(cvm), WithHeartbeatInterval(testWindow),
 		WithStreamLogger(slog.New(slog.DiscardHandler)))
 	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 		t.Fatal(err)
@@ -310,12 +310,12 @@ func TestMetricsRecordAllocations(t *testing.T) {
 // metricNodes is a producer and a consumer node, each recording into its
 // own registry, with the producer's heartbeats paused so that the egress
 // counters see only the frames a test sends.
-func metricNodes(t *testing.T, consumerOpts ...NodeOption) (preg, creg *prometheus.Registry, producer, consumer *remoteNode) {
+func metricNodes(t *testing.T, consumerOpts ...ManagerOption) (preg, creg *prometheus.Registry, producer, consumer *remoteNode) {
 	t.Helper()
 	preg, pvm := newMetrics(t)
 	creg, cvm := newMetrics(t)
-	producer = newRemoteNode(t, WithNodeMetrics(pvm))
-	consumer = newRemoteNode(t, append(consumerOpts, WithNodeMetrics(cvm))...)
+	producer = newRemoteNode(t, WithMetrics(pvm))
+	consumer = newRemoteNode(t, append(consumerOpts, WithMetrics(cvm))...)
 	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestMetricsReaderPumpBackpressure(t *testing.T) {
 // every goroutine's allocations (the pump's and the reader's included), so
 // the two runs are compared, not held to a fixed figure.
 func TestMetricsRemoteRecordAllocations(t *testing.T) {
-	perRecord := func(opt NodeOption) float64 {
+	perRecord := func(opt ManagerOption) float64 {
 		producer, consumer := newRemoteNode(t, opt), newRemoteNode(t, opt)
 		if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 			t.Fatal(err)
@@ -474,8 +474,8 @@ func TestMetricsRemoteRecordAllocations(t *testing.T) {
 		})
 	}
 	_, vm := newMetrics(t)
-	without := perRecord(WithNodeMetrics(nil))
-	with := perRecord(WithNodeMetrics(vm))
+	without := perRecord(WithMetrics(nil))
+	with := perRecord(WithMetrics(vm))
 	t.Logf("allocations per remote record: %v without metrics, %v with", without, with)
 	// A fraction of slack for the odd allocation of the runtime or the
 	// messenger that lands in one window and not the other.

@@ -29,15 +29,15 @@ import (
 const muxDisableEnv = "VELO_MESSENGER_MUX_DISABLE"
 
 // WithMux sets the messenger mux of a node Manager (on by default).
-func WithMux(c MuxConfig) NodeOption {
-	return NodeOption{func(nc *nodeConfig) { nc.mux = c }}
+func WithMux(c MuxConfig) ManagerOption {
+	return ManagerOption{func(nc *nodeConfig) { nc.mux = c }}
 }
 
 // WithMuxOnly builds a node with no per-stream listener: every stream
 // between nodes, SPSC or MPSC, rides the mux. Attaches that do not offer
 // the mux are refused. It fails the build when the mux is disabled.
-func WithMuxOnly() NodeOption {
-	return NodeOption{func(nc *nodeConfig) { nc.muxOnly = true }}
+func WithMuxOnly() ManagerOption {
+	return ManagerOption{func(nc *nodeConfig) { nc.muxOnly = true }}
 }
 
 var errMuxOnlyDisabled = errors.New("velo: a mux-only node needs the mux: it is disabled (MuxConfig.Disabled or " + muxDisableEnv + ")")

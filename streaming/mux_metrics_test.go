@@ -16,7 +16,7 @@ import (
 // slots that go back to zero when the stream ends and both Managers close.
 func TestMuxMetrics(t *testing.T) {
 	reg, vm := newMetrics(t)
-	producer, consumer := pairWith(t, []NodeOption{muxOn, WithNodeMetrics(vm)}, []NodeOption{muxOn, WithNodeMetrics(vm)})
+	producer, consumer := pairWith(t, []ManagerOption{muxOn, WithMetrics(vm)}, []ManagerOption{muxOn, WithMetrics(vm)})
 	a, err := CreateAnchor[[]byte](consumer.sm)
 	if err != nil {
 		t.Fatal(err)

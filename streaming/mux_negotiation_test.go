@@ -16,7 +16,7 @@ var muxOn = WithMux(MuxConfig{})
 
 // pairWith builds a producer and a consumer node with the given options and
 // introduces the producer to the consumer.
-func pairWith(t *testing.T, prod, cons []NodeOption) (producer, consumer *remoteNode) {
+func pairWith(t *testing.T, prod, cons []ManagerOption) (producer, consumer *remoteNode) {
 	t.Helper()
 	producer, consumer = newRemoteNode(t, prod...), newRemoteNode(t, cons...)
 	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
@@ -60,7 +60,7 @@ func streamOnce(t *testing.T, producer, consumer *remoteNode) (string, error) {
 // A mux-only node has no per-stream listener, streams with mux peers, and
 // refuses producers that cannot use the mux with a clear reason.
 func TestMuxOnly(t *testing.T) {
-	producer, consumer := pairWith(t, []NodeOption{muxOn}, []NodeOption{muxOn, WithMuxOnly()})
+	producer, consumer := pairWith(t, []ManagerOption{muxOn}, []ManagerOption{muxOn, WithMuxOnly()})
 	if consumer.sm.streamAddr() != nil {
 		t.Fatal("a mux-only node has a per-stream listener")
 	}

@@ -18,9 +18,9 @@ import (
 
 // muxNodes makes a producer and a consumer node with the mux on (cfg), the
 // producer knowing the consumer.
-func muxNodes(t *testing.T, cfg MuxConfig, opts ...NodeOption) (producer, consumer *remoteNode) {
+func muxNodes(t *testing.T, cfg MuxConfig, opts ...ManagerOption) (producer, consumer *remoteNode) {
 	t.Helper()
-	opts = append([]NodeOption{WithMux(cfg)}, opts...)
+	opts = append([]ManagerOption{WithMux(cfg)}, opts...)
 	producer, consumer = newRemoteNode(t, opts...), newRemoteNode(t, opts...)
 	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 		t.Fatal(err)
@@ -726,7 +726,7 @@ func TestMuxNegotiation(t *testing.T) {
 	on, off := WithMux(MuxConfig{}), WithMux(MuxConfig{Disabled: true})
 	cases := []struct {
 		name           string
-		prod, cons     NodeOption
+		prod, cons     ManagerOption
 		env            string
 		want           string
 		wantProducerMx bool

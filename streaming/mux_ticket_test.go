@@ -13,10 +13,10 @@ import (
 
 // ticketPair is a producer and a consumer node with the mux, each
 // registered with the other, as a frontend and a worker that already talk.
-func ticketPair(t *testing.T, cons ...NodeOption) (producer, consumer *remoteNode) {
+func ticketPair(t *testing.T, cons ...ManagerOption) (producer, consumer *remoteNode) {
 	t.Helper()
 	producer = newRemoteNode(t, muxOn)
-	consumer = newRemoteNode(t, append([]NodeOption{muxOn}, cons...)...)
+	consumer = newRemoteNode(t, append([]ManagerOption{muxOn}, cons...)...)
 	connect(t, producer.msg, consumer.msg)
 	return producer, consumer
 }
@@ -55,7 +55,7 @@ func cancelledWithin(t *testing.T, s *Sender[[]byte], what string) {
 // the stream works as an attached one.
 func TestMuxTicketOpensWithoutAttach(t *testing.T) {
 	reg, vm := newMetrics(t)
-	producer, consumer := ticketPair(t, WithNodeMetrics(vm))
+	producer, consumer := ticketPair(t, WithMetrics(vm))
 	a, err := CreateAnchor[[]byte](consumer.sm)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestMuxTicketOpensWithoutAttach(t *testing.T) {
 // OpenAnchorStream refuses the minting node.
 func TestMuxPrebindRefusals(t *testing.T) {
 	reg, vm := newMetrics(t)
-	producer, consumer := ticketPair(t, WithNodeMetrics(vm))
+	producer, consumer := ticketPair(t, WithMetrics(vm))
 	off := newRemoteNode(t) // the mux off
 	a, _ := CreateAnchor[[]byte](consumer.sm)
 	mp := newMPSC(t, consumer.sm)

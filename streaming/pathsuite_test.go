@@ -36,13 +36,13 @@ type suitePath struct {
 	remote bool   // the producer is on another node
 	key    string // the transport a remote attach negotiates
 	limit  int    // the largest frame a remote Send takes
-	opts   []NodeOption
+	opts   []ManagerOption
 }
 
 var suitePaths = []suitePath{
 	{name: "same-worker"},
-	{name: "per-stream", remote: true, key: wire.TCPStreamKey, limit: wire.MaxTCPFrame, opts: []NodeOption{WithMux(MuxConfig{Disabled: true})}},
-	{name: "mux", remote: true, key: muxWireKey, limit: maxMuxRecord, opts: []NodeOption{WithMux(MuxConfig{}), WithMuxOnly()}},
+	{name: "per-stream", remote: true, key: wire.TCPStreamKey, limit: wire.MaxTCPFrame, opts: []ManagerOption{WithMux(MuxConfig{Disabled: true})}},
+	{name: "mux", remote: true, key: muxWireKey, limit: maxMuxRecord, opts: []ManagerOption{WithMux(MuxConfig{}), WithMuxOnly()}},
 }
 
 // pathEnv is a consumer-side and a producer-side Manager joined by one
@@ -59,7 +59,7 @@ type pathEnv struct {
 
 // buildPath makes p's Managers inside the bubble of t; everything is
 // closed when t ends (its cleanups run inside the bubble).
-func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
+func buildPath(t *testing.T, p suitePath, opts ...ManagerOption) *pathEnv {
 	t.Helper()
 	env := &pathEnv{path: p}
 	if !p.remote {
@@ -71,9 +71,9 @@ func buildPath(t *testing.T, p suitePath, opts ...NodeOption) *pathEnv {
 	env.consHost, env.prodHost = env.net.Host(), env.net.Host()
 	env.consMsg, env.consTr = memMessenger(t, env.consHost)
 	env.prodMsg, env.prodTr = memMessenger(t, env.prodHost)
-	all := slices.Concat([]NodeOption{WithStreamLogger(quietLog)}, p.opts, opts)
-	env.cons = memNodeManager(t, env.consMsg, slices.Concat(all, []NodeOption{withStreamNet(env.consHost)}))
-	env.prod = memNodeManager(t, env.prodMsg, slices.Concat(all, []NodeOption{withStreamNet(env.prodHost)}))
+	all := slices.Concat([]ManagerOption{WithStreamLogger(quietLog)}, p.opts, opts)
+	env.cons = memNodeManager(t, env.consMsg, slices.Concat(all, []ManagerOption{withStreamNet(env.consHost)}))
+	env.prod = memNodeManager(t, env.prodMsg, slices.Concat(all, []ManagerOption{withStreamNet(env.prodHost)}))
 	// Only the producer knows the consumer, as when the handle came in a
 	// request: the attach introduces the producer.
 	if err := env.prodMsg.RegisterPeer(env.consMsg.PeerInfo()); err != nil {
@@ -106,7 +106,7 @@ func memMessenger(t *testing.T, h *testnet.Host) (*messenger.Messenger, *streams
 	return msg, tr
 }
 
-func memNodeManager(t *testing.T, msg *messenger.Messenger, opts []NodeOption) *Manager {
+func memNodeManager(t *testing.T, msg *messenger.Messenger, opts []ManagerOption) *Manager {
 	t.Helper()
 	sm, err := NewNodeManager(msg, opts...)
 	if err != nil {

@@ -69,18 +69,13 @@ func (e *ItemTooLargeError) Error() string {
 	return fmt.Sprintf("velo: stream item of %d bytes exceeds the limit of %d", e.Size, e.Limit)
 }
 
-// NodeOption changes one setting of NewNodeManager.
-type NodeOption struct {
-	apply func(*nodeConfig)
-}
-
 type nodeConfig struct {
 	mux          MuxConfig
 	muxOnly      bool
 	listen       string
 	acceptWindow time.Duration
 	heartbeat    time.Duration
-	reservation  *ReservationConfig
+	res          ReservationConfig
 	log          *slog.Logger
 	metrics      *metrics.VeloMetrics
 	streams      streamNet // the per-stream path's network (streamnet.go)
@@ -89,33 +84,19 @@ type nodeConfig struct {
 // WithStreamListenAddr sets the address of the per-stream TCP listener
 // ("127.0.0.1:0" unless set). Its actual address is advertised, so port 0
 // is fine.
-func WithStreamListenAddr(addr string) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.listen = addr }}
+func WithStreamListenAddr(addr string) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.listen = addr }}
 }
 
 // WithStreamLogger sends the manager's warnings to l instead of
 // slog.Default().
-func WithStreamLogger(l *slog.Logger) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.log = l }}
-}
-
-// WithNodeMetrics makes the Manager record into the Streaming family of vm,
-// as WithMetrics does for NewManager. A nil vm records nothing.
-func WithNodeMetrics(vm *metrics.VeloMetrics) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.metrics = vm }}
-}
-
-// WithNodeReservation sets the Manager's ReservationConfig, as
-// WithReservationConfig does for NewManager: how long an anchor waits for
-// its first producer and how long a mux bind waits for its OpenSlot. A
-// field that is zero or negative keeps its default.
-func WithNodeReservation(c ReservationConfig) NodeOption {
-	return NodeOption{func(nc *nodeConfig) { nc.reservation = &c }}
+func WithStreamLogger(l *slog.Logger) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.log = l }}
 }
 
 // withAcceptWindow shortens the accept window, for tests.
-func withAcceptWindow(d time.Duration) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.acceptWindow = d }}
+func withAcceptWindow(d time.Duration) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.acceptWindow = d }}
 }
 
 // remote is what a Manager from NewNodeManager has beyond the same-worker
@@ -175,8 +156,8 @@ type pendingBind struct {
 // and advertises the listener under "tcp-stream" in msg's address. Call it
 // before handing out msg's PeerInfo, so that peers learn the listener.
 // Close stops it.
-func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, error) {
-	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow, streams: tcpStreams{}}
+func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, error) {
+	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow, streams: tcpStreams{}, res: DefaultReservationConfig()}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
@@ -199,11 +180,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...NodeOption) (*Manager, err
 			return nil, err
 		}
 	}
-	mopts := []ManagerOption{WithMetrics(cfg.metrics)}
-	if cfg.reservation != nil {
-		mopts = append(mopts, WithReservationConfig(*cfg.reservation))
-	}
-	m := NewManager(msg.WorkerID(), mopts...)
+	m := newManager(msg.WorkerID(), &cfg)
 	r := &remote{
 		m: m, msg: msg, ln: ln, streams: cfg.streams, acceptWindow: cfg.acceptWindow, log: cfg.log,
 		heartbeat: cfg.heartbeat, hb: newHeartbeater(), ids: newIDSource(),

@@ -62,12 +62,12 @@ func muxNodeOn(t *testing.T, msg *messenger.Messenger) *remoteNode {
 	return &remoteNode{msg: msg, sm: sm}
 }
 
-func newRemoteNode(t *testing.T, opts ...NodeOption) *remoteNode {
+func newRemoteNode(t *testing.T, opts ...ManagerOption) *remoteNode {
 	t.Helper()
 	msg := newMessenger(t)
 	// The per-stream suite runs with the mux off; mux tests turn it on
 	// with a later WithMux.
-	opts = append([]NodeOption{WithMux(MuxConfig{Disabled: true})}, opts...)
+	opts = append([]ManagerOption{WithMux(MuxConfig{Disabled: true})}, opts...)
 	sm, err := NewNodeManager(msg, opts...)
 	if err != nil {
 		t.Fatal(err)

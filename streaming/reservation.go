@@ -40,20 +40,23 @@ func DefaultReservationConfig() ReservationConfig {
 	return ReservationConfig{UnattachedTimeout: 120 * time.Second, AcceptWindow: 180 * time.Second}
 }
 
-// ManagerOption changes one setting of NewManager.
+// ManagerOption changes one setting of NewManager or NewNodeManager. The
+// settings of a node's streams to other workers (WithMux, WithMuxOnly,
+// WithHeartbeatInterval, WithStreamListenAddr, WithStreamLogger) change
+// nothing in a Manager from NewManager, which has no such streams.
 type ManagerOption struct {
-	apply func(*Manager)
+	apply func(*nodeConfig)
 }
 
 // WithReservationConfig sets the Manager's ReservationConfig. A field that
 // is zero or negative keeps its default.
 func WithReservationConfig(c ReservationConfig) ManagerOption {
-	return ManagerOption{func(m *Manager) {
+	return ManagerOption{func(nc *nodeConfig) {
 		if c.UnattachedTimeout > 0 {
-			m.res.UnattachedTimeout = c.UnattachedTimeout
+			nc.res.UnattachedTimeout = c.UnattachedTimeout
 		}
 		if c.AcceptWindow > 0 {
-			m.res.AcceptWindow = c.AcceptWindow
+			nc.res.AcceptWindow = c.AcceptWindow
 		}
 	}}
 }

@@ -25,6 +25,6 @@ func (tcpStreams) Dial(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // withStreamNet sets the per-stream path's network, for tests.
-func withStreamNet(n streamNet) NodeOption {
-	return NodeOption{func(c *nodeConfig) { c.streams = n }}
+func withStreamNet(n streamNet) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.streams = n }}
 }

@@ -46,7 +46,7 @@ func hbNodes(t *testing.T, log io.Writer) (producer, consumer *remoteNode) {
 // hbNodesEvery is hbNodes with a heartbeat window of its own.
 func hbNodesEvery(t *testing.T, log io.Writer, window time.Duration) (producer, consumer *remoteNode) {
 	producer = newRemoteNode(t)
-	opts := []NodeOption{WithHeartbeatInterval(window)}
+	opts := []ManagerOption{WithHeartbeatInterval(window)}
 	if log != nil {
 		opts = append(opts, WithStreamLogger(slog.New(slog.NewTextHandler(log, nil))))
 	}
