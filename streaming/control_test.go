@@ -105,9 +105,9 @@ func fillEgress(t *testing.T, s *Sender[[]byte]) <-chan error {
 		}
 	}()
 	waitFor(t, "a Send blocked on a full queue", func() bool {
-		s.rs.mu.Lock()
-		defer s.rs.mu.Unlock()
-		return s.rs.spaceWait != nil
+		s.stream().mu.Lock()
+		defer s.stream().mu.Unlock()
+		return s.stream().spaceWait != nil
 	})
 	return done
 }
@@ -127,7 +127,7 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		done := fillEgress(t, s)
 		if messageOnly {
 			inst, _ := consumer.msg.InstanceOf(producer.msg.WorkerID())
-			body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
+			body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
 			if err := consumer.msg.Post(inst, wire.StreamCancelHandler, body); err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +183,7 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	}
 	defer a.Close()
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
+	body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := stranger.Handshake(ctx, producer.msg.InstanceID()); err != nil {

@@ -344,9 +344,7 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 		// the slot: the pre-bind goes back.
 		defer release()
 	}
-	s := &Sender[T]{encode: encode}
-	s.st = st
-	return s, nil
+	return newLocalSender(st, encode), nil
 }
 
 // ConsumerWakes counts the times a consumer waiting in Next was woken by a

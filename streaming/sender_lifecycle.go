@@ -18,9 +18,9 @@ import (
 // A stop followed by a cancel closes all three; a cancel followed by a stop
 // closes Cancelled and Done only (a stop of an ended stream is no stop).
 
-// signaller is the producer's side of one path: the same worker (an
-// anchorState), the per-stream connection (remoteSender) or the mux
-// (outSlot).
+// signaller is the producer's side of one path: the same worker
+// (localSink, through its anchorState), the per-stream connection
+// (remoteSender) or the mux (outSlot).
 type signaller interface {
 	signalCh(k signalKind) <-chan struct{}
 	cause() error // the first signal's cause, nil before
@@ -30,14 +30,8 @@ type signaller interface {
 	watchFire(fn func(error)) error
 }
 
-// The three paths implement signaller.
-var (
-	_ signaller = (*anchorState)(nil)
-	_ signaller = (*remoteSender)(nil)
-	_ signaller = (*outSlot)(nil)
-)
+// The three paths implement signaller, as part of sink (sink.go).
 
-func (st *anchorState) signalCh(k signalKind) <-chan struct{} { return st.signal(k) }
 
 func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
 	switch k {
@@ -88,15 +82,7 @@ func (c *senderContext) ended() {
 }
 
 // signals is the signaller of s's path.
-func (s *Sender[T]) signals() signaller {
-	if s.mx != nil {
-		return s.mx
-	}
-	if s.rs != nil {
-		return s.rs
-	}
-	return s.st
-}
+func (s *Sender[T]) signals() signaller { return s.sink }
 
 // Stopped closes when the consumer asks for a graceful stop
 // (Controller.RequestStop), and only then. The producer may send its last
@@ -123,15 +109,7 @@ func (s *Sender[T]) Done() <-chan struct{} { return s.signals().signalCh(sigDone
 func (s *Sender[T]) Context() context.Context { return s.lc.get(s.signals()) }
 
 // signals is the signaller of s's path.
-func (s *MPSCSender[T]) signals() signaller {
-	if s.mx != nil {
-		return s.mx
-	}
-	if s.rs != nil {
-		return s.rs
-	}
-	return s.st
-}
+func (s *MPSCSender[T]) signals() signaller { return s.sink }
 
 // Stopped closes when the consumer asks for a graceful stop, and only
 // then, as for a Sender. A producer on another worker hears of the stop by
