@@ -32,7 +32,6 @@ type signaller interface {
 
 // The three paths implement signaller, as part of sink (sink.go).
 
-
 func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
 	switch k {
 	case sigStop:
