@@ -35,8 +35,8 @@ func (o RetireOutcome) String() string {
 	return fmt.Sprintf("RetireOutcome(%d)", uint8(o))
 }
 
-// senderCore is the part of a Sender that the inlet reads. Its fields are
-// guarded by st.mu.
+// senderCore is the part of a same-worker producer (its localSink) that
+// the inlet reads. Its fields are guarded by st.mu.
 type senderCore struct {
 	st   *anchorState
 	done bool // finalized, detached or closed

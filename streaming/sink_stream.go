@@ -29,3 +29,13 @@ func (rs *remoteSender) transport() string { return rs.key }
 
 // ready is nil: the per-stream attach waits for its answer.
 func (rs *remoteSender) ready(context.Context) error { return nil }
+
+func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
+	switch k {
+	case sigStop:
+		return rs.stopCh
+	case sigCancel:
+		return rs.cancelCh
+	}
+	return rs.doneCh
+}
