@@ -106,9 +106,9 @@ func fillEgress(t *testing.T, s *Sender[[]byte]) <-chan error {
 		}
 	}()
 	waitFor(t, "a Send blocked on a full queue", func() bool {
-		s.rs.mu.Lock()
-		defer s.rs.mu.Unlock()
-		return s.rs.spaceWait != nil
+		s.stream().mu.Lock()
+		defer s.stream().mu.Unlock()
+		return s.stream().spaceWait != nil
 	})
 	return done
 }
@@ -128,7 +128,7 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		done := fillEgress(t, s)
 		if messageOnly {
 			inst, _ := msgrx.InstanceOf(consumer.msg, producer.msg.WorkerID())
-			body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
+			body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
 			if err := msgrx.Post(consumer.msg, inst, wire.StreamCancelHandler, body); err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	}
 	defer a.Close()
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	body := (&wire.StreamCancelRequest{SenderStreamID: s.rs.id}).AppendJSON(nil)
+	body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := msgrx.Handshake(stranger, ctx, producer.msg.InstanceID()); err != nil {

@@ -333,9 +333,7 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	case claimTaken:
 		return nil, fmt.Errorf("%w: %v", ErrAlreadyAttached, handle)
 	}
-	s := &Sender[T]{encode: encode}
-	s.st = st
-	return s, nil
+	return newLocalSender(st, encode), nil
 }
 
 // consumerWakeCount counts the times a consumer waiting in Next was woken by a

@@ -390,7 +390,7 @@ func TestMetricsEgressPumpCountsOnlyWrites(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	s.rs.conn.Close()
+	s.stream().conn.Close()
 	if err := s.SendBytes(context.Background(), []byte("y")); err != nil && !errors.Is(err, ErrCancelled) {
 		t.Fatal(err)
 	}

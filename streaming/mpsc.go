@@ -237,12 +237,9 @@ func (an *MPSCAnchor[T]) Close() error {
 // still call Close (defer sender.Close()). Its methods are safe to call
 // from many goroutines.
 type MPSCSender[T any] struct {
-	senderCore
-	a      *mpscAnchor
+	sink   sink // the path to the anchor: same worker, per-stream TCP or mux
 	id     SenderID
 	encode func(T) ([]byte, error)
-	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st and a are then nil
-	mx     *outSlot      // set for an anchor of another worker on the mux; st and a are then nil
 	lc     senderContext
 }
 
@@ -325,8 +322,7 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 	if a.senders == 1 {
 		st.disarmLocked() // the unattached timeout runs only with no producer
 	}
-	s := &MPSCSender[T]{a: a, id: SenderID(a.nextID), encode: encode}
-	s.st = st
+	s := newLocalMPSCSender(st, SenderID(a.nextID), encode)
 	st.mu.Unlock()
 	return s, nil
 }
@@ -336,15 +332,7 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
 
 // Handle names the anchor this sender is attached to.
-func (s *MPSCSender[T]) Handle() AnchorHandle {
-	if s.mx != nil {
-		return s.mx.handle
-	}
-	if s.rs != nil {
-		return s.rs.handle
-	}
-	return s.st.handle
-}
+func (s *MPSCSender[T]) Handle() AnchorHandle { return s.sink.anchorHandle() }
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
@@ -354,43 +342,25 @@ func (s *MPSCSender[T]) Send(ctx context.Context, item T) error {
 	if err != nil {
 		return err
 	}
-	return s.put(ctx, f)
+	return s.sink.push(ctx, f)
 }
 
-// SendBytes puts one byte item in the stream, as Sender.SendBytes does.
+// SendBytes puts one byte item in the stream, as Sender.SendBytes does;
+// over the mux it too encodes straight into the slot's arena.
 func (s *MPSCSender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.put(ctx, bytesItemFrame(payload))
+	return s.sink.pushBytes(ctx, payload)
 }
 
 // SendError puts a soft error in the stream: the consumer reads an
 // MPSCSenderError frame with msg. It waits as Send does.
 func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
-	return s.put(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
-}
-
-// put queues an item or soft-error frame: into the inlet on the same
-// worker, for the connection's pump otherwise.
-func (s *MPSCSender[T]) put(ctx context.Context, frame []byte) error {
-	if s.mx != nil {
-		return s.mx.push(ctx, frame)
-	}
-	if s.rs != nil {
-		return s.rs.push(ctx, frame)
-	}
-	return s.a.push(ctx, &s.senderCore, s.id, frame)
+	return s.sink.push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
 }
 
 // end ends this producer with its terminal frame.
-func (s *MPSCSender[T]) end(frame []byte) error {
+func (s *MPSCSender[T]) end(frame []byte, detach bool) error {
 	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
-	if s.mx != nil {
-		return s.mx.terminate(frame, false)
-	}
-	if s.rs != nil {
-		return s.rs.terminate(frame)
-	}
-	_, err := s.a.terminate(&s.senderCore, s.id, frame)
-	return err
+	return s.sink.finish(frame, detach)
 }
 
 // Detach ends this producer: the consumer reads an MPSCDetached frame
@@ -398,30 +368,18 @@ func (s *MPSCSender[T]) end(frame []byte) error {
 // ErrCancelled if the consumer had closed its anchor (RetireDiscarded) and
 // ErrSenderClosed if the sender had already ended.
 func (s *MPSCSender[T]) Detach() error {
-	m, sc := s.manager()
+	m, sc := s.sink.opsManager()
 	start := m.opStart()
-	err := s.end(detachedFrame)
+	err := s.end(detachedFrame, true)
 	m.opDone(metrics.StreamDetach, sc, start, err)
 	return err
-}
-
-// manager is the Manager of this producer's node, and the scheme its
-// operations count under.
-func (s *MPSCSender[T]) manager() (*Manager, metrics.StreamScheme) {
-	if s.mx != nil {
-		return s.mx.b.mx.m, metrics.SchemeMux
-	}
-	if s.rs != nil {
-		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
-	}
-	return s.st.mgr, metrics.SchemeLocal
 }
 
 // Close ends this producer without detaching: the consumer reads an
 // MPSCDropped frame after its items, and the stream goes on. After Detach
 // it does nothing and returns nil, so it can be deferred. It never waits.
 func (s *MPSCSender[T]) Close() error {
-	err := s.end(droppedFrame)
+	err := s.end(droppedFrame, false)
 	if errors.Is(err, ErrSenderClosed) {
 		return nil
 	}
@@ -437,32 +395,11 @@ func (s *MPSCSender[T]) Close() error {
 // connection, RetireDiscarded when the connection ended first. Any number
 // of waiters may take it, before or after the end. (The reference has no
 // Retired for MPSC senders; the SPSC semantics apply here.)
-func (s *MPSCSender[T]) Retired() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.retiredCh()
-	}
-	if s.rs != nil {
-		return s.rs.retired()
-	}
-	if s.known() != 0 {
-		return closedFor(&s.retirement)
-	}
-	s.st.mu.Lock()
-	defer s.st.mu.Unlock()
-	return s.watchLocked()
-}
+func (s *MPSCSender[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
 
 // Outcome is the RetireOutcome of the sender's output once Retired has
 // closed, and 0 before.
-func (s *MPSCSender[T]) Outcome() RetireOutcome {
-	if s.mx != nil {
-		return s.mx.known()
-	}
-	if s.rs != nil {
-		return s.rs.known()
-	}
-	return s.known()
-}
+func (s *MPSCSender[T]) Outcome() RetireOutcome { return s.sink.known() }
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
 // waiting while it is full. A cancel, the end of s, or ctx wakes it.

@@ -350,7 +350,7 @@ func TestRemoteMPSCCancelReachesBlockedSend(t *testing.T) {
 					}
 				}
 			}()
-			blockedInSend(t, s.rs, sendErr)
+			blockedInSend(t, s.stream(), sendErr)
 			if how == "Cancel" {
 				an.Controller().Cancel()
 			} else {

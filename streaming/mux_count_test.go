@@ -119,7 +119,7 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.mx.b
+	b := s.slot().b
 	idle := func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -170,7 +170,7 @@ func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
 	fill(t, s, 0, 2*c+1)
 	waitFor(t, "C records delivered", func() bool { return queued(&a.st) == c })
 	blocked := sendAsync(s, context.Background(), token(2*c+1))
-	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.mx); return w })
+	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	cm := muxOf(t, consumer)
 	visits0 := cm.n.drainVisits.Load()
 	readTokens(t, a, 0, 1, 5*time.Second) // the take that lists the slot: the last batch came well within the floor

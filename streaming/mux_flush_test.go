@@ -104,7 +104,7 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 20 * time.Millisecond})
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.mx.b
+	b := s.slot().b
 	waitFor(t, "the batcher to sleep", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()

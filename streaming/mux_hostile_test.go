@@ -169,7 +169,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 			enc.CreditUpdate(id, 0, 1)
 		}
 	})
-	if cr, _, _ := slotState(s.mx); cr != c {
+	if cr, _, _ := slotState(s.slot()); cr != c {
 		t.Fatalf("credit %d after forged grants, want the window %d", cr, c)
 	}
 	if n := pmx.n.controlRefused.Load() - refused; n != 101 {
@@ -179,7 +179,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	// inlet never holds more than C.
 	sent := fillAsync(s, 1, 2*c)
 	waitFor(t, "the window to be spent", func() bool {
-		cr, q, _ := slotState(s.mx)
+		cr, q, _ := slotState(s.slot())
 		return cr == 0 && q == c
 	})
 	if n := queued(&a.st); n > c {
@@ -327,7 +327,7 @@ func TestMuxIdsAreNotGuessable(t *testing.T) {
 	}
 	a1, s1 := openedStream(t, producer, consumer)
 	_, s2 := openedStream(t, producer, consumer)
-	x, y := s1.mx.session, s2.mx.session
+	x, y := s1.slot().session, s2.slot().session
 	if x == y || x < 1<<32 || y < 1<<32 || y-x < 1<<16 && x-y < 1<<16 {
 		t.Fatalf("routing sessions %d and %d look like a counter", x, y)
 	}

@@ -13,10 +13,10 @@ import (
 // slotSeq is a live mux stream's slot, epoch and next frame_seq, as its
 // batcher sees them.
 func slotSeq(s *Sender[[]byte]) (id muxwire.SlotID, epoch uint64, next uint32) {
-	b := s.mx.b
+	b := s.slot().b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return s.mx.id, b.epoch, s.mx.seq
+	return s.slot().id, b.epoch, s.slot().seq
 }
 
 // Records of one slot that sit side by side in a batch go to the anchor

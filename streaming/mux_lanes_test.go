@@ -92,7 +92,7 @@ func TestMuxLanesKeyed(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := int(splitmix64(key) % 4)
-		if got := s.mx.b.lane; got != want {
+		if got := s.slot().b.lane; got != want {
 			t.Fatalf("key %d went on lane %d, want %d", key, got, want)
 		}
 		fill(t, s, 0, 1)
@@ -121,8 +121,8 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := openTicket(t, producer, a, tk)
-		if s.mx.b.lane != 0 {
-			t.Fatalf("a one-lane sender used lane %d", s.mx.b.lane)
+		if s.slot().b.lane != 0 {
+			t.Fatalf("a one-lane sender used lane %d", s.slot().b.lane)
 		}
 		fill(t, s, 0, 2)
 		readTokens(t, a, 0, 2, 5*time.Second)
@@ -282,8 +282,8 @@ func TestMuxLanesKeyedMPSC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := int(splitmix64(key) % 4); s.mx == nil || s.mx.b.lane != want {
-			t.Fatalf("key %d: lane %v, want %d", key, s.mx, want)
+		if want := int(splitmix64(key) % 4); s.slot() == nil || s.slot().b.lane != want {
+			t.Fatalf("key %d: lane %v, want %d", key, s.slot(), want)
 		}
 		s.Close()
 	}

@@ -106,7 +106,7 @@ func TestMuxManualFlush(t *testing.T) {
 		fill(t, s, i, 1)
 		producer.sm.FlushBatch()
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
-			cr, q, _ := slotState(s.mx)
+			cr, q, _ := slotState(s.slot())
 			t.Fatalf("token %d: %v; producer credit %d queued %d; credit sent %d received %d", i, err, cr, q,
 				muxOf(t, consumer).n.creditSent.Load(), muxOf(t, producer).n.creditReceived.Load())
 		}
@@ -117,9 +117,9 @@ func TestMuxManualFlush(t *testing.T) {
 	}
 	for i := n; i < n+2; i++ {
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
-			b := s.mx.b
+			b := s.slot().b
 			b.mu.Lock()
-			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.mx.credit, len(s.mx.q), s.mx.life.terminal(), s.mx.inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.mx, s.mx.flushable, len(b.wake))
+			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.slot().credit, len(s.slot().q), s.slot().life.terminal(), s.slot().inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.slot(), s.slot().flushable, len(b.wake))
 			b.mu.Unlock()
 			t.Fatalf("token %d: %v; %s", i, err, msg)
 		}
@@ -169,7 +169,7 @@ func TestMuxCreditRepostedAfterRefusedReply(t *testing.T) {
 	sent := fillAsync(s, 2*c+1, n-(2*c+1))
 	for i := range n {
 		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
-			cr, q, _ := slotState(s.mx)
+			cr, q, _ := slotState(s.slot())
 			t.Fatalf("token %d: %v (producer credit %d, queued %d)", i, err, cr, q)
 		}
 	}
@@ -251,7 +251,7 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 	var gate postGate
 	gate.install(muxOf(t, producer))
 	_, s := muxStream(t, producer, consumer)
-	b := s.mx.b
+	b := s.slot().b
 	holdWriter(t, b) // the sends queue; the next pass cuts them into batches
 	for i := range 3 {
 		if err := s.Send(context.Background(), token(i)); err != nil {
@@ -267,7 +267,7 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 		t.Fatal("the refused batch caused no epoch death")
 	}
 	a2, s2 := muxStream(t, producer, consumer)
-	if s2.mx.b != b {
+	if s2.slot().b != b {
 		t.Fatal("the second stream went to another batcher")
 	}
 	fill(t, s2, 0, 1)

@@ -13,7 +13,7 @@ import (
 func mpscOverMux(t *testing.T, p *remoteNode, an *MPSCAnchor[[]byte]) *MPSCSender[[]byte] {
 	t.Helper()
 	s := attachMPSCRemoteT(t, p, an.Handle())
-	if s.mx == nil {
+	if s.slot() == nil {
 		t.Fatal("the MPSC producer did not negotiate the mux")
 	}
 	return s

@@ -93,7 +93,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		return nil, err
 	}
 	b.setCall(s, call)
-	return &Sender[T]{encode: encode, mx: s}, nil
+	return &Sender[T]{encode: encode, sink: s}, nil
 }
 
 // openOn opens a slot with open on the lane's current batcher. When
@@ -366,26 +366,4 @@ func (mx *mux) expirePending(tick uint64) {
 // where the answer decides what to do next, such as a loop that attaches
 // until a detached stream is free again; a producer that just streams does
 // not need it, since Send and Finalize report a refusal too.
-func (s *Sender[T]) Ready(ctx context.Context) error {
-	if s.mx == nil || s.mx.answered == nil {
-		return nil
-	}
-	select {
-	case <-s.mx.answered:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	b := s.mx.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if s.mx.failErr != nil || s.mx.life.closed() || s.mx.cancelled {
-		// Refused, or ended before or as the answer came (an epoch death,
-		// the Manager's close): a caller deciding on this answer must not
-		// take the Sender as good.
-		if s.mx.life.terminal() && s.mx.failErr == nil && !s.mx.cancelled {
-			return nil // it ended by its own terminal, written
-		}
-		return s.mx.endErr()
-	}
-	return nil
-}
+func (s *Sender[T]) Ready(ctx context.Context) error { return s.sink.ready(ctx) }

@@ -20,7 +20,7 @@ import (
 func learnOwner(t *testing.T, producer, consumer *remoteNode) {
 	t.Helper()
 	a, s := muxStream(t, producer, consumer)
-	if s.mx.answered != nil {
+	if s.slot().answered != nil {
 		t.Fatal("the first attach to an owner was pipelined; it must wait to learn the owner's answer")
 	}
 	s.Finalize()
@@ -66,7 +66,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pipelined attach: %v", err)
 	}
-	if s.mx.answered == nil {
+	if s.slot().answered == nil {
 		t.Fatal("the attach waited for its answer")
 	}
 	if got := s.NegotiatedTransport(); got != muxWireKey {
@@ -74,7 +74,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	}
 	fill(t, s, 0, 5) // queued: the slot holds them until the answer
 	select {
-	case <-s.mx.answered:
+	case <-s.slot().answered:
 		t.Fatal("answered while the owner's handler was held")
 	default:
 	}
@@ -193,7 +193,7 @@ func TestMuxWaitForAttach(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{WaitForAttach: true})
 	learnOwner(t, producer, consumer)
 	a, s := muxStream(t, producer, consumer)
-	if s.mx.answered != nil {
+	if s.slot().answered != nil {
 		t.Fatal("an attach was pipelined under WaitForAttach")
 	}
 	if _, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
@@ -261,11 +261,11 @@ func TestMuxSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 			t.Fatalf("token %d: %v", i, err)
 		}
 	}
-	b := s.mx.b
+	b := s.slot().b
 	waitFor(t, "the arena to be reused", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(s.mx.q) == 0 && len(s.mx.arena) == 0 && cap(s.mx.arena) > 0
+		return len(s.slot().q) == 0 && len(s.slot().arena) == 0 && cap(s.slot().arena) > 0
 	})
 	s.Finalize()
 }
@@ -277,7 +277,7 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
 	learnOwner(t, producer, consumer)
 	_, s := muxStream(t, producer, consumer)
-	if s.mx.answered != nil {
+	if s.slot().answered != nil {
 		t.Fatal("an attach was pipelined under FlushManual")
 	}
 	s.Close()
@@ -391,9 +391,9 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	}
 	// The request was given up with the slot: the owner, still silent,
 	// holds no response slot of the producer's messenger.
-	s.mx.b.mu.Lock()
-	call := s.mx.call
-	s.mx.b.mu.Unlock()
+	s.slot().b.mu.Lock()
+	call := s.slot().call
+	s.slot().b.mu.Unlock()
 	if call == (msgrx.AsyncCall{}) {
 		t.Fatal("the pipelined attach's request was not named")
 	}
@@ -421,12 +421,12 @@ func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.mx.answered == nil {
+	if s.slot().answered == nil {
 		t.Fatal("the attach waited for its answer")
 	}
 	producer.sm.Close()
 	release()
-	<-s.mx.answered
+	<-s.slot().answered
 	if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
 	}
@@ -475,7 +475,7 @@ func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 	learnOwner(t, producer, consumer)
 	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false)
 	a, s := muxStream(t, producer, consumer)
-	if s.mx.b == old {
+	if s.slot().b == old {
 		t.Fatal("the stream went to the evicted batcher")
 	}
 	fill(t, s, 0, 2)

@@ -148,9 +148,9 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	a, s := muxStream(t, producer, consumer)
 	cmx := muxOf(t, consumer)
-	b := s.mx.b
+	b := s.slot().b
 	b.mu.Lock()
-	epoch, id, session := b.epoch, uint32(s.mx.id), s.mx.session
+	epoch, id, session := b.epoch, uint32(s.slot().id), s.slot().session
 	b.mu.Unlock()
 	waitFor(t, "the slot to open", func() bool { return cmx.heldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
 	cause := errors.New("test: refused")

@@ -193,7 +193,7 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 	fill(t, s, 0, 2*c+1)
 	waitFor(t, "C records delivered", func() bool { return queued(&a.st) == c })
 	blocked := sendAsync(s, context.Background(), token(2*c+1))
-	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.mx); return w })
+	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	select {
 	case err := <-blocked:
 		t.Fatalf("Send past the window returned %v", err)
@@ -218,7 +218,7 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	waitFor(t, "the window back to C", func() bool { cr, q, _ := slotState(s.mx); return cr == c && q == 0 })
+	waitFor(t, "the window back to C", func() bool { cr, q, _ := slotState(s.slot()); return cr == c && q == 0 })
 	if sent, got := cm.n.creditSent.Load(), pm.n.creditReceived.Load(); sent != got || sent < n {
 		t.Fatalf("credit sent %d, received %d, for %d tokens", sent, got, n)
 	}
@@ -241,7 +241,7 @@ func TestMuxTerminalAtCreditOne(t *testing.T) {
 	for _, finalize := range []bool{true, false} {
 		a, s := muxStream(t, producer, consumer)
 		fill(t, s, 0, 3) // one delivered, two in the inlet of C+1
-		waitFor(t, "the inlet to fill", func() bool { _, q, _ := slotState(s.mx); return q == 2 })
+		waitFor(t, "the inlet to fill", func() bool { _, q, _ := slotState(s.slot()); return q == 2 })
 		start := time.Now()
 		end, want := s.Close, error(ErrSenderDropped)
 		if finalize {
@@ -277,7 +277,7 @@ func TestMuxNoHeadOfLineBlocking(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the stopped consumer's producer to wait", func() bool { _, _, w := slotState(stuckS.mx); return w })
+	waitFor(t, "the stopped consumer's producer to wait", func() bool { _, _, w := slotState(stuckS.slot()); return w })
 	const n = 2000
 	var ends []<-chan error
 	for range 2 {
@@ -329,7 +329,7 @@ func TestMuxCancelWakesBlockedSend(t *testing.T) {
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 5) // 2 delivered, 3 in the inlet
 	blocked := sendAsync(s, context.Background(), token(5))
-	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(s.mx); return w })
+	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	a.Controller().Cancel()
 	select {
 	case err := <-blocked:
@@ -500,7 +500,7 @@ func TestMuxConsumerNodeClose(t *testing.T) {
 	_, idle := muxStream(t, producer, consumer)
 	fill(t, busy, 0, 5)
 	blocked := sendAsync(busy, context.Background(), token(5))
-	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(busy.mx); return w })
+	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(busy.slot()); return w })
 	closed := time.Now()
 	consumer.sm.Close()
 	for _, s := range []*Sender[[]byte]{busy, idle} {
@@ -853,13 +853,13 @@ func TestMuxPeerByteBudget(t *testing.T) {
 	}
 	for _, s := range []*Sender[[]byte]{s1, s2} {
 		waitFor(t, "the records on credit to be written", func() bool {
-			credit, _, _ := slotState(s.mx)
+			credit, _, _ := slotState(s.slot())
 			return credit == 0
 		})
 	}
 	blocked := sendAsync(s2, ctx, item) // 5 KiB queued would be over the peer's 4
 	waitFor(t, "s2's Send to wait for the peer's budget", func() bool {
-		b := s2.mx.b
+		b := s2.slot().b
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.budget.waiting()

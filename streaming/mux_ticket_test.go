@@ -152,8 +152,8 @@ func TestMuxPrebindRules(t *testing.T) {
 	a, _ := CreateAnchor[[]byte](consumer.sm)
 	tk := mustPrebind(t, consumer.sm, a)
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	if s.mx == nil || s.mx.session != tk.RoutingSessionID {
-		t.Fatalf("the attach did not adopt the pre-bind (session %v, ticket %v)", s.mx, tk.RoutingSessionID)
+	if s.slot() == nil || s.slot().session != tk.RoutingSessionID {
+		t.Fatalf("the attach did not adopt the pre-bind (session %v, ticket %v)", s.slot(), tk.RoutingSessionID)
 	}
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)

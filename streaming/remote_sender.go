@@ -57,44 +57,6 @@ type remoteSender struct {
 	retirement
 }
 
-// NegotiatedTransport is the transport key the anchor's owner answered the
-// attach with ("messenger-mux-v2" over the mux, "tcp-stream" on the
-// per-stream path), or "" on the same worker, where no transport is
-// involved.
-func (s *Sender[T]) NegotiatedTransport() string {
-	if s.mx != nil {
-		return muxWireKey
-	}
-	if s.rs != nil {
-		return s.rs.key
-	}
-	return ""
-}
-
-func (s *Sender[T]) put(ctx context.Context, frame []byte) error {
-	if s.mx != nil {
-		return s.mx.push(ctx, frame)
-	}
-	if s.rs != nil {
-		return s.rs.push(ctx, frame)
-	}
-	return s.st.push(ctx, &s.senderCore, frame)
-}
-
-func (s *Sender[T]) end(frame []byte, detach bool) error {
-	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
-	if s.mx != nil {
-		// Close never waits; Finalize and Detach wait for the answer to
-		// a pipelined attach, so that they report its refusal.
-		return s.mx.terminate(frame, !isSame(frame, droppedFrame))
-	}
-	if s.rs != nil {
-		return s.rs.terminate(frame)
-	}
-	_, err := s.st.terminate(&s.senderCore, frame, detach)
-	return err
-}
-
 // attachRemote makes the _anchor_attach round trip to the handle's owner,
 // dials its per-stream listener and starts the stream's pump.
 func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
@@ -147,7 +109,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if _, err := r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS); err != nil {
 		return nil, err
 	}
-	return &Sender[T]{encode: encode, rs: rs}, nil
+	return &Sender[T]{encode: encode, sink: rs}, nil
 }
 
 // reachOwner finds the instance that owns handle and makes sure the owner
@@ -350,7 +312,8 @@ func (rs *remoteSender) retire(out RetireOutcome) {
 	rs.mu.Unlock()
 }
 
-func (rs *remoteSender) retired() <-chan struct{} {
+// retiredCh takes the lock only while the outcome is unknown.
+func (rs *remoteSender) retiredCh() <-chan struct{} {
 	if rs.known() != 0 {
 		return closedFor(&rs.retirement)
 	}

@@ -35,8 +35,8 @@ func (o RetireOutcome) String() string {
 	return fmt.Sprintf("RetireOutcome(%d)", uint8(o))
 }
 
-// senderCore is the part of a Sender that the inlet reads. Its fields are
-// guarded by st.mu.
+// senderCore is the part of a same-worker producer (its localSink) that
+// the inlet reads. Its fields are guarded by st.mu.
 type senderCore struct {
 	st   *anchorState
 	done bool // finalized, detached or closed
@@ -110,23 +110,19 @@ func (r *retirement) settleLocked(out RetireOutcome) {
 // must still call Close (defer sender.Close()), or the consumer waits.
 // Its methods are safe to call from many goroutines.
 type Sender[T any] struct {
-	senderCore
+	sink   sink // the path to the anchor: same worker, per-stream TCP or mux
 	encode func(T) ([]byte, error)
-	rs     *remoteSender // set for an anchor of another worker on the per-stream path; st is then nil
-	mx     *outSlot      // set for an anchor of another worker on the mux; st is then nil
 	lc     senderContext
 }
 
 // Handle names the anchor this Sender is attached to.
-func (s *Sender[T]) Handle() AnchorHandle {
-	if s.mx != nil {
-		return s.mx.handle
-	}
-	if s.rs != nil {
-		return s.rs.handle
-	}
-	return s.st.handle
-}
+func (s *Sender[T]) Handle() AnchorHandle { return s.sink.anchorHandle() }
+
+// NegotiatedTransport is the transport key the anchor's owner answered the
+// attach with ("messenger-mux-v2" over the mux, "tcp-stream" on the
+// per-stream path), or "" on the same worker, where no transport is
+// involved.
+func (s *Sender[T]) NegotiatedTransport() string { return s.sink.transport() }
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
@@ -137,7 +133,7 @@ func (s *Sender[T]) Send(ctx context.Context, item T) error {
 	if err != nil {
 		return err
 	}
-	return s.put(ctx, f)
+	return s.sink.push(ctx, f)
 }
 
 // SendBytes puts one byte item in the stream: payload as a MessagePack
@@ -145,10 +141,7 @@ func (s *Sender[T]) Send(ctx context.Context, item T) error {
 // payload once, into the frame; the caller keeps payload. It waits as Send
 // does.
 func (s *Sender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	if s.mx != nil {
-		return s.mx.pushBytes(ctx, payload)
-	}
-	return s.put(ctx, bytesItemFrame(payload))
+	return s.sink.pushBytes(ctx, payload)
 }
 
 // SendFrame puts a finished Item frame in the stream, such as the result
@@ -162,13 +155,13 @@ func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	if f.Kind != wire.KindItem {
 		return fmt.Errorf("velo: SendFrame takes an Item frame, not %v", f.Kind)
 	}
-	return s.put(ctx, frame)
+	return s.sink.push(ctx, frame)
 }
 
 // SendError puts a soft error in the stream: the consumer's Next returns a
 // *SenderError with msg, and the stream goes on. It waits as Send does.
 func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
-	return s.put(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+	return s.sink.push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
 }
 
 // Finalize ends the stream normally: the consumer reads io.EOF after every
@@ -181,23 +174,17 @@ func (s *Sender[T]) Finalize() error {
 
 // endCounted ends the Sender as end does, and counts op.
 func (s *Sender[T]) endCounted(op metrics.StreamOp, frame []byte, detach bool) error {
-	m, sc := s.manager()
+	m, sc := s.sink.opsManager()
 	start := m.opStart()
 	err := s.end(frame, detach)
 	m.opDone(op, sc, start, err)
 	return err
 }
 
-// manager is the Manager of this Sender's node, and the scheme its
-// operations count under.
-func (s *Sender[T]) manager() (*Manager, metrics.StreamScheme) {
-	if s.mx != nil {
-		return s.mx.b.mx.m, metrics.SchemeMux
-	}
-	if s.rs != nil {
-		return s.rs.r.m, metrics.SchemeOf(s.rs.key)
-	}
-	return s.st.mgr, metrics.SchemeLocal
+// end ends the Sender with its terminal frame.
+func (s *Sender[T]) end(frame []byte, detach bool) error {
+	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
+	return s.sink.finish(frame, detach)
 }
 
 // Detach ends this Sender without ending the stream: the consumer goes on
@@ -221,29 +208,8 @@ func (s *Sender[T]) Close() error {
 // Retired returns a channel that closes once the Sender has finalized,
 // detached or closed; Outcome then says what became of its output. Any
 // number of waiters may take it, before or after the end.
-func (s *Sender[T]) Retired() <-chan struct{} {
-	if s.mx != nil {
-		return s.mx.retiredCh()
-	}
-	if s.rs != nil {
-		return s.rs.retired()
-	}
-	if s.known() != 0 { // the common case, after the end: no lock
-		return closedFor(&s.retirement)
-	}
-	s.st.mu.Lock()
-	defer s.st.mu.Unlock()
-	return s.watchLocked()
-}
+func (s *Sender[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
 
 // Outcome is the RetireOutcome of the Sender's output once Retired has
 // closed, and 0 before.
-func (s *Sender[T]) Outcome() RetireOutcome {
-	if s.mx != nil {
-		return s.mx.known()
-	}
-	if s.rs != nil {
-		return s.rs.known()
-	}
-	return s.known()
-}
+func (s *Sender[T]) Outcome() RetireOutcome { return s.sink.known() }

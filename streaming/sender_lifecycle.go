@@ -18,9 +18,9 @@ import (
 // A stop followed by a cancel closes all three; a cancel followed by a stop
 // closes Cancelled and Done only (a stop of an ended stream is no stop).
 
-// signaller is the producer's side of one path: the same worker (an
-// anchorState), the per-stream connection (remoteSender) or the mux
-// (outSlot).
+// signaller is the producer's side of one path: the same worker
+// (localSink, through its anchorState), the per-stream connection
+// (remoteSender) or the mux (outSlot).
 type signaller interface {
 	signalCh(k signalKind) <-chan struct{}
 	cause() error // the first signal's cause, nil before
@@ -30,24 +30,7 @@ type signaller interface {
 	watchFire(fn func(error)) error
 }
 
-// The three paths implement signaller.
-var (
-	_ signaller = (*anchorState)(nil)
-	_ signaller = (*remoteSender)(nil)
-	_ signaller = (*outSlot)(nil)
-)
-
-func (st *anchorState) signalCh(k signalKind) <-chan struct{} { return st.signal(k) }
-
-func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
-	switch k {
-	case sigStop:
-		return rs.stopCh
-	case sigCancel:
-		return rs.cancelCh
-	}
-	return rs.doneCh
-}
+// The three paths implement signaller as part of sink (sink.go).
 
 // senderContext is the context a Sender hands out, made on first use. It
 // ends in step with the signal: the path cancels it as it closes Done, so
@@ -87,32 +70,21 @@ func (c *senderContext) ended() {
 	}
 }
 
-// signals is the signaller of s's path.
-func (s *Sender[T]) signals() signaller {
-	if s.mx != nil {
-		return s.mx
-	}
-	if s.rs != nil {
-		return s.rs
-	}
-	return s.st
-}
-
 // Stopped closes when the consumer asks for a graceful stop
 // (Controller.RequestStop), and only then. The producer may send its last
 // items and Finalize.
-func (s *Sender[T]) Stopped() <-chan struct{} { return s.signals().signalCh(sigStop) }
+func (s *Sender[T]) Stopped() <-chan struct{} { return s.sink.signalCh(sigStop) }
 
 // Cancelled closes when the consumer cancels (Controller.Cancel,
 // Anchor.Close, or leaving an Anchor.All loop early) or is lost (its
 // connection or node went). Sends then fail with ErrCancelled; nothing
 // more is read.
-func (s *Sender[T]) Cancelled() <-chan struct{} { return s.signals().signalCh(sigCancel) }
+func (s *Sender[T]) Cancelled() <-chan struct{} { return s.sink.signalCh(sigCancel) }
 
 // Done closes on the first of Stopped and Cancelled: the consumer wants no
 // more than the producer's last items. Context().Err and context.Cause
 // say which.
-func (s *Sender[T]) Done() <-chan struct{} { return s.signals().signalCh(sigDone) }
+func (s *Sender[T]) Done() <-chan struct{} { return s.sink.signalCh(sigDone) }
 
 // Context returns a context that is done when the consumer stops, cancels
 // or is lost, or when this Sender ends. Its context.Cause is
@@ -120,32 +92,21 @@ func (s *Sender[T]) Done() <-chan struct{} { return s.signals().signalCh(sigDone
 // first that happened. Pass it to the work that makes the items, so that
 // it ends with the stream. A producer that sends its last items after a
 // stop must not send them under this context.
-func (s *Sender[T]) Context() context.Context { return s.lc.get(s.signals()) }
-
-// signals is the signaller of s's path.
-func (s *MPSCSender[T]) signals() signaller {
-	if s.mx != nil {
-		return s.mx
-	}
-	if s.rs != nil {
-		return s.rs
-	}
-	return s.st
-}
+func (s *Sender[T]) Context() context.Context { return s.lc.get(s.sink) }
 
 // Stopped closes when the consumer asks for a graceful stop, and only
 // then, as for a Sender. A producer on another worker hears of the stop by
 // _stream_stop.
-func (s *MPSCSender[T]) Stopped() <-chan struct{} { return s.signals().signalCh(sigStop) }
+func (s *MPSCSender[T]) Stopped() <-chan struct{} { return s.sink.signalCh(sigStop) }
 
 // Cancelled closes when the consumer cancels the stream, closes its anchor
 // or leaves an All loop early, or when this producer's connection or the
 // consumer's node is lost. Sends then fail with ErrCancelled.
-func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.signals().signalCh(sigCancel) }
+func (s *MPSCSender[T]) Cancelled() <-chan struct{} { return s.sink.signalCh(sigCancel) }
 
 // Done closes on the first of Stopped and Cancelled.
-func (s *MPSCSender[T]) Done() <-chan struct{} { return s.signals().signalCh(sigDone) }
+func (s *MPSCSender[T]) Done() <-chan struct{} { return s.sink.signalCh(sigDone) }
 
 // Context is as Sender.Context: done on a stop, a cancel, a loss or this
 // producer's end, with the cause.
-func (s *MPSCSender[T]) Context() context.Context { return s.lc.get(s.signals()) }
+func (s *MPSCSender[T]) Context() context.Context { return s.lc.get(s.sink) }

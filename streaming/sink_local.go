@@ -1,0 +1,112 @@
+package streaming
+
+import (
+	"context"
+
+	"github.com/velo-go/velo/metrics"
+)
+
+// localSink is the sink of a producer on the anchor's own worker: its
+// frames go straight into the anchor's inlet, under the anchor's lock. The
+// senderCore is what the inlet reads of the producer.
+type localSink struct {
+	senderCore
+}
+
+// localMPSCSink is localSink for one producer of an MPSC anchor: each of
+// its frames enters the inlet tagged with its SenderID, and its end is
+// the anchor's count of producers too.
+type localMPSCSink struct {
+	localSink
+	id SenderID
+}
+
+// localSender is a same-worker Sender and its sink in one allocation, so
+// that the sink costs an attach nothing beyond the Sender itself.
+type localSender[T any] struct {
+	Sender[T]
+	in localSink
+}
+
+// newLocalSender returns the Sender of a producer attached to st on this
+// worker. The caller has marked st attached.
+func newLocalSender[T any](st *anchorState, encode func(T) ([]byte, error)) *Sender[T] {
+	ls := &localSender[T]{}
+	ls.in.st = st
+	ls.Sender.encode = encode
+	ls.Sender.sink = &ls.in
+	return &ls.Sender
+}
+
+// localMPSCSender is localSender for an MPSC producer.
+type localMPSCSender[T any] struct {
+	MPSCSender[T]
+	in localMPSCSink
+}
+
+// newLocalMPSCSender returns the MPSCSender of producer id, attached to the
+// MPSC anchor st on this worker.
+func newLocalMPSCSender[T any](st *anchorState, id SenderID, encode func(T) ([]byte, error)) *MPSCSender[T] {
+	ls := &localMPSCSender[T]{}
+	ls.in.st, ls.in.id = st, id
+	ls.MPSCSender.id = id
+	ls.MPSCSender.encode = encode
+	ls.MPSCSender.sink = &ls.in
+	return &ls.MPSCSender
+}
+
+func (s *localSink) signalCh(k signalKind) <-chan struct{} { return s.st.signal(k) }
+func (s *localSink) cause() error                          { return s.st.cause() }
+func (s *localSink) watchFire(fn func(error)) error        { return s.st.watchFire(fn) }
+
+func (s *localSink) push(ctx context.Context, frame []byte) error {
+	return s.st.push(ctx, &s.senderCore, frame)
+}
+
+// pushBytes makes the frame: the inlet keeps frames, not payloads.
+func (s *localSink) pushBytes(ctx context.Context, payload []byte) error {
+	return s.push(ctx, bytesItemFrame(payload))
+}
+
+func (s *localSink) finish(frame []byte, detach bool) error {
+	_, err := s.st.terminate(&s.senderCore, frame, detach)
+	return err
+}
+
+// retiredCh takes the anchor's lock only while the outcome is unknown:
+// after the end, the common case, it is a load.
+func (s *localSink) retiredCh() <-chan struct{} {
+	if s.known() != 0 {
+		return closedFor(&s.retirement)
+	}
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return s.watchLocked()
+}
+
+func (s *localSink) anchorHandle() AnchorHandle { return s.st.handle }
+
+func (s *localSink) opsManager() (*Manager, metrics.StreamScheme) {
+	return s.st.mgr, metrics.SchemeLocal
+}
+
+// transport is "": no transport is involved on the same worker.
+func (s *localSink) transport() string { return "" }
+
+// ready is nil: a same-worker attach is answered before it returns.
+func (s *localSink) ready(context.Context) error { return nil }
+
+func (s *localMPSCSink) push(ctx context.Context, frame []byte) error {
+	return s.st.mpsc.push(ctx, &s.senderCore, s.id, frame)
+}
+
+func (s *localMPSCSink) pushBytes(ctx context.Context, payload []byte) error {
+	return s.push(ctx, bytesItemFrame(payload))
+}
+
+// finish ignores detach: an MPSC producer's Detached and Dropped frames
+// both leave the stream open, and the anchor counts either as a departure.
+func (s *localMPSCSink) finish(frame []byte, _ bool) error {
+	_, err := s.st.mpsc.terminate(&s.senderCore, s.id, frame)
+	return err
+}

@@ -1,0 +1,41 @@
+package streaming
+
+import (
+	"context"
+
+	"github.com/velo-go/velo/metrics"
+)
+
+// remoteSender is the sink of the per-stream TCP path, for an SPSC Sender
+// and an MPSC producer alike: the owner knows which producer a connection
+// carries, so its frames need no tag.
+
+// pushBytes makes the frame: the pump writes queued frames as they are.
+func (rs *remoteSender) pushBytes(ctx context.Context, payload []byte) error {
+	return rs.push(ctx, bytesItemFrame(payload))
+}
+
+// finish queues the terminal; the owner's side tells a detach by its frame.
+func (rs *remoteSender) finish(frame []byte, _ bool) error { return rs.terminate(frame) }
+
+func (rs *remoteSender) anchorHandle() AnchorHandle { return rs.handle }
+
+func (rs *remoteSender) opsManager() (*Manager, metrics.StreamScheme) {
+	return rs.r.m, metrics.SchemeOf(rs.key)
+}
+
+// transport is the key the owner answered the attach with ("tcp-stream").
+func (rs *remoteSender) transport() string { return rs.key }
+
+// ready is nil: the per-stream attach waits for its answer.
+func (rs *remoteSender) ready(context.Context) error { return nil }
+
+func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
+	switch k {
+	case sigStop:
+		return rs.stopCh
+	case sigCancel:
+		return rs.cancelCh
+	}
+	return rs.doneCh
+}
