@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 
@@ -237,10 +236,8 @@ func (an *MPSCAnchor[T]) Close() error {
 // still call Close (defer sender.Close()). Its methods are safe to call
 // from many goroutines.
 type MPSCSender[T any] struct {
-	sink   sink // the path to the anchor: same worker, per-stream TCP or mux
-	id     SenderID
-	encode func(T) ([]byte, error)
-	lc     senderContext
+	producer[T]
+	id SenderID
 }
 
 // AttachMPSCAnchor attaches a producer to the MPSC anchor that handle names
@@ -330,76 +327,6 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 // SenderID is this producer's id within the anchor: the Sender of each of
 // its frames at the consumer.
 func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
-
-// Handle names the anchor this sender is attached to.
-func (s *MPSCSender[T]) Handle() AnchorHandle { return s.sink.anchorHandle() }
-
-// Send puts one item in the stream. It waits while the anchor's inlet is
-// full, until there is room, ctx is done, or the consumer cancels
-// (ErrCancelled). After Detach or Close it returns ErrSenderClosed.
-func (s *MPSCSender[T]) Send(ctx context.Context, item T) error {
-	f, err := s.encode(item)
-	if err != nil {
-		return err
-	}
-	return s.sink.push(ctx, f)
-}
-
-// SendBytes puts one byte item in the stream, as Sender.SendBytes does;
-// over the mux it too encodes straight into the slot's arena.
-func (s *MPSCSender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.sink.pushBytes(ctx, payload)
-}
-
-// SendError puts a soft error in the stream: the consumer reads an
-// MPSCSenderError frame with msg. It waits as Send does.
-func (s *MPSCSender[T]) SendError(ctx context.Context, msg string) error {
-	return s.sink.push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
-}
-
-// end ends this producer with its terminal frame.
-func (s *MPSCSender[T]) end(frame []byte, detach bool) error {
-	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
-	return s.sink.finish(frame, detach)
-}
-
-// Detach ends this producer: the consumer reads an MPSCDetached frame
-// after its items, and the stream goes on. It never waits. It returns
-// ErrCancelled if the consumer had closed its anchor (RetireDiscarded) and
-// ErrSenderClosed if the sender had already ended.
-func (s *MPSCSender[T]) Detach() error {
-	m, sc := s.sink.opsManager()
-	start := m.opStart()
-	err := s.end(detachedFrame, true)
-	m.opDone(metrics.StreamDetach, sc, start, err)
-	return err
-}
-
-// Close ends this producer without detaching: the consumer reads an
-// MPSCDropped frame after its items, and the stream goes on. After Detach
-// it does nothing and returns nil, so it can be deferred. It never waits.
-func (s *MPSCSender[T]) Close() error {
-	err := s.end(droppedFrame, false)
-	if errors.Is(err, ErrSenderClosed) {
-		return nil
-	}
-	return err
-}
-
-// Retired returns a channel that closes once the sender has detached or
-// closed; Outcome then says what became of its output. On the same
-// worker: RetireSent when its last frame entered the anchor's inlet (a
-// Controller's Cancel while the anchor is open included), RetireDiscarded
-// when the consumer had closed its anchor. For an anchor on another node,
-// as for a remote Sender: RetireSent once the terminal was written to the
-// connection, RetireDiscarded when the connection ended first. Any number
-// of waiters may take it, before or after the end. (The reference has no
-// Retired for MPSC senders; the SPSC semantics apply here.)
-func (s *MPSCSender[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
-
-// Outcome is the RetireOutcome of the sender's output once Retired has
-// closed, and 0 before.
-func (s *MPSCSender[T]) Outcome() RetireOutcome { return s.sink.known() }
 
 // push puts an item or soft-error frame of producer s (id) into the inlet,
 // waiting while it is full. A cancel, the end of s, or ctx wakes it.

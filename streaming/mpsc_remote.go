@@ -382,7 +382,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 		return nil, err
 	}
 	ok = true
-	return &MPSCSender[T]{sink: rs, id: SenderID(resp.SenderID), encode: encode}, nil
+	return &MPSCSender[T]{producer: producer[T]{sink: rs, encode: encode}, id: SenderID(resp.SenderID)}, nil
 }
 
 // openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
@@ -393,7 +393,7 @@ func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.Instance
 		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err
 	}
-	return &MPSCSender[T]{sink: s, id: SenderID(resp.SenderID), encode: encode}, nil
+	return &MPSCSender[T]{producer: producer[T]{sink: s, encode: encode}, id: SenderID(resp.SenderID)}, nil
 }
 
 // releaseTimeout bounds the release of a producer whose connection failed.

@@ -210,7 +210,7 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 	if err != nil {
 		return nil, err
 	}
-	return &Sender[T]{encode: encode, sink: s}, nil
+	return &Sender[T]{producer[T]{sink: s, encode: encode}}, nil
 }
 
 // openMuxSlot opens this node's slot for a stream the owner bound as

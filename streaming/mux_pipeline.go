@@ -93,7 +93,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		return nil, err
 	}
 	b.setCall(s, call)
-	return &Sender[T]{encode: encode, sink: s}, nil
+	return &Sender[T]{producer[T]{sink: s, encode: encode}}, nil
 }
 
 // openOn opens a slot with open on the lane's current batcher. When

@@ -127,7 +127,7 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle AnchorHandl
 	if err != nil {
 		return nil, err
 	}
-	return &Sender[T]{encode: encode, sink: s}, nil
+	return &Sender[T]{producer[T]{sink: s, encode: encode}}, nil
 }
 
 // greetOwner makes sure the anchor's owner knows this node, so that it

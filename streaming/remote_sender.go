@@ -109,7 +109,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if _, err := r.openStream(ctx, rs, addr, resp.TransportKey, resp.RoutingSessionID, resp.HeartbeatIntervalMS); err != nil {
 		return nil, err
 	}
-	return &Sender[T]{encode: encode, sink: rs}, nil
+	return &Sender[T]{producer[T]{sink: rs, encode: encode}}, nil
 }
 
 // reachOwner finds the instance that owns handle and makes sure the owner

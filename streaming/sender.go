@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -109,40 +108,18 @@ func (r *retirement) settleLocked(out RetireOutcome) {
 // exactly one of Finalize, Detach or Close; a producer that stops early
 // must still call Close (defer sender.Close()), or the consumer waits.
 // Its methods are safe to call from many goroutines.
+//
+// Its methods other than Finalize, SendFrame, NegotiatedTransport and
+// Ready are shared with MPSCSender: the two are one implementation.
 type Sender[T any] struct {
-	sink   sink // the path to the anchor: same worker, per-stream TCP or mux
-	encode func(T) ([]byte, error)
-	lc     senderContext
+	producer[T]
 }
-
-// Handle names the anchor this Sender is attached to.
-func (s *Sender[T]) Handle() AnchorHandle { return s.sink.anchorHandle() }
 
 // NegotiatedTransport is the transport key the anchor's owner answered the
 // attach with ("messenger-mux-v2" over the mux, "tcp-stream" on the
 // per-stream path), or "" on the same worker, where no transport is
 // involved.
 func (s *Sender[T]) NegotiatedTransport() string { return s.sink.transport() }
-
-// Send puts one item in the stream. It waits while the anchor's inlet is
-// full, until there is room, ctx is done, or the consumer cancels
-// (ErrCancelled). It also returns ErrCancelled once the consumer's stream
-// has ended on its side (an item that did not decode).
-func (s *Sender[T]) Send(ctx context.Context, item T) error {
-	f, err := s.encode(item)
-	if err != nil {
-		return err
-	}
-	return s.sink.push(ctx, f)
-}
-
-// SendBytes puts one byte item in the stream: payload as a MessagePack
-// binary, the same frame that Send writes for a []byte item. It copies
-// payload once, into the frame; the caller keeps payload. It waits as Send
-// does.
-func (s *Sender[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.sink.pushBytes(ctx, payload)
-}
 
 // SendFrame puts a finished Item frame in the stream, such as the result
 // of wire.ByteItemBuilder.Finish, with no copy. The stream owns frame
@@ -158,12 +135,6 @@ func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	return s.sink.push(ctx, frame)
 }
 
-// SendError puts a soft error in the stream: the consumer's Next returns a
-// *SenderError with msg, and the stream goes on. It waits as Send does.
-func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
-	return s.sink.push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
-}
-
 // Finalize ends the stream normally: the consumer reads io.EOF after every
 // item before it. It never waits, even when the inlet is full. It returns
 // ErrCancelled if the consumer had closed its anchor (the output is
@@ -171,45 +142,3 @@ func (s *Sender[T]) SendError(ctx context.Context, msg string) error {
 func (s *Sender[T]) Finalize() error {
 	return s.endCounted(metrics.StreamFinalize, finalizedFrame, false)
 }
-
-// endCounted ends the Sender as end does, and counts op.
-func (s *Sender[T]) endCounted(op metrics.StreamOp, frame []byte, detach bool) error {
-	m, sc := s.sink.opsManager()
-	start := m.opStart()
-	err := s.end(frame, detach)
-	m.opDone(op, sc, start, err)
-	return err
-}
-
-// end ends the Sender with its terminal frame.
-func (s *Sender[T]) end(frame []byte, detach bool) error {
-	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
-	return s.sink.finish(frame, detach)
-}
-
-// Detach ends this Sender without ending the stream: the consumer goes on
-// waiting, and another producer may attach to the same handle at once.
-// It never waits; its errors are Finalize's.
-func (s *Sender[T]) Detach() error {
-	return s.endCounted(metrics.StreamDetach, detachedFrame, true)
-}
-
-// Close ends the stream without finalizing: the consumer reads
-// ErrSenderDropped after every item before it. After Finalize or Detach it
-// does nothing and returns nil, so it can be deferred. It never waits.
-func (s *Sender[T]) Close() error {
-	err := s.end(droppedFrame, false)
-	if errors.Is(err, ErrSenderClosed) {
-		return nil
-	}
-	return err
-}
-
-// Retired returns a channel that closes once the Sender has finalized,
-// detached or closed; Outcome then says what became of its output. Any
-// number of waiters may take it, before or after the end.
-func (s *Sender[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
-
-// Outcome is the RetireOutcome of the Sender's output once Retired has
-// closed, and 0 before.
-func (s *Sender[T]) Outcome() RetireOutcome { return s.sink.known() }
