@@ -12,6 +12,11 @@ import wire "github.com/velo-go/velo/internal/streamwire"
 //		s, err := streaming.AttachAnchor[Token](c.Context(), node.Streams, h)
 //		...
 //	})
+//
+// Its methods: Owner (the WorkerID), LocalID, IsMPSC (a handle of an MPSC
+// anchor), String, MarshalJSON and UnmarshalJSON, AppendJSON and
+// AppendMsgpack. It is an alias of the type in the module's internal wire
+// codec: this is the only name for it a user needs.
 type AnchorHandle = wire.AnchorHandle
 
 // ByteItemBuilder writes a byte item's frame in place, for

@@ -139,7 +139,7 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 	return an, nil
 }
 
-// Handle names the anchor to producers; its local id has wire.MPSCBit set.
+// Handle names the anchor to producers; its IsMPSC reports true.
 func (an *MPSCAnchor[T]) Handle() AnchorHandle { return an.a.st.handle }
 
 // Senders counts the producers attached now.

@@ -33,8 +33,12 @@ import (
 //     unclaimed bind: the consumer sees ErrSenderDropped.
 
 // StreamOpenTicket is what PrebindAnchor mints: send it with the anchor's
-// handle to the producer, which passes both to OpenAnchorStream. Its JSON
-// form is wire.StreamOpenTicket's.
+// handle to the producer, which passes both to OpenAnchorStream. Treat it
+// as opaque: its fields are what the owner bound the stream with
+// (transport key, heartbeat interval, routing session, initial credit,
+// slot byte budget, lane), and it has AppendJSON, MarshalJSON and
+// UnmarshalJSON. It is an alias of the type in the module's internal wire
+// codec.
 type StreamOpenTicket = wire.StreamOpenTicket
 
 // ErrNoPrebind is returned by PrebindAnchor when it cannot pre-bind: no

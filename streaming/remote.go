@@ -58,7 +58,7 @@ const preambleTimeout = 20 * time.Second
 const defaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
 
 // ItemTooLargeError is returned by a send on a stream between workers for
-// an item whose frame is larger than Limit: wire.MaxTCPFrame (16 MiB) on
+// an item whose frame is larger than Limit: 16 MiB on
 // the per-stream path, 1 KiB less over the mux (room for the batch around
 // the record). Nothing is sent and the stream goes on.
 type ItemTooLargeError struct {
