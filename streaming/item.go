@@ -10,7 +10,7 @@ import (
 
 // MsgpackAppender is an item type that encodes itself: AppendMsgpack
 // appends exactly one MessagePack value to dst. The Sender writes the value
-// straight into the frame, with no buffer of its own. wire.AnchorHandle is
+// straight into the frame, with no buffer of its own. AnchorHandle is
 // one.
 type MsgpackAppender interface {
 	AppendMsgpack(dst []byte) []byte
