@@ -97,7 +97,7 @@ func (m *Manager) reservationConf() ReservationConfig { return m.res }
 // anchor. Renewal of an attached, expired, cancelled, closed or unknown
 // anchor is a successful no-op, including when it races with an attach or
 // an expiry: renewal never revives a stream. Handles of other workers are
-// sent to their owner (_anchor_renew, at most wire.MaxRenewBatch per
+// sent to their owner (_anchor_renew, at most 256 handles per
 // request), bounded by defaultRenewTimeout; a failed request, or an owner
 // without the handler, is an error. The local handles are renewed all the
 // same.

@@ -122,7 +122,7 @@ type Sender[T any] struct {
 func (s *Sender[T]) NegotiatedTransport() string { return s.sink.transport() }
 
 // SendFrame puts a finished Item frame in the stream, such as the result
-// of wire.ByteItemBuilder.Finish, with no copy. The stream owns frame
+// of ByteItemBuilder.Finish, with no copy. The stream owns frame
 // after the call: do not change it. It waits as Send does.
 func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	f, err := wire.DecodeFrame(frame)
