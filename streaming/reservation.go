@@ -98,7 +98,7 @@ func (m *Manager) reservationConf() ReservationConfig { return m.res }
 // anchor is a successful no-op, including when it races with an attach or
 // an expiry: renewal never revives a stream. Handles of other workers are
 // sent to their owner (_anchor_renew, at most 256 handles per
-// request), bounded by defaultRenewTimeout; a failed request, or an owner
+// request), bounded by 10 s; a failed request, or an owner
 // without the handler, is an error. The local handles are renewed all the
 // same.
 func (m *Manager) RenewReservations(handles ...AnchorHandle) error {
