@@ -76,6 +76,38 @@ func (st *anchorState) unclaimRemote(b *remoteBind) {
 	st.mu.Unlock()
 }
 
+// claimMux takes the anchor for a producer's attach over the mux. An
+// unclaimed pre-bind is adopted (adopt moves it to the producer, under the
+// inlet's lock, so the ticket can no longer open it): the adopted bind is
+// returned, and claimTaken when its OpenSlot came first. Otherwise the
+// caller binds a new session and calls unclaimMux if that fails.
+func (st *anchorState) claimMux(adopt func(*muxBind) bool) (*muxBind, claimRefusal) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if why := st.attachableLocked(); why != claimed {
+		return nil, why
+	}
+	if bd := st.prebindLocked(); bd != nil {
+		st.setPrebindLocked(nil)
+		if !adopt(bd) {
+			return nil, claimTaken
+		}
+		st.attached = true
+		return bd, claimed
+	}
+	st.attached = true
+	st.disarmLocked() // bound: the accept window runs now
+	return nil, claimed
+}
+
+// unclaimMux undoes claimMux when the mux would not bind.
+func (st *anchorState) unclaimMux() {
+	st.mu.Lock()
+	st.attached = false
+	st.armLocked()
+	st.mu.Unlock()
+}
+
 // claimPrebind holds the anchor for the mux bind bd, which an OpenSlot
 // named in a ticket will claim. Unlike an attach it refuses a cancelled
 // anchor: no producer has been told of the stream yet.

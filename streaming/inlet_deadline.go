@@ -47,6 +47,23 @@ func (st *anchorState) renewLocked() {
 	}
 }
 
+// arm starts the anchor's first unattached window.
+func (st *anchorState) arm() {
+	st.mu.Lock()
+	st.armLocked()
+	st.mu.Unlock()
+}
+
+// renew moves a live unattached deadline to a full window from now, and
+// returns the anchor's unclaimed mux pre-bind, whose accept window the
+// caller extends too (nil: none).
+func (st *anchorState) renew() *muxBind {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.renewLocked()
+	return st.prebindLocked()
+}
+
 // expireIfDue ends the anchor with ErrUnattachedTimeout when its deadline
 // is armed and has passed, and says whether it did. The queue's entry may
 // be stale: the anchor attached, or attached and detached (a new window, a

@@ -266,9 +266,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	}
 	// Armed after register: the key of the deadline is the local id. No
 	// one else knows the handle yet, so nothing races with this.
-	a.st.mu.Lock()
-	a.st.armLocked()
-	a.st.mu.Unlock()
+	a.st.arm()
 	return a, nil
 }
 

@@ -144,39 +144,19 @@ func offersMux(keys []string) bool { return slices.Contains(keys, muxWireKey) }
 // attachMux binds st for the mux: the producer's OpenSlot claims it within
 // the accept window. The caller checked st and holds no lock.
 func (r *remote) attachMux(st *anchorState, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	st.mu.Lock()
+	bd, why := st.claimMux(func(bd *muxBind) bool { return r.mux.adopt(bd, producer) })
 	switch {
-	case st.closed || (st.endErr != nil && !st.cancelled):
-		st.mu.Unlock()
+	case why == claimEnded:
 		return refuseAttach("anchor %v not found", st.handle)
-	case st.attached:
-		st.mu.Unlock()
+	case why == claimTaken:
 		return refuseAttach("anchor %v already attached", st.handle)
-	case st.prebindLocked() != nil:
-		// An ordinary attach adopts an unclaimed pre-bind: the producer
-		// gets the ticket's session, and the ticket can no longer open it.
-		bd := st.prebindLocked()
-		st.setPrebindLocked(nil)
-		adopted := r.mux.adopt(bd, producer)
-		if adopted {
-			st.attached = true
-		}
-		st.mu.Unlock()
-		if !adopted { // its OpenSlot came first
-			return refuseAttach("anchor %v already attached", st.handle)
-		}
+	case bd != nil:
 		return r.muxAnswer(bd.key.session, bd.lane), nil
 	}
-	st.attached = true
-	st.disarmLocked() // bound: the accept window runs now
-	st.mu.Unlock()
 	session := r.ids.next()
 	lane, ok := r.mux.bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
-		st.mu.Lock()
-		st.attached = false
-		st.armLocked()
-		st.mu.Unlock()
+		st.unclaimMux()
 		return refuseAttach("node is shutting down")
 	}
 	return r.muxAnswer(session, lane), nil

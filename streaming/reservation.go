@@ -155,11 +155,7 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	if st == nil {
 		return
 	}
-	st.mu.Lock()
-	st.renewLocked()
-	bd := st.prebindLocked()
-	st.mu.Unlock()
-	if bd != nil {
+	if bd := st.renew(); bd != nil {
 		// A pre-bound anchor waits on its bind's accept window, which
 		// renewal extends while no OpenSlot has claimed it.
 		m.remote.mux.renewBind(bd, m.remote.muxAcceptWindow())
