@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -71,18 +72,6 @@ type MPSCFrame[T any] struct {
 	Err    error // set for MPSCSenderError and MPSCBadItem; see MPSCDropped
 }
 
-// mpscAnchor is the untyped part of an MPSC anchor. Its fields beyond st
-// are guarded by st.mu.
-type mpscAnchor struct {
-	st      anchorState
-	ids     idRing // the SenderID of each frame in st.q, in step with it
-	nextID  uint64
-	senders int // attached producers
-	// remotes are the producers on other workers (mpsc_remote.go); made
-	// on the first one.
-	remotes map[SenderID]*mpscRemote
-}
-
 // MPSCAnchor is the consumer's end of a stream with many producers. Make
 // one with CreateMPSCAnchor, give its Handle to the producers (each calls
 // AttachMPSCAnchor), read with Next or All, and Close it when done. Only
@@ -133,9 +122,7 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 	if !m.register(st, true) {
 		return nil, ErrManagerClosed
 	}
-	st.mu.Lock()
-	st.armLocked() // nothing for Forever
-	st.mu.Unlock()
+	st.arm() // nothing for Forever
 	return an, nil
 }
 
@@ -144,9 +131,7 @@ func (an *MPSCAnchor[T]) Handle() AnchorHandle { return an.a.st.handle }
 
 // Senders counts the producers attached now.
 func (an *MPSCAnchor[T]) Senders() int {
-	an.a.st.mu.Lock()
-	defer an.a.st.mu.Unlock()
-	return an.a.senders
+	return an.a.producers()
 }
 
 // Next returns the next frame of any producer: an item, a soft error, an
@@ -291,145 +276,17 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 	if st == nil || st.mpsc == nil {
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 	}
-	a := st.mpsc
-	st.mu.Lock()
-	for {
-		if st.closed || (st.endErr != nil && !st.cancelled) {
-			// Ended or closed between the lookup and the lock.
-			st.mu.Unlock()
-			return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
-		}
-		if st.cancelled || st.q.n < int(st.capLim) {
-			break
-		}
-		if st.spaceWait == nil {
-			st.spaceWait = make(chan struct{})
-		}
-		w := st.spaceWait
-		st.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		st.mu.Lock()
+	id, err := st.mpsc.attachLocal(ctx)
+	if errors.Is(err, ErrAnchorNotFound) {
+		// Ended or closed between the lookup and the lock.
+		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 	}
-	a.nextID++
-	a.senders++
-	if a.senders == 1 {
-		st.disarmLocked() // the unattached timeout runs only with no producer
+	if err != nil {
+		return nil, err
 	}
-	s := newLocalMPSCSender(st, SenderID(a.nextID), encode)
-	st.mu.Unlock()
-	return s, nil
+	return newLocalMPSCSender(st, id, encode), nil
 }
 
 // SenderID is this producer's id within the anchor: the Sender of each of
 // its frames at the consumer.
 func (s *MPSCSender[T]) SenderID() SenderID { return s.id }
-
-// push puts an item or soft-error frame of producer s (id) into the inlet,
-// waiting while it is full. A cancel, the end of s, or ctx wakes it.
-func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame []byte) error {
-	return a.st.pushTagged(ctx, s, frame, &a.ids, id)
-}
-
-// terminate ends producer s (id) with its Detached or Dropped frame. It never
-// waits: the frame goes past the inlet's capacity, behind every frame
-// already there. When the last producer leaves, the unattached timeout (if
-// any) starts again.
-func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (RetireOutcome, error) {
-	st := &a.st
-	st.mu.Lock()
-	if s.done {
-		st.mu.Unlock()
-		return 0, ErrSenderClosed
-	}
-	s.done = true
-	out, err := RetireSent, error(nil)
-	if st.closed {
-		out, err = RetireDiscarded, ErrCancelled
-	} else if st.endErr == nil {
-		st.q.push(frame)
-		a.ids.push(id)
-		st.wakeData()
-	}
-	a.senders--
-	if a.senders == 0 {
-		st.armLocked()
-	}
-	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	s.settleLocked(out)
-	st.mu.Unlock()
-	return out, err
-}
-
-// pop takes the next frame and its producer, skipping heartbeats. A frame
-// that does not decode comes back as bad, an *ItemError of its producer,
-// not as the end of the stream (end).
-func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, end error) {
-	st := &a.st
-	st.mu.Lock()
-	for {
-		if st.endErr != nil {
-			err := st.endErr
-			a.ids.clear()
-			st.passOnLocked()
-			st.mu.Unlock()
-			return 0, wire.Frame{}, nil, err
-		}
-		if st.q.n == 0 {
-			if err := st.waitLocked(ctx); err != nil {
-				st.mu.Unlock()
-				return 0, wire.Frame{}, nil, err
-			}
-			continue
-		}
-		b := st.q.pop()
-		st.passOnLocked()
-		id = a.ids.pop()
-		st.wakeSpace()
-		if p := a.remotes[id]; p != nil && p.feed != nil {
-			p.feed.took(len(b)) // a producer over the mux gets its credit back
-		}
-		f, err := wire.DecodeFrame(b)
-		if err != nil {
-			st.mu.Unlock()
-			return id, wire.Frame{}, &ItemError{Err: err}, nil
-		}
-		if f.Kind == wire.KindHeartbeat {
-			continue
-		}
-		st.mu.Unlock()
-		return id, f, nil, nil
-	}
-}
-
-// idRing is a FIFO of SenderIDs that grows as needed, kept in step with
-// anchorState.q.
-type idRing struct {
-	buf  []SenderID
-	head int
-	n    int
-}
-
-func (r *idRing) push(id SenderID) {
-	if r.n == len(r.buf) {
-		nb := make([]SenderID, max(4, 2*len(r.buf)))
-		for i := range r.n {
-			nb[i] = r.buf[(r.head+i)%len(r.buf)]
-		}
-		r.buf, r.head = nb, 0
-	}
-	r.buf[(r.head+r.n)%len(r.buf)] = id
-	r.n++
-}
-
-func (r *idRing) pop() SenderID {
-	id := r.buf[r.head]
-	r.head = (r.head + 1) % len(r.buf)
-	r.n--
-	return id
-}
-
-func (r *idRing) clear() { r.head, r.n = 0, 0 }

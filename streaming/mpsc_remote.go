@@ -58,16 +58,7 @@ type mpscRemote struct {
 type mpscConns struct{ a *mpscAnchor }
 
 func (mc mpscConns) Close() error {
-	st := &mc.a.st
-	st.mu.Lock()
-	var cs []net.Conn
-	for _, p := range mc.a.remotes {
-		if p.conn != nil {
-			cs = append(cs, p.conn)
-		}
-	}
-	st.mu.Unlock()
-	for _, c := range cs {
+	for _, c := range mc.a.remoteConns() {
 		c.Close()
 	}
 	return nil
@@ -122,11 +113,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return r.attachMPSCMux(st, p, c.SenderWorkerID(), req.LaneKey)
 	}
 	ctl := &remoteBind{r: r, producer: c.SenderWorkerID(), streamID: req.CancelHandle.StreamID()} // the sender, not the body's word
-	st.mu.Lock()
-	p.ctl = ctl
-	stop := st.stopReq
-	st.mu.Unlock()
-	if stop {
+	if st.mpsc.setControl(p, ctl) {
 		// A stop made before this producer attached is kept: the producer
 		// registered its sender before it asked, so this cannot come early.
 		ctl.signal(streamStopHandler)
@@ -174,51 +161,10 @@ func (r *remote) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	st := pb.st
-	st.mu.Lock()
-	done := pb.mpsc.core.done
-	st.mu.Unlock()
-	if !done {
+	if !st.mpsc.remoteEnded(pb.mpsc) {
 		r.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.id))
 		st.mpsc.endRemote(pb.mpsc, droppedFrame)
 	}
-}
-
-// addRemote counts a new producer from another worker and gives it its
-// SenderID, as a same-worker attach does (without waiting for room: a
-// handler must answer, and the producer's sends wait instead). It is
-// false for an anchor that is closed or ended; a cancelled one still takes
-// the producer, which hears of the cancel when its connection is closed.
-func (a *mpscAnchor) addRemote(worker ext.WorkerID) (*mpscRemote, bool) {
-	st := &a.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed || (st.endErr != nil && !st.cancelled) {
-		return nil, false
-	}
-	a.nextID++
-	a.senders++
-	if a.senders == 1 {
-		st.disarmLocked()
-	}
-	p := &mpscRemote{id: SenderID(a.nextID), worker: worker}
-	p.core.st = st
-	if a.remotes == nil {
-		a.remotes = make(map[SenderID]*mpscRemote)
-	}
-	a.remotes[p.id] = p
-	return p, true
-}
-
-// endRemote ends remote producer p with frame (its Detached or Dropped for
-// the consumer) and forgets it. It is idempotent: only the first end
-// counts.
-func (a *mpscAnchor) endRemote(p *mpscRemote, frame []byte) {
-	a.terminate(&p.core, p.id, frame)
-	a.st.mu.Lock()
-	if a.remotes[p.id] == p {
-		delete(a.remotes, p.id)
-	}
-	a.st.mu.Unlock()
 }
 
 // onMPSCDetach is the _mpsc_anchor_detach handler: the consumer reads the
@@ -233,9 +179,7 @@ func (r *remote) onMPSCDetach(c *messenger.Context) ([]byte, error) {
 		return unitAnswer, nil // gone already: nothing to do, as in the reference
 	}
 	a := st.mpsc
-	st.mu.Lock()
-	p := a.remotes[SenderID(req.SenderID)]
-	st.mu.Unlock()
+	p := a.remote(SenderID(req.SenderID))
 	if p == nil {
 		return unitAnswer, nil
 	}
@@ -244,10 +188,7 @@ func (r *remote) onMPSCDetach(c *messenger.Context) ([]byte, error) {
 		return unitAnswer, nil
 	}
 	a.endRemote(p, detachedFrame)
-	st.mu.Lock()
-	conn := p.conn
-	st.mu.Unlock()
-	if conn != nil {
+	if conn := a.remoteConn(p); conn != nil {
 		conn.Close() // ends its reader; the producer sees the stream cancelled
 	}
 	return unitAnswer, nil
@@ -271,15 +212,8 @@ func (r *remote) onMPSCCancel(c *messenger.Context) ([]byte, error) {
 // inlet, each frame tagged with p's SenderID, until p ends. Whatever ends
 // the read ends p alone.
 func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
-	st := &a.st
 	defer a.endRemote(p, droppedFrame) // a no-op after an explicit end
-	st.mu.Lock()
-	gone := st.cancelled || st.closed || p.core.done
-	if !gone {
-		p.conn = c
-	}
-	st.mu.Unlock()
-	if gone {
+	if !a.connectRemote(p, c) {
 		return // closing the connection tells the producer
 	}
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
@@ -408,30 +342,6 @@ func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id 
 	defer cancel()
 	req := wire.MPSCDetachRequest{Handle: handle, SenderID: id}
 	r.msg.Unary(ctx, owner, wire.MPSCAnchorDetachHandler, req.AppendJSON(nil))
-}
-
-// remoteControls lists where to send a stop for each remote producer.
-// The caller holds the anchor's mu.
-func (a *mpscAnchor) remoteControls() []*remoteBind {
-	var out []*remoteBind
-	for _, p := range a.remotes {
-		if p.ctl != nil {
-			out = append(out, p.ctl)
-		}
-	}
-	return out
-}
-
-// remoteFeeds lists the mux slots of the remote producers. The caller
-// holds the anchor's mu.
-func (a *mpscAnchor) remoteFeeds() []*inSlot {
-	var out []*inSlot
-	for _, p := range a.remotes {
-		if p.feed != nil {
-			out = append(out, p.feed)
-		}
-	}
-	return out
 }
 
 // attachMPSCMux binds producer p of an MPSC anchor for the mux: its
