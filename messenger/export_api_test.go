@@ -92,11 +92,8 @@ var (
 	WithOp            = withOp
 	WithStagedFailure = withStagedFailure
 
-	classify         = msgerr.Classify
-	parseCode        = msgerr.ParseCode
-	validReason      = msgerr.ValidReason
-	readResponseID   = msgwire.ReadResponseID
-	appendMsgpackStr = msgwire.AppendStr
+	validReason    = msgerr.ValidReason
+	readResponseID = msgwire.ReadResponseID
 )
 
 // AsyncCall is msgrx.AsyncCall under its old name (msgrx imports this

@@ -163,9 +163,7 @@ func (b *batcher) postedRejectsLocked() {
 	}
 	for id := range b.flyingCloses {
 		if _, owed := b.closes[id]; !owed {
-			if _, ok := b.rejected[id]; ok {
-				delete(b.rejected, id)
-			}
+			delete(b.rejected, id)
 		}
 	}
 }
