@@ -220,6 +220,14 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 	size := j.msg.Len() + heldOverhead
 	if len(c.held) > 0 && (len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes) {
 		m.countFailure("identity", "held_over_bound")
+		if m.holdWarn.allow() {
+			// A fire-and-forget request refused here has no one to tell:
+			// say so, rather than lose it without a word. A burst of mux
+			// batches on a new lane is the usual one (docs/faults.md).
+			m.logger().Warn("velo: a connection still proving its identity outgrew its hold; requests past it are refused, and fire-and-forget ones are lost",
+				"sender", sender, "handler", string(j.hdr.handler), "held", len(c.held), "held_bytes", c.heldBytes,
+				"metric", `velo_messenger_dispatch_failures_total{reason="held_over_bound"}`)
+		}
 		if c.overAnswered < maxOverAnswers {
 			// A real peer's burst on a new connection can outgrow the
 			// hold: its callers hear why at once, not at their deadline.

@@ -118,6 +118,7 @@ type Messenger struct {
 	maxRuns      int64
 	runs         atomic.Int64 // handlers running now
 	overloadWarn logLimiter
+	holdWarn     logLimiter // identity.go: a proving connection's hold overflowed
 	starvedMu    sync.Mutex
 	starved      []*registered // spawn pools waiting for a place under the cap
 	nStarved     atomic.Int32
