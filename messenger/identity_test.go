@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -311,9 +312,13 @@ func TestFirstContactNeedsNoProof(t *testing.T) {
 // bound per connection; past it they are only dropped, so a stranger's
 // flood makes the node write to the peer it names a bounded number of
 // times.
+//
+// The node also says so, once per 10 s however long the flood: a
+// fire-and-forget request refused there is lost with no one told.
 func TestOverTheHoldIsAnsweredThenDropped(t *testing.T) {
 	defer messenger.SetProofTimeout(time.Hour)()
-	a, b := pair(t, nil, nil)
+	logs := &logRecords{}
+	a, b := pair(t, nil, []velo.Option{velo.WithLogger(slog.New(logs))})
 	ctx := testCtx(t)
 	_, err := a.RemoteHandlers(ctx, b.InstanceID())
 	must(t, err)
@@ -333,5 +338,8 @@ func TestOverTheHoldIsAnsweredThenDropped(t *testing.T) {
 	})
 	if n := a.Messenger().UnmatchedReplies() - before; n != 256 {
 		t.Fatalf("the peer the flood named got %d answers, want 256", n)
+	}
+	if n := logs.containing("outgrew its hold"); n != 1 {
+		t.Fatalf("the overflowing hold was logged %d times, want once", n)
 	}
 }
