@@ -319,3 +319,42 @@ func TestAFailedInstanceKeepsItsMarkAcrossARelist(t *testing.T) {
 		}
 	}
 }
+
+// TestACallInFlightAcrossARelistStillMarks: a listing drops an instance
+// while a call to it is in flight, and that call then fails on the
+// connection. The failure must still mark the instance, so that when a
+// later listing brings it back (a backend that has not yet seen it die)
+// it is not picked. Before, the listing forgot the instance and the
+// failing call's mark went nowhere (TestServiceKill on fs failed so).
+func TestACallInFlightAcrossARelistStillMarks(t *testing.T) {
+	ids := threeIDs()
+	s := newTestServices(t, &fakeServices{}, RoundRobin, ids...)
+	ctx := context.Background()
+	dead, finish, err := s.pick(ctx, "w", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []ext.InstanceID
+	for _, id := range ids {
+		if id != dead {
+			rest = append(rest, id)
+		}
+	}
+	s.mu.Lock()
+	s.setLocked("w", rest) // the listing drops it while the call is out
+	s.mu.Unlock()
+	finish(ext.ErrPeerUnreachable)
+	s.mu.Lock()
+	s.setLocked("w", ids) // and the next brings it back
+	s.mu.Unlock()
+	for i := range 10 {
+		id, finish, err := s.pick(ctx, "w", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		finish(nil)
+		if id == dead {
+			t.Fatalf("pick %d chose %s, whose call failed while a listing had dropped it", i, dead)
+		}
+	}
+}

@@ -106,8 +106,10 @@ func (s *services) setLocked(service string, ids []ext.InstanceID) *serviceSet {
 	for _, old := range set.ids {
 		// A listing can drop an instance and the next bring it back (a
 		// backend that has not yet seen its owner die): one that failed
-		// lately keeps its mark, so it is not picked afresh.
-		if in := s.insts[old]; !slices.Contains(ids, old) && (in == nil || in.failedAt.IsZero()) {
+		// lately keeps its mark, so it is not picked afresh, and one with
+		// calls in flight is kept for them, so that a call that then
+		// fails on the connection still marks it.
+		if in := s.insts[old]; !slices.Contains(ids, old) && (in == nil || (in.failedAt.IsZero() && in.outstanding == 0)) {
 			delete(s.insts, old)
 		}
 	}
