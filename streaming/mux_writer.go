@@ -148,7 +148,7 @@ func (b *batcher) runJob(j laneJob) {
 		if len(j.opens) > 0 {
 			err := b.postOpenSlots(j.opens)
 			b.mu.Lock()
-			b.openedLocked(j.opens, nil) // as an attach whose open the goodbye wrote
+			b.openedLocked(j.opens, err) // as an attach whose open the goodbye wrote, or failed to
 			b.mu.Unlock()
 			if err != nil {
 				return

@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"errors"
 	"sync"
 	"testing"
 
@@ -155,5 +156,25 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.batches != 3 {
 		t.Errorf("%d batches, want 3", c.batches)
+	}
+}
+
+// TestMuxGoodbyeTellsOpenWaitersItsRefusal: an attach whose OpenSlot the
+// goodbye writes hears the goodbye's outcome; a refused post is not taken
+// as an open slot.
+func TestMuxGoodbyeTellsOpenWaitersItsRefusal(t *testing.T) {
+	refused := errors.New("test: batch refused")
+	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
+	defer mx.close()
+	b, err := mx.batcherFor(7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &outSlot{b: b}
+	holdWriter(t, b)
+	b.runJob(laneJob{kind: jobGoodbye, opens: []*outSlot{s}})
+	b.release()
+	if err := b.awaitOpen(s); !errors.Is(err, refused) {
+		t.Fatalf("the waiter heard %v, want the refusal", err)
 	}
 }
