@@ -298,26 +298,12 @@ func TestAFailedInstanceKeepsItsMarkAcrossARelist(t *testing.T) {
 		t.Fatal(err)
 	}
 	finish(ext.ErrPeerUnreachable)
-	var rest []ext.InstanceID
-	for _, id := range ids {
-		if id != dead {
-			rest = append(rest, id)
-		}
-	}
+	rest := withoutID(ids, dead)
 	s.mu.Lock()
 	s.setLocked("w", rest) // the listing drops it
 	s.setLocked("w", ids)  // and the next brings it back
 	s.mu.Unlock()
-	for i := range 10 {
-		id, finish, err := s.pick(ctx, "w", true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		finish(nil)
-		if id == dead {
-			t.Fatalf("pick %d chose %s, which failed and only came back in a listing", i, dead)
-		}
-	}
+	neverPicks(t, s, dead, "which failed and only came back in a listing")
 }
 
 // TestACallInFlightAcrossARelistStillMarks: a listing drops an instance
@@ -334,12 +320,7 @@ func TestACallInFlightAcrossARelistStillMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rest []ext.InstanceID
-	for _, id := range ids {
-		if id != dead {
-			rest = append(rest, id)
-		}
-	}
+	rest := withoutID(ids, dead)
 	s.mu.Lock()
 	s.setLocked("w", rest) // the listing drops it while the call is out
 	s.mu.Unlock()
@@ -347,14 +328,31 @@ func TestACallInFlightAcrossARelistStillMarks(t *testing.T) {
 	s.mu.Lock()
 	s.setLocked("w", ids) // and the next brings it back
 	s.mu.Unlock()
+	neverPicks(t, s, dead, "whose call failed while a listing had dropped it")
+}
+
+// withoutID is ids less id.
+func withoutID(ids []ext.InstanceID, id ext.InstanceID) []ext.InstanceID {
+	var rest []ext.InstanceID
+	for _, x := range ids {
+		if x != id {
+			rest = append(rest, x)
+		}
+	}
+	return rest
+}
+
+// neverPicks fails if any of ten picks of service "w" chooses dead.
+func neverPicks(t *testing.T, s *services, dead ext.InstanceID, why string) {
+	t.Helper()
 	for i := range 10 {
-		id, finish, err := s.pick(ctx, "w", true)
+		id, finish, err := s.pick(context.Background(), "w", true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		finish(nil)
 		if id == dead {
-			t.Fatalf("pick %d chose %s, whose call failed while a listing had dropped it", i, dead)
+			t.Fatalf("pick %d chose %s, %s", i, dead, why)
 		}
 	}
 }
