@@ -67,6 +67,11 @@ type Frame struct {
 	// each connection to the one peer it has proved to speak for, so a
 	// frame's sender is its connection's peer, not what its header claims.
 	Conn ConnID
+	// Urgent asks the transport to send an outbound frame ahead of the
+	// sends that wait in its admission gate, and past a fence (see
+	// ConnConfirmer). The node marks only its identity proofs so: they are
+	// small, and they are what lifts the receiver's hold.
+	Urgent bool
 }
 
 // ConnID names one inbound connection, unique within the process for its

@@ -83,6 +83,13 @@ type AdmissionGate[T any] struct {
 	head     int
 	failed   error
 
+	// A fence (see Fence) caps what the gate admits in total, not just
+	// what waits in the sink, until Lift.
+	fenced    bool
+	fenceLeft int // units the fence still admits
+	fenceUsed bool
+	fenceCost func(item T, units int) int
+
 	// OnBackpressure, when set, is called (outside the lock) for each send
 	// that had to wait in the FIFO.
 	OnBackpressure func()
@@ -104,9 +111,8 @@ func (g *AdmissionGate[T]) Send(item T, units int) (SendOutcome, error) {
 		g.mu.Unlock()
 		return SendOutcome{}, err
 	}
-	if g.head == len(g.pending) && (g.used == 0 || g.used+units <= g.capacity) {
-		g.used += units
-		g.sink.Accept(item)
+	if g.head == len(g.pending) && g.fits(item, units) {
+		g.admitLocked(item, units)
 		g.mu.Unlock()
 		return AdmittedOutcome, nil
 	}
@@ -128,11 +134,10 @@ func (g *AdmissionGate[T]) Drain(take func() int) {
 	var resolved []*Admission
 	for g.head < len(g.pending) {
 		p := &g.pending[g.head]
-		if g.used != 0 && g.used+p.units > g.capacity {
+		if !g.fits(p.item, p.units) {
 			break
 		}
-		g.used += p.units
-		g.sink.Accept(p.item)
+		g.admitLocked(p.item, p.units)
 		resolved = append(resolved, p.adm)
 		*p = pendingItem[T]{}
 		g.head++
@@ -145,6 +150,79 @@ func (g *AdmissionGate[T]) Drain(take func() int) {
 	for _, a := range resolved {
 		close(a.done)
 	}
+}
+
+// fits reports whether an item of units may enter the sink now. The lock
+// is held.
+func (g *AdmissionGate[T]) fits(item T, units int) bool {
+	if g.used != 0 && g.used+units > g.capacity {
+		return false
+	}
+	if !g.fenced {
+		return true
+	}
+	// A fence, like the capacity, lets a first item through whatever its
+	// size, so nothing is refused for being large.
+	c := g.fenceCost(item, units)
+	return c == 0 || !g.fenceUsed || c <= g.fenceLeft
+}
+
+func (g *AdmissionGate[T]) admitLocked(item T, units int) {
+	g.used += units
+	if g.fenced {
+		if c := g.fenceCost(item, units); c > 0 {
+			g.fenceUsed = true
+			g.fenceLeft -= min(c, g.fenceLeft)
+		}
+	}
+	g.sink.Accept(item)
+}
+
+// Fence caps what the gate admits from now on at budget in total, each
+// item counting what cost says (0: the item is not fenced), until Lift:
+// sends past it wait in order, as they do for a full channel, and so do
+// sends behind them whatever their cost. A transport fences a new
+// connection whose receiver holds the requests that arrive until the
+// connection has proved whose it is, and can hold only so much.
+func (g *AdmissionGate[T]) Fence(budget int, cost func(item T, units int) int) {
+	g.mu.Lock()
+	g.fenced, g.fenceLeft, g.fenceUsed, g.fenceCost = true, budget, false, cost
+	g.mu.Unlock()
+}
+
+// Lift removes the fence and admits what waited behind it, in order, as
+// far as the capacity allows. It reports whether a fence was up.
+func (g *AdmissionGate[T]) Lift() bool {
+	g.mu.Lock()
+	was := g.fenced
+	g.fenced = false
+	g.mu.Unlock()
+	if was {
+		g.Drain(func() int { return 0 })
+	}
+	return was
+}
+
+// Fenced reports whether a fence is up.
+func (g *AdmissionGate[T]) Fenced() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fenced
+}
+
+// SendFirst puts item into the sink at once, ahead of every waiting send
+// and past the fence and the capacity. It is for the few small frames that
+// must not wait behind others, such as the proof that lifts a receiver's
+// hold; it returns the gate's failure once Fail was called.
+func (g *AdmissionGate[T]) SendFirst(item T, units int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed != nil {
+		return g.failed
+	}
+	g.used += units
+	g.sink.Accept(item)
+	return nil
 }
 
 // Fail refuses later sends with err and fails every waiting send. The items

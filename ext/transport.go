@@ -47,6 +47,22 @@ type Transport interface {
 	Closed() <-chan struct{}
 }
 
+// ConnConfirmer is implemented by a transport that fences new outbound
+// connections to nodes that hold a connection's requests until it proves
+// whose it is (Go nodes; see docs/faults.md). Until such a receiver
+// confirms a connection, its dialer sends at most a bounded amount on it
+// (well under what the receiver holds), and the rest waits in the lane's
+// admission gate; frames marked Urgent pass. So a burst on a new
+// connection waits one round trip instead of outgrowing the hold.
+//
+// The node calls ConfirmConn for an inbound connection of this transport
+// once the connection is bound to the peer it speaks for; the transport
+// tells that connection's dialer, which lifts its fence. Ids of other
+// transports' connections are ignored.
+type ConnConfirmer interface {
+	ConfirmConn(id ConnID)
+}
+
 // FrameTransport carries the frames of one stream outside the messenger
 // (per-stream transports). Implemented by later work.
 type FrameTransport interface {

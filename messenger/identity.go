@@ -406,6 +406,7 @@ func (m *Messenger) onProof(j job) []job {
 	c.mu.Unlock()
 	m.doneProving(c.claimed)
 	m.gate.proven.Add(1)
+	m.confirm(c.id)
 	return jobs(held)
 }
 
@@ -445,23 +446,65 @@ func (m *Messenger) onProve(c *Context) {
 
 // bindFirstContact binds conn to w when conn speaks for w and has not
 // had to prove anything yet: the hello that introduced an unknown peer
-// came on it.
-func (m *Messenger) bindFirstContact(conn ext.ConnID, w ext.WorkerID) {
+// came on it. It reports whether it bound conn.
+func (m *Messenger) bindFirstContact(conn ext.ConnID, w ext.WorkerID) bool {
 	if conn == 0 {
-		return
+		return false
 	}
 	m.gate.mu.Lock()
 	c := m.gate.conns[conn]
 	m.gate.mu.Unlock()
 	if c == nil || c.claimed != w {
-		return
+		return false
 	}
 	c.mu.Lock()
-	if c.phase == connTrusted {
-		c.phase = connProven
-		c.proven.Store(true)
+	defer c.mu.Unlock()
+	if c.phase != connTrusted {
+		return false
 	}
-	c.mu.Unlock()
+	c.phase = connProven
+	c.proven.Store(true)
+	return true
+}
+
+// afterFirstContact runs once the peer that a hello on conn introduced is
+// registered. A Go peer fences its new connections until this node
+// confirms them (confirm), so the hello's connection is confirmed, and
+// every other connection that spoke for the peer while it was unknown, and
+// was trusted so, is challenged now: its dialer waits for a confirmation
+// too, and a stranger's connection in the peer's name must not stay
+// trusted once the peer is known.
+func (m *Messenger) afterFirstContact(conn ext.ConnID, w ext.WorkerID) {
+	if !m.proves(w) {
+		return
+	}
+	m.confirm(conn)
+	m.gate.mu.Lock()
+	var trusted []*connState
+	for id, c := range m.gate.conns {
+		if id != conn && c.claimed == w {
+			trusted = append(trusted, c)
+		}
+	}
+	m.gate.mu.Unlock()
+	for _, c := range trusted {
+		c.mu.Lock()
+		if c.phase == connTrusted && !m.challengeLocked(c) {
+			c.phase = connRefused
+		}
+		c.mu.Unlock()
+	}
+}
+
+// confirm tells the dialer of conn that it is bound, on the transport it
+// came in on (ext.ConnConfirmer): the dialer lifts the fence that kept its
+// first burst within this node's hold.
+func (m *Messenger) confirm(conn ext.ConnID) {
+	for _, tr := range m.trs {
+		if cc, ok := tr.(ext.ConnConfirmer); ok {
+			cc.ConfirmConn(conn)
+		}
+	}
 }
 
 // maxProofsPerSecond bounds the challenges a node answers for one peer: a

@@ -507,6 +507,9 @@ func (m *Messenger) postLaneOutcome(target ext.InstanceID, lane int, handler str
 		}
 	}
 	f := requestFrame(msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
+	// A proof goes ahead of what waits at a new connection's fence: it is
+	// what gets the connection confirmed (ext.ConnConfirmer).
+	f.Urgent = handler == proofHandler
 	out, err := m.postFrame(p, target, lane, handler, f)
 	if err != nil && staged != "" {
 		m.loadStager().Discard(staged)

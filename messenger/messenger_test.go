@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/transport/tcp"
@@ -41,6 +42,12 @@ func newNode(t testing.TB, opts ...velo.Option) *velo.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newNodeOn(t, tr, opts...)
+}
+
+// newNodeOn is newNode over a transport the test made.
+func newNodeOn(t testing.TB, tr ext.Transport, opts ...velo.Option) *velo.Node {
+	t.Helper()
 	n, err := velo.New(context.Background(), append([]velo.Option{velo.WithTransport(tr)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

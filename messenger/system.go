@@ -92,6 +92,7 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 		return nil, fmt.Errorf("hello from worker %s names instance %s", c.SenderWorkerID(), info.InstanceID)
 	}
 	p, ok := m.peers.get(info.InstanceID)
+	bound := false
 	if ok {
 		if conflicts(info.Address, p.info.Address) {
 			// An instance's endpoints are fixed for its life: a hello that
@@ -108,7 +109,7 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 		// given once). Bound before the registration makes the peer one
 		// that must prove: its next requests on this connection need no
 		// proof and wait for nothing.
-		m.bindFirstContact(c.conn, c.sender)
+		bound = m.bindFirstContact(c.conn, c.sender)
 	}
 	if !ok || !sameAddress(p.info.Address, info.Address) {
 		if err := m.RegisterPeer(info); err != nil {
@@ -117,6 +118,9 @@ func (m *Messenger) onHello(c *Context) ([]byte, error) {
 		if !ok {
 			m.boundLearned(info.InstanceID)
 		}
+	}
+	if bound {
+		m.afterFirstContact(c.conn, c.sender)
 	}
 	m.greet(info.WorkerID())
 	return m.handlersBody()

@@ -105,6 +105,8 @@ type lane struct {
 	lostSent atomic.Bool
 
 	vec net.Buffers // the writer's gather list, reused across writes
+
+	fenceTimer *time.Timer // lifts the fence if no confirmation does (fence.go)
 }
 
 // newLane builds a lane that is not yet running: the caller stores it in
@@ -116,6 +118,9 @@ func newLane(t *Transport, p *peer, idx int) *lane {
 	l := &lane{t: t, peer: p, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
+	if p.fenced {
+		l.raiseFence()
+	}
 	return l
 }
 
@@ -438,6 +443,11 @@ func (l *lane) readEchoes(conn net.Conn) {
 			l.abort()
 			return
 		}
+		if isConfirmation(f) {
+			f.Release()
+			l.liftFence()
+			continue
+		}
 		if f.Type == ext.ShuttingDown {
 			l.graceful.Store(true)
 			if len(f.Header) == 0 { // the goodbye: nothing waits on it
@@ -522,6 +532,9 @@ func (l *lane) teardown(deadline time.Time) {
 // connection), fails everything still queued, and closes the socket.
 func (l *lane) finish(conn net.Conn, err error) {
 	l.peer.lanes[l.idx].CompareAndSwap(l, nil)
+	if l.fenceTimer != nil {
+		l.fenceTimer.Stop()
+	}
 	// Sends still waiting in the gate were never admitted; their callers
 	// may wait on a reply rather than on the admission, so report them too.
 	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) {

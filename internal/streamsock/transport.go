@@ -23,6 +23,9 @@ type peer struct {
 	lanes    []atomic.Pointer[lane]
 	mu       sync.Mutex  // serializes lane creation
 	gone     atomic.Bool // unregistered or replaced
+	// fenced: the peer holds unproven connections, so each new lane to it
+	// starts fenced (fence.go).
+	fenced bool
 }
 
 // Transport is an ext.Transport over stream sockets.
@@ -41,13 +44,16 @@ type Transport struct {
 
 	ln       net.Listener
 	accepted sync.Map     // net.Conn -> struct{}: listener-side sockets to close at shutdown
+	byConn   sync.Map     // ext.ConnID -> net.Conn: accepted sockets, for ConfirmConn
 	inbound  atomic.Int64 // accepted connections open now
 	log      *slog.Logger
 
 	// Counters a test or an operator can read (see Stats).
-	refused    atomic.Uint64
-	stalled    atomic.Uint64
-	acceptErrs atomic.Uint64
+	refused       atomic.Uint64
+	stalled       atomic.Uint64
+	acceptErrs    atomic.Uint64
+	fenceWaits    atomic.Uint64
+	fenceTimeouts atomic.Uint64
 
 	closing  atomic.Bool
 	shutOnce sync.Once
@@ -121,6 +127,12 @@ type Stats struct {
 	StalledConnections uint64
 	// AcceptErrors: failed accepts, each followed by a backoff.
 	AcceptErrors uint64
+	// FenceWaits: sends that waited at the fence of a new connection
+	// until its receiver confirmed it (see ext.ConnConfirmer).
+	FenceWaits uint64
+	// FenceTimeouts: fences lifted with sends waiting because the
+	// receiver did not confirm the connection in time.
+	FenceTimeouts uint64
 }
 
 // Stats reads the transport's counters.
@@ -129,6 +141,8 @@ func (t *Transport) Stats() Stats {
 		RefusedConnections: t.refused.Load(),
 		StalledConnections: t.stalled.Load(),
 		AcceptErrors:       t.acceptErrs.Load(),
+		FenceWaits:         t.fenceWaits.Load(),
+		FenceTimeouts:      t.fenceTimeouts.Load(),
 	}
 }
 
@@ -188,7 +202,7 @@ func (t *Transport) Register(p ext.PeerInfo) error {
 	for k, v := range old {
 		next[k] = v
 	}
-	next[p.InstanceID] = &peer{id: p.InstanceID, endpoint: append([]byte(nil), ep...), lanes: make([]atomic.Pointer[lane], t.cfg.Lanes)}
+	next[p.InstanceID] = &peer{id: p.InstanceID, endpoint: append([]byte(nil), ep...), lanes: make([]atomic.Pointer[lane], t.cfg.Lanes), fenced: fences(p.Address)}
 	t.peers.Store(&next)
 	return nil
 }
@@ -281,7 +295,13 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 			}
 			return ext.SendOutcome{}, ext.ErrTransportClosed
 		}
-		out, err := l.gate.Send(of, frame.PreambleLen+size)
+		var out ext.SendOutcome
+		var err error
+		if f.Urgent {
+			err = l.gate.SendFirst(of, frame.PreambleLen+size)
+		} else if out, err = l.gate.Send(of, frame.PreambleLen+size); err == nil && !out.Admitted() && l.gate.Fenced() {
+			t.fenceWaits.Add(1)
+		}
 		if err == nil {
 			if box.enabled {
 				obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, size)
@@ -570,6 +590,8 @@ func (t *Transport) serve(conn net.Conn) {
 	defer r.Close()
 	r.Conn = ext.NewConnID()
 	defer t.adapter.ConnClosed(r.Conn) // after the last frame was handed over
+	t.byConn.Store(r.Conn, conn)
+	defer t.byConn.Delete(r.Conn)
 	var in inbound
 	for {
 		f, err := r.Next()

@@ -22,11 +22,17 @@ type Transport struct {
 var (
 	_ ext.Transport     = (*Transport)(nil)
 	_ ext.OwnerRetainer = (*Transport)(nil)
+	_ ext.ConnConfirmer = (*Transport)(nil)
 )
 
 // RetainsOwners says that the transport holds an outbound frame's Owner
 // while it holds the frame's bytes (ext.OwnerRetainer).
 func (t *Transport) RetainsOwners() bool { return true }
+
+// ConfirmConn tells the dialer of an accepted connection that the node
+// bound it to the peer it speaks for, which lifts the dialer's fence on a
+// new connection (ext.ConnConfirmer).
+func (t *Transport) ConfirmConn(id ext.ConnID) { t.s.ConfirmConn(id) }
 
 // Key is the address key, "uds".
 func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
@@ -91,6 +97,14 @@ type Stats struct {
 	// AcceptErrors: failed accepts (out of file descriptors, say), each
 	// followed by a pause of 5 ms doubling up to 1 s.
 	AcceptErrors uint64
+	// FenceWaits: sends that waited because they came past the first
+	// 256 KiB on a new connection to a Go node, until the node confirmed
+	// the connection (it holds an unconfirmed connection's requests, and
+	// can hold only so much).
+	FenceWaits uint64
+	// FenceTimeouts: new connections whose node did not confirm them
+	// within 5 s while sends waited; the sends then went out anyway.
+	FenceTimeouts uint64
 }
 
 // Stats reads the transport's counters.

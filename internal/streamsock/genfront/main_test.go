@@ -63,11 +63,11 @@ func TestTransportsKeepInterfaces(t *testing.T) {
 	}
 }
 
-// The exported method set is exactly ext.Transport's, RetainsOwners and
-// Stats, the same for both: nothing of streamsock (Kill, say) leaks out,
+// The exported method set is exactly ext.Transport's, RetainsOwners,
+// ConfirmConn and Stats, the same for both: nothing of streamsock (Kill, say) leaks out,
 // and no method names a type from an internal package.
 func TestMethodSets(t *testing.T) {
-	want := []string{"RetainsOwners", "Stats"}
+	want := []string{"RetainsOwners", "ConfirmConn", "Stats"}
 	iface := reflect.TypeFor[ext.Transport]()
 	for i := range iface.NumMethod() {
 		want = append(want, iface.Method(i).Name)
