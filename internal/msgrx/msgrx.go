@@ -12,8 +12,7 @@
 package msgrx
 
 import (
-	"reflect"
-
+	"github.com/velo-go/velo/internal/hookfn"
 	"github.com/velo-go/velo/internal/msgrx/hook"
 )
 
@@ -21,13 +20,5 @@ import (
 // implements it; SetStager installs it).
 type Stager = hook.Stager
 
-// typed returns v, one of hook.Fns, as F, and panics at init when
-// messenger installed nothing or a function of another type: a mismatch
-// between this package and messenger is a build mistake, met at once.
-func typed[F any](name string, v any) F {
-	f, ok := v.(F)
-	if !ok {
-		panic("msgrx: messenger installed no " + name + " of type " + reflect.TypeFor[F]().String())
-	}
-	return f
-}
+// typed returns v, one of hook.Fns, as F (hookfn.Typed).
+func typed[F any](name string, v any) F { return hookfn.Typed[F]("messenger", name, v) }

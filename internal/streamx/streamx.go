@@ -10,9 +10,9 @@ package streamx
 
 import (
 	"net"
-	"reflect"
 	"time"
 
+	"github.com/velo-go/velo/internal/hookfn"
 	"github.com/velo-go/velo/internal/streamx/hook"
 	"github.com/velo-go/velo/streaming"
 )
@@ -20,15 +20,8 @@ import (
 // MuxCounts is a snapshot of one node's mux counts.
 type MuxCounts = hook.MuxStats
 
-// typed returns v, one of hook.Fns, as F, and panics at init when
-// streaming installed nothing or a function of another type.
-func typed[F any](name string, v any) F {
-	f, ok := v.(F)
-	if !ok {
-		panic("streamx: streaming installed no " + name + " of type " + reflect.TypeFor[F]().String())
-	}
-	return f
-}
+// typed returns v, one of hook.Fns, as F (hookfn.Typed).
+func typed[F any](name string, v any) F { return hookfn.Typed[F]("streaming", name, v) }
 
 var (
 	activeAnchors     = typed[func(*streaming.Manager) int]("ActiveAnchors", hook.Fns.ActiveAnchors)
