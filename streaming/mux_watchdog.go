@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/velo-go/velo/internal/muxwire"
 )
 
 // The warning of the mux stream watchdog (the book's saturation chapter):
@@ -60,29 +62,43 @@ func (mx *mux) logFiring(f *watchdogFiring) {
 
 // watch is one watchdog window over the peer's slots: a slot that got
 // nothing while its producer held credit misses the window; after
-// detectionMultiplier misses it ends with Dropped.
+// detectionMultiplier misses it ends with Dropped, and its producer is
+// told (CloseSlot{UnknownSlot}), as the per-stream path tells it by
+// closing the stream's connection: a producer whose writes are stuck but
+// who still hears this node learns that its stream is gone rather than
+// hold it open. (It hears it on a connection that has already carried
+// this node's credit, so proved itself: a new one could not prove itself
+// while the producer's writes to this node are stuck.)
 func (ip *ingressPeer) watch() {
 	var fired *watchdogFiring
+	var ended []muxwire.SlotID
 	ip.mu.Lock()
-	defer func() {
-		ip.mu.Unlock()
-		if fired != nil {
-			ip.mx.logFiring(fired)
-		}
-	}()
 	for _, s := range ip.slots {
 		if s != nil {
-			ip.watchSlotLocked(s, &fired)
+			ended = ip.watchSlotLocked(s, &fired, ended)
 		}
 	}
 	for _, s := range ip.aside { // a staged record may never come
-		ip.watchSlotLocked(s, &fired)
+		ended = ip.watchSlotLocked(s, &fired, ended)
+	}
+	ip.mu.Unlock()
+	if fired != nil {
+		ip.mx.logFiring(fired)
+	}
+	if len(ended) == 0 {
+		return
+	}
+	if b, err := ip.mx.replyBatcher(ip.peer, ip.lane); err == nil {
+		for _, id := range ended {
+			b.replyClose(id, muxwire.UnknownSlot)
+		}
 	}
 }
 
 // watchSlotLocked is one window of the watchdog over s; fired takes what
-// the warning reports of the first firing it lets through.
-func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
+// the warning reports of the first firing it lets through, and the slot
+// is appended to ended when it ends.
+func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring, ended []muxwire.SlotID) []muxwire.SlotID {
 	switch {
 	case s.delivered || s.held == 0:
 		s.delivered, s.misses = false, 0
@@ -99,6 +115,8 @@ func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring) {
 				}
 			}
 			ip.endLocked(s, true)
+			ended = append(ended, s.id)
 		}
 	}
+	return ended
 }
