@@ -6,7 +6,6 @@ import (
 	"io"
 	"testing"
 	"time"
-
 )
 
 // The heartbeat clauses of the path suite. They wait on heartbeat windows

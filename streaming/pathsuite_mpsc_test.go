@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // The MPSC clauses of the path suite: the same contract for an anchor of
