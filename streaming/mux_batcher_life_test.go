@@ -1,0 +1,175 @@
+package streaming
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/metrics"
+)
+
+// TestMuxStoppedBatcherWritesNoNotice: a batcher that eviction or peer
+// loss stopped writes no late notice. Its stop moved it to an epoch newer
+// than its successor's on the same lane, and the owner, seeing that epoch,
+// would retire the successor's streams.
+func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false)
+	a, s := muxStream(t, producer, consumer)
+	if s.slot().b == old {
+		t.Fatal("the stream went to the evicted batcher")
+	}
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+	old.stop()
+	old.abandonBound(1, 1) // a notice for a bind it cannot write any more
+	successorLives(t, a, s)
+}
+
+// TestMuxSupersededBatcherWritesNothing: a batcher that eviction or peer
+// loss took out of the mux writes nothing more, even before its stop. A
+// refused batch may have moved it to an epoch newer than its successor's,
+// and a batch of it in that epoch would make the owner retire the
+// successor's streams. What it still owes goes through the successor
+// (handBack).
+func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false) // not yet stopped
+	defer old.stop()
+	a, s := muxStream(t, producer, consumer)
+	fill(t, s, 0, 2)
+	readTokens(t, a, 0, 2, 5*time.Second)
+	old.epochDeath() // as a refused batch does: past the successor's epoch
+	slept := false
+	id, _ := muxwire.NewSlotID(7, 0)
+	old.mu.Lock()
+	old.testOnSleep = func() { slept = true }
+	old.closes[id] = muxwire.UnknownSlot // owed from before it was taken out
+	old.mu.Unlock()
+	old.signal()
+	waitFor(t, "the old batcher's pass", func() bool {
+		old.mu.Lock()
+		defer old.mu.Unlock()
+		return slept
+	})
+	successorLives(t, a, s)
+}
+
+// TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor: a reply that reaches a
+// batcher after eviction took it out of the mux (the arrival path looked
+// it up just before) goes to the lane's current batcher. Left on the
+// evicted one, after its handBack, a grant would be lost and the peer's
+// producer would wait for it for good. After peer loss it is dropped.
+func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour}) // replies stay queued
+		// The consumer has a route to the producer, as it has once the
+		// producer's attach came: without one, the successor's post of the
+		// close is refused and the successor is dropped as unreachable,
+		// which raced with the check below.
+		if err := consumer.msg.RegisterPeer(producer.msg.PeerInfo()); err != nil {
+			t.Fatal(err)
+		}
+		mx := muxOf(t, consumer)
+		peer := producer.msg.WorkerID()
+		old := takenOut(t, mx, peer, lost)
+		old.stop()
+		if !lost {
+			mx.handBack(old) // as evictIdle does after the stop
+		}
+		id, _ := muxwire.NewSlotID(3, 0)
+		creditsBefore := mx.n.sentByType[metrics.MuxCreditUpdate].Load()
+		old.reply(id, 5)
+		old.replyClose(id+256, muxwire.UnknownSlot)
+		old.mu.Lock()
+		left := len(old.credit) + len(old.closes)
+		old.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("%d replies left on the batcher taken out (lost %v)", left, lost)
+		}
+		nb := mx.existingBatcher(peer, 0)
+		if lost {
+			if nb != nil {
+				t.Fatal("a reply after peer loss made a batcher for the lost peer")
+			}
+			continue
+		}
+		if nb == nil || nb == old {
+			t.Fatal("the reply to the evicted batcher went nowhere")
+		}
+		// Owed, in the batch being posted, or posted already: the close
+		// is urgent, so the successor may have written both.
+		nb.mu.Lock()
+		credit := nb.credit[id] + nb.flying[id]
+		_, closeOwed := nb.closes[id+256]
+		_, flying := nb.flyingCloses[id+256]
+		nb.mu.Unlock()
+		if credit == 0 && mx.n.sentByType[metrics.MuxCreditUpdate].Load() > creditsBefore {
+			credit = 5 // it went out in the successor's batch
+		}
+		closeSent := mx.n.sentByType[metrics.MuxCloseSlot].Load() > 0
+		if credit != 5 || !(closeOwed || flying || closeSent) {
+			t.Fatalf("the successor holds credit %d and close %v, want 5 and true", credit, closeOwed || flying || closeSent)
+		}
+	}
+}
+
+// TestMuxReplyingBatcherIsNotIdle: a batcher that only carries replies
+// (its node consumes the peer's streams and sends none) is in use while
+// it replies, and is not evicted once per BatcherIdleTTL while busy.
+func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour})
+	b, err := muxOf(t, consumer).batcherFor(producer.msg.WorkerID(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := muxwire.NewSlotID(3, 0)
+	b.reply(id, 1)
+	b.mu.Lock()
+	clear(b.credit) // written since, say
+	b.lastUse = time.Now().Add(-time.Hour)
+	b.mu.Unlock()
+	now := time.Now()
+	b.mu.Lock()
+	first, later := b.idleLocked(now, time.Minute), b.idleLocked(now.Add(2*time.Minute), time.Minute)
+	b.mu.Unlock()
+	if first {
+		t.Fatal("a batcher that replied since the last check counts as idle")
+	}
+	if !later {
+		t.Fatal("a batcher with no reply for longer than the TTL is not idle")
+	}
+}
+
+// takenOut takes the lane-0 batcher of mx to peer out of the mux, as
+// eviction (lost false) or peer loss (lost true) does before it stops it.
+func takenOut(t *testing.T, mx *mux, peer ext.WorkerID, lost bool) *batcher {
+	t.Helper()
+	b, err := mx.batcherFor(peer, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mx.mu.Lock()
+	delete(mx.batchers, laneKey{peer, 0})
+	b.supersede(lost)
+	mx.mu.Unlock()
+	return b
+}
+
+// successorLives checks that a stream on a lane's current batcher, which
+// has carried 2 tokens, still carries 4 more and its end.
+func successorLives(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte]) {
+	t.Helper()
+	fill(t, s, 2, 4)
+	readTokens(t, a, 2, 4, 5*time.Second)
+	if err := s.Finalize(); err != nil {
+		t.Fatalf("Finalize: %v", err)
+	}
+	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
+		t.Fatalf("the successor's stream ended with %v, want io.EOF", err)
+	}
+}
