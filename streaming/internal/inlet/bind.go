@@ -7,7 +7,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// The per-stream producer's bind (remoteBind, control.go) as the inlet
+// The per-stream producer's bind (streaming's remoteBind) as the inlet
 // keeps it: who may end the stream by a control message, when its
 // connection counts as come, and when it is forgotten. Every read and
 // write of the bind (extra.bind) is here, under mu.
@@ -42,7 +42,7 @@ func (st *State) ConnectBind(b Bind, c net.Conn) (gone, cancelled bool) {
 }
 
 // IsAttached says whether a producer holds the anchor: one on this
-// worker, or a mux slot. (A per-stream bind is checked apart: takeBindFrom.)
+// worker, or a mux slot. (A per-stream bind is checked apart: TakeBindFrom.)
 func (st *State) IsAttached() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()

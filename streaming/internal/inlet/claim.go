@@ -3,17 +3,18 @@ package inlet
 // An anchor has at most one producer (an MPSC anchor's producers share one
 // claim: see mpsc.go). The three paths claim it here, under the inlet's
 // lock, and nowhere else: a producer on this worker (AttachAnchor), a
-// per-stream producer bound by _anchor_attach (remote.go), and a mux
-// pre-bind minted before any producer asked (mux_ticket.go). A claim takes
+// per-stream producer bound by _anchor_attach (streaming's remote.go), and
+// a mux pre-bind minted before any producer asked (mux_ticket.go). A claim takes
 // the anchor off its unattached deadline; the undo puts it back.
 
-// Claim says why an anchor would not take a producer.
+// Claim is what a claim came to: Claimed, or why the anchor would not
+// take the producer.
 type Claim uint8
 
 const (
-	Claimed    Claim = iota
-	ClaimEnded       // the stream ended (not by a cancel) or the anchor closed
-	ClaimTaken       // a producer or a pre-bind holds it already
+	Claimed    Claim = iota // the producer holds the anchor now
+	ClaimEnded              // the stream ended (not by a cancel) or the anchor closed
+	ClaimTaken              // a producer or a pre-bind holds it already
 )
 
 // attachableLocked says whether a producer may attach. A cancelled anchor

@@ -8,7 +8,7 @@ import (
 
 // The unattached deadline of an anchor, as the inlet keeps it: armed while
 // no producer holds the anchor, one entry in the Manager's queue
-// (reservation.go), no goroutine and no timer. Every read and write of
+// (streaming's reservation.go), no goroutine and no timer. Every read and write of
 // st.armed and st.deadline is here, under mu.
 
 // armLocked starts an unattached window: one entry in the Manager's queue,
