@@ -7,6 +7,7 @@ import (
 	"iter"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Anchor is the consumer's end of a stream of items of type T. Make one
@@ -16,13 +17,13 @@ import (
 // Next, NextBytes and All are meant for one consumer goroutine; Close and
 // the Controller may be used from any goroutine.
 type Anchor[T any] struct {
-	st     anchorState
+	st     inlet.State
 	decode func([]byte) (T, error)
 }
 
 // Handle names the anchor to a producer. It is the only credential a
 // producer needs: send it only to the producer that needs it.
-func (a *Anchor[T]) Handle() AnchorHandle { return a.st.handle }
+func (a *Anchor[T]) Handle() AnchorHandle { return a.st.Handle() }
 
 // Next returns the next item. It waits until an item arrives, the stream
 // ends, or ctx is done. A *SenderError is a soft error and the stream goes
@@ -33,7 +34,7 @@ func (a *Anchor[T]) Handle() AnchorHandle { return a.st.handle }
 // For T = []byte the item aliases its frame, which the consumer owns.
 func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 	var zero T
-	f, err := a.st.pop(ctx)
+	f, err := a.st.Pop(ctx)
 	if err != nil {
 		return zero, err
 	}
@@ -42,7 +43,7 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 	}
 	v, err := a.decode(f.Item)
 	if err != nil {
-		a.st.end(err)
+		a.st.End(err)
 		return zero, err
 	}
 	return v, nil
@@ -53,7 +54,7 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 // no copy. Everything other than an item behaves as in Next. An item that
 // is not a binary ends the stream with an *ItemError.
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
-	f, err := a.st.pop(ctx)
+	f, err := a.st.Pop(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
 	}
 	p, err := bytesPayload(f.Item)
 	if err != nil {
-		a.st.end(err)
+		a.st.End(err)
 		return nil, err
 	}
 	return p, nil
@@ -86,7 +87,7 @@ func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
 				return
 			}
 			if err != nil && isCtxEnd(ctx, err) {
-				a.st.cancel(false) // before the yield: the producer hears at once
+				a.st.Cancel(false) // before the yield: the producer hears at once
 				yield(v, err)
 				return
 			}
@@ -94,7 +95,7 @@ func (a *Anchor[T]) All(ctx context.Context) iter.Seq2[T, error] {
 			live := err == nil || errors.As(err, &se) // the stream goes on after this pair
 			if !yield(v, err) {
 				if live {
-					a.st.cancel(false)
+					a.st.Cancel(false)
 				}
 				return
 			}
@@ -119,14 +120,14 @@ func (a *Anchor[T]) Controller() Controller { return Controller{st: &a.st} }
 // from its Manager. A producer's later Finalize, Detach or Close is then
 // discarded (RetireDiscarded). Close is idempotent and returns nil.
 func (a *Anchor[T]) Close() error {
-	a.st.cancel(true)
+	a.st.Cancel(true)
 	return nil
 }
 
 // Controller stops or cancels a stream from outside its consumer. Its zero
 // value does nothing.
 type Controller struct {
-	st *anchorState
+	st *inlet.State
 }
 
 // RequestStop asks the producer to finish: its Sender.Stopped and Done
@@ -136,7 +137,7 @@ type Controller struct {
 // nothing after a cancel.
 func (c Controller) RequestStop() {
 	if c.st != nil {
-		c.st.requestStop()
+		c.st.RequestStop()
 	}
 }
 
@@ -146,6 +147,6 @@ func (c Controller) RequestStop() {
 // producer sees it on attach. It is idempotent.
 func (c Controller) Cancel() {
 	if c.st != nil {
-		c.st.cancel(false)
+		c.st.Cancel(false)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// An unattached anchor is one allocation of Anchor[T] (anchorState and the
+// An unattached anchor is one allocation of Anchor[T] (inlet.State and the
 // decoder). It fits the allocator's 192-byte size class; a field that
 // pushes it past costs every held anchor 16 bytes or more. A field that
 // few anchors use belongs in anchorExtra.

@@ -1,9 +1,8 @@
 package streaming
 
 import (
-	"fmt"
-
 	"github.com/velo-go/velo/internal/msgpackcodec"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // Codec encodes and decodes the items of a stream whose T is not []byte,
@@ -70,14 +69,7 @@ func senderOptions(opts []SenderOption) senderConfig {
 // stream goes on. Next returns it for a frame or an item that did not
 // decode, and the stream ends (an MPSC anchor delivers it as MPSCBadItem
 // and goes on).
-type ItemError struct {
-	Err error
-}
-
-func (e *ItemError) Error() string { return fmt.Sprintf("velo: stream item: %v", e.Err) }
-
-// Unwrap returns the codec's error.
-func (e *ItemError) Unwrap() error { return e.Err }
+type ItemError = streamerr.ItemError
 
 // encodeMsgpack writes the Item frame of v in the default codec: the
 // value's MessagePack, as rmp_serde writes the same serde type, so a Rust

@@ -14,6 +14,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Control messages between the two ends of a stream between workers
@@ -40,15 +41,24 @@ var unitAnswer = []byte("null")
 
 // remoteBind is a stream that _anchor_attach bound on this node: the
 // producer to signal, and the proxy sender that feeds the inlet for it.
-// A nil *remoteBind in anchorState means no remote producer to signal.
+// The inlet keeps it as its inlet.Bind; no bind means no remote producer
+// to signal.
 type remoteBind struct {
 	r        *remote
 	key      wire.TCPPreamble // the bind's entry in remote.pending
 	producer ext.WorkerID
 	streamID uint64 // the producer's id for the stream (CancelHandle)
-	proxy    *senderCore
-	conn     net.Conn // set by the reader once the connection came; guarded by the anchor's mu
+	proxy    *inlet.Sender
+	conn     net.Conn // set by the inlet once the connection came (ConnectBind); guarded by the anchor's lock
 }
+
+// The inlet.Bind of the per-stream path.
+func (b *remoteBind) Producer() ext.WorkerID { return b.producer }
+func (b *remoteBind) Proxy() *inlet.Sender   { return b.proxy }
+func (b *remoteBind) Conn() net.Conn         { return b.conn }
+func (b *remoteBind) SetConn(c net.Conn)     { b.conn = c }
+func (b *remoteBind) Signal(handler string)  { b.signal(handler) }
+func (b *remoteBind) Unpend()                { b.r.unpend(b) }
 
 // signal tells the producer of the stream to stop or cancel. It never
 // waits: a stalled peer must not hold up the consumer. A lost message is
@@ -153,7 +163,7 @@ func (r *remote) onStreamStop(c *messenger.Context) {
 
 // target finds the SPSC anchor a handle request names, or nil: an unknown,
 // ended or MPSC anchor makes these handlers successful no-ops.
-func (r *remote) target(payload []byte) (*anchorState, error) {
+func (r *remote) target(payload []byte) (*inlet.State, error) {
 	req, err := wire.DecodeHandleRequest(payload)
 	if err != nil {
 		return nil, err
@@ -170,15 +180,17 @@ func (r *remote) target(payload []byte) (*anchorState, error) {
 // capability the consumer hands out, but a stream with a producer belongs
 // to that producer, and the messenger has bound the asker to its
 // connection.
-func (r *remote) takeBind(st *anchorState, asker ext.WorkerID) (b *remoteBind, ok bool) {
-	b, ok = st.takeBindFrom(asker)
+func (r *remote) takeBind(st *inlet.State, asker ext.WorkerID) (b *remoteBind, ok bool) {
+	ib, ok := st.TakeBindFrom(asker)
 	if !ok {
 		r.strangerControls.Add(1)
 		return nil, false
 	}
-	if b != nil {
-		r.unpend(b)
+	if ib == nil {
+		return nil, true
 	}
+	b = ib.(*remoteBind) // the only Bind there is
+	r.unpend(b)
 	return b, true
 }
 
@@ -192,8 +204,8 @@ func (r *remote) onAnchorDetach(c *messenger.Context) ([]byte, error) {
 		b, _ = r.takeBind(st, c.SenderWorkerID())
 	}
 	if b != nil {
-		st.terminate(b.proxy, detachedFrame, true)
-		st.closeConn(b)
+		st.Terminate(b.proxy, detachedFrame, true)
+		st.CloseConn(b)
 	}
 	r.countControl(metrics.StreamDetach, start, b != nil)
 	return unitAnswer, err
@@ -222,19 +234,19 @@ func (r *remote) onAnchorFinalize(c *messenger.Context) ([]byte, error) {
 		r.countControl(metrics.StreamFinalize, start, false)
 		return unitAnswer, nil
 	}
-	proxy := &senderCore{st: st}
+	proxy := inlet.NewSender(st, false)
 	if b != nil {
 		proxy = b.proxy
 	} else {
-		if st.isAttached() {
+		if st.IsAttached() {
 			r.countControl(metrics.StreamFinalize, start, false)
 			return unitAnswer, nil
 		}
 	}
 	r.m.remove(st)
-	st.terminate(proxy, finalizedFrame, false)
+	st.Terminate(proxy, finalizedFrame, false)
 	if b != nil {
-		st.closeConn(b)
+		st.CloseConn(b)
 	}
 	r.countControl(metrics.StreamFinalize, start, true)
 	return unitAnswer, nil
@@ -252,9 +264,9 @@ func (r *remote) onAnchorCancel(c *messenger.Context) ([]byte, error) {
 	if !ok {
 		return unitAnswer, nil
 	}
-	st.cancel(false)
+	st.Cancel(false)
 	if b != nil {
-		st.closeConn(b) // the producer asked; its connection has nothing more to carry
+		st.CloseConn(b) // the producer asked; its connection has nothing more to carry
 	}
 	r.m.remove(st)
 	return unitAnswer, nil
@@ -299,7 +311,7 @@ func (r *remote) peerLost(w ext.WorkerID, orderly bool) {
 	r.mu.Unlock()
 	for _, pb := range lost {
 		r.log.Warn("velo: stream bound but its producer's node was lost before it connected", "anchor", pb.bind.key.AnchorID)
-		pb.st.dropBind(pb.bind)
+		pb.st.DropBind(pb.bind)
 	}
 }
 

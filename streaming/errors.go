@@ -1,75 +1,65 @@
 package streaming
 
-import (
-	"errors"
-)
+import "github.com/velo-go/velo/streaming/internal/streamerr"
 
 // ErrSenderDropped ends a stream whose producer closed its Sender without
 // finalizing: the Dropped frame.
-var ErrSenderDropped = errors.New("velo: stream sender dropped")
+var ErrSenderDropped = streamerr.ErrSenderDropped
 
 // ErrCancelled is returned by a send after the consumer cancelled the
 // stream or closed its anchor, and by Next after the consumer cancelled.
-var ErrCancelled = errors.New("velo: stream cancelled")
+var ErrCancelled = streamerr.ErrCancelled
 
 // ErrStopRequested is the context.Cause of a Sender's Context after the
 // consumer asked for a graceful stop (Controller.RequestStop).
-var ErrStopRequested = errors.New("velo: stream stop requested")
+var ErrStopRequested = streamerr.ErrStopRequested
 
 // ErrConsumerLost is the context.Cause of a Sender's Context once the
 // consumer's connection or node was lost without a cancel (its sends then
 // fail with ErrCancelled, as after a cancel).
-var ErrConsumerLost = errors.New("velo: stream consumer lost")
+var ErrConsumerLost = streamerr.ErrConsumerLost
 
 // ErrOpenerLost ends an anchor whose expected opener (ExpectOpener) was
 // lost before it attached.
-var ErrOpenerLost = errors.New("velo: stream opener lost before it attached")
+var ErrOpenerLost = streamerr.ErrOpenerLost
 
 // ErrAnchorNotFound is returned by AttachAnchor for a handle that names no
 // live anchor of the Manager: never created, ended or closed.
-var ErrAnchorNotFound = errors.New("velo: stream anchor not found")
+var ErrAnchorNotFound = streamerr.ErrAnchorNotFound
 
 // ErrAlreadyAttached is returned by AttachAnchor when another Sender is
 // attached to the anchor. A default (SPSC) anchor takes one producer at a
 // time.
-var ErrAlreadyAttached = errors.New("velo: stream anchor already attached")
+var ErrAlreadyAttached = streamerr.ErrAlreadyAttached
 
 // ErrRemoteAttach is returned by AttachAnchor, AttachMPSCAnchor and
 // RenewReservations for a handle owned by another worker when the Manager
 // is not bound to a messenger (NewManager rather than NewNodeManager).
-var ErrRemoteAttach = errors.New("velo: an anchor on another worker needs a Manager from NewNodeManager")
+var ErrRemoteAttach = streamerr.ErrRemoteAttach
 
 // ErrAnchorKind is returned by AttachAnchor for the handle of an MPSC
 // anchor, and by AttachMPSCAnchor for the handle of an SPSC anchor.
-var ErrAnchorKind = errors.New("velo: stream anchor handle of the wrong kind")
+var ErrAnchorKind = streamerr.ErrAnchorKind
 
 // ErrSenderClosed is returned by a Sender used after Finalize, Detach or
 // Close.
-var ErrSenderClosed = errors.New("velo: stream sender already finalized, detached or closed")
+var ErrSenderClosed = streamerr.ErrSenderClosed
 
 // ErrUnsupportedItem is returned by CreateAnchor and AttachAnchor for an
 // item type that the MessagePack codec cannot carry: a channel, a function,
 // a complex number, a struct with only unexported fields (time.Time), an
 // omitempty tag.
-var ErrUnsupportedItem = errors.New("velo: unsupported stream item type")
+var ErrUnsupportedItem = streamerr.ErrUnsupportedItem
 
 // ErrBadOption is returned by CreateAnchor and CreateMPSCAnchor for an
 // option out of range: a capacity below 1 (WithCapacity), an unattached
 // timeout that is not positive (WithUnattachedTimeout).
-var ErrBadOption = errors.New("velo: bad stream anchor option")
+var ErrBadOption = streamerr.ErrBadOption
 
 // SenderError is a soft error that the producer put in the stream (a
 // SenderError frame). The stream goes on after it.
-type SenderError struct {
-	Message string
-}
-
-func (e *SenderError) Error() string { return "velo: stream sender error: " + e.Message }
+type SenderError = streamerr.SenderError
 
 // TransportError ends a stream whose delivery failed (a TransportError
 // frame from the producer, or a bad frame on its connection).
-type TransportError struct {
-	Message string
-}
-
-func (e *TransportError) Error() string { return "velo: stream transport error: " + e.Message }
+type TransportError = streamerr.TransportError

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Heartbeats and the watchdog of the per-stream path (the reference's
@@ -246,18 +247,18 @@ func (w *watchdog) expired(err error) (timeout, fire bool) {
 // fire ends st's stream on the watchdog: Dropped behind what the inlet
 // holds (terminals go past its capacity, so it is never lost), one count
 // and one warning with the stream's depths.
-func (r *remote) fire(st *anchorState, proxy *senderCore, w *watchdog) {
-	depth := st.depth()
+func (r *remote) fire(st *inlet.State, proxy *inlet.Sender, w *watchdog) {
+	depth := st.Depth()
 	r.firings.Add(1)
 	if met := r.m.met; met != nil {
 		met.WatchdogFiring()
 	}
 	r.log.Warn("velo: stream heartbeat watchdog fired, injecting Dropped (saturation indicator: a full inlet means a slow consumer)",
-		"local_id", st.handle.LocalID(),
+		"local_id", st.Handle().LocalID(),
 		"anchor_inlet_len", depth,
-		"anchor_inlet_cap", st.capLim,
+		"anchor_inlet_cap", st.Cap(),
 		"silent_ms", time.Since(w.last).Milliseconds(),
 		"heartbeat_deadline_ms", w.window.Milliseconds(),
 		"detection_multiplier", detectionMultiplier)
-	st.terminate(proxy, droppedFrame, false)
+	st.Terminate(proxy, droppedFrame, false)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/velo-go/velo/internal/deadline"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Manager creates the anchors of one node and attaches producers to them.
@@ -25,7 +26,7 @@ type Manager struct {
 	shards [registryShards]registryShard
 
 	res        ReservationConfig
-	base       time.Time       // origin of anchorState.deadline
+	base       time.Time       // origin of inlet.State.deadline
 	unattached *deadline.Queue // keyed by local id
 	closed     atomic.Bool
 	expired    atomic.Uint64 // anchors ended by their unattached timeout
@@ -33,7 +34,10 @@ type Manager struct {
 	remote  *remote // set by NewNodeManager: streams to and from other workers
 	openers openers // anchors that wait for a named opener (ExpectOpener)
 
-	consumerWakes atomic.Uint64 // consumers woken from a wait for a frame
+	// home is what the inlets of its anchors share: the Manager as their
+	// Owner, its metrics, deadlines and default lifetime, and the count
+	// of consumer wakes.
+	home inlet.Home
 
 	met     *metrics.StreamingMetrics // nil: no metrics, nothing recorded
 	untrack func()                    // removes activeAnchors from the gauge's sources
@@ -65,7 +69,7 @@ const registryShards = 32
 
 type registryShard struct {
 	mu sync.Mutex
-	m  map[uint64]*anchorState
+	m  map[uint64]*inlet.State
 	_  [40]byte // keep shards on separate cache lines
 }
 
@@ -87,10 +91,12 @@ func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
 func newManager(owner ext.WorkerID, cfg *nodeConfig) *Manager {
 	m := &Manager{owner: owner, res: cfg.res, met: cfg.metrics.Streaming()}
 	for i := range m.shards {
-		m.shards[i].m = make(map[uint64]*anchorState)
+		m.shards[i].m = make(map[uint64]*inlet.State)
 	}
 	m.base = time.Now()
 	m.unattached = deadline.New(deadline.DefaultShards, m.expireUnattached)
+	m.home = inlet.Home{Owner: (*inletOwner)(m), Metrics: m.met, Lifetime: m.res.UnattachedTimeout,
+		Base: m.base, Deadlines: m.unattached}
 	if m.met != nil {
 		m.untrack = m.met.TrackActive(m.activeAnchors)
 	}
@@ -124,7 +130,7 @@ func (m *Manager) shard(localID uint64) *registryShard {
 // read under the shard lock that Close's sweep of the registry takes, so an
 // anchor is either refused or cancelled by Close, never missed. With mpsc,
 // the id carries wire.MPSCBit, in the handle and as the registry key.
-func (m *Manager) register(st *anchorState, mpsc bool) bool {
+func (m *Manager) register(st *inlet.State, mpsc bool) bool {
 	var b [8]byte
 	for {
 		rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
@@ -142,7 +148,7 @@ func (m *Manager) register(st *anchorState, mpsc bool) bool {
 			return false
 		}
 		if _, taken := s.m[id]; !taken {
-			st.handle = wire.AnchorHandle{Hi: uint64(m.owner), Lo: id}
+			st.SetHandle(wire.AnchorHandle{Hi: uint64(m.owner), Lo: id})
 			s.m[id] = st
 			s.mu.Unlock()
 			return true
@@ -151,7 +157,7 @@ func (m *Manager) register(st *anchorState, mpsc bool) bool {
 	}
 }
 
-func (m *Manager) lookup(localID uint64) *anchorState {
+func (m *Manager) lookup(localID uint64) *inlet.State {
 	s := m.shard(localID)
 	s.mu.Lock()
 	st := s.m[localID]
@@ -162,8 +168,8 @@ func (m *Manager) lookup(localID uint64) *anchorState {
 // remove takes st out of the registry, and its unattached deadline out of
 // the queue, so that an ended anchor leaves nothing behind; it is
 // idempotent.
-func (m *Manager) remove(st *anchorState) {
-	id := st.handle.LocalID()
+func (m *Manager) remove(st *inlet.State) {
+	id := st.Handle().LocalID()
 	s := m.shard(id)
 	s.mu.Lock()
 	mine := s.m[id] == st
@@ -173,7 +179,7 @@ func (m *Manager) remove(st *anchorState) {
 	s.mu.Unlock()
 	if mine {
 		m.unattached.Remove(id)
-		if id := st.openerID(); id != (ext.InstanceID{}) {
+		if id := st.Opener(); id != (ext.InstanceID{}) {
 			m.openers.drop(id, st)
 		}
 	}
@@ -252,12 +258,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 		return nil, err
 	}
 	a := &Anchor[T]{decode: decode}
-	a.st.mgr = m
-	a.st.capLim = int32(cfg.capacity)
-	a.st.setLifetime(cfg.unattached)
-	if cfg.opener != (ext.InstanceID{}) {
-		a.st.extraLocked().opener = cfg.opener // before anyone else sees the anchor
-	}
+	a.st.Init(&m.home, cfg.capacity, cfg.unattached, cfg.opener) // before anyone else sees the anchor
 	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed
 	}
@@ -266,7 +267,7 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 	}
 	// Armed after register: the key of the deadline is the local id. No
 	// one else knows the handle yet, so nothing races with this.
-	a.st.arm()
+	a.st.Arm()
 	return a, nil
 }
 
@@ -324,11 +325,11 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 	if st == nil {
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 	}
-	switch st.claimLocal() {
-	case claimEnded:
+	switch st.ClaimLocal() {
+	case inlet.ClaimEnded:
 		// Ended or closed between the lookup and the claim.
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
-	case claimTaken:
+	case inlet.ClaimTaken:
 		return nil, fmt.Errorf("%w: %v", ErrAlreadyAttached, handle)
 	}
 	return newLocalSender(st, encode), nil
@@ -336,4 +337,4 @@ func attachAnchor[T any](ctx context.Context, m *Manager, handle wire.AnchorHand
 
 // consumerWakeCount counts the times a consumer waiting in Next was woken by a
 // frame: divided by the records read, it is the wakes per record.
-func (m *Manager) consumerWakeCount() uint64 { return m.consumerWakes.Load() }
+func (m *Manager) consumerWakeCount() uint64 { return m.home.Wakes() }

@@ -8,11 +8,12 @@ import (
 
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Many producers, one consumer: MPSC anchors.
 //
-// An MPSC anchor is an anchorState, in the same registry and under the same
+// An MPSC anchor is an inlet.State, in the same registry and under the same
 // mutex as an SPSC one: its handle has wire.MPSCBit set, and its registry
 // key carries the bit too, so an SPSC lookup never finds it. Each frame in
 // the inlet is tagged with its producer's SenderID in a ring of ids kept in
@@ -21,9 +22,7 @@ import (
 // SenderID names one producer of an MPSC anchor. The anchor gives ids from
 // 1 up, one per attach, and never gives the same id twice: a producer that
 // detaches and attaches again gets a new one.
-type SenderID uint64
-
-func (id SenderID) String() string { return fmt.Sprintf("SenderID(%d)", uint64(id)) }
+type SenderID = inlet.SenderID
 
 // MPSCKind says what an MPSCFrame carries.
 type MPSCKind uint8
@@ -81,7 +80,7 @@ type MPSCFrame[T any] struct {
 // Next and All are meant for one consumer goroutine; Close and the
 // Controller may be used from any goroutine.
 type MPSCAnchor[T any] struct {
-	a      mpscAnchor
+	a      inlet.MPSC
 	decode func([]byte) (T, error)
 }
 
@@ -114,24 +113,21 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 		return nil, err
 	}
 	an := &MPSCAnchor[T]{decode: decode}
-	st := &an.a.st
-	st.mgr = m
-	st.capLim = int32(cfg.capacity)
-	st.mpsc = &an.a // before setLifetime: an MPSC anchor's default is Forever
-	st.setLifetime(cfg.unattached)
+	an.a.Init(&m.home, cfg.capacity, cfg.unattached)
+	st := an.a.State()
 	if !m.register(st, true) {
 		return nil, ErrManagerClosed
 	}
-	st.arm() // nothing for Forever
+	st.Arm() // nothing for Forever
 	return an, nil
 }
 
 // Handle names the anchor to producers; its IsMPSC reports true.
-func (an *MPSCAnchor[T]) Handle() AnchorHandle { return an.a.st.handle }
+func (an *MPSCAnchor[T]) Handle() AnchorHandle { return an.a.State().Handle() }
 
 // Senders counts the producers attached now.
 func (an *MPSCAnchor[T]) Senders() int {
-	return an.a.producers()
+	return an.a.Producers()
 }
 
 // Next returns the next frame of any producer: an item, a soft error, an
@@ -144,7 +140,7 @@ func (an *MPSCAnchor[T]) Senders() int {
 //
 // For T = []byte the item aliases its frame, which the consumer owns.
 func (an *MPSCAnchor[T]) Next(ctx context.Context) (MPSCFrame[T], error) {
-	id, f, bad, err := an.a.pop(ctx)
+	id, f, bad, err := an.a.Pop(ctx)
 	if err != nil {
 		return MPSCFrame[T]{}, err
 	}
@@ -184,13 +180,13 @@ func (an *MPSCAnchor[T]) All(ctx context.Context) iter.Seq2[MPSCFrame[T], error]
 		for {
 			f, err := an.Next(ctx)
 			if err != nil && isCtxEnd(ctx, err) {
-				an.a.st.cancel(false)
+				an.a.State().Cancel(false)
 				yield(f, err)
 				return
 			}
 			if !yield(f, err) {
 				if err == nil {
-					an.a.st.cancel(false)
+					an.a.State().Cancel(false)
 				}
 				return
 			}
@@ -204,14 +200,14 @@ func (an *MPSCAnchor[T]) All(ctx context.Context) iter.Seq2[MPSCFrame[T], error]
 // Controller returns the handle that stops or cancels this stream from any
 // goroutine. RequestStop closes the Stopped channel of every producer,
 // attached now or later; Cancel ends the stream for all of them.
-func (an *MPSCAnchor[T]) Controller() Controller { return Controller{st: &an.a.st} }
+func (an *MPSCAnchor[T]) Controller() Controller { return Controller{st: an.a.State()} }
 
 // Close cancels the stream if it has not ended, and removes the anchor from
 // its Manager: every producer's Cancelled channel closes, its sends fail
 // with ErrCancelled, and its later Detach or Close is discarded
 // (RetireDiscarded). Close is idempotent and returns nil.
 func (an *MPSCAnchor[T]) Close() error {
-	an.a.st.cancel(true)
+	an.a.State().Cancel(true)
 	return nil
 }
 
@@ -273,10 +269,10 @@ func attachMPSCAnchor[T any](ctx context.Context, m *Manager, handle wire.Anchor
 		return attachMPSCRemote(ctx, m.remote, handle, encode, key)
 	}
 	st := m.lookup(handle.LocalID())
-	if st == nil || st.mpsc == nil {
+	if st == nil || st.MPSC() == nil {
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)
 	}
-	id, err := st.mpsc.attachLocal(ctx)
+	id, err := st.MPSC().AttachLocal(ctx)
 	if errors.Is(err, ErrAnchorNotFound) {
 		// Ended or closed between the lookup and the lock.
 		return nil, fmt.Errorf("%w: %v", ErrAnchorNotFound, handle)

@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // MPSC anchors between workers (mpsc/control.rs of the reference).
@@ -38,31 +39,6 @@ import (
 // its attach request), as the reference does; the closed connection is the
 // backstop if the message is lost. Either way their sends fail with
 // ErrCancelled.
-
-// mpscRemote is one producer of an MPSC anchor on another worker, as its
-// owner sees it. Its fields are guarded by the anchor's st.mu.
-type mpscRemote struct {
-	core senderCore // what the inlet sees as the sender
-	id   SenderID
-	// worker is the producer's, which attached it: only it may detach it.
-	// The SenderID is a counter (its values are the application's and the
-	// reference's), so a co-producer could otherwise name another's.
-	worker ext.WorkerID
-	conn   net.Conn    // nil until the producer connects
-	ctl    *remoteBind // where a stop request goes (_stream_stop); guarded by the anchor's mu
-	feed   *inSlot     // its mux slot, when it came over the mux; guarded by the anchor's mu
-}
-
-// mpscConns closes the connection of every remote producer of an MPSC
-// anchor: it is the anchor's conn, which cancel closes (inlet.go).
-type mpscConns struct{ a *mpscAnchor }
-
-func (mc mpscConns) Close() error {
-	for _, c := range mc.a.remoteConns() {
-		c.Close()
-	}
-	return nil
-}
 
 // registerMPSC adds the three MPSC control handlers of the owner.
 func (r *remote) registerMPSC() error {
@@ -102,10 +78,10 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return refuseMPSCAttach("this node serves streams only over %s", muxWireKey)
 	}
 	st := r.m.lookup(req.Handle.LocalID())
-	if st == nil || st.mpsc == nil {
+	if st == nil || st.MPSC() == nil {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
-	p, ok := st.mpsc.addRemote(c.SenderWorkerID())
+	p, ok := st.MPSC().AddRemote(c.SenderWorkerID())
 	if !ok {
 		return refuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
@@ -113,7 +89,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return r.attachMPSCMux(st, p, c.SenderWorkerID(), req.LaneKey)
 	}
 	ctl := &remoteBind{r: r, producer: c.SenderWorkerID(), streamID: req.CancelHandle.StreamID()} // the sender, not the body's word
-	if st.mpsc.setControl(p, ctl) {
+	if st.MPSC().SetControl(p, ctl) {
 		// A stop made before this producer attached is kept: the producer
 		// registered its sender before it asked, so this cannot come early.
 		ctl.signal(streamStopHandler)
@@ -125,7 +101,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		st.mpsc.endRemote(p, droppedFrame)
+		st.MPSC().EndRemote(p, droppedFrame)
 		return refuseMPSCAttach("node is shutting down")
 	}
 	r.pending[key] = pb
@@ -134,7 +110,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	resp := wire.MPSCAttachResponse{
 		TransportKey:        wire.TCPStreamKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
-		SenderID:            uint64(p.id),
+		SenderID:            uint64(p.ID()),
 		RoutingSessionID:    key.SessionID,
 	}
 	return resp.AppendJSON(nil), nil
@@ -161,9 +137,9 @@ func (r *remote) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	st := pb.st
-	if !st.mpsc.remoteEnded(pb.mpsc) {
-		r.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.id))
-		st.mpsc.endRemote(pb.mpsc, droppedFrame)
+	if !st.MPSC().RemoteEnded(pb.mpsc) {
+		r.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.ID()))
+		st.MPSC().EndRemote(pb.mpsc, droppedFrame)
 	}
 }
 
@@ -175,20 +151,20 @@ func (r *remote) onMPSCDetach(c *messenger.Context) ([]byte, error) {
 		return nil, err
 	}
 	st := r.m.lookup(req.Handle.LocalID())
-	if st == nil || st.mpsc == nil {
+	if st == nil || st.MPSC() == nil {
 		return unitAnswer, nil // gone already: nothing to do, as in the reference
 	}
-	a := st.mpsc
-	p := a.remote(SenderID(req.SenderID))
+	a := st.MPSC()
+	p := a.Remote(SenderID(req.SenderID))
 	if p == nil {
 		return unitAnswer, nil
 	}
-	if p.worker != c.SenderWorkerID() {
+	if p.Worker() != c.SenderWorkerID() {
 		r.strangerSignals.Add(1) // another worker's producer: left alone
 		return unitAnswer, nil
 	}
-	a.endRemote(p, detachedFrame)
-	if conn := a.remoteConn(p); conn != nil {
+	a.EndRemote(p, detachedFrame)
+	if conn := a.RemoteConn(p); conn != nil {
 		conn.Close() // ends its reader; the producer sees the stream cancelled
 	}
 	return unitAnswer, nil
@@ -202,8 +178,8 @@ func (r *remote) onMPSCCancel(c *messenger.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st := r.m.lookup(req.Handle.LocalID()); st != nil && st.mpsc != nil {
-		st.cancel(true)
+	if st := r.m.lookup(req.Handle.LocalID()); st != nil && st.MPSC() != nil {
+		st.Cancel(true)
 	}
 	return unitAnswer, nil
 }
@@ -211,9 +187,9 @@ func (r *remote) onMPSCCancel(c *messenger.Context) ([]byte, error) {
 // serveMPSC reads the connection of remote producer p into the anchor's
 // inlet, each frame tagged with p's SenderID, until p ends. Whatever ends
 // the read ends p alone.
-func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
-	defer a.endRemote(p, droppedFrame) // a no-op after an explicit end
-	if !a.connectRemote(p, c) {
+func (r *remote) serveMPSC(c net.Conn, a *inlet.MPSC, p *inlet.Remote) {
+	defer a.EndRemote(p, droppedFrame) // a no-op after an explicit end
+	if !a.ConnectRemote(p, c) {
 		return // closing the connection tells the producer
 	}
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
@@ -233,7 +209,7 @@ func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
 		}
 		if f.Type != ext.Message || len(f.Header) != 0 {
 			msg := fmt.Sprintf("per-stream frame of type %d with a %d-byte header", f.Type, len(f.Header))
-			a.endRemote(p, wire.AppendErrorFrame(nil, wire.KindTransportError, msg))
+			a.EndRemote(p, wire.AppendErrorFrame(nil, wire.KindTransportError, msg))
 			return
 		}
 		if string(f.Payload) == wire.HeartbeatFrame {
@@ -241,10 +217,10 @@ func (r *remote) serveMPSC(c net.Conn, a *mpscAnchor, p *mpscRemote) {
 			continue
 		}
 		if end := mpscTerminal(f.Payload); end != nil {
-			a.endRemote(p, end)
+			a.EndRemote(p, end)
 			return
 		}
-		if a.push(context.Background(), &p.core, p.id, f.Payload) != nil {
+		if a.Push(context.Background(), p.Sender(), p.ID(), f.Payload) != nil {
 			return // cancelled, or p was ended by _mpsc_anchor_detach
 		}
 		wd.frame()
@@ -270,8 +246,8 @@ func mpscTerminal(p []byte) []byte {
 // fireMPSC ends a silent remote producer as Dropped, for it alone. An
 // MPSC reader neither logs nor counts a watchdog firing, as in the
 // reference: WatchdogFirings and its warning stay SPSC signals.
-func (r *remote) fireMPSC(a *mpscAnchor, p *mpscRemote) {
-	a.endRemote(p, droppedFrame)
+func (r *remote) fireMPSC(a *inlet.MPSC, p *inlet.Remote) {
+	a.EndRemote(p, droppedFrame)
 }
 
 // attachMPSCRemote makes the _mpsc_anchor_attach round trip to the
@@ -347,17 +323,17 @@ func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id 
 // attachMPSCMux binds producer p of an MPSC anchor for the mux: its
 // OpenSlot claims the bind, and its records carry its SenderID at the
 // consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
-func (r *remote) attachMPSCMux(st *anchorState, p *mpscRemote, producer ext.WorkerID, key *uint64) ([]byte, error) {
+func (r *remote) attachMPSCMux(st *inlet.State, p *inlet.Remote, producer ext.WorkerID, key *uint64) ([]byte, error) {
 	session := r.ids.next()
 	lane, ok := r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
-		st.mpsc.endRemote(p, droppedFrame)
+		st.MPSC().EndRemote(p, droppedFrame)
 		return refuseMPSCAttach("node is shutting down")
 	}
 	resp := wire.MPSCAttachResponse{
 		TransportKey:        muxWireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
-		SenderID:            uint64(p.id),
+		SenderID:            uint64(p.ID()),
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.cfg.InitialCredit,
 		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),

@@ -245,9 +245,8 @@ func TestRemoteMPSCChurn(t *testing.T) {
 	if n := waitStreamGoroutines(0); n != 0 {
 		t.Fatalf("%d stream goroutines after the churn", n)
 	}
-	an.a.st.mu.Lock()
-	left, senders := len(an.a.remotes), an.a.senders
-	an.a.st.mu.Unlock()
+	sn := an.a.State().Snapshot()
+	left, senders := sn.Remotes, sn.Producers
 	if left != 0 || senders != 0 {
 		t.Fatalf("after the churn: %d remote entries, %d senders", left, senders)
 	}

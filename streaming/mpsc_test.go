@@ -11,6 +11,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 func newMPSC(t *testing.T, m *Manager, opts ...AnchorOption) *MPSCAnchor[[]byte] {
@@ -237,13 +238,10 @@ func (u *msgpackUint) UnmarshalMsgpack(b []byte) error {
 }
 
 // waitBlocked waits until a sender or an attach waits for room in the inlet.
-func waitBlocked(t *testing.T, st *anchorState) {
+func waitBlocked(t *testing.T, st *inlet.State) {
 	t.Helper()
 	for {
-		st.mu.Lock()
-		w := st.spaceWait != nil
-		st.mu.Unlock()
-		if w {
+		if st.Snapshot().SendWaiting {
 			return
 		}
 		runtime.Gosched()
@@ -263,7 +261,7 @@ func TestMPSCCancelWakesBlockedSenders(t *testing.T) {
 			errs := make(chan error, 2)
 			go func() { errs <- a.Send(ctx, []byte("x")) }()
 			go func() { errs <- b.Send(ctx, []byte("y")) }()
-			waitBlocked(t, &an.a.st)
+			waitBlocked(t, an.a.State())
 			if how == "Close" {
 				an.Close()
 			} else {
@@ -372,10 +370,8 @@ func TestMPSCChurn(t *testing.T) {
 	if items := <-done; items != 1000 {
 		t.Fatalf("%d items", items)
 	}
-	st := &an.a.st
-	st.mu.Lock()
-	qlen, idlen := len(st.q.buf), len(an.a.ids.buf)
-	st.mu.Unlock()
+	sn := an.a.State().Snapshot()
+	qlen, idlen := sn.RingLen, sn.IDRingLen
 	// One producer at a time: at most capacity frames plus its terminal.
 	if qlen > 2*capacity || idlen > 2*capacity {
 		t.Fatalf("inlet grew to %d frames, %d ids", qlen, idlen)
@@ -405,7 +401,7 @@ func TestMPSCChurn(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitBlocked(t, st)
+	waitBlocked(t, an.a.State())
 	nextFrame(t, an) // room for one
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -417,25 +413,19 @@ func TestMPSCUnattachedTimeout(t *testing.T) {
 	m := newTestManager(t)
 	// None by default, whatever the Manager's SPSC default.
 	an := newMPSC(t, m)
-	an.a.st.mu.Lock()
-	armed := an.a.st.armed
-	an.a.st.mu.Unlock()
+	armed := an.a.State().Snapshot().Armed
 	if armed {
 		t.Fatal("an MPSC anchor has an unattached timeout by default")
 	}
 
 	timed := newMPSC(t, m, WithUnattachedTimeout(time.Hour))
 	s := attachMPSC(t, m, timed.Handle())
-	timed.a.st.mu.Lock()
-	armed = timed.a.st.armed
-	timed.a.st.mu.Unlock()
+	armed = timed.a.State().Snapshot().Armed
 	if armed {
 		t.Fatal("armed while a producer is attached")
 	}
 	s.Detach()
-	timed.a.st.mu.Lock()
-	armed = timed.a.st.armed
-	timed.a.st.mu.Unlock()
+	armed = timed.a.State().Snapshot().Armed
 	if !armed {
 		t.Fatal("not armed again after the last producer left")
 	}

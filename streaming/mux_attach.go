@@ -16,6 +16,7 @@ import (
 	"github.com/velo-go/velo/internal/streamx/hook"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Attach negotiation for the mux. A producer with the mux offers messenger-mux-v2 before
@@ -143,20 +144,21 @@ func offersMux(keys []string) bool { return slices.Contains(keys, muxWireKey) }
 
 // attachMux binds st for the mux: the producer's OpenSlot claims it within
 // the accept window. The caller checked st and holds no lock.
-func (r *remote) attachMux(st *anchorState, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	bd, why := st.claimMux(func(bd *muxBind) bool { return r.mux.adopt(bd, producer) })
+func (r *remote) attachMux(st *inlet.State, producer ext.WorkerID, key *uint64) ([]byte, error) {
+	pre, why := st.ClaimMux(func(pre inlet.Prebind) bool { return r.mux.adopt(pre.(*muxBind), producer) })
 	switch {
-	case why == claimEnded:
-		return refuseAttach("anchor %v not found", st.handle)
-	case why == claimTaken:
-		return refuseAttach("anchor %v already attached", st.handle)
-	case bd != nil:
+	case why == inlet.ClaimEnded:
+		return refuseAttach("anchor %v not found", st.Handle())
+	case why == inlet.ClaimTaken:
+		return refuseAttach("anchor %v already attached", st.Handle())
+	case pre != nil:
+		bd := pre.(*muxBind) // the inlet holds only the mux's pre-binds
 		return r.muxAnswer(bd.key.session, bd.lane), nil
 	}
 	session := r.ids.next()
 	lane, ok := r.mux.bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
-		st.unclaimMux()
+		st.UnclaimMux()
 		return refuseAttach("node is shutting down")
 	}
 	return r.muxAnswer(session, lane), nil

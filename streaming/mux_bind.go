@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // bind registers a stream of st for the mux, to be claimed by the OpenSlot
 // of producer peer with session; window is the accept window.
-func (mx *mux) bind(st *anchorState, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
+func (mx *mux) bind(st *inlet.State, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
 	return mx.bindProducer(st, nil, peer, session, window, lanes, key)
 }
 
 // bindProducer is bind for one producer p of an MPSC anchor (nil for an
 // SPSC anchor).
-func (mx *mux) bindProducer(st *anchorState, p *mpscRemote, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
-	bd := &muxBind{st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
-	ok = mx.addBind(bindKey{st.handle.LocalID(), session}, bd, window, lanes, key)
+func (mx *mux) bindProducer(st *inlet.State, p *inlet.Remote, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
+	bd := &muxBind{mx: mx, st: st, mpsc: p, peer: peer, credit: mx.cfg.InitialCredit}
+	ok = mx.addBind(bindKey{st.Handle().LocalID(), session}, bd, window, lanes, key)
 	return bd.lane, ok
 }
 
@@ -106,11 +107,14 @@ func (mx *mux) dropBinds(peer ext.WorkerID) {
 // for the MPSC producer.
 func (bd *muxBind) drop() {
 	if bd.mpsc != nil {
-		bd.st.mpsc.endRemote(bd.mpsc, droppedFrame)
+		bd.st.MPSC().EndRemote(bd.mpsc, droppedFrame)
 		return
 	}
-	bd.st.terminate(&senderCore{st: bd.st}, droppedFrame, false)
+	bd.st.Terminate(inlet.NewSender(bd.st, false), droppedFrame, false)
 }
+
+// Release is unbind, as the inlet.Prebind the inlet keeps.
+func (bd *muxBind) Release() { bd.mx.unbind(bd) }
 
 // unbind takes bd out of the table, if it is still there unclaimed.
 func (mx *mux) unbind(bd *muxBind) {

@@ -318,10 +318,9 @@ func TestMuxConsumerByteWatermark(t *testing.T) {
 	}
 	var in *inSlot
 	waitFor(t, "all 8 records delivered", func() bool {
-		a.st.mu.Lock()
-		defer a.st.mu.Unlock()
-		in = a.st.feed
-		return in != nil && a.st.q.n == 8
+		sn := a.st.Snapshot()
+		in, _ = sn.Feed.(*inSlot)
+		return in != nil && sn.Queued == 8
 	})
 	granted := func() uint32 {
 		in.ip.reconcileDirty()

@@ -13,14 +13,6 @@ import (
 // took is the anchor's pop telling the slot that the consumer took a
 // record: the credit for it may go back. Only the take that lists the
 // slot as dirty rings the sweeper.
-func (s *inSlot) took(n int) {
-	s.buffered.Add(-int64(n))
-	s.drained.Add(1)
-	if s.dirty.CompareAndSwap(false, true) {
-		s.ip.markDirty(s)
-	}
-}
-
 func (ip *ingressPeer) markDirty(s *inSlot) {
 	ip.dirtyMu.Lock()
 	ip.dirty = append(ip.dirty, s)
@@ -80,16 +72,15 @@ func (ip *ingressPeer) reconcileDirty() {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
 	for _, s := range ds {
-		s.dirty.Store(false) // before the swap: a take after it lists the slot again
-		d := s.drained.Swap(0)
+		d := s.TakeDrained() // clears the listing first: a take after it lists the slot again
 		if d == 0 || ip.slotLocked(s.id) != s {
 			continue
 		}
-		if s.buffered.Load() > int64(ip.mx.cfg.SlotByteBudget) {
+		if s.Buffered() > int64(ip.mx.cfg.SlotByteBudget) {
 			// Over the slot's byte watermark: the grant waits, so that
 			// large records cannot pile up to C of them. The consumer's
 			// next take lists the slot again.
-			s.drained.Add(d)
+			s.ReturnDrained(d)
 			continue
 		}
 		s.held += d

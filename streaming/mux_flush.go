@@ -206,8 +206,8 @@ func (b *batcher) owePostedLocked() {
 // retire settles s's retirement under the batcher's lock.
 func (s *outSlot) retire(out RetireOutcome) {
 	s.b.mu.Lock()
-	if s.known() == 0 {
-		s.settleLocked(out)
+	if s.Known() == 0 {
+		s.SettleLocked(out)
 	}
 	s.b.mu.Unlock()
 }

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // The consumer's side of the messenger mux: flow control and credit
@@ -31,12 +31,13 @@ type bindKey struct{ anchor, session uint64 }
 
 // muxBind is a bound stream waiting for its OpenSlot.
 type muxBind struct {
+	mx       *mux
 	key      bindKey
 	prebound bool // minted by PrebindAnchor: any peer's OpenSlot may claim it
 	lane     int  // the lane the receiver chose
-	st       *anchorState
-	mpsc     *mpscRemote  // set for a producer of an MPSC anchor
-	peer     ext.WorkerID // the producer that attached
+	st       *inlet.State
+	mpsc     *inlet.Remote // set for a producer of an MPSC anchor
+	peer     ext.WorkerID  // the producer that attached
 	credit   uint32
 	id       uint64 // its entry in the accept-window queue
 }
@@ -72,25 +73,25 @@ type ingressPeer struct {
 	lastVisit time.Time
 }
 
-// inSlot is one stream from the peer, feeding an anchor.
+// inSlot is one stream from the peer, feeding an anchor. Its Feed is the
+// inlet's view of its credit: the consumer's takes count there.
 type inSlot struct {
+	inlet.Feed
+
 	ip      *ingressPeer
 	id      muxwire.SlotID
-	st      *anchorState
+	st      *inlet.State
 	session uint64
 	nextSeq uint32
 	held    uint32 // data credit the producer holds, as this side counts it
 
-	mpsc         *mpscRemote       // the producer's entry when st is an MPSC anchor
+	mpsc         *inlet.Remote     // the producer's entry when st is an MPSC anchor
 	lane         int               // the lane the receiver chose: where the stream counts
 	hold         map[uint32][]byte // records ahead of their turn, by frame_seq
 	holdData     int               // the records in hold that spend data credit
 	holdTerminal bool              // hold has the slot's terminal
 	holdBytes    int               // the bytes in hold
 	pendingClose *pendingClose     // a TerminalSent that came before records in front of it
-	drained      atomic.Uint32     // records the consumer took since the last reconcile
-	buffered     atomic.Int64      // bytes delivered to the anchor and not yet taken
-	dirty        atomic.Bool
 
 	delivered bool // something arrived since the watchdog's last look
 	misses    int
@@ -155,7 +156,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	ip.live--
 	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
-	s.st.detachFeed(s)
+	s.st.DetachFeed(&s.Feed, s.mpsc)
 	if drop && !s.terminal {
 		s.terminal = true
 		s.end(droppedFrame, false)
@@ -222,6 +223,12 @@ func (ip *ingressPeer) send(rep replies) {
 	}
 }
 
+// The inlet.Slot of the mux.
+func (s *inSlot) Peer() ext.WorkerID { return s.ip.peer }
+func (s *inSlot) MarkDirty()         { s.ip.markDirty(s) }
+func (s *inSlot) RequestStop()       { s.requestStop() }
+func (s *inSlot) ConsumerGone()      { s.consumerGone() }
+
 // requestStop sends the producer a graceful stop (LifecycleSlot).
 func (s *inSlot) requestStop() {
 	if b, err := s.ip.mx.replyBatcher(s.ip.peer, s.ip.lane); err == nil {
@@ -232,19 +239,16 @@ func (s *inSlot) requestStop() {
 // deliver puts a record into the inlet past its limit, tagged with the
 // producer's id for an MPSC anchor. It is false when the consumer is gone.
 func (s *inSlot) deliver(body []byte) bool {
-	if s.mpsc == nil {
-		return s.st.deliver(body)
-	}
-	return s.st.deliverTagged(body, s.mpsc.id)
+	return s.st.Deliver(body, s.mpsc)
 }
 
 // end ends the stream (SPSC) or this producer (MPSC) with a terminal.
 func (s *inSlot) end(frame []byte, detach bool) {
 	if s.mpsc != nil {
-		s.st.mpsc.endRemote(s.mpsc, frame)
+		s.st.MPSC().EndRemote(s.mpsc, frame)
 		return
 	}
-	s.st.terminate(&senderCore{st: s.st}, frame, detach)
+	s.st.Terminate(inlet.NewSender(s.st, false), frame, detach)
 }
 
 // muxSlotHeader names the stream of a staged singleton batch (muxwire.SlotHeader).

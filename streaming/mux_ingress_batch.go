@@ -8,6 +8,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // replies is what one batch makes this side send back to its peer.
@@ -253,7 +254,12 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		return
 	}
 	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit, lane: bd.lane}
-	stop, ok := bd.st.attachFeed(s, bd)
+	s.Feed.Init(s)
+	var pre inlet.Prebind // the ticket's pre-bind, which this OpenSlot claims
+	if bd.prebound {
+		pre = bd
+	}
+	stop, ok := bd.st.AttachFeed(&s.Feed, s.mpsc, bd.credit, pre)
 	if !ok {
 		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
@@ -317,7 +323,7 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 		return
 	}
 	s.held--
-	s.buffered.Add(int64(len(body)))
+	s.AddBuffered(len(body))
 	if !s.deliver(body) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)

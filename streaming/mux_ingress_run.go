@@ -64,7 +64,7 @@ func (ip *ingressPeer) flushRunLocked(rep *replies) {
 	s.nextSeq += uint32(n)
 	s.held -= uint32(n)
 	s.delivered = true
-	s.buffered.Add(int64(r.bytes))
+	s.AddBuffered(r.bytes)
 	if !s.deliverRun(r.bodies) {
 		// The consumer is gone: tell the producer, once. Record by record,
 		// all but the first would have found the slot closed.
@@ -87,11 +87,7 @@ func (ip *ingressPeer) flushRunLocked(rep *replies) {
 func (s *inSlot) deliverRun(bodies [][]byte) bool {
 	var wake chan struct{}
 	var ok bool
-	if s.mpsc != nil {
-		wake, ok = s.st.pushRun(bodies, s.mpsc.id, true)
-	} else {
-		wake, ok = s.st.pushRun(bodies, 0, false)
-	}
+	wake, ok = s.st.DeliverRun(bodies, s.mpsc)
 	if !ok {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -253,13 +254,13 @@ func TestMuxStaleAndBogusControl(t *testing.T) {
 	b.lifecycle(old.id, 100, muxwire.Cancel) // stale: the old slot id
 	b.lifecycle(cur.id, 100, muxwire.Cancel) // stale: the old session on the new slot
 	select {
-	case <-cur.signalCh(sigCancel):
+	case <-cur.signalCh(inlet.SigCancel):
 		t.Fatal("a stale LifecycleSlot cancelled the stream that reuses the slot")
 	default:
 	}
 	b.lifecycle(cur.id, 200, muxwire.Cancel)
 	select {
-	case <-cur.signalCh(sigCancel):
+	case <-cur.signalCh(inlet.SigCancel):
 	default:
 		t.Fatal("the LifecycleSlot of the current session did not cancel")
 	}

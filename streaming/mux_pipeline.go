@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // A pipelined attach: AttachAnchor over the mux without waiting for the
@@ -46,7 +47,7 @@ var attachAnswerTimeout = 30 * time.Second // a var: tests shorten it
 
 // ErrAttachTimeout is what a pipelined attach that got no answer within
 // 30 s reports, from Send, Finalize, Detach and Ready.
-var ErrAttachTimeout = errors.New("velo: the anchor's owner did not answer the attach")
+var ErrAttachTimeout = streamerr.ErrAttachTimeout
 
 // canPipeline says whether an attach to owner may skip the wait.
 func (r *remote) canPipeline(owner ext.InstanceID) bool {

@@ -48,8 +48,7 @@ func learnedAnchor(t *testing.T, cfg MuxConfig) (producer, consumer *remoteNode,
 // (and the owner's reader). release lets them go; it may be called more
 // than once, and runs at the test's end in any case.
 func holdAnswers(t *testing.T, a *Anchor[[]byte]) (release func()) {
-	a.st.mu.Lock()
-	release = sync.OnceFunc(a.st.mu.Unlock)
+	release = sync.OnceFunc(a.st.Hold())
 	t.Cleanup(release)
 	return release
 }

@@ -5,6 +5,7 @@ package streaming
 
 import (
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
@@ -48,7 +49,7 @@ func (s *outSlot) endLocked(why error) {
 	s.qBytes = 0
 	s.b.recycleLocked(s) // its records are dropped: nothing points into them
 	s.b.peerRoomLocked()
-	s.settleLocked(RetireDiscarded)
+	s.SettleLocked(RetireDiscarded)
 	s.b.releaseLocked(s)
 }
 
@@ -125,15 +126,15 @@ func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.Li
 }
 
 // signalCh returns the channel of one kind of signal of s, made on demand.
-func (s *outSlot) signalCh(k signalKind) <-chan struct{} {
+func (s *outSlot) signalCh(k inlet.SignalKind) <-chan struct{} {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	var ch *chan struct{}
 	var fired bool
 	switch k {
-	case sigStop:
+	case inlet.SigStop:
 		ch, fired = &s.stopCh, s.stopped
-	case sigCancel:
+	case inlet.SigCancel:
 		ch, fired = &s.cancelCh, s.cancelled
 	default:
 		ch, fired = &s.doneCh, s.why != nil
@@ -148,10 +149,10 @@ func (s *outSlot) signalCh(k signalKind) <-chan struct{} {
 }
 
 func (s *outSlot) retiredCh() <-chan struct{} {
-	if s.known() != 0 {
-		return closedFor(&s.retirement)
+	if s.Known() != 0 {
+		return s.retirement.Closed()
 	}
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	return s.watchLocked()
+	return s.WatchLocked()
 }

@@ -216,7 +216,7 @@ func (s *outSlot) terminate(frame []byte, wait bool) error {
 	}
 	s.life.end()
 	if s.cancelled || s.life.closed() {
-		s.settleLocked(RetireDiscarded)
+		s.SettleLocked(RetireDiscarded)
 		b.mu.Unlock()
 		return s.endErr()
 	}

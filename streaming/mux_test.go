@@ -10,6 +10,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // Tests of the messenger mux: two nodes in one process over loopback TCP,
@@ -136,10 +137,8 @@ func TestMuxStreamFinalize(t *testing.T) {
 }
 
 // queued is how many records wait in the anchor's inlet.
-func queued(st *anchorState) int {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.q.n
+func queued(st *inlet.State) int {
+	return st.Snapshot().Queued
 }
 
 // slotState reads the producer side of a mux slot under its lock.

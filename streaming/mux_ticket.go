@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +9,8 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // Zero-RTT stream setup (docs/mux.md, "Zero-RTT setup: tickets").
@@ -45,11 +46,11 @@ type StreamOpenTicket = wire.StreamOpenTicket
 // mux on this node, an MPSC anchor, another node's handle, an anchor
 // already attached or pre-bound, or one that is gone. The stream can still
 // attach the ordinary way.
-var ErrNoPrebind = errors.New("velo: cannot pre-bind this anchor")
+var ErrNoPrebind = streamerr.ErrNoPrebind
 
 // ErrTicketOnOwner is returned by OpenAnchorStream on the node that minted
 // the ticket: a same-worker producer attaches with AttachAnchor.
-var ErrTicketOnOwner = errors.New("velo: a stream open ticket is for a producer on another node")
+var ErrTicketOnOwner = streamerr.ErrTicketOnOwner
 
 // PrebindAnchor binds a mux slot for the anchor that handle names and
 // returns the ticket that opens it. See ErrNoPrebind for when it cannot.
@@ -81,15 +82,15 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 	}
 	r := m.remote
 	session := r.ids.next()
-	bd := &muxBind{st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
-	switch st.claimPrebind(bd) {
-	case claimEnded:
+	bd := &muxBind{mx: r.mux, st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
+	switch st.ClaimPrebind(bd) {
+	case inlet.ClaimEnded:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
-	case claimTaken:
+	case inlet.ClaimTaken:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
 	}
 	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
-		st.unclaimPrebind()
+		st.UnclaimPrebind()
 		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
 	}
 	return StreamOpenTicket{

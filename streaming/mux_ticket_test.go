@@ -219,9 +219,7 @@ func TestMuxTicketStopAndCancel(t *testing.T) {
 	b, _ := CreateAnchor[[]byte](consumer.sm)
 	idle := openTicket(t, producer, b, mustPrebind(t, consumer.sm, b))
 	waitFor(t, "the OpenSlot to arrive", func() bool {
-		b.st.mu.Lock()
-		defer b.st.mu.Unlock()
-		return b.st.feed != nil
+		return b.st.Snapshot().Feed != nil
 	})
 	b.Close()
 	cancelledWithin(t, idle, "consumer close")

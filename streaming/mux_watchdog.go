@@ -43,7 +43,7 @@ type watchdogFiring struct {
 // firingLocked reads what the warning needs from s. The caller holds the
 // ingress table's lock (the anchor's lock nests in it).
 func (s *inSlot) firingLocked(window time.Duration) *watchdogFiring {
-	return &watchdogFiring{localID: s.st.handle.LocalID(), bufferLen: s.st.depth(), arrivals: s.nextSeq, window: window}
+	return &watchdogFiring{localID: s.st.Handle().LocalID(), bufferLen: s.st.Depth(), arrivals: s.nextSeq, window: window}
 }
 
 // logFiring writes the warning.

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // An anchor may name the instance expected to open it (ExpectOpener): the
@@ -27,24 +28,24 @@ func ExpectOpener(id ext.InstanceID) AnchorOption {
 // openers indexes the anchors that name an opener, by that opener.
 type openers struct {
 	mu sync.Mutex
-	m  map[ext.InstanceID]map[*anchorState]struct{}
+	m  map[ext.InstanceID]map[*inlet.State]struct{}
 }
 
-func (o *openers) add(id ext.InstanceID, st *anchorState) {
+func (o *openers) add(id ext.InstanceID, st *inlet.State) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil {
-		o.m = make(map[ext.InstanceID]map[*anchorState]struct{})
+		o.m = make(map[ext.InstanceID]map[*inlet.State]struct{})
 	}
 	set := o.m[id]
 	if set == nil {
-		set = make(map[*anchorState]struct{})
+		set = make(map[*inlet.State]struct{})
 		o.m[id] = set
 	}
 	set[st] = struct{}{}
 }
 
-func (o *openers) drop(id ext.InstanceID, st *anchorState) {
+func (o *openers) drop(id ext.InstanceID, st *inlet.State) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if set := o.m[id]; set != nil {
@@ -56,12 +57,12 @@ func (o *openers) drop(id ext.InstanceID, st *anchorState) {
 }
 
 // take removes and returns the anchors that wait for id.
-func (o *openers) take(id ext.InstanceID) []*anchorState {
+func (o *openers) take(id ext.InstanceID) []*inlet.State {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	set := o.m[id]
 	delete(o.m, id)
-	out := make([]*anchorState, 0, len(set))
+	out := make([]*inlet.State, 0, len(set))
 	for st := range set {
 		out = append(out, st)
 	}
@@ -72,9 +73,9 @@ func (o *openers) take(id ext.InstanceID) []*anchorState {
 // the lost instance id.
 func (m *Manager) openerLost(id ext.InstanceID) {
 	for _, st := range m.openers.take(id) {
-		if st.openerLost() {
+		if st.OpenerLost() {
 			m.remote.log.Warn("velo: stream anchor ended: the instance expected to open it was lost",
-				"anchor", st.handle, "opener", id)
+				"anchor", st.Handle(), "opener", id)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // producer is what a Sender and an MPSCSender share: every method of a
@@ -83,23 +84,23 @@ func (s *producer[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
 
 // Outcome is the RetireOutcome of the producer's output once Retired has
 // closed, and 0 before.
-func (s *producer[T]) Outcome() RetireOutcome { return s.sink.known() }
+func (s *producer[T]) Outcome() RetireOutcome { return s.sink.Known() }
 
 // Stopped closes when the consumer asks for a graceful stop
 // (Controller.RequestStop), and only then. The producer may send its last
 // items and end. A producer on another worker hears of it by _stream_stop.
-func (s *producer[T]) Stopped() <-chan struct{} { return s.sink.signalCh(sigStop) }
+func (s *producer[T]) Stopped() <-chan struct{} { return s.sink.signalCh(inlet.SigStop) }
 
 // Cancelled closes when the consumer cancels (Controller.Cancel,
 // Anchor.Close, or leaving an Anchor.All loop early) or is lost (its
 // connection or node went). Sends then fail with ErrCancelled; nothing
 // more is read.
-func (s *producer[T]) Cancelled() <-chan struct{} { return s.sink.signalCh(sigCancel) }
+func (s *producer[T]) Cancelled() <-chan struct{} { return s.sink.signalCh(inlet.SigCancel) }
 
 // Done closes on the first of Stopped and Cancelled: the consumer wants no
 // more than the producer's last items. Context().Err and context.Cause
 // say which.
-func (s *producer[T]) Done() <-chan struct{} { return s.sink.signalCh(sigDone) }
+func (s *producer[T]) Done() <-chan struct{} { return s.sink.signalCh(inlet.SigDone) }
 
 // Context returns a context that is done when the consumer stops, cancels
 // or is lost, or when this producer ends. Its context.Cause is

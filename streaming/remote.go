@@ -19,6 +19,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -143,10 +144,10 @@ type remote struct {
 // pendingBind is a stream that _anchor_attach bound and whose connection
 // has not arrived.
 type pendingBind struct {
-	st    *anchorState
+	st    *inlet.State
 	bind  *remoteBind
 	timer *time.Timer
-	mpsc  *mpscRemote // set for a producer of an MPSC anchor (mpsc_remote.go)
+	mpsc  *inlet.Remote // set for a producer of an MPSC anchor (mpsc_remote.go)
 }
 
 // NewNodeManager returns the Manager of msg's node, able to stream to and
@@ -376,7 +377,7 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	if r.ln == nil {
 		return refuseAttach("this node serves streams only over %s", muxWireKey)
 	}
-	if st.releasePrebind() {
+	if st.ReleasePrebind() {
 		// The pre-bound key is the mux, which this producer does not
 		// offer: the pre-bind goes back and the attach is refused.
 		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, muxWireKey)
@@ -387,15 +388,15 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	// The producer is the worker the connection speaks for, not the one
 	// the body's cancel handle names.
 	b := &remoteBind{r: r, key: key, producer: c.SenderWorkerID(),
-		streamID: req.CancelHandle.StreamID(), proxy: &senderCore{st: st, pump: true}}
+		streamID: req.CancelHandle.StreamID(), proxy: inlet.NewSender(st, true)}
 	// A stop or cancel made before this attach is sent now; the producer
 	// registered its sender before it asked, so the message cannot come
 	// too early.
-	stop, cancel, why := st.claimRemote(b)
+	stop, cancel, why := st.ClaimRemote(b)
 	switch why {
-	case claimEnded:
+	case inlet.ClaimEnded:
 		return refuseAttach("anchor %v not found", req.Handle)
-	case claimTaken:
+	case inlet.ClaimTaken:
 		return refuseAttach("anchor %v already attached", req.Handle)
 	}
 	pb := &pendingBind{st: st, bind: b}
@@ -403,7 +404,7 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		st.unclaimRemote(b)
+		st.UnclaimRemote(b)
 		return refuseAttach("node is shutting down")
 	}
 	r.pending[key] = pb
@@ -436,7 +437,7 @@ func (r *remote) expire(key wire.TCPPreamble, pb *pendingBind) {
 	delete(r.pending, key)
 	r.mu.Unlock()
 	r.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
-	pb.st.dropBind(pb.bind)
+	pb.st.DropBind(pb.bind)
 }
 
 func (r *remote) acceptLoop() {
@@ -488,13 +489,13 @@ func (r *remote) serve(c net.Conn) {
 	}
 	pb.timer.Stop()
 	if pb.mpsc != nil {
-		r.serveMPSC(c, pb.st.mpsc, pb.mpsc)
+		r.serveMPSC(c, pb.st.MPSC(), pb.mpsc)
 		return
 	}
 	st, b := pb.st, pb.bind
 	// Cancelled before the producer connected, or ended by a control
 	// message: closing the connection is how the producer hears of it.
-	gone, cancelled := st.connectBind(b, c)
+	gone, cancelled := st.ConnectBind(b, c)
 	if gone {
 		if cancelled {
 			// Again, now that the producer is connected: a Rust producer
@@ -508,7 +509,7 @@ func (r *remote) serve(c net.Conn) {
 		}
 		return
 	}
-	defer st.clearBind(b)
+	defer st.ClearBind(b)
 	proxy := b.proxy
 	fr := frame.NewReader(c, wire.MaxTCPFrame)
 	defer fr.Close()
@@ -526,12 +527,12 @@ func (r *remote) serve(c net.Conn) {
 			// The connection ended without a terminal frame: the
 			// producer's node died or cut it. Tell the consumer now,
 			// behind the items already in the inlet.
-			st.terminate(proxy, droppedFrame, false)
+			st.Terminate(proxy, droppedFrame, false)
 			return
 		}
 		if f.Type != ext.Message || len(f.Header) != 0 {
 			msg := fmt.Sprintf("per-stream frame of type %d with a %d-byte header", f.Type, len(f.Header))
-			st.terminate(proxy, wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
+			st.Terminate(proxy, wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
 			return
 		}
 		p := f.Payload
@@ -540,20 +541,20 @@ func (r *remote) serve(c net.Conn) {
 			wd.frame() // never handed on: the consumer does not see it
 			continue
 		case wire.FinalizedFrame:
-			st.terminate(proxy, finalizedFrame, false)
+			st.Terminate(proxy, finalizedFrame, false)
 			return
 		case wire.DroppedFrame:
-			st.terminate(proxy, droppedFrame, false)
+			st.Terminate(proxy, droppedFrame, false)
 			return
 		case wire.DetachedFrame:
-			st.terminate(proxy, detachedFrame, true)
+			st.Terminate(proxy, detachedFrame, true)
 			return
 		}
 		if len(p) > 0 && p[0] == 0x81 && len(p) > 2 && p[1] == 0xae { // {"TransportError": …}
-			st.terminate(proxy, p, false)
+			st.Terminate(proxy, p, false)
 			return
 		}
-		if err := st.push(context.Background(), proxy, p); err != nil {
+		if err := st.Push(context.Background(), proxy, p); err != nil {
 			// Cancelled or ended on the consumer's side: closing the
 			// connection tells the producer.
 			return

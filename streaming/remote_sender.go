@@ -304,22 +304,22 @@ func (rs *remoteSender) retire(out RetireOutcome) {
 	// Out of the registry first: whoever sees the outcome finds no entry.
 	rs.r.dropSender(rs)
 	rs.mu.Lock()
-	if rs.known() != 0 {
+	if rs.Known() != 0 {
 		rs.mu.Unlock()
 		return
 	}
-	rs.settleLocked(out)
+	rs.SettleLocked(out)
 	rs.mu.Unlock()
 }
 
 // retiredCh takes the lock only while the outcome is unknown.
 func (rs *remoteSender) retiredCh() <-chan struct{} {
-	if rs.known() != 0 {
-		return closedFor(&rs.retirement)
+	if rs.Known() != 0 {
+		return rs.retirement.Closed()
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.watchLocked()
+	return rs.WatchLocked()
 }
 
 // fail marks the stream cancelled, with why as the cause Sender.Context

@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // Forever, as an unattached timeout, makes an anchor wait for a producer
@@ -76,10 +77,10 @@ func WithUnattachedTimeout(d time.Duration) AnchorOption {
 // ErrUnattachedTimeout ends the stream of an anchor that no producer
 // attached to within its unattached timeout. The anchor is then gone from
 // its Manager: an attach gets ErrAnchorNotFound.
-var ErrUnattachedTimeout = errors.New("velo: stream anchor unattached timeout")
+var ErrUnattachedTimeout = streamerr.ErrUnattachedTimeout
 
 // ErrManagerClosed is returned by CreateAnchor after Manager.Close.
-var ErrManagerClosed = errors.New("velo: stream manager closed")
+var ErrManagerClosed = streamerr.ErrManagerClosed
 
 // defaultRenewTimeout bounds a RenewReservations call that renews on
 // other workers; RenewReservationsContext takes the caller's deadline.
@@ -155,10 +156,10 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	if st == nil {
 		return
 	}
-	if bd := st.renew(); bd != nil {
+	if bd := st.Renew(); bd != nil {
 		// A pre-bound anchor waits on its bind's accept window, which
 		// renewal extends while no OpenSlot has claimed it.
-		m.remote.mux.renewBind(bd, m.remote.muxAcceptWindow())
+		m.remote.mux.renewBind(bd.(*muxBind), m.remote.muxAcceptWindow())
 	}
 }
 
@@ -171,7 +172,7 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 func (m *Manager) Close() error {
 	m.closed.Store(true)
 	m.unattached.Close()
-	var live []*anchorState
+	var live []*inlet.State
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -181,7 +182,7 @@ func (m *Manager) Close() error {
 		s.mu.Unlock()
 	}
 	for _, st := range live {
-		st.cancel(true)
+		st.Cancel(true)
 	}
 	m.stopRemote()
 	if m.untrack != nil {
@@ -189,9 +190,6 @@ func (m *Manager) Close() error {
 	}
 	return nil
 }
-
-// now is the time in the unit of anchorState.deadline.
-func (m *Manager) now() int64 { return int64(time.Since(m.base)) }
 
 // expireUnattached is the queue's onExpire, on the sweeper goroutine. The
 // entry may be stale: the anchor attached, or attached and detached (a new
@@ -204,7 +202,7 @@ func (m *Manager) expireUnattached(id uint64) {
 	if st == nil {
 		return
 	}
-	st.expireIfDue()
+	st.ExpireIfDue()
 }
 
 // countExpired counts one anchor ended by its unattached deadline.

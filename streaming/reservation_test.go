@@ -14,6 +14,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // nextWithin reads the next frame, failing the test if nothing comes in d.
@@ -28,10 +29,9 @@ func nextWithin[T any](t *testing.T, a *Anchor[T], d time.Duration) error {
 	return err
 }
 
-func armed(st *anchorState) (bool, int64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.armed, st.deadline
+func armed(st *inlet.State) (bool, int64) {
+	sn := st.Snapshot()
+	return sn.Armed, sn.Deadline
 }
 
 // An anchor that no producer attaches to ends with ErrUnattachedTimeout,

@@ -3,6 +3,8 @@ package streaming
 import (
 	"context"
 	"sync"
+
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // A producer's signals. The three channels of a Sender (and of an
@@ -19,10 +21,10 @@ import (
 // closes Cancelled and Done only (a stop of an ended stream is no stop).
 
 // signaller is the producer's side of one path: the same worker
-// (localSink, through its anchorState), the per-stream connection
+// (localSink, through its inlet.State), the per-stream connection
 // (remoteSender) or the mux (outSlot).
 type signaller interface {
-	signalCh(k signalKind) <-chan struct{}
+	signalCh(k inlet.SignalKind) <-chan struct{}
 	cause() error // the first signal's cause, nil before
 	// watchFire runs fn with the cause at the first signal (under the
 	// path's lock: fn must not block), or returns the cause if a signal

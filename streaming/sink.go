@@ -37,7 +37,7 @@ type sink interface {
 	// retiredCh closes once the producer's output has an outcome, which
 	// known then gives (0 before).
 	retiredCh() <-chan struct{}
-	known() RetireOutcome
+	Known() RetireOutcome
 
 	// anchorHandle names the anchor the producer is attached to.
 	anchorHandle() AnchorHandle

@@ -4,13 +4,14 @@ import (
 	"context"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // localSink is the sink of a producer on the anchor's own worker: its
 // frames go straight into the anchor's inlet, under the anchor's lock. The
-// senderCore is what the inlet reads of the producer.
+// inlet.Sender is what the inlet reads of the producer.
 type localSink struct {
-	senderCore
+	inlet.Sender
 }
 
 // localMPSCSink is localSink for one producer of an MPSC anchor: each of
@@ -30,9 +31,9 @@ type localSender[T any] struct {
 
 // newLocalSender returns the Sender of a producer attached to st on this
 // worker. The caller has marked st attached.
-func newLocalSender[T any](st *anchorState, encode func(T) ([]byte, error)) *Sender[T] {
+func newLocalSender[T any](st *inlet.State, encode func(T) ([]byte, error)) *Sender[T] {
 	ls := &localSender[T]{}
-	ls.in.st = st
+	ls.in.Init(st, false)
 	ls.Sender.encode = encode
 	ls.Sender.sink = &ls.in
 	return &ls.Sender
@@ -46,21 +47,22 @@ type localMPSCSender[T any] struct {
 
 // newLocalMPSCSender returns the MPSCSender of producer id, attached to the
 // MPSC anchor st on this worker.
-func newLocalMPSCSender[T any](st *anchorState, id SenderID, encode func(T) ([]byte, error)) *MPSCSender[T] {
+func newLocalMPSCSender[T any](st *inlet.State, id SenderID, encode func(T) ([]byte, error)) *MPSCSender[T] {
 	ls := &localMPSCSender[T]{}
-	ls.in.st, ls.in.id = st, id
+	ls.in.Init(st, false)
+	ls.in.id = id
 	ls.MPSCSender.id = id
 	ls.MPSCSender.encode = encode
 	ls.MPSCSender.sink = &ls.in
 	return &ls.MPSCSender
 }
 
-func (s *localSink) signalCh(k signalKind) <-chan struct{} { return s.st.signal(k) }
-func (s *localSink) cause() error                          { return s.st.cause() }
-func (s *localSink) watchFire(fn func(error)) error        { return s.st.watchFire(fn) }
+func (s *localSink) signalCh(k inlet.SignalKind) <-chan struct{} { return s.State().Signal(k) }
+func (s *localSink) cause() error                                { return s.State().Cause() }
+func (s *localSink) watchFire(fn func(error)) error              { return s.State().WatchFire(fn) }
 
 func (s *localSink) push(ctx context.Context, frame []byte) error {
-	return s.st.push(ctx, &s.senderCore, frame)
+	return s.State().Push(ctx, &s.Sender, frame)
 }
 
 // pushBytes makes the frame: the inlet keeps frames, not payloads.
@@ -69,25 +71,17 @@ func (s *localSink) pushBytes(ctx context.Context, payload []byte) error {
 }
 
 func (s *localSink) finish(frame []byte, detach bool) error {
-	_, err := s.st.terminate(&s.senderCore, frame, detach)
+	_, err := s.State().Terminate(&s.Sender, frame, detach)
 	return err
 }
 
-// retiredCh takes the anchor's lock only while the outcome is unknown:
-// after the end, the common case, it is a load.
-func (s *localSink) retiredCh() <-chan struct{} {
-	if s.known() != 0 {
-		return closedFor(&s.retirement)
-	}
-	s.st.mu.Lock()
-	defer s.st.mu.Unlock()
-	return s.watchLocked()
-}
+// retiredCh takes the anchor's lock only while the outcome is unknown.
+func (s *localSink) retiredCh() <-chan struct{} { return s.RetiredCh() }
 
-func (s *localSink) anchorHandle() AnchorHandle { return s.st.handle }
+func (s *localSink) anchorHandle() AnchorHandle { return s.State().Handle() }
 
 func (s *localSink) opsManager() (*Manager, metrics.StreamScheme) {
-	return s.st.mgr, metrics.SchemeLocal
+	return managerOf(s.State()), metrics.SchemeLocal
 }
 
 // transport is "": no transport is involved on the same worker.
@@ -97,7 +91,7 @@ func (s *localSink) transport() string { return "" }
 func (s *localSink) ready(context.Context) error { return nil }
 
 func (s *localMPSCSink) push(ctx context.Context, frame []byte) error {
-	return s.st.mpsc.push(ctx, &s.senderCore, s.id, frame)
+	return s.State().MPSC().Push(ctx, &s.Sender, s.id, frame)
 }
 
 func (s *localMPSCSink) pushBytes(ctx context.Context, payload []byte) error {
@@ -107,6 +101,6 @@ func (s *localMPSCSink) pushBytes(ctx context.Context, payload []byte) error {
 // finish ignores detach: an MPSC producer's Detached and Dropped frames
 // both leave the stream open, and the anchor counts either as a departure.
 func (s *localMPSCSink) finish(frame []byte, _ bool) error {
-	_, err := s.st.mpsc.terminate(&s.senderCore, s.id, frame)
+	_, err := s.State().MPSC().Terminate(&s.Sender, s.id, frame)
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // outSlot is the sink of the mux path, for an SPSC Sender and an MPSC
@@ -15,7 +16,7 @@ import (
 // for the answer to a pipelined attach, so that they report its refusal
 // (an MPSC attach is never pipelined, so it does not wait either).
 func (s *outSlot) finish(frame []byte, _ bool) error {
-	return s.terminate(frame, !isSame(frame, droppedFrame))
+	return s.terminate(frame, !inlet.SameFrame(frame, droppedFrame))
 }
 
 func (s *outSlot) anchorHandle() AnchorHandle { return s.handle }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 // remoteSender is the sink of the per-stream TCP path, for an SPSC Sender
@@ -30,11 +31,11 @@ func (rs *remoteSender) transport() string { return rs.key }
 // ready is nil: the per-stream attach waits for its answer.
 func (rs *remoteSender) ready(context.Context) error { return nil }
 
-func (rs *remoteSender) signalCh(k signalKind) <-chan struct{} {
+func (rs *remoteSender) signalCh(k inlet.SignalKind) <-chan struct{} {
 	switch k {
-	case sigStop:
+	case inlet.SigStop:
 		return rs.stopCh
-	case sigCancel:
+	case inlet.SigCancel:
 		return rs.cancelCh
 	}
 	return rs.doneCh

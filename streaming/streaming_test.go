@@ -12,6 +12,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
 const testOwner = ext.WorkerID(0x1122334455667788)
@@ -86,10 +87,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // sendBlocked reports whether a Send waits for room in st's inlet.
-func sendBlocked(st *anchorState) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.spaceWait != nil
+func sendBlocked(st *inlet.State) bool {
+	return st.Snapshot().SendWaiting
 }
 
 func TestHandleIsOwnedAndRandom(t *testing.T) {
@@ -519,9 +518,7 @@ func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
 				t.Fatalf("retired %v, want Sent", out)
 			}
 		}
-		a.st.mu.Lock()
-		n := a.st.q.n
-		a.st.mu.Unlock()
+		n := a.st.Snapshot().Queued
 		if want := map[bool]int{false: 2, true: 0}[cancelled]; n != want {
 			t.Fatalf("cancelled=%v: %d frames in the inlet after 1,000 detaches, want %d", cancelled, n, want)
 		}
@@ -535,10 +532,8 @@ func TestDetachLoopDoesNotGrowInlet(t *testing.T) {
 }
 
 // dataBlocked reports whether a Next waits for a frame.
-func dataBlocked(st *anchorState) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.dataWait != nil
+func dataBlocked(st *inlet.State) bool {
+	return st.Snapshot().ConsumerWaiting
 }
 
 // A Next that waits is woken by a send, and by a cancel from another

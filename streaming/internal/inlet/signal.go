@@ -1,4 +1,4 @@
-package streaming
+package inlet
 
 // The consumer's signals to its producers, as the inlet keeps them: a stop
 // and a cancel, the channels a producer waits on (made on demand), the
@@ -11,41 +11,42 @@ import (
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// requestStop fires the stop signal, now or for a producer that attaches
+// RequestStop fires the stop signal, now or for a producer that attaches
 // later. After a cancel it does nothing: the stream is over, and Stopped
 // means a stop of a live stream only.
-func (st *anchorState) requestStop() {
+func (st *State) RequestStop() {
 	st.mu.Lock()
 	if st.cancelled {
 		st.mu.Unlock()
 		return
 	}
 	first := st.stopLocked()
-	b, feed := st.bind, st.feed
-	var remotes []*remoteBind
-	var feeds []*inSlot
+	b, feed := st.bindLocked(), st.feed
+	var remotes []Signaler
+	var feeds []*Feed
 	if first && st.mpsc != nil {
 		remotes, feeds = st.mpsc.remoteControls(), st.mpsc.remoteFeeds()
 	}
 	st.mu.Unlock()
 	if first && b != nil {
-		b.signal(streamStopHandler)
+		b.Signal(wire.StreamStopHandler)
 	}
 	for _, rb := range remotes {
-		rb.signal(streamStopHandler)
+		rb.Signal(wire.StreamStopHandler)
 	}
 	if first && feed != nil {
-		feed.requestStop()
+		feed.slot.RequestStop()
 	}
 	for _, f := range feeds { // MPSC producers over the mux
-		f.requestStop()
+		f.slot.RequestStop()
 	}
 }
 
 // stopLocked fires the stop signal and reports whether it was the first.
-func (st *anchorState) stopLocked() bool {
+func (st *State) stopLocked() bool {
 	if st.stopReq {
 		return false
 	}
@@ -61,7 +62,7 @@ func (st *anchorState) stopLocked() bool {
 
 // closeDoneLocked closes the Done channel and ends the producers'
 // contexts: the first stop or cancel, whose cause causeLocked then says.
-func (st *anchorState) closeDoneLocked() {
+func (st *State) closeDoneLocked() {
 	x := st.extra
 	if x == nil {
 		return
@@ -76,27 +77,48 @@ func (st *anchorState) closeDoneLocked() {
 	x.onFire = nil
 }
 
-// anchorExtra holds the fields of an anchor that most streams never use,
-// out of line: every unattached anchor pays for anchorState, whose size
-// class (192 bytes with the Anchor's decoder) the heap bound test in
-// reservation_test.go holds. Each field here moved out of anchorState
+// extra holds the fields of an anchor that most streams never use,
+// out of line: every unattached anchor pays for State, whose size
+// class (192 bytes with the Anchor's decoder) streaming's
+// TestAnchorFitsItsSizeClass holds. Each field here moved out of State
 // because an unwatched, unattached anchor never sets it.
-type anchorExtra struct {
+type extra struct {
 	stopCh   chan struct{}  // made on demand; closed by RequestStop only
 	cancelCh chan struct{}  // made on demand; closed by cancel
 	doneCh   chan struct{}  // made on demand; closed by the first stop or cancel
 	onFire   []func(error)  // Sender.Context's cancels, run by the first stop or cancel
 	opener   ext.InstanceID // the instance expected to open it (ExpectOpener); zero: none
 	// prebind is the mux bind PrebindAnchor made, until an OpenSlot
-	// claims it or something releases it (mux_ticket.go).
-	prebind *muxBind
+	// claims it or something releases it (streaming's mux_ticket.go).
+	prebind Prebind
+	// bind is the per-stream producer bound by _anchor_attach (bindLocked).
+	bind Bind
 	// lifetime is the length of one unattached window when it is not
 	// the default (lifetimeLocked); zero: the default.
 	lifetime time.Duration
 }
 
+// bindLocked is the per-stream producer bound by _anchor_attach, or nil:
+// a stop or cancel is sent to it as a message, and its connection is
+// closed as the backstop. It lives in extra: most anchors never have one.
+// The caller holds mu.
+func (st *State) bindLocked() Bind {
+	if st.extra == nil {
+		return nil
+	}
+	return st.extra.bind
+}
+
+// setBindLocked sets (or, with nil, clears) the bind. The caller holds mu.
+func (st *State) setBindLocked(b Bind) {
+	if b == nil && st.extra == nil {
+		return
+	}
+	st.extraLocked().bind = b
+}
+
 // prebindLocked is the unclaimed mux pre-bind, or nil. The caller holds mu.
-func (st *anchorState) prebindLocked() *muxBind {
+func (st *State) prebindLocked() Prebind {
 	if st.extra == nil {
 		return nil
 	}
@@ -105,7 +127,7 @@ func (st *anchorState) prebindLocked() *muxBind {
 
 // setPrebindLocked sets (or, with nil, clears) the mux pre-bind. The
 // caller holds mu.
-func (st *anchorState) setPrebindLocked(bd *muxBind) {
+func (st *State) setPrebindLocked(bd Prebind) {
 	if bd == nil && st.extra == nil {
 		return
 	}
@@ -114,23 +136,23 @@ func (st *anchorState) setPrebindLocked(bd *muxBind) {
 
 // defaultLifetime is the unattached window an anchor has without
 // WithUnattachedTimeout: the Manager's, or Forever for an MPSC anchor.
-func (st *anchorState) defaultLifetime() time.Duration {
+func (st *State) defaultLifetime() time.Duration {
 	if st.mpsc != nil {
 		return Forever
 	}
-	return st.mgr.res.UnattachedTimeout
+	return st.home.Lifetime
 }
 
 // setLifetime sets the length of one unattached window, before anyone
 // else sees the anchor; only a length other than the default takes room.
-func (st *anchorState) setLifetime(d time.Duration) {
+func (st *State) setLifetime(d time.Duration) {
 	if d != st.defaultLifetime() {
 		st.extraLocked().lifetime = d
 	}
 }
 
 // lifetimeLocked is the length of one unattached window.
-func (st *anchorState) lifetimeLocked() time.Duration {
+func (st *State) lifetimeLocked() time.Duration {
 	if x := st.extra; x != nil && x.lifetime != 0 {
 		return x.lifetime
 	}
@@ -138,25 +160,25 @@ func (st *anchorState) lifetimeLocked() time.Duration {
 }
 
 // extraLocked returns st.extra, made if needed.
-func (st *anchorState) extraLocked() *anchorExtra {
+func (st *State) extraLocked() *extra {
 	if st.extra == nil {
-		st.extra = new(anchorExtra)
+		st.extra = new(extra)
 	}
 	return st.extra
 }
 
-// openerID is the instance named by ExpectOpener, or zero. It is set
+// Opener is the instance named by ExpectOpener, or zero. It is set
 // before the anchor is registered and never changes.
-func (st *anchorState) openerID() ext.InstanceID {
+func (st *State) Opener() ext.InstanceID {
 	if st.extra == nil {
 		return ext.InstanceID{}
 	}
 	return st.extra.opener
 }
 
-// watchFire runs fn with the cause at the first signal, or returns the
+// WatchFire runs fn with the cause at the first signal, or returns the
 // cause if a signal has fired already (fn is then not kept).
-func (st *anchorState) watchFire(fn func(error)) error {
+func (st *State) WatchFire(fn func(error)) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if why := st.causeLocked(); why != nil {
@@ -169,22 +191,22 @@ func (st *anchorState) watchFire(fn func(error)) error {
 
 // causeLocked is why the producer's signals fired, or nil: the first of a
 // stop (ErrStopRequested) and a cancel (ErrCancelled).
-func (st *anchorState) causeLocked() error {
+func (st *State) causeLocked() error {
 	switch {
 	case st.stopReq:
-		return ErrStopRequested
+		return streamerr.ErrStopRequested
 	case st.cancelled:
-		return ErrCancelled
+		return streamerr.ErrCancelled
 	}
 	return nil
 }
 
-// cancel ends delivery and fires the producer's Cancelled (and Done, unless
+// Cancel ends delivery and fires the producer's Cancelled (and Done, unless
 // a stop fired it first); Stopped stays as it was. With closing, the
 // anchor also leaves the registry and later terminals are discarded;
 // without, the entry stays so that a producer attaching later still sees
 // the cancel.
-func (st *anchorState) cancel(closing bool) {
+func (st *State) Cancel(closing bool) {
 	st.mu.Lock()
 	// A cancel counts when it ends a live stream: not again, and not on
 	// a stream that had already ended (finalized, expired, ...).
@@ -199,21 +221,21 @@ func (st *anchorState) cancel(closing bool) {
 			st.closeDoneLocked()
 		}
 	}
-	st.endLocked(ErrCancelled)
+	st.endLocked(streamerr.ErrCancelled)
 	if closing {
 		st.closed = true
 	}
-	b, feed := st.bind, st.feed
+	b, feed := st.bindLocked(), st.feed
 	release := st.releasePrebindLocked() // an unclaimed bind: its OpenSlot is answered UnknownSlot
-	var remotes []*remoteBind            // an MPSC anchor's producers on other workers
-	var feeds []*inSlot                  // those of them over the mux
+	var remotes []Signaler               // an MPSC anchor's producers on other workers
+	var feeds []*Feed                    // those of them over the mux
 	if first && st.mpsc != nil {
 		remotes, feeds = st.mpsc.remoteControls(), st.mpsc.remoteFeeds()
 	}
 	var conn io.Closer // the per-stream connections: closing them is the backstop
 	switch {
-	case b != nil && b.conn != nil:
-		conn = b.conn
+	case b != nil && b.Conn() != nil:
+		conn = b.Conn()
 	case st.mpsc != nil && len(st.mpsc.remotes) > 0:
 		conn = mpscConns{st.mpsc}
 	}
@@ -222,51 +244,52 @@ func (st *anchorState) cancel(closing bool) {
 		release()
 	}
 	if feed != nil && first {
-		feed.consumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail
+		feed.slot.ConsumerGone() // CloseSlot{UnknownSlot}: the producer's sends fail
 	}
 	for _, f := range feeds { // CloseSlot{UnknownSlot} to each
-		f.consumerGone()
+		f.slot.ConsumerGone()
 	}
-	if counted && st.mgr.met != nil {
-		st.mgr.met.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)
+	if counted && st.home.Metrics != nil {
+		st.home.Metrics.Operation(metrics.StreamCancel, metrics.SchemeLocal, true, 0)
 	}
 	if first && b != nil {
-		b.signal(wire.StreamCancelHandler)
+		b.Signal(wire.StreamCancelHandler)
 	}
 	// Each remote producer of an MPSC anchor gets its own _stream_cancel,
 	// as the reference's cancel_all_senders sends: a Rust producer's
 	// cancellation token fires only on that message, not on the close.
 	for _, rb := range remotes {
-		rb.signal(wire.StreamCancelHandler)
+		rb.Signal(wire.StreamCancelHandler)
 	}
 	if conn != nil {
 		conn.Close() // the backstop, if the message is lost
 	}
 	if closing {
-		st.mgr.remove(st)
+		st.home.Owner.Remove(st)
 	}
 }
 
-// Kinds of producer signal: the channels of Stopped, Cancelled and Done.
-type signalKind uint8
+// SignalKind is a kind of producer signal: the channels of Stopped,
+// Cancelled and Done.
+type SignalKind uint8
 
 const (
-	sigStop signalKind = iota
-	sigCancel
-	sigDone
+	SigStop SignalKind = iota
+	SigCancel
+	SigDone
 )
 
-// signal returns the channel of one kind, made on demand so that a stream
+// Signal returns the channel of one kind, made on demand so that a stream
 // nobody watches pays nothing for it.
-func (st *anchorState) signal(k signalKind) <-chan struct{} {
+func (st *State) Signal(k SignalKind) <-chan struct{} {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var ch *chan struct{}
 	var fired bool
 	switch k {
-	case sigStop:
+	case SigStop:
 		ch, fired = &st.extraLocked().stopCh, st.stopReq
-	case sigCancel:
+	case SigCancel:
 		ch, fired = &st.extraLocked().cancelCh, st.cancelled
 	default:
 		ch, fired = &st.extraLocked().doneCh, st.stopReq || st.cancelled
@@ -280,8 +303,8 @@ func (st *anchorState) signal(k signalKind) <-chan struct{} {
 	return *ch
 }
 
-// cause is causeLocked under the lock.
-func (st *anchorState) cause() error {
+// Cause is causeLocked under the lock.
+func (st *State) Cause() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.causeLocked()

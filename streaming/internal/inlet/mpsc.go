@@ -1,52 +1,97 @@
-package streaming
+package inlet
 
-// The inlet of an MPSC anchor: one anchorState shared by many producers,
+// The inlet of an MPSC anchor: one State shared by many producers,
 // each frame tagged with its producer's SenderID in a ring kept in step
-// with the frames. The producers on other workers (mpscRemote, per-stream
+// with the frames. The producers on other workers (Remote, per-stream
 // or mux) are kept here too, under the same lock. Every read and write of
 // the MPSC anchor's fields is in this file.
 
 import (
 	"context"
+	"fmt"
 	"net"
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// mpscAnchor is the untyped part of an MPSC anchor. Its fields beyond st
+// SenderID is streaming.SenderID: one producer of an MPSC anchor. The
+// anchor gives them from 1 up (AttachLocal, AddRemote), never the same
+// twice.
+type SenderID uint64
+
+func (id SenderID) String() string { return fmt.Sprintf("SenderID(%d)", uint64(id)) }
+
+// Remote is one producer of an MPSC anchor on another worker, as its
+// owner sees it. Its fields are guarded by the anchor's lock; the
+// methods here that take no lock read what never changes.
+type Remote struct {
+	core Sender // what the inlet sees as the sender
+	id   SenderID
+	// worker is the producer's, which attached it: only it may detach it.
+	// The SenderID is a counter (its values are the application's and the
+	// reference's), so a co-producer could otherwise name another's.
+	worker ext.WorkerID
+	conn   net.Conn // nil until the producer connects (ConnectRemote)
+	ctl    Signaler // where a stop request goes (_stream_stop; SetControl)
+	feed   *Feed    // its mux slot, when it came over the mux (AttachFeed)
+}
+
+// ID is p's SenderID.
+func (p *Remote) ID() SenderID { return p.id }
+
+// Worker is the worker that attached p.
+func (p *Remote) Worker() ext.WorkerID { return p.worker }
+
+// Sender is what p's connection reader pushes as.
+func (p *Remote) Sender() *Sender { return &p.core }
+
+// mpscConns closes the connection of every remote producer of an MPSC
+// anchor: it is the anchor's conn, which Cancel closes.
+type mpscConns struct{ a *MPSC }
+
+func (mc mpscConns) Close() error {
+	for _, c := range mc.a.remoteConns() {
+		c.Close()
+	}
+	return nil
+}
+
+// MPSC is the untyped part of an MPSC anchor. Its fields beyond st
 // are guarded by st.mu.
-type mpscAnchor struct {
-	st      anchorState
+type MPSC struct {
+	st      State
 	ids     idRing // the SenderID of each frame in st.q, in step with it
 	nextID  uint64
 	senders int // attached producers
-	// remotes are the producers on other workers (mpsc_remote.go); made
+	// remotes are the producers on other workers (Remote); made
 	// on the first one.
-	remotes map[SenderID]*mpscRemote
+	remotes map[SenderID]*Remote
 }
 
-// push puts an item or soft-error frame of producer s (id) into the inlet,
+// Push puts an item or soft-error frame of producer s (id) into the inlet,
 // waiting while it is full. A cancel, the end of s, or ctx wakes it.
-func (a *mpscAnchor) push(ctx context.Context, s *senderCore, id SenderID, frame []byte) error {
+func (a *MPSC) Push(ctx context.Context, s *Sender, id SenderID, frame []byte) error {
 	return a.st.pushTagged(ctx, s, frame, &a.ids, id)
 }
 
-// terminate ends producer s (id) with its Detached or Dropped frame. It never
+// Terminate ends producer s (id) with its Detached or Dropped frame. It never
 // waits: the frame goes past the inlet's capacity, behind every frame
 // already there. When the last producer leaves, the unattached timeout (if
 // any) starts again.
-func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (RetireOutcome, error) {
+func (a *MPSC) Terminate(s *Sender, id SenderID, frame []byte) (retire.Outcome, error) {
 	st := &a.st
 	st.mu.Lock()
 	if s.done {
 		st.mu.Unlock()
-		return 0, ErrSenderClosed
+		return 0, streamerr.ErrSenderClosed
 	}
 	s.done = true
-	out, err := RetireSent, error(nil)
+	out, err := retire.Sent, error(nil)
 	if st.closed {
-		out, err = RetireDiscarded, ErrCancelled
+		out, err = retire.Discarded, streamerr.ErrCancelled
 	} else if st.endErr == nil {
 		st.q.push(frame)
 		a.ids.push(id)
@@ -57,15 +102,15 @@ func (a *mpscAnchor) terminate(s *senderCore, id SenderID, frame []byte) (Retire
 		st.armLocked()
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	s.settleLocked(out)
+	s.SettleLocked(out)
 	st.mu.Unlock()
 	return out, err
 }
 
-// pop takes the next frame and its producer, skipping heartbeats. A frame
+// Pop takes the next frame and its producer, skipping heartbeats. A frame
 // that does not decode comes back as bad, an *ItemError of its producer,
 // not as the end of the stream (end).
-func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, end error) {
+func (a *MPSC) Pop(ctx context.Context) (id SenderID, f wire.Frame, bad, end error) {
 	st := &a.st
 	st.mu.Lock()
 	for {
@@ -93,7 +138,7 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
 			st.mu.Unlock()
-			return id, wire.Frame{}, &ItemError{Err: err}, nil
+			return id, wire.Frame{}, &streamerr.ItemError{Err: err}, nil
 		}
 		if f.Kind == wire.KindHeartbeat {
 			continue
@@ -104,7 +149,7 @@ func (a *mpscAnchor) pop(ctx context.Context) (id SenderID, f wire.Frame, bad, e
 }
 
 // idRing is a FIFO of SenderIDs that grows as needed, kept in step with
-// anchorState.q.
+// State.q.
 type idRing struct {
 	buf  []SenderID
 	head int
@@ -132,12 +177,12 @@ func (r *idRing) pop() SenderID {
 
 func (r *idRing) clear() { r.head, r.n = 0, 0 }
 
-// addRemote counts a new producer from another worker and gives it its
+// AddRemote counts a new producer from another worker and gives it its
 // SenderID, as a same-worker attach does (without waiting for room: a
 // handler must answer, and the producer's sends wait instead). It is
 // false for an anchor that is closed or ended; a cancelled one still takes
 // the producer, which hears of the cancel when its connection is closed.
-func (a *mpscAnchor) addRemote(worker ext.WorkerID) (*mpscRemote, bool) {
+func (a *MPSC) AddRemote(worker ext.WorkerID) (*Remote, bool) {
 	st := &a.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -149,20 +194,20 @@ func (a *mpscAnchor) addRemote(worker ext.WorkerID) (*mpscRemote, bool) {
 	if a.senders == 1 {
 		st.disarmLocked()
 	}
-	p := &mpscRemote{id: SenderID(a.nextID), worker: worker}
+	p := &Remote{id: SenderID(a.nextID), worker: worker}
 	p.core.st = st
 	if a.remotes == nil {
-		a.remotes = make(map[SenderID]*mpscRemote)
+		a.remotes = make(map[SenderID]*Remote)
 	}
 	a.remotes[p.id] = p
 	return p, true
 }
 
-// endRemote ends remote producer p with frame (its Detached or Dropped for
+// EndRemote ends remote producer p with frame (its Detached or Dropped for
 // the consumer) and forgets it. It is idempotent: only the first end
 // counts.
-func (a *mpscAnchor) endRemote(p *mpscRemote, frame []byte) {
-	a.terminate(&p.core, p.id, frame)
+func (a *MPSC) EndRemote(p *Remote, frame []byte) {
+	a.Terminate(&p.core, p.id, frame)
 	a.st.mu.Lock()
 	if a.remotes[p.id] == p {
 		delete(a.remotes, p.id)
@@ -172,8 +217,8 @@ func (a *mpscAnchor) endRemote(p *mpscRemote, frame []byte) {
 
 // remoteControls lists where to send a stop for each remote producer.
 // The caller holds the anchor's mu.
-func (a *mpscAnchor) remoteControls() []*remoteBind {
-	var out []*remoteBind
+func (a *MPSC) remoteControls() []Signaler {
+	var out []Signaler
 	for _, p := range a.remotes {
 		if p.ctl != nil {
 			out = append(out, p.ctl)
@@ -184,8 +229,8 @@ func (a *mpscAnchor) remoteControls() []*remoteBind {
 
 // remoteFeeds lists the mux slots of the remote producers. The caller
 // holds the anchor's mu.
-func (a *mpscAnchor) remoteFeeds() []*inSlot {
-	var out []*inSlot
+func (a *MPSC) remoteFeeds() []*Feed {
+	var out []*Feed
 	for _, p := range a.remotes {
 		if p.feed != nil {
 			out = append(out, p.feed)
@@ -194,25 +239,25 @@ func (a *mpscAnchor) remoteFeeds() []*inSlot {
 	return out
 }
 
-// producers counts the producers attached now.
-func (a *mpscAnchor) producers() int {
+// Producers counts the producers attached now.
+func (a *MPSC) Producers() int {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	return a.senders
 }
 
-// attachLocal counts a producer on this worker and gives it its SenderID.
+// AttachLocal counts a producer on this worker and gives it its SenderID.
 // It waits while the inlet is full, until there is room or ctx is done, so
 // that producers that come and go against a consumer that does not read
 // cannot grow the inlet. It returns ErrAnchorNotFound for an anchor that
 // ended (not by a cancel) or closed.
-func (a *mpscAnchor) attachLocal(ctx context.Context) (SenderID, error) {
+func (a *MPSC) AttachLocal(ctx context.Context) (SenderID, error) {
 	st := &a.st
 	st.mu.Lock()
 	for {
 		if st.closed || (st.endErr != nil && !st.cancelled) {
 			st.mu.Unlock()
-			return 0, ErrAnchorNotFound
+			return 0, streamerr.ErrAnchorNotFound
 		}
 		if st.cancelled || st.q.n < int(st.capLim) {
 			break
@@ -239,33 +284,33 @@ func (a *mpscAnchor) attachLocal(ctx context.Context) (SenderID, error) {
 	return id, nil
 }
 
-// remote is the remote producer with id, or nil.
-func (a *mpscAnchor) remote(id SenderID) *mpscRemote {
+// Remote is the remote producer with id, or nil.
+func (a *MPSC) Remote(id SenderID) *Remote {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	return a.remotes[id]
 }
 
-// setControl gives remote producer p the bind its stop goes to, and says
+// SetControl gives remote producer p the bind its stop goes to, and says
 // whether a stop came before: the caller sends it now.
-func (a *mpscAnchor) setControl(p *mpscRemote, ctl *remoteBind) (stopped bool) {
+func (a *MPSC) SetControl(p *Remote, ctl Signaler) (stopped bool) {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	p.ctl = ctl
 	return a.st.stopReq
 }
 
-// remoteEnded says whether remote producer p has ended.
-func (a *mpscAnchor) remoteEnded(p *mpscRemote) bool {
+// RemoteEnded says whether remote producer p has ended.
+func (a *MPSC) RemoteEnded(p *Remote) bool {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	return p.core.done
 }
 
-// connectRemote records p's per-stream connection c. It is false when the
+// ConnectRemote records p's per-stream connection c. It is false when the
 // consumer cancelled or closed, or p ended, before c came: closing c is
 // then how the producer hears of it.
-func (a *mpscAnchor) connectRemote(p *mpscRemote, c net.Conn) bool {
+func (a *MPSC) ConnectRemote(p *Remote, c net.Conn) bool {
 	st := &a.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -276,15 +321,15 @@ func (a *mpscAnchor) connectRemote(p *mpscRemote, c net.Conn) bool {
 	return true
 }
 
-// remoteConn is p's per-stream connection, or nil.
-func (a *mpscAnchor) remoteConn(p *mpscRemote) net.Conn {
+// RemoteConn is p's per-stream connection, or nil.
+func (a *MPSC) RemoteConn(p *Remote) net.Conn {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	return p.conn
 }
 
 // remoteConns lists the connections of the remote producers.
-func (a *mpscAnchor) remoteConns() []net.Conn {
+func (a *MPSC) remoteConns() []net.Conn {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	var cs []net.Conn
@@ -295,3 +340,6 @@ func (a *mpscAnchor) remoteConns() []net.Conn {
 	}
 	return cs
 }
+
+// State is the inlet a's producers share.
+func (a *MPSC) State() *State { return &a.st }

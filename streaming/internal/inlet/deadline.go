@@ -1,33 +1,37 @@
-package streaming
+package inlet
 
-import "time"
+import (
+	"time"
+
+	"github.com/velo-go/velo/streaming/internal/streamerr"
+)
 
 // The unattached deadline of an anchor, as the inlet keeps it: armed while
 // no producer holds the anchor, one entry in the Manager's queue
-// (reservation.go), no goroutine and no timer. Every read and write of
+// (streaming's reservation.go), no goroutine and no timer. Every read and write of
 // st.armed and st.deadline is here, under mu.
 
 // armLocked starts an unattached window: one entry in the Manager's queue,
 // no goroutine and no timer. It does nothing for an anchor that has ended
 // or waits Forever. The caller holds st.mu; the queue's shard lock nests
 // inside it (the sweeper calls expireUnattached with no queue lock held).
-func (st *anchorState) armLocked() {
+func (st *State) armLocked() {
 	life := st.lifetimeLocked()
 	if st.endErr != nil || st.closed || life == Forever {
 		return
 	}
-	m := st.mgr
+	m := st.home
 	now := time.Now()
-	st.deadline = satAdd(int64(now.Sub(m.base)), life)
+	st.deadline = satAdd(int64(now.Sub(m.Base)), life)
 	st.armed = true
-	m.unattached.Add(st.handle.LocalID(), now.Add(life))
+	m.Deadlines.Add(st.handle.LocalID(), now.Add(life))
 }
 
 // disarmLocked takes the unattached deadline out of the queue (attach).
-func (st *anchorState) disarmLocked() {
+func (st *State) disarmLocked() {
 	if st.armed {
 		st.armed = false
-		st.mgr.unattached.Remove(st.handle.LocalID())
+		st.home.Deadlines.Remove(st.handle.LocalID())
 	}
 }
 
@@ -35,42 +39,42 @@ func (st *anchorState) disarmLocked() {
 // Reset does nothing for an entry the sweeper has already taken to expire,
 // so a renewal that races with the expiry cannot revive the stream: the
 // deadline stays, and expireUnattached ends the anchor.
-func (st *anchorState) renewLocked() {
+func (st *State) renewLocked() {
 	if !st.armed || st.endErr != nil || st.closed {
 		return // attached, cancelled, expired or closed: a no-op
 	}
-	m := st.mgr
+	m := st.home
 	life := st.lifetimeLocked()
 	now := time.Now()
-	if m.unattached.Reset(st.handle.LocalID(), now.Add(life)) {
-		st.deadline = satAdd(int64(now.Sub(m.base)), life)
+	if m.Deadlines.Reset(st.handle.LocalID(), now.Add(life)) {
+		st.deadline = satAdd(int64(now.Sub(m.Base)), life)
 	}
 }
 
-// arm starts the anchor's first unattached window.
-func (st *anchorState) arm() {
+// Arm starts the anchor's first unattached window.
+func (st *State) Arm() {
 	st.mu.Lock()
 	st.armLocked()
 	st.mu.Unlock()
 }
 
-// renew moves a live unattached deadline to a full window from now, and
+// Renew moves a live unattached deadline to a full window from now, and
 // returns the anchor's unclaimed mux pre-bind, whose accept window the
 // caller extends too (nil: none).
-func (st *anchorState) renew() *muxBind {
+func (st *State) Renew() Prebind {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.renewLocked()
 	return st.prebindLocked()
 }
 
-// expireIfDue ends the anchor with ErrUnattachedTimeout when its deadline
+// ExpireIfDue ends the anchor with ErrUnattachedTimeout when its deadline
 // is armed and has passed, and says whether it did. The queue's entry may
 // be stale: the anchor attached, or attached and detached (a new window, a
 // new entry), or was renewed, since the sweeper popped it; armed and the
 // deadline tell.
-func (st *anchorState) expireIfDue() bool {
-	m := st.mgr
+func (st *State) ExpireIfDue() bool {
+	m := st.home
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.armed || st.closed || m.now() < st.deadline {
@@ -81,8 +85,8 @@ func (st *anchorState) expireIfDue() bool {
 	// a consumer that sees the end finds nothing left behind. remove
 	// takes a registry shard lock inside st.mu; nothing takes them the
 	// other way.
-	m.remove(st)
-	m.countExpired()
-	st.endLocked(ErrUnattachedTimeout)
+	m.Owner.Remove(st)
+	m.Owner.CountExpired()
+	st.endLocked(streamerr.ErrUnattachedTimeout)
 	return true
 }

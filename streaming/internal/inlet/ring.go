@@ -1,4 +1,4 @@
-package streaming
+package inlet
 
 import (
 	"sync"
@@ -44,11 +44,15 @@ func (r *ring) resize(n int) {
 	r.buf, r.n = nb, n0
 }
 
-// pooledRingLen is the inlet the mux sizes for a slot with the default
-// credit (its records and a terminal). Every stream over the mux with the
-// default config needs one, so they are recycled: each was a pointer-laden
-// allocation per stream.
-const pooledRingLen = defaultInitialCredit + 2
+// PooledCredit is the mux's default initial credit (streaming checks at
+// compile time that they agree). pooledRingLen is the inlet the mux sizes
+// for a slot with that credit (its records and a terminal). Every stream
+// over the mux with the default config needs one, so they are recycled:
+// each was a pointer-laden allocation per stream.
+const (
+	PooledCredit  = 32
+	pooledRingLen = PooledCredit + 2
+)
 
 var ringPool = sync.Pool{New: func() any { return new([pooledRingLen][]byte) }}
 
@@ -65,7 +69,7 @@ func (r *ring) release() {
 
 func (r *ring) last() []byte { return r.buf[(r.head+r.n-1)%len(r.buf)] }
 
-func isDetached(b []byte) bool { return isSame(b, detachedFrame) }
+func isDetached(b []byte) bool { return SameFrame(b, DetachedFrame) }
 
 func (r *ring) pop() []byte {
 	b := r.buf[r.head]
@@ -75,5 +79,7 @@ func (r *ring) pop() []byte {
 	return b
 }
 
-// isSame says a and b are the same shared frame (not just equal bytes).
-func isSame(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }
+// SameFrame says a and b are the same shared frame (not just equal
+// bytes): producers tell the shared terminals (DroppedFrame, ...) apart
+// by identity.
+func SameFrame(a, b []byte) bool { return len(a) > 0 && len(b) > 0 && &a[0] == &b[0] }

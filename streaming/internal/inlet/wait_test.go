@@ -1,4 +1,4 @@
-package streaming
+package inlet
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // waitersOf waits (bounded) until n consumers wait on st's inlet.
-func waitersOf(t *testing.T, st *anchorState, n int32) {
+func waitersOf(t *testing.T, st *State, n int32) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -29,7 +29,7 @@ func waitersOf(t *testing.T, st *anchorState, n int32) {
 }
 
 // fastWaiting says a consumer of st waits on its channel alone.
-func fastWaiting(st *anchorState) bool {
+func fastWaiting(st *State) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.fastWaiting
@@ -38,7 +38,7 @@ func fastWaiting(st *anchorState) bool {
 // waitAndFeed has the consumer wait on an empty inlet with ctx until it
 // is woken by an item, watchAfterSelects times, so that its next wait is
 // the fast one.
-func waitAndFeed(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte], ctx context.Context) {
+func waitAndFeed(t *testing.T, a *testAnchor, s *testSender, ctx context.Context) {
 	t.Helper()
 	for range watchAfterSelects {
 		got := make(chan error, 1)
@@ -60,8 +60,8 @@ func waitAndFeed(t *testing.T, a *Anchor[[]byte], s *Sender[[]byte], ctx context
 // ctx.Done: its context's end must still wake it, and the watch must be
 // gone once the stream ends.
 func TestNextWakesWhenItsContextEnds(t *testing.T) {
-	m := newTestManager(t)
-	a, s := newPair[[]byte](t, m)
+	home := newTestHome()
+	a, s := newPair(t, home)
 	ctx, cancel := context.WithCancel(context.Background())
 	waitAndFeed(t, a, s, ctx)
 	got := make(chan error, 1)
@@ -108,8 +108,8 @@ func TestNextWakesWhenItsContextEnds(t *testing.T) {
 func TestNextTwoWaitersEachContextWakesItsOwn(t *testing.T) {
 	for _, first := range []string{"cancel the fast waiter", "cancel the select waiter"} {
 		t.Run(first, func(t *testing.T) {
-			m := newTestManager(t)
-			a, s := newPair[[]byte](t, m)
+			home := newTestHome()
+			a, s := newPair(t, home)
 			ctxA, cancelA := context.WithCancel(context.Background())
 			ctxB, cancelB := context.WithCancel(context.Background())
 			defer cancelA()
@@ -158,8 +158,8 @@ func TestNextTwoWaitersEachContextWakesItsOwn(t *testing.T) {
 // Next on an empty inlet with a context that has already ended returns
 // at once and leaves no waiter and no watch behind.
 func TestNextWithEndedContextDoesNotWait(t *testing.T) {
-	m := newTestManager(t)
-	a, _ := newPair[[]byte](t, m)
+	home := newTestHome()
+	a, _ := newPair(t, home)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := a.Next(ctx); !errors.Is(err, context.Canceled) {
@@ -196,8 +196,8 @@ func (c *endsOnSecondErr) Err() error {
 // its context ended. (Found in review; the fast waiter is stood in for up
 // to the moment it would park.)
 func TestNextEndedContextWakeIsHandedOn(t *testing.T) {
-	m := newTestManager(t)
-	a, s := newPair[[]byte](t, m)
+	home := newTestHome()
+	a, s := newPair(t, home)
 	ctxA, cancelA := context.WithCancel(context.Background())
 	defer cancelA()
 	waitAndFeed(t, a, s, ctxA)
@@ -234,11 +234,11 @@ func TestNextEndedContextWakeIsHandedOn(t *testing.T) {
 // arrive exactly once, the first reader's in order, and no read may
 // outlive its context.
 func TestNextWaitsUnderCancellation(t *testing.T) {
-	m := newTestManager(t)
+	home := newTestHome()
 	const streams, items = 40, 300
 	var wg sync.WaitGroup
 	for i := range streams {
-		a, s := newPair[[]byte](t, m)
+		a, s := newPair(t, home)
 		wg.Add(2)
 		go func() { // the producer: bursts and pauses
 			defer wg.Done()
@@ -263,7 +263,7 @@ func TestNextWaitsUnderCancellation(t *testing.T) {
 
 // consumeUnderCancellation reads stream i to its end with contexts that
 // end at random, and a second reader now and then.
-func consumeUnderCancellation(t *testing.T, a *Anchor[[]byte], i, items int) {
+func consumeUnderCancellation(t *testing.T, a *testAnchor, i, items int) {
 	var mu sync.Mutex
 	seen := make([]int, items) // times each item arrived, over both readers
 	last := -1                 // the first reader's last item: its reads stay in order

@@ -1,4 +1,18 @@
-package streaming
+// Package inlet is the inlet of a stream's anchor: its ring of frames, the
+// lock that guards it and the anchor's whole lifecycle (claims, signals,
+// the unattached deadline, the mux feed, the producers of an MPSC anchor).
+// State is the one owner of that lock and that state; the rest of package
+// streaming, the mux and the per-stream path reach it through State's
+// methods, never its fields.
+//
+// What the inlet needs from outside it reaches through small interfaces
+// defined here: Owner (the Manager's registry and counters), Bind (a
+// per-stream producer's bind), Slot (a mux slot that feeds the inlet),
+// Prebind (an unclaimed mux pre-bind) and Signaler (where an MPSC
+// producer's stop goes). None of them is called per frame: the consumer's
+// pop, a producer's push and the wakes call no interface, and a mux feed
+// calls Slot.MarkDirty once per credit return, not per record.
+package inlet
 
 import (
 	"context"
@@ -7,30 +21,33 @@ import (
 
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
-
-// defaultCapacity is the number of frames an anchor's inlet holds before
-// Send waits.
-const defaultCapacity = 256
 
 // closedChan is returned for a signal that has already fired.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Frames without a value, shared by every stream; the consumer only reads
-// them.
+// them. The inlet tells a Detached apart by its identity (isDetached), so
+// producers hand these very slices in.
 var (
-	finalizedFrame = []byte(wire.FinalizedFrame)
-	detachedFrame  = []byte(wire.DetachedFrame)
-	droppedFrame   = []byte(wire.DroppedFrame)
+	FinalizedFrame = []byte(wire.FinalizedFrame)
+	DetachedFrame  = []byte(wire.DetachedFrame)
+	DroppedFrame   = []byte(wire.DroppedFrame)
 )
 
-// anchorState is one anchor's inlet and lifecycle, shared by the Anchor,
-// its Controller, the Manager's registry and the attached Sender. One mutex
+// State is one anchor's inlet and lifecycle, shared by the Anchor, its
+// Controller, the Manager's registry and the attached producer. One mutex
 // guards all of it. Nothing here owns a goroutine: a party that must wait
 // makes a channel under the lock, and the party that changes the state
 // closes it (or, for consumers, sends it a token: wakeData).
-type anchorState struct {
-	mgr     *Manager
+//
+// Every unattached anchor is one State (with its decoder), so its size is
+// held to a size class (streaming's TestAnchorFitsItsSizeClass): a field
+// that few anchors use belongs in extra.
+type State struct {
+	home    *Home
 	handle  wire.AnchorHandle
 	capLim  int32
 	waiters int32 // consumers waiting on dataWait (wakeData)
@@ -47,29 +64,26 @@ type anchorState struct {
 	dataWait  chan struct{} // a consumer waits for a frame or an end
 	spaceWait chan struct{} // senders wait for room or a state change
 	attached  bool
-	local     bool // the attached producer is on this worker (AttachAnchor)
+	local     bool // the attached producer is on this worker (ClaimLocal)
 	stopReq   bool
-	cancelled bool         // the consumer cancelled (Controller.Cancel or Close)
-	closed    bool         // the consumer closed the anchor: terminals are discarded
-	armed     bool         // has an unattached deadline (reservation.go); packed with the bools
-	extra     *anchorExtra // made on demand: what few anchors use
-	endErr    error        // the error that ended the stream, returned again
+	cancelled bool   // the consumer cancelled (Controller.Cancel or Close)
+	closed    bool   // the consumer closed the anchor: terminals are discarded
+	armed     bool   // has an unattached deadline (deadline.go); packed with the bools
+	extra     *extra // made on demand: what few anchors use
+	endErr    error  // the error that ended the stream, returned again
 
-	// The unattached deadline (reservation.go), set while armed: in
-	// nanoseconds since Manager.base. The length of one unattached window
+	// The unattached deadline (deadline.go), set while armed: in
+	// nanoseconds since Home.Base. The length of one unattached window
 	// is lifetimeLocked.
 	deadline int64
 
-	// bind is the remote producer bound by _anchor_attach, if any: a stop
-	// or cancel is sent to it as a message (control.go), and its
-	// connection is closed as the backstop.
-	bind *remoteBind
-
-	mpsc *mpscAnchor // set for an MPSC anchor (mpsc.go)
+	mpsc *MPSC // set for an MPSC anchor (mpsc.go)
 
 	// feed is the mux slot that fills the inlet, while one does
-	// (mux_ingress.go): each frame the consumer takes returns its credit.
-	feed *inSlot
+	// (feed.go): each frame the consumer takes returns its credit. It is
+	// a concrete pointer, not a Slot, so that the take costs no
+	// interface call.
+	feed *Feed
 	// watchDone is the Done channel of the lone consumer's context
 	// (selects, above, counts the waits that selected on it so far). Once
 	// watched (unwatch set), its end wakes a fast waiter (waitLocked);
@@ -85,7 +99,7 @@ type anchorState struct {
 // stream slower than its producer's passes) used to make and close a
 // channel per wait. A consumer that wakes to more work, or to the end,
 // passes the token on to the next waiter (passOnLocked).
-func (st *anchorState) wakeData() {
+func (st *State) wakeData() {
 	if st.waiters > 0 {
 		select {
 		case st.dataWait <- struct{}{}:
@@ -99,7 +113,7 @@ func (st *anchorState) wakeData() {
 // after the unlock is never lost: a consumer that starts to wait later
 // finds the frames first. One that finds it with nothing to take looks
 // again and waits again.
-func (st *anchorState) wakeChanLocked() chan struct{} {
+func (st *State) wakeChanLocked() chan struct{} {
 	if st.waiters > 0 {
 		return st.dataWait
 	}
@@ -108,7 +122,7 @@ func (st *anchorState) wakeChanLocked() chan struct{} {
 
 // waitDataLocked returns the channel a consumer waits on for a frame or
 // the end, and counts it as waiting until doneWaitingLocked.
-func (st *anchorState) waitDataLocked() chan struct{} {
+func (st *State) waitDataLocked() chan struct{} {
 	if st.dataWait == nil {
 		st.dataWait = make(chan struct{}, 1)
 	}
@@ -116,10 +130,10 @@ func (st *anchorState) waitDataLocked() chan struct{} {
 	return st.dataWait
 }
 
-func (st *anchorState) doneWaitingLocked() { st.waiters-- }
+func (st *State) doneWaitingLocked() { st.waiters-- }
 
-// depth is the number of frames the inlet holds.
-func (st *anchorState) depth() int {
+// Depth is the number of frames the inlet holds.
+func (st *State) Depth() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.q.n
@@ -137,7 +151,7 @@ func (st *anchorState) depth() int {
 // context, by context.AfterFunc; that costs about two selects, so a
 // stream that waits once or twice never pays it. A second consumer
 // waiting at the same time selects.
-func (st *anchorState) waitLocked(ctx context.Context) error {
+func (st *State) waitLocked(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -176,7 +190,7 @@ func (st *anchorState) waitLocked(ctx context.Context) error {
 		}
 		return err
 	}
-	st.mgr.consumerWakes.Add(1)
+	st.home.wakes.Add(1)
 	return nil
 }
 
@@ -187,7 +201,7 @@ const watchAfterSelects = 2
 // watchingLocked reports whether the lone consumer's context ctx (whose
 // Done channel is done) is watched, watching it once it has been waited
 // on watchAfterSelects times.
-func (st *anchorState) watchingLocked(ctx context.Context, done <-chan struct{}) bool {
+func (st *State) watchingLocked(ctx context.Context, done <-chan struct{}) bool {
 	if st.watchDone != done {
 		st.unwatchLocked()
 		st.watchDone = done
@@ -204,7 +218,7 @@ func (st *anchorState) watchingLocked(ctx context.Context, done <-chan struct{})
 
 // watchLocked makes the end of ctx (whose Done channel is done) wake a
 // fast waiter.
-func (st *anchorState) watchLocked(ctx context.Context, done <-chan struct{}) {
+func (st *State) watchLocked(ctx context.Context, done <-chan struct{}) {
 	st.watchFired = false
 	st.unwatch = context.AfterFunc(ctx, func() {
 		st.mu.Lock()
@@ -220,7 +234,7 @@ func (st *anchorState) watchLocked(ctx context.Context, done <-chan struct{}) {
 
 // unwatchLocked takes the watch off the consumer's context, so that a
 // long-lived context does not keep ended anchors reachable.
-func (st *anchorState) unwatchLocked() {
+func (st *State) unwatchLocked() {
 	if st.unwatch != nil {
 		st.unwatch()
 	}
@@ -229,7 +243,7 @@ func (st *anchorState) unwatchLocked() {
 
 // passOnLocked wakes another waiting consumer when there is more for it:
 // frames left after this one, or the end.
-func (st *anchorState) passOnLocked() {
+func (st *State) passOnLocked() {
 	if st.waiters > 0 && (st.q.n > 0 || st.endErr != nil) {
 		st.wakeData()
 	}
@@ -237,34 +251,34 @@ func (st *anchorState) passOnLocked() {
 
 // wakeSpace closes the channel of the senders waiting for room. The
 // caller holds mu.
-func (st *anchorState) wakeSpace() {
+func (st *State) wakeSpace() {
 	if st.spaceWait != nil {
 		close(st.spaceWait)
 		st.spaceWait = nil
 	}
 }
 
-// push puts an item or soft-error frame into the inlet for sender s,
+// Push puts an item or soft-error frame into the inlet for sender s,
 // waiting while the inlet is full. A cancel, the end of s, or ctx wakes it.
-func (st *anchorState) push(ctx context.Context, s *senderCore, frame []byte) error {
+func (st *State) Push(ctx context.Context, s *Sender, frame []byte) error {
 	return st.pushTagged(ctx, s, frame, nil, 0)
 }
 
 // pushTagged is push for an MPSC anchor too: ids, when set, gets id in step
 // with the frame, so the consumer knows which producer sent it.
-func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []byte, ids *idRing, id SenderID) error {
+func (st *State) pushTagged(ctx context.Context, s *Sender, frame []byte, ids *idRing, id SenderID) error {
 	waited := false // counted once per send, however long it waits
 	st.mu.Lock()
 	for {
 		switch {
 		case s.done:
 			st.mu.Unlock()
-			return ErrSenderClosed
+			return streamerr.ErrSenderClosed
 		case st.cancelled || st.endErr != nil:
 			// Cancelled, or ended on the consumer's side (an item that
 			// did not decode): nobody will read what comes next.
 			st.mu.Unlock()
-			return ErrCancelled
+			return streamerr.ErrCancelled
 		case st.q.n < int(st.capLim):
 			st.q.push(frame)
 			if ids != nil {
@@ -295,8 +309,8 @@ func (st *anchorState) pushTagged(ctx context.Context, s *senderCore, frame []by
 // countWait counts a push that found the inlet full. The owner's reader of
 // a per-stream connection is not a producer: its waits are the first step
 // of the saturation cascade, and the producer counts its own on its node.
-func (st *anchorState) countWait(s *senderCore) {
-	switch met := st.mgr.met; {
+func (st *State) countWait(s *Sender) {
+	switch met := st.home.Metrics; {
 	case met == nil:
 	case s.pump:
 		met.ReaderPumpBackpressure()
@@ -305,21 +319,21 @@ func (st *anchorState) countWait(s *senderCore) {
 	}
 }
 
-// terminate ends sender s with a terminal frame. It never waits: the
+// Terminate ends sender s with a terminal frame. It never waits: the
 // terminal goes into the inlet past its capacity, behind every frame
 // already there. It returns the retirement of the stream's output.
-func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (RetireOutcome, error) {
+func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome, error) {
 	st.mu.Lock()
 	if s.done {
 		st.mu.Unlock()
-		return 0, ErrSenderClosed
+		return 0, streamerr.ErrSenderClosed
 	}
 	s.done = true
-	out, err := RetireSent, error(nil)
+	out, err := retire.Sent, error(nil)
 	if st.closed {
 		// The consumer closed its anchor: the terminal has no inlet to
 		// enter (the book's same-worker Discarded).
-		out, err = RetireDiscarded, ErrCancelled
+		out, err = retire.Discarded, streamerr.ErrCancelled
 	} else if st.endErr == nil && !(detach && st.q.n > 0 && isDetached(st.q.last())) {
 		// Terminals go past the capacity, so this is what bounds them: a
 		// stream that ended on the consumer's side takes none (nobody
@@ -335,16 +349,16 @@ func (st *anchorState) terminate(s *senderCore, frame []byte, detach bool) (Reti
 		st.armLocked() // a new unattached window (the book: detach resumes the timer)
 	}
 	st.wakeSpace() // a Send of s that waits returns ErrSenderClosed
-	s.settleLocked(out)
+	s.SettleLocked(out)
 	st.mu.Unlock()
 	return out, err
 }
 
-// pop takes the next frame the consumer must see: an item or a soft error
+// Pop takes the next frame the consumer must see: an item or a soft error
 // (Kind Item or SenderError), or an error that ends the stream. It skips
 // heartbeats and Detached (the anchor waits for the next producer) and
 // turns terminals into errors: io.EOF for Finalized.
-func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
+func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 	st.mu.Lock()
 	for {
 		if st.endErr != nil {
@@ -368,7 +382,7 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 		}
 		f, err := wire.DecodeFrame(b)
 		if err != nil {
-			err = &ItemError{Err: err}
+			err = &streamerr.ItemError{Err: err}
 		} else {
 			switch f.Kind {
 			case wire.KindItem, wire.KindSenderError:
@@ -379,28 +393,28 @@ func (st *anchorState) pop(ctx context.Context) (wire.Frame, error) {
 			case wire.KindFinalized:
 				err = io.EOF
 			case wire.KindDropped:
-				err = ErrSenderDropped
+				err = streamerr.ErrSenderDropped
 			case wire.KindTransportError:
-				err = &TransportError{Message: f.Message}
+				err = &streamerr.TransportError{Message: f.Message}
 			}
 		}
 		st.endLocked(err)
 		st.mu.Unlock()
-		st.mgr.remove(st)
+		st.home.Owner.Remove(st)
 		return wire.Frame{}, err
 	}
 }
 
-// end ends the stream with err on the consumer's side (an item that does
+// End ends the stream with err on the consumer's side (an item that does
 // not decode) and removes the anchor from the registry.
-func (st *anchorState) end(err error) {
+func (st *State) End(err error) {
 	st.mu.Lock()
 	st.endLocked(err)
 	st.mu.Unlock()
-	st.mgr.remove(st)
+	st.home.Owner.Remove(st)
 }
 
-func (st *anchorState) endLocked(err error) {
+func (st *State) endLocked(err error) {
 	if st.endErr == nil {
 		st.endErr = err
 	}
