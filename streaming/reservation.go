@@ -212,10 +212,3 @@ func (m *Manager) countExpired() {
 		m.met.UnattachedTimeout()
 	}
 }
-
-func satAdd(a int64, d time.Duration) int64 {
-	if int64(d) > math.MaxInt64-a {
-		return math.MaxInt64
-	}
-	return a + int64(d)
-}
