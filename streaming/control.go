@@ -287,15 +287,15 @@ func (r *remote) unpend(b *remoteBind) {
 // gone and whose connection never came, instead of at the accept window.
 func (r *remote) peerLost(w ext.WorkerID, orderly bool) {
 	if mx := r.mux; mx != nil {
-		mx.dropBinds(w)
+		mx.DropBinds(w)
 		if orderly {
 			// A peer that shut down in order sent its mux goodbye before
 			// its transports stopped; it travels on the peer's own
 			// connection, which may trail the end of ours a little. The
 			// goodbye's closes, not epoch death, should end its streams.
-			time.AfterFunc(msgwire.PeerShutdownGrace, func() { mx.peerLost(w) })
+			time.AfterFunc(msgwire.PeerShutdownGrace, func() { mx.PeerLost(w) })
 		} else {
-			mx.peerLost(w)
+			mx.PeerLost(w)
 		}
 	}
 	r.consumerLost(w)

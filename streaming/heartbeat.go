@@ -68,7 +68,7 @@ func (m *Manager) watchdogFirings() uint64 {
 	}
 	n := m.remote.firings.Load()
 	if mx := m.remote.mux; mx != nil { // mux streams have their own watchdog
-		n += mx.n.watchdogFirings.Load()
+		n += mx.N.WatchdogFirings.Load()
 	}
 	return n
 }

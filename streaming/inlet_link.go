@@ -24,7 +24,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // The inlet recycles the ring of a slot with the mux's default credit:
 // the two must agree. (A negative constant does not convert to uint.)
-const _ = uint(defaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-defaultInitialCredit)
+const _ = uint(DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-DefaultInitialCredit)
 
 // inletOwner is the Manager as the inlet's Owner. A type of its own, so
 // that Remove and CountExpired do not join the Manager's exported methods.

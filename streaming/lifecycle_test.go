@@ -22,7 +22,7 @@ var lifecyclePaths = []struct {
 	nodes func(t *testing.T) (producer, consumer *remoteNode)
 	key   string
 }{
-	{"mux", func(t *testing.T) (*remoteNode, *remoteNode) { return muxNodes(t, MuxConfig{}) }, muxWireKey},
+	{"mux", func(t *testing.T) (*remoteNode, *remoteNode) { return muxNodes(t, MuxConfig{}) }, WireKey},
 	{"tcp-stream", twoNodes, "tcp-stream"},
 }
 

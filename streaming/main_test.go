@@ -19,7 +19,7 @@ var illegalMoves struct {
 }
 
 func TestMain(m *testing.M) {
-	onIllegalTransition = func(kind, from, to string) {
+	OnIllegalTransition = func(kind, from, to string) {
 		illegalMoves.mu.Lock()
 		defer illegalMoves.mu.Unlock()
 		illegalMoves.list = append(illegalMoves.list, fmt.Sprintf("illegal %s lifecycle move %s -> %s\n%s", kind, from, to, debug.Stack()))

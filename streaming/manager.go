@@ -51,17 +51,26 @@ func WithMetrics(vm *metrics.VeloMetrics) ManagerOption {
 
 // opStart reads the clock for an operation's duration, only when metrics
 // are installed.
-func (m *Manager) opStart() time.Time {
-	if m.met == nil {
+func (m *Manager) opStart() time.Time { return opStart(m.met) }
+
+// opDone counts an operation that began at start.
+func (m *Manager) opDone(op metrics.StreamOp, sc metrics.StreamScheme, start time.Time, err error) {
+	opDone(m.met, op, sc, start, err)
+}
+
+// opStart is Manager.opStart for the metrics met (nil: none), which a
+// sink names without its Manager.
+func opStart(met *metrics.StreamingMetrics) time.Time {
+	if met == nil {
 		return time.Time{}
 	}
 	return time.Now()
 }
 
-// opDone counts an operation that began at start.
-func (m *Manager) opDone(op metrics.StreamOp, sc metrics.StreamScheme, start time.Time, err error) {
-	if m.met != nil {
-		m.met.Operation(op, sc, err == nil, time.Since(start))
+// opDone is Manager.opDone for the metrics met (nil: none).
+func opDone(met *metrics.StreamingMetrics, op metrics.StreamOp, sc metrics.StreamScheme, start time.Time, err error) {
+	if met != nil {
+		met.Operation(op, sc, err == nil, time.Since(start))
 	}
 }
 

@@ -75,7 +75,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	}
 	useMux := r.mux != nil && offersMux(req.SupportedTransportKeys)
 	if !useMux && r.ln == nil {
-		return refuseMPSCAttach("this node serves streams only over %s", muxWireKey)
+		return refuseMPSCAttach("this node serves streams only over %s", WireKey)
 	}
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil || st.MPSC() == nil {
@@ -281,7 +281,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	if err != nil {
 		return nil, err
 	}
-	if resp.TransportKey == muxWireKey && r.mux != nil {
+	if resp.TransportKey == WireKey && r.mux != nil {
 		// The registry (dropped by the deferred func) is for the
 		// per-stream path: the mux signals its slot.
 		return openMuxMPSCSender(ctx, r, owner, handle, resp, encode)
@@ -325,18 +325,18 @@ func (r *remote) releaseMPSC(owner ext.InstanceID, handle wire.AnchorHandle, id 
 // consumer. Stop and cancel reach it as LifecycleSlot and CloseSlot.
 func (r *remote) attachMPSCMux(st *inlet.State, p *inlet.Remote, producer ext.WorkerID, key *uint64) ([]byte, error) {
 	session := r.ids.next()
-	lane, ok := r.mux.bindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
+	lane, ok := r.mux.BindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.MPSC().EndRemote(p, droppedFrame)
 		return refuseMPSCAttach("node is shutting down")
 	}
 	resp := wire.MPSCAttachResponse{
-		TransportKey:        muxWireKey,
+		TransportKey:        WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		SenderID:            uint64(p.ID()),
 		RoutingSessionID:    session,
-		InitialCredit:       r.mux.cfg.InitialCredit,
-		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+		InitialCredit:       r.mux.Cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.Cfg.SlotByteBudget),
 		Lane:                uint8(lane),
 	}
 	return resp.AppendJSON(nil), nil

@@ -20,32 +20,32 @@ const maxFreeArenas = 256
 
 // recycleLocked takes s's queue array and arenas for the batcher's next
 // slots. The caller holds b.mu, and no queued record of s is left to send.
-func (b *batcher) recycleLocked(s *outSlot) {
-	if s.q != nil && len(b.freeQueues) < maxFreeArenas {
-		clear(s.q[:cap(s.q)])
-		b.freeQueues = append(b.freeQueues, s.q[:0])
+func (b *Batcher) RecycleLocked(s *OutSlot) {
+	if s.Q != nil && len(b.freeQueues) < maxFreeArenas {
+		clear(s.Q[:cap(s.Q)])
+		b.freeQueues = append(b.freeQueues, s.Q[:0])
 	}
-	for _, a := range [][]byte{s.arena, s.spare} {
+	for _, a := range [][]byte{s.Arena, s.spare} {
 		if cap(a) == arenaSize && len(b.freeArenas) < maxFreeArenas {
 			b.freeArenas = append(b.freeArenas, a[:0])
 		}
 	}
-	s.q, s.arena, s.spare = nil, nil, nil
+	s.Q, s.Arena, s.spare = nil, nil, nil
 }
 
 // queueLocked is an empty queue array for a new slot.
-func (b *batcher) queueLocked() [][]byte {
+func (b *Batcher) queueLocked() [][]byte {
 	if n := len(b.freeQueues); n > 0 {
 		q := b.freeQueues[n-1]
 		b.freeQueues[n-1] = nil
 		b.freeQueues = b.freeQueues[:n-1]
 		return q
 	}
-	return make([][]byte, 0, min(b.mx.cfg.inletRecords()+1, 64))
+	return make([][]byte, 0, min(b.Mx.Cfg.inletRecords()+1, 64))
 }
 
 // arenaLocked is an empty arena, a freed one when the batcher has one.
-func (b *batcher) arenaLocked() []byte {
+func (b *Batcher) arenaLocked() []byte {
 	if n := len(b.freeArenas); n > 0 {
 		a := b.freeArenas[n-1]
 		b.freeArenas[n-1] = nil
@@ -61,28 +61,28 @@ func (b *batcher) arenaLocked() []byte {
 // reused once none of them is queued any more, so a slot whose queue
 // never empties (a stream held back by credit) still allocates only
 // while its records in flight outgrow its two arenas.
-func (s *outSlot) arenaFrameLocked(payload []byte, n int) []byte {
-	if cap(s.arena)-len(s.arena) < n {
+func (s *OutSlot) ArenaFrameLocked(payload []byte, n int) []byte {
+	if cap(s.Arena)-len(s.Arena) < n {
 		next := s.spare[:0]
 		if cap(next) < n || s.queuedIn(s.spare) {
-			next = s.b.arenaLocked()
+			next = s.B.arenaLocked()
 		}
-		s.arena, s.spare = next, s.arena
+		s.Arena, s.spare = next, s.Arena
 	}
-	start := len(s.arena)
-	s.arena = wire.AppendBytesItem(s.arena, payload)
-	end := len(s.arena)
-	return s.arena[start:end:end]
+	start := len(s.Arena)
+	s.Arena = wire.AppendBytesItem(s.Arena, payload)
+	end := len(s.Arena)
+	return s.Arena[start:end:end]
 }
 
 // queuedIn says whether a record in s's queue lies in arena's memory.
-func (s *outSlot) queuedIn(arena []byte) bool {
+func (s *OutSlot) queuedIn(arena []byte) bool {
 	if cap(arena) == 0 {
 		return false
 	}
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(arena)))
 	hi := lo + uintptr(cap(arena))
-	for _, rec := range s.q {
+	for _, rec := range s.Q {
 		if len(rec) == 0 {
 			continue
 		}

@@ -19,18 +19,18 @@ import (
 
 // moveAsideLocked takes old, which its sender closed, out of its index
 // and keeps it by its id. It stays live. The caller holds ip.mu.
-func (ip *ingressPeer) moveAsideLocked(old *inSlot) {
-	ip.slots[old.id.Index()] = nil
+func (ip *IngressPeer) moveAsideLocked(old *InSlot) {
+	ip.Slots[old.id.Index()] = nil
 	if ip.aside == nil {
-		ip.aside = make(map[muxwire.SlotID]*inSlot)
+		ip.aside = make(map[muxwire.SlotID]*InSlot)
 	}
 	ip.aside[old.id] = old
 }
 
 // collisionLocked refuses an OpenSlot over a slot still in use: counted
 // as a protocol error and a slot_collision, answered with ProtocolError.
-func (ip *ingressPeer) collisionLocked(rec muxwire.Record, rep *replies) {
-	ip.mx.n.protocolErrors.Add(1)
-	ip.mx.n.dropped[metrics.DropSlotCollision].Add(1)
-	rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
+func (ip *IngressPeer) collisionLocked(rec muxwire.Record, rep *replies) {
+	ip.mx.N.ProtocolErrors.Add(1)
+	ip.mx.N.Dropped[metrics.DropSlotCollision].Add(1)
+	rep.closes = append(rep.closes, CloseReply{rec.Slot, muxwire.ProtocolError, true})
 }

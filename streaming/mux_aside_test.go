@@ -46,7 +46,7 @@ func TestMuxSlotReuseAfterStagedLastRecord(t *testing.T) {
 		enc.OpenSlot(reused, 0, a2.Handle().LocalID(), tk.RoutingSessionID)
 		enc.Data(reused, 1, wire.AppendBytesItem(nil, []byte("second stream")))
 	})
-	if n := cmx.n.dropped[metrics.DropSlotCollision].Load(); n != 0 {
+	if n := cmx.N.Dropped[metrics.DropSlotCollision].Load(); n != 0 {
 		t.Fatalf("slot_collision %d for an index reused after its close, want 0", n)
 	}
 	forge(t, cmx, sender, epoch, func(enc *muxwire.Encoder) {
@@ -61,7 +61,7 @@ func TestMuxSlotReuseAfterStagedLastRecord(t *testing.T) {
 	if v, err := nextItemWithin(t, a2, 5*time.Second); err != nil || !bytes.Equal(v, []byte("second stream")) {
 		t.Fatalf("the new stream read %q, %v", v, err)
 	}
-	if n := cmx.heldRecords(); n != 0 {
+	if n := cmx.HeldRecords(); n != 0 {
 		t.Fatalf("%d records left in holds", n)
 	}
 }
@@ -105,7 +105,7 @@ func TestMuxSlotAsideGenerationWrap(t *testing.T) {
 	forge(t, cmx, sender, epoch, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(id, 0, a3.Handle().LocalID(), session3) // the old id, come round
 	})
-	if n := cmx.n.dropped[metrics.DropSlotCollision].Load(); n != 1 {
+	if n := cmx.N.Dropped[metrics.DropSlotCollision].Load(); n != 1 {
 		t.Fatalf("slot_collision %d for an id still aside, want 1", n)
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {

@@ -58,30 +58,31 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	if cfg.Disabled || muxDisabledByEnv() {
 		return nil
 	}
-	mx := newMux(cfg, r.heartbeat, r.postBatch)
-	mx.probePost = r.probeBatch
-	mx.postTagged = r.postBatchTagged
-	mx.postOwned = r.postBatchOwned
-	mx.stagesAbove = msgrx.StagingThreshold(r.msg)
-	mx.routable = func(peer ext.WorkerID) bool {
+	mx := New(cfg, r.heartbeat, r.postBatch)
+	mx.ProbePost = r.probeBatch
+	mx.PostTagged = r.postBatchTagged
+	mx.PostOwned = r.postBatchOwned
+	mx.StagesAbove = msgrx.StagingThreshold(r.msg)
+	mx.Routable = func(peer ext.WorkerID) bool {
 		_, ok := msgrx.InstanceOf(r.msg, peer)
 		return ok
 	}
-	mx.m = r.m
-	mx.log = r.log
+	mx.OpsMet = r.m.met
+	mx.AbandonCall = func(token uint64, err error) bool { return msgrx.AbandonToken(r.msg, token, err) }
+	mx.Log = r.log
 	if met != nil {
-		mx.met = met.Mux()
-		mx.unreport = mx.met.Report(mx.snapshot)
+		mx.Met = met.Mux()
+		mx.Unreport = mx.Met.Report(mx.Snapshot)
 	}
 	for lane := range muxwire.Lanes {
 		h := messenger.FireHandler(muxwire.HandlerName(lane), func(c *messenger.Context) {
-			mx.handleBatch(c.SenderWorkerID(), lane, c.Payload)
+			mx.HandleBatch(c.SenderWorkerID(), lane, c.Payload)
 		}, messenger.WithInline(), messenger.WithDrainExempt(),
 			msgrx.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
-				mx.stagedFailure(sender, lane, h[muxSlotHeader], err)
+				mx.StagedFailure(sender, lane, h[SlotHeader], err)
 			}))
 		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
-			mx.close()
+			mx.Close()
 			return err
 		}
 	}
@@ -109,7 +110,7 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 	}
 	var opts []messenger.CallOption
 	if tag != "" {
-		opts = append(opts, messenger.WithHeaders(map[string]string{muxSlotHeader: tag}))
+		opts = append(opts, messenger.WithHeaders(map[string]string{SlotHeader: tag}))
 	}
 	return admitted(msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch, opts...))
 }
@@ -140,23 +141,23 @@ func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner
 }
 
 // offersMux says whether an attach request names this build's mux.
-func offersMux(keys []string) bool { return slices.Contains(keys, muxWireKey) }
+func offersMux(keys []string) bool { return slices.Contains(keys, WireKey) }
 
 // attachMux binds st for the mux: the producer's OpenSlot claims it within
 // the accept window. The caller checked st and holds no lock.
 func (r *remote) attachMux(st *inlet.State, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	pre, why := st.ClaimMux(func(pre inlet.Prebind) bool { return r.mux.adopt(pre.(*muxBind), producer) })
+	pre, why := st.ClaimMux(func(pre inlet.Prebind) bool { return r.mux.Adopt(pre.(*Bind), producer) })
 	switch {
 	case why == inlet.ClaimEnded:
 		return refuseAttach("anchor %v not found", st.Handle())
 	case why == inlet.ClaimTaken:
 		return refuseAttach("anchor %v already attached", st.Handle())
 	case pre != nil:
-		bd := pre.(*muxBind) // the inlet holds only the mux's pre-binds
-		return r.muxAnswer(bd.key.session, bd.lane), nil
+		bd := pre.(*Bind) // the inlet holds only the mux's pre-binds
+		return r.muxAnswer(bd.Key.Session, bd.Lane), nil
 	}
 	session := r.ids.next()
-	lane, ok := r.mux.bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
+	lane, ok := r.mux.Bind(st, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.UnclaimMux()
 		return refuseAttach("node is shutting down")
@@ -167,11 +168,11 @@ func (r *remote) attachMux(st *inlet.State, producer ext.WorkerID, key *uint64) 
 // muxAnswer is the attach answer for a mux bind under session on lane.
 func (r *remote) muxAnswer(session uint64, lane int) []byte {
 	resp := wire.AttachResponse{
-		TransportKey:        muxWireKey,
+		TransportKey:        WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    session,
-		InitialCredit:       r.mux.cfg.InitialCredit,
-		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
+		InitialCredit:       r.mux.Cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.Cfg.SlotByteBudget),
 		Lane:                uint8(lane),
 	}
 	return resp.AppendJSON(make([]byte, 0, 192))
@@ -202,7 +203,7 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 // told the stream is over (abandonBound), or its consumer would wait out
 // the accept window. A ticket's pre-bind may still be claimed by another
 // producer, and an MPSC producer is released by its own message.
-func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*outSlot, error) {
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*OutSlot, error) {
 	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
@@ -211,19 +212,19 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 		return nil, err
 	}
 	peer, ln := handle.Owner(), r.senderLane(handle.Owner(), lane)
-	b, s, err := r.mux.openOn(peer, ln, func(b *batcher) (*outSlot, error) {
-		return b.open(handle.LocalID(), routing, credit)
+	b, s, err := r.mux.OpenOn(peer, ln, func(b *Batcher) (*OutSlot, error) {
+		return b.Open(handle.LocalID(), routing, credit)
 	})
 	if err != nil {
 		if mine && errors.Is(err, ErrCancelled) { // the mux closed, or its batchers stopped
-			r.mux.abandonBound(peer, ln, handle.LocalID(), routing)
+			r.mux.AbandonBound(peer, ln, handle.LocalID(), routing)
 		}
 		if b == nil {
 			return nil, fmt.Errorf("velo: attach %v: %w", handle, messenger.ErrShuttingDown)
 		}
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
-	s.handle = handle
+	s.Handle = handle
 	return s, nil
 }
 
@@ -232,7 +233,7 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 // one. It never blocks and never fails; with no mux it does nothing.
 func (m *Manager) FlushBatch() {
 	if m.remote != nil && m.remote.mux != nil {
-		m.remote.mux.flushAll()
+		m.remote.mux.FlushAll()
 	}
 }
 
@@ -240,7 +241,7 @@ func (m *Manager) FlushBatch() {
 // first.
 func (r *remote) offeredKeys() []string {
 	if r.mux != nil {
-		return []string{muxWireKey, wire.TCPStreamKey}
+		return []string{WireKey, wire.TCPStreamKey}
 	}
 	return []string{wire.TCPStreamKey}
 }
@@ -254,14 +255,14 @@ func (m *Manager) muxStats() muxCounts {
 		return muxCounts{}
 	}
 	mx := m.remote.mux
-	out, in := mx.liveSlots()
+	out, in := mx.LiveSlots()
 	return muxCounts{
-		BatchesSent: mx.n.batchesSent.Load(), RecordsSent: mx.n.recordsSent.Load(),
-		BatchesReceived: mx.n.batchesRecv.Load(), RecordsReceived: mx.n.recordsRecv.Load(),
+		BatchesSent: mx.N.BatchesSent.Load(), RecordsSent: mx.N.RecordsSent.Load(),
+		BatchesReceived: mx.N.BatchesRecv.Load(), RecordsReceived: mx.N.RecordsRecv.Load(),
 		LiveSlotsOut: out, LiveSlotsIn: in,
-		CreditExhausted: mx.n.creditExhausted.Load(), EpochDeaths: mx.n.epochDeaths.Load(),
-		ProtocolErrors: mx.n.protocolErrors.Load(), WatchdogFirings: mx.n.watchdogFirings.Load(),
-		BatcherWakes: mx.n.batcherWakes.Load(),
+		CreditExhausted: mx.N.CreditExhausted.Load(), EpochDeaths: mx.N.EpochDeaths.Load(),
+		ProtocolErrors: mx.N.ProtocolErrors.Load(), WatchdogFirings: mx.N.WatchdogFirings.Load(),
+		BatcherWakes: mx.N.BatcherWakes.Load(),
 	}
 }
 
@@ -275,4 +276,27 @@ func (r *remote) probeBatch(peer ext.WorkerID, lane int, batch []byte) error {
 	}
 	_, err := msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch)
 	return err
+}
+
+// senderLane is the lane a producer uses for a stream the owner placed on
+// lane: that lane modulo the lanes its own transport keeps to the owner.
+func (r *remote) senderLane(owner ext.WorkerID, lane uint8) int {
+	inst, ok := msgrx.InstanceOf(r.msg, owner)
+	if !ok {
+		return 0
+	}
+	return int(lane) % ClampLanes(msgrx.Lanes(r.msg, inst))
+}
+
+// lanesTo is how many lanes the mux uses to peer (0: to any peer, for a
+// pre-bind).
+func (r *remote) lanesTo(peer ext.WorkerID) int {
+	if peer == 0 {
+		return ClampLanes(msgrx.Lanes(r.msg, ext.InstanceID{}))
+	}
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
+	if !ok {
+		return 1
+	}
+	return ClampLanes(msgrx.Lanes(r.msg, inst))
 }

@@ -13,21 +13,21 @@ import (
 // epochDeath ends every live slot of the batcher (a refused batch, a lost
 // peer) and starts a new epoch: the owner retires the old epoch's slots
 // when the first batch of the new one arrives.
-func (b *batcher) epochDeath() {
-	b.mu.Lock()
+func (b *Batcher) EpochDeath() {
+	b.Mu.Lock()
 	for _, s := range b.slots {
 		if s != nil {
 			s.endLocked(ErrConsumerLost)
 		}
 	}
-	b.ready = b.ready[:0]
+	b.Ready = b.Ready[:0]
 	// The replies owed for the peer's slots (credit, closes, stops) stay:
 	// those slots belong to the peer's epoch, which this one's death does
 	// not end; dropping their credit would stall them for good.
-	b.epoch = b.mx.epochs.Add(1)
+	b.Epoch = b.Mx.Epochs.Add(1)
 	b.seq = 0
-	b.mu.Unlock()
-	b.mx.epochDeaths()
+	b.Mu.Unlock()
+	b.Mx.epochDeaths()
 }
 
 // goodbye posts, before the mux stops, a CloseSlot for every stream
@@ -39,58 +39,58 @@ func (b *batcher) epochDeath() {
 //
 // It is queued for the lane's writer, after whatever is being written, and
 // the close writes it itself when the lane is free.
-func (b *batcher) goodbye(theirs []muxwire.SlotID) {
-	b.mu.Lock()
+func (b *Batcher) goodbye(theirs []muxwire.SlotID) {
+	b.Mu.Lock()
 	// From here on the batcher writes only closes and the notices of
 	// attaches answered too late (postLate, abandonBound), and an attach
 	// answered now fails its slot instead of queuing an OpenSlot.
-	b.state.to(batcherClosing)
+	b.State.To(BatcherClosing)
 	// OpenSlots still queued (a pipelined attach answered just before the
 	// end) go first: a close for a slot the peer never saw opened would
 	// leave its bind waiting out the accept window.
-	opens := make([]*outSlot, 0, len(b.opens))
-	for _, s := range b.opens {
-		if !s.life.closed() {
+	opens := make([]*OutSlot, 0, len(b.Opens))
+	for _, s := range b.Opens {
+		if !s.Life.Closed() {
 			opens = append(opens, s)
 		}
 	}
-	clear(b.opens)
-	b.opens = b.opens[:0]
-	recs := make([]closeReply, 0, b.live+len(theirs))
+	clear(b.Opens)
+	b.Opens = b.Opens[:0]
+	recs := make([]CloseReply, 0, b.live+len(theirs))
 	for _, s := range b.slots {
-		if s != nil && !s.life.closed() && !s.pending { // a pending slot's peer never heard of it
-			recs = append(recs, closeReply{id: s.id, reason: muxwire.PeerGone})
+		if s != nil && !s.Life.Closed() && !s.pending { // a pending slot's peer never heard of it
+			recs = append(recs, CloseReply{ID: s.ID, Reason: muxwire.PeerGone})
 		}
 	}
 	// Closes still owed go too: Manager.Close cancels its anchors just
 	// before the mux stops, and the batcher's goroutine may not have
 	// written them yet.
-	for id, reason := range b.closes {
-		recs = append(recs, closeReply{id: id, reason: reason})
+	for id, reason := range b.Closes {
+		recs = append(recs, CloseReply{ID: id, Reason: reason})
 	}
-	clear(b.closes)
+	clear(b.Closes)
 	for _, id := range theirs {
-		recs = append(recs, closeReply{id: id, reason: muxwire.UnknownSlot})
+		recs = append(recs, CloseReply{ID: id, Reason: muxwire.UnknownSlot})
 	}
-	w := b.queueJobLocked(laneJob{kind: jobGoodbye, opens: opens, closes: recs}, true)
-	b.mu.Unlock()
+	w := b.QueueJobLocked(LaneJob{Kind: JobGoodbye, Opens: opens, Closes: recs}, true)
+	b.Mu.Unlock()
 	b.writeQueued(w)
 }
 
 // postLate writes closes after the batcher was retired, in order with
 // what it wrote before. It comes from a reader: the lane's writer writes
 // them, and the caller only once the goroutine is gone and the lane free.
-func (b *batcher) postLate(closes []closeReply) {
-	b.queueJob(laneJob{kind: jobLateCloses, closes: closes}, false)
+func (b *Batcher) postLate(closes []CloseReply) {
+	b.queueJob(LaneJob{Kind: JobLateCloses, Closes: closes}, false)
 }
 
 // postOpenSlots writes the OpenSlots of opens, in as many batches as the
 // batch cap needs. The caller owns the lane's writes. It returns the first
 // refusal.
-func (b *batcher) postOpenSlots(opens []*outSlot) error {
+func (b *Batcher) postOpenSlots(opens []*OutSlot) error {
 	return b.postRecords(len(opens), muxwire.OpenSlotBodyLen, func(enc *muxwire.Encoder, i int) {
 		s := opens[i]
-		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		enc.OpenSlot(s.ID, s.openSeq, s.anchorID, s.Session)
 	})
 }
 
@@ -103,24 +103,24 @@ var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writ
 // The caller owns the lane's writes. It stops at the first refusal and
 // returns it,
 // or errNoLongerWrites.
-func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
-	per := max(1, min(muxwire.MaxRecords, (b.mx.cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
+func (b *Batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i int)) error {
+	per := max(1, min(muxwire.MaxRecords, (b.Mx.Cfg.MaxBatchBytes-muxwire.BatchHeaderLen)/muxwire.RecordLen(bodyLen)))
 	for i := 0; i < n; {
 		k := min(n-i, per)
-		b.mu.Lock()
-		if !b.state.mayWrite() {
-			b.mu.Unlock()
+		b.Mu.Lock()
+		if !b.State.MayWrite() {
+			b.Mu.Unlock()
 			return errNoLongerWrites
 		}
 		b.seq++
-		epoch, seq := b.epoch, b.seq
-		b.mu.Unlock()
+		epoch, seq := b.Epoch, b.seq
+		b.Mu.Unlock()
 		var enc muxwire.Encoder
-		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.lane, epoch, seq)
+		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.Lane, epoch, seq)
 		for ; k > 0; i, k = i+1, k-1 {
 			add(&enc, i)
 		}
-		if err := b.mx.send(b.peer, b.lane, enc.Batch()); err != nil {
+		if err := b.Mx.send(b.peer, b.Lane, enc.Batch()); err != nil {
 			return err
 		}
 	}
@@ -134,39 +134,39 @@ func (b *batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 // streams and sends none) is in use too: a reply since the last check
 // counts as use then, at the cost of a flag per reply rather than a clock
 // read.
-func (b *batcher) idleLocked(now time.Time, ttl time.Duration) bool {
+func (b *Batcher) IdleLocked(now time.Time, ttl time.Duration) bool {
 	if b.used {
-		b.used, b.lastUse = false, now
+		b.used, b.LastUse = false, now
 	}
-	return b.live == 0 && len(b.credit) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && now.Sub(b.lastUse) >= ttl
+	return b.live == 0 && len(b.Credit) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && now.Sub(b.LastUse) >= ttl
 }
 
 // stop ends the batcher's goroutine and fails its slots.
-func (b *batcher) stop() {
-	b.mu.Lock()
-	if b.state.stopped() {
-		b.mu.Unlock()
+func (b *Batcher) Stop() {
+	b.Mu.Lock()
+	if b.State.Stopped() {
+		b.Mu.Unlock()
 		return
 	}
-	b.state.to(stoppedState[b.state])
+	b.State.To(StoppedState[b.State])
 	b.lingerT.Stop()
 	if b.windowT != nil {
 		b.windowT.Stop()
 	}
-	b.mu.Unlock()
-	b.epochDeath()
-	b.signal()
-	<-b.done
+	b.Mu.Unlock()
+	b.EpochDeath()
+	b.Signal()
+	<-b.Done
 	b.lastWrites() // work queued as the goroutine ended
 }
 
 // lastWrites writes, as the goroutine ends, the control work queued for
 // it, unless the lane's owner is writing and will.
-func (b *batcher) lastWrites() {
-	b.mu.Lock()
-	own := len(b.jobs) > 0 && b.ownLocked()
-	b.mu.Unlock()
+func (b *Batcher) lastWrites() {
+	b.Mu.Lock()
+	own := len(b.jobs) > 0 && b.OwnLocked()
+	b.Mu.Unlock()
 	if own {
-		b.release()
+		b.Release()
 	}
 }

@@ -19,13 +19,13 @@ func TestMuxStoppedBatcherWritesNoNotice(t *testing.T) {
 	learnOwner(t, producer, consumer)
 	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false)
 	a, s := muxStream(t, producer, consumer)
-	if s.slot().b == old {
+	if s.slot().B == old {
 		t.Fatal("the stream went to the evicted batcher")
 	}
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
-	old.stop()
-	old.abandonBound(1, 1) // a notice for a bind it cannot write any more
+	old.Stop()
+	old.AbandonBound(1, 1) // a notice for a bind it cannot write any more
 	successorLives(t, a, s)
 }
 
@@ -39,21 +39,21 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	learnOwner(t, producer, consumer)
 	old := takenOut(t, muxOf(t, producer), consumer.msg.WorkerID(), false) // not yet stopped
-	defer old.stop()
+	defer old.Stop()
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
-	old.epochDeath() // as a refused batch does: past the successor's epoch
+	old.EpochDeath() // as a refused batch does: past the successor's epoch
 	slept := false
 	id, _ := muxwire.NewSlotID(7, 0)
-	old.mu.Lock()
-	old.testOnSleep = func() { slept = true }
-	old.closes[id] = muxwire.UnknownSlot // owed from before it was taken out
-	old.mu.Unlock()
-	old.signal()
+	old.Mu.Lock()
+	old.TestOnSleep = func() { slept = true }
+	old.Closes[id] = muxwire.UnknownSlot // owed from before it was taken out
+	old.Mu.Unlock()
+	old.Signal()
 	waitFor(t, "the old batcher's pass", func() bool {
-		old.mu.Lock()
-		defer old.mu.Unlock()
+		old.Mu.Lock()
+		defer old.Mu.Unlock()
 		return slept
 	})
 	successorLives(t, a, s)
@@ -77,21 +77,21 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		mx := muxOf(t, consumer)
 		peer := producer.msg.WorkerID()
 		old := takenOut(t, mx, peer, lost)
-		old.stop()
+		old.Stop()
 		if !lost {
-			mx.handBack(old) // as evictIdle does after the stop
+			mx.HandBack(old) // as evictIdle does after the stop
 		}
 		id, _ := muxwire.NewSlotID(3, 0)
-		creditsBefore := mx.n.sentByType[metrics.MuxCreditUpdate].Load()
-		old.reply(id, 5)
-		old.replyClose(id+256, muxwire.UnknownSlot)
-		old.mu.Lock()
-		left := len(old.credit) + len(old.closes)
-		old.mu.Unlock()
+		creditsBefore := mx.N.SentByType[metrics.MuxCreditUpdate].Load()
+		old.Reply(id, 5)
+		old.ReplyClose(id+256, muxwire.UnknownSlot)
+		old.Mu.Lock()
+		left := len(old.Credit) + len(old.Closes)
+		old.Mu.Unlock()
 		if left != 0 {
 			t.Fatalf("%d replies left on the batcher taken out (lost %v)", left, lost)
 		}
-		nb := mx.existingBatcher(peer, 0)
+		nb := mx.ExistingBatcher(peer, 0)
 		if lost {
 			if nb != nil {
 				t.Fatal("a reply after peer loss made a batcher for the lost peer")
@@ -103,15 +103,15 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		}
 		// Owed, in the batch being posted, or posted already: the close
 		// is urgent, so the successor may have written both.
-		nb.mu.Lock()
-		credit := nb.credit[id] + nb.flying[id]
-		_, closeOwed := nb.closes[id+256]
-		_, flying := nb.flyingCloses[id+256]
-		nb.mu.Unlock()
-		if credit == 0 && mx.n.sentByType[metrics.MuxCreditUpdate].Load() > creditsBefore {
+		nb.Mu.Lock()
+		credit := nb.Credit[id] + nb.Flying[id]
+		_, closeOwed := nb.Closes[id+256]
+		_, flying := nb.FlyingCloses[id+256]
+		nb.Mu.Unlock()
+		if credit == 0 && mx.N.SentByType[metrics.MuxCreditUpdate].Load() > creditsBefore {
 			credit = 5 // it went out in the successor's batch
 		}
-		closeSent := mx.n.sentByType[metrics.MuxCloseSlot].Load() > 0
+		closeSent := mx.N.SentByType[metrics.MuxCloseSlot].Load() > 0
 		if credit != 5 || !(closeOwed || flying || closeSent) {
 			t.Fatalf("the successor holds credit %d and close %v, want 5 and true", credit, closeOwed || flying || closeSent)
 		}
@@ -123,20 +123,20 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 // it replies, and is not evicted once per BatcherIdleTTL while busy.
 func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{ReplyLinger: time.Hour})
-	b, err := muxOf(t, consumer).batcherFor(producer.msg.WorkerID(), 0)
+	b, err := muxOf(t, consumer).BatcherFor(producer.msg.WorkerID(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id, _ := muxwire.NewSlotID(3, 0)
-	b.reply(id, 1)
-	b.mu.Lock()
-	clear(b.credit) // written since, say
-	b.lastUse = time.Now().Add(-time.Hour)
-	b.mu.Unlock()
+	b.Reply(id, 1)
+	b.Mu.Lock()
+	clear(b.Credit) // written since, say
+	b.LastUse = time.Now().Add(-time.Hour)
+	b.Mu.Unlock()
 	now := time.Now()
-	b.mu.Lock()
-	first, later := b.idleLocked(now, time.Minute), b.idleLocked(now.Add(2*time.Minute), time.Minute)
-	b.mu.Unlock()
+	b.Mu.Lock()
+	first, later := b.IdleLocked(now, time.Minute), b.IdleLocked(now.Add(2*time.Minute), time.Minute)
+	b.Mu.Unlock()
 	if first {
 		t.Fatal("a batcher that replied since the last check counts as idle")
 	}
@@ -147,16 +147,16 @@ func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 
 // takenOut takes the lane-0 batcher of mx to peer out of the mux, as
 // eviction (lost false) or peer loss (lost true) does before it stops it.
-func takenOut(t *testing.T, mx *mux, peer ext.WorkerID, lost bool) *batcher {
+func takenOut(t *testing.T, mx *Mux, peer ext.WorkerID, lost bool) *Batcher {
 	t.Helper()
-	b, err := mx.batcherFor(peer, 0)
+	b, err := mx.BatcherFor(peer, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mx.mu.Lock()
-	delete(mx.batchers, laneKey{peer, 0})
-	b.supersede(lost)
-	mx.mu.Unlock()
+	mx.Mu.Lock()
+	delete(mx.Batchers, LaneKey{peer, 0})
+	b.Supersede(lost)
+	mx.Mu.Unlock()
 	return b
 }
 

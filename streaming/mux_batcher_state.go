@@ -16,70 +16,70 @@ import (
 // running), lingerOn / lingered / windowArmed / windowDue (timers that
 // come and go many times in any state), used (a flag the idle check
 // resets) and writing (who owns the lane's writes right now).
-type batcherState uint8
+type BatcherState uint8
 
 const (
 	// batcherLive is the lane's current batcher: it writes everything.
-	batcherLive batcherState = iota
+	BatcherLive BatcherState = iota
 	// batcherSuperseded: eviction took it out of the mux. A successor may
 	// write on the lane, so it writes nothing; replies go to the successor.
-	batcherSuperseded
+	BatcherSuperseded
 	// batcherLost: peer loss (or a peer with no route) took it out. It
 	// writes nothing, and replies for the peer are dropped.
-	batcherLost
+	BatcherLost
 	// batcherRetired: the mux's close took it. No successor follows, so it
 	// still writes, and is the one writer of its lane's last batches.
-	batcherRetired
+	BatcherRetired
 	// batcherClosing: its goodbye ran. It writes only closes and the
 	// notices of attaches answered too late.
-	batcherClosing
+	BatcherClosing
 	// The stopped states: the goroutine ended (stop).
-	batcherHalted      // stopped while live (no successor named): writes nothing
-	batcherEvicted     // stopped after batcherSuperseded
-	batcherLostStopped // stopped after batcherLost
-	batcherClosed      // stopped after batcherClosing: late closes still go
-	batcherStates      // the count, for the transition table
+	BatcherHalted      // stopped while live (no successor named): writes nothing
+	BatcherEvicted     // stopped after batcherSuperseded
+	BatcherLostStopped // stopped after batcherLost
+	BatcherClosed      // stopped after batcherClosing: late closes still go
+	BatcherStates      // the count, for the transition table
 )
 
-var batcherStateNames = [batcherStates]string{
+var batcherStateNames = [BatcherStates]string{
 	"live", "superseded", "lost", "retired", "closing", "halted", "evicted", "lost-stopped", "closed",
 }
 
-func (s batcherState) String() string {
-	if s < batcherStates {
+func (s BatcherState) String() string {
+	if s < BatcherStates {
 		return batcherStateNames[s]
 	}
 	return fmt.Sprintf("batcherState(%d)", uint8(s))
 }
 
 // batcherMoves is every legal move, from → to.
-var batcherMoves = [batcherStates][]batcherState{
-	batcherLive:       {batcherSuperseded, batcherLost, batcherRetired, batcherHalted},
-	batcherSuperseded: {batcherEvicted},
-	batcherLost:       {batcherLostStopped},
-	batcherRetired:    {batcherClosing},
-	batcherClosing:    {batcherClosed},
+var BatcherMoves = [BatcherStates][]BatcherState{
+	BatcherLive:       {BatcherSuperseded, BatcherLost, BatcherRetired, BatcherHalted},
+	BatcherSuperseded: {BatcherEvicted},
+	BatcherLost:       {BatcherLostStopped},
+	BatcherRetired:    {BatcherClosing},
+	BatcherClosing:    {BatcherClosed},
 }
 
 // stoppedState is where stop moves each state: every state has one, and
 // the stopped states stay where they are.
-var stoppedState = [batcherStates]batcherState{
-	batcherLive:        batcherHalted,
-	batcherSuperseded:  batcherEvicted,
-	batcherLost:        batcherLostStopped,
-	batcherRetired:     batcherClosed, // not reached: the goodbye runs before the stop
-	batcherClosing:     batcherClosed,
-	batcherHalted:      batcherHalted,
-	batcherEvicted:     batcherEvicted,
-	batcherLostStopped: batcherLostStopped,
-	batcherClosed:      batcherClosed,
+var StoppedState = [BatcherStates]BatcherState{
+	BatcherLive:        BatcherHalted,
+	BatcherSuperseded:  BatcherEvicted,
+	BatcherLost:        BatcherLostStopped,
+	BatcherRetired:     BatcherClosed, // not reached: the goodbye runs before the stop
+	BatcherClosing:     BatcherClosed,
+	BatcherHalted:      BatcherHalted,
+	BatcherEvicted:     BatcherEvicted,
+	BatcherLostStopped: BatcherLostStopped,
+	BatcherClosed:      BatcherClosed,
 }
 
-func (s batcherState) legal(next batcherState) bool {
-	if s >= batcherStates {
+func (s BatcherState) Legal(next BatcherState) bool {
+	if s >= BatcherStates {
 		return false
 	}
-	for _, n := range batcherMoves[s] {
+	for _, n := range BatcherMoves[s] {
 		if n == next {
 			return true
 		}
@@ -89,8 +89,8 @@ func (s batcherState) legal(next batcherState) bool {
 
 // to moves s to next. An illegal move is reported (illegalTransition) and
 // made all the same: the nearest the code comes to what it meant.
-func (s *batcherState) to(next batcherState) {
-	if !s.legal(next) {
+func (s *BatcherState) To(next BatcherState) {
+	if !s.Legal(next) {
 		illegalTransition("batcher", s.String(), next.String())
 	}
 	*s = next
@@ -101,9 +101,9 @@ func (s *batcherState) to(next batcherState) {
 // it to an epoch newer than a successor's on the same lane, and the peer
 // would retire that successor's streams. One the mux's close retired may:
 // no successor comes after it.
-func (s batcherState) mayWrite() bool {
+func (s BatcherState) MayWrite() bool {
 	switch s {
-	case batcherLive, batcherRetired, batcherClosing, batcherClosed:
+	case BatcherLive, BatcherRetired, BatcherClosing, BatcherClosed:
 		return true
 	}
 	return false
@@ -111,9 +111,9 @@ func (s batcherState) mayWrite() bool {
 
 // handsOn says whether replies for the peer go to the lane's current
 // batcher instead (or nowhere, after peer loss).
-func (s batcherState) handsOn() bool {
+func (s BatcherState) HandsOn() bool {
 	switch s {
-	case batcherSuperseded, batcherLost, batcherEvicted, batcherLostStopped:
+	case BatcherSuperseded, BatcherLost, BatcherEvicted, BatcherLostStopped:
 		return true
 	}
 	return false
@@ -121,30 +121,30 @@ func (s batcherState) handsOn() bool {
 
 // dropsReplies says whether peer loss took the batcher: replies for the
 // peer are dropped, not handed on.
-func (s batcherState) dropsReplies() bool { return s == batcherLost || s == batcherLostStopped }
+func (s BatcherState) DropsReplies() bool { return s == BatcherLost || s == BatcherLostStopped }
 
 // stopped says whether the goroutine ended.
-func (s batcherState) stopped() bool { return stoppedState[s] == s }
+func (s BatcherState) Stopped() bool { return StoppedState[s] == s }
 
 // saidGoodbye says the goodbye ran: nothing but closes and late notices
 // may follow it, and an attach answered now fails its slot.
-func (s batcherState) saidGoodbye() bool { return s == batcherClosing || s == batcherClosed }
+func (s BatcherState) SaidGoodbye() bool { return s == BatcherClosing || s == BatcherClosed }
 
 // buildsData says whether a pass may build batches of queued work.
-func (s batcherState) buildsData() bool {
-	return s == batcherLive || s == batcherRetired || s == batcherHalted
+func (s BatcherState) BuildsData() bool {
+	return s == BatcherLive || s == BatcherRetired || s == BatcherHalted
 }
 
 // illegalTransitions counts illegal lifecycle moves in this process.
-var illegalTransitions atomic.Uint64
+var IllegalTransitions atomic.Uint64
 
 // onIllegalTransition is told of every illegal lifecycle move. Outside
 // tests it logs; the tests set it to fail the test that made the move.
-var onIllegalTransition = func(kind, from, to string) {
+var OnIllegalTransition = func(kind, from, to string) {
 	slog.Default().Error("velo: illegal mux lifecycle move", "kind", kind, "from", from, "to", to)
 }
 
 func illegalTransition(kind, from, to string) {
-	illegalTransitions.Add(1)
-	onIllegalTransition(kind, from, to)
+	IllegalTransitions.Add(1)
+	OnIllegalTransition(kind, from, to)
 }

@@ -7,9 +7,9 @@ import "testing"
 func recordIllegal(t *testing.T) *[]string {
 	t.Helper()
 	var got []string
-	old := onIllegalTransition
-	onIllegalTransition = func(kind, from, to string) { got = append(got, kind+" "+from+"->"+to) }
-	t.Cleanup(func() { onIllegalTransition = old })
+	old := OnIllegalTransition
+	OnIllegalTransition = func(kind, from, to string) { got = append(got, kind+" "+from+"->"+to) }
+	t.Cleanup(func() { OnIllegalTransition = old })
 	return &got
 }
 
@@ -17,17 +17,17 @@ func recordIllegal(t *testing.T) *[]string {
 // accepted, every other one is reported and counted.
 func TestBatcherStateMoves(t *testing.T) {
 	got := recordIllegal(t)
-	before := illegalTransitions.Load()
+	before := IllegalTransitions.Load()
 	illegal := 0
-	for from := batcherState(0); from < batcherStates; from++ {
-		legal := map[batcherState]bool{}
-		for _, n := range batcherMoves[from] {
+	for from := BatcherState(0); from < BatcherStates; from++ {
+		legal := map[BatcherState]bool{}
+		for _, n := range BatcherMoves[from] {
 			legal[n] = true
 		}
-		for next := batcherState(0); next < batcherStates; next++ {
+		for next := BatcherState(0); next < BatcherStates; next++ {
 			s := from
 			n := len(*got)
-			s.to(next)
+			s.To(next)
 			if s != next {
 				t.Errorf("%v.to(%v) left %v", from, next, s)
 			}
@@ -40,13 +40,13 @@ func TestBatcherStateMoves(t *testing.T) {
 			}
 		}
 	}
-	if d := illegalTransitions.Load() - before; d != uint64(illegal) {
+	if d := IllegalTransitions.Load() - before; d != uint64(illegal) {
 		t.Errorf("counted %d illegal moves, want %d", d, illegal)
 	}
 	// A few that must never pass: back to live, out of a stopped state,
 	// a retired batcher superseded.
-	for _, m := range [][2]batcherState{{batcherSuperseded, batcherLive}, {batcherClosed, batcherLive}, {batcherEvicted, batcherSuperseded}, {batcherRetired, batcherSuperseded}} {
-		if m[0].legal(m[1]) {
+	for _, m := range [][2]BatcherState{{BatcherSuperseded, BatcherLive}, {BatcherClosed, BatcherLive}, {BatcherEvicted, BatcherSuperseded}, {BatcherRetired, BatcherSuperseded}} {
+		if m[0].Legal(m[1]) {
 			t.Errorf("%v -> %v is legal", m[0], m[1])
 		}
 	}
@@ -57,12 +57,12 @@ func TestBatcherStateMoves(t *testing.T) {
 // for the retired batcher whose goodbye has not run, which the close
 // never stops.
 func TestBatcherStateStop(t *testing.T) {
-	for s := batcherState(0); s < batcherStates; s++ {
-		next := stoppedState[s]
-		if !next.stopped() {
+	for s := BatcherState(0); s < BatcherStates; s++ {
+		next := StoppedState[s]
+		if !next.Stopped() {
 			t.Errorf("stop of %v goes to %v, which is not stopped", s, next)
 		}
-		if next != s && !s.legal(next) && s != batcherRetired {
+		if next != s && !s.Legal(next) && s != BatcherRetired {
 			t.Errorf("stop of %v: %v -> %v is not a legal move", s, s, next)
 		}
 	}
@@ -72,34 +72,34 @@ func TestBatcherStateStop(t *testing.T) {
 // flag combinations did (mayWrite was retired || !(stopped || superseded)).
 func TestBatcherStateQuestions(t *testing.T) {
 	type flags struct{ superseded, lost, retired, closing, stopped bool }
-	of := map[batcherState]flags{
-		batcherLive:        {},
-		batcherSuperseded:  {superseded: true},
-		batcherLost:        {superseded: true, lost: true},
-		batcherRetired:     {retired: true},
-		batcherClosing:     {retired: true, closing: true},
-		batcherHalted:      {stopped: true},
-		batcherEvicted:     {superseded: true, stopped: true},
-		batcherLostStopped: {superseded: true, lost: true, stopped: true},
-		batcherClosed:      {retired: true, closing: true, stopped: true},
+	of := map[BatcherState]flags{
+		BatcherLive:        {},
+		BatcherSuperseded:  {superseded: true},
+		BatcherLost:        {superseded: true, lost: true},
+		BatcherRetired:     {retired: true},
+		BatcherClosing:     {retired: true, closing: true},
+		BatcherHalted:      {stopped: true},
+		BatcherEvicted:     {superseded: true, stopped: true},
+		BatcherLostStopped: {superseded: true, lost: true, stopped: true},
+		BatcherClosed:      {retired: true, closing: true, stopped: true},
 	}
 	for s, f := range of {
-		if got, want := s.mayWrite(), f.retired || !(f.stopped || f.superseded); got != want {
+		if got, want := s.MayWrite(), f.retired || !(f.stopped || f.superseded); got != want {
 			t.Errorf("%v.mayWrite() = %v, want %v", s, got, want)
 		}
-		if got, want := s.handsOn(), f.superseded && !f.retired; got != want {
+		if got, want := s.HandsOn(), f.superseded && !f.retired; got != want {
 			t.Errorf("%v.handsOn() = %v, want %v", s, got, want)
 		}
-		if got, want := s.buildsData(), !(f.closing || f.superseded && !f.retired); got != want {
+		if got, want := s.BuildsData(), !(f.closing || f.superseded && !f.retired); got != want {
 			t.Errorf("%v.buildsData() = %v, want %v", s, got, want)
 		}
-		if s.dropsReplies() != f.lost || s.stopped() != f.stopped || s.saidGoodbye() != f.closing {
+		if s.DropsReplies() != f.lost || s.Stopped() != f.stopped || s.SaidGoodbye() != f.closing {
 			t.Errorf("%v: dropsReplies/stopped/saidGoodbye = %v/%v/%v, want %v/%v/%v", s,
-				s.dropsReplies(), s.stopped(), s.saidGoodbye(), f.lost, f.stopped, f.closing)
+				s.DropsReplies(), s.Stopped(), s.SaidGoodbye(), f.lost, f.stopped, f.closing)
 		}
 	}
-	if len(of) != int(batcherStates) {
-		t.Errorf("pinned %d states of %d", len(of), batcherStates)
+	if len(of) != int(BatcherStates) {
+		t.Errorf("pinned %d states of %d", len(of), BatcherStates)
 	}
 }
 
@@ -108,31 +108,31 @@ func TestBatcherStateQuestions(t *testing.T) {
 // answered.
 func TestStreamLifeMoves(t *testing.T) {
 	got := recordIllegal(t)
-	for from := streamLife(0); from < streamLives; from++ {
-		legal := map[streamLife]bool{}
-		for _, n := range streamLifeMoves[from] {
+	for from := StreamLife(0); from < StreamLives; from++ {
+		legal := map[StreamLife]bool{}
+		for _, n := range StreamLifeMoves[from] {
 			legal[n] = true
 		}
-		for next := streamLife(0); next < streamLives; next++ {
+		for next := StreamLife(0); next < StreamLives; next++ {
 			s, n := from, len(*got)
-			s.to(next)
+			s.To(next)
 			if reported := len(*got) > n; reported == legal[next] {
 				t.Errorf("%v -> %v: reported %v, legal %v", from, next, reported, legal[next])
 			}
 		}
 	}
 	// end and close from every state not yet gone are legal moves.
-	for _, from := range []streamLife{slotLive, slotEnding, slotClosed} {
+	for _, from := range []StreamLife{SlotLive, SlotEnding, SlotClosed} {
 		n := len(*got)
-		if s := from; !s.terminal() {
-			s.end()
-			if !s.terminal() || s.closed() != from.closed() {
+		if s := from; !s.Terminal() {
+			s.End()
+			if !s.Terminal() || s.Closed() != from.Closed() {
 				t.Errorf("end of %v gave %v", from, s)
 			}
 		}
-		if s := from; !s.closed() {
-			s.close()
-			if !s.closed() || s.terminal() != from.terminal() {
+		if s := from; !s.Closed() {
+			s.Close()
+			if !s.Closed() || s.Terminal() != from.Terminal() {
 				t.Errorf("close of %v gave %v", from, s)
 			}
 		}
@@ -140,9 +140,9 @@ func TestStreamLifeMoves(t *testing.T) {
 			t.Errorf("end or close of %v was reported illegal: %v", from, (*got)[n:])
 		}
 	}
-	s := slotEnded
+	s := SlotEnded
 	n := len(*got)
-	s.close() // a slot closed twice
+	s.Close() // a slot closed twice
 	if len(*got) != n+1 {
 		t.Error("closing an ended slot was not reported")
 	}

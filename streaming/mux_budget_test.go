@@ -90,13 +90,13 @@ func TestMuxMixedConsumers(t *testing.T) {
 		t.Fatalf("the stopped consumer holds %d records, want C=8", got)
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	waitFor(t, "credit in flight to land", func() bool { return cm.n.creditSent.Load() == pm.n.creditReceived.Load() })
-	for _, mx := range []*mux{pm, cm} {
-		if mx.n.readerStall.Load() != 0 || mx.n.creditLost.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
-			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.n.readerStall.Load(), mx.n.creditLost.Load(), mx.n.protocolErrors.Load())
+	waitFor(t, "credit in flight to land", func() bool { return cm.N.CreditSent.Load() == pm.N.CreditReceived.Load() })
+	for _, mx := range []*Mux{pm, cm} {
+		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
+			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}
 	}
-	t.Logf("%d records in %d batches; credit exhausted %d times", pm.n.recordsSent.Load(), pm.n.batchesSent.Load(), pm.n.creditExhausted.Load())
+	t.Logf("%d records in %d batches; credit exhausted %d times", pm.N.RecordsSent.Load(), pm.N.BatchesSent.Load(), pm.N.CreditExhausted.Load())
 }
 
 // TestMuxDetachWithWithheldRecords: a producer detaches while records wait
@@ -150,7 +150,7 @@ func TestMuxNegotiation(t *testing.T) {
 		want           string
 		wantProducerMx bool
 	}{
-		{"both", on, on, "", muxWireKey, true},
+		{"both", on, on, "", WireKey, true},
 		{"owner-off", on, off, "", wire.TCPStreamKey, true},
 		{"producer-off", off, on, "", wire.TCPStreamKey, false},
 		{"env-off", on, on, "yes", wire.TCPStreamKey, false},
@@ -194,8 +194,8 @@ func TestMuxItemAtLimit(t *testing.T) {
 	ctx := context.Background()
 	// The largest payload whose frame Send accepts: the frame's overhead
 	// is the same for any payload near the limit.
-	near := maxMuxRecord - 64
-	size := maxMuxRecord - (len(bytesItemFrame(make([]byte, near))) - near)
+	near := MaxMuxRecord - 64
+	size := MaxMuxRecord - (len(bytesItemFrame(make([]byte, near))) - near)
 	var tooBig *ItemTooLargeError
 	if err := s.Send(ctx, make([]byte, size+1)); !errors.As(err, &tooBig) {
 		t.Fatalf("an item of %d bytes, one past the limit: %v", size+1, err)
@@ -205,7 +205,7 @@ func TestMuxItemAtLimit(t *testing.T) {
 	}
 	v, err := nextItemWithin(t, a, 20*time.Second)
 	if err != nil || len(v) != size {
-		t.Fatalf("got %d bytes, %v; epoch deaths %d", len(v), err, muxOf(t, producer).n.epochDeaths.Load())
+		t.Fatalf("got %d bytes, %v; epoch deaths %d", len(v), err, muxOf(t, producer).N.EpochDeaths.Load())
 	}
 }
 
@@ -240,7 +240,7 @@ func TestMuxManualFlushReleasesOnlyStaged(t *testing.T) {
 		// Every stream got this pass's token, and the batcher is done with
 		// that call: the tokens staged after it are all still queued.
 		mx := muxOf(t, producer)
-		if q := mx.queuedRecords(); q != streams {
+		if q := mx.QueuedRecords(); q != streams {
 			t.Fatalf("pass %d: %d records queued after the flush, want %d (the ones staged after it)", pass, q, streams)
 		}
 		producer.sm.FlushBatch()
@@ -278,10 +278,10 @@ func TestMuxPeerByteBudget(t *testing.T) {
 	}
 	blocked := sendAsync(s2, ctx, item) // 5 KiB queued would be over the peer's 4
 	waitFor(t, "s2's Send to wait for the peer's budget", func() bool {
-		b := s2.slot().b
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.budget.waiting()
+		b := s2.slot().B
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return b.Budget.Waiting()
 	})
 	select {
 	case err := <-blocked:
@@ -316,17 +316,17 @@ func TestMuxConsumerByteWatermark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var in *inSlot
+	var in *InSlot
 	waitFor(t, "all 8 records delivered", func() bool {
 		sn := a.st.Snapshot()
-		in, _ = sn.Feed.(*inSlot)
+		in, _ = sn.Feed.(*InSlot)
 		return in != nil && sn.Queued == 8
 	})
 	granted := func() uint32 {
-		in.ip.reconcileDirty()
-		in.ip.mu.Lock()
-		defer in.ip.mu.Unlock()
-		return in.held
+		in.PeerIn.ReconcileDirty()
+		in.PeerIn.Mu.Lock()
+		defer in.PeerIn.Mu.Unlock()
+		return in.Held
 	}
 	for i := 1; i <= 6; i++ { // 8 delivered; take them one by one
 		if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {

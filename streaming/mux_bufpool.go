@@ -21,53 +21,53 @@ const maxPooledBufs = 4
 // no owned path, as in tests that keep the batches they see).
 type batchBuf struct {
 	pool *bufPool
-	buf  []byte
+	Buf  []byte
 	refs atomic.Int32
-	keep bool // the bytes may outlive the references (a staged batch): never pooled
+	Keep bool // the bytes may outlive the references (a staged batch): never pooled
 }
 
 // bufPool is a batcher's idle buffers. Its lock is a leaf: Release runs
 // on whatever goroutine the transport releases from.
 type bufPool struct {
-	mu   sync.Mutex
-	free []*batchBuf
+	Mu   sync.Mutex
+	Free []*batchBuf
 }
 
 // takeBuf returns a buffer holding one reference (the caller's), or nil
 // when this mux sends without the owned path.
-func (b *batcher) takeBuf() *batchBuf {
-	if b.mx.postOwned == nil {
+func (b *Batcher) TakeBuf() *batchBuf {
+	if b.Mx.PostOwned == nil {
 		return nil
 	}
-	p := &b.bufs
-	p.mu.Lock()
+	p := &b.Bufs
+	p.Mu.Lock()
 	var ob *batchBuf
-	if n := len(p.free); n > 0 {
-		ob = p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
+	if n := len(p.Free); n > 0 {
+		ob = p.Free[n-1]
+		p.Free[n-1] = nil
+		p.Free = p.Free[:n-1]
 	}
-	p.mu.Unlock()
+	p.Mu.Unlock()
 	if ob == nil {
 		ob = &batchBuf{pool: p}
 	}
-	ob.keep = false
+	ob.Keep = false
 	ob.refs.Store(1)
 	return ob
 }
 
 // bytes returns the empty buffer to encode into, of at least hint bytes.
 func (ob *batchBuf) bytes(hint int) []byte {
-	if ob == nil || cap(ob.buf) < hint {
+	if ob == nil || cap(ob.Buf) < hint {
 		return make([]byte, 0, hint)
 	}
-	return ob.buf[:0]
+	return ob.Buf[:0]
 }
 
 // set records the batch encoded into ob, which may have grown its buffer.
 func (ob *batchBuf) set(batch []byte) {
 	if ob != nil {
-		ob.buf = batch
+		ob.Buf = batch
 	}
 }
 
@@ -75,13 +75,13 @@ func (ob *batchBuf) set(batch []byte) {
 func (ob *batchBuf) Retain() { ob.refs.Add(1) }
 
 func (ob *batchBuf) Release() {
-	if ob == nil || ob.refs.Add(-1) != 0 || ob.keep {
+	if ob == nil || ob.refs.Add(-1) != 0 || ob.Keep {
 		return
 	}
 	p := ob.pool
-	p.mu.Lock()
-	if len(p.free) < maxPooledBufs {
-		p.free = append(p.free, ob)
+	p.Mu.Lock()
+	if len(p.Free) < maxPooledBufs {
+		p.Free = append(p.Free, ob)
 	}
-	p.mu.Unlock()
+	p.Mu.Unlock()
 }

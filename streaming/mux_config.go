@@ -82,12 +82,12 @@ type MuxConfig struct {
 // frames into one write; messengerEnvelope is room for the messenger's
 // frame preamble and header around a batch.
 const (
-	coalesceThreshold = 64 << 10
+	CoalesceThreshold = 64 << 10
 	messengerEnvelope = 256
 )
 
 // defaultInitialCredit is a mux slot's credit window unless configured.
-const defaultInitialCredit = 32
+const DefaultInitialCredit = 32
 
 // maxMuxSlots bounds the slot indices of one batcher, as the book's table
 // of 65,536 per (peer, lane).
@@ -95,9 +95,9 @@ const maxMuxSlots = 1 << 16
 
 var errSlotsExhausted = errors.New("velo: mux: every slot index to this peer is in use")
 
-func (c MuxConfig) withDefaults() MuxConfig {
+func (c MuxConfig) WithDefaults() MuxConfig {
 	if c.InitialCredit == 0 {
-		c.InitialCredit = defaultInitialCredit
+		c.InitialCredit = DefaultInitialCredit
 	}
 	if c.SlotByteBudget <= 0 {
 		c.SlotByteBudget = 1 << 20
@@ -112,7 +112,7 @@ func (c MuxConfig) withDefaults() MuxConfig {
 	// to 64 KiB; a larger batch would be written in segments and give the
 	// saving back, so that threshold caps the batch too. (The eager budget,
 	// the transport's 16 MiB frame, is larger still.)
-	c.MaxBatchBytes = min(c.MaxBatchBytes, coalesceThreshold-messengerEnvelope)
+	c.MaxBatchBytes = min(c.MaxBatchBytes, CoalesceThreshold-messengerEnvelope)
 	if c.ReplyLinger <= 0 {
 		c.ReplyLinger = time.Millisecond
 	}

@@ -72,14 +72,14 @@ func TestMuxManyStreamsShareConnections(t *testing.T) {
 			t.Fatalf("stream %d: no end after its tokens", i)
 		}
 	}
-	for _, mx := range []*mux{muxOf(t, producer), muxOf(t, consumer)} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.liveSlots(); return out == 0 && in == 0 })
-		if mx.n.readerStall.Load() != 0 || mx.n.creditLost.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
-			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.n.readerStall.Load(), mx.n.creditLost.Load(), mx.n.protocolErrors.Load())
+	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
+		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
+			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}
 	}
 	pm := muxOf(t, producer)
-	t.Logf("producer: %d records in %d batches", pm.n.recordsSent.Load(), pm.n.batchesSent.Load())
+	t.Logf("producer: %d records in %d batches", pm.N.RecordsSent.Load(), pm.N.BatchesSent.Load())
 }
 
 // TestMuxAllocsPerRecord: allocations of one Send and one Next of a
@@ -119,40 +119,40 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.slot().b
+	b := s.slot().B
 	idle := func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return !b.awake && len(b.wake) == 0
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return !b.Awake && len(b.Wake) == 0
 	}
 	waitFor(t, "the batcher to sleep", idle)
 	// The next wake meets a send of its burst in the window between the
 	// wake and the moment it marks itself awake. When that wake goes back
 	// to sleep, no token may be left to wake it a second time.
 	woke, left := false, -1
-	b.mu.Lock()
-	b.testOnWake = func() {
+	b.Mu.Lock()
+	b.TestOnWake = func() {
 		if !woke {
 			woke = true
-			b.signal()
+			b.Signal()
 		}
 	}
-	b.testOnSleep = func() {
+	b.TestOnSleep = func() {
 		if woke && left < 0 {
-			left = len(b.wake)
+			left = len(b.Wake)
 		}
 	}
-	b.mu.Unlock()
-	b.signal()
+	b.Mu.Unlock()
+	b.Signal()
 	waitFor(t, "the batcher to sleep again", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
 		return left >= 0
 	})
-	b.mu.Lock()
-	b.testOnWake, b.testOnSleep = nil, nil
+	b.Mu.Lock()
+	b.TestOnWake, b.TestOnSleep = nil, nil
 	n := left
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if n != 0 {
 		t.Fatalf("the batcher went to sleep with %d wake token left: a second wake for one burst", n)
 	}
@@ -172,15 +172,15 @@ func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
 	blocked := sendAsync(s, context.Background(), token(2*c+1))
 	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	cm := muxOf(t, consumer)
-	visits0 := cm.n.drainVisits.Load()
+	visits0 := cm.N.DrainVisits.Load()
 	readTokens(t, a, 0, 1, 5*time.Second) // the take that lists the slot: the last batch came well within the floor
-	cm.floorMu.Lock()
-	armed := !cm.floorAt.IsZero()
-	cm.floorMu.Unlock()
+	cm.FloorMu.Lock()
+	armed := !cm.FloorAt.IsZero()
+	cm.FloorMu.Unlock()
 	if !armed {
 		t.Fatal("the take did not arm the floor timer")
 	}
-	if n := len(cm.bell); n != 0 {
+	if n := len(cm.Bell); n != 0 {
 		t.Fatal("the take rang the bell although the peer's floor had not passed")
 	}
 	select {
@@ -191,7 +191,7 @@ func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the credit did not come back when the floor ended")
 	}
-	if cm.n.drainVisits.Load() == visits0 {
+	if cm.N.DrainVisits.Load() == visits0 {
 		t.Fatal("the credit came back without a doorbell visit")
 	}
 	readTokens(t, a, 1, 2*c+1, 5*time.Second)
@@ -215,10 +215,10 @@ func TestMuxCreditRepliesGoAtTheLingerUnderManual(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := muxOf(t, consumer)
-	if got := cm.n.creditSent.Load(); got < n-c {
+	if got := cm.N.CreditSent.Load(); got < n-c {
 		t.Fatalf("credit sent %d for %d records past a window of %d", got, n, c)
 	}
-	if b := cm.n.batchesSent.Load(); b >= n {
+	if b := cm.N.BatchesSent.Load(); b >= n {
 		t.Fatalf("%d reply batches for %d takes: the linger did not gather replies", b, n)
 	}
 }

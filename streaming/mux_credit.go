@@ -13,11 +13,11 @@ import (
 // took is the anchor's pop telling the slot that the consumer took a
 // record: the credit for it may go back. Only the take that lists the
 // slot as dirty rings the sweeper.
-func (ip *ingressPeer) markDirty(s *inSlot) {
+func (ip *IngressPeer) markDirty(s *InSlot) {
 	ip.dirtyMu.Lock()
 	ip.dirty = append(ip.dirty, s)
 	first := len(ip.dirty) == 1
-	due := ip.lastVisit.Add(ip.mx.cfg.DrainVisitFloor)
+	due := ip.lastVisit.Add(ip.mx.Cfg.DrainVisitFloor)
 	ip.dirtyMu.Unlock()
 	if first {
 		ip.mx.ringAt(due)
@@ -30,30 +30,30 @@ func (ip *ingressPeer) markDirty(s *inSlot) {
 // sweeper only for it to wait out the floor cost a goroutine switch per
 // forward pass and peer, and the next batch from the peer (the arrival
 // path) usually returns the credit before the floor ends.
-func (mx *mux) ringAt(due time.Time) {
+func (mx *Mux) ringAt(due time.Time) {
 	if d := time.Until(due); d > 0 {
 		mx.armFloor(due, d)
 		return
 	}
 	select {
-	case mx.bell <- struct{}{}:
+	case mx.Bell <- struct{}{}:
 	default:
 	}
 }
 
 // armFloor makes the sweeper's floor timer fire by due (d from now), unless
 // it is set to fire earlier.
-func (mx *mux) armFloor(due time.Time, d time.Duration) {
-	mx.floorMu.Lock()
-	if mx.floorAt.IsZero() || due.Before(mx.floorAt) {
-		mx.floorAt = due
+func (mx *Mux) armFloor(due time.Time, d time.Duration) {
+	mx.FloorMu.Lock()
+	if mx.FloorAt.IsZero() || due.Before(mx.FloorAt) {
+		mx.FloorAt = due
 		mx.floorT.Reset(d)
 	}
-	mx.floorMu.Unlock()
+	mx.FloorMu.Unlock()
 }
 
 // reconcileDirty returns the credit of every dirty slot of the peer.
-func (ip *ingressPeer) reconcileDirty() {
+func (ip *IngressPeer) ReconcileDirty() {
 	ip.dirtyMu.Lock()
 	ds := ip.dirty
 	ip.dirty, ip.spare = ip.spare, nil
@@ -69,29 +69,29 @@ func (ip *ingressPeer) reconcileDirty() {
 	}
 	// Replies are queued under the table's lock (the batcher's lock nests
 	// in it, as on the arrival path), so no list of grants is built.
-	ip.mu.Lock()
-	defer ip.mu.Unlock()
+	ip.Mu.Lock()
+	defer ip.Mu.Unlock()
 	for _, s := range ds {
 		d := s.TakeDrained() // clears the listing first: a take after it lists the slot again
 		if d == 0 || ip.slotLocked(s.id) != s {
 			continue
 		}
-		if s.Buffered() > int64(ip.mx.cfg.SlotByteBudget) {
+		if s.Buffered() > int64(ip.mx.Cfg.SlotByteBudget) {
 			// Over the slot's byte watermark: the grant waits, so that
 			// large records cannot pile up to C of them. The consumer's
 			// next take lists the slot again.
 			s.ReturnDrained(d)
 			continue
 		}
-		s.held += d
-		ip.mx.n.creditSent.Add(uint64(d))
-		b.reply(s.id, d)
+		s.Held += d
+		ip.mx.N.CreditSent.Add(uint64(d))
+		b.Reply(s.id, d)
 	}
 }
 
 // returnSpare keeps ds as the next dirty buffer, unless another visit
 // already left one.
-func (ip *ingressPeer) returnSpare(ds []*inSlot) {
+func (ip *IngressPeer) returnSpare(ds []*InSlot) {
 	clear(ds)
 	ip.dirtyMu.Lock()
 	if ip.spare == nil {
@@ -103,18 +103,18 @@ func (ip *ingressPeer) returnSpare(ds []*inSlot) {
 // consumerGone closes the slot of an anchor that its consumer cancelled
 // or closed, and tells the producer (CloseSlot{UnknownSlot}), so that an
 // idle producer learns of it without sending again.
-func (s *inSlot) consumerGone() {
-	ip := s.ip
-	ip.mu.Lock()
+func (s *InSlot) consumerGone() {
+	ip := s.PeerIn
+	ip.Mu.Lock()
 	live := ip.slotLocked(s.id) == s
 	if live {
 		ip.endLocked(s, false)
 	}
-	ip.mu.Unlock()
+	ip.Mu.Unlock()
 	if !live {
 		return
 	}
 	if b, err := ip.mx.replyBatcher(ip.peer, ip.lane); err == nil {
-		b.replyClose(s.id, muxwire.UnknownSlot)
+		b.ReplyClose(s.id, muxwire.UnknownSlot)
 	}
 }

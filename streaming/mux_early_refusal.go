@@ -18,7 +18,7 @@ import (
 // can only lose its own early refusals.
 
 // maxEarlyRefusals bounds the early refusals kept per sender and lane.
-const maxEarlyRefusals = 16
+const MaxEarlyRefusals = 16
 
 // earlyRefusal is a staged record refused before its stream's OpenSlot.
 type earlyRefusal struct {
@@ -31,23 +31,23 @@ type earlyRefusal struct {
 // keepRefusalLocked keeps r for its OpenSlot. A refusal of an epoch the
 // table has left can never be claimed and is not kept. The caller holds
 // ip.mu.
-func (ip *ingressPeer) keepRefusalLocked(r earlyRefusal) {
-	if ip.haveEpoch && r.epoch < ip.epoch {
+func (ip *IngressPeer) keepRefusalLocked(r earlyRefusal) {
+	if ip.haveEpoch && r.epoch < ip.Epoch {
 		return
 	}
-	if len(ip.early) == maxEarlyRefusals {
-		copy(ip.early, ip.early[1:])
-		ip.early = ip.early[:maxEarlyRefusals-1]
+	if len(ip.Early) == MaxEarlyRefusals {
+		copy(ip.Early, ip.Early[1:])
+		ip.Early = ip.Early[:MaxEarlyRefusals-1]
 	}
-	ip.early = append(ip.early, r)
+	ip.Early = append(ip.Early, r)
 }
 
 // takeRefusalLocked returns and forgets the refusal kept for the stream
 // an OpenSlot of the current epoch opens, if any. The caller holds ip.mu.
-func (ip *ingressPeer) takeRefusalLocked(slot muxwire.SlotID, session uint64) (msg string, ok bool) {
-	for i, r := range ip.early {
-		if r.epoch == ip.epoch && r.slot == slot && r.session == session {
-			ip.early = append(ip.early[:i], ip.early[i+1:]...)
+func (ip *IngressPeer) takeRefusalLocked(slot muxwire.SlotID, session uint64) (msg string, ok bool) {
+	for i, r := range ip.Early {
+		if r.epoch == ip.Epoch && r.slot == slot && r.session == session {
+			ip.Early = append(ip.Early[:i], ip.Early[i+1:]...)
 			return r.msg, true
 		}
 	}
@@ -62,7 +62,7 @@ func refusedMessage(cause error) string {
 // endRefusedLocked ends s because a staged record of its stream could not
 // be fetched: its consumer reads a TransportError with msg. The caller
 // holds ip.mu and tells the producer.
-func (ip *ingressPeer) endRefusedLocked(s *inSlot, msg string) {
+func (ip *IngressPeer) endRefusedLocked(s *InSlot, msg string) {
 	s.terminal = true
 	s.end(wire.AppendErrorFrame(nil, wire.KindTransportError, msg), false)
 	ip.endLocked(s, false)

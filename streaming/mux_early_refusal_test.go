@@ -30,13 +30,13 @@ func TestMuxEarlySizeRefusalKeptForTheBind(t *testing.T) {
 	}
 	cmx := muxOf(t, consumer)
 	sender := producer.msg.WorkerID()
-	ip, _ := cmx.ingressFor(sender, 0)
-	ip.mu.Lock()
-	epoch := ip.epoch
-	ip.mu.Unlock()
+	ip, _ := cmx.IngressFor(sender, 0)
+	ip.Mu.Lock()
+	epoch := ip.Epoch
+	ip.Mu.Unlock()
 	slot, _ := muxwire.NewSlotID(200, 3)
 	tag := func(session uint64) string { return fmt.Sprintf("%d:%d:%d", epoch, uint32(slot), session) }
-	cmx.stagedFailure(sender, 0, tag(tk.RoutingSessionID), errors.New("test: over StagedPayloadMax"))
+	cmx.StagedFailure(sender, 0, tag(tk.RoutingSessionID), errors.New("test: over StagedPayloadMax"))
 	forge(t, cmx, sender, epoch, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(slot, 0, a.Handle().LocalID(), tk.RoutingSessionID)
 	})
@@ -45,13 +45,13 @@ func TestMuxEarlySizeRefusalKeptForTheBind(t *testing.T) {
 	if !errors.As(err, &te) {
 		t.Fatalf("a stream whose staged record was refused before its OpenSlot read %v, want a *TransportError", err)
 	}
-	for session := uint64(1); session <= 4*maxEarlyRefusals; session++ {
-		cmx.stagedFailure(sender, 0, tag(session), errors.New("test: flood"))
+	for session := uint64(1); session <= 4*MaxEarlyRefusals; session++ {
+		cmx.StagedFailure(sender, 0, tag(session), errors.New("test: flood"))
 	}
-	ip.mu.Lock()
-	kept := len(ip.early)
-	ip.mu.Unlock()
-	if kept > maxEarlyRefusals {
-		t.Fatalf("%d early refusals kept for one sender, want at most %d", kept, maxEarlyRefusals)
+	ip.Mu.Lock()
+	kept := len(ip.Early)
+	ip.Mu.Unlock()
+	if kept > MaxEarlyRefusals {
+		t.Fatalf("%d early refusals kept for one sender, want at most %d", kept, MaxEarlyRefusals)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
@@ -26,91 +25,91 @@ import (
 // it copies records into the batch buffer, never while it posts.
 
 // batcher is the egress of one (peer, lane).
-type batcher struct {
-	mx   *mux
+type Batcher struct {
+	Mx   *Mux
 	peer ext.WorkerID
-	lane int
+	Lane int
 
 	// Who writes the lane (mux_writer.go); guarded by mu.
 	writing     bool          // someone owns the lane's writes
 	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
-	jobs        []laneJob     // control work queued for the lane's writer
-	openWaiters int           // attaches waiting for their OpenSlot to be posted
+	jobs        []LaneJob     // control work queued for the lane's writer
+	OpenWaiters int           // attaches waiting for their OpenSlot to be posted
 	openCh      chan struct{} // closed when OpenSlots were posted; made by a waiter
 
-	mu            sync.Mutex
-	epoch         uint64
+	Mu            sync.Mutex
+	Epoch         uint64
 	seq           uint32 // the last batch_seq used in this epoch
-	slots         []*outSlot
+	slots         []*OutSlot
 	gens          []uint8  // generation of each index ever allocated
 	free          []uint32 // free indices, last in first out
 	live          int      // open slots
-	ready         []*outSlot
-	opens         []*outSlot                             // OpenSlots queued for the next write (open)
+	Ready         []*OutSlot
+	Opens         []*OutSlot                             // OpenSlots queued for the next write (open)
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejected      map[muxwire.SlotID]struct{}            // answers to unadmitted OpenSlots, owed or in the batch being posted
 	staged        int                                    // slots with records queued: OnComplete compares it to live
 	windowT       *time.Timer                            // FlushLinger: the data window of the oldest staged record
-	windowArmed   bool                                   // windowT runs
+	WindowArmed   bool                                   // windowT runs
 	windowDue     bool                                   // windowT fired: staged data may go
 	lastData      time.Time                              // the last write that carried data
 	qBytes        int                                    // bytes queued on every slot of this batcher (AtBytes)
 	unpublished   int                                    // queued bytes not yet added to the peer's budget (budgetAddLocked)
-	budget        *peerBudget                            // the peer's byte budget, shared by its lanes
-	credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
-	flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
-	flyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
+	Budget        *peerBudget                            // the peer's byte budget, shared by its lanes
+	Credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	Flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
+	FlyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
 	flyingSignals map[muxwire.SlotID]lifecycleSignal     // stops and cancels in the batch being posted
-	closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
+	Closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
-	awake         bool                                   // the goroutine is building; no wake needed
-	state         batcherState                           // where it is in its life (mux_batcher_state.go)
+	Awake         bool                                   // the goroutine is building; no wake needed
+	State         BatcherState                           // where it is in its life (mux_batcher_state.go)
 	used          bool                                   // control passed through since the last idle check (see idle)
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
-	lastUse       time.Time
-	refusals      int // posts refused in a row (mux_hostile.go)
+	LastUse       time.Time
+	Refusals      int // posts refused in a row (mux_hostile.go)
 
 	// Test seams, nil outside tests. Each runs under mu: testOnWake at
 	// the start of a wake, before the batcher marks itself awake;
 	// testOnSleep as a pass that found nothing more marks it asleep.
-	testOnWake, testOnSleep func()
+	TestOnWake, TestOnSleep func()
 
-	bufs bufPool // idle batch buffers (mux_bufpool.go)
+	Bufs bufPool // idle batch buffers (mux_bufpool.go)
 	// Arenas and queue arrays of ended slots, for the next slots: a
 	// stream of a few dozen tokens would otherwise grow both from nothing.
 	// Guarded by mu.
 	freeArenas [][]byte
 	freeQueues [][][]byte
 
-	wake chan struct{} // cap 1
-	done chan struct{} // closed when the goroutine returns
+	Wake chan struct{} // cap 1
+	Done chan struct{} // closed when the goroutine returns
 }
 
 // outSlot is one stream of this node on the batcher: the sender's side of
 // a slot. It is guarded by the batcher's lock.
-type outSlot struct {
-	b        *batcher
-	handle   wire.AnchorHandle
-	id       muxwire.SlotID
+type OutSlot struct {
+	B        *Batcher
+	Handle   wire.AnchorHandle
+	ID       muxwire.SlotID
 	anchorID uint64
-	session  uint64 // the routing session the owner answered with
+	Session  uint64 // the routing session the owner answered with
 
-	q      [][]byte // records not yet written: the inlet and the withheld queue
-	arena  []byte   // where pushBytes encodes records; reset once q is empty
+	Q      [][]byte // records not yet written: the inlet and the withheld queue
+	Arena  []byte   // where pushBytes encodes records; reset once q is empty
 	spare  []byte   // the arena before it, reused once no queued record is in it
 	qBytes int
-	credit uint32 // data credit the consumer granted and this side has not spent
+	Credit uint32 // data credit the consumer granted and this side has not spent
 	window uint32 // the credit it opened with: no grant lifts credit above it
-	seq    uint32 // next frame_seq
+	Seq    uint32 // next frame_seq
 	// flushable is how many records at the head of q a FlushBatch
 	// released under FlushManual: they go as credit allows, and what was
 	// queued after the call waits for the next one.
-	flushable int
-	inReady   bool
+	Flushable int
+	InReady   bool
 	active    bool   // a record was queued since the last heartbeat
 	openSeq   uint32 // the frame_seq of its OpenSlot
 	openErr   error  // why its OpenSlot was not written
@@ -120,12 +119,12 @@ type outSlot struct {
 	// owner answers: pending holds its records back until the answer,
 	// answered closes with it, and failErr is why the owner refused.
 	pending     bool
-	pendingWalk uint64          // the mux's walk count when the attach was sent
-	call        msgrx.AsyncCall // the attach request, given up on when it expires
-	answered    chan struct{}
+	pendingWalk uint64 // the mux's walk count when the attach was sent
+	Call        uint64 // the attach request's token (msgrx.AsyncCall.Token), abandoned when it expires
+	Answered    chan struct{}
 	failErr     error
 
-	life      streamLife // ended by the application, gone (mux_stream_life.go)
+	Life      StreamLife // ended by the application, gone (mux_stream_life.go)
 	cancelled bool
 	stopped   bool
 	stopCh    chan struct{} // closed by a consumer's stop only
@@ -133,27 +132,27 @@ type outSlot struct {
 	doneCh    chan struct{} // closed by the first of the two
 	why       error         // the first signal's cause (Sender.Context)
 	onFire    []func(error) // Sender.Context's cancel, run by the first signal
-	spaceWait chan struct{}
+	SpaceWait chan struct{}
 	retirement
 }
 
-func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
-	b := &batcher{
-		mx: mx, peer: peer, lane: lane, budget: mx.budgetFor(peer),
-		epoch:         mx.epochs.Add(1),
-		credit:        make(map[muxwire.SlotID]uint32),
-		flying:        make(map[muxwire.SlotID]uint32),
-		flyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
+func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
+	b := &Batcher{
+		Mx: mx, peer: peer, Lane: lane, Budget: mx.budgetFor(peer),
+		Epoch:         mx.Epochs.Add(1),
+		Credit:        make(map[muxwire.SlotID]uint32),
+		Flying:        make(map[muxwire.SlotID]uint32),
+		FlyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
-		closes:        make(map[muxwire.SlotID]muxwire.CloseReason),
+		Closes:        make(map[muxwire.SlotID]muxwire.CloseReason),
 		rejected:      make(map[muxwire.SlotID]struct{}),
 		signals:       make(map[muxwire.SlotID]lifecycleSignal),
-		wake:          make(chan struct{}, 1),
-		done:          make(chan struct{}),
+		Wake:          make(chan struct{}, 1),
+		Done:          make(chan struct{}),
 		lingerT:       time.NewTimer(time.Hour),
 	}
 	b.lingerT.Stop()
-	b.lastUse = time.Now()
+	b.LastUse = time.Now()
 	go b.run()
 	return b
 }
@@ -169,46 +168,46 @@ func newBatcher(mx *mux, peer ext.WorkerID, lane int) *batcher {
 // a batch is being written waits for the owner, which posts the queued
 // opens before it lets go, so they share one write instead of each paying
 // a system call.
-func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error) {
-	b.mu.Lock()
-	if !b.state.mayWrite() {
-		b.mu.Unlock()
+func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error) {
+	b.Mu.Lock()
+	if !b.State.MayWrite() {
+		b.Mu.Unlock()
 		return nil, ErrCancelled
 	}
 	idx, ok := b.allocLocked()
 	if !ok {
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
-	s := &outSlot{b: b, id: id, anchorID: anchorID, session: session, credit: credit, window: credit, q: b.queueLocked()}
+	s := &OutSlot{B: b, ID: id, anchorID: anchorID, Session: session, Credit: credit, window: credit, Q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
-	b.lastUse = time.Now()
-	s.openSeq = s.seq
-	s.seq++
-	b.opens = append(b.opens, s)
-	if b.mx.cfg.AsyncOpenAck {
-		b.mu.Unlock()
-		b.signal() // the batcher writes queued OpenSlots before any data
+	b.LastUse = time.Now()
+	s.openSeq = s.Seq
+	s.Seq++
+	b.Opens = append(b.Opens, s)
+	if b.Mx.Cfg.AsyncOpenAck {
+		b.Mu.Unlock()
+		b.Signal() // the batcher writes queued OpenSlots before any data
 		return s, nil
 	}
-	own := b.ownLocked()
+	own := b.OwnLocked()
 	if !own {
-		b.openWaiters++ // the owner posts it before it lets go
+		b.OpenWaiters++ // the owner posts it before it lets go
 	}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	var err error
 	if own {
 		b.postOpens()
-		b.release()
-		err = b.awaitOpen(s) // posted by now: no wait
+		b.Release()
+		err = b.AwaitOpen(s) // posted by now: no wait
 	} else {
-		b.signal()
-		err = b.awaitOpen(s)
-		b.mu.Lock()
-		b.openWaiters--
-		b.mu.Unlock()
+		b.Signal()
+		err = b.AwaitOpen(s)
+		b.Mu.Lock()
+		b.OpenWaiters--
+		b.Mu.Unlock()
 	}
 	if err != nil {
 		return nil, err
@@ -218,17 +217,17 @@ func (b *batcher) open(anchorID, session uint64, credit uint32) (*outSlot, error
 
 // postOpens writes every queued OpenSlot in one batch and records the
 // result on each slot. The caller owns the lane's writes.
-func (b *batcher) postOpens() {
-	b.mu.Lock()
-	opens := b.opens
+func (b *Batcher) postOpens() {
+	b.Mu.Lock()
+	opens := b.Opens
 	if len(opens) == 0 {
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return // an earlier pass wrote ours
 	}
-	b.opens = nil
+	b.Opens = nil
 	live := opens[:0:0]
 	for _, s := range opens {
-		if s.life.closed() { // an epoch death came first: its peer never hears of it
+		if s.Life.Closed() { // an epoch death came first: its peer never hears of it
 			s.openErr, s.openDone = ErrCancelled, true
 		} else {
 			live = append(live, s)
@@ -236,7 +235,7 @@ func (b *batcher) postOpens() {
 	}
 	opens = live
 	b.openPostedLocked()
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if len(opens) == 0 {
 		return
 	}
@@ -250,18 +249,18 @@ func (b *batcher) postOpens() {
 	case err != nil:
 		b.postRefused(err) // epoch death: ends the slots just opened too
 	}
-	b.mu.Lock()
+	b.Mu.Lock()
 	for _, s := range opens {
 		if gone {
 			s.endLocked(ErrCancelled)
 		}
 	}
 	b.openedLocked(opens, err)
-	b.mu.Unlock()
+	b.Mu.Unlock()
 }
 
 // allocLocked takes a free index (the last freed first) or a new one.
-func (b *batcher) allocLocked() (uint32, bool) {
+func (b *Batcher) allocLocked() (uint32, bool) {
 	if n := len(b.free); n > 0 {
 		idx := b.free[n-1]
 		b.free = b.free[:n-1]
@@ -277,8 +276,8 @@ func (b *batcher) allocLocked() (uint32, bool) {
 
 // releaseLocked frees s's index with its generation bumped, so that a
 // late record for the old stream cannot reach the next one.
-func (b *batcher) releaseLocked(s *outSlot) {
-	idx := s.id.Index()
+func (b *Batcher) releaseLocked(s *OutSlot) {
+	idx := s.ID.Index()
 	if b.slots[idx] != s {
 		return
 	}
@@ -286,7 +285,7 @@ func (b *batcher) releaseLocked(s *outSlot) {
 	b.gens[idx]++
 	b.free = append(b.free, idx)
 	b.live--
-	b.lastUse = time.Now()
+	b.LastUse = time.Now()
 }
 
 // maxMuxRecord is the largest record the mux carries inline: one that
@@ -294,4 +293,4 @@ func (b *batcher) releaseLocked(s *outSlot) {
 // is refused with ItemTooLargeError; one above the messenger's staging
 // threshold and below this goes alone in its batch, which the messenger
 // stages by rendezvous.
-const maxMuxRecord = wire.MaxTCPFrame - 1024
+const MaxMuxRecord = wire.MaxTCPFrame - 1024

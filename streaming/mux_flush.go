@@ -12,39 +12,39 @@ import (
 
 // run is the batcher's goroutine: one wake, one pass over what is ready,
 // one write per batch (cut at max_batch_bytes).
-func (b *batcher) run() {
-	defer close(b.done)
+func (b *Batcher) run() {
+	defer close(b.Done)
 	for {
 		select {
-		case <-b.wake:
+		case <-b.Wake:
 		case <-b.lingerT.C:
-			b.mu.Lock()
+			b.Mu.Lock()
 			b.lingered = b.lingerOn
-			b.mu.Unlock()
-		case <-b.mx.stop:
-			b.epochDeath()
+			b.Mu.Unlock()
+		case <-b.Mx.stop:
+			b.EpochDeath()
 			b.lastWrites()
 			return
 		}
-		b.mu.Lock()
-		if b.state.stopped() {
-			b.mu.Unlock()
+		b.Mu.Lock()
+		if b.State.Stopped() {
+			b.Mu.Unlock()
 			b.lastWrites()
 			return
 		}
-		if b.testOnWake != nil {
-			b.testOnWake()
+		if b.TestOnWake != nil {
+			b.TestOnWake()
 		}
-		b.awake = true
+		b.Awake = true
 		// A send between the wake and this point, while awake was still
 		// false, left a second token; its records are queued, so the flush
 		// below writes them. Dropped, it costs no second wake per burst.
 		select {
-		case <-b.wake:
+		case <-b.Wake:
 		default:
 		}
-		b.mu.Unlock()
-		b.mx.n.batcherWakes.Add(1)
+		b.Mu.Unlock()
+		b.Mx.N.BatcherWakes.Add(1)
 		b.flush()
 		b.lingerStaged()
 	}
@@ -54,44 +54,44 @@ func (b *batcher) run() {
 // the batcher was awake on a pass that wrote no data: their Send saw it
 // awake and opened none, and only a write of data opens the next one.
 // Without it they would wait for a later Send. It takes the lock.
-func (b *batcher) lingerStaged() {
-	if b.mx.cfg.Flush != FlushLinger {
+func (b *Batcher) lingerStaged() {
+	if b.Mx.Cfg.Flush != FlushLinger {
 		return
 	}
-	b.mu.Lock()
-	if !b.awake && b.staged > 0 && !b.windowArmed && !b.windowDue && !b.state.stopped() {
-		b.armWindowLocked(b.mx.cfg.MaxLinger)
+	b.Mu.Lock()
+	if !b.Awake && b.staged > 0 && !b.WindowArmed && !b.windowDue && !b.State.Stopped() {
+		b.armWindowLocked(b.Mx.Cfg.MaxLinger)
 	}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 }
 
 // flush writes everything the policy lets go now, as the owner of the
 // lane's writes. When someone else owns them, it leaves the batcher awake
 // (a Send needs no wake) and the owner wakes it again as it lets go.
-func (b *batcher) flush() {
-	b.mu.Lock()
-	if !b.ownLocked() {
+func (b *Batcher) flush() {
+	b.Mu.Lock()
+	if !b.OwnLocked() {
 		b.rerun = true
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return
 	}
-	b.mu.Unlock()
-	defer b.release()
+	b.Mu.Unlock()
+	defer b.Release()
 	for {
-		ob := b.takeBuf()
-		batch, _, retired, opened, more := b.build(ob)
+		ob := b.TakeBuf()
+		batch, _, retired, opened, more := b.Build(ob)
 		if batch == nil {
 			ob.Release()
 			break
 		}
 		ob.set(batch)
-		err := b.mx.sendOwned(b.peer, b.lane, batch, b.takeSingletonTag(), ob)
+		err := b.Mx.sendOwned(b.peer, b.Lane, batch, b.takeSingletonTag(), ob)
 		ob.Release()
 		b.settleCredit(err)
 		if len(opened) > 0 {
-			b.mu.Lock()
+			b.Mu.Lock()
 			b.openedLocked(opened, err)
-			b.mu.Unlock()
+			b.Mu.Unlock()
 		}
 		if err != nil {
 			for _, s := range retired {
@@ -104,10 +104,10 @@ func (b *batcher) flush() {
 			// batch, re-posted replies) goes when the retry delay armed
 			// here ends, not on a wake of its own: a lane that goes on
 			// refusing must not be retried in a loop.
-			b.mu.Lock()
-			b.awake = false
+			b.Mu.Lock()
+			b.Awake = false
 			b.retryLaterLocked()
-			b.mu.Unlock()
+			b.Mu.Unlock()
 			return
 		}
 		for _, s := range retired {
@@ -131,25 +131,25 @@ func (b *batcher) flush() {
 // live slots stay owed, retried at most once per maxRefusedBackoff, since
 // dropping credit would stall an honest producer for good once the lane
 // takes batches again.
-func (b *batcher) settleCredit(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *Batcher) settleCredit(err error) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	switch {
 	case err == nil:
-		b.refusals = 0
+		b.Refusals = 0
 		b.postedRejectsLocked()
 	case unreachable(err):
 		b.owePostedLocked()
 		b.discardOwedLocked()
 	default:
-		b.refusals++
+		b.Refusals++
 		b.owePostedLocked()
-		if b.refusals >= maxRefusedPosts {
+		if b.Refusals >= MaxRefusedPosts {
 			b.discardRejectsLocked()
 		}
 	}
-	clear(b.flying)
-	clear(b.flyingCloses)
+	clear(b.Flying)
+	clear(b.FlyingCloses)
 	clear(b.flyingSignals)
 }
 
@@ -157,12 +157,12 @@ func (b *batcher) settleCredit(err error) {
 // lane. Until then they count against its cap, also while they are owed
 // again after a refusal: a stranger's made-up OpenSlots cannot grow the
 // batcher past the cap while its posts are refused.
-func (b *batcher) postedRejectsLocked() {
+func (b *Batcher) postedRejectsLocked() {
 	if len(b.rejected) == 0 {
 		return
 	}
-	for id := range b.flyingCloses {
-		if _, owed := b.closes[id]; !owed {
+	for id := range b.FlyingCloses {
+		if _, owed := b.Closes[id]; !owed {
 			delete(b.rejected, id)
 		}
 	}
@@ -171,9 +171,9 @@ func (b *batcher) postedRejectsLocked() {
 // retryLaterLocked arms the retry of what a refused batch left owed: one
 // wake after retryDelayLocked, on the reply linger's timer, and none while
 // nothing is owed.
-func (b *batcher) retryLaterLocked() {
-	owed := len(b.credit) + len(b.closes) + len(b.signals) + len(b.opens)
-	if owed == 0 || b.state.stopped() {
+func (b *Batcher) retryLaterLocked() {
+	owed := len(b.Credit) + len(b.Closes) + len(b.signals) + len(b.Opens)
+	if owed == 0 || b.State.Stopped() {
 		return
 	}
 	if b.lingerOn {
@@ -183,17 +183,17 @@ func (b *batcher) retryLaterLocked() {
 	b.lingerT.Reset(b.retryDelayLocked())
 }
 
-func (b *batcher) owePostedLocked() {
-	for id, d := range b.flying {
-		if _, closing := b.closes[id]; !closing {
-			b.credit[id] += d
-			b.mx.n.creditReposted.Add(uint64(d))
+func (b *Batcher) owePostedLocked() {
+	for id, d := range b.Flying {
+		if _, closing := b.Closes[id]; !closing {
+			b.Credit[id] += d
+			b.Mx.N.CreditReposted.Add(uint64(d))
 		}
 	}
-	for id, reason := range b.flyingCloses {
-		if _, ok := b.closes[id]; !ok {
-			b.closes[id] = reason
-			delete(b.credit, id)
+	for id, reason := range b.FlyingCloses {
+		if _, ok := b.Closes[id]; !ok {
+			b.Closes[id] = reason
+			delete(b.Credit, id)
 		}
 	}
 	for id, sg := range b.flyingSignals {
@@ -204,12 +204,12 @@ func (b *batcher) owePostedLocked() {
 }
 
 // retire settles s's retirement under the batcher's lock.
-func (s *outSlot) retire(out RetireOutcome) {
-	s.b.mu.Lock()
+func (s *OutSlot) retire(out RetireOutcome) {
+	s.B.Mu.Lock()
 	if s.Known() == 0 {
 		s.SettleLocked(out)
 	}
-	s.b.mu.Unlock()
+	s.B.Mu.Unlock()
 }
 
 // build takes what may go now into one batch. It returns nil when there is
@@ -219,21 +219,21 @@ func (s *outSlot) retire(out RetireOutcome) {
 // records must not overtake its open, and an open that shares the batch
 // of its stream's first records saves a write. opened lists them; the
 // caller records the post's result on each.
-func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opened []*outSlot, more bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.state.buildsData() {
+func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opened []*OutSlot, more bool) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	if !b.State.BuildsData() {
 		// Goodbye closed every slot: nothing may follow it. Or a successor
 		// may write on the lane already: what is owed goes through it
 		// (handBack), and this batcher's epoch must not reach the peer.
-		b.awake = false
+		b.Awake = false
 		b.sleptLocked()
 		return nil, 0, nil, nil, false
 	}
 	data := b.autoFlush() || b.lingerReadyLocked()
 	lingerDone := !b.lingerOn || b.lingered
-	if !data && len(b.opens) == 0 && len(b.closes) == 0 && len(b.signals) == 0 && !(len(b.credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
-		b.awake = false
+	if !data && len(b.Opens) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && !(len(b.Credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
+		b.Awake = false
 		b.sleptLocked()
 		return nil, 0, nil, nil, false
 	}
@@ -241,19 +241,19 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 	// A pooled buffer comes back once the transport copied or wrote the
 	// batch; without a pool each batch needs its own, sized from the last
 	// one so that it is made once, not grown.
-	enc.Start(ob.bytes(b.sizeHint()), b.lane, b.epoch, b.seq+1)
-	limit := b.mx.cfg.MaxBatchBytes
+	enc.Start(ob.bytes(b.sizeHint()), b.Lane, b.Epoch, b.seq+1)
+	limit := b.Mx.Cfg.MaxBatchBytes
 	full := func(n int) bool {
 		return enc.Len()+muxwire.RecordLen(n) > limit && enc.Count() > 0 || enc.Count() == muxwire.MaxRecords
 	}
 	opened = b.takeOpensLocked(&enc, full)
-	for id, reason := range b.closes {
+	for id, reason := range b.Closes {
 		if full(muxwire.CloseSlotBodyLen) {
 			break
 		}
 		enc.CloseSlot(id, 0, reason)
-		delete(b.closes, id)
-		b.flyingCloses[id] = reason // a reject stays on the reject lane until it is posted
+		delete(b.Closes, id)
+		b.FlyingCloses[id] = reason // a reject stays on the reject lane until it is posted
 	}
 	for id, sg := range b.signals {
 		if full(muxwire.LifecycleSlotBodyLen) {
@@ -263,81 +263,81 @@ func (b *batcher) build(ob *batchBuf) (batch []byte, records int, retired, opene
 		delete(b.signals, id)
 		b.flyingSignals[id] = sg
 	}
-	for id, d := range b.credit {
+	for id, d := range b.Credit {
 		if full(muxwire.CreditUpdateBodyLen) {
 			break
 		}
 		enc.CreditUpdate(id, 0, d)
-		delete(b.credit, id)
-		b.flying[id] += d
+		delete(b.Credit, id)
+		b.Flying[id] += d
 	}
 	if b.lingerOn {
 		b.lingerT.Stop()
 		b.lingerOn, b.lingered = false, false
 	}
-	keep := b.ready[:0]
-	cut := len(b.opens) > 0 // an open left for the next batch: its slot's data must not go first
+	keep := b.Ready[:0]
+	cut := len(b.Opens) > 0 // an open left for the next batch: its slot's data must not go first
 	beforeData := enc.Count()
-	for i, s := range b.ready {
+	for i, s := range b.Ready {
 		if cut {
-			keep = append(keep, b.ready[i:]...)
+			keep = append(keep, b.Ready[i:]...)
 			break
 		}
-		if !data && !s.life.terminal() && !s.owedLocked() {
+		if !data && !s.Life.Terminal() && !s.owedLocked() {
 			keep = append(keep, s)
 			continue
 		}
 		limit := -1 // everything credit allows
-		if !data && !s.life.terminal() {
-			limit = s.flushable // what the last FlushBatch released
+		if !data && !s.Life.Terminal() {
+			limit = s.Flushable // what the last FlushBatch released
 		}
 		var done bool
 		done, cut = b.drainSlotLocked(s, &enc, full, limit)
 		if done {
 			retired = append(retired, s)
 		}
-		if cut && len(s.q) > 0 && !s.life.closed() {
+		if cut && len(s.Q) > 0 && !s.Life.Closed() {
 			keep = append(keep, s)
 			continue
 		}
-		s.inReady = false
-		if !s.life.closed() && s.readyAgainLocked() {
+		s.InReady = false
+		if !s.Life.Closed() && s.readyAgainLocked() {
 			keep = append(keep, s)
 		}
 	}
-	clear(b.ready[len(keep):])
-	b.ready = keep
+	clear(b.Ready[len(keep):])
+	b.Ready = keep
 	if enc.Count() > beforeData {
 		b.dataWrittenLocked()
 	}
-	more = cut || len(b.opens) > 0 || len(b.closes) > 0 || len(b.credit) > 0 || len(b.signals) > 0
+	more = cut || len(b.Opens) > 0 || len(b.Closes) > 0 || len(b.Credit) > 0 || len(b.signals) > 0
 	if !more {
-		if len(b.ready) == 0 || !data {
-			b.awake = false
+		if len(b.Ready) == 0 || !data {
+			b.Awake = false
 		}
 	}
 	if enc.Count() == 0 {
-		b.awake = more
+		b.Awake = more
 		b.sleptLocked()
 		return nil, 0, retired, nil, false
 	}
 	b.sleptLocked() // the last batch of the pass
 	b.seq++
 	b.lastLen = enc.Len()
-	return enc.Batch(), enc.Count(), retired, opened, more || len(b.ready) > 0 && data
+	return enc.Batch(), enc.Count(), retired, opened, more || len(b.Ready) > 0 && data
 }
 
 // takeOpensLocked writes the queued OpenSlots that fit into enc and
 // returns them. An open whose slot an epoch death ended meanwhile is
 // dropped: its peer never hears of it.
-func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*outSlot {
-	if len(b.opens) == 0 {
+func (b *Batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*OutSlot {
+	if len(b.Opens) == 0 {
 		return nil
 	}
-	var opened []*outSlot
+	var opened []*OutSlot
 	n := 0
-	for _, s := range b.opens {
-		if s.life.closed() {
+	for _, s := range b.Opens {
+		if s.Life.Closed() {
 			s.openErr, s.openDone = ErrCancelled, true
 			b.openPostedLocked()
 			n++
@@ -346,20 +346,20 @@ func (b *batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 		if full(muxwire.OpenSlotBodyLen) {
 			break
 		}
-		enc.OpenSlot(s.id, s.openSeq, s.anchorID, s.session)
+		enc.OpenSlot(s.ID, s.openSeq, s.anchorID, s.Session)
 		opened = append(opened, s)
 		n++
 	}
-	rest := copy(b.opens, b.opens[n:])
-	clear(b.opens[rest:])
-	b.opens = b.opens[:rest]
+	rest := copy(b.Opens, b.Opens[n:])
+	clear(b.Opens[rest:])
+	b.Opens = b.Opens[:rest]
 	return opened
 }
 
 // sleptLocked runs the test seam as a pass marks the batcher asleep.
-func (b *batcher) sleptLocked() {
-	if !b.awake && b.testOnSleep != nil {
-		b.testOnSleep()
+func (b *Batcher) sleptLocked() {
+	if !b.Awake && b.TestOnSleep != nil {
+		b.TestOnSleep()
 	}
 }
 
@@ -367,31 +367,31 @@ func (b *batcher) sleptLocked() {
 // lane's current batcher instead of b: eviction or peer loss took b out of
 // the mux. handBack passes on what b held before; what comes after goes
 // straight to the successor. When it reports true it has unlocked b.mu.
-func (b *batcher) handedOnLocked() bool {
-	if !b.state.handsOn() {
+func (b *Batcher) handedOnLocked() bool {
+	if !b.State.HandsOn() {
 		return false
 	}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	return true
 }
 
 // handOn gives a reply to the lane's current batcher. After peer loss the
 // reply is dropped: the peer's slots here ended with it.
-func (b *batcher) handOn(f func(nb *batcher)) {
-	b.mu.Lock()
-	lost := b.state.dropsReplies()
-	b.mu.Unlock()
+func (b *Batcher) handOn(f func(nb *Batcher)) {
+	b.Mu.Lock()
+	lost := b.State.DropsReplies()
+	b.Mu.Unlock()
 	if lost {
 		return
 	}
-	if nb, err := b.mx.batcherFor(b.peer, b.lane); err == nil && nb != b {
+	if nb, err := b.Mx.BatcherFor(b.peer, b.Lane); err == nil && nb != b {
 		f(nb)
 	}
 }
 
-func (b *batcher) hasUrgentLocked() bool {
-	for _, s := range b.ready {
-		if s.life.terminal() || s.owedLocked() {
+func (b *Batcher) hasUrgentLocked() bool {
+	for _, s := range b.Ready {
+		if s.Life.Terminal() || s.owedLocked() {
 			return true
 		}
 	}
@@ -399,23 +399,23 @@ func (b *batcher) hasUrgentLocked() bool {
 }
 
 // readyAgainLocked re-lists a slot that still has sendable records.
-func (s *outSlot) readyAgainLocked() bool {
-	if len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+func (s *OutSlot) readyAgainLocked() bool {
+	if len(s.Q) == 0 || (s.Credit == 0 && !s.headIsTerminal()) {
 		return false
 	}
-	s.inReady = true
+	s.InReady = true
 	return true
 }
 
 // drainSlotLocked writes s's records into enc while it has credit and the
 // batch has room. A terminal is written with its CloseSlot and ends the
 // slot; done says so. cut says the batch is full.
-func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(int) bool, limit int) (done, cut bool) {
+func (b *Batcher) drainSlotLocked(s *OutSlot, enc *muxwire.Encoder, full func(int) bool, limit int) (done, cut bool) {
 	n, drained := 0, 0
-	for n < len(s.q) && n != limit {
-		rec := s.q[n]
-		last := s.life.terminal() && n == len(s.q)-1
-		if !last && s.credit == 0 {
+	for n < len(s.Q) && n != limit {
+		rec := s.Q[n]
+		last := s.Life.Terminal() && n == len(s.Q)-1
+		if !last && s.Credit == 0 {
 			break
 		}
 		need := len(rec)
@@ -426,30 +426,30 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 			cut = true
 			break
 		}
-		if enc.Count() == 0 && len(rec) > b.mx.cfg.MaxBatchBytes {
+		if enc.Count() == 0 && len(rec) > b.Mx.Cfg.MaxBatchBytes {
 			// Alone in its batch and larger than a batch: the messenger
 			// will stage it. The tag names the stream, so that a receiver
 			// that refuses it for its size ends this stream and no other.
-			b.singletonTag = fmt.Sprintf("%d:%d:%d", b.epoch, uint32(s.id), s.session)
+			b.singletonTag = fmt.Sprintf("%d:%d:%d", b.Epoch, uint32(s.ID), s.Session)
 		}
-		enc.Data(s.id, s.seq, rec)
-		s.seq++
+		enc.Data(s.ID, s.Seq, rec)
+		s.Seq++
 		s.qBytes -= len(rec)
 		b.qBytes -= len(rec)
 		drained += len(rec)
 		n++
 		if last {
-			enc.CloseSlot(s.id, s.seq, muxwire.TerminalSent)
-			s.seq++
-			s.life.close()
+			enc.CloseSlot(s.ID, s.Seq, muxwire.TerminalSent)
+			s.Seq++
+			s.Life.Close()
 			b.releaseLocked(s)
 			done = true
-			n = len(s.q) // the terminal was the last record
+			n = len(s.Q) // the terminal was the last record
 			break
 		}
-		s.credit--
+		s.Credit--
 	}
-	s.flushable = max(0, s.flushable-n)
+	s.Flushable = max(0, s.Flushable-n)
 	if drained > 0 {
 		b.budgetAddLocked(-drained) // once per slot and batch, not per record
 	}
@@ -457,21 +457,21 @@ func (b *batcher) drainSlotLocked(s *outSlot, enc *muxwire.Encoder, full func(in
 		// Shift the rest down rather than reslice, so the queue keeps its
 		// array (at most about C+1 records) and a steady stream queues
 		// without allocating.
-		rest := copy(s.q, s.q[n:])
-		clear(s.q[rest:])
-		s.q = s.q[:rest]
+		rest := copy(s.Q, s.Q[n:])
+		clear(s.Q[rest:])
+		s.Q = s.Q[:rest]
 		if rest == 0 {
 			b.staged--
-			s.arena = s.arena[:0] // every record in it went into the batch
+			s.Arena = s.Arena[:0] // every record in it went into the batch
 		}
 		s.wakeSpaceLocked()
 		b.peerRoomLocked()
 	}
 	if done {
-		b.recycleLocked(s) // every record went into the batch
+		b.RecycleLocked(s) // every record went into the batch
 	}
-	if !done && s.credit == 0 && len(s.q) > 0 && !s.headIsTerminal() {
-		b.mx.creditExhausted()
+	if !done && s.Credit == 0 && len(s.Q) > 0 && !s.headIsTerminal() {
+		b.Mx.creditExhausted()
 	}
 	return done, cut
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // lingerNodes are two nodes whose producer uses FlushLinger with cfg.
-func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte], *mux) {
+func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte], *Mux) {
 	t.Helper()
 	cfg.Flush = FlushLinger
 	producer, consumer := muxNodes(t, cfg)
@@ -17,18 +17,18 @@ func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte],
 	return a, s, muxOf(t, producer)
 }
 
-func dataBatches(mx *mux) uint64 { return mx.n.sentByType[metrics.MuxData].Load() }
+func dataBatches(mx *Mux) uint64 { return mx.N.SentByType[metrics.MuxData].Load() }
 
 // Under FlushLinger, records staged within the window share one write.
 func TestMuxLingerWindowBatches(t *testing.T) {
 	a, s, mx := lingerNodes(t, MuxConfig{MaxLinger: 300 * time.Millisecond})
-	batches0, data0 := mx.n.batchesSent.Load(), dataBatches(mx)
+	batches0, data0 := mx.N.BatchesSent.Load(), dataBatches(mx)
 	fill(t, s, 0, 5)
 	readTokens(t, a, 0, 5, 5*time.Second)
 	// A batch is counted once the transport took it, which can be after
 	// the consumer read it.
 	waitFor(t, "the batch to be counted", func() bool { return dataBatches(mx)-data0 == 5 })
-	if got := mx.n.batchesSent.Load() - batches0; got != 1 {
+	if got := mx.N.BatchesSent.Load() - batches0; got != 1 {
 		t.Fatalf("5 records staged in one window went in %d batches, want 1", got)
 	}
 	if got := dataBatches(mx) - data0; got != 5 {
@@ -104,20 +104,20 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 	a, s, _ := lingerNodes(t, MuxConfig{MaxLinger: 20 * time.Millisecond})
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	b := s.slot().b
+	b := s.slot().B
 	waitFor(t, "the batcher to sleep", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return !b.awake && len(b.wake) == 0 && !b.windowArmed
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return !b.Awake && len(b.Wake) == 0 && !b.WindowArmed
 	})
 	holdWriter(t, b) // holds the pass between "awake = true" and its build
-	b.kick()         // FlushBatch with nothing staged
+	b.Kick()         // FlushBatch with nothing staged
 	waitFor(t, "the batcher to wake", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.awake && len(b.wake) == 0
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return b.Awake && len(b.Wake) == 0
 	})
 	fill(t, s, 1, 1) // staged while awake
-	b.release()
+	b.Release()
 	readTokens(t, a, 1, 1, 5*time.Second)
 }

@@ -36,21 +36,21 @@ var errUnroutable = fmt.Errorf("%w: the mux has no route to the peer", ext.ErrPe
 // isRoutable asks the messenger (through mx.routable) whether peer can be
 // written to. It takes no mux lock: the messenger's own locks are not
 // ordered against the mux's.
-func (mx *mux) isRoutable(peer ext.WorkerID) bool {
-	return mx.routable == nil || mx.routable(peer)
+func (mx *Mux) isRoutable(peer ext.WorkerID) bool {
+	return mx.Routable == nil || mx.Routable(peer)
 }
 
 // replyBatcher is batcherFor for the replies ingress owes a peer (credit,
 // closes, stops): a peer this node cannot write to gets no batcher, since
 // its posts could only be refused.
-func (mx *mux) replyBatcher(peer ext.WorkerID, lane int) (*batcher, error) {
-	if b := mx.existingBatcher(peer, lane); b != nil {
+func (mx *Mux) replyBatcher(peer ext.WorkerID, lane int) (*Batcher, error) {
+	if b := mx.ExistingBatcher(peer, lane); b != nil {
 		return b, nil
 	}
 	if !mx.isRoutable(peer) {
 		return nil, errUnroutable
 	}
-	return mx.batcherFor(peer, lane)
+	return mx.BatcherFor(peer, lane)
 }
 
 // unreachable says whether a refused post means the peer cannot be
@@ -64,15 +64,15 @@ func unreachable(err error) bool { return errors.Is(err, ext.ErrPeerNotRegistere
 // retry waits twice as long as the one before, from ReplyLinger up to
 // maxRefusedBackoff: a lane that goes on refusing is not retried in a loop.
 const (
-	maxRefusedPosts   = 6
+	MaxRefusedPosts   = 6
 	maxRefusedBackoff = time.Second
 )
 
 // retryDelayLocked is how long a batcher waits before it posts again what
 // its refused batches left, after refusals of them in a row.
-func (b *batcher) retryDelayLocked() time.Duration {
-	d := b.mx.cfg.ReplyLinger
-	for i := 1; i < b.refusals && d < maxRefusedBackoff; i++ {
+func (b *Batcher) retryDelayLocked() time.Duration {
+	d := b.Mx.Cfg.ReplyLinger
+	for i := 1; i < b.Refusals && d < maxRefusedBackoff; i++ {
 		d *= 2
 	}
 	return min(d, maxRefusedBackoff)
@@ -80,14 +80,14 @@ func (b *batcher) retryDelayLocked() time.Duration {
 
 // discardOwedLocked drops every reply the batcher owes the peer, counted:
 // the peer cannot be reached, or refused it too many times.
-func (b *batcher) discardOwedLocked() {
-	n := len(b.credit) + len(b.closes) + len(b.signals)
+func (b *Batcher) discardOwedLocked() {
+	n := len(b.Credit) + len(b.Closes) + len(b.signals)
 	var credit uint64
-	for _, d := range b.credit {
+	for _, d := range b.Credit {
 		credit += uint64(d)
 	}
-	clear(b.credit)
-	clear(b.closes)
+	clear(b.Credit)
+	clear(b.Closes)
 	clear(b.signals)
 	clear(b.rejected)
 	if b.lingerOn {
@@ -95,36 +95,36 @@ func (b *batcher) discardOwedLocked() {
 		b.lingerOn, b.lingered = false, false
 	}
 	if n > 0 {
-		b.mx.n.repliesDiscarded.Add(uint64(n))
+		b.Mx.N.RepliesDiscarded.Add(uint64(n))
 	}
 	if credit > 0 {
-		b.mx.n.creditLost.Add(credit)
+		b.Mx.N.CreditLost.Add(credit)
 	}
 }
 
 // discardRejectsLocked drops the rejects the batcher owes, counted: the
 // answers to a stranger's made-up OpenSlots, on a lane that keeps refusing
 // them, must not keep the batcher owing (and so from eviction) for ever.
-func (b *batcher) discardRejectsLocked() {
+func (b *Batcher) discardRejectsLocked() {
 	n := 0
 	for id := range b.rejected {
-		if _, owed := b.closes[id]; owed {
-			delete(b.closes, id)
+		if _, owed := b.Closes[id]; owed {
+			delete(b.Closes, id)
 			n++
 		}
 	}
 	clear(b.rejected)
 	if n > 0 {
-		b.mx.n.repliesDiscarded.Add(uint64(n))
+		b.Mx.N.RepliesDiscarded.Add(uint64(n))
 	}
 }
 
 // postRefused is what a refused post of b costs: epoch death, and for a
 // peer with no route, the batcher itself.
-func (b *batcher) postRefused(err error) {
-	b.epochDeath()
+func (b *Batcher) postRefused(err error) {
+	b.EpochDeath()
 	if unreachable(err) {
-		b.mx.dropUnreachable(b)
+		b.Mx.dropUnreachable(b)
 	}
 }
 
@@ -132,19 +132,19 @@ func (b *batcher) postRefused(err error) {
 // a route: its owed replies are dropped (counted), later replies for the
 // peer are dropped too (lost), and its goroutine ends. A later stream to
 // the peer makes a new batcher, which tries again.
-func (mx *mux) dropUnreachable(b *batcher) {
-	k := laneKey{b.peer, b.lane}
-	mx.mu.Lock()
-	current := !mx.closed && mx.batchers[k] == b
+func (mx *Mux) dropUnreachable(b *Batcher) {
+	k := LaneKey{b.peer, b.Lane}
+	mx.Mu.Lock()
+	current := !mx.closed && mx.Batchers[k] == b
 	if current {
-		delete(mx.batchers, k)
-		b.supersede(true)
+		delete(mx.Batchers, k)
+		b.Supersede(true)
 		mx.sweeping.Add(1) // under the lock, before close can start waiting
 	}
-	mx.mu.Unlock()
-	b.mu.Lock()
+	mx.Mu.Unlock()
+	b.Mu.Lock()
 	b.discardOwedLocked()
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if !current {
 		return // taken out already (eviction, peer loss, close): they stop it
 	}
@@ -152,7 +152,7 @@ func (mx *mux) dropUnreachable(b *batcher) {
 	// waits for.
 	go func() {
 		defer mx.sweeping.Done()
-		b.stop()
+		b.Stop()
 	}()
 }
 
@@ -168,19 +168,19 @@ const maxEpochStep = 1 << 40
 // maxIngressSlots bounds the slot index an OpenSlot may claim, as the
 // book's table of 65,536 per (peer, lane): a table grows to the highest
 // index opened in it, and a 24-bit index would make a 128 MiB table.
-const maxIngressSlots = maxMuxSlots
+const MaxIngressSlots = maxMuxSlots
 
 // clampCreditLocked adds a grant of delta to s's credit, which never goes
 // above the window s opened with: the consumer grants back only what its
 // consumer took, so an honest grant never lifts it there. excess says the
 // grant would have.
-func (s *outSlot) clampCreditLocked(delta uint32) (excess bool) {
-	c := uint64(s.credit) + uint64(delta)
+func (s *OutSlot) clampCreditLocked(delta uint32) (excess bool) {
+	c := uint64(s.Credit) + uint64(delta)
 	if c > uint64(s.window) {
-		s.credit = s.window
+		s.Credit = s.window
 		return true
 	}
-	s.credit = uint32(c)
+	s.Credit = uint32(c)
 	return false
 }
 
@@ -191,22 +191,22 @@ func (s *outSlot) clampCreditLocked(delta uint32) (excess bool) {
 // budget. A slot's first held record always fits, whatever its size, as it
 // would in turn: a staged record fetched after a later large one is the
 // honest case.
-func (ip *ingressPeer) holdFitsLocked(s *inSlot, body []byte, terminal bool) bool {
+func (ip *IngressPeer) holdFitsLocked(s *InSlot, body []byte, terminal bool) bool {
 	switch {
 	case terminal && (s.terminal || s.holdTerminal):
 		return false
-	case !terminal && uint32(s.holdData) >= s.held:
+	case !terminal && uint32(s.holdData) >= s.Held:
 		return false
-	case len(s.hold) >= int(ip.mx.cfg.InitialCredit)+1:
+	case len(s.hold) >= int(ip.mx.Cfg.InitialCredit)+1:
 		return false
 	case len(s.hold) == 0:
 		return true
 	}
-	return ip.pb.hold.Load()+int64(len(body)) <= int64(ip.mx.cfg.PeerByteBudget)
+	return ip.pb.Hold.Load()+int64(len(body)) <= int64(ip.mx.Cfg.PeerByteBudget)
 }
 
 // addHeldLocked and takeHeldLocked keep the hold's counts.
-func (s *inSlot) addHeldLocked(seq uint32, body []byte, terminal bool) {
+func (s *InSlot) addHeldLocked(seq uint32, body []byte, terminal bool) {
 	if s.hold == nil {
 		s.hold = make(map[uint32][]byte)
 	}
@@ -217,11 +217,11 @@ func (s *inSlot) addHeldLocked(seq uint32, body []byte, terminal bool) {
 		s.holdData++
 	}
 	s.holdBytes += len(body)
-	s.ip.pb.hold.Add(int64(len(body)))
-	s.ip.held++
+	s.PeerIn.pb.Hold.Add(int64(len(body)))
+	s.PeerIn.held++
 }
 
-func (s *inSlot) takeHeldLocked(seq uint32, body []byte) {
+func (s *InSlot) takeHeldLocked(seq uint32, body []byte) {
 	delete(s.hold, seq)
 	if wire.IsTerminalFrame(body) {
 		s.holdTerminal = false
@@ -229,15 +229,15 @@ func (s *inSlot) takeHeldLocked(seq uint32, body []byte) {
 		s.holdData--
 	}
 	s.holdBytes -= len(body)
-	s.ip.pb.hold.Add(-int64(len(body)))
-	s.ip.held--
+	s.PeerIn.pb.Hold.Add(-int64(len(body)))
+	s.PeerIn.held--
 }
 
 // dropHoldLocked forgets s's whole hold (the slot ended).
-func (s *inSlot) dropHoldLocked() {
-	s.ip.held -= len(s.hold)
+func (s *InSlot) dropHoldLocked() {
+	s.PeerIn.held -= len(s.hold)
 	if s.holdBytes != 0 {
-		s.ip.pb.hold.Add(-int64(s.holdBytes))
+		s.PeerIn.pb.Hold.Add(-int64(s.holdBytes))
 	}
 	s.hold, s.holdData, s.holdTerminal, s.holdBytes = nil, 0, false, 0
 }
@@ -245,8 +245,8 @@ func (s *inSlot) dropHoldLocked() {
 // refuseSlotLocked ends s for a protocol violation: the consumer sees the
 // stream dropped (ErrSenderDropped), the producer gets CloseSlot
 // {ProtocolError}, and what s still held is dropped.
-func (ip *ingressPeer) refuseSlotLocked(s *inSlot, rep *replies) {
-	ip.mx.n.protocolErrors.Add(1)
+func (ip *IngressPeer) refuseSlotLocked(s *InSlot, rep *replies) {
+	ip.mx.N.ProtocolErrors.Add(1)
 	ip.endLocked(s, true)
-	rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.ProtocolError})
+	rep.closes = append(rep.closes, CloseReply{ID: s.id, Reason: muxwire.ProtocolError})
 }

@@ -29,20 +29,20 @@ func openedStream(t *testing.T, producer, consumer *remoteNode) (*Anchor[[]byte]
 	t.Helper()
 	a, s := muxStream(t, producer, consumer)
 	pmx := muxOf(t, producer)
-	before := pmx.n.creditReceived.Load()
+	before := pmx.N.CreditReceived.Load()
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	waitFor(t, "the token's credit", func() bool { return pmx.n.creditReceived.Load() > before })
+	waitFor(t, "the token's credit", func() bool { return pmx.N.CreditReceived.Load() > before })
 	return a, s
 }
 
 // forge hands mx one batch of lane 0 from sender, built by add.
-func forge(t *testing.T, mx *mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
+func forge(t *testing.T, mx *Mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
 	t.Helper()
 	var enc muxwire.Encoder
 	enc.Start(nil, 0, epoch, 1<<30)
 	add(&enc)
-	if err := mx.handleBatch(sender, 0, enc.Batch()); err != nil {
+	if err := mx.HandleBatch(sender, 0, enc.Batch()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,7 +67,7 @@ func TestMuxDataBeyondCreditEndsTheSlot(t *testing.T) {
 			enc.Data(id, next+uint32(i), wire.AppendBytesItem(nil, token(100+i)))
 		}
 	})
-	if n := cmx.n.dropped[metrics.DropOverCredit].Load(); n != 1 {
+	if n := cmx.N.Dropped[metrics.DropOverCredit].Load(); n != 1 {
 		t.Fatalf("over_credit drops %d, want 1", n)
 	}
 	readTokens(t, a, 100, c, 5*time.Second)
@@ -96,10 +96,10 @@ func TestMuxHoldBoundedByCredit(t *testing.T) {
 			enc.Data(id, next+uint32(i), wire.AppendBytesItem(nil, token(i)))
 		}
 	})
-	if n := cmx.n.holdOverflow.Load(); n != 1 {
+	if n := cmx.N.HoldOverflow.Load(); n != 1 {
 		t.Fatalf("hold overflows %d, want 1", n)
 	}
-	if n := cmx.heldRecords(); n != 0 {
+	if n := cmx.HeldRecords(); n != 0 {
 		t.Fatalf("%d records still held after the slot ended", n)
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
@@ -122,22 +122,22 @@ func TestMuxHoldBoundedByPeerBytes(t *testing.T) {
 		enc.Data(id, next+1, big)
 		enc.Data(id, next+1, big) // a repeat: held once
 	})
-	if n, o := cmx.heldRecords(), cmx.n.holdOverflow.Load(); n != 1 || o != 0 {
+	if n, o := cmx.HeldRecords(), cmx.N.HoldOverflow.Load(); n != 1 || o != 0 {
 		t.Fatalf("held %d, overflows %d; want the first record held, once", n, o)
 	}
 	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
 		enc.Data(id, next+2, wire.AppendBytesItem(nil, []byte("small")))
 	})
-	if n := cmx.n.holdOverflow.Load(); n != 1 {
+	if n := cmx.N.HoldOverflow.Load(); n != 1 {
 		t.Fatalf("hold overflows %d, want 1", n)
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("got %v, want ErrSenderDropped", err)
 	}
-	cmx.budgetMu.Lock()
-	pb := cmx.budgets[producer.msg.WorkerID()]
-	cmx.budgetMu.Unlock()
-	if n := pb.hold.Load(); n != 0 {
+	cmx.BudgetMu.Lock()
+	pb := cmx.Budgets[producer.msg.WorkerID()]
+	cmx.BudgetMu.Unlock()
+	if n := pb.Hold.Load(); n != 0 {
 		t.Fatalf("the peer's held bytes are %d after its slot ended", n)
 	}
 }
@@ -153,14 +153,14 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	pmx, cmx := muxOf(t, producer), muxOf(t, consumer)
 	// The consumer's own epoch towards the producer: the forged batches
 	// pass as the consumer's.
-	cb := cmx.existingBatcher(producer.msg.WorkerID(), 0)
+	cb := cmx.ExistingBatcher(producer.msg.WorkerID(), 0)
 	if cb == nil {
 		t.Fatal("the consumer has no batcher to the producer")
 	}
-	cb.mu.Lock()
-	epoch := cb.epoch
-	cb.mu.Unlock()
-	refused := pmx.n.controlRefused.Load()
+	cb.Mu.Lock()
+	epoch := cb.Epoch
+	cb.Mu.Unlock()
+	refused := pmx.N.ControlRefused.Load()
 	forge(t, pmx, consumer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
 		enc.CreditUpdate(id, 0, math.MaxUint32)
 	})
@@ -172,7 +172,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	if cr, _, _ := slotState(s.slot()); cr != c {
 		t.Fatalf("credit %d after forged grants, want the window %d", cr, c)
 	}
-	if n := pmx.n.controlRefused.Load() - refused; n != 101 {
+	if n := pmx.N.ControlRefused.Load() - refused; n != 101 {
 		t.Fatalf("control_refused counted %d forged grants, want 101", n)
 	}
 	// Past the window the records wait on the producer: the consumer's
@@ -189,7 +189,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
-	if n := cmx.n.protocolErrors.Load(); n != 0 {
+	if n := cmx.N.ProtocolErrors.Load(); n != 0 {
 		t.Fatalf("%d protocol errors on the consumer", n)
 	}
 }
@@ -203,40 +203,40 @@ func TestMuxStrangerWithoutRouteCostsNothing(t *testing.T) {
 	_, consumer := muxNodes(t, MuxConfig{})
 	cmx := muxOf(t, consumer)
 	const strangers = 2000
-	wakes := cmx.n.batcherWakes.Load()
+	wakes := cmx.N.BatcherWakes.Load()
 	for i := range strangers {
 		forge(t, cmx, ext.WorkerID(0x5eed0000+i), 1, func(enc *muxwire.Encoder) {
 			enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 		})
 	}
-	cmx.mu.Lock()
-	tables, batchers := len(cmx.ingress), len(cmx.batchers)
-	cmx.mu.Unlock()
-	cmx.budgetMu.Lock()
-	budgets := len(cmx.budgets)
-	cmx.budgetMu.Unlock()
+	cmx.Mu.Lock()
+	tables, batchers := len(cmx.Ingress), len(cmx.Batchers)
+	cmx.Mu.Unlock()
+	cmx.BudgetMu.Lock()
+	budgets := len(cmx.Budgets)
+	cmx.BudgetMu.Unlock()
 	if tables+batchers+budgets != 0 {
 		t.Fatalf("made for strangers: %d tables, %d batchers, %d budgets", tables, batchers, budgets)
 	}
-	if n := cmx.n.dropped[metrics.DropUnroutable].Load(); n != strangers {
+	if n := cmx.N.Dropped[metrics.DropUnroutable].Load(); n != strangers {
 		t.Fatalf("unroutable drops %d, want %d", n, strangers)
 	}
-	if n := cmx.n.batcherWakes.Load() - wakes; n != 0 {
+	if n := cmx.N.BatcherWakes.Load() - wakes; n != 0 {
 		t.Fatalf("%d batcher wakes for a stranger", n)
 	}
 }
 
 // refusePostsTo makes every post of mx to peer fail with err.
-func refusePostsTo(mx *mux, peer ext.WorkerID, err error) {
-	inner, owned := mx.post, mx.postOwned
-	mx.post = func(p ext.WorkerID, lane int, batch []byte) error {
+func refusePostsTo(mx *Mux, peer ext.WorkerID, err error) {
+	inner, owned := mx.Post, mx.PostOwned
+	mx.Post = func(p ext.WorkerID, lane int, batch []byte) error {
 		if p == peer {
 			return err
 		}
 		return inner(p, lane, batch)
 	}
 	if owned != nil {
-		mx.postOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+		mx.PostOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
 			if p == peer {
 				return err
 			}
@@ -256,15 +256,15 @@ func TestMuxRejectToRoutableStranger(t *testing.T) {
 	}
 	cmx, omx := muxOf(t, consumer), muxOf(t, other)
 	stranger := other.msg.WorkerID()
-	wakes := cmx.n.batcherWakes.Load()
+	wakes := cmx.N.BatcherWakes.Load()
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
 	waitFor(t, "the reject to reach the stranger", func() bool {
-		return omx.n.batchesRecv.Load()+omx.n.dropped[metrics.DropUnroutable].Load() == 1
+		return omx.N.BatchesRecv.Load()+omx.N.Dropped[metrics.DropUnroutable].Load() == 1
 	})
-	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
-	if n := cmx.n.batcherWakes.Load() - wakes; n > 2 {
+	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	if n := cmx.N.BatcherWakes.Load() - wakes; n > 2 {
 		t.Fatalf("%d batcher wakes for one reject, want at most 2", n)
 	}
 }
@@ -284,14 +284,14 @@ func TestMuxRefusedRejectIsNotRetriedForever(t *testing.T) {
 	cmx := muxOf(t, consumer)
 	stranger := other.msg.WorkerID()
 	refusePostsTo(cmx, stranger, errors.New("test: the lane refuses"))
-	wakes := cmx.n.batcherWakes.Load()
+	wakes := cmx.N.BatcherWakes.Load()
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
-	waitFor(t, "the reject to be dropped", func() bool { return cmx.n.repliesDiscarded.Load() == 1 })
-	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
-	if n := cmx.n.batcherWakes.Load() - wakes; n > maxRefusedPosts+1 {
-		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, maxRefusedPosts+1)
+	waitFor(t, "the reject to be dropped", func() bool { return cmx.N.RepliesDiscarded.Load() == 1 })
+	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	if n := cmx.N.BatcherWakes.Load() - wakes; n > MaxRefusedPosts+1 {
+		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, MaxRefusedPosts+1)
 	}
 }
 
@@ -301,17 +301,17 @@ func TestMuxUnroutablePostDropsTheBatcher(t *testing.T) {
 	_, consumer := muxNodes(t, MuxConfig{})
 	cmx := muxOf(t, consumer)
 	const stranger = ext.WorkerID(0x5eed)
-	cmx.routable = func(ext.WorkerID) bool { return true } // the route goes as the reject is posted
+	cmx.Routable = func(ext.WorkerID) bool { return true } // the route goes as the reject is posted
 	refusePostsTo(cmx, stranger, fmt.Errorf("%w: gone", ext.ErrPeerNotRegistered))
-	wakes := cmx.n.batcherWakes.Load()
+	wakes := cmx.N.BatcherWakes.Load()
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
-	waitFor(t, "the batcher to be dropped", func() bool { return cmx.existingBatcher(stranger, 0) == nil })
-	if n := cmx.n.repliesDiscarded.Load(); n != 1 {
+	waitFor(t, "the batcher to be dropped", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	if n := cmx.N.RepliesDiscarded.Load(); n != 1 {
 		t.Fatalf("replies discarded %d, want 1", n)
 	}
-	if n := cmx.n.batcherWakes.Load() - wakes; n > 2 {
+	if n := cmx.N.BatcherWakes.Load() - wakes; n > 2 {
 		t.Fatalf("%d batcher wakes, want at most 2", n)
 	}
 }
@@ -321,13 +321,13 @@ func TestMuxUnroutablePostDropsTheBatcher(t *testing.T) {
 // a counter, and _mux_slot tags guessed from small counters end nothing.
 func TestMuxIdsAreNotGuessable(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
-	p, c := muxOf(t, producer).epochs.Load(), muxOf(t, consumer).epochs.Load()
+	p, c := muxOf(t, producer).Epochs.Load(), muxOf(t, consumer).Epochs.Load()
 	if p == c || p < 1<<32 || c < 1<<32 || p >= 1<<epochBaseBits || c >= 1<<epochBaseBits {
 		t.Fatalf("epoch bases %d and %d: want two random values in [2^32, 2^%d)", p, c, epochBaseBits)
 	}
 	a1, s1 := openedStream(t, producer, consumer)
 	_, s2 := openedStream(t, producer, consumer)
-	x, y := s1.slot().session, s2.slot().session
+	x, y := s1.slot().Session, s2.slot().Session
 	if x == y || x < 1<<32 || y < 1<<32 || y-x < 1<<16 && x-y < 1<<16 {
 		t.Fatalf("routing sessions %d and %d look like a counter", x, y)
 	}
@@ -336,7 +336,7 @@ func TestMuxIdsAreNotGuessable(t *testing.T) {
 	cause := errors.New("test: refused")
 	for epoch := uint64(0); epoch < 8; epoch++ {
 		for session := uint64(0); session < 256; session++ {
-			cmx.stagedFailure(producer.msg.WorkerID(), 0, fmt.Sprintf("%d:%d:%d", epoch, uint32(id), session), cause)
+			cmx.StagedFailure(producer.msg.WorkerID(), 0, fmt.Sprintf("%d:%d:%d", epoch, uint32(id), session), cause)
 		}
 	}
 	fill(t, s1, 1, 2)
@@ -353,7 +353,7 @@ func TestMuxEpochJumpRefused(t *testing.T) {
 	a, s := openedStream(t, producer, consumer)
 	cmx := muxOf(t, consumer)
 	forge(t, cmx, producer.msg.WorkerID(), math.MaxUint64, func(*muxwire.Encoder) {})
-	if n := cmx.n.dropped[metrics.DropEpochJump].Load(); n != 1 {
+	if n := cmx.N.Dropped[metrics.DropEpochJump].Load(); n != 1 {
 		t.Fatalf("epoch_jump drops %d, want 1", n)
 	}
 	fill(t, s, 1, 3)
@@ -381,23 +381,23 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 	cmx := muxOf(t, consumer)
 	far, _ := muxwire.NewSlotID(1<<20, 0)
 	epoch := func() uint64 {
-		cmx.mu.Lock()
-		defer cmx.mu.Unlock()
-		ip := cmx.ingress[laneKey{producer.msg.WorkerID(), 0}]
-		ip.mu.Lock()
-		defer ip.mu.Unlock()
-		return ip.epoch
+		cmx.Mu.Lock()
+		defer cmx.Mu.Unlock()
+		ip := cmx.Ingress[LaneKey{producer.msg.WorkerID(), 0}]
+		ip.Mu.Lock()
+		defer ip.Mu.Unlock()
+		return ip.Epoch
 	}()
 	forge(t, cmx, producer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(far, 0, a.Handle().LocalID(), tk.RoutingSessionID)
 	})
-	cmx.mu.Lock()
-	ip := cmx.ingress[laneKey{producer.msg.WorkerID(), 0}]
-	cmx.mu.Unlock()
-	ip.mu.Lock()
-	n := len(ip.slots)
-	ip.mu.Unlock()
-	if n > maxIngressSlots {
+	cmx.Mu.Lock()
+	ip := cmx.Ingress[LaneKey{producer.msg.WorkerID(), 0}]
+	cmx.Mu.Unlock()
+	ip.Mu.Lock()
+	n := len(ip.Slots)
+	ip.Mu.Unlock()
+	if n > MaxIngressSlots {
 		t.Fatalf("the table grew to %d entries", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -420,48 +420,48 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 	var attempts atomic.Int32
 	release := make(chan struct{})
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		if attempts.Add(1) == 1 {
 			<-release // the first batch of answers stays in flight
 		}
 		return errors.New("test: the lane refuses")
 	})
-	defer mx.close()
+	defer mx.Close()
 	const peer = ext.WorkerID(9)
 	flood := func(first int) {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, 1, uint32(first+1))
-		for j := first; j < first+maxRejects; j++ {
+		for j := first; j < first+MaxRejects; j++ {
 			id, _ := muxwire.NewSlotID(uint32(j), 0)
 			enc.OpenSlot(id, 0, uint64(j)+1, 1)
 		}
-		if err := mx.handleBatch(peer, 0, enc.Batch()); err != nil {
+		if err := mx.HandleBatch(peer, 0, enc.Batch()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b := func() *batcher {
+	b := func() *Batcher {
 		flood(0)
-		return mx.existingBatcher(peer, 0)
+		return mx.ExistingBatcher(peer, 0)
 	}()
 	owed := func() int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.closes) + len(b.flyingCloses)
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return len(b.Closes) + len(b.FlyingCloses)
 	}
 	waitFor(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
-	flood(maxRejects)
-	if n := owed(); n > maxRejects {
+	flood(MaxRejects)
+	if n := owed(); n > MaxRejects {
 		close(release)
-		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, maxRejects)
+		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, MaxRejects)
 	}
 	close(release)
 	waitFor(t, "the refused batch to be owed again", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.refusals > 0
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return b.Refusals > 0
 	})
-	if n := owed(); n > maxRejects {
-		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, maxRejects)
+	if n := owed(); n > MaxRejects {
+		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, MaxRejects)
 	}
 }
 
@@ -479,22 +479,22 @@ func TestMuxCreditOutlivesARefusingLane(t *testing.T) {
 		if !refusing.Load() || p != producer.msg.WorkerID() {
 			return false
 		}
-		if refused.Add(1) >= maxRefusedPosts+2 {
+		if refused.Add(1) >= MaxRefusedPosts+2 {
 			refusing.Store(false)
 		}
 		return true
 	}
 	errRefused := errors.New("test: the lane is being dialled again")
 	// Installed before any traffic: the batchers read these fields.
-	inner, owned := cmx.post, cmx.postOwned
-	cmx.post = func(p ext.WorkerID, lane int, batch []byte) error {
+	inner, owned := cmx.Post, cmx.PostOwned
+	cmx.Post = func(p ext.WorkerID, lane int, batch []byte) error {
 		if refuse(p) {
 			return errRefused
 		}
 		return inner(p, lane, batch)
 	}
 	if owned != nil {
-		cmx.postOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+		cmx.PostOwned = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
 			if refuse(p) {
 				return errRefused
 			}
@@ -511,7 +511,7 @@ func TestMuxCreditOutlivesARefusingLane(t *testing.T) {
 	}()
 	readTokens(t, a, 1, n, 10*time.Second)
 	<-sent
-	if refused.Load() < maxRefusedPosts+2 {
+	if refused.Load() < MaxRefusedPosts+2 {
 		t.Fatalf("%d posts refused: the lane never refused long enough", refused.Load())
 	}
 }

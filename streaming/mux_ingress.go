@@ -27,63 +27,63 @@ import (
 // bindKey names a stream the owner bound for the mux and whose OpenSlot
 // has not arrived: the anchor id and the routing session the attach answer
 // gave.
-type bindKey struct{ anchor, session uint64 }
+type BindKey struct{ anchor, Session uint64 }
 
 // muxBind is a bound stream waiting for its OpenSlot.
-type muxBind struct {
-	mx       *mux
-	key      bindKey
-	prebound bool // minted by PrebindAnchor: any peer's OpenSlot may claim it
-	lane     int  // the lane the receiver chose
-	st       *inlet.State
+type Bind struct {
+	Mx       *Mux
+	Key      BindKey
+	Prebound bool // minted by PrebindAnchor: any peer's OpenSlot may claim it
+	Lane     int  // the lane the receiver chose
+	St       *inlet.State
 	mpsc     *inlet.Remote // set for a producer of an MPSC anchor
 	peer     ext.WorkerID  // the producer that attached
-	credit   uint32
+	Credit   uint32
 	id       uint64 // its entry in the accept-window queue
 }
 
 // ingressPeer is the slot table of one sending peer (lane 0).
-type ingressPeer struct {
-	mx   *mux
+type IngressPeer struct {
+	mx   *Mux
 	peer ext.WorkerID
 	lane int
 	pb   *peerBudget // the peer's, shared by its lanes: its holds' bytes
 
-	mu        sync.Mutex
-	epoch     uint64
+	Mu        sync.Mutex
+	Epoch     uint64
 	haveEpoch bool
 	lastSeq   uint32    // the high-water mark of batch_seq in this epoch
-	slots     []*inSlot // by slot index: a dense table, no hash per record
+	Slots     []*InSlot // by slot index: a dense table, no hash per record
 	held      int       // records in the slots' holds
-	live      int
+	Live      int
 	// aside holds, by full slot id, slots whose sender closed them while a
 	// staged record was still on its way, moved out of the index a new
 	// stream took (mux_aside.go); nil while there are none.
-	aside map[muxwire.SlotID]*inSlot
+	aside map[muxwire.SlotID]*InSlot
 
 	run dataRun // the records being handed on together (mux_ingress_run.go)
 	// early holds size refusals of staged records whose OpenSlot has not
 	// been applied yet, oldest first, at most maxEarlyRefusals
 	// (mux_early_refusal.go).
-	early []earlyRefusal
+	Early []earlyRefusal
 
 	dirtyMu   sync.Mutex
-	dirty     []*inSlot
-	spare     []*inSlot // the other buffer of dirty: a steady stream lists slots without allocating
+	dirty     []*InSlot
+	spare     []*InSlot // the other buffer of dirty: a steady stream lists slots without allocating
 	lastVisit time.Time
 }
 
 // inSlot is one stream from the peer, feeding an anchor. Its Feed is the
 // inlet's view of its credit: the consumer's takes count there.
-type inSlot struct {
+type InSlot struct {
 	inlet.Feed
 
-	ip      *ingressPeer
+	PeerIn  *IngressPeer
 	id      muxwire.SlotID
 	st      *inlet.State
 	session uint64
 	nextSeq uint32
-	held    uint32 // data credit the producer holds, as this side counts it
+	Held    uint32 // data credit the producer holds, as this side counts it
 
 	mpsc         *inlet.Remote     // the producer's entry when st is an MPSC anchor
 	lane         int               // the lane the receiver chose: where the stream counts
@@ -102,11 +102,11 @@ type inSlot struct {
 // first use. It is nil once the mux is closed (closed true), and for a
 // peer this node has no route to: nothing could answer it, so nothing is
 // made for it.
-func (mx *mux) ingressFor(peer ext.WorkerID, lane int) (ip *ingressPeer, closed bool) {
-	k := laneKey{peer, lane}
-	mx.mu.Lock()
-	ip, closed = mx.ingress[k], mx.closed
-	mx.mu.Unlock()
+func (mx *Mux) IngressFor(peer ext.WorkerID, lane int) (ip *IngressPeer, closed bool) {
+	k := LaneKey{peer, lane}
+	mx.Mu.Lock()
+	ip, closed = mx.Ingress[k], mx.closed
+	mx.Mu.Unlock()
 	if ip != nil || closed {
 		return ip, closed
 	}
@@ -114,25 +114,25 @@ func (mx *mux) ingressFor(peer ext.WorkerID, lane int) (ip *ingressPeer, closed 
 		return nil, false
 	}
 	pb := mx.budgetFor(peer)
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
+	mx.Mu.Lock()
+	defer mx.Mu.Unlock()
 	if mx.closed {
 		return nil, true
 	}
-	if ip = mx.ingress[k]; ip == nil {
-		ip = &ingressPeer{mx: mx, peer: peer, lane: lane, pb: pb}
-		mx.ingress[k] = ip
+	if ip = mx.Ingress[k]; ip == nil {
+		ip = &IngressPeer{mx: mx, peer: peer, lane: lane, pb: pb}
+		mx.Ingress[k] = ip
 	}
 	return ip, false
 }
 
 // slotLocked is the live slot with exactly id, or nil.
-func (ip *ingressPeer) slotLocked(id muxwire.SlotID) *inSlot {
+func (ip *IngressPeer) slotLocked(id muxwire.SlotID) *InSlot {
 	idx := int(id.Index())
-	if idx >= len(ip.slots) {
+	if idx >= len(ip.Slots) {
 		return nil
 	}
-	if s := ip.slots[idx]; s != nil && s.id == id {
+	if s := ip.Slots[idx]; s != nil && s.id == id {
 		return s
 	}
 	return ip.aside[id] // nil, and no hash, while nothing is aside
@@ -140,11 +140,11 @@ func (ip *ingressPeer) slotLocked(id muxwire.SlotID) *inSlot {
 
 // endLocked takes s out of the table; with drop, the consumer sees
 // ErrSenderDropped behind what it has.
-func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
+func (ip *IngressPeer) endLocked(s *InSlot, drop bool) {
 	idx := int(s.id.Index())
 	switch {
-	case ip.slots[idx] == s:
-		ip.slots[idx] = nil
+	case ip.Slots[idx] == s:
+		ip.Slots[idx] = nil
 	case ip.aside[s.id] == s:
 		delete(ip.aside, s.id)
 		if len(ip.aside) == 0 {
@@ -153,7 +153,7 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 	default:
 		return
 	}
-	ip.live--
+	ip.Live--
 	s.dropHoldLocked()
 	ip.mx.uncount(ip.peer, s.lane)
 	s.st.DetachFeed(&s.Feed, s.mpsc)
@@ -164,11 +164,11 @@ func (ip *ingressPeer) endLocked(s *inSlot, drop bool) {
 }
 
 // liveIDs lists the peer's open slots on this node.
-func (ip *ingressPeer) liveIDs() []muxwire.SlotID {
-	ip.mu.Lock()
-	defer ip.mu.Unlock()
-	ids := make([]muxwire.SlotID, 0, ip.live)
-	for _, s := range ip.slots {
+func (ip *IngressPeer) liveIDs() []muxwire.SlotID {
+	ip.Mu.Lock()
+	defer ip.Mu.Unlock()
+	ids := make([]muxwire.SlotID, 0, ip.Live)
+	for _, s := range ip.Slots {
 		if s != nil {
 			ids = append(ids, s.id)
 		}
@@ -178,14 +178,14 @@ func (ip *ingressPeer) liveIDs() []muxwire.SlotID {
 
 // retireAll ends every slot of the peer with Dropped (epoch death, a lost
 // peer, shutdown).
-func (ip *ingressPeer) retireAll() {
-	ip.mu.Lock()
+func (ip *IngressPeer) retireAll() {
+	ip.Mu.Lock()
 	ip.retireAllLocked()
-	ip.mu.Unlock()
+	ip.Mu.Unlock()
 }
 
-func (ip *ingressPeer) retireAllLocked() {
-	for _, s := range ip.slots {
+func (ip *IngressPeer) retireAllLocked() {
+	for _, s := range ip.Slots {
 		if s != nil {
 			ip.endLocked(s, true)
 		}
@@ -196,13 +196,13 @@ func (ip *ingressPeer) retireAllLocked() {
 }
 
 // send posts the replies a batch made.
-func (ip *ingressPeer) send(rep replies) {
+func (ip *IngressPeer) send(rep replies) {
 	if len(rep.closes) == 0 && len(rep.stops) == 0 {
 		return
 	}
 	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
 	if errors.Is(err, errUnroutable) {
-		ip.mx.n.repliesDiscarded.Add(uint64(len(rep.closes) + len(rep.stops)))
+		ip.mx.N.RepliesDiscarded.Add(uint64(len(rep.closes) + len(rep.stops)))
 		return
 	}
 	if err != nil {
@@ -213,9 +213,9 @@ func (ip *ingressPeer) send(rep replies) {
 	}
 	for _, c := range rep.closes {
 		if c.reject {
-			b.rejectOpen(c.id, c.reason)
+			b.rejectOpen(c.ID, c.Reason)
 		} else {
-			b.replyClose(c.id, c.reason)
+			b.ReplyClose(c.ID, c.Reason)
 		}
 	}
 	for _, s := range rep.stops {
@@ -224,26 +224,26 @@ func (ip *ingressPeer) send(rep replies) {
 }
 
 // The inlet.Slot of the mux.
-func (s *inSlot) Peer() ext.WorkerID { return s.ip.peer }
-func (s *inSlot) MarkDirty()         { s.ip.markDirty(s) }
-func (s *inSlot) RequestStop()       { s.requestStop() }
-func (s *inSlot) ConsumerGone()      { s.consumerGone() }
+func (s *InSlot) Peer() ext.WorkerID { return s.PeerIn.peer }
+func (s *InSlot) MarkDirty()         { s.PeerIn.markDirty(s) }
+func (s *InSlot) RequestStop()       { s.requestStop() }
+func (s *InSlot) ConsumerGone()      { s.consumerGone() }
 
 // requestStop sends the producer a graceful stop (LifecycleSlot).
-func (s *inSlot) requestStop() {
-	if b, err := s.ip.mx.replyBatcher(s.ip.peer, s.ip.lane); err == nil {
+func (s *InSlot) requestStop() {
+	if b, err := s.PeerIn.mx.replyBatcher(s.PeerIn.peer, s.PeerIn.lane); err == nil {
 		b.replyLifecycle(s.id, s.session, muxwire.Stop)
 	}
 }
 
 // deliver puts a record into the inlet past its limit, tagged with the
 // producer's id for an MPSC anchor. It is false when the consumer is gone.
-func (s *inSlot) deliver(body []byte) bool {
+func (s *InSlot) deliver(body []byte) bool {
 	return s.st.Deliver(body, s.mpsc)
 }
 
 // end ends the stream (SPSC) or this producer (MPSC) with a terminal.
-func (s *inSlot) end(frame []byte, detach bool) {
+func (s *InSlot) end(frame []byte, detach bool) {
 	if s.mpsc != nil {
 		s.st.MPSC().EndRemote(s.mpsc, frame)
 		return
@@ -252,7 +252,7 @@ func (s *inSlot) end(frame []byte, detach bool) {
 }
 
 // muxSlotHeader names the stream of a staged singleton batch (muxwire.SlotHeader).
-const muxSlotHeader = muxwire.SlotHeader
+const SlotHeader = muxwire.SlotHeader
 
 // stagedFailure ends the one stream that a staged singleton batch from
 // sender on lane belonged to, when this node could not fetch it (refused
@@ -260,7 +260,7 @@ const muxSlotHeader = muxwire.SlotHeader
 // reason, and its producer is told to cancel it (LifecycleSlot, by
 // session, so that a late one cannot reach a later stream on the same
 // slot id). A tag that names no live stream of that sender does nothing.
-func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause error) {
+func (mx *Mux) StagedFailure(sender ext.WorkerID, lane int, tag string, cause error) {
 	var epoch uint64
 	var slot uint32
 	var session uint64
@@ -269,26 +269,26 @@ func (mx *mux) stagedFailure(sender ext.WorkerID, lane int, tag string, cause er
 	}
 	// The table may not exist yet: the sender's first batch, with the
 	// OpenSlot, may be the staged one still being fetched.
-	ip, _ := mx.ingressFor(sender, lane)
+	ip, _ := mx.IngressFor(sender, lane)
 	if ip == nil {
 		return
 	}
 	id := muxwire.SlotID(slot)
-	ip.mu.Lock()
+	ip.Mu.Lock()
 	s := ip.slotLocked(id)
-	if s == nil || (ip.haveEpoch && epoch > ip.epoch) {
+	if s == nil || (ip.haveEpoch && epoch > ip.Epoch) {
 		// Not opened yet (in this epoch or a later one), or ended already:
 		// kept for an OpenSlot that may still come (mux_early_refusal.go).
 		ip.keepRefusalLocked(earlyRefusal{epoch: epoch, slot: id, session: session, msg: refusedMessage(cause)})
-		ip.mu.Unlock()
+		ip.Mu.Unlock()
 		return
 	}
-	if ip.epoch != epoch || s.session != session {
-		ip.mu.Unlock()
+	if ip.Epoch != epoch || s.session != session {
+		ip.Mu.Unlock()
 		return
 	}
 	ip.endRefusedLocked(s, refusedMessage(cause))
-	ip.mu.Unlock()
+	ip.Mu.Unlock()
 	if b, err := mx.replyBatcher(sender, lane); err == nil {
 		b.replyLifecycle(id, session, muxwire.Cancel)
 	}

@@ -13,57 +13,57 @@ import (
 
 // replies is what one batch makes this side send back to its peer.
 type replies struct {
-	closes []closeReply
-	stops  []*inSlot
+	closes []CloseReply
+	stops  []*InSlot
 }
 
 type pendingClose struct{ seq uint32 }
 
-type closeReply struct {
-	id     muxwire.SlotID
-	reason muxwire.CloseReason
+type CloseReply struct {
+	ID     muxwire.SlotID
+	Reason muxwire.CloseReason
 	reject bool // the answer to an OpenSlot this side never admitted
 }
 
 // handleBatch applies one _stream_batch from peer. It never blocks on a
 // consumer. A malformed batch is refused whole.
-func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
+func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	batch, err := muxwire.Decode(payload)
 	if err != nil {
-		mx.n.protocolErrors.Add(1)
+		mx.N.ProtocolErrors.Add(1)
 		return err
 	}
 	if batch.Lane() != lane {
 		// Its slot ids belong to another batcher: applying them could feed
 		// or retire the wrong streams.
-		mx.n.dropped[metrics.DropLaneMismatch].Add(uint64(batch.Len()))
+		mx.N.Dropped[metrics.DropLaneMismatch].Add(uint64(batch.Len()))
 		return nil
 	}
-	ip, closed := mx.ingressFor(peer, lane)
+	ip, closed := mx.IngressFor(peer, lane)
 	if ip == nil {
 		if closed {
 			mx.refuseOpens(peer, lane, batch)
 		} else {
-			mx.n.dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
+			mx.N.Dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
 		}
 		return nil
 	}
-	mx.n.batchesRecv.Add(1)
-	mx.n.recordsRecv.Add(uint64(batch.Len()))
-	if mx.met != nil {
-		mx.met.BatchReceived(batch.Len())
+	mx.N.BatchesRecv.Add(1)
+	mx.N.RecordsRecv.Add(uint64(batch.Len()))
+	if mx.Met != nil {
+		mx.Met.BatchReceived(batch.Len())
 	}
 	// One copy per batch: records keep sub-slices of it.
 	own := append([]byte(nil), payload...)
 	var rep replies
-	ip.mu.Lock()
+	ip.Mu.Lock()
 	if why, ok := ip.acceptEpochLocked(batch.Header); !ok {
-		ip.mu.Unlock()
+		ip.Mu.Unlock()
 		n := batch.Len()
 		if why == metrics.DropEpochJump {
 			n = max(n, 1) // a forged empty batch is counted too
 		}
-		mx.n.dropped[why].Add(uint64(n))
+		mx.N.Dropped[why].Add(uint64(n))
 		return nil
 	}
 	recs := batch.Records()
@@ -80,9 +80,9 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		ip.applyLocked(rec, &rep)
 	}
 	ip.flushRunLocked(&rep)
-	ip.mu.Unlock()
+	ip.Mu.Unlock()
 	ip.send(rep)
-	ip.reconcileDirty() // the arrival path: credit rides back with this batch's wake
+	ip.ReconcileDirty() // the arrival path: credit rides back with this batch's wake
 	return nil
 }
 
@@ -91,14 +91,14 @@ func (mx *mux) handleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 // before this node's Manager closed would otherwise hold its slot open
 // until its own node ends. It writes in a fresh epoch, as the batchers
 // are gone; the peer's streams from this node are over anyway.
-func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
+func (mx *Mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 	if !mx.isRoutable(peer) {
 		// Nothing can reach it; a retired batcher and a goroutine per
 		// batch would be made for nothing.
-		mx.n.dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
+		mx.N.Dropped[metrics.DropUnroutable].Add(uint64(max(batch.Len(), 1)))
 		return
 	}
-	var closes []closeReply
+	var closes []CloseReply
 	recs := batch.Records()
 	for {
 		rec, ok := recs.Next()
@@ -106,7 +106,7 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 			break
 		}
 		if rec.Type == muxwire.OpenSlot {
-			closes = append(closes, closeReply{id: rec.Slot, reason: muxwire.UnknownSlot})
+			closes = append(closes, CloseReply{ID: rec.Slot, Reason: muxwire.UnknownSlot})
 		}
 	}
 	mx.postCloses(peer, lane, closes)
@@ -119,7 +119,7 @@ func (mx *mux) refuseOpens(peer ext.WorkerID, lane int, batch muxwire.Batch) {
 // a close it had just built) as stale. (The batcher's own epoch may have
 // moved on at its stop; its later batches still follow its earlier ones
 // on the lane.)
-func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
+func (mx *Mux) postCloses(peer ext.WorkerID, lane int, closes []CloseReply) {
 	if len(closes) == 0 {
 		return
 	}
@@ -133,20 +133,20 @@ func (mx *mux) postCloses(peer ext.WorkerID, lane int, closes []closeReply) {
 // epoch further than maxEpochStep is refused: no mux moves that far, and
 // accepting it would retire the peer's slots and make its real batches
 // stale from then on. why is the drop reason of a refused batch.
-func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) (why metrics.MuxDropReason, ok bool) {
+func (ip *IngressPeer) acceptEpochLocked(h muxwire.BatchHeader) (why metrics.MuxDropReason, ok bool) {
 	switch {
 	case !ip.haveEpoch:
-		ip.epoch, ip.haveEpoch = h.Epoch, true
+		ip.Epoch, ip.haveEpoch = h.Epoch, true
 		ip.lastSeq = h.Seq
 		return 0, true
-	case h.Epoch < ip.epoch:
+	case h.Epoch < ip.Epoch:
 		return metrics.DropStaleEpoch, false
-	case h.Epoch-ip.epoch > maxEpochStep:
-		ip.mx.n.protocolErrors.Add(1)
+	case h.Epoch-ip.Epoch > maxEpochStep:
+		ip.mx.N.ProtocolErrors.Add(1)
 		return metrics.DropEpochJump, false
-	case h.Epoch > ip.epoch:
+	case h.Epoch > ip.Epoch:
 		ip.retireAllLocked()
-		ip.epoch = h.Epoch
+		ip.Epoch = h.Epoch
 		ip.lastSeq = h.Seq // a new epoch restarts batch_seq: no gap to meter
 		return 0, true
 	}
@@ -159,17 +159,17 @@ func (ip *ingressPeer) acceptEpochLocked(h muxwire.BatchHeader) (why metrics.Mux
 // after its successor is below the mark: it was counted as missing once
 // and is not counted again. The mux does not retransmit, so this only
 // meters what the per-slot frame_seq checks then deal with.
-func (ip *ingressPeer) meterSeqLocked(seq uint32) {
+func (ip *IngressPeer) meterSeqLocked(seq uint32) {
 	if !muxwire.SeqAfter(seq, ip.lastSeq) {
 		return
 	}
 	if gap := seq - ip.lastSeq - 1; gap > 0 {
-		ip.mx.n.batchSeqGaps.Add(uint64(gap))
+		ip.mx.N.BatchSeqGaps.Add(uint64(gap))
 	}
 	ip.lastSeq = seq
 }
 
-func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
+func (ip *IngressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 	switch rec.Type {
 	case muxwire.OpenSlot:
 		ip.openLocked(rec, rep)
@@ -189,21 +189,21 @@ func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 				ip.endLocked(s, !s.terminal)
 			}
 		default: // UnknownSlot, ProtocolError: about a slot of ours
-			if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
-				b.closeByPeer(rec.Slot)
+			if b := ip.mx.ExistingBatcher(ip.peer, ip.lane); b != nil {
+				b.CloseByPeer(rec.Slot)
 			}
 		}
 	case muxwire.CreditUpdate:
-		if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
-			ip.mx.n.creditReceived.Add(uint64(rec.Credit()))
-			b.grant(rec.Slot, rec.Credit())
+		if b := ip.mx.ExistingBatcher(ip.peer, ip.lane); b != nil {
+			ip.mx.N.CreditReceived.Add(uint64(rec.Credit()))
+			b.Grant(rec.Slot, rec.Credit())
 		} else {
 			ip.mx.controlRefused()
 		}
 	case muxwire.LifecycleSlot:
-		if b := ip.mx.existingBatcher(ip.peer, ip.lane); b != nil {
+		if b := ip.mx.ExistingBatcher(ip.peer, ip.lane); b != nil {
 			session, action := rec.Lifecycle()
-			b.lifecycle(rec.Slot, session, action)
+			b.Lifecycle(rec.Slot, session, action)
 		}
 	case muxwire.SlotHeartbeat:
 		if s := ip.slotLocked(rec.Slot); s != nil {
@@ -215,17 +215,17 @@ func (ip *ingressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 // openLocked claims the bind an OpenSlot names and opens its slot. An
 // unknown pair is answered with CloseSlot{UnknownSlot}; an index still in
 // use by another stream with ProtocolError.
-func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
+func (ip *IngressPeer) openLocked(rec muxwire.Record, rep *replies) {
 	idx := int(rec.Slot.Index())
-	if idx >= maxIngressSlots {
+	if idx >= MaxIngressSlots {
 		// No sender allocates that far; the table would grow to it.
-		ip.mx.n.protocolErrors.Add(1)
-		ip.mx.n.dropped[metrics.DropUnknownSlot].Add(1)
-		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.ProtocolError, true})
+		ip.mx.N.ProtocolErrors.Add(1)
+		ip.mx.N.Dropped[metrics.DropUnknownSlot].Add(1)
+		rep.closes = append(rep.closes, CloseReply{rec.Slot, muxwire.ProtocolError, true})
 		return
 	}
-	if idx < len(ip.slots) {
-		if old := ip.slots[idx]; old != nil {
+	if idx < len(ip.Slots) {
+		if old := ip.Slots[idx]; old != nil {
 			if old.id == rec.Slot {
 				return // a duplicate OpenSlot
 			}
@@ -245,34 +245,34 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 		return
 	}
 	anchorID, session := rec.OpenSlot()
-	bd := ip.mx.claim(bindKey{anchorID, session}, ip.peer)
+	bd := ip.mx.claim(BindKey{anchorID, session}, ip.peer)
 	if bd == nil {
 		// Never bound, claimed already, released or expired: a forged or
 		// replayed ticket lands here and touches no other stream.
-		ip.mx.n.dropped[metrics.DropUnknownSlot].Add(1)
-		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
+		ip.mx.N.Dropped[metrics.DropUnknownSlot].Add(1)
+		rep.closes = append(rep.closes, CloseReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
-	s := &inSlot{ip: ip, id: rec.Slot, st: bd.st, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, held: bd.credit, lane: bd.lane}
+	s := &InSlot{PeerIn: ip, id: rec.Slot, st: bd.St, mpsc: bd.mpsc, session: session, nextSeq: rec.Seq + 1, Held: bd.Credit, lane: bd.Lane}
 	s.Feed.Init(s)
 	var pre inlet.Prebind // the ticket's pre-bind, which this OpenSlot claims
-	if bd.prebound {
+	if bd.Prebound {
 		pre = bd
 	}
-	stop, ok := bd.st.AttachFeed(&s.Feed, s.mpsc, bd.credit, pre)
+	stop, ok := bd.St.AttachFeed(&s.Feed, s.mpsc, bd.Credit, pre)
 	if !ok {
-		rep.closes = append(rep.closes, closeReply{rec.Slot, muxwire.UnknownSlot, true})
+		rep.closes = append(rep.closes, CloseReply{rec.Slot, muxwire.UnknownSlot, true})
 		return
 	}
-	for len(ip.slots) <= idx {
-		ip.slots = append(ip.slots, nil)
+	for len(ip.Slots) <= idx {
+		ip.Slots = append(ip.Slots, nil)
 	}
-	ip.slots[idx] = s
-	ip.live++
+	ip.Slots[idx] = s
+	ip.Live++
 	if msg, refused := ip.takeRefusalLocked(rec.Slot, session); refused {
 		// A staged record of this stream was refused before its OpenSlot.
 		ip.endRefusedLocked(s, msg)
-		rep.closes = append(rep.closes, closeReply{id: rec.Slot, reason: muxwire.UnknownSlot})
+		rep.closes = append(rep.closes, CloseReply{ID: rec.Slot, Reason: muxwire.UnknownSlot})
 		return
 	}
 	if stop { // a stop made before the producer's OpenSlot came is kept
@@ -282,15 +282,15 @@ func (ip *ingressPeer) openLocked(rec muxwire.Record, rep *replies) {
 
 // dataLocked hands one record to its anchor: in sequence, into room its
 // credit reserved, or the slot ends with a protocol error.
-func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
+func (ip *IngressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 	s := ip.slotLocked(rec.Slot)
 	if s == nil {
-		if idx := int(rec.Slot.Index()); idx < len(ip.slots) && ip.slots[idx] != nil {
-			ip.mx.n.generationMismatch.Add(1)
-			ip.mx.n.dropped[metrics.DropGeneration].Add(1)
+		if idx := int(rec.Slot.Index()); idx < len(ip.Slots) && ip.Slots[idx] != nil {
+			ip.mx.N.generationMismatch.Add(1)
+			ip.mx.N.Dropped[metrics.DropGeneration].Add(1)
 		} else {
 			// Never opened here, or already closed: the index is free.
-			ip.mx.n.dropped[metrics.DropClosedSlot].Add(1)
+			ip.mx.N.Dropped[metrics.DropClosedSlot].Add(1)
 		}
 		return
 	}
@@ -305,7 +305,7 @@ func (ip *ingressPeer) dataLocked(rec muxwire.Record, rep *replies) {
 }
 
 // inOrderLocked delivers the slot's next record.
-func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
+func (ip *IngressPeer) inOrderLocked(s *InSlot, body []byte, rep *replies) {
 	s.nextSeq++
 	s.delivered = true
 	if wire.IsTerminalFrame(body) {
@@ -313,21 +313,21 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 		ip.deliverTerminal(s, body)
 		return
 	}
-	if s.held == 0 {
+	if s.Held == 0 {
 		// More records than the consumer granted: the slot ends, and this
 		// record is neither buffered nor delivered. Credit is what bounds
 		// the consumer's memory; a producer that ignored it made one
 		// consumer buffer 22.8 MiB on a window of 32.
-		ip.mx.n.dropped[metrics.DropOverCredit].Add(1)
+		ip.mx.N.Dropped[metrics.DropOverCredit].Add(1)
 		ip.refuseSlotLocked(s, rep)
 		return
 	}
-	s.held--
+	s.Held--
 	s.AddBuffered(len(body))
 	if !s.deliver(body) {
 		// The consumer is gone: tell the producer, once.
 		ip.endLocked(s, false)
-		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.UnknownSlot})
+		rep.closes = append(rep.closes, CloseReply{ID: s.id, Reason: muxwire.UnknownSlot})
 	}
 }
 
@@ -344,13 +344,13 @@ func (ip *ingressPeer) inOrderLocked(s *inSlot, body []byte, rep *replies) {
 // batch) is the stream watchdog's to end.
 
 // holdLocked keeps a record that came ahead of its turn.
-func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *replies) {
+func (ip *IngressPeer) holdLocked(s *InSlot, seq uint32, body []byte, rep *replies) {
 	if _, dup := s.hold[seq]; dup {
 		return // the mux never sends a record twice: the first one stays
 	}
 	terminal := wire.IsTerminalFrame(body)
 	if !ip.holdFitsLocked(s, body, terminal) {
-		ip.mx.n.holdOverflow.Add(1)
+		ip.mx.N.HoldOverflow.Add(1)
 		ip.refuseSlotLocked(s, rep)
 		return
 	}
@@ -359,7 +359,7 @@ func (ip *ingressPeer) holdLocked(s *inSlot, seq uint32, body []byte, rep *repli
 
 // releaseHeldLocked delivers the held records that are now in turn, and
 // a close that waited for them.
-func (ip *ingressPeer) releaseHeldLocked(s *inSlot, rep *replies) {
+func (ip *IngressPeer) releaseHeldLocked(s *InSlot, rep *replies) {
 	for ip.slotLocked(s.id) == s {
 		if s.pendingClose != nil && s.pendingClose.seq == s.nextSeq {
 			ip.endLocked(s, !s.terminal)
@@ -376,7 +376,7 @@ func (ip *ingressPeer) releaseHeldLocked(s *inSlot, rep *replies) {
 
 // deliverTerminal ends the stream on the consumer with the frame the
 // producer ended it with.
-func (ip *ingressPeer) deliverTerminal(s *inSlot, body []byte) {
+func (ip *IngressPeer) deliverTerminal(s *InSlot, body []byte) {
 	frame, detach := canonicalTerminal(body)
 	s.end(frame, detach)
 }

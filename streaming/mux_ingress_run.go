@@ -16,7 +16,7 @@ import (
 // none of them a terminal. It lives in the ingressPeer and is only used
 // under its mu.
 type dataRun struct {
-	s      *inSlot
+	s      *InSlot
 	bodies [][]byte
 	bytes  int
 }
@@ -25,7 +25,7 @@ type dataRun struct {
 // new run with it (handing the old one on first). It is false for a
 // record that must take the general path; the caller then flushes the run
 // before applying it, so that order within a slot holds.
-func (ip *ingressPeer) runLocked(rec muxwire.Record, rep *replies) bool {
+func (ip *IngressPeer) runLocked(rec muxwire.Record, rep *replies) bool {
 	if rec.Type != muxwire.Data {
 		return false
 	}
@@ -48,29 +48,29 @@ func (ip *ingressPeer) runLocked(rec muxwire.Record, rep *replies) bool {
 // runnable says whether body, with frame_seq seq, can join a run of s that
 // already holds n records: it is next in turn, the producer had credit for
 // it, it ends nothing, and nothing waits in the slot's hold.
-func runnable(s *inSlot, seq uint32, body []byte, n int) bool {
-	return seq == s.nextSeq+uint32(n) && s.held > uint32(n) &&
+func runnable(s *InSlot, seq uint32, body []byte, n int) bool {
+	return seq == s.nextSeq+uint32(n) && s.Held > uint32(n) &&
 		len(s.hold) == 0 && s.pendingClose == nil && !wire.IsTerminalFrame(body)
 }
 
 // flushRunLocked hands the run to its anchor, as inOrderLocked would one
 // record at a time.
-func (ip *ingressPeer) flushRunLocked(rep *replies) {
+func (ip *IngressPeer) flushRunLocked(rep *replies) {
 	r := &ip.run
 	s, n := r.s, len(r.bodies)
 	if s == nil {
 		return
 	}
 	s.nextSeq += uint32(n)
-	s.held -= uint32(n)
+	s.Held -= uint32(n)
 	s.delivered = true
 	s.AddBuffered(r.bytes)
 	if !s.deliverRun(r.bodies) {
 		// The consumer is gone: tell the producer, once. Record by record,
 		// all but the first would have found the slot closed.
 		ip.endLocked(s, false)
-		rep.closes = append(rep.closes, closeReply{id: s.id, reason: muxwire.UnknownSlot})
-		ip.mx.n.dropped[metrics.DropClosedSlot].Add(uint64(n - 1))
+		rep.closes = append(rep.closes, CloseReply{ID: s.id, Reason: muxwire.UnknownSlot})
+		ip.mx.N.Dropped[metrics.DropClosedSlot].Add(uint64(n - 1))
 	}
 	clear(r.bodies) // the batch's memory is the anchor's now, not the table's
 	r.s, r.bodies, r.bytes = nil, r.bodies[:0], 0
@@ -84,7 +84,7 @@ func (ip *ingressPeer) flushRunLocked(rep *replies) {
 // may start another thread (a futex call of several microseconds); the
 // consumer it wakes takes this same lock first thing, and found it held,
 // so it parked again and needed a second wake.
-func (s *inSlot) deliverRun(bodies [][]byte) bool {
+func (s *InSlot) deliverRun(bodies [][]byte) bool {
 	var wake chan struct{}
 	var ok bool
 	wake, ok = s.st.DeliverRun(bodies, s.mpsc)

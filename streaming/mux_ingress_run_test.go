@@ -13,10 +13,10 @@ import (
 // slotSeq is a live mux stream's slot, epoch and next frame_seq, as its
 // batcher sees them.
 func slotSeq(s *Sender[[]byte]) (id muxwire.SlotID, epoch uint64, next uint32) {
-	b := s.slot().b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return s.slot().id, b.epoch, s.slot().seq
+	b := s.slot().B
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return s.slot().ID, b.Epoch, s.slot().Seq
 }
 
 // Records of one slot that sit side by side in a batch go to the anchor
@@ -48,7 +48,7 @@ func TestMuxRunsKeepTheSlotRules(t *testing.T) {
 	enc.Data(idB, nB+1, item("b1"))
 	enc.Data(idB, nB+2, []byte(wire.FinalizedFrame))
 	enc.Data(idB, nB+3, item("after the end")) // discarded
-	if err := muxOf(t, consumer).handleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
+	if err := muxOf(t, consumer).HandleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 )
 
@@ -29,7 +28,7 @@ type laneLoad [muxwire.Lanes]int
 
 // splitmix64 is the fixed hash of lane keys: one key gives one lane on
 // every receiver with the same lane count.
-func splitmix64(x uint64) uint64 {
+func Splitmix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
@@ -37,14 +36,14 @@ func splitmix64(x uint64) uint64 {
 }
 
 // clampLanes bounds a transport's lane count to what the mux uses.
-func clampLanes(n int) int { return max(1, min(n, muxwire.Lanes)) }
+func ClampLanes(n int) int { return max(1, min(n, muxwire.Lanes)) }
 
 // pickLaneLocked chooses the lane of a new bind from peer (0: a pre-bind)
 // among lanes. The caller holds mx.mu.
-func (mx *mux) pickLaneLocked(peer ext.WorkerID, lanes int, key *uint64) int {
-	lanes = clampLanes(lanes)
+func (mx *Mux) pickLaneLocked(peer ext.WorkerID, lanes int, key *uint64) int {
+	lanes = ClampLanes(lanes)
 	if key != nil {
-		return int(splitmix64(*key) % uint64(lanes))
+		return int(Splitmix64(*key) % uint64(lanes))
 	}
 	load := &mx.nodeLoad
 	if peer != 0 {
@@ -59,7 +58,7 @@ func (mx *mux) pickLaneLocked(peer ext.WorkerID, lanes int, key *uint64) int {
 	return best
 }
 
-func (mx *mux) peerLoadLocked(peer ext.WorkerID) *laneLoad {
+func (mx *Mux) peerLoadLocked(peer ext.WorkerID) *laneLoad {
 	l := mx.peerLoad[peer]
 	if l == nil {
 		l = new(laneLoad)
@@ -70,7 +69,7 @@ func (mx *mux) peerLoadLocked(peer ext.WorkerID) *laneLoad {
 
 // countLocked adds d streams on lane: to the node's load, and to peer's
 // when peer is known.
-func (mx *mux) countLocked(peer ext.WorkerID, lane, d int) {
+func (mx *Mux) countLocked(peer ext.WorkerID, lane, d int) {
 	mx.nodeLoad[lane] += d
 	if peer != 0 {
 		mx.peerLoadLocked(peer)[lane] += d
@@ -79,38 +78,15 @@ func (mx *mux) countLocked(peer ext.WorkerID, lane, d int) {
 
 // countPeerLocked adds d streams on lane to peer's load only: a pre-bind
 // already counted on the node when a peer claims or adopts it.
-func (mx *mux) countPeerLocked(peer ext.WorkerID, lane, d int) {
+func (mx *Mux) countPeerLocked(peer ext.WorkerID, lane, d int) {
 	if peer != 0 {
 		mx.peerLoadLocked(peer)[lane] += d
 	}
 }
 
 // uncount takes a closed slot's stream off its lane's load.
-func (mx *mux) uncount(peer ext.WorkerID, lane int) {
-	mx.mu.Lock()
+func (mx *Mux) uncount(peer ext.WorkerID, lane int) {
+	mx.Mu.Lock()
 	mx.countLocked(peer, lane, -1)
-	mx.mu.Unlock()
-}
-
-// senderLane is the lane a producer uses for a stream the owner placed on
-// lane: that lane modulo the lanes its own transport keeps to the owner.
-func (r *remote) senderLane(owner ext.WorkerID, lane uint8) int {
-	inst, ok := msgrx.InstanceOf(r.msg, owner)
-	if !ok {
-		return 0
-	}
-	return int(lane) % clampLanes(msgrx.Lanes(r.msg, inst))
-}
-
-// lanesTo is how many lanes the mux uses to peer (0: to any peer, for a
-// pre-bind).
-func (r *remote) lanesTo(peer ext.WorkerID) int {
-	if peer == 0 {
-		return clampLanes(msgrx.Lanes(r.msg, ext.InstanceID{}))
-	}
-	inst, ok := msgrx.InstanceOf(r.msg, peer)
-	if !ok {
-		return 1
-	}
-	return clampLanes(msgrx.Lanes(r.msg, inst))
+	mx.Mu.Unlock()
 }

@@ -21,24 +21,24 @@ func lanedNode(t *testing.T, n int) *remoteNode {
 }
 
 // slotsPerLane counts the consumer's live slots from peer on each lane.
-func slotsPerLane(mx *mux, peer ext.WorkerID) [muxwire.Lanes]int {
+func slotsPerLane(mx *Mux, peer ext.WorkerID) [muxwire.Lanes]int {
 	var out [muxwire.Lanes]int
 	// The tables are listed under the mux's lock and read after it: an
 	// ingress table's lock comes first in the library's order (a batch
 	// claims its binds under it), so taking it under the mux's lock could
 	// deadlock with a batch being applied.
-	mx.mu.Lock()
-	ips := map[laneKey]*ingressPeer{}
-	for k, ip := range mx.ingress {
-		if k.peer == peer {
+	mx.Mu.Lock()
+	ips := map[LaneKey]*IngressPeer{}
+	for k, ip := range mx.Ingress {
+		if k.Peer == peer {
 			ips[k] = ip
 		}
 	}
-	mx.mu.Unlock()
+	mx.Mu.Unlock()
 	for k, ip := range ips {
-		ip.mu.Lock()
-		out[k.lane] = ip.live
-		ip.mu.Unlock()
+		ip.Mu.Lock()
+		out[k.Lane] = ip.Live
+		ip.Mu.Unlock()
 	}
 	return out
 }
@@ -70,7 +70,7 @@ func TestMuxLanesSpread(t *testing.T) {
 	if got[4] != 0 {
 		t.Fatalf("a slot on lane 4 of 4: %v", got)
 	}
-	if n := len(muxOf(t, producer).allBatchers()); n != 4 {
+	if n := len(muxOf(t, producer).AllBatchers()); n != 4 {
 		t.Fatalf("the producer has %d batchers, want one per lane (4)", n)
 	}
 }
@@ -78,7 +78,7 @@ func TestMuxLanesSpread(t *testing.T) {
 // A keyed attach lands on lane splitmix64(key) % lanes, in every build;
 // a keyed pre-bind too.
 func TestMuxLanesKeyed(t *testing.T) {
-	if got := splitmix64(0); got != 0xe220a8397b1dcdaf {
+	if got := Splitmix64(0); got != 0xe220a8397b1dcdaf {
 		t.Fatalf("splitmix64(0) = %#x, the fixed hash changed", got)
 	}
 	producer, consumer := lanedNode(t, 4), lanedNode(t, 4)
@@ -92,8 +92,8 @@ func TestMuxLanesKeyed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := int(splitmix64(key) % 4)
-		if got := s.slot().b.lane; got != want {
+		want := int(Splitmix64(key) % 4)
+		if got := s.slot().B.Lane; got != want {
 			t.Fatalf("key %d went on lane %d, want %d", key, got, want)
 		}
 		fill(t, s, 0, 1)
@@ -122,8 +122,8 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := openTicket(t, producer, a, tk)
-		if s.slot().b.lane != 0 {
-			t.Fatalf("a one-lane sender used lane %d", s.slot().b.lane)
+		if s.slot().B.Lane != 0 {
+			t.Fatalf("a one-lane sender used lane %d", s.slot().B.Lane)
 		}
 		fill(t, s, 0, 2)
 		readTokens(t, a, 0, 2, 5*time.Second)
@@ -133,15 +133,15 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 // A batch whose header names another lane than its handler's is dropped
 // and counted: its slot ids belong to another batcher.
 func TestMuxLaneMismatchDropped(t *testing.T) {
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
-	defer mx.close()
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.Close()
 	var enc muxwire.Encoder
 	enc.Start(nil, 2, 1, 1)
 	enc.OpenSlot(muxwire.SlotID(0x100), 0, 1, 1)
-	if err := mx.handleBatch(7, 1, enc.Batch()); err != nil {
+	if err := mx.HandleBatch(7, 1, enc.Batch()); err != nil {
 		t.Fatal(err)
 	}
-	if got := mx.n.dropped[metrics.DropLaneMismatch].Load(); got != 1 {
+	if got := mx.N.Dropped[metrics.DropLaneMismatch].Load(); got != 1 {
 		t.Fatalf("lane_mismatch = %d, want 1", got)
 	}
 }
@@ -153,14 +153,14 @@ func TestMuxLaneMismatchDropped(t *testing.T) {
 func TestMuxRejectLaneCapped(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		once.Do(func() { <-release }) // the first write stalls: nothing drains the lane
 		return nil
 	})
-	defer mx.close()
+	defer mx.Close()
 	defer close(release)
 	const peer = ext.WorkerID(9)
-	const flood = maxRejects + 6000 // the stalled batch may hold up to ~4,400 (60 KiB of closes)
+	const flood = MaxRejects + 6000 // the stalled batch may hold up to ~4,400 (60 KiB of closes)
 	for i := 0; i < flood; i += 500 {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, 1, uint32(i/500+1))
@@ -168,17 +168,17 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 			id, _ := muxwire.NewSlotID(uint32(j), 0)
 			enc.OpenSlot(id, 0, uint64(j)+1, 1)
 		}
-		if err := mx.handleBatch(peer, 0, enc.Batch()); err != nil {
+		if err := mx.HandleBatch(peer, 0, enc.Batch()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b := mx.existingBatcher(peer, 0)
-	b.mu.Lock()
-	pending := len(b.closes)
-	b.mu.Unlock()
-	refused := mx.n.controlRefused.Load()
-	if pending > maxRejects || refused == 0 {
-		t.Fatalf("%d answers pending (cap %d), %d refused", pending, maxRejects, refused)
+	b := mx.ExistingBatcher(peer, 0)
+	b.Mu.Lock()
+	pending := len(b.Closes)
+	b.Mu.Unlock()
+	refused := mx.N.ControlRefused.Load()
+	if pending > MaxRejects || refused == 0 {
+		t.Fatalf("%d answers pending (cap %d), %d refused", pending, MaxRejects, refused)
 	}
 }
 
@@ -186,26 +186,26 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 // and still goes out, through a fresh batcher.
 func TestMuxCloseRacesEviction(t *testing.T) {
 	got := make(chan []byte, 16)
-	mx := newMux(MuxConfig{BatcherIdleTTL: time.Nanosecond}, defaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
+	mx := New(MuxConfig{BatcherIdleTTL: time.Nanosecond}, defaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
 		got <- append([]byte(nil), b...)
 		return nil
 	})
-	defer mx.close()
+	defer mx.Close()
 	const peer = ext.WorkerID(5)
-	b, err := mx.batcherFor(peer, 0)
+	b, err := mx.BatcherFor(peer, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mx.mu.Lock()
-	delete(mx.batchers, laneKey{peer, 0}) // evicted: out of the table, and
-	mx.mu.Unlock()
-	b.mu.Lock()
-	b.state.to(batcherHalted) // its goroutine will write nothing more ...
-	b.mu.Unlock()
+	mx.Mu.Lock()
+	delete(mx.Batchers, LaneKey{peer, 0}) // evicted: out of the table, and
+	mx.Mu.Unlock()
+	b.Mu.Lock()
+	b.State.To(BatcherHalted) // its goroutine will write nothing more ...
+	b.Mu.Unlock()
 	id, _ := muxwire.NewSlotID(3, 1)
-	b.replyClose(id, muxwire.UnknownSlot) // ... as a close is posted to it
-	<-b.done
-	mx.handBack(b)
+	b.ReplyClose(id, muxwire.UnknownSlot) // ... as a close is posted to it
+	<-b.Done
+	mx.HandBack(b)
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -233,42 +233,42 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 // holds its slot index, nor does one with the right slot but another
 // session; control for an index never allocated is refused and counted.
 func TestMuxStaleAndBogusControl(t *testing.T) {
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
-	defer mx.close()
-	b, err := mx.batcherFor(3, 0)
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.Close()
+	b, err := mx.BatcherFor(3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, err := b.open(1, 100, 4)
+	old, err := b.Open(1, 100, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.closeByPeer(old.id) // the old stream ends; its index is free
-	cur, err := b.open(2, 200, 4)
+	b.CloseByPeer(old.ID) // the old stream ends; its index is free
+	cur, err := b.Open(2, 200, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cur.id.Index() != old.id.Index() || cur.id == old.id {
-		t.Fatalf("index not reused at a new generation: old %v, new %v", old.id, cur.id)
+	if cur.ID.Index() != old.ID.Index() || cur.ID == old.ID {
+		t.Fatalf("index not reused at a new generation: old %v, new %v", old.ID, cur.ID)
 	}
-	b.lifecycle(old.id, 100, muxwire.Cancel) // stale: the old slot id
-	b.lifecycle(cur.id, 100, muxwire.Cancel) // stale: the old session on the new slot
+	b.Lifecycle(old.ID, 100, muxwire.Cancel) // stale: the old slot id
+	b.Lifecycle(cur.ID, 100, muxwire.Cancel) // stale: the old session on the new slot
 	select {
-	case <-cur.signalCh(inlet.SigCancel):
+	case <-cur.SignalCh(inlet.SigCancel):
 		t.Fatal("a stale LifecycleSlot cancelled the stream that reuses the slot")
 	default:
 	}
-	b.lifecycle(cur.id, 200, muxwire.Cancel)
+	b.Lifecycle(cur.ID, 200, muxwire.Cancel)
 	select {
-	case <-cur.signalCh(inlet.SigCancel):
+	case <-cur.SignalCh(inlet.SigCancel):
 	default:
 		t.Fatal("the LifecycleSlot of the current session did not cancel")
 	}
-	before := mx.n.controlRefused.Load()
+	before := mx.N.ControlRefused.Load()
 	bogus, _ := muxwire.NewSlotID(5000, 0)
-	b.grant(bogus, 10)
-	b.closeByPeer(bogus)
-	if got := mx.n.controlRefused.Load() - before; got != 2 {
+	b.Grant(bogus, 10)
+	b.CloseByPeer(bogus)
+	if got := mx.N.ControlRefused.Load() - before; got != 2 {
 		t.Fatalf("bogus control refused %d times, want 2", got)
 	}
 }
@@ -283,7 +283,7 @@ func TestMuxLanesKeyedMPSC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := int(splitmix64(key) % 4); s.slot() == nil || s.slot().b.lane != want {
+		if want := int(Splitmix64(key) % 4); s.slot() == nil || s.slot().B.Lane != want {
 			t.Fatalf("key %d: lane %v, want %d", key, s.slot(), want)
 		}
 		s.Close()

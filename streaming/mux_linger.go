@@ -14,26 +14,26 @@ import (
 // lingerWakeLocked is called after a record was staged under FlushLinger:
 // it opens the window if none is open, and says whether the batcher must
 // write now.
-func (b *batcher) lingerWakeLocked() bool {
-	if b.awake {
+func (b *Batcher) lingerWakeLocked() bool {
+	if b.Awake {
 		return false
 	}
-	if !b.windowArmed && !b.windowDue {
-		b.armWindowLocked(b.mx.cfg.MaxLinger)
+	if !b.WindowArmed && !b.windowDue {
+		b.armWindowLocked(b.Mx.Cfg.MaxLinger)
 	}
 	return b.earlyLocked(time.Now())
 }
 
 // lingerReadyLocked says whether staged data may go now under FlushLinger.
-func (b *batcher) lingerReadyLocked() bool {
-	return b.mx.cfg.Flush == FlushLinger && (b.windowDue || b.earlyLocked(time.Now()))
+func (b *Batcher) lingerReadyLocked() bool {
+	return b.Mx.Cfg.Flush == FlushLinger && (b.windowDue || b.earlyLocked(time.Now()))
 }
 
 // earlyLocked is the window's early end: AtBytes staged, or, with
 // OnComplete, a record staged on every live slot and the last data write
 // at least a window ago (a record that comes too soon waits out the rest).
-func (b *batcher) earlyLocked(now time.Time) bool {
-	cfg := &b.mx.cfg
+func (b *Batcher) earlyLocked(now time.Time) bool {
+	cfg := &b.Mx.Cfg
 	if cfg.AtBytes > 0 && b.qBytes >= cfg.AtBytes {
 		return true
 	}
@@ -41,7 +41,7 @@ func (b *batcher) earlyLocked(now time.Time) bool {
 		return false
 	}
 	if rest := cfg.MaxLinger - now.Sub(b.lastData); rest > 0 {
-		if !b.windowArmed {
+		if !b.WindowArmed {
 			b.armWindowLocked(rest)
 		}
 		return false
@@ -49,8 +49,8 @@ func (b *batcher) earlyLocked(now time.Time) bool {
 	return true
 }
 
-func (b *batcher) armWindowLocked(d time.Duration) {
-	b.windowArmed = true
+func (b *Batcher) armWindowLocked(d time.Duration) {
+	b.WindowArmed = true
 	if b.windowT == nil {
 		b.windowT = time.AfterFunc(d, b.windowEnd)
 	} else {
@@ -59,40 +59,40 @@ func (b *batcher) armWindowLocked(d time.Duration) {
 }
 
 // windowEnd is the window timer: the staged data may go.
-func (b *batcher) windowEnd() {
-	b.mu.Lock()
-	b.windowArmed, b.windowDue = false, true
-	b.mu.Unlock()
-	b.signal()
+func (b *Batcher) windowEnd() {
+	b.Mu.Lock()
+	b.WindowArmed, b.windowDue = false, true
+	b.Mu.Unlock()
+	b.Signal()
 }
 
 // dataWrittenLocked closes the window after a batch that carried data,
 // and opens the next one for what is still staged.
-func (b *batcher) dataWrittenLocked() {
+func (b *Batcher) dataWrittenLocked() {
 	b.lastData = time.Now()
-	if b.mx.cfg.Flush != FlushLinger {
+	if b.Mx.Cfg.Flush != FlushLinger {
 		return
 	}
 	b.windowDue = false
-	if b.windowArmed {
+	if b.WindowArmed {
 		b.windowT.Stop()
-		b.windowArmed = false
+		b.WindowArmed = false
 	}
 	if b.staged > 0 {
-		b.armWindowLocked(b.mx.cfg.MaxLinger)
+		b.armWindowLocked(b.Mx.Cfg.MaxLinger)
 	}
 }
 
 // sizeHint is the capacity for the next batch buffer: a quarter more than
 // the last batch, within the batch cap. Its lock is held.
-func (b *batcher) sizeHint() int {
-	return min(max(512, b.lastLen+b.lastLen/4), b.mx.cfg.MaxBatchBytes+muxwire.BatchHeaderLen+muxwire.RecordHeaderLen)
+func (b *Batcher) sizeHint() int {
+	return min(max(512, b.lastLen+b.lastLen/4), b.Mx.Cfg.MaxBatchBytes+muxwire.BatchHeaderLen+muxwire.RecordHeaderLen)
 }
 
 // takeSingletonTag returns the tag of the batch just built, if any.
-func (b *batcher) takeSingletonTag() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *Batcher) takeSingletonTag() string {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	t := b.singletonTag
 	b.singletonTag = ""
 	return t

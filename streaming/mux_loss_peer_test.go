@@ -93,7 +93,7 @@ func TestMuxPeerLoss(t *testing.T) {
 					}
 				}()
 			}
-			waitFor(t, "tokens to flow", func() bool { return muxOf(t, consumer).n.recordsRecv.Load() > 10*streams })
+			waitFor(t, "tokens to flow", func() bool { return muxOf(t, consumer).N.RecordsRecv.Load() > 10*streams })
 			killed := time.Now()
 			way.kill(producer, tr)
 			var worst time.Duration
@@ -212,15 +212,15 @@ func TestMuxTeardown(t *testing.T) {
 		a.Close()
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	for _, mx := range []*mux{pm, cm} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.liveSlots(); return out == 0 && in == 0 })
+	for _, mx := range []*Mux{pm, cm} {
+		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		// Closes that cross a stream's own end are the ordinary race of a
 		// retired generation: dropped, not counted as refused.
-		if n := mx.n.controlRefused.Load(); n != 0 {
+		if n := mx.N.ControlRefused.Load(); n != 0 {
 			t.Errorf("control refused %d times on ordinary stream ends", n)
 		}
 	}
-	bs := append(pm.allBatchers(), cm.allBatchers()...)
+	bs := append(pm.AllBatchers(), cm.AllBatchers()...)
 	if len(bs) == 0 {
 		t.Fatal("no batcher to watch")
 	}
@@ -228,16 +228,16 @@ func TestMuxTeardown(t *testing.T) {
 	consumer.sm.Close()
 	for _, b := range bs {
 		select {
-		case <-b.done:
+		case <-b.Done:
 		case <-time.After(5 * time.Second):
 			t.Fatal("a batcher's goroutine outlived its Manager")
 		}
 	}
-	for _, mx := range []*mux{pm, cm} {
-		if n := len(mx.allBatchers()); n != 0 {
+	for _, mx := range []*Mux{pm, cm} {
+		if n := len(mx.AllBatchers()); n != 0 {
 			t.Fatalf("%d batchers after close", n)
 		}
-		if out, in := mx.liveSlots(); out != 0 || in != 0 {
+		if out, in := mx.LiveSlots(); out != 0 || in != 0 {
 			t.Fatalf("live slots %d out, %d in after close", out, in)
 		}
 	}

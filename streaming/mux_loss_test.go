@@ -22,9 +22,9 @@ type postGate struct {
 	refuse, lose atomic.Int32 // batches still to refuse or lose
 }
 
-func (g *postGate) install(mx *mux) {
-	inner := mx.post
-	mx.post = func(peer ext.WorkerID, lane int, batch []byte) error {
+func (g *postGate) install(mx *Mux) {
+	inner := mx.Post
+	mx.Post = func(peer ext.WorkerID, lane int, batch []byte) error {
 		if g.refuse.Load() > 0 && g.refuse.Add(-1) >= 0 {
 			return errors.New("test: batch refused")
 		}
@@ -33,8 +33,8 @@ func (g *postGate) install(mx *mux) {
 		}
 		return inner(peer, lane, batch)
 	}
-	if owned := mx.postOwned; owned != nil {
-		mx.postOwned = func(peer ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
+	if owned := mx.PostOwned; owned != nil {
+		mx.PostOwned = func(peer ext.WorkerID, lane int, batch []byte, o ext.Owner) error {
 			if g.refuse.Load() > 0 && g.refuse.Add(-1) >= 0 {
 				return errors.New("test: batch refused")
 			}
@@ -83,7 +83,7 @@ func TestMuxEpochDeath(t *testing.T) {
 			t.Fatalf("stream %d: want ErrSenderDropped after epoch death, got %v", i, err)
 		}
 	}
-	if muxOf(t, producer).n.epochDeaths.Load() == 0 {
+	if muxOf(t, producer).N.EpochDeaths.Load() == 0 {
 		t.Fatal("no epoch death counted")
 	}
 }
@@ -108,7 +108,7 @@ func TestMuxManualFlush(t *testing.T) {
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
 			cr, q, _ := slotState(s.slot())
 			t.Fatalf("token %d: %v; producer credit %d queued %d; credit sent %d received %d", i, err, cr, q,
-				muxOf(t, consumer).n.creditSent.Load(), muxOf(t, producer).n.creditReceived.Load())
+				muxOf(t, consumer).N.CreditSent.Load(), muxOf(t, producer).N.CreditReceived.Load())
 		}
 	}
 	fill(t, s, n, 2)
@@ -117,10 +117,10 @@ func TestMuxManualFlush(t *testing.T) {
 	}
 	for i := n; i < n+2; i++ {
 		if _, err := nextItemWithin(t, a, 2*time.Second); err != nil {
-			b := s.slot().b
-			b.mu.Lock()
-			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.slot().credit, len(s.slot().q), s.slot().life.terminal(), s.slot().inReady, b.awake, len(b.ready), len(b.ready) > 0 && b.ready[0] == s.slot(), s.slot().flushable, len(b.wake))
-			b.mu.Unlock()
+			b := s.slot().B
+			b.Mu.Lock()
+			msg := fmt.Sprintf("credit %d q %d terminal %v inReady %v awake %v ready %d same %v flushable %d wake %d", s.slot().Credit, len(s.slot().Q), s.slot().Life.Terminal(), s.slot().InReady, b.Awake, len(b.Ready), len(b.Ready) > 0 && b.Ready[0] == s.slot(), s.slot().Flushable, len(b.Wake))
+			b.Mu.Unlock()
 			t.Fatalf("token %d: %v; %s", i, err, msg)
 		}
 	}
@@ -140,11 +140,11 @@ func TestMuxIdleSweepAllocs(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
 		t.Fatal(err)
 	}
-	for _, mx := range []*mux{muxOf(t, producer), muxOf(t, consumer)} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.liveSlots(); return out == 0 && in == 0 })
+	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		allocs := testing.AllocsPerRun(100, func() {
-			mx.walk(time.Now())
-			mx.doorbell()
+			mx.Walk(time.Now())
+			mx.Doorbell()
 		})
 		if allocs != 0 {
 			t.Errorf("an idle sweep allocates %.1f times", allocs)
@@ -179,7 +179,7 @@ func TestMuxCreditRepostedAfterRefusedReply(t *testing.T) {
 	if gate.refuse.Load() > 0 {
 		t.Fatal("no reply was refused")
 	}
-	if muxOf(t, consumer).n.creditReposted.Load() == 0 {
+	if muxOf(t, consumer).N.CreditReposted.Load() == 0 {
 		t.Fatal("credit_reposted not counted")
 	}
 }
@@ -197,7 +197,7 @@ func TestMuxCancelRepostedAfterRefusedBatch(t *testing.T) {
 		readTokens(t, a, 0, 1, 5*time.Second)
 		// Let the credit reply for the token go first, so the refused
 		// batch is the one with the signal.
-		waitFor(t, "the credit reply", func() bool { return muxOf(t, producer).n.creditReceived.Load() == 1 })
+		waitFor(t, "the credit reply", func() bool { return muxOf(t, producer).N.CreditReceived.Load() == 1 })
 		gate.refuse.Store(1)
 		heard := s.Stopped()
 		if cancel {
@@ -231,7 +231,7 @@ func TestMuxWatchdogSparesStoppedConsumer(t *testing.T) {
 	// dead windows to pass after that, were the exemption missing.
 	// Time passing is the scenario here, not a wait for an outcome.
 	<-time.After(10 * hb)
-	if n := cm.n.watchdogFirings.Load(); n != 0 {
+	if n := cm.N.WatchdogFirings.Load(); n != 0 {
 		t.Fatalf("the watchdog fired %d times on a stream whose consumer only paused", n)
 	}
 	readTokens(t, a, 0, 1, 5*time.Second)
@@ -251,23 +251,23 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 	var gate postGate
 	gate.install(muxOf(t, producer))
 	_, s := muxStream(t, producer, consumer)
-	b := s.slot().b
+	b := s.slot().B
 	holdWriter(t, b) // the sends queue; the next pass cuts them into batches
 	for i := range 3 {
 		if err := s.Send(context.Background(), token(i)); err != nil {
-			b.release()
+			b.Release()
 			t.Fatal(err)
 		}
 	}
 	gate.refuse.Store(1)
-	b.release()
+	b.Release()
 	select {
 	case <-s.Cancelled():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the refused batch caused no epoch death")
 	}
 	a2, s2 := muxStream(t, producer, consumer)
-	if s2.slot().b != b {
+	if s2.slot().B != b {
 		t.Fatal("the second stream went to another batcher")
 	}
 	fill(t, s2, 0, 1)

@@ -70,8 +70,8 @@ func TestMuxMetrics(t *testing.T) {
 // a late batch below the high-water mark is not counted again, and a new
 // epoch starts over.
 func TestMuxBatchSeqGaps(t *testing.T) {
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
-	defer mx.close()
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.Close()
 	batch := func(epoch uint64, seq uint32) []byte {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, epoch, seq)
@@ -82,16 +82,16 @@ func TestMuxBatchSeqGaps(t *testing.T) {
 		epoch uint64
 		seq   uint32
 	}{{1, 1}, {1, 2}, {1, 5}, {1, 4}, {1, 6}, {2, 9}, {2, 10}, {1, 20}} {
-		if err := mx.handleBatch(peer, 0, batch(b.epoch, b.seq)); err != nil {
+		if err := mx.HandleBatch(peer, 0, batch(b.epoch, b.seq)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// 3 and 4 were missing after 5; 4 came late and is not counted again;
 	// epoch 2 starts at 9 with no gap; epoch 1's 20 is stale and ignored.
-	if got := mx.n.batchSeqGaps.Load(); got != 2 {
+	if got := mx.N.BatchSeqGaps.Load(); got != 2 {
 		t.Fatalf("batch_seq gaps = %d, want 2", got)
 	}
-	if got := mx.n.dropped[metrics.DropStaleEpoch].Load(); got != 0 {
+	if got := mx.N.Dropped[metrics.DropStaleEpoch].Load(); got != 0 {
 		t.Fatalf("stale-epoch records = %d, want 0 (the stale batch was empty)", got)
 	}
 }

@@ -68,7 +68,7 @@ func TestMuxOnly(t *testing.T) {
 		t.Fatal("a mux-only node advertises tcp-stream")
 	}
 	got, err := streamOnce(t, producer, consumer)
-	if err != nil || got != muxWireKey {
+	if err != nil || got != WireKey {
 		t.Fatalf("mux-only owner: %q, %v", got, err)
 	}
 	legacy, _ := pairWith(t, nil, nil) // mux off

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
@@ -20,7 +19,7 @@ import (
 func learnOwner(t *testing.T, producer, consumer *remoteNode) {
 	t.Helper()
 	a, s := muxStream(t, producer, consumer)
-	if s.slot().answered != nil {
+	if s.slot().Answered != nil {
 		t.Fatal("the first attach to an owner was pipelined; it must wait to learn the owner's answer")
 	}
 	s.Finalize()
@@ -65,15 +64,15 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pipelined attach: %v", err)
 	}
-	if s.slot().answered == nil {
+	if s.slot().Answered == nil {
 		t.Fatal("the attach waited for its answer")
 	}
-	if got := s.NegotiatedTransport(); got != muxWireKey {
+	if got := s.NegotiatedTransport(); got != WireKey {
 		t.Fatalf("NegotiatedTransport = %q", got)
 	}
 	fill(t, s, 0, 5) // queued: the slot holds them until the answer
 	select {
-	case <-s.slot().answered:
+	case <-s.slot().Answered:
 		t.Fatal("answered while the owner's handler was held")
 	default:
 	}
@@ -125,7 +124,7 @@ func TestMuxPipelinedAttachRefused(t *testing.T) {
 		t.Fatalf("outcome %v, want Discarded", out)
 	}
 	mx := muxOf(t, producer)
-	waitFor(t, "the refused slot to be freed", func() bool { out, _ := mx.liveSlots(); return out == 0 })
+	waitFor(t, "the refused slot to be freed", func() bool { out, _ := mx.LiveSlots(); return out == 0 })
 }
 
 // TestMuxPipelinedFinalizeReportsRefusal: records sent and a Finalize made
@@ -192,7 +191,7 @@ func TestMuxWaitForAttach(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{WaitForAttach: true})
 	learnOwner(t, producer, consumer)
 	a, s := muxStream(t, producer, consumer)
-	if s.slot().answered != nil {
+	if s.slot().Answered != nil {
 		t.Fatal("an attach was pipelined under WaitForAttach")
 	}
 	if _, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
@@ -213,28 +212,28 @@ func TestMuxBatchBuffersReturnToPool(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
-	b, err := muxOf(t, producer).batcherFor(consumer.msg.WorkerID(), 0)
+	b, err := muxOf(t, producer).BatcherFor(consumer.msg.WorkerID(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a batch buffer back in the pool", func() bool {
-		b.bufs.mu.Lock()
-		defer b.bufs.mu.Unlock()
-		return len(b.bufs.free) > 0
+		b.Bufs.Mu.Lock()
+		defer b.Bufs.Mu.Unlock()
+		return len(b.Bufs.Free) > 0
 	})
-	ob := b.takeBuf()
-	if cap(ob.buf) == 0 {
+	ob := b.TakeBuf()
+	if cap(ob.Buf) == 0 {
 		t.Fatal("the pooled buffer has no memory to reuse")
 	}
-	ob.keep = true // as a staged batch: its bytes may outlive the references
+	ob.Keep = true // as a staged batch: its bytes may outlive the references
 	ob.Release()
-	b.bufs.mu.Lock()
-	for _, f := range b.bufs.free {
+	b.Bufs.Mu.Lock()
+	for _, f := range b.Bufs.Free {
 		if f == ob {
 			t.Error("a kept (staged) buffer went back to the pool")
 		}
 	}
-	b.bufs.mu.Unlock()
+	b.Bufs.Mu.Unlock()
 }
 
 // TestMuxSendBytesAllocatesNoFramePerRecord: SendBytes over the mux
@@ -260,11 +259,11 @@ func TestMuxSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 			t.Fatalf("token %d: %v", i, err)
 		}
 	}
-	b := s.slot().b
+	b := s.slot().B
 	waitFor(t, "the arena to be reused", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(s.slot().q) == 0 && len(s.slot().arena) == 0 && cap(s.slot().arena) > 0
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return len(s.slot().Q) == 0 && len(s.slot().Arena) == 0 && cap(s.slot().Arena) > 0
 	})
 	s.Finalize()
 }
@@ -276,7 +275,7 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
 	learnOwner(t, producer, consumer)
 	_, s := muxStream(t, producer, consumer)
-	if s.slot().answered != nil {
+	if s.slot().Answered != nil {
 		t.Fatal("an attach was pipelined under FlushManual")
 	}
 	s.Close()
@@ -286,21 +285,21 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 // before it is reused once none of its records is queued, so a slot whose
 // queue never empties stops allocating.
 func TestOutSlotArenaReuse(t *testing.T) {
-	b := &batcher{}
-	s := &outSlot{b: b}
+	b := &Batcher{}
+	s := &OutSlot{B: b}
 	tok := make([]byte, 40)
 	n := wire.BytesItemLen(len(tok))
 	var arenas = map[*byte]bool{}
 	var ids []int // the token number of each queued record
 	for i := 0; i < 2000; i++ {
 		tok[0], tok[1] = byte(i), byte(i>>8)
-		s.q = append(s.q, s.arenaFrameLocked(tok, n))
+		s.Q = append(s.Q, s.ArenaFrameLocked(tok, n))
 		ids = append(ids, i)
-		arenas[unsafe.SliceData(s.arena)] = true
-		if len(s.q) > 8 { // the batcher drains the oldest; 8 stay queued
-			s.q, ids = s.q[1:], ids[1:]
+		arenas[unsafe.SliceData(s.Arena)] = true
+		if len(s.Q) > 8 { // the batcher drains the oldest; 8 stay queued
+			s.Q, ids = s.Q[1:], ids[1:]
 		}
-		for j, rec := range s.q { // a reused arena must not overwrite a queued record
+		for j, rec := range s.Q { // a reused arena must not overwrite a queued record
 			f, err := wire.DecodeFrame(rec)
 			p, ok := f.ItemBytes()
 			if err != nil || !ok || int(p[0])|int(p[1])<<8 != ids[j] {
@@ -312,11 +311,11 @@ func TestOutSlotArenaReuse(t *testing.T) {
 		t.Fatalf("%d arenas made for 2000 records with 8 queued, want a few reused", len(arenas))
 	}
 	// An ended slot's arenas serve the next slot of the batcher.
-	s.q = nil
-	b.recycleLocked(s)
-	next := &outSlot{b: b}
-	next.arenaFrameLocked(tok, n)
-	if !arenas[unsafe.SliceData(next.arena)] {
+	s.Q = nil
+	b.RecycleLocked(s)
+	next := &OutSlot{B: b}
+	next.ArenaFrameLocked(tok, n)
+	if !arenas[unsafe.SliceData(next.Arena)] {
 		t.Error("a new slot made an arena while an ended slot's was free")
 	}
 }
@@ -325,22 +324,22 @@ func TestOutSlotArenaReuse(t *testing.T) {
 // slot whose OpenSlot was left for the next batch.
 func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 	// header 16 + one OpenSlot record 29 + one 1-byte Data record 22
-	mx := newMux(MuxConfig{MaxBatchBytes: 67}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
-	defer mx.close()
-	b, err := mx.batcherFor(7, 0)
+	mx := New(MuxConfig{MaxBatchBytes: 67}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	defer mx.Close()
+	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	holdWriter(t, b) // keep the batcher's goroutine out of flush
-	defer b.release()
-	s1, _ := b.openPending(wire.NewAnchorHandle(7, 1))
-	s2, _ := b.openPending(wire.NewAnchorHandle(7, 2))
-	if err := s2.pushBytes(context.Background(), []byte("x")); err != nil {
+	defer b.Release()
+	s1, _ := b.OpenPending(wire.NewAnchorHandle(7, 1))
+	s2, _ := b.OpenPending(wire.NewAnchorHandle(7, 2))
+	if err := s2.PushBytes(context.Background(), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	b.resolvePending(s1, 11, 4)
-	b.resolvePending(s2, 12, 4)
-	batch, _, _, _, _ := b.build(nil)
+	b.ResolvePending(s1, 11, 4)
+	b.ResolvePending(s2, 12, 4)
+	batch, _, _, _, _ := b.Build(nil)
 	dec, err := muxwire.Decode(batch)
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +355,7 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 			opened[rec.Slot] = true
 		case muxwire.Data:
 			if !opened[rec.Slot] {
-				t.Fatalf("Data for slot %v precedes its OpenSlot (opens left queued: %d)", rec.Slot, len(b.opens))
+				t.Fatalf("Data for slot %v precedes its OpenSlot (opens left queued: %d)", rec.Slot, len(b.Opens))
 			}
 		}
 	}
@@ -390,20 +389,20 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	}
 	// The request was given up with the slot: the owner, still silent,
 	// holds no response slot of the producer's messenger.
-	s.slot().b.mu.Lock()
-	call := s.slot().call
-	s.slot().b.mu.Unlock()
-	if call == (msgrx.AsyncCall{}) {
+	s.slot().B.Mu.Lock()
+	call := s.slot().Call
+	s.slot().B.Mu.Unlock()
+	if call == 0 {
 		t.Fatal("the pipelined attach's request was not named")
 	}
-	if call.Abandon(errors.New("test: abandoned again")) {
+	if s.slot().B.Mx.AbandonCall(call, errors.New("test: abandoned again")) {
 		t.Fatal("the expired attach still held its response slot")
 	}
 	release()
 	if err := s.Finalize(); !errors.Is(err, ErrAttachTimeout) {
 		t.Fatalf("Finalize: %v, want ErrAttachTimeout", err)
 	}
-	waitFor(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).liveSlots(); return out == 0 })
+	waitFor(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).LiveSlots(); return out == 0 })
 }
 
 // TestMuxPipelinedAttachAnsweredAfterProducerClosed: a producer whose
@@ -420,12 +419,12 @@ func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.slot().answered == nil {
+	if s.slot().Answered == nil {
 		t.Fatal("the attach waited for its answer")
 	}
 	producer.sm.Close()
 	release()
-	<-s.slot().answered
+	<-s.slot().Answered
 	if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
 	}

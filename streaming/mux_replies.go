@@ -11,47 +11,47 @@ import (
 // credit never goes above the window the slot opened with: a grant that
 // would lift it there is a liar's (or a repeat), counted in
 // control_refused, and cannot let this side send past the window.
-func (b *batcher) grant(id muxwire.SlotID, delta uint32) {
-	b.mu.Lock()
+func (b *Batcher) Grant(id muxwire.SlotID, delta uint32) {
+	b.Mu.Lock()
 	s := b.slotLocked(id)
-	if s == nil || s.life.closed() {
+	if s == nil || s.Life.Closed() {
 		b.refuseLocked(id)
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return
 	}
 	if s.clampCreditLocked(delta) {
-		b.mx.controlRefused()
+		b.Mx.controlRefused()
 	}
 	wake := s.readyLocked()
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if wake {
-		b.signal()
+		b.Signal()
 	}
 }
 
 // slotLocked is the live slot with exactly id, or nil.
-func (b *batcher) slotLocked(id muxwire.SlotID) *outSlot {
+func (b *Batcher) slotLocked(id muxwire.SlotID) *OutSlot {
 	idx := id.Index()
 	if int(idx) >= len(b.slots) {
 		return nil
 	}
-	if s := b.slots[idx]; s != nil && s.id == id {
+	if s := b.slots[idx]; s != nil && s.ID == id {
 		return s
 	}
 	return nil
 }
 
 // signal wakes the batcher's goroutine; a wake already pending is enough.
-func (b *batcher) signal() {
+func (b *Batcher) Signal() {
 	select {
-	case b.wake <- struct{}{}:
+	case b.Wake <- struct{}{}:
 	default:
 	}
 }
 
 // autoFlush is true under the default policy: write at the end of every
 // wake. Under Manual, data waits for FlushBatch.
-func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush == FlushAuto }
+func (b *Batcher) autoFlush() bool { return b.Mx.Cfg.Flush == FlushAuto }
 
 // kick is FlushBatch for this batcher: the next wake writes what is
 // staged, whatever the policy.
@@ -59,37 +59,37 @@ func (b *batcher) autoFlush() bool { return b.mx.cfg.Flush == FlushAuto }
 // Under FlushManual it releases exactly what each slot holds now: records
 // staged after the call wait for the next one, so one call is one pass.
 // It looks at every slot of the batcher, once per call.
-func (b *batcher) kick() {
-	b.mu.Lock()
+func (b *Batcher) Kick() {
+	b.Mu.Lock()
 	if !b.autoFlush() {
 		for _, s := range b.slots {
-			if s != nil && !s.life.closed() && len(s.q) > 0 {
-				s.flushable = len(s.q)
+			if s != nil && !s.Life.Closed() && len(s.Q) > 0 {
+				s.Flushable = len(s.Q)
 				s.readyLocked()
 			}
 		}
 	}
-	b.mu.Unlock()
-	b.signal()
+	b.Mu.Unlock()
+	b.Signal()
 }
 
 // reply queues a CreditUpdate for a slot the peer owns on this node's
 // ingress. Replies coalesce per slot; a batch of only replies waits up to
 // reply_linger for company.
-func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
-	b.mu.Lock()
+func (b *Batcher) Reply(id muxwire.SlotID, delta uint32) {
+	b.Mu.Lock()
 	if b.handedOnLocked() {
-		b.handOn(func(nb *batcher) { nb.reply(id, delta) })
+		b.handOn(func(nb *Batcher) { nb.Reply(id, delta) })
 		return
 	}
 	b.used = true
-	if _, closing := b.closes[id]; !closing {
-		b.credit[id] += delta
+	if _, closing := b.Closes[id]; !closing {
+		b.Credit[id] += delta
 	}
-	if !b.lingerOn && !b.awake {
+	if !b.lingerOn && !b.Awake {
 		b.startLingerLocked()
 	}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 }
 
 // startLingerLocked opens a reply_linger window. The batcher's goroutine
@@ -97,50 +97,50 @@ func (b *batcher) reply(id muxwire.SlotID, delta uint32) {
 // goroutine that then wakes the batcher. The end marks the window over,
 // not only wakes the batcher: under FlushManual nothing else would let the
 // replies go, and the peer's producers would wait for credit for good.
-func (b *batcher) startLingerLocked() {
+func (b *Batcher) startLingerLocked() {
 	b.lingerOn = true
-	b.lingerT.Reset(b.mx.cfg.ReplyLinger)
+	b.lingerT.Reset(b.Mx.Cfg.ReplyLinger)
 }
 
 // maxRejects caps the answers owed for OpenSlots that ingress never
 // admitted: a burst of bogus OpenSlots must not grow the batcher without
 // bound. Dropping one costs no credit, which is why a cap is safe here and
 // nowhere else.
-const maxRejects = 8192
+const MaxRejects = 8192
 
 // rejectOpen queues the answer to an OpenSlot this side never admitted, on
 // the capped reject lane.
-func (b *batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
-	b.mu.Lock()
+func (b *Batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.Mu.Lock()
 	if b.handedOnLocked() {
-		b.handOn(func(nb *batcher) { nb.rejectOpen(id, reason) })
+		b.handOn(func(nb *Batcher) { nb.rejectOpen(id, reason) })
 		return
 	}
 	if _, known := b.rejected[id]; !known {
-		if len(b.rejected) >= maxRejects {
-			b.mu.Unlock()
-			b.mx.controlRefused()
+		if len(b.rejected) >= MaxRejects {
+			b.Mu.Unlock()
+			b.Mx.controlRefused()
 			return
 		}
 		b.rejected[id] = struct{}{}
 	}
-	b.closes[id] = reason
-	b.mu.Unlock()
-	b.signal()
+	b.Closes[id] = reason
+	b.Mu.Unlock()
+	b.Signal()
 }
 
 // replyClose queues a CloseSlot for a slot the peer owns; it supersedes
 // the slot's credit and is urgent.
-func (b *batcher) replyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
-	b.mu.Lock()
+func (b *Batcher) ReplyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
+	b.Mu.Lock()
 	if b.handedOnLocked() {
-		b.handOn(func(nb *batcher) { nb.replyClose(id, reason) })
+		b.handOn(func(nb *Batcher) { nb.ReplyClose(id, reason) })
 		return
 	}
-	delete(b.credit, id)
-	b.closes[id] = reason
-	b.mu.Unlock()
-	b.signal()
+	delete(b.Credit, id)
+	b.Closes[id] = reason
+	b.Mu.Unlock()
+	b.Signal()
 }
 
 // lifecycleSignal is a stop or cancel a consumer sends its producer.
@@ -151,15 +151,15 @@ type lifecycleSignal struct {
 
 // replyLifecycle queues a stop or cancel for a slot the peer owns; a
 // cancel wins over a stop of the same session. It is urgent.
-func (b *batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
-	b.mu.Lock()
+func (b *Batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.Mu.Lock()
 	if b.handedOnLocked() {
-		b.handOn(func(nb *batcher) { nb.replyLifecycle(id, session, action) })
+		b.handOn(func(nb *Batcher) { nb.replyLifecycle(id, session, action) })
 		return
 	}
 	if old, ok := b.signals[id]; !ok || old.session != session || action == muxwire.Cancel {
 		b.signals[id] = lifecycleSignal{session, action}
 	}
-	b.mu.Unlock()
-	b.signal()
+	b.Mu.Unlock()
+	b.Signal()
 }

@@ -67,10 +67,10 @@ func TestMuxStagedItemKeepsItsPlace(t *testing.T) {
 	if staged, _ := prv.Transparent(); staged < 2 {
 		t.Fatalf("%d batches staged, want the 2 large items", staged)
 	}
-	if got := muxOf(t, producer).n.singletons.Load(); got != 2 {
+	if got := muxOf(t, producer).N.Singletons.Load(); got != 2 {
 		t.Fatalf("%d singletons counted, want 2", got)
 	}
-	if n := muxOf(t, consumer).heldRecords(); n != 0 {
+	if n := muxOf(t, consumer).HeldRecords(); n != 0 {
 		t.Fatalf("%d records left in holds", n)
 	}
 }
@@ -90,10 +90,10 @@ func TestMuxHoldOverflow(t *testing.T) {
 	for i := uint32(1); i <= 6; i++ { // next+1 .. next+6: next itself never comes
 		enc.Data(id, next+i, token(int(i)))
 	}
-	if err := muxOf(t, consumer).handleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
+	if err := muxOf(t, consumer).HandleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
 		t.Fatal(err)
 	}
-	if got := muxOf(t, consumer).n.holdOverflow.Load(); got != 1 {
+	if got := muxOf(t, consumer).N.HoldOverflow.Load(); got != 1 {
 		t.Fatalf("hold overflows %d, want 1", got)
 	}
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
@@ -148,11 +148,11 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	a, s := muxStream(t, producer, consumer)
 	cmx := muxOf(t, consumer)
-	b := s.slot().b
-	b.mu.Lock()
-	epoch, id, session := b.epoch, uint32(s.slot().id), s.slot().session
-	b.mu.Unlock()
-	waitFor(t, "the slot to open", func() bool { return cmx.heldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
+	b := s.slot().B
+	b.Mu.Lock()
+	epoch, id, session := b.Epoch, uint32(s.slot().ID), s.slot().Session
+	b.Mu.Unlock()
+	waitFor(t, "the slot to open", func() bool { return cmx.HeldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
 	cause := errors.New("test: refused")
 	for _, c := range []struct {
 		sender uint64
@@ -163,7 +163,7 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 		{uint64(producer.msg.WorkerID()), fmt.Sprintf("%d:%d:%d", epoch+1, id, session)},
 		{uint64(producer.msg.WorkerID()), "not a tag"},
 	} {
-		cmx.stagedFailure(ext.WorkerID(c.sender), 0, c.tag, cause)
+		cmx.StagedFailure(ext.WorkerID(c.sender), 0, c.tag, cause)
 	}
 	fill(t, s, 0, 2)
 	readTokens(t, a, 0, 2, 5*time.Second)
@@ -171,7 +171,7 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 
 // The 64 KiB coalescing threshold caps the batch size whatever is asked.
 func TestMuxBatchCapBoundedByCoalescing(t *testing.T) {
-	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).withDefaults().MaxBatchBytes; got > coalesceThreshold {
+	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).WithDefaults().MaxBatchBytes; got > CoalesceThreshold {
 		t.Fatalf("MaxBatchBytes %d above the coalescing threshold", got)
 	}
 }
@@ -194,7 +194,7 @@ func TestMuxLargeRecordWaitsInHold(t *testing.T) {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, epoch, 1<<30+uint32(i))
 		enc.Data(id, r.seq, wire.AppendBytesItem(nil, r.item))
-		if err := cmx.handleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
+		if err := cmx.HandleBatch(producer.msg.WorkerID(), 0, enc.Batch()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -204,7 +204,7 @@ func TestMuxLargeRecordWaitsInHold(t *testing.T) {
 			t.Fatalf("got %d bytes, %v; want %d bytes", len(got), err, len(want))
 		}
 	}
-	if n := cmx.n.holdOverflow.Load(); n != 0 {
+	if n := cmx.N.HoldOverflow.Load(); n != 0 {
 		t.Fatalf("hold overflows %d, want 0", n)
 	}
 }

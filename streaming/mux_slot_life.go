@@ -11,50 +11,50 @@ import (
 // closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
 // cancelled or dropped its anchor; ProtocolError): the producer's sends
 // fail with ErrCancelled and its output is discarded.
-func (b *batcher) closeByPeer(id muxwire.SlotID) {
-	b.mu.Lock()
+func (b *Batcher) CloseByPeer(id muxwire.SlotID) {
+	b.Mu.Lock()
 	s := b.slotLocked(id)
 	if s == nil {
 		b.refuseLocked(id)
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return
 	}
 	s.endLocked(ErrCancelled) // the consumer cancelled or closed its anchor
-	b.mu.Unlock()
+	b.Mu.Unlock()
 }
 
 // refuseLocked counts control from the peer for a slot this batcher never
 // opened. Control for an index it opened but has since retired is the
 // ordinary race of a close crossing the stream's end, and is dropped
 // without a count, as the book says.
-func (b *batcher) refuseLocked(id muxwire.SlotID) {
+func (b *Batcher) refuseLocked(id muxwire.SlotID) {
 	if int(id.Index()) >= len(b.slots) {
-		b.mx.controlRefused()
+		b.Mx.controlRefused()
 	}
 }
 
 // endLocked closes s as cancelled, with why as the cause: signals fire,
 // waiting sends fail, the output is discarded, the index is freed.
-func (s *outSlot) endLocked(why error) {
-	if s.life.closed() {
+func (s *OutSlot) endLocked(why error) {
+	if s.Life.Closed() {
 		return
 	}
-	s.life.close()
+	s.Life.Close()
 	s.cancelLocked(why)
-	s.b.qBytes -= s.qBytes
-	s.b.budgetAddLocked(-s.qBytes)
-	if len(s.q) > 0 {
-		s.b.staged--
+	s.B.qBytes -= s.qBytes
+	s.B.budgetAddLocked(-s.qBytes)
+	if len(s.Q) > 0 {
+		s.B.staged--
 	}
 	s.qBytes = 0
-	s.b.recycleLocked(s) // its records are dropped: nothing points into them
-	s.b.peerRoomLocked()
+	s.B.RecycleLocked(s) // its records are dropped: nothing points into them
+	s.B.peerRoomLocked()
 	s.SettleLocked(RetireDiscarded)
-	s.b.releaseLocked(s)
+	s.B.releaseLocked(s)
 }
 
 // cancelLocked fires Cancelled (and Done, if no stop fired it first).
-func (s *outSlot) cancelLocked(why error) {
+func (s *OutSlot) cancelLocked(why error) {
 	if !s.cancelled {
 		s.cancelled = true
 		if s.cancelCh != nil {
@@ -66,7 +66,7 @@ func (s *outSlot) cancelLocked(why error) {
 }
 
 // stopLocked fires Stopped: a consumer's stop of a live stream only.
-func (s *outSlot) stopLocked() {
+func (s *OutSlot) stopLocked() {
 	if !s.stopped && !s.cancelled {
 		s.stopped = true
 		if s.stopCh != nil {
@@ -77,7 +77,7 @@ func (s *outSlot) stopLocked() {
 }
 
 // fireLocked closes Done on the first signal and keeps its cause.
-func (s *outSlot) fireLocked(why error) {
+func (s *OutSlot) fireLocked(why error) {
 	if s.why == nil {
 		s.why = why
 		if s.doneCh != nil {
@@ -92,9 +92,9 @@ func (s *outSlot) fireLocked(why error) {
 
 // watchFire runs fn with the cause at the first signal, or returns the
 // cause if one has fired already.
-func (s *outSlot) watchFire(fn func(error)) error {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
+func (s *OutSlot) WatchFire(fn func(error)) error {
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
 	if s.why != nil {
 		return s.why
 	}
@@ -103,19 +103,19 @@ func (s *outSlot) watchFire(fn func(error)) error {
 }
 
 // cause is the first signal's cause, or nil.
-func (s *outSlot) cause() error {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
+func (s *OutSlot) Cause() error {
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
 	return s.why
 }
 
 // lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
 // the stream with this session, never of a later stream on the index.
-func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *Batcher) Lifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	s := b.slotLocked(id)
-	if s == nil || s.session != session {
+	if s == nil || s.Session != session {
 		return
 	}
 	if action == muxwire.Cancel {
@@ -126,9 +126,9 @@ func (b *batcher) lifecycle(id muxwire.SlotID, session uint64, action muxwire.Li
 }
 
 // signalCh returns the channel of one kind of signal of s, made on demand.
-func (s *outSlot) signalCh(k inlet.SignalKind) <-chan struct{} {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
+func (s *OutSlot) SignalCh(k inlet.SignalKind) <-chan struct{} {
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
 	var ch *chan struct{}
 	var fired bool
 	switch k {
@@ -148,11 +148,11 @@ func (s *outSlot) signalCh(k inlet.SignalKind) <-chan struct{} {
 	return *ch
 }
 
-func (s *outSlot) retiredCh() <-chan struct{} {
+func (s *OutSlot) RetiredCh() <-chan struct{} {
 	if s.Known() != 0 {
 		return s.retirement.Closed()
 	}
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
 	return s.WatchLocked()
 }

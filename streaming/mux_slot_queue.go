@@ -12,85 +12,85 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
-// push queues one record of s, waiting while its queue is full.
-func (s *outSlot) push(ctx context.Context, frame []byte) error {
+// Push queues one record of s, waiting while its queue is full.
+func (s *OutSlot) Push(ctx context.Context, frame []byte) error {
 	return s.pushFrame(ctx, frame, nil, len(frame))
 }
 
 // pushBytes queues a byte item of payload, encoded straight into the
 // slot's arena: no buffer per record.
-func (s *outSlot) pushBytes(ctx context.Context, payload []byte) error {
+func (s *OutSlot) PushBytes(ctx context.Context, payload []byte) error {
 	n := wire.BytesItemLen(len(payload))
 	if n > maxArenaFrame {
-		return s.push(ctx, bytesItemFrame(payload))
+		return s.Push(ctx, bytesItemFrame(payload))
 	}
 	return s.pushFrame(ctx, nil, payload, n)
 }
 
 // pushFrame queues frame, or, when frame is nil, the byte item of payload
 // (n bytes either way), waiting while the queue is full.
-func (s *outSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) error {
-	if n > maxMuxRecord {
-		return &ItemTooLargeError{Size: n, Limit: maxMuxRecord}
+func (s *OutSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) error {
+	if n > MaxMuxRecord {
+		return &ItemTooLargeError{Size: n, Limit: MaxMuxRecord}
 	}
-	b := s.b
+	b := s.B
 	waited := false
-	b.mu.Lock()
+	b.Mu.Lock()
 	for {
 		switch {
-		case s.life.terminal():
-			b.mu.Unlock()
+		case s.Life.Terminal():
+			b.Mu.Unlock()
 			return ErrSenderClosed
-		case s.cancelled || s.life.closed():
-			b.mu.Unlock()
+		case s.cancelled || s.Life.Closed():
+			b.Mu.Unlock()
 			return s.endErr()
-		case len(s.q) < b.mx.cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.mx.cfg.SlotByteBudget) &&
-			(len(s.q) == 0 || b.budget.fits(b.unpublished+n, b.mx.cfg.PeerByteBudget)):
+		case len(s.Q) < b.Mx.Cfg.inletRecords() && (s.qBytes == 0 || s.qBytes+n <= b.Mx.Cfg.SlotByteBudget) &&
+			(len(s.Q) == 0 || b.Budget.fits(b.unpublished+n, b.Mx.Cfg.PeerByteBudget)):
 			// A slot's first record always fits, so a stream can always move,
 			// whatever the others to the peer hold.
 			if frame == nil {
-				frame = s.arenaFrameLocked(payload, n)
+				frame = s.ArenaFrameLocked(payload, n)
 			}
 			s.enqueueLocked(frame)
 			s.active = true
 			wake := s.readyLocked()
-			if !wake && b.mx.cfg.Flush == FlushLinger {
+			if !wake && b.Mx.Cfg.Flush == FlushLinger {
 				wake = b.lingerWakeLocked()
 			}
-			b.mu.Unlock()
+			b.Mu.Unlock()
 			if wake {
-				b.signal()
+				b.Signal()
 			}
 			return nil
 		}
 		if !waited {
 			waited = true
-			b.mx.producerBackpressure()
+			b.Mx.producerBackpressure()
 		}
 		w := s.waitChanLocked(n)
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		select {
 		case <-w:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		b.mu.Lock()
+		b.Mu.Lock()
 	}
 }
 
 // waitChanLocked is what a Send of n bytes that does not fit waits on: the
 // slot's own room, or, when only the peer's byte budget is full, room
 // anywhere on the peer.
-func (s *outSlot) waitChanLocked(n int) chan struct{} {
-	b := s.b
-	slotFull := len(s.q) >= b.mx.cfg.inletRecords() || s.qBytes+n > b.mx.cfg.SlotByteBudget
+func (s *OutSlot) waitChanLocked(n int) chan struct{} {
+	b := s.B
+	slotFull := len(s.Q) >= b.Mx.Cfg.inletRecords() || s.qBytes+n > b.Mx.Cfg.SlotByteBudget
 	if !slotFull {
-		return b.budget.waitChan()
+		return b.Budget.waitChan()
 	}
-	if s.spaceWait == nil {
-		s.spaceWait = make(chan struct{})
+	if s.SpaceWait == nil {
+		s.SpaceWait = make(chan struct{})
 	}
-	return s.spaceWait
+	return s.SpaceWait
 }
 
 // budgetChunk is how many queued bytes a batcher gathers before it adds
@@ -104,24 +104,24 @@ const budgetChunk = 4 << 10
 // dropped) against the peer's budget. Additions gather up to budgetChunk;
 // a release goes out at once, with what had gathered, so that a Send
 // waiting for room sees it. The caller holds b.mu.
-func (b *batcher) budgetAddLocked(delta int) {
+func (b *Batcher) budgetAddLocked(delta int) {
 	b.unpublished += delta
 	if b.unpublished >= budgetChunk || delta < 0 {
-		b.budget.add(b.unpublished)
+		b.Budget.add(b.unpublished)
 		b.unpublished = 0
 	}
 }
 
 // peerRoomLocked wakes the Sends that wait for the peer's byte budget once
 // the queued bytes fell under it.
-func (b *batcher) peerRoomLocked() { b.budget.room(b.mx.cfg.PeerByteBudget) }
+func (b *Batcher) peerRoomLocked() { b.Budget.room(b.Mx.Cfg.PeerByteBudget) }
 
 // peerBudget is the bytes queued on every lane to one peer: all the lanes
 // of a peer share one budget, so the bound per peer does not depend on
 // the lane count. Its lock is a leaf.
 type peerBudget struct {
 	bytes atomic.Int64
-	hold  atomic.Int64 // bytes in the ingress holds of the peer's slots, every lane
+	Hold  atomic.Int64 // bytes in the ingress holds of the peer's slots, every lane
 	mu    sync.Mutex
 	wait  chan struct{}
 }
@@ -154,48 +154,48 @@ func (pb *peerBudget) room(limit int) {
 }
 
 // waiting says whether a Send waits for the peer's budget (tests).
-func (pb *peerBudget) waiting() bool {
+func (pb *peerBudget) Waiting() bool {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	return pb.wait != nil
 }
 
 // enqueueLocked appends a record to s's queue.
-func (s *outSlot) enqueueLocked(frame []byte) {
-	if len(s.q) == 0 {
-		s.b.staged++
+func (s *OutSlot) enqueueLocked(frame []byte) {
+	if len(s.Q) == 0 {
+		s.B.staged++
 	}
-	s.q = append(s.q, frame)
+	s.Q = append(s.Q, frame)
 	s.qBytes += len(frame)
-	s.b.qBytes += len(frame)
-	s.b.budgetAddLocked(len(frame))
+	s.B.qBytes += len(frame)
+	s.B.budgetAddLocked(len(frame))
 }
 
 // owedLocked says a FlushBatch came while s held records it could not
 // send for lack of credit. Under FlushManual those go when credit
 // returns, without another FlushBatch: the application asked for them,
 // and the credit it waited for may come long after.
-func (s *outSlot) owedLocked() bool {
-	return s.flushable > 0 && len(s.q) > 0
+func (s *OutSlot) owedLocked() bool {
+	return s.Flushable > 0 && len(s.Q) > 0
 }
 
 // readyLocked lists s for the batcher when it has something it may send,
 // and says whether the batcher must be woken to see it.
-func (s *outSlot) readyLocked() bool {
-	if s.inReady || s.pending || len(s.q) == 0 || (s.credit == 0 && !s.headIsTerminal()) {
+func (s *OutSlot) readyLocked() bool {
+	if s.InReady || s.pending || len(s.Q) == 0 || (s.Credit == 0 && !s.headIsTerminal()) {
 		return false
 	}
-	b := s.b
-	s.inReady = true
-	b.ready = append(b.ready, s)
+	b := s.B
+	s.InReady = true
+	b.Ready = append(b.Ready, s)
 	// A slot that holds a terminal is urgent under every policy, also when
 	// credit comes back for the records in front of it: else, under
 	// FlushManual, the end of a stream would wait for a FlushBatch.
-	return !b.awake && (b.autoFlush() || s.life.terminal() || s.owedLocked() ||
+	return !b.Awake && (b.autoFlush() || s.Life.Terminal() || s.owedLocked() ||
 		b.windowDue) // under FlushLinger, a window that ended while this slot had no credit
 }
 
-func (s *outSlot) headIsTerminal() bool { return s.life.terminal() && len(s.q) == 1 }
+func (s *OutSlot) headIsTerminal() bool { return s.Life.Terminal() && len(s.Q) == 1 }
 
 // terminate queues a terminal past the queue's limit; it never waits. The
 // batcher writes it behind every record before it, with CloseSlot in the
@@ -204,45 +204,45 @@ func (s *outSlot) headIsTerminal() bool { return s.life.terminal() && len(s.q) =
 // With wait, a slot whose pipelined attach the owner has not answered yet
 // first waits for the answer, so that Finalize and Detach report a refused
 // attach; Close does not wait.
-func (s *outSlot) terminate(frame []byte, wait bool) error {
-	b := s.b
-	if wait && s.answered != nil {
-		<-s.answered
+func (s *OutSlot) terminate(frame []byte, wait bool) error {
+	b := s.B
+	if wait && s.Answered != nil {
+		<-s.Answered
 	}
-	b.mu.Lock()
-	if s.life.terminal() {
-		b.mu.Unlock()
+	b.Mu.Lock()
+	if s.Life.Terminal() {
+		b.Mu.Unlock()
 		return ErrSenderClosed
 	}
-	s.life.end()
-	if s.cancelled || s.life.closed() {
+	s.Life.End()
+	if s.cancelled || s.Life.Closed() {
 		s.SettleLocked(RetireDiscarded)
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		return s.endErr()
 	}
 	s.enqueueLocked(frame)
 	wake := s.readyLocked()
 	s.wakeSpaceLocked()
-	urgent := !b.awake && !wake && s.inReady // listed but the policy waits: a terminal makes its batch urgent
-	b.mu.Unlock()
+	urgent := !b.Awake && !wake && s.InReady // listed but the policy waits: a terminal makes its batch urgent
+	b.Mu.Unlock()
 	if wake || urgent {
-		b.signal()
+		b.Signal()
 	}
 	return nil
 }
 
 // endErr is what a send on a closed or cancelled slot returns: the
 // owner's refusal for a pipelined attach, else ErrCancelled.
-func (s *outSlot) endErr() error {
+func (s *OutSlot) endErr() error {
 	if s.failErr != nil {
 		return s.failErr
 	}
 	return ErrCancelled
 }
 
-func (s *outSlot) wakeSpaceLocked() {
-	if s.spaceWait != nil {
-		close(s.spaceWait)
-		s.spaceWait = nil
+func (s *OutSlot) wakeSpaceLocked() {
+	if s.SpaceWait != nil {
+		close(s.SpaceWait)
+		s.SpaceWait = nil
 	}
 }

@@ -32,97 +32,97 @@ func countRecordTypes(batch []byte, by *[metrics.NumMuxRecordTypes]atomic.Uint64
 	return n
 }
 
-func (mx *mux) creditExhausted()      { mx.n.creditExhausted.Add(1) }
-func (mx *mux) controlRefused()       { mx.n.controlRefused.Add(1) }
-func (mx *mux) epochDeaths()          { mx.n.epochDeaths.Add(1) }
-func (mx *mux) producerBackpressure() { mx.n.producerBackpressure.Add(1) }
+func (mx *Mux) creditExhausted()      { mx.N.CreditExhausted.Add(1) }
+func (mx *Mux) controlRefused()       { mx.N.ControlRefused.Add(1) }
+func (mx *Mux) epochDeaths()          { mx.N.EpochDeaths.Add(1) }
+func (mx *Mux) producerBackpressure() { mx.N.producerBackpressure.Add(1) }
 
 // liveSlots counts the open slots of every batcher and ingress table.
-func (mx *mux) liveSlots() (out, in int) {
-	mx.mu.Lock()
-	bs := make([]*batcher, 0, len(mx.batchers))
-	for _, b := range mx.batchers {
+func (mx *Mux) LiveSlots() (out, in int) {
+	mx.Mu.Lock()
+	bs := make([]*Batcher, 0, len(mx.Batchers))
+	for _, b := range mx.Batchers {
 		bs = append(bs, b)
 	}
-	ips := make([]*ingressPeer, 0, len(mx.ingress))
-	for _, ip := range mx.ingress {
+	ips := make([]*IngressPeer, 0, len(mx.Ingress))
+	for _, ip := range mx.Ingress {
 		ips = append(ips, ip)
 	}
-	mx.mu.Unlock()
+	mx.Mu.Unlock()
 	for _, b := range bs {
-		b.mu.Lock()
+		b.Mu.Lock()
 		out += b.live
-		b.mu.Unlock()
+		b.Mu.Unlock()
 	}
 	for _, ip := range ips {
-		ip.mu.Lock()
-		in += ip.live
-		ip.mu.Unlock()
+		ip.Mu.Lock()
+		in += ip.Live
+		ip.Mu.Unlock()
 	}
 	return out, in
 }
 
 // muxWireKey is the transport key this build's mux answers attaches with.
-const muxWireKey = muxwire.TransportKey
+const WireKey = muxwire.TransportKey
 
 // snapshot is what the metrics scrape reads: the counts, and the gauges
 // computed now (live slots, records waiting in slot queues).
-func (mx *mux) snapshot() metrics.MuxSnapshot {
-	n := &mx.n
+func (mx *Mux) Snapshot() metrics.MuxSnapshot {
+	n := &mx.N
 	s := metrics.MuxSnapshot{
-		BatchesSent: n.batchesSent.Load(), BatchesReceived: n.batchesRecv.Load(),
-		ReaderStall: n.readerStall.Load(), GenerationMismatch: n.generationMismatch.Load(),
-		ControlRefused: n.controlRefused.Load(), EpochDeaths: n.epochDeaths.Load(),
-		CreditLost: n.creditLost.Load(), CreditReposted: n.creditReposted.Load(),
-		DrainVisits: n.drainVisits.Load(), SlotCreditExhausted: n.creditExhausted.Load(),
-		UnclaimedBindReaped: n.unclaimedReaped.Load(), BatchSeqGaps: n.batchSeqGaps.Load(),
-		HoldOverflow: n.holdOverflow.Load(), HeldRecords: int64(mx.heldRecords()),
-		RendezvousSingletons: n.singletons.Load(), RepliesDiscarded: n.repliesDiscarded.Load(),
+		BatchesSent: n.BatchesSent.Load(), BatchesReceived: n.BatchesRecv.Load(),
+		ReaderStall: n.ReaderStall.Load(), GenerationMismatch: n.generationMismatch.Load(),
+		ControlRefused: n.ControlRefused.Load(), EpochDeaths: n.EpochDeaths.Load(),
+		CreditLost: n.CreditLost.Load(), CreditReposted: n.CreditReposted.Load(),
+		DrainVisits: n.DrainVisits.Load(), SlotCreditExhausted: n.CreditExhausted.Load(),
+		UnclaimedBindReaped: n.UnclaimedReaped.Load(), BatchSeqGaps: n.BatchSeqGaps.Load(),
+		HoldOverflow: n.HoldOverflow.Load(), HeldRecords: int64(mx.HeldRecords()),
+		RendezvousSingletons: n.Singletons.Load(), RepliesDiscarded: n.RepliesDiscarded.Load(),
 	}
 	for i := range s.RecordsSent {
-		s.RecordsSent[i] = n.sentByType[i].Load()
+		s.RecordsSent[i] = n.SentByType[i].Load()
 	}
 	for i := range s.RecordsDropped {
-		s.RecordsDropped[i] = n.dropped[i].Load()
+		s.RecordsDropped[i] = n.Dropped[i].Load()
 	}
-	out, in := mx.liveSlots()
+	out, in := mx.LiveSlots()
 	s.LiveSlots = int64(out + in)
-	s.WithheldRecords = int64(mx.queuedRecords())
+	s.WithheldRecords = int64(mx.QueuedRecords())
 	return s
 }
 
 // queuedRecords counts the records waiting in this node's slot queues
 // (the inlet and the withheld queue are one queue here).
-func (mx *mux) queuedRecords() int {
+func (mx *Mux) QueuedRecords() int {
 	n := 0
-	for _, b := range mx.allBatchers() {
-		b.mu.Lock()
+	for _, b := range mx.AllBatchers() {
+		b.Mu.Lock()
 		for _, s := range b.slots {
 			if s != nil {
-				n += len(s.q)
+				n += len(s.Q)
 			}
 		}
-		b.mu.Unlock()
+		b.Mu.Unlock()
 	}
 	return n
 }
 
 // heldRecords counts the records waiting in slot holds.
-func (mx *mux) heldRecords() int {
+func (mx *Mux) HeldRecords() int {
 	n := 0
 	for _, ip := range mx.ingressTables() {
-		ip.mu.Lock()
+		ip.Mu.Lock()
 		n += ip.held
-		ip.mu.Unlock()
+		ip.Mu.Unlock()
 	}
 	return n
 }
 
-func (mx *mux) ingressTables() []*ingressPeer {
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
-	ips := make([]*ingressPeer, 0, len(mx.ingress))
-	for _, ip := range mx.ingress {
+func (mx *Mux) ingressTables() []*IngressPeer {
+	mx.Mu.Lock()
+	defer mx.Mu.Unlock()
+	ips := make([]*IngressPeer, 0, len(mx.Ingress))
+	for _, ip := range mx.Ingress {
 		ips = append(ips, ip)
 	}
 	return ips

@@ -14,37 +14,37 @@ import "fmt"
 // consumer's signals, which fire channels and can come to a live stream
 // that goes on; inReady, active and flushable belong to the batcher's
 // scheduling.
-type streamLife uint8
+type StreamLife uint8
 
 const (
-	slotLive    streamLife = iota // accepts records
-	slotEnding                    // its terminal is queued: nothing more is accepted
-	slotClosed                    // gone before the application ended it
-	slotEnded                     // gone, and ended by the application (its terminal written, or queued on a closed slot)
-	streamLives                   // the count, for the transition table
+	SlotLive    StreamLife = iota // accepts records
+	SlotEnding                    // its terminal is queued: nothing more is accepted
+	SlotClosed                    // gone before the application ended it
+	SlotEnded                     // gone, and ended by the application (its terminal written, or queued on a closed slot)
+	StreamLives                   // the count, for the transition table
 )
 
-var streamLifeNames = [streamLives]string{"live", "ending", "closed", "ended"}
+var streamLifeNames = [StreamLives]string{"live", "ending", "closed", "ended"}
 
-func (s streamLife) String() string {
-	if s < streamLives {
+func (s StreamLife) String() string {
+	if s < StreamLives {
 		return streamLifeNames[s]
 	}
 	return fmt.Sprintf("streamLife(%d)", uint8(s))
 }
 
 // streamLifeMoves is every legal move, from → to.
-var streamLifeMoves = [streamLives][]streamLife{
-	slotLive:   {slotEnding, slotClosed},
-	slotEnding: {slotEnded},
-	slotClosed: {slotEnded},
+var StreamLifeMoves = [StreamLives][]StreamLife{
+	SlotLive:   {SlotEnding, SlotClosed},
+	SlotEnding: {SlotEnded},
+	SlotClosed: {SlotEnded},
 }
 
-func (s streamLife) legal(next streamLife) bool {
-	if s >= streamLives {
+func (s StreamLife) legal(next StreamLife) bool {
+	if s >= StreamLives {
 		return false
 	}
-	for _, n := range streamLifeMoves[s] {
+	for _, n := range StreamLifeMoves[s] {
 		if n == next {
 			return true
 		}
@@ -54,7 +54,7 @@ func (s streamLife) legal(next streamLife) bool {
 
 // to moves s to next; an illegal move is reported (illegalTransition) and
 // made all the same.
-func (s *streamLife) to(next streamLife) {
+func (s *StreamLife) To(next StreamLife) {
 	if !s.legal(next) {
 		illegalTransition("slot", s.String(), next.String())
 	}
@@ -63,26 +63,26 @@ func (s *streamLife) to(next streamLife) {
 
 // terminal says the application ended the stream: sends fail with
 // ErrSenderClosed.
-func (s streamLife) terminal() bool { return s == slotEnding || s == slotEnded }
+func (s StreamLife) Terminal() bool { return s == SlotEnding || s == SlotEnded }
 
 // closed says the slot is gone: its index is free, nothing more is written.
-func (s streamLife) closed() bool { return s == slotClosed || s == slotEnded }
+func (s StreamLife) Closed() bool { return s == SlotClosed || s == SlotEnded }
 
 // end is the move of the application's terminal.
-func (s *streamLife) end() {
-	if s.closed() {
-		s.to(slotEnded)
+func (s *StreamLife) End() {
+	if s.Closed() {
+		s.To(SlotEnded)
 	} else {
-		s.to(slotEnding)
+		s.To(SlotEnding)
 	}
 }
 
 // close is the move of the slot going: ended when the application had
 // ended it, closed otherwise.
-func (s *streamLife) close() {
-	if s.terminal() {
-		s.to(slotEnded)
+func (s *StreamLife) Close() {
+	if s.Terminal() {
+		s.To(SlotEnded)
 	} else {
-		s.to(slotClosed)
+		s.To(SlotClosed)
 	}
 }

@@ -13,9 +13,9 @@ import (
 // idle batchers, and once per heartbeat window runs the stream watchdog
 // and beats this node's idle producer slots. An idle node's tick finds
 // nothing to visit and allocates nothing.
-func (mx *mux) sweep() {
+func (mx *Mux) sweep() {
 	defer mx.sweeping.Done()
-	walk := time.NewTicker(mx.cfg.CreditSweepInterval)
+	walk := time.NewTicker(mx.Cfg.CreditSweepInterval)
 	defer walk.Stop()
 	beat := time.NewTicker(mx.heartbeat)
 	defer beat.Stop()
@@ -24,15 +24,15 @@ func (mx *mux) sweep() {
 		case <-mx.stop:
 			mx.floorT.Stop()
 			return
-		case <-mx.bell:
-			mx.doorbell()
+		case <-mx.Bell:
+			mx.Doorbell()
 		case <-mx.floorT.C:
-			mx.floorMu.Lock()
-			mx.floorAt = time.Time{}
-			mx.floorMu.Unlock()
-			mx.doorbell()
+			mx.FloorMu.Lock()
+			mx.FloorAt = time.Time{}
+			mx.FloorMu.Unlock()
+			mx.Doorbell()
 		case now := <-walk.C:
-			mx.walk(now)
+			mx.Walk(now)
 		case <-beat.C:
 			mx.watchdog()
 			mx.beat()
@@ -42,34 +42,34 @@ func (mx *mux) sweep() {
 
 // doorbell visits the peers with dirty slots, each at most once per
 // DrainVisitFloor, and arms the floor timer for those it must skip.
-func (mx *mux) doorbell() {
+func (mx *Mux) Doorbell() {
 	now := time.Now()
 	for _, ip := range mx.dirtyPeers() {
 		ip.dirtyMu.Lock()
-		due := ip.lastVisit.Add(mx.cfg.DrainVisitFloor)
+		due := ip.lastVisit.Add(mx.Cfg.DrainVisitFloor)
 		ip.dirtyMu.Unlock()
 		if d := due.Sub(now); d > 0 {
 			mx.armFloor(due, d)
 			continue
 		}
-		mx.n.drainVisits.Add(1)
-		ip.reconcileDirty()
+		mx.N.DrainVisits.Add(1)
+		ip.ReconcileDirty()
 	}
 }
 
 // walk is the periodic backstop: every dirty slot of every peer returns
 // its credit, and idle batchers go.
-func (mx *mux) walk(now time.Time) {
+func (mx *Mux) Walk(now time.Time) {
 	tick := mx.walks.Add(1)
-	mx.mu.Lock()
-	empty := len(mx.ingress) == 0 && len(mx.batchers) == 0
-	mx.mu.Unlock()
+	mx.Mu.Lock()
+	empty := len(mx.Ingress) == 0 && len(mx.Batchers) == 0
+	mx.Mu.Unlock()
 	if empty {
 		return
 	}
 	mx.expirePending(tick)
 	for _, ip := range mx.dirtyPeers() {
-		ip.reconcileDirty()
+		ip.ReconcileDirty()
 	}
 	mx.evictIdle(now)
 }
@@ -77,11 +77,11 @@ func (mx *mux) walk(now time.Time) {
 // dirtyPeers lists the ingress peers with slots to reconcile. It is nil,
 // and allocates nothing, when none has any: the idle node's tick. The
 // dirty lock is a leaf, so it may nest in the mux's.
-func (mx *mux) dirtyPeers() []*ingressPeer {
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
-	var out []*ingressPeer
-	for _, ip := range mx.ingress {
+func (mx *Mux) dirtyPeers() []*IngressPeer {
+	mx.Mu.Lock()
+	defer mx.Mu.Unlock()
+	var out []*IngressPeer
+	for _, ip := range mx.Ingress {
 		ip.dirtyMu.Lock()
 		n := len(ip.dirty)
 		ip.dirtyMu.Unlock()
@@ -92,27 +92,27 @@ func (mx *mux) dirtyPeers() []*ingressPeer {
 	return out
 }
 
-func (mx *mux) ingressPeers() []*ingressPeer {
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
-	if len(mx.ingress) == 0 {
+func (mx *Mux) ingressPeers() []*IngressPeer {
+	mx.Mu.Lock()
+	defer mx.Mu.Unlock()
+	if len(mx.Ingress) == 0 {
 		return nil
 	}
-	ips := make([]*ingressPeer, 0, len(mx.ingress))
-	for _, ip := range mx.ingress {
+	ips := make([]*IngressPeer, 0, len(mx.Ingress))
+	for _, ip := range mx.Ingress {
 		ips = append(ips, ip)
 	}
 	return ips
 }
 
-func (mx *mux) allBatchers() []*batcher {
-	mx.mu.Lock()
-	defer mx.mu.Unlock()
-	if len(mx.batchers) == 0 {
+func (mx *Mux) AllBatchers() []*Batcher {
+	mx.Mu.Lock()
+	defer mx.Mu.Unlock()
+	if len(mx.Batchers) == 0 {
 		return nil
 	}
-	bs := make([]*batcher, 0, len(mx.batchers))
-	for _, b := range mx.batchers {
+	bs := make([]*Batcher, 0, len(mx.Batchers))
+	for _, b := range mx.Batchers {
 		bs = append(bs, b)
 	}
 	return bs
@@ -122,48 +122,48 @@ func (mx *mux) allBatchers() []*batcher {
 // BatcherIdleTTL.
 // It takes the idle ones out under the mux's lock (a batcher's lock nests
 // in it), so that a walk with nothing to evict allocates nothing.
-func (mx *mux) evictIdle(now time.Time) {
-	var gone []*batcher
-	mx.mu.Lock()
-	for k, b := range mx.batchers {
-		if b.supersedeIfIdle(now, mx.cfg.BatcherIdleTTL) {
-			delete(mx.batchers, k)
+func (mx *Mux) evictIdle(now time.Time) {
+	var gone []*Batcher
+	mx.Mu.Lock()
+	for k, b := range mx.Batchers {
+		if b.supersedeIfIdle(now, mx.Cfg.BatcherIdleTTL) {
+			delete(mx.Batchers, k)
 			gone = append(gone, b)
 		}
 	}
-	mx.mu.Unlock()
+	mx.Mu.Unlock()
 	for _, b := range gone {
-		b.stop()
-		mx.handBack(b)
+		b.Stop()
+		mx.HandBack(b)
 	}
 }
 
 // handBack sends what an evicted batcher still owed the peer (a close or a
 // credit reply posted between the idle check and the stop) through a
 // fresh batcher, so that eviction loses nothing.
-func (mx *mux) handBack(b *batcher) {
-	b.mu.Lock()
-	closes, credit, signals := b.closes, b.credit, b.signals
-	b.closes = map[muxwire.SlotID]muxwire.CloseReason{}
-	b.credit = map[muxwire.SlotID]uint32{}
+func (mx *Mux) HandBack(b *Batcher) {
+	b.Mu.Lock()
+	closes, credit, signals := b.Closes, b.Credit, b.signals
+	b.Closes = map[muxwire.SlotID]muxwire.CloseReason{}
+	b.Credit = map[muxwire.SlotID]uint32{}
 	b.signals = map[muxwire.SlotID]lifecycleSignal{}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if len(closes)+len(credit)+len(signals) == 0 {
 		return
 	}
-	nb, err := mx.replyBatcher(b.peer, b.lane)
+	nb, err := mx.replyBatcher(b.peer, b.Lane)
 	if errors.Is(err, errUnroutable) {
-		mx.n.repliesDiscarded.Add(uint64(len(closes) + len(credit) + len(signals)))
+		mx.N.RepliesDiscarded.Add(uint64(len(closes) + len(credit) + len(signals)))
 		return
 	}
 	if err != nil {
 		return // the mux closed: its goodbye told the peer
 	}
 	for id, reason := range closes {
-		nb.replyClose(id, reason)
+		nb.ReplyClose(id, reason)
 	}
 	for id, d := range credit {
-		nb.reply(id, d)
+		nb.Reply(id, d)
 	}
 	for id, sg := range signals {
 		nb.replyLifecycle(id, sg.session, sg.action)
@@ -171,7 +171,7 @@ func (mx *mux) handBack(b *batcher) {
 }
 
 // watchdog runs one window of the stream watchdog over every peer.
-func (mx *mux) watchdog() {
+func (mx *Mux) watchdog() {
 	for _, ip := range mx.ingressPeers() {
 		ip.watch()
 	}
@@ -180,8 +180,8 @@ func (mx *mux) watchdog() {
 // beat queues a heartbeat record on each of this node's slots that sent
 // nothing in the last window and has room; heartbeats ride as ordinary
 // Data records, so they spend credit and show upstream saturation.
-func (mx *mux) beat() {
-	for _, b := range mx.allBatchers() {
+func (mx *Mux) beat() {
+	for _, b := range mx.AllBatchers() {
 		b.beat()
 		b.probe()
 	}
@@ -193,48 +193,48 @@ func (mx *mux) beat() {
 // so producers waiting for credit that will never come are cancelled
 // instead of waiting for good. An empty batch is valid on the wire and
 // costs the peer nothing but its header.
-func (b *batcher) probe() {
-	b.mu.Lock()
-	live := b.live > 0 && !b.state.stopped()
-	b.mu.Unlock()
+func (b *Batcher) probe() {
+	b.Mu.Lock()
+	live := b.live > 0 && !b.State.Stopped()
+	b.Mu.Unlock()
 	if !live {
 		return
 	}
-	b.queueJob(laneJob{kind: jobProbe}, true)
+	b.queueJob(LaneJob{Kind: jobProbe}, true)
 }
 
 // writeProbe is probe's write. The caller owns the lane's writes.
-func (b *batcher) writeProbe() {
-	b.mu.Lock()
-	if !b.state.mayWrite() { // taken out of the mux since: its successor probes
-		b.mu.Unlock()
+func (b *Batcher) writeProbe() {
+	b.Mu.Lock()
+	if !b.State.MayWrite() { // taken out of the mux since: its successor probes
+		b.Mu.Unlock()
 		return
 	}
 	b.seq++
 	var enc muxwire.Encoder
-	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.lane, b.epoch, b.seq)
-	b.mu.Unlock()
-	post := b.mx.probePost
+	enc.Start(make([]byte, 0, muxwire.BatchHeaderLen), b.Lane, b.Epoch, b.seq)
+	b.Mu.Unlock()
+	post := b.Mx.ProbePost
 	if post == nil {
-		post = b.mx.post
+		post = b.Mx.Post
 	}
-	if err := post(b.peer, b.lane, enc.Batch()); err != nil {
+	if err := post(b.peer, b.Lane, enc.Batch()); err != nil {
 		b.postRefused(err)
 	}
 }
 
-func (b *batcher) beat() {
-	b.mu.Lock()
+func (b *Batcher) beat() {
+	b.Mu.Lock()
 	wake := false
 	for _, s := range b.slots {
-		if s == nil || s.life.terminal() || s.life.closed() || s.pending {
+		if s == nil || s.Life.Terminal() || s.Life.Closed() || s.pending {
 			continue
 		}
 		if s.active {
 			s.active = false
 			continue
 		}
-		if len(s.q) >= b.mx.cfg.inletRecords() {
+		if len(s.Q) >= b.Mx.Cfg.inletRecords() {
 			continue
 		}
 		s.enqueueLocked(heartbeatFrame)
@@ -242,8 +242,8 @@ func (b *batcher) beat() {
 			wake = true
 		}
 	}
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if wake {
-		b.signal()
+		b.Signal()
 	}
 }

@@ -29,7 +29,7 @@ func muxNodes(t *testing.T, cfg MuxConfig, opts ...ManagerOption) (producer, con
 }
 
 // muxOf is the mux of a node; the test fails if the node has none.
-func muxOf(t *testing.T, n *remoteNode) *mux {
+func muxOf(t *testing.T, n *remoteNode) *Mux {
 	t.Helper()
 	mx := n.sm.remote.mux
 	if mx == nil {
@@ -42,8 +42,8 @@ func muxOf(t *testing.T, n *remoteNode) *mux {
 func attachMuxT[T any](t *testing.T, producer *remoteNode, h wire.AnchorHandle) *Sender[T] {
 	t.Helper()
 	s := attachRemoteT[T](t, producer, h)
-	if got := s.NegotiatedTransport(); got != muxWireKey {
-		t.Fatalf("NegotiatedTransport = %q, want %q", got, muxWireKey)
+	if got := s.NegotiatedTransport(); got != WireKey {
+		t.Fatalf("NegotiatedTransport = %q, want %q", got, WireKey)
 	}
 	return s
 }
@@ -131,8 +131,8 @@ func TestMuxStreamFinalize(t *testing.T) {
 		t.Fatalf("send after Finalize: %v", err)
 	}
 	mx := muxOf(t, consumer)
-	if mx.n.readerStall.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
-		t.Fatalf("readerStall %d, protocolErrors %d", mx.n.readerStall.Load(), mx.n.protocolErrors.Load())
+	if mx.N.ReaderStall.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
+		t.Fatalf("readerStall %d, protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.ProtocolErrors.Load())
 	}
 }
 
@@ -142,10 +142,10 @@ func queued(st *inlet.State) int {
 }
 
 // slotState reads the producer side of a mux slot under its lock.
-func slotState(s *outSlot) (credit uint32, q int, waiting bool) {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	return s.credit, len(s.q), s.spaceWait != nil
+func slotState(s *OutSlot) (credit uint32, q int, waiting bool) {
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
+	return s.Credit, len(s.Q), s.SpaceWait != nil
 }
 
 // fill sends n tokens from first, each of which must not wait long.
@@ -217,7 +217,7 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
 	waitFor(t, "the window back to C", func() bool { cr, q, _ := slotState(s.slot()); return cr == c && q == 0 })
-	if sent, got := cm.n.creditSent.Load(), pm.n.creditReceived.Load(); sent != got || sent < n {
+	if sent, got := cm.N.CreditSent.Load(), pm.N.CreditReceived.Load(); sent != got || sent < n {
 		t.Fatalf("credit sent %d, received %d, for %d tokens", sent, got, n)
 	}
 	if err := s.Finalize(); err != nil {
@@ -226,8 +226,8 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
 		t.Fatalf("want io.EOF, got %v", err)
 	}
-	if cm.n.readerStall.Load() != 0 || cm.n.creditLost.Load() != 0 || cm.n.protocolErrors.Load() != 0 {
-		t.Fatalf("readerStall %d creditLost %d protocolErrors %d", cm.n.readerStall.Load(), cm.n.creditLost.Load(), cm.n.protocolErrors.Load())
+	if cm.N.ReaderStall.Load() != 0 || cm.N.CreditLost.Load() != 0 || cm.N.ProtocolErrors.Load() != 0 {
+		t.Fatalf("readerStall %d creditLost %d protocolErrors %d", cm.N.ReaderStall.Load(), cm.N.CreditLost.Load(), cm.N.ProtocolErrors.Load())
 	}
 }
 
@@ -313,9 +313,9 @@ func TestMuxNoHeadOfLineBlocking(t *testing.T) {
 	if err := <-stalled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the stalled Send ended with %v", err)
 	}
-	for _, mx := range []*mux{muxOf(t, producer), muxOf(t, consumer)} {
-		if mx.n.readerStall.Load() != 0 || mx.n.creditLost.Load() != 0 || mx.n.protocolErrors.Load() != 0 {
-			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.n.readerStall.Load(), mx.n.creditLost.Load(), mx.n.protocolErrors.Load())
+	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
+			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}
 	}
 }

@@ -82,24 +82,24 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 	}
 	r := m.remote
 	session := r.ids.next()
-	bd := &muxBind{mx: r.mux, st: st, credit: r.mux.cfg.InitialCredit, prebound: true}
+	bd := &Bind{Mx: r.mux, St: st, Credit: r.mux.Cfg.InitialCredit, Prebound: true}
 	switch st.ClaimPrebind(bd) {
 	case inlet.ClaimEnded:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
 	case inlet.ClaimTaken:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
 	}
-	if !r.mux.addBind(bindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
+	if !r.mux.AddBind(BindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
 		st.UnclaimPrebind()
 		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
 	}
 	return StreamOpenTicket{
-		TransportKey:        muxWireKey,
+		TransportKey:        WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    session,
-		InitialCredit:       r.mux.cfg.InitialCredit,
-		SlotByteBudget:      uint32(r.mux.cfg.SlotByteBudget),
-		Lane:                uint8(bd.lane),
+		InitialCredit:       r.mux.Cfg.InitialCredit,
+		SlotByteBudget:      uint32(r.mux.Cfg.SlotByteBudget),
+		Lane:                uint8(bd.Lane),
 	}, nil
 }
 
@@ -119,8 +119,8 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle AnchorHandl
 		return nil, fmt.Errorf("%w: %v", ErrTicketOnOwner, handle)
 	case m.remote == nil || m.remote.mux == nil:
 		return nil, fmt.Errorf("velo: open %v: this node has no mux", handle)
-	case ticket.TransportKey != muxWireKey:
-		return nil, fmt.Errorf("velo: open %v: the ticket is for %q, not %s", handle, ticket.TransportKey, muxWireKey)
+	case ticket.TransportKey != WireKey:
+		return nil, fmt.Errorf("velo: open %v: the ticket is for %q, not %s", handle, ticket.TransportKey, WireKey)
 	case handle.IsMPSC():
 		return nil, fmt.Errorf("%w: %v names an MPSC anchor", ErrAnchorKind, handle)
 	}

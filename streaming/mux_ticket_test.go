@@ -67,7 +67,7 @@ func TestMuxTicketOpensWithoutAttach(t *testing.T) {
 		t.Fatalf("the ticket did not survive JSON: %+v, %v", carried, err)
 	}
 	s := openTicket(t, producer, a, carried)
-	if s.NegotiatedTransport() != muxWireKey {
+	if s.NegotiatedTransport() != WireKey {
 		t.Fatalf("transport %q", s.NegotiatedTransport())
 	}
 	fill(t, s, 0, 50) // under C + the inlet: no reader needed yet
@@ -137,7 +137,7 @@ func TestMuxTicketForgedOrReplayed(t *testing.T) {
 	fill(t, s, 0, 1)
 	readTokens(t, victim, 0, 1, 5*time.Second)
 	cancelledWithin(t, openTicket(t, producer, victim, tk), "replayed")
-	if got := muxOf(t, consumer).n.dropped[metrics.DropUnknownSlot].Load(); got != 2 {
+	if got := muxOf(t, consumer).N.Dropped[metrics.DropUnknownSlot].Load(); got != 2 {
 		t.Fatalf("refused OpenSlots counted %d, want 2", got)
 	}
 	fill(t, good, 5, 5)
@@ -152,7 +152,7 @@ func TestMuxPrebindRules(t *testing.T) {
 	a, _ := CreateAnchor[[]byte](consumer.sm)
 	tk := mustPrebind(t, consumer.sm, a)
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	if s.slot() == nil || s.slot().session != tk.RoutingSessionID {
+	if s.slot() == nil || s.slot().Session != tk.RoutingSessionID {
 		t.Fatalf("the attach did not adopt the pre-bind (session %v, ticket %v)", s.slot(), tk.RoutingSessionID)
 	}
 	fill(t, s, 0, 1)
@@ -190,7 +190,7 @@ func TestMuxTicketExpires(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("after the accept window: %v", err)
 	}
-	if got := muxOf(t, consumer).n.unclaimedReaped.Load(); got != 1 {
+	if got := muxOf(t, consumer).N.UnclaimedReaped.Load(); got != 1 {
 		t.Fatalf("reaped %d, want 1", got)
 	}
 }
@@ -242,7 +242,7 @@ func TestMuxTicketRenewal(t *testing.T) {
 	s := openTicket(t, producer, a, tk)
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	if got := muxOf(t, consumer).n.unclaimedReaped.Load(); got != 0 {
+	if got := muxOf(t, consumer).N.UnclaimedReaped.Load(); got != 0 {
 		t.Fatalf("a renewed bind was reaped (%d)", got)
 	}
 }

@@ -42,13 +42,13 @@ type watchdogFiring struct {
 
 // firingLocked reads what the warning needs from s. The caller holds the
 // ingress table's lock (the anchor's lock nests in it).
-func (s *inSlot) firingLocked(window time.Duration) *watchdogFiring {
+func (s *InSlot) firingLocked(window time.Duration) *watchdogFiring {
 	return &watchdogFiring{localID: s.st.Handle().LocalID(), bufferLen: s.st.Depth(), arrivals: s.nextSeq, window: window}
 }
 
 // logFiring writes the warning.
-func (mx *mux) logFiring(f *watchdogFiring) {
-	log := mx.log
+func (mx *Mux) logFiring(f *watchdogFiring) {
+	log := mx.Log
 	if log == nil {
 		log = slog.Default()
 	}
@@ -69,11 +69,11 @@ func (mx *mux) logFiring(f *watchdogFiring) {
 // hold it open. (It hears it on a connection that has already carried
 // this node's credit, so proved itself: a new one could not prove itself
 // while the producer's writes to this node are stuck.)
-func (ip *ingressPeer) watch() {
+func (ip *IngressPeer) watch() {
 	var fired *watchdogFiring
 	var ended []muxwire.SlotID
-	ip.mu.Lock()
-	for _, s := range ip.slots {
+	ip.Mu.Lock()
+	for _, s := range ip.Slots {
 		if s != nil {
 			ended = ip.watchSlotLocked(s, &fired, ended)
 		}
@@ -81,7 +81,7 @@ func (ip *ingressPeer) watch() {
 	for _, s := range ip.aside { // a staged record may never come
 		ended = ip.watchSlotLocked(s, &fired, ended)
 	}
-	ip.mu.Unlock()
+	ip.Mu.Unlock()
 	if fired != nil {
 		ip.mx.logFiring(fired)
 	}
@@ -90,7 +90,7 @@ func (ip *ingressPeer) watch() {
 	}
 	if b, err := ip.mx.replyBatcher(ip.peer, ip.lane); err == nil {
 		for _, id := range ended {
-			b.replyClose(id, muxwire.UnknownSlot)
+			b.ReplyClose(id, muxwire.UnknownSlot)
 		}
 	}
 }
@@ -98,9 +98,9 @@ func (ip *ingressPeer) watch() {
 // watchSlotLocked is one window of the watchdog over s; fired takes what
 // the warning reports of the first firing it lets through, and the slot
 // is appended to ended when it ends.
-func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring, ended []muxwire.SlotID) []muxwire.SlotID {
+func (ip *IngressPeer) watchSlotLocked(s *InSlot, fired **watchdogFiring, ended []muxwire.SlotID) []muxwire.SlotID {
 	switch {
-	case s.delivered || s.held == 0:
+	case s.delivered || s.Held == 0:
 		s.delivered, s.misses = false, 0
 	default:
 		s.misses++
@@ -109,7 +109,7 @@ func (ip *ingressPeer) watchSlotLocked(s *inSlot, fired **watchdogFiring, ended 
 			// that sees ErrSenderDropped can tell a watchdog kill. An
 			// MPSC producer's end is not counted, as in the reference.
 			if s.mpsc == nil {
-				ip.mx.n.watchdogFirings.Add(1)
+				ip.mx.N.WatchdogFirings.Add(1)
 				if *fired == nil && ip.mx.watchdogWarn.allow() {
 					*fired = s.firingLocked(ip.mx.heartbeat)
 				}

@@ -23,25 +23,25 @@ import "github.com/velo-go/velo/internal/muxwire"
 type laneJobKind uint8
 
 const (
-	jobLateCloses laneJobKind = iota // closes after the mux closed (postCloses)
-	jobGoodbye                       // the close's OpenSlots and CloseSlots
+	JobLateCloses laneJobKind = iota // closes after the mux closed (postCloses)
+	JobGoodbye                       // the close's OpenSlots and CloseSlots
 	jobOpenGone                      // a pipelined attach answered after its stream ended
 	jobAbandon                       // a bind that will not open (abandonBound)
 	jobProbe                         // the heartbeat's empty batch
 )
 
 // laneJob is one piece of control work queued for the lane's writer.
-type laneJob struct {
-	kind              laneJobKind
-	closes            []closeReply // jobLateCloses, jobGoodbye
-	opens             []*outSlot   // jobGoodbye: OpenSlots that go before its closes
-	slot              *outSlot     // jobOpenGone
+type LaneJob struct {
+	Kind              laneJobKind
+	Closes            []CloseReply // jobLateCloses, jobGoodbye
+	Opens             []*OutSlot   // jobGoodbye: OpenSlots that go before its closes
+	slot              *OutSlot     // jobOpenGone
 	anchorID, session uint64       // jobAbandon
 }
 
 // ownLocked takes the lane's writes if no one holds them. The caller
 // holds b.mu; on true it must call release.
-func (b *batcher) ownLocked() bool {
+func (b *Batcher) OwnLocked() bool {
 	if b.writing {
 		return false
 	}
@@ -51,12 +51,12 @@ func (b *batcher) ownLocked() bool {
 
 // goneLocked says the batcher's goroutine has ended or is ending, so no
 // wake of it would write queued work.
-func (b *batcher) goneLocked() bool {
-	if b.state.stopped() {
+func (b *Batcher) goneLocked() bool {
+	if b.State.Stopped() {
 		return true
 	}
 	select {
-	case <-b.mx.stop:
+	case <-b.Mx.stop:
 		return true
 	default:
 		return false
@@ -67,65 +67,65 @@ func (b *batcher) goneLocked() bool {
 type jobWriter uint8
 
 const (
-	ownerWrites  jobWriter = iota // the lane's current owner, before it lets go
-	callerWrites                  // the caller took the lane: it calls release
-	wakeWrites                    // the lane is free: the goroutine, once woken
+	OwnerWrites  jobWriter = iota // the lane's current owner, before it lets go
+	CallerWrites                  // the caller took the lane: it calls release
+	WakeWrites                    // the lane is free: the goroutine, once woken
 )
 
 // queueJobLocked queues j for the lane's writer and says who writes it.
 // With inline, the caller writes when the lane is free; without, only
 // once the goroutine is gone.
-func (b *batcher) queueJobLocked(j laneJob, inline bool) jobWriter {
+func (b *Batcher) QueueJobLocked(j LaneJob, inline bool) jobWriter {
 	b.jobs = append(b.jobs, j)
 	switch {
 	case b.writing:
-		return ownerWrites
+		return OwnerWrites
 	case inline || b.goneLocked():
 		b.writing = true
-		return callerWrites
+		return CallerWrites
 	}
-	return wakeWrites
+	return WakeWrites
 }
 
 // queueJob is queueJobLocked that takes the lock and sees the job written.
-func (b *batcher) queueJob(j laneJob, inline bool) {
-	b.mu.Lock()
-	w := b.queueJobLocked(j, inline)
-	b.mu.Unlock()
+func (b *Batcher) queueJob(j LaneJob, inline bool) {
+	b.Mu.Lock()
+	w := b.QueueJobLocked(j, inline)
+	b.Mu.Unlock()
 	b.writeQueued(w)
 }
 
 // writeQueued does the caller's part in writing a queued job.
-func (b *batcher) writeQueued(w jobWriter) {
+func (b *Batcher) writeQueued(w jobWriter) {
 	switch w {
-	case callerWrites:
-		b.release()
-	case wakeWrites:
-		b.signal()
+	case CallerWrites:
+		b.Release()
+	case WakeWrites:
+		b.Signal()
 	}
 }
 
 // release writes what was queued for the owner and gives up the lane's
 // writes. A pass that found the lane taken (rerun) is woken again.
-func (b *batcher) release() {
-	b.mu.Lock()
+func (b *Batcher) Release() {
+	b.Mu.Lock()
 	for {
 		if len(b.jobs) > 0 {
 			j := b.jobs[0]
-			b.jobs[0] = laneJob{}
+			b.jobs[0] = LaneJob{}
 			b.jobs = b.jobs[1:]
 			if len(b.jobs) == 0 {
 				b.jobs = b.jobs[:0:cap(b.jobs)]
 			}
-			b.mu.Unlock()
-			b.runJob(j)
-			b.mu.Lock()
+			b.Mu.Unlock()
+			b.RunJob(j)
+			b.Mu.Lock()
 			continue
 		}
-		if b.openWaiters > 0 && len(b.opens) > 0 {
-			b.mu.Unlock()
+		if b.OpenWaiters > 0 && len(b.Opens) > 0 {
+			b.Mu.Unlock()
 			b.postOpens()
-			b.mu.Lock()
+			b.Mu.Lock()
 			continue
 		}
 		break
@@ -133,28 +133,28 @@ func (b *batcher) release() {
 	b.writing = false
 	rerun := b.rerun
 	b.rerun = false
-	b.mu.Unlock()
+	b.Mu.Unlock()
 	if rerun {
-		b.signal()
+		b.Signal()
 	}
 }
 
 // runJob writes one job. The caller owns the lane's writes.
-func (b *batcher) runJob(j laneJob) {
-	switch j.kind {
-	case jobLateCloses:
-		b.postCloses(j.closes)
-	case jobGoodbye:
-		if len(j.opens) > 0 {
-			err := b.postOpenSlots(j.opens)
-			b.mu.Lock()
-			b.openedLocked(j.opens, err) // as an attach whose open the goodbye wrote, or failed to
-			b.mu.Unlock()
+func (b *Batcher) RunJob(j LaneJob) {
+	switch j.Kind {
+	case JobLateCloses:
+		b.postCloses(j.Closes)
+	case JobGoodbye:
+		if len(j.Opens) > 0 {
+			err := b.postOpenSlots(j.Opens)
+			b.Mu.Lock()
+			b.openedLocked(j.Opens, err) // as an attach whose open the goodbye wrote, or failed to
+			b.Mu.Unlock()
 			if err != nil {
 				return
 			}
 		}
-		b.postCloses(j.closes)
+		b.postCloses(j.Closes)
 	case jobOpenGone:
 		b.writeOpenGone(j.slot)
 	case jobAbandon:
@@ -165,15 +165,15 @@ func (b *batcher) runJob(j laneJob) {
 }
 
 // postCloses writes CloseSlot records, in as many batches as need be.
-func (b *batcher) postCloses(closes []closeReply) {
+func (b *Batcher) postCloses(closes []CloseReply) {
 	b.postRecords(len(closes), muxwire.CloseSlotBodyLen, func(enc *muxwire.Encoder, i int) {
-		enc.CloseSlot(closes[i].id, 0, closes[i].reason)
+		enc.CloseSlot(closes[i].ID, 0, closes[i].Reason)
 	})
 }
 
 // openedLocked records the result of posting opens and wakes the
 // attaches that wait for it.
-func (b *batcher) openedLocked(opens []*outSlot, err error) {
+func (b *Batcher) openedLocked(opens []*OutSlot, err error) {
 	for _, s := range opens {
 		s.openErr, s.openDone = err, true
 	}
@@ -181,7 +181,7 @@ func (b *batcher) openedLocked(opens []*outSlot, err error) {
 }
 
 // openPostedLocked wakes the attaches waiting for their OpenSlot.
-func (b *batcher) openPostedLocked() {
+func (b *Batcher) openPostedLocked() {
 	if b.openCh != nil {
 		close(b.openCh)
 		b.openCh = nil
@@ -190,17 +190,17 @@ func (b *batcher) openPostedLocked() {
 
 // awaitOpen waits until s's OpenSlot was posted (or dropped) by the
 // lane's writer and returns the result. The caller does not hold b.mu.
-func (b *batcher) awaitOpen(s *outSlot) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *Batcher) AwaitOpen(s *OutSlot) error {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
 	for !s.openDone {
 		if b.openCh == nil {
 			b.openCh = make(chan struct{})
 		}
 		ch := b.openCh
-		b.mu.Unlock()
+		b.Mu.Unlock()
 		<-ch
-		b.mu.Lock()
+		b.Mu.Lock()
 	}
 	return s.openErr
 }

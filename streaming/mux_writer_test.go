@@ -11,12 +11,12 @@ import (
 
 // holdWriter takes the lane's writes for the test, once they are free:
 // the batcher's goroutine writes nothing until b.release.
-func holdWriter(t *testing.T, b *batcher) {
+func holdWriter(t *testing.T, b *Batcher) {
 	t.Helper()
 	waitFor(t, "the lane's writes to be free", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.ownLocked()
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return b.OwnLocked()
 	})
 }
 
@@ -62,9 +62,9 @@ func (c *seqChecker) post(_ ext.WorkerID, _ int, batch []byte) error {
 // it lets go, with every other open queued meanwhile, in one batch.
 func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, c.post)
-	defer mx.close()
-	b, err := mx.batcherFor(7, 0)
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, c.post)
+	defer mx.Close()
+	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,21 +73,21 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			_, err := b.open(uint64(i+1), uint64(i+1), 4)
+			_, err := b.Open(uint64(i+1), uint64(i+1), 4)
 			errs <- err
 		}()
 	}
 	waitFor(t, "the attaches to queue", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.openWaiters == n
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return b.OpenWaiters == n
 	})
 	c.mu.Lock()
 	if c.batches != 0 {
 		t.Errorf("%d batches written while the lane was held", c.batches)
 	}
 	c.mu.Unlock()
-	b.release()
+	b.Release()
 	for range n {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -106,51 +106,51 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 // writes it.
 func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, c.post)
-	defer mx.close()
-	b, err := mx.batcherFor(7, 0)
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, c.post)
+	defer mx.Close()
+	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := laneJob{kind: jobLateCloses, closes: []closeReply{{id: 1, reason: muxwire.UnknownSlot}}}
-	b.mu.Lock()
-	if w := b.queueJobLocked(job, false); w != wakeWrites {
+	job := LaneJob{Kind: JobLateCloses, Closes: []CloseReply{{ID: 1, Reason: muxwire.UnknownSlot}}}
+	b.Mu.Lock()
+	if w := b.QueueJobLocked(job, false); w != WakeWrites {
 		t.Errorf("a reader's job on a live batcher: %v, want the goroutine's", w)
 	}
-	b.mu.Unlock()
-	b.signal()
+	b.Mu.Unlock()
+	b.Signal()
 	waitFor(t, "the goroutine to write it", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.batches == 1
 	})
 	holdWriter(t, b)
-	b.mu.Lock()
-	if w := b.queueJobLocked(job, true); w != ownerWrites {
+	b.Mu.Lock()
+	if w := b.QueueJobLocked(job, true); w != OwnerWrites {
 		t.Errorf("a job while the lane is taken: %v, want the owner's", w)
 	}
-	b.mu.Unlock()
-	b.release() // writes it
+	b.Mu.Unlock()
+	b.Release() // writes it
 	c.mu.Lock()
 	if c.batches != 2 {
 		t.Errorf("%d batches after the owner let go, want 2", c.batches)
 	}
 	c.mu.Unlock()
-	mx.mu.Lock()
-	delete(mx.batchers, laneKey{7, 0}) // as close does, before its goodbye
-	b.mu.Lock()
-	b.state.to(batcherRetired)
-	b.state.to(batcherClosing)
-	b.mu.Unlock()
-	mx.mu.Unlock()
-	b.stop()
-	b.mu.Lock()
-	w := b.queueJobLocked(job, false)
-	b.mu.Unlock()
-	if w != callerWrites {
+	mx.Mu.Lock()
+	delete(mx.Batchers, LaneKey{7, 0}) // as close does, before its goodbye
+	b.Mu.Lock()
+	b.State.To(BatcherRetired)
+	b.State.To(BatcherClosing)
+	b.Mu.Unlock()
+	mx.Mu.Unlock()
+	b.Stop()
+	b.Mu.Lock()
+	w := b.QueueJobLocked(job, false)
+	b.Mu.Unlock()
+	if w != CallerWrites {
 		t.Errorf("a reader's job once the goroutine is gone: %v, want the caller's", w)
 	} else {
-		b.release()
+		b.Release()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -164,17 +164,17 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 // as an open slot.
 func TestMuxGoodbyeTellsOpenWaitersItsRefusal(t *testing.T) {
 	refused := errors.New("test: batch refused")
-	mx := newMux(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
-	defer mx.close()
-	b, err := mx.batcherFor(7, 0)
+	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
+	defer mx.Close()
+	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &outSlot{b: b}
+	s := &OutSlot{B: b}
 	holdWriter(t, b)
-	b.runJob(laneJob{kind: jobGoodbye, opens: []*outSlot{s}})
-	b.release()
-	if err := b.awaitOpen(s); !errors.Is(err, refused) {
+	b.RunJob(LaneJob{Kind: JobGoodbye, Opens: []*OutSlot{s}})
+	b.Release()
+	if err := b.AwaitOpen(s); !errors.Is(err, refused) {
 		t.Fatalf("the waiter heard %v, want the refusal", err)
 	}
 }

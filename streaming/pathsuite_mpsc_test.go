@@ -192,7 +192,7 @@ func clauseMPSCSilentProducerLost(t *testing.T, p suitePath) {
 	// More than a window of credit, each read, so the owner's credit has
 	// come back on the connection its close takes (see
 	// clauseSilentProducerLost).
-	for i := range 3 * defaultInitialCredit {
+	for i := range 3 * DefaultInitialCredit {
 		if err := s.Send(ctx, []byte("x")); err != nil {
 			t.Fatal(err)
 		}

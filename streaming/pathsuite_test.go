@@ -42,7 +42,7 @@ type suitePath struct {
 var suitePaths = []suitePath{
 	{name: "same-worker"},
 	{name: "per-stream", remote: true, key: wire.TCPStreamKey, limit: wire.MaxTCPFrame, opts: []ManagerOption{WithMux(MuxConfig{Disabled: true})}},
-	{name: "mux", remote: true, key: muxWireKey, limit: maxMuxRecord, opts: []ManagerOption{WithMux(MuxConfig{}), WithMuxOnly()}},
+	{name: "mux", remote: true, key: WireKey, limit: MaxMuxRecord, opts: []ManagerOption{WithMux(MuxConfig{}), WithMuxOnly()}},
 }
 
 // pathEnv is a consumer-side and a producer-side Manager joined by one
@@ -151,7 +151,7 @@ func TestPathSuite(t *testing.T) {
 						continue
 					}
 					t.Run(p.name, func(t *testing.T) {
-						if p.key == muxWireKey && muxDisabledByEnv() {
+						if p.key == WireKey && muxDisabledByEnv() {
 							t.Skip(muxDisableEnv + " is set: no mux to test")
 						}
 						synctest.Test(t, func(t *testing.T) { c.run(t, p) })

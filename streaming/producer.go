@@ -21,7 +21,7 @@ type producer[T any] struct {
 }
 
 // Handle names the anchor this producer is attached to.
-func (s *producer[T]) Handle() AnchorHandle { return s.sink.anchorHandle() }
+func (s *producer[T]) Handle() AnchorHandle { return s.sink.AnchorHandle() }
 
 // Send puts one item in the stream. It waits while the anchor's inlet is
 // full, until there is room, ctx is done, or the consumer cancels
@@ -33,7 +33,7 @@ func (s *producer[T]) Send(ctx context.Context, item T) error {
 	if err != nil {
 		return err
 	}
-	return s.sink.push(ctx, f)
+	return s.sink.Push(ctx, f)
 }
 
 // SendBytes puts one byte item in the stream: payload as a MessagePack
@@ -41,14 +41,14 @@ func (s *producer[T]) Send(ctx context.Context, item T) error {
 // payload once, into the frame (over the mux, straight into the slot's
 // arena); the caller keeps payload. It waits as Send does.
 func (s *producer[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.sink.pushBytes(ctx, payload)
+	return s.sink.PushBytes(ctx, payload)
 }
 
 // SendError puts a soft error in the stream and the stream goes on: the
 // consumer's Next returns a *SenderError with msg (an MPSC consumer reads
 // an MPSCSenderError frame). It waits as Send does.
 func (s *producer[T]) SendError(ctx context.Context, msg string) error {
-	return s.sink.push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
+	return s.sink.Push(ctx, wire.AppendErrorFrame(nil, wire.KindSenderError, msg))
 }
 
 // Detach ends this producer without ending the stream. For an SPSC stream
@@ -80,7 +80,7 @@ func (s *producer[T]) Close() error {
 // this worker) or was written (on another), RetireDiscarded when the
 // consumer had closed its anchor or the connection ended first. Any
 // number of waiters may take it, before or after the end.
-func (s *producer[T]) Retired() <-chan struct{} { return s.sink.retiredCh() }
+func (s *producer[T]) Retired() <-chan struct{} { return s.sink.RetiredCh() }
 
 // Outcome is the RetireOutcome of the producer's output once Retired has
 // closed, and 0 before.
@@ -89,18 +89,18 @@ func (s *producer[T]) Outcome() RetireOutcome { return s.sink.Known() }
 // Stopped closes when the consumer asks for a graceful stop
 // (Controller.RequestStop), and only then. The producer may send its last
 // items and end. A producer on another worker hears of it by _stream_stop.
-func (s *producer[T]) Stopped() <-chan struct{} { return s.sink.signalCh(inlet.SigStop) }
+func (s *producer[T]) Stopped() <-chan struct{} { return s.sink.SignalCh(inlet.SigStop) }
 
 // Cancelled closes when the consumer cancels (Controller.Cancel,
 // Anchor.Close, or leaving an Anchor.All loop early) or is lost (its
 // connection or node went). Sends then fail with ErrCancelled; nothing
 // more is read.
-func (s *producer[T]) Cancelled() <-chan struct{} { return s.sink.signalCh(inlet.SigCancel) }
+func (s *producer[T]) Cancelled() <-chan struct{} { return s.sink.SignalCh(inlet.SigCancel) }
 
 // Done closes on the first of Stopped and Cancelled: the consumer wants no
 // more than the producer's last items. Context().Err and context.Cause
 // say which.
-func (s *producer[T]) Done() <-chan struct{} { return s.sink.signalCh(inlet.SigDone) }
+func (s *producer[T]) Done() <-chan struct{} { return s.sink.SignalCh(inlet.SigDone) }
 
 // Context returns a context that is done when the consumer stops, cancels
 // or is lost, or when this producer ends. Its context.Cause is
@@ -112,15 +112,15 @@ func (s *producer[T]) Context() context.Context { return s.lc.get(s.sink) }
 
 // endCounted ends the producer as end does, and counts op.
 func (s *producer[T]) endCounted(op metrics.StreamOp, frame []byte, detach bool) error {
-	m, sc := s.sink.opsManager()
-	start := m.opStart()
+	met, sc := s.sink.OpsMetrics()
+	start := opStart(met)
 	err := s.end(frame, detach)
-	m.opDone(op, sc, start, err)
+	opDone(met, op, sc, start, err)
 	return err
 }
 
 // end ends the producer with its terminal frame.
 func (s *producer[T]) end(frame []byte, detach bool) error {
 	defer s.lc.ended() // its Context ends with ErrSenderClosed, unless a signal came first
-	return s.sink.finish(frame, detach)
+	return s.sink.Finish(frame, detach)
 }

@@ -109,7 +109,7 @@ type remote struct {
 	testAnswered func()
 
 	m            *Manager
-	mux          *mux // nil when the mux is off
+	mux          *Mux // nil when the mux is off
 	msg          *messenger.Messenger
 	ln           net.Listener
 	streams      streamNet // how ln was opened, and how to dial a peer's
@@ -198,7 +198,7 @@ func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, 
 		// The mux's goodbyes ride the messenger: it must close before the
 		// messenger stops its transports, not after (Manager.Close comes
 		// too late when the node shuts down).
-		msgrx.OnTeardown(msg, mx.close)
+		msgrx.OnTeardown(msg, mx.Close)
 	}
 	r.wg.Add(1)
 	go r.hb.run(r.wg.Done) // one for all the streams this node produces
@@ -269,7 +269,7 @@ func (m *Manager) stopRemote() {
 		return
 	}
 	if r.mux != nil {
-		r.mux.close()
+		r.mux.Close()
 	}
 	r.mu.Lock()
 	first := !r.closed
@@ -336,7 +336,7 @@ func (r *remote) countAttach(c *messenger.Context, attach func(*messenger.Contex
 	if met := r.m.met; met != nil {
 		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
 		sc := metrics.SchemeTCPStream
-		if bytes.Contains(body, []byte(muxWireKey)) {
+		if bytes.Contains(body, []byte(WireKey)) {
 			sc = metrics.SchemeMux
 		}
 		met.Operation(metrics.StreamAttach, sc, ok, time.Since(start))
@@ -375,12 +375,12 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 		return r.attachMux(st, c.SenderWorkerID(), req.LaneKey)
 	}
 	if r.ln == nil {
-		return refuseAttach("this node serves streams only over %s", muxWireKey)
+		return refuseAttach("this node serves streams only over %s", WireKey)
 	}
 	if st.ReleasePrebind() {
 		// The pre-bound key is the mux, which this producer does not
 		// offer: the pre-bind goes back and the attach is refused.
-		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, muxWireKey)
+		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, WireKey)
 	}
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).

@@ -101,7 +101,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if r.testAnswered != nil {
 		r.testAnswered()
 	}
-	if resp.TransportKey == muxWireKey && r.mux != nil {
+	if resp.TransportKey == WireKey && r.mux != nil {
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
 		r.muxOwners.Store(owner, struct{}{})
 		return openMuxSender(ctx, r, handle, resp, encode)
@@ -218,8 +218,8 @@ func attachRefusal(handle wire.AnchorHandle, reason string) error {
 	return fmt.Errorf("velo: attach %v refused: %s", handle, reason)
 }
 
-// push queues one frame for the pump, waiting while the queue is full.
-func (rs *remoteSender) push(ctx context.Context, frame []byte) error {
+// Push queues one frame for the pump, waiting while the queue is full.
+func (rs *remoteSender) Push(ctx context.Context, frame []byte) error {
 	if len(frame) > wire.MaxTCPFrame {
 		return &ItemTooLargeError{Size: len(frame), Limit: wire.MaxTCPFrame}
 	}
@@ -312,8 +312,8 @@ func (rs *remoteSender) retire(out RetireOutcome) {
 	rs.mu.Unlock()
 }
 
-// retiredCh takes the lock only while the outcome is unknown.
-func (rs *remoteSender) retiredCh() <-chan struct{} {
+// RetiredCh takes the lock only while the outcome is unknown.
+func (rs *remoteSender) RetiredCh() <-chan struct{} {
 	if rs.Known() != 0 {
 		return rs.retirement.Closed()
 	}
@@ -356,7 +356,7 @@ func (rs *remoteSender) fireLocked(why error) {
 
 // watchFire runs fn with the cause at the first signal, or returns the
 // cause if one has fired already.
-func (rs *remoteSender) watchFire(fn func(error)) error {
+func (rs *remoteSender) WatchFire(fn func(error)) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.why != nil {
@@ -367,7 +367,7 @@ func (rs *remoteSender) watchFire(fn func(error)) error {
 }
 
 // cause is the first signal's cause, or nil.
-func (rs *remoteSender) cause() error {
+func (rs *remoteSender) Cause() error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	return rs.why

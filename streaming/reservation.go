@@ -159,7 +159,7 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	if bd := st.Renew(); bd != nil {
 		// A pre-bound anchor waits on its bind's accept window, which
 		// renewal extends while no OpenSlot has claimed it.
-		m.remote.mux.renewBind(bd.(*muxBind), m.remote.muxAcceptWindow())
+		m.remote.mux.RenewBind(bd.(*Bind), m.remote.muxAcceptWindow())
 	}
 }
 

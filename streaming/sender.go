@@ -43,7 +43,7 @@ type Sender[T any] struct {
 // attach with ("messenger-mux-v2" over the mux, "tcp-stream" on the
 // per-stream path), or "" on the same worker, where no transport is
 // involved.
-func (s *Sender[T]) NegotiatedTransport() string { return s.sink.transport() }
+func (s *Sender[T]) NegotiatedTransport() string { return s.sink.Transport() }
 
 // SendFrame puts a finished Item frame in the stream, such as the result
 // of ByteItemBuilder.Finish, with no copy. The stream owns frame
@@ -56,7 +56,7 @@ func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	if f.Kind != wire.KindItem {
 		return fmt.Errorf("velo: SendFrame takes an Item frame, not %v", f.Kind)
 	}
-	return s.sink.push(ctx, frame)
+	return s.sink.Push(ctx, frame)
 }
 
 // Finalize ends the stream normally: the consumer reads io.EOF after every

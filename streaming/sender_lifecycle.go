@@ -24,12 +24,12 @@ import (
 // (localSink, through its inlet.State), the per-stream connection
 // (remoteSender) or the mux (outSlot).
 type signaller interface {
-	signalCh(k inlet.SignalKind) <-chan struct{}
-	cause() error // the first signal's cause, nil before
+	SignalCh(k inlet.SignalKind) <-chan struct{}
+	Cause() error // the first signal's cause, nil before
 	// watchFire runs fn with the cause at the first signal (under the
 	// path's lock: fn must not block), or returns the cause if a signal
 	// has fired already.
-	watchFire(fn func(error)) error
+	WatchFire(fn func(error)) error
 }
 
 // The three paths implement signaller as part of sink (sink.go).
@@ -53,7 +53,7 @@ func (c *senderContext) get(sig signaller) context.Context {
 		return c.ctx
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	if why := sig.watchFire(c.cancel); why != nil {
+	if why := sig.WatchFire(c.cancel); why != nil {
 		c.cancel(why)
 	} else if c.closed {
 		c.cancel(ErrSenderClosed)

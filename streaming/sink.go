@@ -22,33 +22,33 @@ import (
 type sink interface {
 	signaller
 
-	// push queues an item or soft-error frame, waiting while the path is
+	// Push queues an item or soft-error frame, waiting while the path is
 	// full: until there is room, ctx ends, or the stream is cancelled.
-	push(ctx context.Context, frame []byte) error
+	Push(ctx context.Context, frame []byte) error
 	// pushBytes queues the byte item of payload, as push does with
 	// bytesItemFrame(payload); a path that can encode it in place (the
 	// mux's arena) makes no frame of its own.
-	pushBytes(ctx context.Context, payload []byte) error
+	PushBytes(ctx context.Context, payload []byte) error
 	// finish ends the producer with its terminal frame (finalizedFrame,
 	// detachedFrame or droppedFrame); detach says which of the first two
 	// it is for the same worker's bookkeeping. It never waits for room.
-	finish(frame []byte, detach bool) error
+	Finish(frame []byte, detach bool) error
 
-	// retiredCh closes once the producer's output has an outcome, which
+	// RetiredCh closes once the producer's output has an outcome, which
 	// known then gives (0 before).
-	retiredCh() <-chan struct{}
+	RetiredCh() <-chan struct{}
 	Known() RetireOutcome
 
 	// anchorHandle names the anchor the producer is attached to.
-	anchorHandle() AnchorHandle
-	// opsManager is the Manager that counts the producer's operations,
-	// and the scheme they count under.
-	opsManager() (*Manager, metrics.StreamScheme)
+	AnchorHandle() AnchorHandle
+	// opsMetrics is where the producer's operations are counted (nil:
+	// nowhere), and the scheme they count under.
+	OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme)
 	// transport is the negotiated transport key, "" on the same worker.
-	transport() string
+	Transport() string
 	// ready waits for the owner's answer to a pipelined attach and
 	// returns its refusal; nil at once where the attach already waited.
-	ready(ctx context.Context) error
+	Ready(ctx context.Context) error
 }
 
 // The three paths implement sink.
@@ -56,5 +56,5 @@ var (
 	_ sink = (*localSink)(nil)
 	_ sink = (*localMPSCSink)(nil)
 	_ sink = (*remoteSender)(nil)
-	_ sink = (*outSlot)(nil)
+	_ sink = (*OutSlot)(nil)
 )

@@ -57,50 +57,47 @@ func newLocalMPSCSender[T any](st *inlet.State, id SenderID, encode func(T) ([]b
 	return &ls.MPSCSender
 }
 
-func (s *localSink) signalCh(k inlet.SignalKind) <-chan struct{} { return s.State().Signal(k) }
-func (s *localSink) cause() error                                { return s.State().Cause() }
-func (s *localSink) watchFire(fn func(error)) error              { return s.State().WatchFire(fn) }
+func (s *localSink) SignalCh(k inlet.SignalKind) <-chan struct{} { return s.State().Signal(k) }
+func (s *localSink) Cause() error                                { return s.State().Cause() }
+func (s *localSink) WatchFire(fn func(error)) error              { return s.State().WatchFire(fn) }
 
-func (s *localSink) push(ctx context.Context, frame []byte) error {
+func (s *localSink) Push(ctx context.Context, frame []byte) error {
 	return s.State().Push(ctx, &s.Sender, frame)
 }
 
 // pushBytes makes the frame: the inlet keeps frames, not payloads.
-func (s *localSink) pushBytes(ctx context.Context, payload []byte) error {
-	return s.push(ctx, bytesItemFrame(payload))
+func (s *localSink) PushBytes(ctx context.Context, payload []byte) error {
+	return s.Push(ctx, bytesItemFrame(payload))
 }
 
-func (s *localSink) finish(frame []byte, detach bool) error {
+func (s *localSink) Finish(frame []byte, detach bool) error {
 	_, err := s.State().Terminate(&s.Sender, frame, detach)
 	return err
 }
 
-// retiredCh takes the anchor's lock only while the outcome is unknown.
-func (s *localSink) retiredCh() <-chan struct{} { return s.RetiredCh() }
+func (s *localSink) AnchorHandle() AnchorHandle { return s.State().Handle() }
 
-func (s *localSink) anchorHandle() AnchorHandle { return s.State().Handle() }
-
-func (s *localSink) opsManager() (*Manager, metrics.StreamScheme) {
-	return managerOf(s.State()), metrics.SchemeLocal
+func (s *localSink) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme) {
+	return managerOf(s.State()).met, metrics.SchemeLocal
 }
 
 // transport is "": no transport is involved on the same worker.
-func (s *localSink) transport() string { return "" }
+func (s *localSink) Transport() string { return "" }
 
 // ready is nil: a same-worker attach is answered before it returns.
-func (s *localSink) ready(context.Context) error { return nil }
+func (s *localSink) Ready(context.Context) error { return nil }
 
-func (s *localMPSCSink) push(ctx context.Context, frame []byte) error {
+func (s *localMPSCSink) Push(ctx context.Context, frame []byte) error {
 	return s.State().MPSC().Push(ctx, &s.Sender, s.id, frame)
 }
 
-func (s *localMPSCSink) pushBytes(ctx context.Context, payload []byte) error {
-	return s.push(ctx, bytesItemFrame(payload))
+func (s *localMPSCSink) PushBytes(ctx context.Context, payload []byte) error {
+	return s.Push(ctx, bytesItemFrame(payload))
 }
 
 // finish ignores detach: an MPSC producer's Detached and Dropped frames
 // both leave the stream open, and the anchor counts either as a departure.
-func (s *localMPSCSink) finish(frame []byte, _ bool) error {
+func (s *localMPSCSink) Finish(frame []byte, _ bool) error {
 	_, err := s.State().MPSC().Terminate(&s.Sender, s.id, frame)
 	return err
 }

@@ -33,10 +33,10 @@ func TestMuxMPSCSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 		}
 	}
 	x := s.slot()
-	b := x.b
+	b := x.B
 	waitFor(t, "the arena to be reused", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(x.q) == 0 && len(x.arena) == 0 && cap(x.arena) > 0
+		b.Mu.Lock()
+		defer b.Mu.Unlock()
+		return len(x.Q) == 0 && len(x.Arena) == 0 && cap(x.Arena) > 0
 	})
 }

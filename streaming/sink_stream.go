@@ -12,26 +12,26 @@ import (
 // carries, so its frames need no tag.
 
 // pushBytes makes the frame: the pump writes queued frames as they are.
-func (rs *remoteSender) pushBytes(ctx context.Context, payload []byte) error {
-	return rs.push(ctx, bytesItemFrame(payload))
+func (rs *remoteSender) PushBytes(ctx context.Context, payload []byte) error {
+	return rs.Push(ctx, bytesItemFrame(payload))
 }
 
 // finish queues the terminal; the owner's side tells a detach by its frame.
-func (rs *remoteSender) finish(frame []byte, _ bool) error { return rs.terminate(frame) }
+func (rs *remoteSender) Finish(frame []byte, _ bool) error { return rs.terminate(frame) }
 
-func (rs *remoteSender) anchorHandle() AnchorHandle { return rs.handle }
+func (rs *remoteSender) AnchorHandle() AnchorHandle { return rs.handle }
 
-func (rs *remoteSender) opsManager() (*Manager, metrics.StreamScheme) {
-	return rs.r.m, metrics.SchemeOf(rs.key)
+func (rs *remoteSender) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme) {
+	return rs.r.m.met, metrics.SchemeOf(rs.key)
 }
 
 // transport is the key the owner answered the attach with ("tcp-stream").
-func (rs *remoteSender) transport() string { return rs.key }
+func (rs *remoteSender) Transport() string { return rs.key }
 
 // ready is nil: the per-stream attach waits for its answer.
-func (rs *remoteSender) ready(context.Context) error { return nil }
+func (rs *remoteSender) Ready(context.Context) error { return nil }
 
-func (rs *remoteSender) signalCh(k inlet.SignalKind) <-chan struct{} {
+func (rs *remoteSender) SignalCh(k inlet.SignalKind) <-chan struct{} {
 	switch k {
 	case inlet.SigStop:
 		return rs.stopCh

@@ -3,7 +3,7 @@ package streaming
 // The path a sender took, for tests that look inside it: nil when the
 // sender took another one.
 
-func (s *Sender[T]) slot() *outSlot            { x, _ := s.sink.(*outSlot); return x }
+func (s *Sender[T]) slot() *OutSlot            { x, _ := s.sink.(*OutSlot); return x }
 func (s *Sender[T]) stream() *remoteSender     { x, _ := s.sink.(*remoteSender); return x }
-func (s *MPSCSender[T]) slot() *outSlot        { x, _ := s.sink.(*outSlot); return x }
+func (s *MPSCSender[T]) slot() *OutSlot        { x, _ := s.sink.(*OutSlot); return x }
 func (s *MPSCSender[T]) stream() *remoteSender { x, _ := s.sink.(*remoteSender); return x }

@@ -67,6 +67,18 @@ func (c AsyncCall) Abandon(err error) bool {
 	return abandon(c.m, c.token, err)
 }
 
+// Token is the number that names c to AbandonToken; 0 names no call. A
+// holder that must not import messenger keeps the token instead of c.
+func (c AsyncCall) Token() uint64 { return c.token }
+
+// AbandonToken is Abandon for the call of m that token names.
+func AbandonToken(m *messenger.Messenger, token uint64, err error) bool {
+	if token == 0 {
+		return false
+	}
+	return AsyncCall{m: m, token: token}.Abandon(err)
+}
+
 // Handshake runs the _hello exchange with target unless it already ran, so
 // that target knows this node's address. A subsystem that sends only '_'
 // messages (which skip the handshake) calls it before asking target to
