@@ -33,7 +33,7 @@ import (
 
 // detectionMultiplier is how many heartbeat windows without a frame end a
 // remote stream (the reference's DETECTION_MULTIPLIER).
-const detectionMultiplier = 3
+const detectionMultiplier = wire.DetectionMultiplier
 
 // heartbeatFrame is the Heartbeat stream frame, shared by every sender.
 var heartbeatFrame = []byte(wire.HeartbeatFrame)

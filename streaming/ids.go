@@ -2,7 +2,6 @@ package streaming
 
 import (
 	crand "crypto/rand"
-	"encoding/binary"
 	"math/rand/v2"
 	"sync"
 )
@@ -37,24 +36,6 @@ func (s *idSource) next() uint64 {
 	defer s.mu.Unlock()
 	for {
 		if v := s.r.Uint64(); v != 0 {
-			return v
-		}
-	}
-}
-
-// epochBaseBits is how many random bits the mux's first epoch has. The two
-// bits above them are headroom: epochs only move forward, one per batcher
-// made or epoch death, and from a base under 2^62 they cannot reach 2^64
-// in the life of any process.
-const epochBaseBits = 62
-
-// randomEpochBase is where a mux's epochs start: random, so that a peer
-// cannot guess one (an epoch is part of a _mux_slot tag), and never 0.
-func randomEpochBase() uint64 {
-	var b [8]byte
-	for {
-		crand.Read(b[:])
-		if v := binary.LittleEndian.Uint64(b[:]) >> (64 - epochBaseBits); v != 0 {
 			return v
 		}
 	}

@@ -20,7 +20,7 @@ var (
 )
 
 // closedChan is returned for a signal that has already fired.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+var closedChan = inlet.ClosedChan
 
 // The inlet recycles the ring of a slot with the mux's default credit:
 // the two must agree. (A negative constant does not convert to uint.)

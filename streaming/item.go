@@ -90,7 +90,7 @@ func appendItem(v MsgpackAppender) []byte {
 // bytesItemFrame copies payload into a frame of (nearly) the exact size:
 // the one copy that a byte item costs on the same worker.
 func bytesItemFrame(payload []byte) []byte {
-	return wire.AppendBytesItem(make([]byte, 0, len(itemPrefix)+5+len(payload)), payload)
+	return wire.BytesItem(payload)
 }
 
 // bytesPayload returns the payload of a byte item's value, aliasing it.

@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo/internal/deadline"
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // The messenger mux (docs/mux.md): every stream to a peer is a slot on
@@ -160,7 +161,7 @@ func (mx *Mux) BatcherFor(peer ext.WorkerID, lane int) (*Batcher, error) {
 	mx.Mu.Lock()
 	defer mx.Mu.Unlock()
 	if mx.closed {
-		return nil, ErrCancelled
+		return nil, streamerr.ErrCancelled
 	}
 	k := LaneKey{peer, lane}
 	b := mx.Batchers[k]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // epochDeath ends every live slot of the batcher (a refused batch, a lost
@@ -17,7 +18,7 @@ func (b *Batcher) EpochDeath() {
 	b.Mu.Lock()
 	for _, s := range b.slots {
 		if s != nil {
-			s.endLocked(ErrConsumerLost)
+			s.endLocked(streamerr.ErrConsumerLost)
 		}
 	}
 	b.Ready = b.Ready[:0]

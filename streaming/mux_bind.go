@@ -107,10 +107,10 @@ func (mx *Mux) DropBinds(peer ext.WorkerID) {
 // for the MPSC producer.
 func (bd *Bind) drop() {
 	if bd.mpsc != nil {
-		bd.St.MPSC().EndRemote(bd.mpsc, droppedFrame)
+		bd.St.MPSC().EndRemote(bd.mpsc, inlet.DroppedFrame)
 		return
 	}
-	bd.St.Terminate(inlet.NewSender(bd.St, false), droppedFrame, false)
+	bd.St.Terminate(inlet.NewSender(bd.St, false), inlet.DroppedFrame, false)
 }
 
 // Release is unbind, as the inlet.Prebind the inlet keeps.

@@ -8,6 +8,8 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // The producer's side of the messenger mux (docs/mux.md, "How it works").
@@ -133,7 +135,7 @@ type OutSlot struct {
 	why       error         // the first signal's cause (Sender.Context)
 	onFire    []func(error) // Sender.Context's cancel, run by the first signal
 	SpaceWait chan struct{}
-	retirement
+	retire.Settlement
 }
 
 func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
@@ -172,7 +174,7 @@ func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error
 	b.Mu.Lock()
 	if !b.State.MayWrite() {
 		b.Mu.Unlock()
-		return nil, ErrCancelled
+		return nil, streamerr.ErrCancelled
 	}
 	idx, ok := b.allocLocked()
 	if !ok {
@@ -228,7 +230,7 @@ func (b *Batcher) postOpens() {
 	live := opens[:0:0]
 	for _, s := range opens {
 		if s.Life.Closed() { // an epoch death came first: its peer never hears of it
-			s.openErr, s.openDone = ErrCancelled, true
+			s.openErr, s.openDone = streamerr.ErrCancelled, true
 		} else {
 			live = append(live, s)
 		}
@@ -245,14 +247,14 @@ func (b *Batcher) postOpens() {
 	case gone:
 		// Taken out of the mux: nothing was written, and no epoch died.
 		// The attaches open on the lane's current batcher.
-		err = ErrCancelled
+		err = streamerr.ErrCancelled
 	case err != nil:
 		b.postRefused(err) // epoch death: ends the slots just opened too
 	}
 	b.Mu.Lock()
 	for _, s := range opens {
 		if gone {
-			s.endLocked(ErrCancelled)
+			s.endLocked(streamerr.ErrCancelled)
 		}
 	}
 	b.openedLocked(opens, err)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // run is the batcher's goroutine: one wake, one pass over what is ready,
@@ -95,7 +97,7 @@ func (b *Batcher) flush() {
 		}
 		if err != nil {
 			for _, s := range retired {
-				s.retire(RetireDiscarded)
+				s.retire(retire.Discarded)
 			}
 			b.postRefused(err)
 			// No build ran after the refused one, so nothing marked the
@@ -111,7 +113,7 @@ func (b *Batcher) flush() {
 			return
 		}
 		for _, s := range retired {
-			s.retire(RetireSent)
+			s.retire(retire.Sent)
 		}
 		if !more {
 			break
@@ -204,7 +206,7 @@ func (b *Batcher) owePostedLocked() {
 }
 
 // retire settles s's retirement under the batcher's lock.
-func (s *OutSlot) retire(out RetireOutcome) {
+func (s *OutSlot) retire(out retire.Outcome) {
 	s.B.Mu.Lock()
 	if s.Known() == 0 {
 		s.SettleLocked(out)
@@ -338,7 +340,7 @@ func (b *Batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	n := 0
 	for _, s := range b.Opens {
 		if s.Life.Closed() {
-			s.openErr, s.openDone = ErrCancelled, true
+			s.openErr, s.openDone = streamerr.ErrCancelled, true
 			b.openPostedLocked()
 			n++
 			continue

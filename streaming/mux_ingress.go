@@ -159,7 +159,7 @@ func (ip *IngressPeer) endLocked(s *InSlot, drop bool) {
 	s.st.DetachFeed(&s.Feed, s.mpsc)
 	if drop && !s.terminal {
 		s.terminal = true
-		s.end(droppedFrame, false)
+		s.end(inlet.DroppedFrame, false)
 	}
 }
 

@@ -386,11 +386,11 @@ func (ip *IngressPeer) deliverTerminal(s *InSlot, body []byte) {
 func canonicalTerminal(body []byte) ([]byte, bool) {
 	switch string(body) {
 	case wire.FinalizedFrame:
-		return finalizedFrame, false
+		return inlet.FinalizedFrame, false
 	case wire.DroppedFrame:
-		return droppedFrame, false
+		return inlet.DroppedFrame, false
 	case wire.DetachedFrame:
-		return detachedFrame, true
+		return inlet.DetachedFrame, true
 	}
 	return body, false
 }

@@ -8,7 +8,15 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
+
+// AttachAnswerTimeout bounds the wait for the answer: a live owner
+// answers at once, and a lost one fails the call sooner through the
+// messenger. The credit walk enforces it (expirePending), so an attach
+// arms no timer and watches no context: those cost more than the rest of
+// the attach's own work.
+var AttachAnswerTimeout = 30 * time.Second // a var: tests shorten it
 
 // The mux side of a pipelined attach (mux_pipeline.go): the pending slot, its answer or failure, and the writes for a stream that ended before its answer.
 
@@ -21,7 +29,7 @@ func (mx *Mux) OpenOn(peer ext.WorkerID, lane int, open func(*Batcher) (*OutSlot
 		return nil, nil, err
 	}
 	s, err = open(b)
-	if errors.Is(err, ErrCancelled) {
+	if errors.Is(err, streamerr.ErrCancelled) {
 		if b2, err2 := mx.BatcherFor(peer, lane); err2 == nil && b2 != b {
 			b = b2
 			s, err = open(b)
@@ -45,7 +53,7 @@ func (b *Batcher) OpenPending(handle wire.AnchorHandle) (*OutSlot, error) {
 	b.Mu.Lock()
 	defer b.Mu.Unlock()
 	if !b.State.MayWrite() {
-		return nil, ErrCancelled
+		return nil, streamerr.ErrCancelled
 	}
 	idx, ok := b.allocLocked()
 	if !ok {
@@ -81,7 +89,7 @@ func (b *Batcher) ResolvePending(s *OutSlot, session uint64, credit uint32) {
 		// bound its anchor for this attach: tell it the stream is over.
 		// Queued for the lane's writer: this is the messenger's reader,
 		// which must not wait for a flush that waits for the transport.
-		s.endLocked(ErrConsumerLost)
+		s.endLocked(streamerr.ErrConsumerLost)
 		s.Session = session
 		w := b.QueueJobLocked(LaneJob{Kind: jobOpenGone, slot: s}, false)
 		b.Mu.Unlock()
@@ -202,16 +210,16 @@ func (b *Batcher) FailPending(s *OutSlot, err error) {
 	close(s.Answered)
 	if !s.Life.Closed() {
 		s.failErr = err
-		s.endLocked(ErrCancelled)
+		s.endLocked(streamerr.ErrCancelled)
 	}
 }
 
 // expirePending fails the pipelined attaches that have waited longer than
-// attachAnswerTimeout, counted in credit walks (tick is this walk's). Each
+// AttachAnswerTimeout, counted in credit walks (tick is this walk's). Each
 // one's request is abandoned too, so that an owner that never answers does
 // not keep a response slot of the messenger per attach.
 func (mx *Mux) expirePending(tick uint64) {
-	limit := uint64(max(1, attachAnswerTimeout/mx.Cfg.CreditSweepInterval))
+	limit := uint64(max(1, AttachAnswerTimeout/mx.Cfg.CreditSweepInterval))
 	type lateAttach struct {
 		s    *OutSlot
 		call uint64
@@ -233,8 +241,8 @@ func (mx *Mux) expirePending(tick uint64) {
 	for _, l := range late {
 		// Abandon runs the answer's callback with the error, which fails
 		// the slot; failPending covers a request that could not be named.
-		if mx.AbandonCall == nil || !mx.AbandonCall(l.call, fmt.Errorf("%w within %v", ErrAttachTimeout, attachAnswerTimeout)) {
-			l.s.B.FailPending(l.s, fmt.Errorf("%w to %v within %v", ErrAttachTimeout, l.s.Handle, attachAnswerTimeout))
+		if mx.AbandonCall == nil || !mx.AbandonCall(l.call, fmt.Errorf("%w within %v", streamerr.ErrAttachTimeout, AttachAnswerTimeout)) {
+			l.s.B.FailPending(l.s, fmt.Errorf("%w to %v within %v", streamerr.ErrAttachTimeout, l.s.Handle, AttachAnswerTimeout))
 		}
 	}
 }

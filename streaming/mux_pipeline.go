@@ -36,13 +36,6 @@ import (
 // written whenever the owner's answer lands, alone or with a flush that
 // happens to be in progress, would make the writes depend on timing.
 
-// attachAnswerTimeout bounds the wait for the answer: a live owner
-// answers at once, and a lost one fails the call sooner through the
-// messenger. The credit walk enforces it (expirePending), so an attach
-// arms no timer and watches no context: those cost more than the rest of
-// the attach's own work.
-var attachAnswerTimeout = 30 * time.Second // a var: tests shorten it
-
 // ErrAttachTimeout is what a pipelined attach that got no answer within
 // 30 s reports, from Send, Finalize, Detach and Ready.
 var ErrAttachTimeout = streamerr.ErrAttachTimeout

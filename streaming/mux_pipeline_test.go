@@ -366,9 +366,9 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 // ErrAttachTimeout once the timeout passes, by the credit walk: the
 // attach arms no timer of its own. The late answer then changes nothing.
 func TestMuxPipelinedAttachUnanswered(t *testing.T) {
-	old := attachAnswerTimeout
-	attachAnswerTimeout = 50 * time.Millisecond
-	t.Cleanup(func() { attachAnswerTimeout = old })
+	old := AttachAnswerTimeout
+	AttachAnswerTimeout = 50 * time.Millisecond
+	t.Cleanup(func() { AttachAnswerTimeout = old })
 	producer, _, a := learnedAnchor(t, MuxConfig{CreditSweepInterval: 5 * time.Millisecond})
 	release := holdAnswers(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

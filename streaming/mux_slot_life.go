@@ -6,6 +6,8 @@ package streaming
 import (
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
@@ -19,7 +21,7 @@ func (b *Batcher) CloseByPeer(id muxwire.SlotID) {
 		b.Mu.Unlock()
 		return
 	}
-	s.endLocked(ErrCancelled) // the consumer cancelled or closed its anchor
+	s.endLocked(streamerr.ErrCancelled) // the consumer cancelled or closed its anchor
 	b.Mu.Unlock()
 }
 
@@ -49,7 +51,7 @@ func (s *OutSlot) endLocked(why error) {
 	s.qBytes = 0
 	s.B.RecycleLocked(s) // its records are dropped: nothing points into them
 	s.B.peerRoomLocked()
-	s.SettleLocked(RetireDiscarded)
+	s.SettleLocked(retire.Discarded)
 	s.B.releaseLocked(s)
 }
 
@@ -72,7 +74,7 @@ func (s *OutSlot) stopLocked() {
 		if s.stopCh != nil {
 			close(s.stopCh)
 		}
-		s.fireLocked(ErrStopRequested)
+		s.fireLocked(streamerr.ErrStopRequested)
 	}
 }
 
@@ -119,7 +121,7 @@ func (b *Batcher) Lifecycle(id muxwire.SlotID, session uint64, action muxwire.Li
 		return
 	}
 	if action == muxwire.Cancel {
-		s.cancelLocked(ErrCancelled)
+		s.cancelLocked(streamerr.ErrCancelled)
 	} else {
 		s.stopLocked()
 	}
@@ -140,7 +142,7 @@ func (s *OutSlot) SignalCh(k inlet.SignalKind) <-chan struct{} {
 		ch, fired = &s.doneCh, s.why != nil
 	}
 	if fired {
-		return closedChan
+		return inlet.ClosedChan
 	}
 	if *ch == nil {
 		*ch = make(chan struct{})
@@ -150,7 +152,7 @@ func (s *OutSlot) SignalCh(k inlet.SignalKind) <-chan struct{} {
 
 func (s *OutSlot) RetiredCh() <-chan struct{} {
 	if s.Known() != 0 {
-		return s.retirement.Closed()
+		return s.Settlement.Closed()
 	}
 	s.B.Mu.Lock()
 	defer s.B.Mu.Unlock()

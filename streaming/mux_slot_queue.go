@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/retire"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
 // Push queues one record of s, waiting while its queue is full.
@@ -22,7 +24,7 @@ func (s *OutSlot) Push(ctx context.Context, frame []byte) error {
 func (s *OutSlot) PushBytes(ctx context.Context, payload []byte) error {
 	n := wire.BytesItemLen(len(payload))
 	if n > maxArenaFrame {
-		return s.Push(ctx, bytesItemFrame(payload))
+		return s.Push(ctx, wire.BytesItem(payload))
 	}
 	return s.pushFrame(ctx, nil, payload, n)
 }
@@ -31,7 +33,7 @@ func (s *OutSlot) PushBytes(ctx context.Context, payload []byte) error {
 // (n bytes either way), waiting while the queue is full.
 func (s *OutSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) error {
 	if n > MaxMuxRecord {
-		return &ItemTooLargeError{Size: n, Limit: MaxMuxRecord}
+		return &streamerr.ItemTooLargeError{Size: n, Limit: MaxMuxRecord}
 	}
 	b := s.B
 	waited := false
@@ -40,7 +42,7 @@ func (s *OutSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) e
 		switch {
 		case s.Life.Terminal():
 			b.Mu.Unlock()
-			return ErrSenderClosed
+			return streamerr.ErrSenderClosed
 		case s.cancelled || s.Life.Closed():
 			b.Mu.Unlock()
 			return s.endErr()
@@ -212,11 +214,11 @@ func (s *OutSlot) terminate(frame []byte, wait bool) error {
 	b.Mu.Lock()
 	if s.Life.Terminal() {
 		b.Mu.Unlock()
-		return ErrSenderClosed
+		return streamerr.ErrSenderClosed
 	}
 	s.Life.End()
 	if s.cancelled || s.Life.Closed() {
-		s.SettleLocked(RetireDiscarded)
+		s.SettleLocked(retire.Discarded)
 		b.Mu.Unlock()
 		return s.endErr()
 	}
@@ -237,7 +239,7 @@ func (s *OutSlot) endErr() error {
 	if s.failErr != nil {
 		return s.failErr
 	}
-	return ErrCancelled
+	return streamerr.ErrCancelled
 }
 
 func (s *OutSlot) wakeSpaceLocked() {

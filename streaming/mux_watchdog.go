@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
 // The warning of the mux stream watchdog (the book's saturation chapter):
@@ -57,7 +58,7 @@ func (mx *Mux) logFiring(f *watchdogFiring) {
 		"slot_buffer_len", f.bufferLen,
 		"arrivals", f.arrivals,
 		"heartbeat_deadline_ms", f.window.Milliseconds(),
-		"detection_multiplier", detectionMultiplier)
+		"detection_multiplier", wire.DetectionMultiplier)
 }
 
 // watch is one watchdog window over the peer's slots: a slot that got
@@ -104,7 +105,7 @@ func (ip *IngressPeer) watchSlotLocked(s *InSlot, fired **watchdogFiring, ended 
 		s.delivered, s.misses = false, 0
 	default:
 		s.misses++
-		if s.misses >= detectionMultiplier {
+		if s.misses >= wire.DetectionMultiplier {
 			// Counted before the end is delivered, so that a consumer
 			// that sees ErrSenderDropped can tell a watchdog kill. An
 			// MPSC producer's end is not counted, as in the reference.

@@ -20,6 +20,7 @@ import (
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -62,13 +63,7 @@ const defaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisec
 // an item whose frame is larger than Limit: 16 MiB on
 // the per-stream path, 1 KiB less over the mux (room for the batch around
 // the record). Nothing is sent and the stream goes on.
-type ItemTooLargeError struct {
-	Size, Limit int
-}
-
-func (e *ItemTooLargeError) Error() string {
-	return fmt.Sprintf("velo: stream item of %d bytes exceeds the limit of %d", e.Size, e.Limit)
-}
+type ItemTooLargeError = streamerr.ItemTooLargeError
 
 type nodeConfig struct {
 	mux          MuxConfig

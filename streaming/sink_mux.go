@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
@@ -16,10 +17,10 @@ import (
 // for the answer to a pipelined attach, so that they report its refusal
 // (an MPSC attach is never pipelined, so it does not wait either).
 func (s *OutSlot) Finish(frame []byte, _ bool) error {
-	return s.terminate(frame, !inlet.SameFrame(frame, droppedFrame))
+	return s.terminate(frame, !inlet.SameFrame(frame, inlet.DroppedFrame))
 }
 
-func (s *OutSlot) AnchorHandle() AnchorHandle { return s.Handle }
+func (s *OutSlot) AnchorHandle() wire.AnchorHandle { return s.Handle }
 
 func (s *OutSlot) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme) {
 	return s.B.Mx.OpsMet, metrics.SchemeMux

@@ -76,6 +76,11 @@ const (
 	HeartbeatFrame = "\xa9Heartbeat"
 )
 
+// DetectionMultiplier is how many heartbeat intervals of silence end a
+// stream: the reader's watchdog, on both paths, waits this many before it
+// gives up on the producer.
+const DetectionMultiplier = 3
+
 // Frame is one decoded stream frame.
 type Frame struct {
 	Kind Kind
@@ -140,10 +145,6 @@ func AppendItem(dst, item []byte) []byte {
 	return append(dst, item...)
 }
 
-// AppendBytesItem appends an Item frame whose value is payload as a
-// MessagePack binary of the smallest width: the bytes rmp_serde writes for
-// StreamFrame::Item(bytes::Bytes). ByteItemBuilder writes the same item
-// with a fixed 5-byte bin32 length; a decoder takes either.
 // BytesItemLen is the length of the frame AppendBytesItem appends for a
 // payload of n bytes.
 func BytesItemLen(n int) int {
@@ -156,10 +157,19 @@ func BytesItemLen(n int) int {
 	return 6 + 5 + n
 }
 
+// AppendBytesItem appends an Item frame whose value is payload as a
+// MessagePack binary of the smallest width: the bytes rmp_serde writes for
+// StreamFrame::Item(bytes::Bytes). ByteItemBuilder writes the same item
+// with a fixed 5-byte bin32 length; a decoder takes either.
 func AppendBytesItem(dst, payload []byte) []byte {
 	dst = append(dst, 0x81, 0xa4, 'I', 't', 'e', 'm')
 	dst = appendBinHeader(dst, len(payload))
 	return append(dst, payload...)
+}
+
+// BytesItem is AppendBytesItem into a new slice of the frame's length.
+func BytesItem(payload []byte) []byte {
+	return AppendBytesItem(make([]byte, 0, BytesItemLen(len(payload))), payload)
 }
 
 // AppendErrorFrame appends a SenderError or TransportError frame. Text

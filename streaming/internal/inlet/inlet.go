@@ -25,8 +25,9 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// closedChan is returned for a signal that has already fired.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// ClosedChan is returned for a signal that has already fired, here and
+// by the mux's slots.
+var ClosedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Frames without a value, shared by every stream; the consumer only reads
 // them. The inlet tells a Detached apart by its identity (isDetached), so

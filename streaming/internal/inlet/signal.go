@@ -295,7 +295,7 @@ func (st *State) Signal(k SignalKind) <-chan struct{} {
 		ch, fired = &st.extraLocked().doneCh, st.stopReq || st.cancelled
 	}
 	if fired {
-		return closedChan
+		return ClosedChan
 	}
 	if *ch == nil {
 		*ch = make(chan struct{})

@@ -11,6 +11,15 @@ import (
 	"fmt"
 )
 
+// ItemTooLargeError is an item over the limit of its path.
+type ItemTooLargeError struct {
+	Size, Limit int
+}
+
+func (e *ItemTooLargeError) Error() string {
+	return fmt.Sprintf("velo: stream item of %d bytes exceeds the limit of %d", e.Size, e.Limit)
+}
+
 // The sentinels. Their texts are part of the public API (streaming).
 var (
 	ErrSenderDropped     = errors.New("velo: stream sender dropped")
