@@ -2,6 +2,7 @@ package streaming
 
 import (
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // How the Manager and the paths meet the inlet (internal/inlet), which
@@ -24,7 +25,7 @@ var closedChan = inlet.ClosedChan
 
 // The inlet recycles the ring of a slot with the mux's default credit:
 // the two must agree. (A negative constant does not convert to uint.)
-const _ = uint(DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-DefaultInitialCredit)
+const _ = uint(mux.DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-mux.DefaultInitialCredit)
 
 // inletOwner is the Manager as the inlet's Owner. A type of its own, so
 // that Remove and CountExpired do not join the Manager's exported methods.

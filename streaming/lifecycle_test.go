@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // The producer's signals across two nodes over TCP, on both paths: the
@@ -22,7 +24,7 @@ var lifecyclePaths = []struct {
 	nodes func(t *testing.T) (producer, consumer *remoteNode)
 	key   string
 }{
-	{"mux", func(t *testing.T) (*remoteNode, *remoteNode) { return muxNodes(t, MuxConfig{}) }, WireKey},
+	{"mux", func(t *testing.T) (*remoteNode, *remoteNode) { return muxNodes(t, MuxConfig{}) }, mux.WireKey},
 	{"tcp-stream", twoNodes, "tcp-stream"},
 }
 

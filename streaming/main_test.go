@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"go.uber.org/goleak"
 )
 
@@ -19,7 +20,7 @@ var illegalMoves struct {
 }
 
 func TestMain(m *testing.M) {
-	OnIllegalTransition = func(kind, from, to string) {
+	mux.OnIllegalTransition = func(kind, from, to string) {
 		illegalMoves.mu.Lock()
 		defer illegalMoves.mu.Unlock()
 		illegalMoves.list = append(illegalMoves.list, fmt.Sprintf("illegal %s lifecycle move %s -> %s\n%s", kind, from, to, debug.Stack()))

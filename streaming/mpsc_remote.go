@@ -12,6 +12,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // MPSC anchors between workers (mpsc/control.rs of the reference).
@@ -75,7 +76,7 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 	}
 	useMux := r.mux != nil && offersMux(req.SupportedTransportKeys)
 	if !useMux && r.ln == nil {
-		return refuseMPSCAttach("this node serves streams only over %s", WireKey)
+		return refuseMPSCAttach("this node serves streams only over %s", mux.WireKey)
 	}
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil || st.MPSC() == nil {
@@ -281,7 +282,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 	if err != nil {
 		return nil, err
 	}
-	if resp.TransportKey == WireKey && r.mux != nil {
+	if resp.TransportKey == mux.WireKey && r.mux != nil {
 		// The registry (dropped by the deferred func) is for the
 		// per-stream path: the mux signals its slot.
 		return openMuxMPSCSender(ctx, r, owner, handle, resp, encode)
@@ -331,7 +332,7 @@ func (r *remote) attachMPSCMux(st *inlet.State, p *inlet.Remote, producer ext.Wo
 		return refuseMPSCAttach("node is shutting down")
 	}
 	resp := wire.MPSCAttachResponse{
-		TransportKey:        WireKey,
+		TransportKey:        mux.WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		SenderID:            uint64(p.ID()),
 		RoutingSessionID:    session,

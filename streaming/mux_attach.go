@@ -17,6 +17,7 @@ import (
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // Attach negotiation for the mux. A producer with the mux offers messenger-mux-v2 before
@@ -58,7 +59,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	if cfg.Disabled || muxDisabledByEnv() {
 		return nil
 	}
-	mx := New(cfg, r.heartbeat, r.postBatch)
+	mx := mux.New(cfg.internal(), r.heartbeat, r.postBatch)
 	mx.ProbePost = r.probeBatch
 	mx.PostTagged = r.postBatchTagged
 	mx.PostOwned = r.postBatchOwned
@@ -79,7 +80,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 			mx.HandleBatch(c.SenderWorkerID(), lane, c.Payload)
 		}, messenger.WithInline(), messenger.WithDrainExempt(),
 			msgrx.WithStagedFailure(func(sender ext.WorkerID, h map[string]string, err error) {
-				mx.StagedFailure(sender, lane, h[SlotHeader], err)
+				mx.StagedFailure(sender, lane, h[mux.SlotHeader], err)
 			}))
 		if err := msgrx.RegisterSystem(r.msg, h); err != nil {
 			mx.Close()
@@ -110,7 +111,7 @@ func (r *remote) postBatchTagged(peer ext.WorkerID, lane int, batch []byte, tag 
 	}
 	var opts []messenger.CallOption
 	if tag != "" {
-		opts = append(opts, messenger.WithHeaders(map[string]string{SlotHeader: tag}))
+		opts = append(opts, messenger.WithHeaders(map[string]string{mux.SlotHeader: tag}))
 	}
 	return admitted(msgrx.PostLaneOutcome(r.msg, inst, lane, muxwire.HandlerName(lane), batch, opts...))
 }
@@ -141,19 +142,19 @@ func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner
 }
 
 // offersMux says whether an attach request names this build's mux.
-func offersMux(keys []string) bool { return slices.Contains(keys, WireKey) }
+func offersMux(keys []string) bool { return slices.Contains(keys, mux.WireKey) }
 
 // attachMux binds st for the mux: the producer's OpenSlot claims it within
 // the accept window. The caller checked st and holds no lock.
 func (r *remote) attachMux(st *inlet.State, producer ext.WorkerID, key *uint64) ([]byte, error) {
-	pre, why := st.ClaimMux(func(pre inlet.Prebind) bool { return r.mux.Adopt(pre.(*Bind), producer) })
+	pre, why := st.ClaimMux(func(pre inlet.Prebind) bool { return r.mux.Adopt(pre.(*mux.Bind), producer) })
 	switch {
 	case why == inlet.ClaimEnded:
 		return refuseAttach("anchor %v not found", st.Handle())
 	case why == inlet.ClaimTaken:
 		return refuseAttach("anchor %v already attached", st.Handle())
 	case pre != nil:
-		bd := pre.(*Bind) // the inlet holds only the mux's pre-binds
+		bd := pre.(*mux.Bind) // the inlet holds only the mux's pre-binds
 		return r.muxAnswer(bd.Key.Session, bd.Lane), nil
 	}
 	session := r.ids.next()
@@ -168,7 +169,7 @@ func (r *remote) attachMux(st *inlet.State, producer ext.WorkerID, key *uint64) 
 // muxAnswer is the attach answer for a mux bind under session on lane.
 func (r *remote) muxAnswer(session uint64, lane int) []byte {
 	resp := wire.AttachResponse{
-		TransportKey:        WireKey,
+		TransportKey:        mux.WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.Cfg.InitialCredit,
@@ -203,7 +204,7 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 // told the stream is over (abandonBound), or its consumer would wait out
 // the accept window. A ticket's pre-bind may still be claimed by another
 // producer, and an MPSC producer is released by its own message.
-func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*OutSlot, error) {
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*mux.OutSlot, error) {
 	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
@@ -212,7 +213,7 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 		return nil, err
 	}
 	peer, ln := handle.Owner(), r.senderLane(handle.Owner(), lane)
-	b, s, err := r.mux.OpenOn(peer, ln, func(b *Batcher) (*OutSlot, error) {
+	b, s, err := r.mux.OpenOn(peer, ln, func(b *mux.Batcher) (*mux.OutSlot, error) {
 		return b.Open(handle.LocalID(), routing, credit)
 	})
 	if err != nil {
@@ -241,7 +242,7 @@ func (m *Manager) FlushBatch() {
 // first.
 func (r *remote) offeredKeys() []string {
 	if r.mux != nil {
-		return []string{WireKey, wire.TCPStreamKey}
+		return []string{mux.WireKey, wire.TCPStreamKey}
 	}
 	return []string{wire.TCPStreamKey}
 }
@@ -285,18 +286,18 @@ func (r *remote) senderLane(owner ext.WorkerID, lane uint8) int {
 	if !ok {
 		return 0
 	}
-	return int(lane) % ClampLanes(msgrx.Lanes(r.msg, inst))
+	return int(lane) % mux.ClampLanes(msgrx.Lanes(r.msg, inst))
 }
 
 // lanesTo is how many lanes the mux uses to peer (0: to any peer, for a
 // pre-bind).
 func (r *remote) lanesTo(peer ext.WorkerID) int {
 	if peer == 0 {
-		return ClampLanes(msgrx.Lanes(r.msg, ext.InstanceID{}))
+		return mux.ClampLanes(msgrx.Lanes(r.msg, ext.InstanceID{}))
 	}
 	inst, ok := msgrx.InstanceOf(r.msg, peer)
 	if !ok {
 		return 1
 	}
-	return ClampLanes(msgrx.Lanes(r.msg, inst))
+	return mux.ClampLanes(msgrx.Lanes(r.msg, inst))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // TestMuxStoppedBatcherWritesNoNotice: a batcher that eviction or peer
@@ -147,14 +148,14 @@ func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 
 // takenOut takes the lane-0 batcher of mx to peer out of the mux, as
 // eviction (lost false) or peer loss (lost true) does before it stops it.
-func takenOut(t *testing.T, mx *Mux, peer ext.WorkerID, lost bool) *Batcher {
+func takenOut(t *testing.T, mx *mux.Mux, peer ext.WorkerID, lost bool) *mux.Batcher {
 	t.Helper()
 	b, err := mx.BatcherFor(peer, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mx.Mu.Lock()
-	delete(mx.Batchers, LaneKey{peer, 0})
+	delete(mx.Batchers, mux.LaneKey{Peer: peer, Lane: 0})
 	b.Supersede(lost)
 	mx.Mu.Unlock()
 	return b

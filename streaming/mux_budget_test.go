@@ -13,6 +13,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // readAll reads n tokens in order then the end, pausing pause after each
@@ -91,7 +92,7 @@ func TestMuxMixedConsumers(t *testing.T) {
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
 	waitFor(t, "credit in flight to land", func() bool { return cm.N.CreditSent.Load() == pm.N.CreditReceived.Load() })
-	for _, mx := range []*Mux{pm, cm} {
+	for _, mx := range []*mux.Mux{pm, cm} {
 		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
 			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}
@@ -150,7 +151,7 @@ func TestMuxNegotiation(t *testing.T) {
 		want           string
 		wantProducerMx bool
 	}{
-		{"both", on, on, "", WireKey, true},
+		{"both", on, on, "", mux.WireKey, true},
 		{"owner-off", on, off, "", wire.TCPStreamKey, true},
 		{"producer-off", off, on, "", wire.TCPStreamKey, false},
 		{"env-off", on, on, "yes", wire.TCPStreamKey, false},
@@ -194,8 +195,8 @@ func TestMuxItemAtLimit(t *testing.T) {
 	ctx := context.Background()
 	// The largest payload whose frame Send accepts: the frame's overhead
 	// is the same for any payload near the limit.
-	near := MaxMuxRecord - 64
-	size := MaxMuxRecord - (len(bytesItemFrame(make([]byte, near))) - near)
+	near := mux.MaxMuxRecord - 64
+	size := mux.MaxMuxRecord - (len(bytesItemFrame(make([]byte, near))) - near)
 	var tooBig *ItemTooLargeError
 	if err := s.Send(ctx, make([]byte, size+1)); !errors.As(err, &tooBig) {
 		t.Fatalf("an item of %d bytes, one past the limit: %v", size+1, err)
@@ -316,10 +317,10 @@ func TestMuxConsumerByteWatermark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var in *InSlot
+	var in *mux.InSlot
 	waitFor(t, "all 8 records delivered", func() bool {
 		sn := a.st.Snapshot()
-		in, _ = sn.Feed.(*InSlot)
+		in, _ = sn.Feed.(*mux.InSlot)
 		return in != nil && sn.Queued == 8
 	})
 	granted := func() uint32 {

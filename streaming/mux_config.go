@@ -3,8 +3,9 @@ package streaming
 // The mux's configuration: flush policies, MuxConfig and its defaults.
 
 import (
-	"errors"
 	"time"
+
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // FlushPolicy says when a batcher writes what producers staged.
@@ -78,59 +79,23 @@ type MuxConfig struct {
 	AtBytes int
 }
 
-// coalesceThreshold is the size up to which the transports' writer packs
-// frames into one write; messengerEnvelope is room for the messenger's
-// frame preamble and header around a batch.
-const (
-	CoalesceThreshold = 64 << 10
-	messengerEnvelope = 256
-)
-
-// defaultInitialCredit is a mux slot's credit window unless configured.
-const DefaultInitialCredit = 32
-
-// maxMuxSlots bounds the slot indices of one batcher, as the book's table
-// of 65,536 per (peer, lane).
-const maxMuxSlots = 1 << 16
-
-var errSlotsExhausted = errors.New("velo: mux: every slot index to this peer is in use")
-
-func (c MuxConfig) WithDefaults() MuxConfig {
-	if c.InitialCredit == 0 {
-		c.InitialCredit = DefaultInitialCredit
+// internal is c in the mux's own type.
+func (c MuxConfig) internal() mux.Config {
+	return mux.Config{
+		Disabled:            c.Disabled,
+		InitialCredit:       c.InitialCredit,
+		SlotByteBudget:      c.SlotByteBudget,
+		PeerByteBudget:      c.PeerByteBudget,
+		MaxBatchBytes:       c.MaxBatchBytes,
+		ReplyLinger:         c.ReplyLinger,
+		DrainVisitFloor:     c.DrainVisitFloor,
+		CreditSweepInterval: c.CreditSweepInterval,
+		AsyncOpenAck:        c.AsyncOpenAck,
+		WaitForAttach:       c.WaitForAttach,
+		BatcherIdleTTL:      c.BatcherIdleTTL,
+		Flush:               mux.FlushPolicy(c.Flush),
+		MaxLinger:           c.MaxLinger,
+		OnComplete:          c.OnComplete,
+		AtBytes:             c.AtBytes,
 	}
-	if c.SlotByteBudget <= 0 {
-		c.SlotByteBudget = 1 << 20
-	}
-	if c.PeerByteBudget <= 0 {
-		c.PeerByteBudget = 8 << 20
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 60 << 10
-	}
-	// The coalescing writer packs a frame into its buffered write only up
-	// to 64 KiB; a larger batch would be written in segments and give the
-	// saving back, so that threshold caps the batch too. (The eager budget,
-	// the transport's 16 MiB frame, is larger still.)
-	c.MaxBatchBytes = min(c.MaxBatchBytes, CoalesceThreshold-messengerEnvelope)
-	if c.ReplyLinger <= 0 {
-		c.ReplyLinger = time.Millisecond
-	}
-	if c.DrainVisitFloor <= 0 {
-		c.DrainVisitFloor = 2 * time.Millisecond
-	}
-	if c.CreditSweepInterval <= 0 {
-		c.CreditSweepInterval = 200 * time.Millisecond
-	}
-	if c.MaxLinger <= 0 {
-		c.MaxLinger = 2 * time.Millisecond
-	}
-	if c.BatcherIdleTTL <= 0 {
-		c.BatcherIdleTTL = 60 * time.Second
-	}
-	return c
 }
-
-// inletRecords is how many records a slot queues before Send waits: the
-// book's inlet of C+1.
-func (c MuxConfig) inletRecords() int { return int(c.InitialCredit) + 1 }

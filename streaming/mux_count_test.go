@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // Counting tests of the mux: what many streams cost in goroutines and
@@ -72,7 +74,7 @@ func TestMuxManyStreamsShareConnections(t *testing.T) {
 			t.Fatalf("stream %d: no end after its tokens", i)
 		}
 	}
-	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+	for _, mx := range []*mux.Mux{muxOf(t, producer), muxOf(t, consumer)} {
 		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
 			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // TestMuxEarlySizeRefusalKeptForTheBind: a staged record refused for its
@@ -45,13 +46,13 @@ func TestMuxEarlySizeRefusalKeptForTheBind(t *testing.T) {
 	if !errors.As(err, &te) {
 		t.Fatalf("a stream whose staged record was refused before its OpenSlot read %v, want a *TransportError", err)
 	}
-	for session := uint64(1); session <= 4*MaxEarlyRefusals; session++ {
+	for session := uint64(1); session <= 4*mux.MaxEarlyRefusals; session++ {
 		cmx.StagedFailure(sender, 0, tag(session), errors.New("test: flood"))
 	}
 	ip.Mu.Lock()
 	kept := len(ip.Early)
 	ip.Mu.Unlock()
-	if kept > MaxEarlyRefusals {
-		t.Fatalf("%d early refusals kept for one sender, want at most %d", kept, MaxEarlyRefusals)
+	if kept > mux.MaxEarlyRefusals {
+		t.Fatalf("%d early refusals kept for one sender, want at most %d", kept, mux.MaxEarlyRefusals)
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // lingerNodes are two nodes whose producer uses FlushLinger with cfg.
-func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte], *Mux) {
+func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte], *mux.Mux) {
 	t.Helper()
 	cfg.Flush = FlushLinger
 	producer, consumer := muxNodes(t, cfg)
@@ -17,7 +18,7 @@ func lingerNodes(t *testing.T, cfg MuxConfig) (*Anchor[[]byte], *Sender[[]byte],
 	return a, s, muxOf(t, producer)
 }
 
-func dataBatches(mx *Mux) uint64 { return mx.N.SentByType[metrics.MuxData].Load() }
+func dataBatches(mx *mux.Mux) uint64 { return mx.N.SentByType[metrics.MuxData].Load() }
 
 // Under FlushLinger, records staged within the window share one write.
 func TestMuxLingerWindowBatches(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // Tests of what the mux refuses from a peer that does not keep the
@@ -37,7 +38,7 @@ func openedStream(t *testing.T, producer, consumer *remoteNode) (*Anchor[[]byte]
 }
 
 // forge hands mx one batch of lane 0 from sender, built by add.
-func forge(t *testing.T, mx *Mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
+func forge(t *testing.T, mx *mux.Mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
 	t.Helper()
 	var enc muxwire.Encoder
 	enc.Start(nil, 0, epoch, 1<<30)
@@ -227,7 +228,7 @@ func TestMuxStrangerWithoutRouteCostsNothing(t *testing.T) {
 }
 
 // refusePostsTo makes every post of mx to peer fail with err.
-func refusePostsTo(mx *Mux, peer ext.WorkerID, err error) {
+func refusePostsTo(mx *mux.Mux, peer ext.WorkerID, err error) {
 	inner, owned := mx.Post, mx.PostOwned
 	mx.Post = func(p ext.WorkerID, lane int, batch []byte) error {
 		if p == peer {
@@ -290,8 +291,8 @@ func TestMuxRefusedRejectIsNotRetriedForever(t *testing.T) {
 	})
 	waitFor(t, "the reject to be dropped", func() bool { return cmx.N.RepliesDiscarded.Load() == 1 })
 	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
-	if n := cmx.N.BatcherWakes.Load() - wakes; n > MaxRefusedPosts+1 {
-		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, MaxRefusedPosts+1)
+	if n := cmx.N.BatcherWakes.Load() - wakes; n > mux.MaxRefusedPosts+1 {
+		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, mux.MaxRefusedPosts+1)
 	}
 }
 
@@ -322,8 +323,8 @@ func TestMuxUnroutablePostDropsTheBatcher(t *testing.T) {
 func TestMuxIdsAreNotGuessable(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{})
 	p, c := muxOf(t, producer).Epochs.Load(), muxOf(t, consumer).Epochs.Load()
-	if p == c || p < 1<<32 || c < 1<<32 || p >= 1<<epochBaseBits || c >= 1<<epochBaseBits {
-		t.Fatalf("epoch bases %d and %d: want two random values in [2^32, 2^%d)", p, c, epochBaseBits)
+	if p == c || p < 1<<32 || c < 1<<32 || p >= 1<<mux.EpochBaseBits || c >= 1<<mux.EpochBaseBits {
+		t.Fatalf("epoch bases %d and %d: want two random values in [2^32, 2^%d)", p, c, mux.EpochBaseBits)
 	}
 	a1, s1 := openedStream(t, producer, consumer)
 	_, s2 := openedStream(t, producer, consumer)
@@ -383,7 +384,7 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 	epoch := func() uint64 {
 		cmx.Mu.Lock()
 		defer cmx.Mu.Unlock()
-		ip := cmx.Ingress[LaneKey{producer.msg.WorkerID(), 0}]
+		ip := cmx.Ingress[mux.LaneKey{Peer: producer.msg.WorkerID(), Lane: 0}]
 		ip.Mu.Lock()
 		defer ip.Mu.Unlock()
 		return ip.Epoch
@@ -392,12 +393,12 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 		enc.OpenSlot(far, 0, a.Handle().LocalID(), tk.RoutingSessionID)
 	})
 	cmx.Mu.Lock()
-	ip := cmx.Ingress[LaneKey{producer.msg.WorkerID(), 0}]
+	ip := cmx.Ingress[mux.LaneKey{Peer: producer.msg.WorkerID(), Lane: 0}]
 	cmx.Mu.Unlock()
 	ip.Mu.Lock()
 	n := len(ip.Slots)
 	ip.Mu.Unlock()
-	if n > MaxIngressSlots {
+	if n > mux.MaxIngressSlots {
 		t.Fatalf("the table grew to %d entries", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -420,7 +421,7 @@ func TestMuxOpenSlotIndexBounded(t *testing.T) {
 func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 	var attempts atomic.Int32
 	release := make(chan struct{})
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		if attempts.Add(1) == 1 {
 			<-release // the first batch of answers stays in flight
 		}
@@ -431,7 +432,7 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 	flood := func(first int) {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, 1, uint32(first+1))
-		for j := first; j < first+MaxRejects; j++ {
+		for j := first; j < first+mux.MaxRejects; j++ {
 			id, _ := muxwire.NewSlotID(uint32(j), 0)
 			enc.OpenSlot(id, 0, uint64(j)+1, 1)
 		}
@@ -439,7 +440,7 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := func() *Batcher {
+	b := func() *mux.Batcher {
 		flood(0)
 		return mx.ExistingBatcher(peer, 0)
 	}()
@@ -449,10 +450,10 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 		return len(b.Closes) + len(b.FlyingCloses)
 	}
 	waitFor(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
-	flood(MaxRejects)
-	if n := owed(); n > MaxRejects {
+	flood(mux.MaxRejects)
+	if n := owed(); n > mux.MaxRejects {
 		close(release)
-		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, MaxRejects)
+		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, mux.MaxRejects)
 	}
 	close(release)
 	waitFor(t, "the refused batch to be owed again", func() bool {
@@ -460,8 +461,8 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 		defer b.Mu.Unlock()
 		return b.Refusals > 0
 	})
-	if n := owed(); n > MaxRejects {
-		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, MaxRejects)
+	if n := owed(); n > mux.MaxRejects {
+		t.Fatalf("%d answers owed after a refusal, over the cap of %d", n, mux.MaxRejects)
 	}
 }
 
@@ -479,7 +480,7 @@ func TestMuxCreditOutlivesARefusingLane(t *testing.T) {
 		if !refusing.Load() || p != producer.msg.WorkerID() {
 			return false
 		}
-		if refused.Add(1) >= MaxRefusedPosts+2 {
+		if refused.Add(1) >= mux.MaxRefusedPosts+2 {
 			refusing.Store(false)
 		}
 		return true
@@ -511,7 +512,7 @@ func TestMuxCreditOutlivesARefusingLane(t *testing.T) {
 	}()
 	readTokens(t, a, 1, n, 10*time.Second)
 	<-sent
-	if refused.Load() < MaxRefusedPosts+2 {
+	if refused.Load() < mux.MaxRefusedPosts+2 {
 		t.Fatalf("%d posts refused: the lane never refused long enough", refused.Load())
 	}
 }

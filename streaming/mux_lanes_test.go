@@ -10,6 +10,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -21,14 +22,14 @@ func lanedNode(t *testing.T, n int) *remoteNode {
 }
 
 // slotsPerLane counts the consumer's live slots from peer on each lane.
-func slotsPerLane(mx *Mux, peer ext.WorkerID) [muxwire.Lanes]int {
+func slotsPerLane(mx *mux.Mux, peer ext.WorkerID) [muxwire.Lanes]int {
 	var out [muxwire.Lanes]int
 	// The tables are listed under the mux's lock and read after it: an
 	// ingress table's lock comes first in the library's order (a batch
 	// claims its binds under it), so taking it under the mux's lock could
 	// deadlock with a batch being applied.
 	mx.Mu.Lock()
-	ips := map[LaneKey]*IngressPeer{}
+	ips := map[mux.LaneKey]*mux.IngressPeer{}
 	for k, ip := range mx.Ingress {
 		if k.Peer == peer {
 			ips[k] = ip
@@ -78,7 +79,7 @@ func TestMuxLanesSpread(t *testing.T) {
 // A keyed attach lands on lane splitmix64(key) % lanes, in every build;
 // a keyed pre-bind too.
 func TestMuxLanesKeyed(t *testing.T) {
-	if got := Splitmix64(0); got != 0xe220a8397b1dcdaf {
+	if got := mux.Splitmix64(0); got != 0xe220a8397b1dcdaf {
 		t.Fatalf("splitmix64(0) = %#x, the fixed hash changed", got)
 	}
 	producer, consumer := lanedNode(t, 4), lanedNode(t, 4)
@@ -92,7 +93,7 @@ func TestMuxLanesKeyed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := int(Splitmix64(key) % 4)
+		want := int(mux.Splitmix64(key) % 4)
 		if got := s.slot().B.Lane; got != want {
 			t.Fatalf("key %d went on lane %d, want %d", key, got, want)
 		}
@@ -133,7 +134,7 @@ func TestMuxLanesFewerOnSender(t *testing.T) {
 // A batch whose header names another lane than its handler's is dropped
 // and counted: its slot ids belong to another batcher.
 func TestMuxLaneMismatchDropped(t *testing.T) {
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.Close()
 	var enc muxwire.Encoder
 	enc.Start(nil, 2, 1, 1)
@@ -153,14 +154,14 @@ func TestMuxLaneMismatchDropped(t *testing.T) {
 func TestMuxRejectLaneCapped(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error {
 		once.Do(func() { <-release }) // the first write stalls: nothing drains the lane
 		return nil
 	})
 	defer mx.Close()
 	defer close(release)
 	const peer = ext.WorkerID(9)
-	const flood = MaxRejects + 6000 // the stalled batch may hold up to ~4,400 (60 KiB of closes)
+	const flood = mux.MaxRejects + 6000 // the stalled batch may hold up to ~4,400 (60 KiB of closes)
 	for i := 0; i < flood; i += 500 {
 		var enc muxwire.Encoder
 		enc.Start(nil, 0, 1, uint32(i/500+1))
@@ -177,8 +178,8 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 	pending := len(b.Closes)
 	b.Mu.Unlock()
 	refused := mx.N.ControlRefused.Load()
-	if pending > MaxRejects || refused == 0 {
-		t.Fatalf("%d answers pending (cap %d), %d refused", pending, MaxRejects, refused)
+	if pending > mux.MaxRejects || refused == 0 {
+		t.Fatalf("%d answers pending (cap %d), %d refused", pending, mux.MaxRejects, refused)
 	}
 }
 
@@ -186,7 +187,7 @@ func TestMuxRejectLaneCapped(t *testing.T) {
 // and still goes out, through a fresh batcher.
 func TestMuxCloseRacesEviction(t *testing.T) {
 	got := make(chan []byte, 16)
-	mx := New(MuxConfig{BatcherIdleTTL: time.Nanosecond}, defaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
+	mx := mux.New(MuxConfig{BatcherIdleTTL: time.Nanosecond}.internal(), defaultHeartbeatInterval, func(_ ext.WorkerID, _ int, b []byte) error {
 		got <- append([]byte(nil), b...)
 		return nil
 	})
@@ -197,10 +198,10 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	mx.Mu.Lock()
-	delete(mx.Batchers, LaneKey{peer, 0}) // evicted: out of the table, and
+	delete(mx.Batchers, mux.LaneKey{Peer: peer, Lane: 0}) // evicted: out of the table, and
 	mx.Mu.Unlock()
 	b.Mu.Lock()
-	b.State.To(BatcherHalted) // its goroutine will write nothing more ...
+	b.State.To(mux.BatcherHalted) // its goroutine will write nothing more ...
 	b.Mu.Unlock()
 	id, _ := muxwire.NewSlotID(3, 1)
 	b.ReplyClose(id, muxwire.UnknownSlot) // ... as a close is posted to it
@@ -233,7 +234,7 @@ func TestMuxCloseRacesEviction(t *testing.T) {
 // holds its slot index, nor does one with the right slot but another
 // session; control for an index never allocated is refused and counted.
 func TestMuxStaleAndBogusControl(t *testing.T) {
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.Close()
 	b, err := mx.BatcherFor(3, 0)
 	if err != nil {
@@ -283,7 +284,7 @@ func TestMuxLanesKeyedMPSC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := int(Splitmix64(key) % 4); s.slot() == nil || s.slot().B.Lane != want {
+		if want := int(mux.Splitmix64(key) % 4); s.slot() == nil || s.slot().B.Lane != want {
 			t.Fatalf("key %d: lane %v, want %d", key, s.slot(), want)
 		}
 		s.Close()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -212,7 +213,7 @@ func TestMuxTeardown(t *testing.T) {
 		a.Close()
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	for _, mx := range []*Mux{pm, cm} {
+	for _, mx := range []*mux.Mux{pm, cm} {
 		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		// Closes that cross a stream's own end are the ordinary race of a
 		// retired generation: dropped, not counted as refused.
@@ -233,7 +234,7 @@ func TestMuxTeardown(t *testing.T) {
 			t.Fatal("a batcher's goroutine outlived its Manager")
 		}
 	}
-	for _, mx := range []*Mux{pm, cm} {
+	for _, mx := range []*mux.Mux{pm, cm} {
 		if n := len(mx.AllBatchers()); n != 0 {
 			t.Fatalf("%d batchers after close", n)
 		}

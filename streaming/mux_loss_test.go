@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // Tests of the mux's failure paths: epoch death, lost batches and the
@@ -22,7 +23,7 @@ type postGate struct {
 	refuse, lose atomic.Int32 // batches still to refuse or lose
 }
 
-func (g *postGate) install(mx *Mux) {
+func (g *postGate) install(mx *mux.Mux) {
 	inner := mx.Post
 	mx.Post = func(peer ext.WorkerID, lane int, batch []byte) error {
 		if g.refuse.Load() > 0 && g.refuse.Add(-1) >= 0 {
@@ -140,7 +141,7 @@ func TestMuxIdleSweepAllocs(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != io.EOF {
 		t.Fatal(err)
 	}
-	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+	for _, mx := range []*mux.Mux{muxOf(t, producer), muxOf(t, consumer)} {
 		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		allocs := testing.AllocsPerRun(100, func() {
 			mx.Walk(time.Now())

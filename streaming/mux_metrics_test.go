@@ -9,6 +9,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // The mux series move with a stream between two nodes that record into one
@@ -70,7 +71,7 @@ func TestMuxMetrics(t *testing.T) {
 // a late batch below the high-water mark is not counted again, and a new
 // epoch starts over.
 func TestMuxBatchSeqGaps(t *testing.T) {
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.Close()
 	batch := func(epoch uint64, seq uint32) []byte {
 		var enc muxwire.Encoder

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // muxOn turns the mux on for newRemoteNode, which turns it off by default.
@@ -68,7 +69,7 @@ func TestMuxOnly(t *testing.T) {
 		t.Fatal("a mux-only node advertises tcp-stream")
 	}
 	got, err := streamOnce(t, producer, consumer)
-	if err != nil || got != WireKey {
+	if err != nil || got != mux.WireKey {
 		t.Fatalf("mux-only owner: %q, %v", got, err)
 	}
 	legacy, _ := pairWith(t, nil, nil) // mux off

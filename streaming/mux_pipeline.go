@@ -9,6 +9,7 @@ import (
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -42,7 +43,7 @@ var ErrAttachTimeout = streamerr.ErrAttachTimeout
 
 // canPipeline says whether an attach to owner may skip the wait.
 func (r *remote) canPipeline(owner ext.InstanceID) bool {
-	if r.mux == nil || r.mux.Cfg.WaitForAttach || r.mux.Cfg.Flush == FlushManual {
+	if r.mux == nil || r.mux.Cfg.WaitForAttach || r.mux.Cfg.Flush == mux.FlushManual {
 		return false
 	}
 	if _, ok := r.muxOwners.Load(owner); !ok {
@@ -54,7 +55,7 @@ func (r *remote) canPipeline(owner ext.InstanceID) bool {
 // attachPipelined opens a pending slot for handle, sends the attach
 // request, and returns the Sender without waiting for the answer.
 func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
-	b, s, err := r.mux.OpenOn(handle.Owner(), 0, func(b *Batcher) (*OutSlot, error) { return b.OpenPending(handle) })
+	b, s, err := r.mux.OpenOn(handle.Owner(), 0, func(b *mux.Batcher) (*mux.OutSlot, error) { return b.OpenPending(handle) })
 	if b == nil {
 		return nil, fmt.Errorf("velo: attach %v: %w", handle, err)
 	}
@@ -90,7 +91,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 
 // answerPending applies the owner's answer to a pending slot. It runs on
 // the messenger's reader goroutine, so it never waits.
-func (r *remote) answerPending(s *OutSlot, owner ext.InstanceID, start time.Time, body []byte, err error) {
+func (r *remote) answerPending(s *mux.OutSlot, owner ext.InstanceID, start time.Time, body []byte, err error) {
 	var resp wire.AttachResponse
 	if err == nil {
 		resp, err = wire.DecodeAttachResponse(body)
@@ -106,11 +107,11 @@ func (r *remote) answerPending(s *OutSlot, owner ext.InstanceID, start time.Time
 		err = fmt.Errorf("velo: attach %v: %w", handle, err)
 	case refusal != "":
 		err = attachRefusal(handle, refusal)
-	case resp.TransportKey != WireKey:
+	case resp.TransportKey != mux.WireKey:
 		// Not expected of an owner that answered the mux before; the
 		// next attach to it waits again.
 		r.muxOwners.Delete(owner)
-		err = fmt.Errorf("velo: attach %v: the owner answered transport %q where it had answered %s", handle, resp.TransportKey, WireKey)
+		err = fmt.Errorf("velo: attach %v: the owner answered transport %q where it had answered %s", handle, resp.TransportKey, mux.WireKey)
 	case resp.InitialCredit == 0:
 		err = fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
 	case r.senderLane(handle.Owner(), resp.Lane) != s.B.Lane:

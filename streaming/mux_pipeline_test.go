@@ -12,6 +12,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // learnOwner runs one waited attach from producer to consumer, after which
@@ -67,7 +68,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	if s.slot().Answered == nil {
 		t.Fatal("the attach waited for its answer")
 	}
-	if got := s.NegotiatedTransport(); got != WireKey {
+	if got := s.NegotiatedTransport(); got != mux.WireKey {
 		t.Fatalf("NegotiatedTransport = %q", got)
 	}
 	fill(t, s, 0, 5) // queued: the slot holds them until the answer
@@ -285,8 +286,8 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 // before it is reused once none of its records is queued, so a slot whose
 // queue never empties stops allocating.
 func TestOutSlotArenaReuse(t *testing.T) {
-	b := &Batcher{}
-	s := &OutSlot{B: b}
+	b := &mux.Batcher{}
+	s := &mux.OutSlot{B: b}
 	tok := make([]byte, 40)
 	n := wire.BytesItemLen(len(tok))
 	var arenas = map[*byte]bool{}
@@ -313,7 +314,7 @@ func TestOutSlotArenaReuse(t *testing.T) {
 	// An ended slot's arenas serve the next slot of the batcher.
 	s.Q = nil
 	b.RecycleLocked(s)
-	next := &OutSlot{B: b}
+	next := &mux.OutSlot{B: b}
 	next.ArenaFrameLocked(tok, n)
 	if !arenas[unsafe.SliceData(next.Arena)] {
 		t.Error("a new slot made an arena while an ended slot's was free")
@@ -324,7 +325,7 @@ func TestOutSlotArenaReuse(t *testing.T) {
 // slot whose OpenSlot was left for the next batch.
 func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 	// header 16 + one OpenSlot record 29 + one 1-byte Data record 22
-	mx := New(MuxConfig{MaxBatchBytes: 67}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
+	mx := mux.New(MuxConfig{MaxBatchBytes: 67}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return nil })
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
@@ -366,9 +367,9 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 // ErrAttachTimeout once the timeout passes, by the credit walk: the
 // attach arms no timer of its own. The late answer then changes nothing.
 func TestMuxPipelinedAttachUnanswered(t *testing.T) {
-	old := AttachAnswerTimeout
-	AttachAnswerTimeout = 50 * time.Millisecond
-	t.Cleanup(func() { AttachAnswerTimeout = old })
+	old := mux.AttachAnswerTimeout
+	mux.AttachAnswerTimeout = 50 * time.Millisecond
+	t.Cleanup(func() { mux.AttachAnswerTimeout = old })
 	producer, _, a := learnedAnchor(t, MuxConfig{CreditSweepInterval: 5 * time.Millisecond})
 	release := holdAnswers(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

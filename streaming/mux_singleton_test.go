@@ -14,6 +14,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/rendezvous"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // stagedNode is a node with the mux and transparent staging, as velo.New
@@ -171,7 +172,7 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 
 // The 64 KiB coalescing threshold caps the batch size whatever is asked.
 func TestMuxBatchCapBoundedByCoalescing(t *testing.T) {
-	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).WithDefaults().MaxBatchBytes; got > CoalesceThreshold {
+	if got := (MuxConfig{MaxBatchBytes: 1 << 20}).internal().WithDefaults().MaxBatchBytes; got > mux.CoalesceThreshold {
 		t.Fatalf("MaxBatchBytes %d above the coalescing threshold", got)
 	}
 }

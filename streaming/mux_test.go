@@ -11,6 +11,7 @@ import (
 
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // Tests of the messenger mux: two nodes in one process over loopback TCP,
@@ -29,7 +30,7 @@ func muxNodes(t *testing.T, cfg MuxConfig, opts ...ManagerOption) (producer, con
 }
 
 // muxOf is the mux of a node; the test fails if the node has none.
-func muxOf(t *testing.T, n *remoteNode) *Mux {
+func muxOf(t *testing.T, n *remoteNode) *mux.Mux {
 	t.Helper()
 	mx := n.sm.remote.mux
 	if mx == nil {
@@ -42,8 +43,8 @@ func muxOf(t *testing.T, n *remoteNode) *Mux {
 func attachMuxT[T any](t *testing.T, producer *remoteNode, h wire.AnchorHandle) *Sender[T] {
 	t.Helper()
 	s := attachRemoteT[T](t, producer, h)
-	if got := s.NegotiatedTransport(); got != WireKey {
-		t.Fatalf("NegotiatedTransport = %q, want %q", got, WireKey)
+	if got := s.NegotiatedTransport(); got != mux.WireKey {
+		t.Fatalf("NegotiatedTransport = %q, want %q", got, mux.WireKey)
 	}
 	return s
 }
@@ -142,7 +143,7 @@ func queued(st *inlet.State) int {
 }
 
 // slotState reads the producer side of a mux slot under its lock.
-func slotState(s *OutSlot) (credit uint32, q int, waiting bool) {
+func slotState(s *mux.OutSlot) (credit uint32, q int, waiting bool) {
 	s.B.Mu.Lock()
 	defer s.B.Mu.Unlock()
 	return s.Credit, len(s.Q), s.SpaceWait != nil
@@ -313,7 +314,7 @@ func TestMuxNoHeadOfLineBlocking(t *testing.T) {
 	if err := <-stalled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the stalled Send ended with %v", err)
 	}
-	for _, mx := range []*Mux{muxOf(t, producer), muxOf(t, consumer)} {
+	for _, mx := range []*mux.Mux{muxOf(t, producer), muxOf(t, consumer)} {
 		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
 			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}

@@ -10,6 +10,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -82,19 +83,19 @@ func (m *Manager) prebind(handle wire.AnchorHandle, key *uint64) (StreamOpenTick
 	}
 	r := m.remote
 	session := r.ids.next()
-	bd := &Bind{Mx: r.mux, St: st, Credit: r.mux.Cfg.InitialCredit, Prebound: true}
+	bd := &mux.Bind{Mx: r.mux, St: st, Credit: r.mux.Cfg.InitialCredit, Prebound: true}
 	switch st.ClaimPrebind(bd) {
 	case inlet.ClaimEnded:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v has ended", ErrNoPrebind, handle)
 	case inlet.ClaimTaken:
 		return StreamOpenTicket{}, fmt.Errorf("%w: %v is already attached or pre-bound", ErrNoPrebind, handle)
 	}
-	if !r.mux.AddBind(BindKey{handle.LocalID(), session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
+	if !r.mux.AddBind(mux.BindKey{Anchor: handle.LocalID(), Session: session}, bd, r.muxAcceptWindow(), r.lanesTo(0), key) {
 		st.UnclaimPrebind()
 		return StreamOpenTicket{}, fmt.Errorf("%w: the node is shutting down", ErrNoPrebind)
 	}
 	return StreamOpenTicket{
-		TransportKey:        WireKey,
+		TransportKey:        mux.WireKey,
 		HeartbeatIntervalMS: uint64(r.heartbeat / time.Millisecond),
 		RoutingSessionID:    session,
 		InitialCredit:       r.mux.Cfg.InitialCredit,
@@ -119,8 +120,8 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle AnchorHandl
 		return nil, fmt.Errorf("%w: %v", ErrTicketOnOwner, handle)
 	case m.remote == nil || m.remote.mux == nil:
 		return nil, fmt.Errorf("velo: open %v: this node has no mux", handle)
-	case ticket.TransportKey != WireKey:
-		return nil, fmt.Errorf("velo: open %v: the ticket is for %q, not %s", handle, ticket.TransportKey, WireKey)
+	case ticket.TransportKey != mux.WireKey:
+		return nil, fmt.Errorf("velo: open %v: the ticket is for %q, not %s", handle, ticket.TransportKey, mux.WireKey)
 	case handle.IsMPSC():
 		return nil, fmt.Errorf("%w: %v names an MPSC anchor", ErrAnchorKind, handle)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // ticketPair is a producer and a consumer node with the mux, each
@@ -67,7 +68,7 @@ func TestMuxTicketOpensWithoutAttach(t *testing.T) {
 		t.Fatalf("the ticket did not survive JSON: %+v, %v", carried, err)
 	}
 	s := openTicket(t, producer, a, carried)
-	if s.NegotiatedTransport() != WireKey {
+	if s.NegotiatedTransport() != mux.WireKey {
 		t.Fatalf("transport %q", s.NegotiatedTransport())
 	}
 	fill(t, s, 0, 50) // under C + the inlet: no reader needed yet

@@ -7,11 +7,12 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // holdWriter takes the lane's writes for the test, once they are free:
 // the batcher's goroutine writes nothing until b.release.
-func holdWriter(t *testing.T, b *Batcher) {
+func holdWriter(t *testing.T, b *mux.Batcher) {
 	t.Helper()
 	waitFor(t, "the lane's writes to be free", func() bool {
 		b.Mu.Lock()
@@ -62,7 +63,7 @@ func (c *seqChecker) post(_ ext.WorkerID, _ int, batch []byte) error {
 // it lets go, with every other open queued meanwhile, in one batch.
 func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, c.post)
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, c.post)
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
@@ -106,15 +107,15 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 // writes it.
 func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, c.post)
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, c.post)
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := LaneJob{Kind: JobLateCloses, Closes: []CloseReply{{ID: 1, Reason: muxwire.UnknownSlot}}}
+	job := mux.LaneJob{Kind: mux.JobLateCloses, Closes: []mux.CloseReply{{ID: 1, Reason: muxwire.UnknownSlot}}}
 	b.Mu.Lock()
-	if w := b.QueueJobLocked(job, false); w != WakeWrites {
+	if w := b.QueueJobLocked(job, false); w != mux.WakeWrites {
 		t.Errorf("a reader's job on a live batcher: %v, want the goroutine's", w)
 	}
 	b.Mu.Unlock()
@@ -126,7 +127,7 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	})
 	holdWriter(t, b)
 	b.Mu.Lock()
-	if w := b.QueueJobLocked(job, true); w != OwnerWrites {
+	if w := b.QueueJobLocked(job, true); w != mux.OwnerWrites {
 		t.Errorf("a job while the lane is taken: %v, want the owner's", w)
 	}
 	b.Mu.Unlock()
@@ -137,17 +138,17 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	}
 	c.mu.Unlock()
 	mx.Mu.Lock()
-	delete(mx.Batchers, LaneKey{7, 0}) // as close does, before its goodbye
+	delete(mx.Batchers, mux.LaneKey{Peer: 7, Lane: 0}) // as close does, before its goodbye
 	b.Mu.Lock()
-	b.State.To(BatcherRetired)
-	b.State.To(BatcherClosing)
+	b.State.To(mux.BatcherRetired)
+	b.State.To(mux.BatcherClosing)
 	b.Mu.Unlock()
 	mx.Mu.Unlock()
 	b.Stop()
 	b.Mu.Lock()
 	w := b.QueueJobLocked(job, false)
 	b.Mu.Unlock()
-	if w != CallerWrites {
+	if w != mux.CallerWrites {
 		t.Errorf("a reader's job once the goroutine is gone: %v, want the caller's", w)
 	} else {
 		b.Release()
@@ -164,15 +165,15 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 // as an open slot.
 func TestMuxGoodbyeTellsOpenWaitersItsRefusal(t *testing.T) {
 	refused := errors.New("test: batch refused")
-	mx := New(MuxConfig{}, defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
+	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &OutSlot{B: b}
+	s := &mux.OutSlot{B: b}
 	holdWriter(t, b)
-	b.RunJob(LaneJob{Kind: JobGoodbye, Opens: []*OutSlot{s}})
+	b.RunJob(mux.LaneJob{Kind: mux.JobGoodbye, Opens: []*mux.OutSlot{s}})
 	b.Release()
 	if err := b.AwaitOpen(s); !errors.Is(err, refused) {
 		t.Fatalf("the waiter heard %v, want the refusal", err)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // The heartbeat clauses of the path suite. They wait on heartbeat windows
@@ -63,7 +65,7 @@ func clauseSilentProducerLost(t *testing.T, p suitePath) {
 	// close over the mux (a connection that never carried anything from
 	// the consumer could not prove itself while the producer's writes are
 	// held, so nothing could reach the producer on it).
-	for i := range 3 * DefaultInitialCredit {
+	for i := range 3 * mux.DefaultInitialCredit {
 		if err := s.Send(context.Background(), []byte("item")); err != nil {
 			t.Fatalf("Send %d: %v", i, err)
 		}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // The MPSC clauses of the path suite: the same contract for an anchor of
@@ -192,7 +194,7 @@ func clauseMPSCSilentProducerLost(t *testing.T, p suitePath) {
 	// More than a window of credit, each read, so the owner's credit has
 	// come back on the connection its close takes (see
 	// clauseSilentProducerLost).
-	for i := range 3 * DefaultInitialCredit {
+	for i := range 3 * mux.DefaultInitialCredit {
 		if err := s.Send(ctx, []byte("x")); err != nil {
 			t.Fatal(err)
 		}

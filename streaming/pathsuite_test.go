@@ -13,6 +13,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/internal/testnet"
 	"github.com/velo-go/velo/messenger"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // The path suite: one test per clause of the stream contract, each run
@@ -42,7 +43,7 @@ type suitePath struct {
 var suitePaths = []suitePath{
 	{name: "same-worker"},
 	{name: "per-stream", remote: true, key: wire.TCPStreamKey, limit: wire.MaxTCPFrame, opts: []ManagerOption{WithMux(MuxConfig{Disabled: true})}},
-	{name: "mux", remote: true, key: WireKey, limit: MaxMuxRecord, opts: []ManagerOption{WithMux(MuxConfig{}), WithMuxOnly()}},
+	{name: "mux", remote: true, key: mux.WireKey, limit: mux.MaxMuxRecord, opts: []ManagerOption{WithMux(MuxConfig{}), WithMuxOnly()}},
 }
 
 // pathEnv is a consumer-side and a producer-side Manager joined by one
@@ -151,7 +152,7 @@ func TestPathSuite(t *testing.T) {
 						continue
 					}
 					t.Run(p.name, func(t *testing.T) {
-						if p.key == WireKey && muxDisabledByEnv() {
+						if p.key == mux.WireKey && muxDisabledByEnv() {
 							t.Skip(muxDisableEnv + " is set: no mux to test")
 						}
 						synctest.Test(t, func(t *testing.T) { c.run(t, p) })

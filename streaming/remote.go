@@ -20,6 +20,7 @@ import (
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -104,7 +105,7 @@ type remote struct {
 	testAnswered func()
 
 	m            *Manager
-	mux          *Mux // nil when the mux is off
+	mux          *mux.Mux // nil when the mux is off
 	msg          *messenger.Messenger
 	ln           net.Listener
 	streams      streamNet // how ln was opened, and how to dial a peer's
@@ -331,7 +332,7 @@ func (r *remote) countAttach(c *messenger.Context, attach func(*messenger.Contex
 	if met := r.m.met; met != nil {
 		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
 		sc := metrics.SchemeTCPStream
-		if bytes.Contains(body, []byte(WireKey)) {
+		if bytes.Contains(body, []byte(mux.WireKey)) {
 			sc = metrics.SchemeMux
 		}
 		met.Operation(metrics.StreamAttach, sc, ok, time.Since(start))
@@ -370,12 +371,12 @@ func (r *remote) attach(c *messenger.Context) ([]byte, error) {
 		return r.attachMux(st, c.SenderWorkerID(), req.LaneKey)
 	}
 	if r.ln == nil {
-		return refuseAttach("this node serves streams only over %s", WireKey)
+		return refuseAttach("this node serves streams only over %s", mux.WireKey)
 	}
 	if st.ReleasePrebind() {
 		// The pre-bound key is the mux, which this producer does not
 		// offer: the pre-bind goes back and the attach is refused.
-		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, WireKey)
+		return refuseAttach("anchor %v is pre-bound for %s, which this producer does not offer", req.Handle, mux.WireKey)
 	}
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).

@@ -15,6 +15,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -101,7 +102,7 @@ func bindRemote[T any](ctx context.Context, r *remote, rs *remoteSender, owner e
 	if r.testAnswered != nil {
 		r.testAnswered()
 	}
-	if resp.TransportKey == WireKey && r.mux != nil {
+	if resp.TransportKey == mux.WireKey && r.mux != nil {
 		r.dropSender(rs) // the mux signals its slot; the registry is for the per-stream path
 		r.muxOwners.Store(owner, struct{}{})
 		return openMuxSender(ctx, r, handle, resp, encode)

@@ -10,6 +10,7 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
+	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -159,7 +160,7 @@ func (m *Manager) renewLocal(h wire.AnchorHandle) {
 	if bd := st.Renew(); bd != nil {
 		// A pre-bound anchor waits on its bind's accept window, which
 		// renewal extends while no OpenSlot has claimed it.
-		m.remote.mux.RenewBind(bd.(*Bind), m.remote.muxAcceptWindow())
+		m.remote.mux.RenewBind(bd.(*mux.Bind), m.remote.muxAcceptWindow())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // sink is where a producer's frames go: the one thing a Sender or an
@@ -56,5 +57,5 @@ var (
 	_ sink = (*localSink)(nil)
 	_ sink = (*localMPSCSink)(nil)
 	_ sink = (*remoteSender)(nil)
-	_ sink = (*OutSlot)(nil)
+	_ sink = (*mux.OutSlot)(nil)
 )

@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ import (
 // bindKey names a stream the owner bound for the mux and whose OpenSlot
 // has not arrived: the anchor id and the routing session the attach answer
 // gave.
-type BindKey struct{ anchor, Session uint64 }
+type BindKey struct{ Anchor, Session uint64 }
 
 // muxBind is a bound stream waiting for its OpenSlot.
 type Bind struct {

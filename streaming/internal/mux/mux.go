@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 import (
 	"log/slog"
@@ -62,7 +62,7 @@ type Mux struct {
 	OpsMet *metrics.StreamingMetrics
 	// unreport stops the metrics scrape reading this mux; nil without one.
 	Unreport func()
-	Cfg      MuxConfig
+	Cfg      Config
 	// epochs is the last epoch a batcher took: it starts at a random base
 	// (randomEpochBase) and only moves forward.
 	Epochs atomic.Uint64
@@ -128,7 +128,7 @@ type Mux struct {
 	N        muxCounters
 }
 
-func New(cfg MuxConfig, heartbeat time.Duration, post func(ext.WorkerID, int, []byte) error) *Mux {
+func New(cfg Config, heartbeat time.Duration, post func(ext.WorkerID, int, []byte) error) *Mux {
 	mx := &Mux{
 		Cfg: cfg.WithDefaults(), Post: post, heartbeat: heartbeat,
 		Batchers: make(map[LaneKey]*Batcher),

@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // The mux's counts: records by type, live slots, the metrics snapshot
 // and the queued and held records a scrape reads.

@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // How a batcher ends: an epoch death, the close's goodbye, the last
 // writes after its goroutine stopped, and the idle check of eviction.

@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // The batcher's pass: take the ready slots' records up to their credit,
 // build one _stream_batch, post it as the lane's writer, and settle what

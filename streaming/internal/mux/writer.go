@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // One writer per lane. Every post of a batcher goes through whoever owns
 // its writes (b.writing, under b.mu), so batch_seq reaches the peer in

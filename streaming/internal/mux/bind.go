@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // The binds of the owner's side of the mux: an anchor bound by an attach
 // (or a ticket) waits in the mux's table for the OpenSlot that claims it,

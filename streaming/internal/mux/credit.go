@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // Credit going back to the producer: a consumer's take marks its slot
 // dirty, and the dirty slots' credit rides the next batch to that peer,

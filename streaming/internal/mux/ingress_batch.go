@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // One inbound _stream_batch: decoded whole, checked against the sender's
 // epoch and batch_seq, and each record applied to its slot's inlet.

@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // How a mux slot ends: closed by its peer, refused, cancelled, stopped,
 // and the producer's signals (Stopped, Cancelled, Done, Retired) it fires.

@@ -1,7 +1,8 @@
-package streaming
+package mux
 
 import (
 	"errors"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
@@ -247,3 +248,7 @@ func (b *Batcher) beat() {
 		b.Signal()
 	}
 }
+
+// heartbeatFrame is the Heartbeat stream frame every slot queues: one
+// shared slice, so that a beat allocates nothing.
+var heartbeatFrame = []byte(wire.HeartbeatFrame)

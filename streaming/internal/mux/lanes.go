@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 import (
 	"github.com/velo-go/velo/ext"

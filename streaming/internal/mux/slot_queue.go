@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // A producer's records on its mux slot: queued under the batcher's lock,
 // bounded by the slot's credit window and byte budget and the peer's byte

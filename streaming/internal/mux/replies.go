@@ -1,4 +1,4 @@
-package streaming
+package mux
 
 // The control records a batcher owes its peer (credit, closes, stops and
 // cancels): queued in its maps under b.mu and written by its next pass.
