@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/messenger"
 )
 
@@ -105,7 +106,7 @@ func fillEgress(t *testing.T, s *Sender[[]byte]) <-chan error {
 			}
 		}
 	}()
-	waitFor(t, "a Send blocked on a full queue", func() bool {
+	testwait.Until(t, "a Send blocked on a full queue", func() bool {
 		s.stream().mu.Lock()
 		defer s.stream().mu.Unlock()
 		return s.stream().spaceWait != nil
@@ -147,7 +148,7 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		within(t, s.Done(), time.Second, "Done")
 		notClosed(t, s.Stopped(), "Stopped after a cancel")
 		// The pump leaves the registry once it retires the stream.
-		waitFor(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
+		testwait.Until(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
 		a.Close()
 	}
 }
@@ -169,7 +170,7 @@ func TestRemoteCancelBeforeAttachSignals(t *testing.T) {
 	if err := s.Send(context.Background(), []byte("x")); !errors.Is(err, ErrCancelled) {
 		t.Fatalf("send: %v, want ErrCancelled", err)
 	}
-	waitFor(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
+	testwait.Until(t, "registry empty", func() bool { return producer.sm.activeSenders() == 0 })
 }
 
 // TestStreamSignalFromStranger: only the anchor's owner can signal a
@@ -193,7 +194,7 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	if err := msgrx.Post(stranger, producer.msg.InstanceID(), wire.StreamCancelHandler, body); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.strangerSignals.Load() == 1 })
+	testwait.Until(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.strangerSignals.Load() == 1 })
 	notClosed(t, s.Cancelled(), "Cancelled by a stranger")
 	notClosed(t, s.Stopped(), "Stopped by a stranger")
 	a.Controller().RequestStop() // the owner's stop still works

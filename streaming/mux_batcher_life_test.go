@@ -7,6 +7,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -52,7 +53,7 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	old.Closes[id] = muxwire.UnknownSlot // owed from before it was taken out
 	old.Mu.Unlock()
 	old.Signal()
-	waitFor(t, "the old batcher's pass", func() bool {
+	testwait.Until(t, "the old batcher's pass", func() bool {
 		old.Mu.Lock()
 		defer old.Mu.Unlock()
 		return slept

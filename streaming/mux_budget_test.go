@@ -13,6 +13,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
@@ -91,7 +92,7 @@ func TestMuxMixedConsumers(t *testing.T) {
 		t.Fatalf("the stopped consumer holds %d records, want C=8", got)
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	waitFor(t, "credit in flight to land", func() bool { return cm.N.CreditSent.Load() == pm.N.CreditReceived.Load() })
+	testwait.Until(t, "credit in flight to land", func() bool { return cm.N.CreditSent.Load() == pm.N.CreditReceived.Load() })
 	for _, mx := range []*mux.Mux{pm, cm} {
 		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
 			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
@@ -272,13 +273,13 @@ func TestMuxPeerByteBudget(t *testing.T) {
 		}
 	}
 	for _, s := range []*Sender[[]byte]{s1, s2} {
-		waitFor(t, "the records on credit to be written", func() bool {
+		testwait.Until(t, "the records on credit to be written", func() bool {
 			credit, _, _ := slotState(s.slot())
 			return credit == 0
 		})
 	}
 	blocked := sendAsync(s2, ctx, item) // 5 KiB queued would be over the peer's 4
-	waitFor(t, "s2's Send to wait for the peer's budget", func() bool {
+	testwait.Until(t, "s2's Send to wait for the peer's budget", func() bool {
 		b := s2.slot().B
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
@@ -318,7 +319,7 @@ func TestMuxConsumerByteWatermark(t *testing.T) {
 		}
 	}
 	var in *mux.InSlot
-	waitFor(t, "all 8 records delivered", func() bool {
+	testwait.Until(t, "all 8 records delivered", func() bool {
 		sn := a.st.Snapshot()
 		in, _ = sn.Feed.(*mux.InSlot)
 		return in != nil && sn.Queued == 8

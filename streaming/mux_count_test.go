@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
@@ -75,7 +76,7 @@ func TestMuxManyStreamsShareConnections(t *testing.T) {
 		}
 	}
 	for _, mx := range []*mux.Mux{muxOf(t, producer), muxOf(t, consumer)} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
+		testwait.Until(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		if mx.N.ReaderStall.Load() != 0 || mx.N.CreditLost.Load() != 0 || mx.N.ProtocolErrors.Load() != 0 {
 			t.Fatalf("readerStall %d creditLost %d protocolErrors %d", mx.N.ReaderStall.Load(), mx.N.CreditLost.Load(), mx.N.ProtocolErrors.Load())
 		}
@@ -127,7 +128,7 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 		defer b.Mu.Unlock()
 		return !b.Awake && len(b.Wake) == 0
 	}
-	waitFor(t, "the batcher to sleep", idle)
+	testwait.Until(t, "the batcher to sleep", idle)
 	// The next wake meets a send of its burst in the window between the
 	// wake and the moment it marks itself awake. When that wake goes back
 	// to sleep, no token may be left to wake it a second time.
@@ -146,7 +147,7 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 	}
 	b.Mu.Unlock()
 	b.Signal()
-	waitFor(t, "the batcher to sleep again", func() bool {
+	testwait.Until(t, "the batcher to sleep again", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return left >= 0
@@ -170,9 +171,9 @@ func TestMuxDoorbellArmsTheFloorWithoutAWake(t *testing.T) {
 	producer, consumer := muxNodes(t, cfg)
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 2*c+1)
-	waitFor(t, "C records delivered", func() bool { return queued(&a.st) == c })
+	testwait.Until(t, "C records delivered", func() bool { return queued(&a.st) == c })
 	blocked := sendAsync(s, context.Background(), token(2*c+1))
-	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
+	testwait.Until(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	cm := muxOf(t, consumer)
 	visits0 := cm.N.DrainVisits.Load()
 	readTokens(t, a, 0, 1, 5*time.Second) // the take that lists the slot: the last batch came well within the floor

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -28,7 +29,7 @@ func TestMuxLingerWindowBatches(t *testing.T) {
 	readTokens(t, a, 0, 5, 5*time.Second)
 	// A batch is counted once the transport took it, which can be after
 	// the consumer read it.
-	waitFor(t, "the batch to be counted", func() bool { return dataBatches(mx)-data0 == 5 })
+	testwait.Until(t, "the batch to be counted", func() bool { return dataBatches(mx)-data0 == 5 })
 	if got := mx.N.BatchesSent.Load() - batches0; got != 1 {
 		t.Fatalf("5 records staged in one window went in %d batches, want 1", got)
 	}
@@ -106,14 +107,14 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
 	b := s.slot().B
-	waitFor(t, "the batcher to sleep", func() bool {
+	testwait.Until(t, "the batcher to sleep", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return !b.Awake && len(b.Wake) == 0 && !b.WindowArmed
 	})
-	holdWriter(t, b) // holds the pass between "awake = true" and its build
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn) // holds the pass between "awake = true" and its build
 	b.Kick()         // FlushBatch with nothing staged
-	waitFor(t, "the batcher to wake", func() bool {
+	testwait.Until(t, "the batcher to wake", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return b.Awake && len(b.Wake) == 0

@@ -13,6 +13,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -33,7 +34,7 @@ func openedStream(t *testing.T, producer, consumer *remoteNode) (*Anchor[[]byte]
 	before := pmx.N.CreditReceived.Load()
 	fill(t, s, 0, 1)
 	readTokens(t, a, 0, 1, 5*time.Second)
-	waitFor(t, "the token's credit", func() bool { return pmx.N.CreditReceived.Load() > before })
+	testwait.Until(t, "the token's credit", func() bool { return pmx.N.CreditReceived.Load() > before })
 	return a, s
 }
 
@@ -179,7 +180,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	// Past the window the records wait on the producer: the consumer's
 	// inlet never holds more than C.
 	sent := fillAsync(s, 1, 2*c)
-	waitFor(t, "the window to be spent", func() bool {
+	testwait.Until(t, "the window to be spent", func() bool {
 		cr, q, _ := slotState(s.slot())
 		return cr == 0 && q == c
 	})
@@ -261,10 +262,10 @@ func TestMuxRejectToRoutableStranger(t *testing.T) {
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
-	waitFor(t, "the reject to reach the stranger", func() bool {
+	testwait.Until(t, "the reject to reach the stranger", func() bool {
 		return omx.N.BatchesRecv.Load()+omx.N.Dropped[metrics.DropUnroutable].Load() == 1
 	})
-	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	testwait.Until(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
 	if n := cmx.N.BatcherWakes.Load() - wakes; n > 2 {
 		t.Fatalf("%d batcher wakes for one reject, want at most 2", n)
 	}
@@ -289,8 +290,8 @@ func TestMuxRefusedRejectIsNotRetriedForever(t *testing.T) {
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
-	waitFor(t, "the reject to be dropped", func() bool { return cmx.N.RepliesDiscarded.Load() == 1 })
-	waitFor(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	testwait.Until(t, "the reject to be dropped", func() bool { return cmx.N.RepliesDiscarded.Load() == 1 })
+	testwait.Until(t, "the idle batcher to be evicted", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
 	if n := cmx.N.BatcherWakes.Load() - wakes; n > mux.MaxRefusedPosts+1 {
 		t.Fatalf("%d batcher wakes for one refused reject, want at most %d", n, mux.MaxRefusedPosts+1)
 	}
@@ -308,7 +309,7 @@ func TestMuxUnroutablePostDropsTheBatcher(t *testing.T) {
 	forge(t, cmx, stranger, 1, func(enc *muxwire.Encoder) {
 		enc.OpenSlot(muxwire.SlotID(1<<8), 0, 42, 43)
 	})
-	waitFor(t, "the batcher to be dropped", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
+	testwait.Until(t, "the batcher to be dropped", func() bool { return cmx.ExistingBatcher(stranger, 0) == nil })
 	if n := cmx.N.RepliesDiscarded.Load(); n != 1 {
 		t.Fatalf("replies discarded %d, want 1", n)
 	}
@@ -449,14 +450,14 @@ func TestMuxRejectLaneCappedWhileInFlight(t *testing.T) {
 		defer b.Mu.Unlock()
 		return len(b.Closes) + len(b.FlyingCloses)
 	}
-	waitFor(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
+	testwait.Until(t, "a batch of answers in flight", func() bool { return attempts.Load() > 0 })
 	flood(mux.MaxRejects)
 	if n := owed(); n > mux.MaxRejects {
 		close(release)
 		t.Fatalf("%d answers owed with a batch in flight, over the cap of %d", n, mux.MaxRejects)
 	}
 	close(release)
-	waitFor(t, "the refused batch to be owed again", func() bool {
+	testwait.Until(t, "the refused batch to be owed again", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return b.Refusals > 0

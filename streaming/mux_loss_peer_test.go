@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/mux"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -94,7 +95,7 @@ func TestMuxPeerLoss(t *testing.T) {
 					}
 				}()
 			}
-			waitFor(t, "tokens to flow", func() bool { return muxOf(t, consumer).N.RecordsRecv.Load() > 10*streams })
+			testwait.Until(t, "tokens to flow", func() bool { return muxOf(t, consumer).N.RecordsRecv.Load() > 10*streams })
 			killed := time.Now()
 			way.kill(producer, tr)
 			var worst time.Duration
@@ -148,7 +149,7 @@ func TestMuxConsumerNodeClose(t *testing.T) {
 	_, idle := muxStream(t, producer, consumer)
 	fill(t, busy, 0, 5)
 	blocked := sendAsync(busy, context.Background(), token(5))
-	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(busy.slot()); return w })
+	testwait.Until(t, "the Send to wait", func() bool { _, _, w := slotState(busy.slot()); return w })
 	closed := time.Now()
 	consumer.sm.Close()
 	for _, s := range []*Sender[[]byte]{busy, idle} {
@@ -197,7 +198,7 @@ func TestMuxTeardown(t *testing.T) {
 			want = ErrCancelled
 		case 3:
 			s.Detach()
-			waitFor(t, "the detach to land", func() bool {
+			testwait.Until(t, "the detach to land", func() bool {
 				s2, err := attachReady(ctx, producer.sm, a.Handle())
 				if err != nil {
 					return false
@@ -214,7 +215,7 @@ func TestMuxTeardown(t *testing.T) {
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
 	for _, mx := range []*mux.Mux{pm, cm} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
+		testwait.Until(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		// Closes that cross a stream's own end are the ordinary race of a
 		// retired generation: dropped, not counted as refused.
 		if n := mx.N.ControlRefused.Load(); n != 0 {

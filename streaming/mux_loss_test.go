@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
@@ -142,7 +143,7 @@ func TestMuxIdleSweepAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mx := range []*mux.Mux{muxOf(t, producer), muxOf(t, consumer)} {
-		waitFor(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
+		testwait.Until(t, "no live slot", func() bool { out, in := mx.LiveSlots(); return out == 0 && in == 0 })
 		allocs := testing.AllocsPerRun(100, func() {
 			mx.Walk(time.Now())
 			mx.Doorbell()
@@ -198,7 +199,7 @@ func TestMuxCancelRepostedAfterRefusedBatch(t *testing.T) {
 		readTokens(t, a, 0, 1, 5*time.Second)
 		// Let the credit reply for the token go first, so the refused
 		// batch is the one with the signal.
-		waitFor(t, "the credit reply", func() bool { return muxOf(t, producer).N.CreditReceived.Load() == 1 })
+		testwait.Until(t, "the credit reply", func() bool { return muxOf(t, producer).N.CreditReceived.Load() == 1 })
 		gate.refuse.Store(1)
 		heard := s.Stopped()
 		if cancel {
@@ -253,7 +254,7 @@ func TestMuxBatcherWakesAfterARefusedCutBatch(t *testing.T) {
 	gate.install(muxOf(t, producer))
 	_, s := muxStream(t, producer, consumer)
 	b := s.slot().B
-	holdWriter(t, b) // the sends queue; the next pass cuts them into batches
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn) // the sends queue; the next pass cuts them into batches
 	for i := range 3 {
 		if err := s.Send(context.Background(), token(i)); err != nil {
 			b.Release()

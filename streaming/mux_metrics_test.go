@@ -8,6 +8,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -31,7 +32,7 @@ func TestMuxMetrics(t *testing.T) {
 		}
 	}
 	// One slot each side, once the OpenSlot has reached the consumer.
-	waitFor(t, "a live slot on each side", func() bool {
+	testwait.Until(t, "a live slot on each side", func() bool {
 		return metricValue(t, reg, "velo_streaming_mux_live_slots", "") == 2
 	})
 	s.Finalize()

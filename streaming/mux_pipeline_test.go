@@ -12,6 +12,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
@@ -125,7 +126,7 @@ func TestMuxPipelinedAttachRefused(t *testing.T) {
 		t.Fatalf("outcome %v, want Discarded", out)
 	}
 	mx := muxOf(t, producer)
-	waitFor(t, "the refused slot to be freed", func() bool { out, _ := mx.LiveSlots(); return out == 0 })
+	testwait.Until(t, "the refused slot to be freed", func() bool { out, _ := mx.LiveSlots(); return out == 0 })
 }
 
 // TestMuxPipelinedFinalizeReportsRefusal: records sent and a Finalize made
@@ -217,7 +218,7 @@ func TestMuxBatchBuffersReturnToPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a batch buffer back in the pool", func() bool {
+	testwait.Until(t, "a batch buffer back in the pool", func() bool {
 		b.Bufs.Mu.Lock()
 		defer b.Bufs.Mu.Unlock()
 		return len(b.Bufs.Free) > 0
@@ -261,7 +262,7 @@ func TestMuxSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 		}
 	}
 	b := s.slot().B
-	waitFor(t, "the arena to be reused", func() bool {
+	testwait.Until(t, "the arena to be reused", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return len(s.slot().Q) == 0 && len(s.slot().Arena) == 0 && cap(s.slot().Arena) > 0
@@ -331,7 +332,7 @@ func TestMuxDataNeverOvertakesItsOpenSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holdWriter(t, b) // keep the batcher's goroutine out of flush
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn) // keep the batcher's goroutine out of flush
 	defer b.Release()
 	s1, _ := b.OpenPending(wire.NewAnchorHandle(7, 1))
 	s2, _ := b.OpenPending(wire.NewAnchorHandle(7, 2))
@@ -403,7 +404,7 @@ func TestMuxPipelinedAttachUnanswered(t *testing.T) {
 	if err := s.Finalize(); !errors.Is(err, ErrAttachTimeout) {
 		t.Fatalf("Finalize: %v, want ErrAttachTimeout", err)
 	}
-	waitFor(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).LiveSlots(); return out == 0 })
+	testwait.Until(t, "the expired slot to be freed", func() bool { out, _ := muxOf(t, producer).LiveSlots(); return out == 0 })
 }
 
 // TestMuxPipelinedAttachAnsweredAfterProducerClosed: a producer whose

@@ -13,6 +13,7 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -153,7 +154,7 @@ func TestMuxForgedSlotTagEndsNothing(t *testing.T) {
 	b.Mu.Lock()
 	epoch, id, session := b.Epoch, uint32(s.slot().ID), s.slot().Session
 	b.Mu.Unlock()
-	waitFor(t, "the slot to open", func() bool { return cmx.HeldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
+	testwait.Until(t, "the slot to open", func() bool { return cmx.HeldRecords() == 0 && slotsPerLane(cmx, producer.msg.WorkerID())[0] == 1 })
 	cause := errors.New("test: refused")
 	for _, c := range []struct {
 		sender uint64

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -190,9 +191,9 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{InitialCredit: c})
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 2*c+1)
-	waitFor(t, "C records delivered", func() bool { return queued(&a.st) == c })
+	testwait.Until(t, "C records delivered", func() bool { return queued(&a.st) == c })
 	blocked := sendAsync(s, context.Background(), token(2*c+1))
-	waitFor(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
+	testwait.Until(t, "the next Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	select {
 	case err := <-blocked:
 		t.Fatalf("Send past the window returned %v", err)
@@ -217,7 +218,7 @@ func TestMuxCreditHoldsProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	pm, cm := muxOf(t, producer), muxOf(t, consumer)
-	waitFor(t, "the window back to C", func() bool { cr, q, _ := slotState(s.slot()); return cr == c && q == 0 })
+	testwait.Until(t, "the window back to C", func() bool { cr, q, _ := slotState(s.slot()); return cr == c && q == 0 })
 	if sent, got := cm.N.CreditSent.Load(), pm.N.CreditReceived.Load(); sent != got || sent < n {
 		t.Fatalf("credit sent %d, received %d, for %d tokens", sent, got, n)
 	}
@@ -240,7 +241,7 @@ func TestMuxTerminalAtCreditOne(t *testing.T) {
 	for _, finalize := range []bool{true, false} {
 		a, s := muxStream(t, producer, consumer)
 		fill(t, s, 0, 3) // one delivered, two in the inlet of C+1
-		waitFor(t, "the inlet to fill", func() bool { _, q, _ := slotState(s.slot()); return q == 2 })
+		testwait.Until(t, "the inlet to fill", func() bool { _, q, _ := slotState(s.slot()); return q == 2 })
 		start := time.Now()
 		end, want := s.Close, error(ErrSenderDropped)
 		if finalize {
@@ -276,7 +277,7 @@ func TestMuxNoHeadOfLineBlocking(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the stopped consumer's producer to wait", func() bool { _, _, w := slotState(stuckS.slot()); return w })
+	testwait.Until(t, "the stopped consumer's producer to wait", func() bool { _, _, w := slotState(stuckS.slot()); return w })
 	const n = 2000
 	var ends []<-chan error
 	for range 2 {
@@ -328,7 +329,7 @@ func TestMuxCancelWakesBlockedSend(t *testing.T) {
 	a, s := muxStream(t, producer, consumer)
 	fill(t, s, 0, 5) // 2 delivered, 3 in the inlet
 	blocked := sendAsync(s, context.Background(), token(5))
-	waitFor(t, "the Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
+	testwait.Until(t, "the Send to wait", func() bool { _, _, w := slotState(s.slot()); return w })
 	a.Controller().Cancel()
 	select {
 	case err := <-blocked:

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
@@ -219,7 +220,7 @@ func TestMuxTicketStopAndCancel(t *testing.T) {
 
 	b, _ := CreateAnchor[[]byte](consumer.sm)
 	idle := openTicket(t, producer, b, mustPrebind(t, consumer.sm, b))
-	waitFor(t, "the OpenSlot to arrive", func() bool {
+	testwait.Until(t, "the OpenSlot to arrive", func() bool {
 		return b.st.Snapshot().Feed != nil
 	})
 	b.Close()

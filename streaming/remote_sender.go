@@ -355,7 +355,7 @@ func (rs *remoteSender) fireLocked(why error) {
 	}
 }
 
-// watchFire runs fn with the cause at the first signal, or returns the
+// WatchFire runs fn with the cause at the first signal, or returns the
 // cause if one has fired already.
 func (rs *remoteSender) WatchFire(fn func(error)) error {
 	rs.mu.Lock()
@@ -367,7 +367,7 @@ func (rs *remoteSender) WatchFire(fn func(error)) error {
 	return nil
 }
 
-// cause is the first signal's cause, or nil.
+// Cause is the first signal's cause, or nil.
 func (rs *remoteSender) Cause() error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()

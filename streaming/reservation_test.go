@@ -14,6 +14,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
@@ -239,7 +240,7 @@ func TestCancelledUnattachedAnchorExpiresQuietly(t *testing.T) {
 	defer a.Close()
 	a.Controller().Cancel()
 	wantEnd(t, a, ErrCancelled)
-	waitFor(t, "the cancelled anchor to expire", func() bool { return m.activeAnchors() == 0 })
+	testwait.Until(t, "the cancelled anchor to expire", func() bool { return m.activeAnchors() == 0 })
 	wantEnd(t, a, ErrCancelled)
 	if q := m.unattached.Len(); q != 0 {
 		t.Fatalf("%d queue entries", q)

@@ -26,7 +26,7 @@ import (
 type signaller interface {
 	SignalCh(k inlet.SignalKind) <-chan struct{}
 	Cause() error // the first signal's cause, nil before
-	// watchFire runs fn with the cause at the first signal (under the
+	// WatchFire runs fn with the cause at the first signal (under the
 	// path's lock: fn must not block), or returns the cause if a signal
 	// has fired already.
 	WatchFire(fn func(error)) error

@@ -26,11 +26,11 @@ type sink interface {
 	// Push queues an item or soft-error frame, waiting while the path is
 	// full: until there is room, ctx ends, or the stream is cancelled.
 	Push(ctx context.Context, frame []byte) error
-	// pushBytes queues the byte item of payload, as push does with
+	// PushBytes queues the byte item of payload, as push does with
 	// bytesItemFrame(payload); a path that can encode it in place (the
 	// mux's arena) makes no frame of its own.
 	PushBytes(ctx context.Context, payload []byte) error
-	// finish ends the producer with its terminal frame (finalizedFrame,
+	// Finish ends the producer with its terminal frame (finalizedFrame,
 	// detachedFrame or droppedFrame); detach says which of the first two
 	// it is for the same worker's bookkeeping. It never waits for room.
 	Finish(frame []byte, detach bool) error
@@ -40,14 +40,14 @@ type sink interface {
 	RetiredCh() <-chan struct{}
 	Known() RetireOutcome
 
-	// anchorHandle names the anchor the producer is attached to.
+	// AnchorHandle names the anchor the producer is attached to.
 	AnchorHandle() AnchorHandle
-	// opsMetrics is where the producer's operations are counted (nil:
+	// OpsMetrics is where the producer's operations are counted (nil:
 	// nowhere), and the scheme they count under.
 	OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme)
-	// transport is the negotiated transport key, "" on the same worker.
+	// Transport is the negotiated transport key, "" on the same worker.
 	Transport() string
-	// ready waits for the owner's answer to a pipelined attach and
+	// Ready waits for the owner's answer to a pipelined attach and
 	// returns its refusal; nil at once where the attach already waited.
 	Ready(ctx context.Context) error
 }

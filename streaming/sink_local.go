@@ -65,7 +65,7 @@ func (s *localSink) Push(ctx context.Context, frame []byte) error {
 	return s.State().Push(ctx, &s.Sender, frame)
 }
 
-// pushBytes makes the frame: the inlet keeps frames, not payloads.
+// PushBytes makes the frame: the inlet keeps frames, not payloads.
 func (s *localSink) PushBytes(ctx context.Context, payload []byte) error {
 	return s.Push(ctx, bytesItemFrame(payload))
 }
@@ -81,10 +81,10 @@ func (s *localSink) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamSchem
 	return managerOf(s.State()).met, metrics.SchemeLocal
 }
 
-// transport is "": no transport is involved on the same worker.
+// Transport is "": no transport is involved on the same worker.
 func (s *localSink) Transport() string { return "" }
 
-// ready is nil: a same-worker attach is answered before it returns.
+// Ready is nil: a same-worker attach is answered before it returns.
 func (s *localSink) Ready(context.Context) error { return nil }
 
 func (s *localMPSCSink) Push(ctx context.Context, frame []byte) error {
@@ -95,7 +95,7 @@ func (s *localMPSCSink) PushBytes(ctx context.Context, payload []byte) error {
 	return s.Push(ctx, bytesItemFrame(payload))
 }
 
-// finish ignores detach: an MPSC producer's Detached and Dropped frames
+// Finish ignores detach: an MPSC producer's Detached and Dropped frames
 // both leave the stream open, and the anchor counts either as a departure.
 func (s *localMPSCSink) Finish(frame []byte, _ bool) error {
 	_, err := s.State().MPSC().Terminate(&s.Sender, s.id, frame)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/internal/testwait"
 )
 
 // TestMuxMPSCSendBytesAllocatesNoFramePerRecord: an MPSC producer over the
@@ -34,7 +36,7 @@ func TestMuxMPSCSendBytesAllocatesNoFramePerRecord(t *testing.T) {
 	}
 	x := s.slot()
 	b := x.B
-	waitFor(t, "the arena to be reused", func() bool {
+	testwait.Until(t, "the arena to be reused", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return len(x.Q) == 0 && len(x.Arena) == 0 && cap(x.Arena) > 0

@@ -11,12 +11,12 @@ import (
 // and an MPSC producer alike: the owner knows which producer a connection
 // carries, so its frames need no tag.
 
-// pushBytes makes the frame: the pump writes queued frames as they are.
+// PushBytes makes the frame: the pump writes queued frames as they are.
 func (rs *remoteSender) PushBytes(ctx context.Context, payload []byte) error {
 	return rs.Push(ctx, bytesItemFrame(payload))
 }
 
-// finish queues the terminal; the owner's side tells a detach by its frame.
+// Finish queues the terminal; the owner's side tells a detach by its frame.
 func (rs *remoteSender) Finish(frame []byte, _ bool) error { return rs.terminate(frame) }
 
 func (rs *remoteSender) AnchorHandle() AnchorHandle { return rs.handle }
@@ -25,10 +25,10 @@ func (rs *remoteSender) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamS
 	return rs.r.m.met, metrics.SchemeOf(rs.key)
 }
 
-// transport is the key the owner answered the attach with ("tcp-stream").
+// Transport is the key the owner answered the attach with ("tcp-stream").
 func (rs *remoteSender) Transport() string { return rs.key }
 
-// ready is nil: the per-stream attach waits for its answer.
+// Ready is nil: the per-stream attach waits for its answer.
 func (rs *remoteSender) Ready(context.Context) error { return nil }
 
 func (rs *remoteSender) SignalCh(k inlet.SignalKind) <-chan struct{} {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/internal/testwait"
 )
 
 func TestStopBeforeAndAfterAttach(t *testing.T) {
@@ -126,7 +128,7 @@ func TestCancelWakesBlockedSend(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- s.Send(ctx, []byte("blocked")) }()
-	waitFor(t, "the Send to block", func() bool { return sendBlocked(&a.st) })
+	testwait.Until(t, "the Send to block", func() bool { return sendBlocked(&a.st) })
 	select {
 	case err := <-done:
 		t.Fatalf("Send returned %v on a full inlet", err)
@@ -146,7 +148,7 @@ func TestReadWakesBlockedSend(t *testing.T) {
 	s.Send(ctx, []byte("1"))
 	done := make(chan error, 1)
 	go func() { done <- s.Send(ctx, []byte("2")) }()
-	waitFor(t, "the Send to block", func() bool { return sendBlocked(&a.st) })
+	testwait.Until(t, "the Send to block", func() bool { return sendBlocked(&a.st) })
 	if got := mustNext(t, a); string(got) != "1" {
 		t.Fatalf("Next = %q", got)
 	}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
@@ -70,19 +70,6 @@ func isClosed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waitFor spins until cond holds; cond reads state the code under test
-// publishes, so no sleep decides the outcome.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
 	}
 }
 
@@ -550,13 +537,13 @@ func TestBlockedNextWakes(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
+	testwait.Until(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
 	s.Send(ctx, []byte("late"))
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
 	go func() { _, err := a.Next(ctx); got <- err }()
-	waitFor(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
+	testwait.Until(t, "Next to wait", func() bool { return dataBlocked(&a.st) })
 	a.Controller().Cancel()
 	if err := <-got; !errors.Is(err, ErrCancelled) {
 		t.Fatalf("Next after cancel = %v, want ErrCancelled", err)

@@ -3,7 +3,6 @@ package inlet
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
@@ -62,16 +61,4 @@ func (s *testSender) Send(ctx context.Context, v []byte) error {
 func (s *testSender) Finalize() error {
 	_, err := s.st.Terminate(&s.Sender, FinalizedFrame, false)
 	return err
-}
-
-// waitFor polls cond (bounded) until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-	}
 }

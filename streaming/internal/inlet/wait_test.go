@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/velo-go/velo/internal/testwait"
 )
 
 // waitersOf waits (bounded) until n consumers wait on st's inlet.
@@ -211,7 +213,7 @@ func TestNextEndedContextWakeIsHandedOn(t *testing.T) {
 	st.fastWaiting = true
 	st.mu.Unlock()
 	cancelA() // its watch puts the one wake in the channel
-	waitFor(t, "the watch to fire", func() bool {
+	testwait.Until(t, "the watch to fire", func() bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		return st.watchFired

@@ -18,7 +18,7 @@ const (
 // its next slots.
 const maxFreeArenas = 256
 
-// recycleLocked takes s's queue array and arenas for the batcher's next
+// RecycleLocked takes s's queue array and arenas for the batcher's next
 // slots. The caller holds b.mu, and no queued record of s is left to send.
 func (b *Batcher) RecycleLocked(s *OutSlot) {
 	if s.Q != nil && len(b.freeQueues) < maxFreeArenas {
@@ -55,7 +55,7 @@ func (b *Batcher) arenaLocked() []byte {
 	return make([]byte, 0, arenaSize)
 }
 
-// arenaFrameLocked encodes the byte item of payload (n bytes) into the
+// ArenaFrameLocked encodes the byte item of payload (n bytes) into the
 // arena and returns it. A full arena is set aside, not grown, since the
 // records queued from it point into it; the one set aside before it is
 // reused once none of them is queued any more, so a slot whose queue

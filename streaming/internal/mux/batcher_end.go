@@ -11,7 +11,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// epochDeath ends every live slot of the batcher (a refused batch, a lost
+// EpochDeath ends every live slot of the batcher (a refused batch, a lost
 // peer) and starts a new epoch: the owner retires the old epoch's slots
 // when the first batch of the new one arrives.
 func (b *Batcher) EpochDeath() {
@@ -128,7 +128,7 @@ func (b *Batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 	return nil
 }
 
-// idleLocked says the batcher has no live slot and has not been used for
+// IdleLocked says the batcher has no live slot and has not been used for
 // ttl. The caller holds b.mu.
 //
 // A batcher that carries only replies (its node consumes the peer's
@@ -142,7 +142,7 @@ func (b *Batcher) IdleLocked(now time.Time, ttl time.Duration) bool {
 	return b.live == 0 && len(b.Credit) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && now.Sub(b.LastUse) >= ttl
 }
 
-// stop ends the batcher's goroutine and fails its slots.
+// Stop ends the batcher's goroutine and fails its slots.
 func (b *Batcher) Stop() {
 	b.Mu.Lock()
 	if b.State.Stopped() {

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// batcherState is where a batcher is in its life. Each state answers the
+// BatcherState is where a batcher is in its life. Each state answers the
 // questions the code used to answer by combining booleans (may it write,
 // do its replies go to a successor, did its goroutine stop); the legal
 // moves are listed once, in batcherMoves, and to checks every move
@@ -19,18 +19,18 @@ import (
 type BatcherState uint8
 
 const (
-	// batcherLive is the lane's current batcher: it writes everything.
+	// BatcherLive is the lane's current batcher: it writes everything.
 	BatcherLive BatcherState = iota
-	// batcherSuperseded: eviction took it out of the mux. A successor may
+	// BatcherSuperseded: eviction took it out of the mux. A successor may
 	// write on the lane, so it writes nothing; replies go to the successor.
 	BatcherSuperseded
-	// batcherLost: peer loss (or a peer with no route) took it out. It
+	// BatcherLost: peer loss (or a peer with no route) took it out. It
 	// writes nothing, and replies for the peer are dropped.
 	BatcherLost
-	// batcherRetired: the mux's close took it. No successor follows, so it
+	// BatcherRetired: the mux's close took it. No successor follows, so it
 	// still writes, and is the one writer of its lane's last batches.
 	BatcherRetired
-	// batcherClosing: its goodbye ran. It writes only closes and the
+	// BatcherClosing: its goodbye ran. It writes only closes and the
 	// notices of attaches answered too late.
 	BatcherClosing
 	// The stopped states: the goroutine ended (stop).
@@ -52,7 +52,7 @@ func (s BatcherState) String() string {
 	return fmt.Sprintf("batcherState(%d)", uint8(s))
 }
 
-// batcherMoves is every legal move, from → to.
+// BatcherMoves is every legal move, from → to.
 var BatcherMoves = [BatcherStates][]BatcherState{
 	BatcherLive:       {BatcherSuperseded, BatcherLost, BatcherRetired, BatcherHalted},
 	BatcherSuperseded: {BatcherEvicted},
@@ -61,7 +61,7 @@ var BatcherMoves = [BatcherStates][]BatcherState{
 	BatcherClosing:    {BatcherClosed},
 }
 
-// stoppedState is where stop moves each state: every state has one, and
+// StoppedState is where stop moves each state: every state has one, and
 // the stopped states stay where they are.
 var StoppedState = [BatcherStates]BatcherState{
 	BatcherLive:        BatcherHalted,
@@ -87,7 +87,7 @@ func (s BatcherState) Legal(next BatcherState) bool {
 	return false
 }
 
-// to moves s to next. An illegal move is reported (illegalTransition) and
+// To moves s to next. An illegal move is reported (illegalTransition) and
 // made all the same: the nearest the code comes to what it meant.
 func (s *BatcherState) To(next BatcherState) {
 	if !s.Legal(next) {
@@ -96,7 +96,7 @@ func (s *BatcherState) To(next BatcherState) {
 	*s = next
 }
 
-// mayWrite says whether the batcher may still post. One taken out of the
+// MayWrite says whether the batcher may still post. One taken out of the
 // mux (or stopped while live) may not: a refused batch or its stop moves
 // it to an epoch newer than a successor's on the same lane, and the peer
 // would retire that successor's streams. One the mux's close retired may:
@@ -109,7 +109,7 @@ func (s BatcherState) MayWrite() bool {
 	return false
 }
 
-// handsOn says whether replies for the peer go to the lane's current
+// HandsOn says whether replies for the peer go to the lane's current
 // batcher instead (or nowhere, after peer loss).
 func (s BatcherState) HandsOn() bool {
 	switch s {
@@ -119,26 +119,26 @@ func (s BatcherState) HandsOn() bool {
 	return false
 }
 
-// dropsReplies says whether peer loss took the batcher: replies for the
+// DropsReplies says whether peer loss took the batcher: replies for the
 // peer are dropped, not handed on.
 func (s BatcherState) DropsReplies() bool { return s == BatcherLost || s == BatcherLostStopped }
 
-// stopped says whether the goroutine ended.
+// Stopped says whether the goroutine ended.
 func (s BatcherState) Stopped() bool { return StoppedState[s] == s }
 
-// saidGoodbye says the goodbye ran: nothing but closes and late notices
+// SaidGoodbye says the goodbye ran: nothing but closes and late notices
 // may follow it, and an attach answered now fails its slot.
 func (s BatcherState) SaidGoodbye() bool { return s == BatcherClosing || s == BatcherClosed }
 
-// buildsData says whether a pass may build batches of queued work.
+// BuildsData says whether a pass may build batches of queued work.
 func (s BatcherState) BuildsData() bool {
 	return s == BatcherLive || s == BatcherRetired || s == BatcherHalted
 }
 
-// illegalTransitions counts illegal lifecycle moves in this process.
+// IllegalTransitions counts illegal lifecycle moves in this process.
 var IllegalTransitions atomic.Uint64
 
-// onIllegalTransition is told of every illegal lifecycle move. Outside
+// OnIllegalTransition is told of every illegal lifecycle move. Outside
 // tests it logs; the tests set it to fail the test that made the move.
 var OnIllegalTransition = func(kind, from, to string) {
 	slog.Default().Error("velo: illegal mux lifecycle move", "kind", kind, "from", from, "to", to)

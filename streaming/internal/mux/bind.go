@@ -11,13 +11,13 @@ import (
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
-// bind registers a stream of st for the mux, to be claimed by the OpenSlot
+// Bind registers a stream of st for the mux, to be claimed by the OpenSlot
 // of producer peer with session; window is the accept window.
 func (mx *Mux) Bind(st *inlet.State, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
 	return mx.BindProducer(st, nil, peer, session, window, lanes, key)
 }
 
-// bindProducer is bind for one producer p of an MPSC anchor (nil for an
+// BindProducer is bind for one producer p of an MPSC anchor (nil for an
 // SPSC anchor).
 func (mx *Mux) BindProducer(st *inlet.State, p *inlet.Remote, peer ext.WorkerID, session uint64, window time.Duration, lanes int, key *uint64) (lane int, ok bool) {
 	bd := &Bind{Mx: mx, St: st, mpsc: p, peer: peer, Credit: mx.Cfg.InitialCredit}
@@ -25,7 +25,7 @@ func (mx *Mux) BindProducer(st *inlet.State, p *inlet.Remote, peer ext.WorkerID,
 	return bd.Lane, ok
 }
 
-// addBind puts bd in the table under k, with its accept window.
+// AddBind puts bd in the table under k, with its accept window.
 // Its lane is chosen now, among lanes, and the bind counts on it.
 func (mx *Mux) AddBind(k BindKey, bd *Bind, window time.Duration, lanes int, key *uint64) bool {
 	bd.Key = k
@@ -86,7 +86,7 @@ func (mx *Mux) claim(k BindKey, peer ext.WorkerID) *Bind {
 	return bd
 }
 
-// dropBinds ends the binds of a lost producer at once.
+// DropBinds ends the binds of a lost producer at once.
 func (mx *Mux) DropBinds(peer ext.WorkerID) {
 	mx.Mu.Lock()
 	var gone []*Bind
@@ -126,7 +126,7 @@ func (mx *Mux) unbind(bd *Bind) {
 	}
 }
 
-// adopt gives an unclaimed pre-bind to the producer of an ordinary attach.
+// Adopt gives an unclaimed pre-bind to the producer of an ordinary attach.
 // It is false when an OpenSlot has claimed it already.
 func (mx *Mux) Adopt(bd *Bind, producer ext.WorkerID) bool {
 	mx.Mu.Lock()
@@ -139,7 +139,7 @@ func (mx *Mux) Adopt(bd *Bind, producer ext.WorkerID) bool {
 	return true
 }
 
-// renewBind gives an unclaimed bind a full accept window from now. A bind
+// RenewBind gives an unclaimed bind a full accept window from now. A bind
 // claimed, released or reaped is left alone: renewal cannot revive it.
 func (mx *Mux) RenewBind(bd *Bind, window time.Duration) {
 	mx.Mu.Lock()

@@ -33,7 +33,7 @@ type bufPool struct {
 	Free []*batchBuf
 }
 
-// takeBuf returns a buffer holding one reference (the caller's), or nil
+// TakeBuf returns a buffer holding one reference (the caller's), or nil
 // when this mux sends without the owned path.
 func (b *Batcher) TakeBuf() *batchBuf {
 	if b.Mx.PostOwned == nil {

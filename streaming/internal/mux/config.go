@@ -45,7 +45,7 @@ const (
 	messengerEnvelope = 256
 )
 
-// defaultInitialCredit is a mux slot's credit window unless configured.
+// DefaultInitialCredit is a mux slot's credit window unless configured.
 const DefaultInitialCredit = 32
 
 // maxMuxSlots bounds the slot indices of one batcher, as the book's table

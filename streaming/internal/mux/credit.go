@@ -52,7 +52,7 @@ func (mx *Mux) armFloor(due time.Time, d time.Duration) {
 	mx.FloorMu.Unlock()
 }
 
-// reconcileDirty returns the credit of every dirty slot of the peer.
+// ReconcileDirty returns the credit of every dirty slot of the peer.
 func (ip *IngressPeer) ReconcileDirty() {
 	ip.dirtyMu.Lock()
 	ds := ip.dirty

@@ -17,7 +17,7 @@ import (
 // peer that sends refusals for streams that never open grows nothing and
 // can only lose its own early refusals.
 
-// maxEarlyRefusals bounds the early refusals kept per sender and lane.
+// MaxEarlyRefusals bounds the early refusals kept per sender and lane.
 const MaxEarlyRefusals = 16
 
 // earlyRefusal is a staged record refused before its stream's OpenSlot.

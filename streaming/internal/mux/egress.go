@@ -26,13 +26,13 @@ import (
 // One lock per batcher guards its slots; the batcher holds it only while
 // it copies records into the batch buffer, never while it posts.
 
-// batcher is the egress of one (peer, lane).
+// Batcher is the egress of one (peer, lane).
 type Batcher struct {
 	Mx   *Mux
 	peer ext.WorkerID
 	Lane int
 
-	// Who writes the lane (mux_writer.go); guarded by mu.
+	// Who writes the lane (writer.go); guarded by mu.
 	writing     bool          // someone owns the lane's writes
 	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
 	jobs        []LaneJob     // control work queued for the lane's writer
@@ -66,21 +66,21 @@ type Batcher struct {
 	Closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
 	signals       map[muxwire.SlotID]lifecycleSignal     // LifecycleSlot records owed for the peer's slots
 	Awake         bool                                   // the goroutine is building; no wake needed
-	State         BatcherState                           // where it is in its life (mux_batcher_state.go)
+	State         BatcherState                           // where it is in its life (batcher_state.go)
 	used          bool                                   // control passed through since the last idle check (see idle)
 	pendingN      int                                    // slots whose pipelined attach is unanswered
 	lingerT       *time.Timer                            // reply_linger of a batch of only credit replies; the goroutine waits on it too
 	lingerOn      bool                                   // a reply_linger window runs on lingerT
 	lingered      bool                                   // lingerT fired: the replies may go
 	LastUse       time.Time
-	Refusals      int // posts refused in a row (mux_hostile.go)
+	Refusals      int // posts refused in a row (hostile.go)
 
 	// Test seams, nil outside tests. Each runs under mu: testOnWake at
 	// the start of a wake, before the batcher marks itself awake;
 	// testOnSleep as a pass that found nothing more marks it asleep.
 	TestOnWake, TestOnSleep func()
 
-	Bufs bufPool // idle batch buffers (mux_bufpool.go)
+	Bufs bufPool // idle batch buffers (bufpool.go)
 	// Arenas and queue arrays of ended slots, for the next slots: a
 	// stream of a few dozen tokens would otherwise grow both from nothing.
 	// Guarded by mu.
@@ -91,7 +91,7 @@ type Batcher struct {
 	Done chan struct{} // closed when the goroutine returns
 }
 
-// outSlot is one stream of this node on the batcher: the sender's side of
+// OutSlot is one stream of this node on the batcher: the sender's side of
 // a slot. It is guarded by the batcher's lock.
 type OutSlot struct {
 	B        *Batcher
@@ -107,7 +107,7 @@ type OutSlot struct {
 	Credit uint32 // data credit the consumer granted and this side has not spent
 	window uint32 // the credit it opened with: no grant lifts credit above it
 	Seq    uint32 // next frame_seq
-	// flushable is how many records at the head of q a FlushBatch
+	// Flushable is how many records at the head of q a FlushBatch
 	// released under FlushManual: they go as credit allows, and what was
 	// queued after the call waits for the next one.
 	Flushable int
@@ -117,7 +117,7 @@ type OutSlot struct {
 	openErr   error  // why its OpenSlot was not written
 	openDone  bool   // its OpenSlot was posted or dropped: openErr says how
 
-	// A pipelined attach (mux_pipeline.go) opens the slot before the
+	// A pipelined attach (pending.go) opens the slot before the
 	// owner answers: pending holds its records back until the answer,
 	// answered closes with it, and failErr is why the owner refused.
 	pending     bool
@@ -126,7 +126,7 @@ type OutSlot struct {
 	Answered    chan struct{}
 	failErr     error
 
-	Life      StreamLife // ended by the application, gone (mux_stream_life.go)
+	Life      StreamLife // ended by the application, gone (stream_life.go)
 	cancelled bool
 	stopped   bool
 	stopCh    chan struct{} // closed by a consumer's stop only
@@ -159,7 +159,7 @@ func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
 	return b
 }
 
-// open allocates a slot for a stream the owner bound as (anchorID,
+// Open allocates a slot for a stream the owner bound as (anchorID,
 // session), and posts its OpenSlot before it returns, so that the owner's
 // accept window measures the attach and not the first token. The slot
 // starts with credit.
@@ -290,7 +290,7 @@ func (b *Batcher) releaseLocked(s *OutSlot) {
 	b.LastUse = time.Now()
 }
 
-// maxMuxRecord is the largest record the mux carries inline: one that
+// MaxMuxRecord is the largest record the mux carries inline: one that
 // goes alone in a batch of the messenger's largest frame. A larger record
 // is refused with ItemTooLargeError; one above the messenger's staging
 // threshold and below this goes alone in its batch, which the messenger

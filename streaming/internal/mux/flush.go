@@ -214,7 +214,7 @@ func (s *OutSlot) retire(out retire.Outcome) {
 	s.B.Mu.Unlock()
 }
 
-// build takes what may go now into one batch. It returns nil when there is
+// Build takes what may go now into one batch. It returns nil when there is
 // nothing; more says that a clamp cut the batch and more is ready.
 //
 // Queued OpenSlots go first in the batch, ahead of any data: a slot's

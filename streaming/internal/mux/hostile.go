@@ -165,7 +165,7 @@ func (mx *Mux) dropUnreachable(b *Batcher) {
 // other peer's, since tables are kept per sender.
 const maxEpochStep = 1 << 40
 
-// maxIngressSlots bounds the slot index an OpenSlot may claim, as the
+// MaxIngressSlots bounds the slot index an OpenSlot may claim, as the
 // book's table of 65,536 per (peer, lane): a table grows to the highest
 // index opened in it, and a 24-bit index would make a 128 MiB table.
 const MaxIngressSlots = maxMuxSlots

@@ -24,12 +24,12 @@ import (
 // visit (at most once per DrainVisitFloor per peer), or on the periodic
 // walk.
 
-// bindKey names a stream the owner bound for the mux and whose OpenSlot
+// BindKey names a stream the owner bound for the mux and whose OpenSlot
 // has not arrived: the anchor id and the routing session the attach answer
 // gave.
 type BindKey struct{ Anchor, Session uint64 }
 
-// muxBind is a bound stream waiting for its OpenSlot.
+// Bind is a bound stream waiting for its OpenSlot.
 type Bind struct {
 	Mx       *Mux
 	Key      BindKey
@@ -42,7 +42,7 @@ type Bind struct {
 	id       uint64 // its entry in the accept-window queue
 }
 
-// ingressPeer is the slot table of one sending peer (lane 0).
+// IngressPeer is the slot table of one sending peer (lane 0).
 type IngressPeer struct {
 	mx   *Mux
 	peer ext.WorkerID
@@ -58,13 +58,13 @@ type IngressPeer struct {
 	Live      int
 	// aside holds, by full slot id, slots whose sender closed them while a
 	// staged record was still on its way, moved out of the index a new
-	// stream took (mux_aside.go); nil while there are none.
+	// stream took (aside.go); nil while there are none.
 	aside map[muxwire.SlotID]*InSlot
 
-	run dataRun // the records being handed on together (mux_ingress_run.go)
-	// early holds size refusals of staged records whose OpenSlot has not
+	run dataRun // the records being handed on together (ingress_run.go)
+	// Early holds size refusals of staged records whose OpenSlot has not
 	// been applied yet, oldest first, at most maxEarlyRefusals
-	// (mux_early_refusal.go).
+	// (early_refusal.go).
 	Early []earlyRefusal
 
 	dirtyMu   sync.Mutex
@@ -73,7 +73,7 @@ type IngressPeer struct {
 	lastVisit time.Time
 }
 
-// inSlot is one stream from the peer, feeding an anchor. Its Feed is the
+// InSlot is one stream from the peer, feeding an anchor. Its Feed is the
 // inlet's view of its credit: the consumer's takes count there.
 type InSlot struct {
 	inlet.Feed
@@ -98,7 +98,7 @@ type InSlot struct {
 	terminal  bool
 }
 
-// ingressFor returns the table of peer's batches on lane, making it on
+// IngressFor returns the table of peer's batches on lane, making it on
 // first use. It is nil once the mux is closed (closed true), and for a
 // peer this node has no route to: nothing could answer it, so nothing is
 // made for it.
@@ -251,10 +251,10 @@ func (s *InSlot) end(frame []byte, detach bool) {
 	s.st.Terminate(inlet.NewSender(s.st, false), frame, detach)
 }
 
-// muxSlotHeader names the stream of a staged singleton batch (muxwire.SlotHeader).
+// SlotHeader names the stream of a staged singleton batch (muxwire.SlotHeader).
 const SlotHeader = muxwire.SlotHeader
 
-// stagedFailure ends the one stream that a staged singleton batch from
+// StagedFailure ends the one stream that a staged singleton batch from
 // sender on lane belonged to, when this node could not fetch it (refused
 // for its size, or gone): its consumer reads a TransportError naming the
 // reason, and its producer is told to cancel it (LifecycleSlot, by
@@ -278,7 +278,7 @@ func (mx *Mux) StagedFailure(sender ext.WorkerID, lane int, tag string, cause er
 	s := ip.slotLocked(id)
 	if s == nil || (ip.haveEpoch && epoch > ip.Epoch) {
 		// Not opened yet (in this epoch or a later one), or ended already:
-		// kept for an OpenSlot that may still come (mux_early_refusal.go).
+		// kept for an OpenSlot that may still come (early_refusal.go).
 		ip.keepRefusalLocked(earlyRefusal{epoch: epoch, slot: id, session: session, msg: refusedMessage(cause)})
 		ip.Mu.Unlock()
 		return

@@ -25,7 +25,7 @@ type CloseReply struct {
 	reject bool // the answer to an OpenSlot this side never admitted
 }
 
-// handleBatch applies one _stream_batch from peer. It never blocks on a
+// HandleBatch applies one _stream_batch from peer. It never blocks on a
 // consumer. A malformed batch is refused whole.
 func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	batch, err := muxwire.Decode(payload)

@@ -26,7 +26,7 @@ import (
 // laneLoad counts streams per lane.
 type laneLoad [muxwire.Lanes]int
 
-// splitmix64 is the fixed hash of lane keys: one key gives one lane on
+// Splitmix64 is the fixed hash of lane keys: one key gives one lane on
 // every receiver with the same lane count.
 func Splitmix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
@@ -35,7 +35,7 @@ func Splitmix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// clampLanes bounds a transport's lane count to what the mux uses.
+// ClampLanes bounds a transport's lane count to what the mux uses.
 func ClampLanes(n int) int { return max(1, min(n, muxwire.Lanes)) }
 
 // pickLaneLocked chooses the lane of a new bind from peer (0: a pre-bind)

@@ -14,19 +14,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// The messenger mux (docs/mux.md): every stream to a peer is a slot on
-// the messenger connection that already exists to that peer, and records
-// of many streams share one _stream_batch active message.
-//
-// It lives in package streaming, not in a package of its own, because it
-// feeds the anchor's inlet directly (the book's direct feed: no goroutine
-// between the slot buffer and the consumer) and backs the same Sender
-// type; a separate package would have to export both. Its wire codec is
-// the leaf package internal/muxwire.
-//
-// Goroutines: one per batcher (one per peer and lane) and one sweeper per
-// Manager for credit doorbells, the periodic credit walk, the stream
-// watchdog and idle batcher eviction. None per stream, none per record.
+// The Mux type: its tables, its counters, and how a batch is posted.
 
 // muxCounters are the mux's own counts, read by tests and the metrics
 // scrape.
@@ -54,49 +42,49 @@ type muxCounters struct {
 	Singletons                 atomic.Uint64 // records sent alone as a staged batch
 }
 
-// mux is the messenger mux of one Manager.
+// Mux is the messenger mux of one Manager.
 type Mux struct {
 	Met *metrics.MuxMetrics // nil: no Prometheus
-	// opsMet counts the operations of this mux's producers (nil: no
+	// OpsMet counts the operations of this mux's producers (nil: no
 	// metrics); the Manager's, which the mux does not otherwise know.
 	OpsMet *metrics.StreamingMetrics
-	// unreport stops the metrics scrape reading this mux; nil without one.
+	// Unreport stops the metrics scrape reading this mux; nil without one.
 	Unreport func()
 	Cfg      Config
-	// epochs is the last epoch a batcher took: it starts at a random base
+	// Epochs is the last epoch a batcher took: it starts at a random base
 	// (randomEpochBase) and only moves forward.
 	Epochs atomic.Uint64
-	// post writes one batch to peer on lane. A seam for tests; NewNodeManager
+	// Post writes one batch to peer on lane. A seam for tests; NewNodeManager
 	// sets it to a messenger Post.
 	Post func(peer ext.WorkerID, lane int, batch []byte) error
-	// probePost is post that does not wait for admission, for the health
+	// ProbePost is post that does not wait for admission, for the health
 	// check, which runs on the sweeper shared by every peer; nil: post.
 	ProbePost func(peer ext.WorkerID, lane int, batch []byte) error
-	// postOwned is post for a batch in a pooled buffer that owner keeps
+	// PostOwned is post for a batch in a pooled buffer that owner keeps
 	// alive (no copy); nil: the batchers allocate a buffer per batch.
 	PostOwned func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
-	// postTagged is post with a _mux_slot header; nil: post.
+	// PostTagged is post with a _mux_slot header; nil: post.
 	PostTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
-	// abandonCall gives up on the attach request that token names
+	// AbandonCall gives up on the attach request that token names
 	// (msgrx.AbandonToken); nil: there is none to give up on.
 	AbandonCall func(token uint64, err error) bool
-	// routable says whether this node can write to peer at all (the
+	// Routable says whether this node can write to peer at all (the
 	// messenger has a route to it); nil: every peer is. Only a routable
 	// peer gets an ingress table or a batcher: a stranger's batch gets
-	// nothing made for it (mux_hostile.go).
+	// nothing made for it (hostile.go).
 	Routable func(peer ext.WorkerID) bool
 	// walks counts the credit walks: a pending attach's age is measured
-	// in them, so an attach reads no clock (mux_pipeline.go).
+	// in them, so an attach reads no clock (pending.go).
 	walks atomic.Uint64
-	// stagesAbove is the messenger's staging threshold (0: it stages
+	// StagesAbove is the messenger's staging threshold (0: it stages
 	// nothing), to count the batches it stages.
 	StagesAbove int
 	// heartbeat is the window of the stream watchdog.
 	heartbeat time.Duration
-	// log takes the stream watchdog's warning; nil: slog.Default().
+	// Log takes the stream watchdog's warning; nil: slog.Default().
 	Log *slog.Logger
 	// watchdogWarn rate-limits that warning: a congested peer link can
-	// end thousands of streams in one window (mux_watchdog.go).
+	// end thousands of streams in one window (watchdog.go).
 	watchdogWarn logLimiter
 
 	Mu       sync.Mutex
@@ -106,7 +94,7 @@ type Mux struct {
 	bindIDs  map[uint64]*Bind // the same binds by their accept-window id
 	nextBind uint64
 	acceptQ  *deadline.Queue            // the accept windows of every bind
-	nodeLoad laneLoad                   // streams per lane on this node (mux_lanes.go)
+	nodeLoad laneLoad                   // streams per lane on this node (lanes.go)
 	peerLoad map[ext.WorkerID]*laneLoad // streams per lane from each sender
 	BudgetMu sync.Mutex                 // a leaf: budgets is read while batchers are made, with or without mu
 	Budgets  map[ext.WorkerID]*peerBudget
@@ -149,14 +137,14 @@ func New(cfg Config, heartbeat time.Duration, post func(ext.WorkerID, int, []byt
 	return mx
 }
 
-// laneKey names one (peer, lane): everything that depends on order is
+// LaneKey names one (peer, lane): everything that depends on order is
 // kept per laneKey, on both sides.
 type LaneKey struct {
 	Peer ext.WorkerID
 	Lane int
 }
 
-// batcherFor returns the batcher to peer on lane, making it on first use.
+// BatcherFor returns the batcher to peer on lane, making it on first use.
 func (mx *Mux) BatcherFor(peer ext.WorkerID, lane int) (*Batcher, error) {
 	mx.Mu.Lock()
 	defer mx.Mu.Unlock()
@@ -172,7 +160,7 @@ func (mx *Mux) BatcherFor(peer ext.WorkerID, lane int) (*Batcher, error) {
 	return b, nil
 }
 
-// supersede marks a batcher that eviction or peer loss (lost) took out
+// Supersede marks a batcher that eviction or peer loss (lost) took out
 // of the mux: a successor may write on its lane from now on. The caller
 // holds mx.mu (a batcher's lock nests in it).
 func (b *Batcher) Supersede(lost bool) {
@@ -198,7 +186,7 @@ func (b *Batcher) supersedeIfIdle(now time.Time, ttl time.Duration) bool {
 	return true
 }
 
-// existingBatcher returns the batcher to peer on lane, or nil.
+// ExistingBatcher returns the batcher to peer on lane, or nil.
 func (mx *Mux) ExistingBatcher(peer ext.WorkerID, lane int) *Batcher {
 	mx.Mu.Lock()
 	defer mx.Mu.Unlock()
@@ -219,7 +207,7 @@ func (mx *Mux) FlushAll() {
 	}
 }
 
-// peerLost is epoch death for everything to and from peer: its batcher's
+// PeerLost is epoch death for everything to and from peer: its batcher's
 // slots close (producers see cancel), and its ingress slots end with
 // Dropped.
 func (mx *Mux) PeerLost(peer ext.WorkerID) {
@@ -264,7 +252,7 @@ func (mx *Mux) PeerLost(peer ext.WorkerID) {
 	}
 }
 
-// close stops the batchers and the sweeper, and ends every mux stream.
+// Close stops the batchers and the sweeper, and ends every mux stream.
 func (mx *Mux) Close() {
 	mx.Mu.Lock()
 	if mx.closed {

@@ -18,9 +18,11 @@ import (
 // the attach's own work.
 var AttachAnswerTimeout = 30 * time.Second // a var: tests shorten it
 
-// The mux side of a pipelined attach (mux_pipeline.go): the pending slot, its answer or failure, and the writes for a stream that ended before its answer.
+// The mux's side of a pipelined attach (streaming's mux_pipeline.go):
+// the pending slot, its answer or failure, and the writes for a stream
+// that ended before its answer.
 
-// openOn opens a slot with open on the lane's current batcher. When
+// OpenOn opens a slot with open on the lane's current batcher. When
 // eviction or peer loss took that batcher out as it was picked (open
 // answers ErrCancelled), it tries once more on the lane's new one. b is
 // nil when the mux is closed.
@@ -38,7 +40,7 @@ func (mx *Mux) OpenOn(peer ext.WorkerID, lane int, open func(*Batcher) (*OutSlot
 	return b, s, err
 }
 
-// setCall records the attach request of a pending slot, for expirePending.
+// SetCall records the attach request of a pending slot, for expirePending.
 func (b *Batcher) SetCall(s *OutSlot, call uint64) {
 	b.Mu.Lock()
 	if s.pending {
@@ -47,7 +49,7 @@ func (b *Batcher) SetCall(s *OutSlot, call uint64) {
 	b.Mu.Unlock()
 }
 
-// openPending allocates a slot for a pipelined attach to handle: it holds
+// OpenPending allocates a slot for a pipelined attach to handle: it holds
 // its records until resolvePending or failPending.
 func (b *Batcher) OpenPending(handle wire.AnchorHandle) (*OutSlot, error) {
 	b.Mu.Lock()
@@ -72,7 +74,7 @@ func (b *Batcher) OpenPending(handle wire.AnchorHandle) (*OutSlot, error) {
 	return s, nil
 }
 
-// resolvePending opens a pending slot under the owner's answer: its
+// ResolvePending opens a pending slot under the owner's answer: its
 // OpenSlot is queued for the next batch, ahead of the records it held.
 func (b *Batcher) ResolvePending(s *OutSlot, session uint64, credit uint32) {
 	b.Mu.Lock()
@@ -121,7 +123,7 @@ func (b *Batcher) writeOpenGone(s *OutSlot) {
 	}
 }
 
-// abandonBound tells the owner that the stream it bound for this node as
+// AbandonBound tells the owner that the stream it bound for this node as
 // (anchorID, session) will not open. An index taken for the moment
 // carries the OpenSlot and the CloseSlot{PeerGone}; with every index
 // taken, or the batcher stopped, nothing is written and the owner's
@@ -150,7 +152,7 @@ func (b *Batcher) writeAbandon(anchorID, session uint64) {
 	b.Mu.Unlock()
 }
 
-// abandonBound is the batcher's abandonBound on the lane's current
+// AbandonBound is the batcher's abandonBound on the lane's current
 // batcher, or once this mux is closed on its retired one.
 func (mx *Mux) AbandonBound(peer ext.WorkerID, lane int, anchorID, session uint64) {
 	b, err := mx.BatcherFor(peer, lane)
@@ -197,7 +199,7 @@ func (b *Batcher) postOpenGone(id muxwire.SlotID, seq uint32, anchorID, session 
 	return !errors.Is(err, errNoLongerWrites)
 }
 
-// failPending ends a pending slot with err: its records are discarded,
+// FailPending ends a pending slot with err: its records are discarded,
 // and its sends, Finalize and Detach return err.
 func (b *Batcher) FailPending(s *OutSlot, err error) {
 	b.Mu.Lock()

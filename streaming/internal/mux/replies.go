@@ -7,7 +7,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 )
 
-// grant adds credit the consumer returned and lists the slot again. The
+// Grant adds credit the consumer returned and lists the slot again. The
 // credit never goes above the window the slot opened with: a grant that
 // would lift it there is a liar's (or a repeat), counted in
 // control_refused, and cannot let this side send past the window.
@@ -41,7 +41,7 @@ func (b *Batcher) slotLocked(id muxwire.SlotID) *OutSlot {
 	return nil
 }
 
-// signal wakes the batcher's goroutine; a wake already pending is enough.
+// Signal wakes the batcher's goroutine; a wake already pending is enough.
 func (b *Batcher) Signal() {
 	select {
 	case b.Wake <- struct{}{}:
@@ -53,7 +53,7 @@ func (b *Batcher) Signal() {
 // wake. Under Manual, data waits for FlushBatch.
 func (b *Batcher) autoFlush() bool { return b.Mx.Cfg.Flush == FlushAuto }
 
-// kick is FlushBatch for this batcher: the next wake writes what is
+// Kick is FlushBatch for this batcher: the next wake writes what is
 // staged, whatever the policy.
 //
 // Under FlushManual it releases exactly what each slot holds now: records
@@ -73,7 +73,7 @@ func (b *Batcher) Kick() {
 	b.Signal()
 }
 
-// reply queues a CreditUpdate for a slot the peer owns on this node's
+// Reply queues a CreditUpdate for a slot the peer owns on this node's
 // ingress. Replies coalesce per slot; a batch of only replies waits up to
 // reply_linger for company.
 func (b *Batcher) Reply(id muxwire.SlotID, delta uint32) {
@@ -102,7 +102,7 @@ func (b *Batcher) startLingerLocked() {
 	b.lingerT.Reset(b.Mx.Cfg.ReplyLinger)
 }
 
-// maxRejects caps the answers owed for OpenSlots that ingress never
+// MaxRejects caps the answers owed for OpenSlots that ingress never
 // admitted: a burst of bogus OpenSlots must not grow the batcher without
 // bound. Dropping one costs no credit, which is why a cap is safe here and
 // nowhere else.
@@ -129,7 +129,7 @@ func (b *Batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 	b.Signal()
 }
 
-// replyClose queues a CloseSlot for a slot the peer owns; it supersedes
+// ReplyClose queues a CloseSlot for a slot the peer owns; it supersedes
 // the slot's credit and is urgent.
 func (b *Batcher) ReplyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
 	b.Mu.Lock()

@@ -11,9 +11,9 @@ import (
 // outSlot is the sink of the mux path, for an SPSC Sender and an MPSC
 // producer alike: the owner binds each slot to one producer, so its frames
 // need no tag, and both take the arena path of pushBytes. push, pushBytes,
-// RetiredCh, known and the signals are the slot's own (mux_egress.go).
+// RetiredCh, known and the signals are the slot's own (egress.go).
 
-// finish queues the terminal. Close never waits; Finalize and Detach wait
+// Finish queues the terminal. Close never waits; Finalize and Detach wait
 // for the answer to a pipelined attach, so that they report its refusal
 // (an MPSC attach is never pipelined, so it does not wait either).
 func (s *OutSlot) Finish(frame []byte, _ bool) error {
@@ -26,11 +26,11 @@ func (s *OutSlot) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme)
 	return s.B.Mx.OpsMet, metrics.SchemeMux
 }
 
-// transport is the mux's key: the owner answered the attach with it, or,
+// Transport is the mux's key: the owner answered the attach with it, or,
 // for a pipelined attach, answered it to an attach before.
 func (s *OutSlot) Transport() string { return WireKey }
 
-// ready waits for the owner's answer to a pipelined attach; a slot whose
+// Ready waits for the owner's answer to a pipelined attach; a slot whose
 // attach waited (answered is nil) is ready at once.
 func (s *OutSlot) Ready(ctx context.Context) error {
 	if s.Answered == nil {

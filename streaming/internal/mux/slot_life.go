@@ -10,7 +10,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// closeByPeer ends a slot the owner closed (UnknownSlot: the consumer
+// CloseByPeer ends a slot the owner closed (UnknownSlot: the consumer
 // cancelled or dropped its anchor; ProtocolError): the producer's sends
 // fail with ErrCancelled and its output is discarded.
 func (b *Batcher) CloseByPeer(id muxwire.SlotID) {
@@ -92,7 +92,7 @@ func (s *OutSlot) fireLocked(why error) {
 	}
 }
 
-// watchFire runs fn with the cause at the first signal, or returns the
+// WatchFire runs fn with the cause at the first signal, or returns the
 // cause if one has fired already.
 func (s *OutSlot) WatchFire(fn func(error)) error {
 	s.B.Mu.Lock()
@@ -104,14 +104,14 @@ func (s *OutSlot) WatchFire(fn func(error)) error {
 	return nil
 }
 
-// cause is the first signal's cause, or nil.
+// Cause is the first signal's cause, or nil.
 func (s *OutSlot) Cause() error {
 	s.B.Mu.Lock()
 	defer s.B.Mu.Unlock()
 	return s.why
 }
 
-// lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
+// Lifecycle applies a LifecycleSlot from the owner: a stop or a cancel of
 // the stream with this session, never of a later stream on the index.
 func (b *Batcher) Lifecycle(id muxwire.SlotID, session uint64, action muxwire.LifecycleAction) {
 	b.Mu.Lock()
@@ -127,7 +127,7 @@ func (b *Batcher) Lifecycle(id muxwire.SlotID, session uint64, action muxwire.Li
 	}
 }
 
-// signalCh returns the channel of one kind of signal of s, made on demand.
+// SignalCh returns the channel of one kind of signal of s, made on demand.
 func (s *OutSlot) SignalCh(k inlet.SignalKind) <-chan struct{} {
 	s.B.Mu.Lock()
 	defer s.B.Mu.Unlock()

@@ -2,7 +2,7 @@ package mux
 
 // A producer's records on its mux slot: queued under the batcher's lock,
 // bounded by the slot's credit window and byte budget and the peer's byte
-// budget, and taken by the batcher's pass (mux_flush.go).
+// budget, and taken by the batcher's pass (flush.go).
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func (s *OutSlot) Push(ctx context.Context, frame []byte) error {
 	return s.pushFrame(ctx, frame, nil, len(frame))
 }
 
-// pushBytes queues a byte item of payload, encoded straight into the
+// PushBytes queues a byte item of payload, encoded straight into the
 // slot's arena: no buffer per record.
 func (s *OutSlot) PushBytes(ctx context.Context, payload []byte) error {
 	n := wire.BytesItemLen(len(payload))
@@ -155,7 +155,7 @@ func (pb *peerBudget) room(limit int) {
 	pb.mu.Unlock()
 }
 
-// waiting says whether a Send waits for the peer's budget (tests).
+// Waiting says whether a Send waits for the peer's budget (tests).
 func (pb *peerBudget) Waiting() bool {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()

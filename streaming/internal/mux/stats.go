@@ -37,7 +37,7 @@ func (mx *Mux) controlRefused()       { mx.N.ControlRefused.Add(1) }
 func (mx *Mux) epochDeaths()          { mx.N.EpochDeaths.Add(1) }
 func (mx *Mux) producerBackpressure() { mx.N.producerBackpressure.Add(1) }
 
-// liveSlots counts the open slots of every batcher and ingress table.
+// LiveSlots counts the open slots of every batcher and ingress table.
 func (mx *Mux) LiveSlots() (out, in int) {
 	mx.Mu.Lock()
 	bs := make([]*Batcher, 0, len(mx.Batchers))
@@ -62,10 +62,10 @@ func (mx *Mux) LiveSlots() (out, in int) {
 	return out, in
 }
 
-// muxWireKey is the transport key this build's mux answers attaches with.
+// WireKey is the transport key this build's mux answers attaches with.
 const WireKey = muxwire.TransportKey
 
-// snapshot is what the metrics scrape reads: the counts, and the gauges
+// Snapshot is what the metrics scrape reads: the counts, and the gauges
 // computed now (live slots, records waiting in slot queues).
 func (mx *Mux) Snapshot() metrics.MuxSnapshot {
 	n := &mx.N
@@ -91,7 +91,7 @@ func (mx *Mux) Snapshot() metrics.MuxSnapshot {
 	return s
 }
 
-// queuedRecords counts the records waiting in this node's slot queues
+// QueuedRecords counts the records waiting in this node's slot queues
 // (the inlet and the withheld queue are one queue here).
 func (mx *Mux) QueuedRecords() int {
 	n := 0
@@ -107,7 +107,7 @@ func (mx *Mux) QueuedRecords() int {
 	return n
 }
 
-// heldRecords counts the records waiting in slot holds.
+// HeldRecords counts the records waiting in slot holds.
 func (mx *Mux) HeldRecords() int {
 	n := 0
 	for _, ip := range mx.ingressTables() {

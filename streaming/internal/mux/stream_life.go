@@ -2,7 +2,7 @@ package mux
 
 import "fmt"
 
-// streamLife is where an outSlot's stream is in its life: whether its
+// StreamLife is where an outSlot's stream is in its life: whether its
 // terminal was queued (the application ended it) and whether the slot is
 // gone (terminal written, refused, epoch death, the consumer's close).
 // The two used to be booleans set apart; the moves are listed once, in
@@ -33,7 +33,7 @@ func (s StreamLife) String() string {
 	return fmt.Sprintf("streamLife(%d)", uint8(s))
 }
 
-// streamLifeMoves is every legal move, from → to.
+// StreamLifeMoves is every legal move, from → to.
 var StreamLifeMoves = [StreamLives][]StreamLife{
 	SlotLive:   {SlotEnding, SlotClosed},
 	SlotEnding: {SlotEnded},
@@ -52,7 +52,7 @@ func (s StreamLife) legal(next StreamLife) bool {
 	return false
 }
 
-// to moves s to next; an illegal move is reported (illegalTransition) and
+// To moves s to next; an illegal move is reported (illegalTransition) and
 // made all the same.
 func (s *StreamLife) To(next StreamLife) {
 	if !s.legal(next) {
@@ -61,14 +61,14 @@ func (s *StreamLife) To(next StreamLife) {
 	*s = next
 }
 
-// terminal says the application ended the stream: sends fail with
+// Terminal says the application ended the stream: sends fail with
 // ErrSenderClosed.
 func (s StreamLife) Terminal() bool { return s == SlotEnding || s == SlotEnded }
 
-// closed says the slot is gone: its index is free, nothing more is written.
+// Closed says the slot is gone: its index is free, nothing more is written.
 func (s StreamLife) Closed() bool { return s == SlotClosed || s == SlotEnded }
 
-// end is the move of the application's terminal.
+// End is the move of the application's terminal.
 func (s *StreamLife) End() {
 	if s.Closed() {
 		s.To(SlotEnded)
@@ -77,7 +77,7 @@ func (s *StreamLife) End() {
 	}
 }
 
-// close is the move of the slot going: ended when the application had
+// Close is the move of the slot going: ended when the application had
 // ended it, closed otherwise.
 func (s *StreamLife) Close() {
 	if s.Terminal() {

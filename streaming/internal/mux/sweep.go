@@ -41,7 +41,7 @@ func (mx *Mux) sweep() {
 	}
 }
 
-// doorbell visits the peers with dirty slots, each at most once per
+// Doorbell visits the peers with dirty slots, each at most once per
 // DrainVisitFloor, and arms the floor timer for those it must skip.
 func (mx *Mux) Doorbell() {
 	now := time.Now()
@@ -58,7 +58,7 @@ func (mx *Mux) Doorbell() {
 	}
 }
 
-// walk is the periodic backstop: every dirty slot of every peer returns
+// Walk is the periodic backstop: every dirty slot of every peer returns
 // its credit, and idle batchers go.
 func (mx *Mux) Walk(now time.Time) {
 	tick := mx.walks.Add(1)
@@ -139,7 +139,7 @@ func (mx *Mux) evictIdle(now time.Time) {
 	}
 }
 
-// handBack sends what an evicted batcher still owed the peer (a close or a
+// HandBack sends what an evicted batcher still owed the peer (a close or a
 // credit reply posted between the idle check and the stop) through a
 // fresh batcher, so that eviction loses nothing.
 func (mx *Mux) HandBack(b *Batcher) {

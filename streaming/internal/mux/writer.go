@@ -30,7 +30,7 @@ const (
 	jobProbe                         // the heartbeat's empty batch
 )
 
-// laneJob is one piece of control work queued for the lane's writer.
+// LaneJob is one piece of control work queued for the lane's writer.
 type LaneJob struct {
 	Kind              laneJobKind
 	Closes            []CloseReply // jobLateCloses, jobGoodbye
@@ -39,7 +39,16 @@ type LaneJob struct {
 	anchorID, session uint64       // jobAbandon
 }
 
-// ownLocked takes the lane's writes if no one holds them. The caller
+// TryOwn is OwnLocked for a caller that does not hold b.mu: a test
+// takes the lane's writes with it, so that the batcher's goroutine writes
+// nothing until the test calls Release.
+func (b *Batcher) TryOwn() bool {
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.OwnLocked()
+}
+
+// OwnLocked takes the lane's writes if no one holds them. The caller
 // holds b.mu; on true it must call release.
 func (b *Batcher) OwnLocked() bool {
 	if b.writing {
@@ -72,7 +81,7 @@ const (
 	WakeWrites                    // the lane is free: the goroutine, once woken
 )
 
-// queueJobLocked queues j for the lane's writer and says who writes it.
+// QueueJobLocked queues j for the lane's writer and says who writes it.
 // With inline, the caller writes when the lane is free; without, only
 // once the goroutine is gone.
 func (b *Batcher) QueueJobLocked(j LaneJob, inline bool) jobWriter {
@@ -105,7 +114,7 @@ func (b *Batcher) writeQueued(w jobWriter) {
 	}
 }
 
-// release writes what was queued for the owner and gives up the lane's
+// Release writes what was queued for the owner and gives up the lane's
 // writes. A pass that found the lane taken (rerun) is woken again.
 func (b *Batcher) Release() {
 	b.Mu.Lock()
@@ -139,7 +148,7 @@ func (b *Batcher) Release() {
 	}
 }
 
-// runJob writes one job. The caller owns the lane's writes.
+// RunJob writes one job. The caller owns the lane's writes.
 func (b *Batcher) RunJob(j LaneJob) {
 	switch j.Kind {
 	case JobLateCloses:
@@ -188,7 +197,7 @@ func (b *Batcher) openPostedLocked() {
 	}
 }
 
-// awaitOpen waits until s's OpenSlot was posted (or dropped) by the
+// AwaitOpen waits until s's OpenSlot was posted (or dropped) by the
 // lane's writer and returns the result. The caller does not hold b.mu.
 func (b *Batcher) AwaitOpen(s *OutSlot) error {
 	b.Mu.Lock()

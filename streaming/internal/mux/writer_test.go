@@ -1,25 +1,16 @@
-package streaming
+package mux
 
 import (
 	"errors"
+	wire "github.com/velo-go/velo/internal/streamwire"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
-	"github.com/velo-go/velo/streaming/internal/mux"
+	"github.com/velo-go/velo/internal/testwait"
 )
-
-// holdWriter takes the lane's writes for the test, once they are free:
-// the batcher's goroutine writes nothing until b.release.
-func holdWriter(t *testing.T, b *mux.Batcher) {
-	t.Helper()
-	waitFor(t, "the lane's writes to be free", func() bool {
-		b.Mu.Lock()
-		defer b.Mu.Unlock()
-		return b.OwnLocked()
-	})
-}
 
 // seqChecker is a post function that fails the test when a lane's
 // batch_seq does not grow by one within an epoch.
@@ -63,13 +54,13 @@ func (c *seqChecker) post(_ ext.WorkerID, _ int, batch []byte) error {
 // it lets go, with every other open queued meanwhile, in one batch.
 func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, c.post)
+	mx := New(Config{}, testHeartbeat, c.post)
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	holdWriter(t, b)
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn)
 	const n = 3
 	errs := make(chan error, n)
 	for i := range n {
@@ -78,7 +69,7 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, "the attaches to queue", func() bool {
+	testwait.Until(t, "the attaches to queue", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
 		return b.OpenWaiters == n
@@ -107,27 +98,27 @@ func TestMuxOpenWaitsForTheLaneOwner(t *testing.T) {
 // writes it.
 func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	c := &seqChecker{t: t}
-	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, c.post)
+	mx := New(Config{}, testHeartbeat, c.post)
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := mux.LaneJob{Kind: mux.JobLateCloses, Closes: []mux.CloseReply{{ID: 1, Reason: muxwire.UnknownSlot}}}
+	job := LaneJob{Kind: JobLateCloses, Closes: []CloseReply{{ID: 1, Reason: muxwire.UnknownSlot}}}
 	b.Mu.Lock()
-	if w := b.QueueJobLocked(job, false); w != mux.WakeWrites {
+	if w := b.QueueJobLocked(job, false); w != WakeWrites {
 		t.Errorf("a reader's job on a live batcher: %v, want the goroutine's", w)
 	}
 	b.Mu.Unlock()
 	b.Signal()
-	waitFor(t, "the goroutine to write it", func() bool {
+	testwait.Until(t, "the goroutine to write it", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.batches == 1
 	})
-	holdWriter(t, b)
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn)
 	b.Mu.Lock()
-	if w := b.QueueJobLocked(job, true); w != mux.OwnerWrites {
+	if w := b.QueueJobLocked(job, true); w != OwnerWrites {
 		t.Errorf("a job while the lane is taken: %v, want the owner's", w)
 	}
 	b.Mu.Unlock()
@@ -138,17 +129,17 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 	}
 	c.mu.Unlock()
 	mx.Mu.Lock()
-	delete(mx.Batchers, mux.LaneKey{Peer: 7, Lane: 0}) // as close does, before its goodbye
+	delete(mx.Batchers, LaneKey{Peer: 7, Lane: 0}) // as close does, before its goodbye
 	b.Mu.Lock()
-	b.State.To(mux.BatcherRetired)
-	b.State.To(mux.BatcherClosing)
+	b.State.To(BatcherRetired)
+	b.State.To(BatcherClosing)
 	b.Mu.Unlock()
 	mx.Mu.Unlock()
 	b.Stop()
 	b.Mu.Lock()
 	w := b.QueueJobLocked(job, false)
 	b.Mu.Unlock()
-	if w != mux.CallerWrites {
+	if w != CallerWrites {
 		t.Errorf("a reader's job once the goroutine is gone: %v, want the caller's", w)
 	} else {
 		b.Release()
@@ -165,17 +156,21 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 // as an open slot.
 func TestMuxGoodbyeTellsOpenWaitersItsRefusal(t *testing.T) {
 	refused := errors.New("test: batch refused")
-	mx := mux.New(MuxConfig{}.internal(), defaultHeartbeatInterval, func(ext.WorkerID, int, []byte) error { return refused })
+	mx := New(Config{}, testHeartbeat, func(ext.WorkerID, int, []byte) error { return refused })
 	defer mx.Close()
 	b, err := mx.BatcherFor(7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &mux.OutSlot{B: b}
-	holdWriter(t, b)
-	b.RunJob(mux.LaneJob{Kind: mux.JobGoodbye, Opens: []*mux.OutSlot{s}})
+	s := &OutSlot{B: b}
+	testwait.Until(t, "the lane's writes to be free", b.TryOwn)
+	b.RunJob(LaneJob{Kind: JobGoodbye, Opens: []*OutSlot{s}})
 	b.Release()
 	if err := b.AwaitOpen(s); !errors.Is(err, refused) {
 		t.Fatalf("the waiter heard %v, want the refusal", err)
 	}
 }
+
+// testHeartbeat is the heartbeat window of a Mux made by a test: the
+// default a node answers attaches with.
+const testHeartbeat = wire.DefaultHeartbeatIntervalMS * time.Millisecond

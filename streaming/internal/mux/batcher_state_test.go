@@ -1,9 +1,7 @@
-package streaming
+package mux
 
 import (
 	"testing"
-
-	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
 // recordIllegal swaps the illegal-move hook for one that records, for the
@@ -11,9 +9,9 @@ import (
 func recordIllegal(t *testing.T) *[]string {
 	t.Helper()
 	var got []string
-	old := mux.OnIllegalTransition
-	mux.OnIllegalTransition = func(kind, from, to string) { got = append(got, kind+" "+from+"->"+to) }
-	t.Cleanup(func() { mux.OnIllegalTransition = old })
+	old := OnIllegalTransition
+	OnIllegalTransition = func(kind, from, to string) { got = append(got, kind+" "+from+"->"+to) }
+	t.Cleanup(func() { OnIllegalTransition = old })
 	return &got
 }
 
@@ -21,14 +19,14 @@ func recordIllegal(t *testing.T) *[]string {
 // accepted, every other one is reported and counted.
 func TestBatcherStateMoves(t *testing.T) {
 	got := recordIllegal(t)
-	before := mux.IllegalTransitions.Load()
+	before := IllegalTransitions.Load()
 	illegal := 0
-	for from := mux.BatcherState(0); from < mux.BatcherStates; from++ {
-		legal := map[mux.BatcherState]bool{}
-		for _, n := range mux.BatcherMoves[from] {
+	for from := BatcherState(0); from < BatcherStates; from++ {
+		legal := map[BatcherState]bool{}
+		for _, n := range BatcherMoves[from] {
 			legal[n] = true
 		}
-		for next := mux.BatcherState(0); next < mux.BatcherStates; next++ {
+		for next := BatcherState(0); next < BatcherStates; next++ {
 			s := from
 			n := len(*got)
 			s.To(next)
@@ -44,12 +42,12 @@ func TestBatcherStateMoves(t *testing.T) {
 			}
 		}
 	}
-	if d := mux.IllegalTransitions.Load() - before; d != uint64(illegal) {
+	if d := IllegalTransitions.Load() - before; d != uint64(illegal) {
 		t.Errorf("counted %d illegal moves, want %d", d, illegal)
 	}
 	// A few that must never pass: back to live, out of a stopped state,
 	// a retired batcher superseded.
-	for _, m := range [][2]mux.BatcherState{{mux.BatcherSuperseded, mux.BatcherLive}, {mux.BatcherClosed, mux.BatcherLive}, {mux.BatcherEvicted, mux.BatcherSuperseded}, {mux.BatcherRetired, mux.BatcherSuperseded}} {
+	for _, m := range [][2]BatcherState{{BatcherSuperseded, BatcherLive}, {BatcherClosed, BatcherLive}, {BatcherEvicted, BatcherSuperseded}, {BatcherRetired, BatcherSuperseded}} {
 		if m[0].Legal(m[1]) {
 			t.Errorf("%v -> %v is legal", m[0], m[1])
 		}
@@ -61,12 +59,12 @@ func TestBatcherStateMoves(t *testing.T) {
 // for the retired batcher whose goodbye has not run, which the close
 // never stops.
 func TestBatcherStateStop(t *testing.T) {
-	for s := mux.BatcherState(0); s < mux.BatcherStates; s++ {
-		next := mux.StoppedState[s]
+	for s := BatcherState(0); s < BatcherStates; s++ {
+		next := StoppedState[s]
 		if !next.Stopped() {
 			t.Errorf("stop of %v goes to %v, which is not stopped", s, next)
 		}
-		if next != s && !s.Legal(next) && s != mux.BatcherRetired {
+		if next != s && !s.Legal(next) && s != BatcherRetired {
 			t.Errorf("stop of %v: %v -> %v is not a legal move", s, s, next)
 		}
 	}
@@ -76,16 +74,16 @@ func TestBatcherStateStop(t *testing.T) {
 // flag combinations did (mayWrite was retired || !(stopped || superseded)).
 func TestBatcherStateQuestions(t *testing.T) {
 	type flags struct{ superseded, lost, retired, closing, stopped bool }
-	of := map[mux.BatcherState]flags{
-		mux.BatcherLive:        {},
-		mux.BatcherSuperseded:  {superseded: true},
-		mux.BatcherLost:        {superseded: true, lost: true},
-		mux.BatcherRetired:     {retired: true},
-		mux.BatcherClosing:     {retired: true, closing: true},
-		mux.BatcherHalted:      {stopped: true},
-		mux.BatcherEvicted:     {superseded: true, stopped: true},
-		mux.BatcherLostStopped: {superseded: true, lost: true, stopped: true},
-		mux.BatcherClosed:      {retired: true, closing: true, stopped: true},
+	of := map[BatcherState]flags{
+		BatcherLive:        {},
+		BatcherSuperseded:  {superseded: true},
+		BatcherLost:        {superseded: true, lost: true},
+		BatcherRetired:     {retired: true},
+		BatcherClosing:     {retired: true, closing: true},
+		BatcherHalted:      {stopped: true},
+		BatcherEvicted:     {superseded: true, stopped: true},
+		BatcherLostStopped: {superseded: true, lost: true, stopped: true},
+		BatcherClosed:      {retired: true, closing: true, stopped: true},
 	}
 	for s, f := range of {
 		if got, want := s.MayWrite(), f.retired || !(f.stopped || f.superseded); got != want {
@@ -102,8 +100,8 @@ func TestBatcherStateQuestions(t *testing.T) {
 				s.DropsReplies(), s.Stopped(), s.SaidGoodbye(), f.lost, f.stopped, f.closing)
 		}
 	}
-	if len(of) != int(mux.BatcherStates) {
-		t.Errorf("pinned %d states of %d", len(of), mux.BatcherStates)
+	if len(of) != int(BatcherStates) {
+		t.Errorf("pinned %d states of %d", len(of), BatcherStates)
 	}
 }
 
@@ -112,12 +110,12 @@ func TestBatcherStateQuestions(t *testing.T) {
 // answered.
 func TestStreamLifeMoves(t *testing.T) {
 	got := recordIllegal(t)
-	for from := mux.StreamLife(0); from < mux.StreamLives; from++ {
-		legal := map[mux.StreamLife]bool{}
-		for _, n := range mux.StreamLifeMoves[from] {
+	for from := StreamLife(0); from < StreamLives; from++ {
+		legal := map[StreamLife]bool{}
+		for _, n := range StreamLifeMoves[from] {
 			legal[n] = true
 		}
-		for next := mux.StreamLife(0); next < mux.StreamLives; next++ {
+		for next := StreamLife(0); next < StreamLives; next++ {
 			s, n := from, len(*got)
 			s.To(next)
 			if reported := len(*got) > n; reported == legal[next] {
@@ -126,7 +124,7 @@ func TestStreamLifeMoves(t *testing.T) {
 		}
 	}
 	// end and close from every state not yet gone are legal moves.
-	for _, from := range []mux.StreamLife{mux.SlotLive, mux.SlotEnding, mux.SlotClosed} {
+	for _, from := range []StreamLife{SlotLive, SlotEnding, SlotClosed} {
 		n := len(*got)
 		if s := from; !s.Terminal() {
 			s.End()
@@ -144,7 +142,7 @@ func TestStreamLifeMoves(t *testing.T) {
 			t.Errorf("end or close of %v was reported illegal: %v", from, (*got)[n:])
 		}
 	}
-	s := mux.SlotEnded
+	s := SlotEnded
 	n := len(*got)
 	s.Close() // a slot closed twice
 	if len(*got) != n+1 {
