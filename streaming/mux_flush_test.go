@@ -113,7 +113,7 @@ func TestMuxLingerRecordStagedDuringANoDataPass(t *testing.T) {
 		return !b.Awake && len(b.Wake) == 0 && !b.WindowArmed
 	})
 	testwait.Until(t, "the lane's writes to be free", b.TryOwn) // holds the pass between "awake = true" and its build
-	b.Kick()         // FlushBatch with nothing staged
+	b.Kick()                                                    // FlushBatch with nothing staged
 	testwait.Until(t, "the batcher to wake", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()
