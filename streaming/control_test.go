@@ -107,9 +107,7 @@ func fillEgress(t *testing.T, s *Sender[[]byte]) <-chan error {
 		}
 	}()
 	testwait.Until(t, "a Send blocked on a full queue", func() bool {
-		s.stream().mu.Lock()
-		defer s.stream().mu.Unlock()
-		return s.stream().spaceWait != nil
+		return s.stream().WaitingForRoom()
 	})
 	return done
 }
@@ -129,7 +127,7 @@ func TestRemoteCancelWakesBlockedSend(t *testing.T) {
 		done := fillEgress(t, s)
 		if messageOnly {
 			inst, _ := msgrx.InstanceOf(consumer.msg, producer.msg.WorkerID())
-			body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
+			body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().ID()}).AppendJSON(nil)
 			if err := msgrx.Post(consumer.msg, inst, wire.StreamCancelHandler, body); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +183,7 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	}
 	defer a.Close()
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().id}).AppendJSON(nil)
+	body := (&wire.StreamCancelRequest{SenderStreamID: s.stream().ID()}).AppendJSON(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := msgrx.Handshake(stranger, ctx, producer.msg.InstanceID()); err != nil {
@@ -194,7 +192,7 @@ func TestStreamSignalFromStranger(t *testing.T) {
 	if err := msgrx.Post(stranger, producer.msg.InstanceID(), wire.StreamCancelHandler, body); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.strangerSignals.Load() == 1 })
+	testwait.Until(t, "the stranger's cancel handled", func() bool { return producer.sm.remote.tcp.StrangerSignals() == 1 })
 	notClosed(t, s.Cancelled(), "Cancelled by a stranger")
 	notClosed(t, s.Stopped(), "Stopped by a stranger")
 	a.Controller().RequestStop() // the owner's stop still works
@@ -360,9 +358,7 @@ func TestPendingBindPeerLost(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("want ErrSenderDropped, got %v", err)
 	}
-	consumer.sm.remote.mu.Lock()
-	n := len(consumer.sm.remote.pending)
-	consumer.sm.remote.mu.Unlock()
+	n := consumer.sm.remote.tcp.PendingBinds()
 	if n != 0 {
 		t.Fatalf("%d pending binds left", n)
 	}
@@ -487,7 +483,7 @@ func TestAnchorControlFromStranger(t *testing.T) {
 		if _, err := stranger.Unary(ctx, consumer.msg.InstanceID(), h, body); err != nil {
 			t.Fatalf("%s: %v", h, err)
 		}
-		if n := consumer.sm.remote.strangerControls.Load(); n != uint64(i+1) {
+		if n := consumer.sm.remote.tcp.StrangerControls(); n != uint64(i+1) {
 			t.Fatalf("after %s: %d stranger controls counted, want %d", h, n, i+1)
 		}
 	}
@@ -519,7 +515,7 @@ func TestAnchorControlFromStrangerOverTheMux(t *testing.T) {
 		if _, err := stranger.Unary(ctx, consumer.msg.InstanceID(), h, body); err != nil {
 			t.Fatalf("%s: %v", h, err)
 		}
-		if n := consumer.sm.remote.strangerControls.Load(); n != uint64(i+1) {
+		if n := consumer.sm.remote.tcp.StrangerControls(); n != uint64(i+1) {
 			t.Fatalf("after %s: %d stranger controls counted, want %d", h, n, i+1)
 		}
 	}

@@ -63,3 +63,9 @@ type SenderError = streamerr.SenderError
 // TransportError ends a stream whose delivery failed (a TransportError
 // frame from the producer, or a bad frame on its connection).
 type TransportError = streamerr.TransportError
+
+// ItemTooLargeError is returned by a send on a stream between workers for
+// an item whose frame is larger than Limit: 16 MiB on
+// the per-stream path, 1 KiB less over the mux (room for the batch around
+// the record). Nothing is sent and the stream goes on.
+type ItemTooLargeError = streamerr.ItemTooLargeError

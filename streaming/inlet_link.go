@@ -3,6 +3,7 @@ package streaming
 import (
 	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/mux"
+	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // How the Manager and the paths meet the inlet (internal/inlet), which
@@ -26,6 +27,10 @@ var closedChan = inlet.ClosedChan
 // The inlet recycles the ring of a slot with the mux's default credit:
 // the two must agree. (A negative constant does not convert to uint.)
 const _ = uint(mux.DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-mux.DefaultInitialCredit)
+
+// A per-stream producer's egress holds as many frames as an inlet, so
+// that the two paths push back alike.
+const _ = uint(defaultCapacity-tcppath.EgressCapacity) + uint(tcppath.EgressCapacity-defaultCapacity)
 
 // inletOwner is the Manager as the inlet's Owner. A type of its own, so
 // that Remove and CountExpired do not join the Manager's exported methods.

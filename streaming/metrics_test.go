@@ -263,7 +263,7 @@ func TestMetricsRemoteAttachAndWatchdog(t *testing.T) {
 	wantValue(t, preg, "velo_streaming_anchor_attach_rtt_seconds", "outcome=error,transport_scheme=unknown", 1)
 	wantValue(t, creg, opsTotal, op("attach", "error", "tcp-stream"), 1)
 
-	producer.sm.remote.hb.paused.Store(true)
+	producer.sm.remote.tcp.PauseHeartbeats(true)
 	if err := s.Send(context.Background(), []byte("last")); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func metricNodes(t *testing.T, consumerOpts ...ManagerOption) (preg, creg *prome
 	if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
-	producer.sm.remote.hb.paused.Store(true)
+	producer.sm.remote.tcp.PauseHeartbeats(true)
 	return preg, creg, producer, consumer
 }
 
@@ -390,7 +390,7 @@ func TestMetricsEgressPumpCountsOnlyWrites(t *testing.T) {
 	if _, err := nextItemWithin(t, a, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	s.stream().conn.Close()
+	s.stream().Conn().Close()
 	if err := s.SendBytes(context.Background(), []byte("y")); err != nil && !errors.Is(err, ErrCancelled) {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestMetricsRemoteRecordAllocations(t *testing.T) {
 		if err := producer.msg.RegisterPeer(consumer.msg.PeerInfo()); err != nil {
 			t.Fatal(err)
 		}
-		producer.sm.remote.hb.paused.Store(true)
+		producer.sm.remote.tcp.PauseHeartbeats(true)
 		a, err := CreateAnchor[[]byte](consumer.sm)
 		if err != nil {
 			t.Fatal(err)

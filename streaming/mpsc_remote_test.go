@@ -12,6 +12,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // knows registers owner with each producer, as when the handle came in a
@@ -127,9 +128,7 @@ func TestRemoteMPSCTwoNodes(t *testing.T) {
 
 // liveConns counts the per-stream connections a Manager tracks.
 func liveConns(m *Manager) int {
-	m.remote.mu.Lock()
-	defer m.remote.mu.Unlock()
-	return len(m.remote.conns)
+	return m.remote.tcp.Conns()
 }
 
 // waitNoConns waits until neither Manager tracks a connection.
@@ -166,7 +165,7 @@ func streamGoroutines() int {
 	c := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		// By who made them, so that one not yet started counts too.
-		if strings.Contains(g, "streaming.(*remote).serve(") || strings.Contains(g, "streaming.(*remote).openStream in goroutine") {
+		if strings.Contains(g, "tcppath.(*Node).serve(") || strings.Contains(g, "tcppath.(*Node).Open in goroutine") {
 			c++
 		}
 	}
@@ -300,14 +299,11 @@ func TestRemoteMPSCProducerNodeCloses(t *testing.T) {
 
 // blockedInSend waits until a remote sender's egress is full and a Send
 // waits for room.
-func blockedInSend(t *testing.T, rs *remoteSender, sendErr <-chan error) {
+func blockedInSend(t *testing.T, rs *tcppath.Stream, sendErr <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		rs.mu.Lock()
-		w := rs.spaceWait != nil
-		rs.mu.Unlock()
-		if w {
+		if rs.WaitingForRoom() {
 			return
 		}
 		select {
@@ -420,7 +416,7 @@ func TestRemoteMPSCWatchdog(t *testing.T) {
 	producer, consumer := hbNodes(t, &log)
 	an := newMPSC(t, consumer.sm)
 	local := attachMPSC(t, consumer.sm, an.Handle())
-	producer.sm.remote.hb.paused.Store(true)
+	producer.sm.remote.tcp.PauseHeartbeats(true)
 	s := attachMPSCRemoteT(t, producer, an.Handle())
 	ctx := context.Background()
 	if err := s.Send(ctx, []byte("x")); err != nil {

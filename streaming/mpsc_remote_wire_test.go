@@ -228,7 +228,7 @@ func TestRemoteMPSCHeartbeatKeepsIdleProducer(t *testing.T) {
 	if f := nextFrameWithin(t, an, 5*time.Second); f.Kind != MPSCItem || string(f.Item) != "late" {
 		t.Fatalf("%+v, want the late item", f)
 	}
-	if n := producer.sm.remote.hb.beats.Load(); n == 0 {
+	if n := producer.sm.remote.tcp.Heartbeats(); n == 0 {
 		t.Fatal("no heartbeat was sent")
 	}
 }
@@ -351,7 +351,7 @@ func TestRemoteMPSCDetachOnlyByItsProducer(t *testing.T) {
 	if _, err := other.msg.Unary(ctx, consumer.msg.InstanceID(), wire.MPSCAnchorDetachHandler, dr.AppendJSON(nil)); err != nil {
 		t.Fatal(err)
 	}
-	if n := consumer.sm.remote.strangerSignals.Load(); n != 1 {
+	if n := consumer.sm.remote.tcp.StrangerSignals(); n != 1 {
 		t.Fatalf("stranger signals %d, want 1", n)
 	}
 	if err := s1.Send(ctx, []byte("still here")); err != nil {

@@ -23,11 +23,6 @@ const (
 	RetireDiscarded RetireOutcome = retire.Discarded
 )
 
-// retirement is the outcome of a sender's output and the one channel its
-// waiters share; the mux's and the per-stream path's senders embed it as
-// the inlet's Sender does.
-type retirement = retire.Settlement
-
 // Sender is a producer's end of a stream, from AttachAnchor. It ends with
 // exactly one of Finalize, Detach or Close; a producer that stops early
 // must still call Close (defer sender.Close()), or the consumer waits.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
+	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // sink is where a producer's frames go: the one thing a Sender or an
@@ -13,7 +14,7 @@ import (
 //
 //   - the same worker (localSink, localMPSCSink): frames go straight into
 //     the anchor's inlet;
-//   - the per-stream TCP connection (remoteSender): frames queue for the
+//   - the per-stream TCP connection (tcppath.Stream): frames queue for the
 //     connection's egress pump;
 //   - the messenger mux (outSlot): frames queue in a slot of a batcher.
 //
@@ -56,6 +57,6 @@ type sink interface {
 var (
 	_ sink = (*localSink)(nil)
 	_ sink = (*localMPSCSink)(nil)
-	_ sink = (*remoteSender)(nil)
+	_ sink = (*tcppath.Stream)(nil)
 	_ sink = (*mux.OutSlot)(nil)
 )

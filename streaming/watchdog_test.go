@@ -86,7 +86,7 @@ func TestWatchdogStoppedProducer(t *testing.T) {
 	}
 	defer a.Close()
 	s := attachRemoteT[[]byte](t, producer, a.Handle())
-	producer.sm.remote.hb.paused.Store(true)
+	producer.sm.remote.tcp.PauseHeartbeats(true)
 	if err := s.Send(context.Background(), []byte("last")); err != nil {
 		t.Fatal(err)
 	}
@@ -159,11 +159,11 @@ func TestHeartbeatKeepsIdleStreamAlive(t *testing.T) {
 	if v, err := nextItemWithin(t, a, 5*time.Second); err != nil || string(v) != "first" {
 		t.Fatalf("Next = %q, %v", v, err)
 	}
-	beats := producer.sm.remote.hb.beats.Load()
+	beats := producer.sm.remote.tcp.Heartbeats()
 	if v, err := nextItemWithin(t, a, 10*testWindow); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("idle stream over 10 windows: Next = %q, %v; want nothing", v, err)
 	}
-	if got := producer.sm.remote.hb.beats.Load() - beats; got < 5 {
+	if got := producer.sm.remote.tcp.Heartbeats() - beats; got < 5 {
 		t.Fatalf("%d heartbeats over 10 windows, want about 10", got)
 	}
 	if n := consumer.sm.watchdogFirings(); n != 0 {
@@ -187,7 +187,7 @@ func heartbeaters() int {
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "streaming.(*heartbeater).run(")
+			return strings.Count(string(buf[:n]), "tcppath.(*heartbeater).run(")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
@@ -266,15 +266,13 @@ func TestHeartbeatGoroutinePerManager(t *testing.T) {
 	if got, want := runtime.NumGoroutine(), g0+3*(n-1); got > want+8 {
 		t.Fatalf("%d goroutines with %d remote streams, want about %d (three per stream)", got, n, want)
 	}
-	hb := producer.sm.remote.hb
-	hb.mu.Lock()
-	beaten := len(hb.senders)
-	hb.mu.Unlock()
+	path := producer.sm.remote.tcp
+	beaten := path.Beaten()
 	if beaten != n {
 		t.Fatalf("the heartbeater beats %d senders, want the %d remote ones", beaten, n)
 	}
-	if hb.beats.Load() < n {
-		t.Fatalf("%d heartbeats for %d idle streams over several windows", hb.beats.Load(), n)
+	if path.Heartbeats() < n {
+		t.Fatalf("%d heartbeats for %d idle streams over several windows", path.Heartbeats(), n)
 	}
 	if f := consumer.sm.watchdogFirings(); f != 0 {
 		t.Fatalf("WatchdogFirings = %d with heartbeats flowing", f)
@@ -289,9 +287,7 @@ func TestHeartbeatGoroutinePerManager(t *testing.T) {
 	// A finished sender leaves the heartbeater.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		hb.mu.Lock()
-		beaten = len(hb.senders)
-		hb.mu.Unlock()
+		beaten = path.Beaten()
 		if beaten == 0 || time.Now().After(deadline) {
 			break
 		}
@@ -303,34 +299,5 @@ func TestHeartbeatGoroutinePerManager(t *testing.T) {
 	producer.sm.Close()
 	if got := waitHeartbeaters(base - 1); got != base-1 {
 		t.Fatalf("%d heartbeat goroutines after one Manager closed, want %d", got, base-1)
-	}
-}
-
-// TestHeartbeatSkipsBusyAndFull: a sender that queued a frame since the
-// last beat is not beaten; a full egress drops the beat rather than wait;
-// an idle one with room gets one.
-func TestHeartbeatSkipsBusyAndFull(t *testing.T) {
-	h := newHeartbeater()
-	rs := &remoteSender{pumpWake: make(chan struct{}, 1)}
-	rs.active = true
-	h.beatOne(rs)
-	if len(rs.q) != 0 || rs.active {
-		t.Fatalf("busy sender: %d queued, active %v; want none, and active cleared", len(rs.q), rs.active)
-	}
-	h.beatOne(rs)
-	if len(rs.q) != 1 || string(rs.q[0]) != string(heartbeatFrame) || h.beats.Load() != 1 {
-		t.Fatalf("idle sender: queue %q, beats %d", rs.q, h.beats.Load())
-	}
-	for len(rs.q) < egressCapacity {
-		rs.q = append(rs.q, nil)
-	}
-	h.beatOne(rs)
-	if len(rs.q) != egressCapacity || h.drops.Load() != 1 {
-		t.Fatalf("full egress: %d queued, %d drops", len(rs.q), h.drops.Load())
-	}
-	rs.q, rs.done = nil, true
-	h.beatOne(rs)
-	if len(rs.q) != 0 {
-		t.Fatal("a finished sender was beaten")
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// The per-stream producer's bind (streaming's remoteBind) as the inlet
+// The per-stream producer's bind (tcppath's bind) as the inlet
 // keeps it: who may end the stream by a control message, when its
 // connection counts as come, and when it is forgotten. Every read and
 // write of the bind (extra.bind) is here, under mu.

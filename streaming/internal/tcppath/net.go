@@ -1,0 +1,63 @@
+package tcppath
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/velo-go/velo/ext"
+	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/transport/tcp"
+)
+
+// Net is how the path listens and dials: TCP unless a test sets another
+// (an in-memory network, so that two nodes run inside a testing/synctest
+// bubble, where a goroutine blocked on a real socket would keep the fake
+// clock from moving).
+type Net interface {
+	Listen(addr string) (net.Listener, error)
+	Dial(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// TCP is the path's network outside tests.
+type TCP struct{}
+
+func (TCP) Listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+func (TCP) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+// Listen opens the per-stream listener on addr and returns it with the
+// entry that advertises it under wire.TCPStreamKey: the format of the
+// messenger TCP transport's entry, as the reference has it.
+func Listen(sn Net, addr string) (net.Listener, []byte, error) {
+	ln, err := sn.Listen(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("velo: stream listener: %w", err)
+	}
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil || ap.Addr().IsUnspecified() {
+		// A wildcard address names no interface a peer could dial; the
+		// messenger TCP transport lists the interfaces then, which is not
+		// built here.
+		ln.Close()
+		return nil, nil, fmt.Errorf("velo: stream listener %s: listen on a specific address", ln.Addr())
+	}
+	ip := ap.Addr().Unmap()
+	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: ip.String(), Port: ap.Port(), PrefixLen: uint8(ip.BitLen())}})
+	return ln, ep, nil
+}
+
+// ListenerAddr is the address of the per-stream listener that an owner's
+// PeerInfo advertises, or an error when it advertises none that this node
+// can dial.
+func ListenerAddr(info ext.PeerInfo) (string, error) {
+	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+	if err != nil {
+		return "", err
+	}
+	return tcp.DialAddr(ep)
+}
