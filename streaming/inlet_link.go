@@ -21,9 +21,6 @@ var (
 	droppedFrame   = inlet.DroppedFrame
 )
 
-// closedChan is returned for a signal that has already fired.
-var closedChan = inlet.ClosedChan
-
 // The inlet recycles the ring of a slot with the mux's default credit:
 // the two must agree. (A negative constant does not convert to uint.)
 const _ = uint(mux.DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledCredit-mux.DefaultInitialCredit)

@@ -27,7 +27,10 @@ import (
 // its silence for wire.DetectionMultiplier heartbeat windows,
 // _mpsc_anchor_detach, or no connection within its connect window) gives
 // the consumer that producer's MPSCDetached or MPSCDropped, and the stream
-// goes on.
+// goes on. The consumer's Cancel or Close, done in the inlet, closes every
+// producer's connection and sends each producer _stream_cancel through its
+// bind (to the stream id of its attach request), as the reference does;
+// the closed connection is the backstop if the message is lost.
 
 // RefuseMPSCAttach is the answer of an _mpsc_anchor_attach that bound
 // nothing, as RefuseAttach is for an SPSC anchor.
