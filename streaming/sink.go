@@ -16,7 +16,7 @@ import (
 //     the anchor's inlet;
 //   - the per-stream TCP connection (tcppath.Stream): frames queue for the
 //     connection's egress pump;
-//   - the messenger mux (outSlot): frames queue in a slot of a batcher.
+//   - the messenger mux (OutSlot): frames queue in a slot of a batcher.
 //
 // What differs between SPSC and MPSC lives in the implementation chosen at
 // attach (on the same worker, the SenderID tag of each frame), so that the

@@ -96,7 +96,7 @@ func (b *Batcher) postOpenSlots(opens []*OutSlot) error {
 }
 
 // errNoLongerWrites is postRecords' answer once the batcher may not write
-// (batcherState.mayWrite).
+// (BatcherState.mayWrite).
 var errNoLongerWrites = errors.New("velo: the mux batcher was taken out and writes no more")
 
 // postRecords writes n control records with bodies of bodyLen bytes, each

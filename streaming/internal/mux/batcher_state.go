@@ -49,7 +49,7 @@ func (s BatcherState) String() string {
 	if s < BatcherStates {
 		return batcherStateNames[s]
 	}
-	return fmt.Sprintf("batcherState(%d)", uint8(s))
+	return fmt.Sprintf("BatcherState(%d)", uint8(s))
 }
 
 // BatcherMoves is every legal move, from → to.

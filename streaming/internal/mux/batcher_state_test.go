@@ -105,7 +105,7 @@ func TestBatcherStateQuestions(t *testing.T) {
 	}
 }
 
-// TestStreamLifeMoves walks the outSlot's table as TestBatcherStateMoves
+// TestStreamLifeMoves walks the OutSlot's table as TestBatcherStateMoves
 // walks the batcher's, and pins the two questions the old booleans
 // answered.
 func TestStreamLifeMoves(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // batch (tens of records); the consumer, woken once, then finds them all.
 
 // dataRun is the run being gathered: in-order Data records of one slot,
-// none of them a terminal. It lives in the ingressPeer and is only used
+// none of them a terminal. It lives in the IngressPeer and is only used
 // under its mu.
 type dataRun struct {
 	s      *InSlot

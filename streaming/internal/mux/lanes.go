@@ -7,7 +7,7 @@ import (
 
 // Lanes (docs/mux.md, "Lanes"): up to 16 ordered channels of batches
 // to one peer, mux lane k on transport lane k. Everything that depends on
-// order is kept per (peer, lane) (laneKey). The receiver of a stream picks
+// order is kept per (peer, lane) (LaneKey). The receiver of a stream picks
 // its lane when it binds the slot, and names it in the attach answer or
 // the ticket; the sender uses that lane modulo the lanes it keeps to the
 // receiver, so any lane is correct for any stream and only the spread

@@ -138,7 +138,7 @@ func New(cfg Config, heartbeat time.Duration, post func(ext.WorkerID, int, []byt
 }
 
 // LaneKey names one (peer, lane): everything that depends on order is
-// kept per laneKey, on both sides.
+// kept per LaneKey, on both sides.
 type LaneKey struct {
 	Peer ext.WorkerID
 	Lane int

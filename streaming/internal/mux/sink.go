@@ -8,7 +8,7 @@ import (
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
 
-// outSlot is the sink of the mux path, for an SPSC Sender and an MPSC
+// OutSlot is the sink of the mux path, for an SPSC Sender and an MPSC
 // producer alike: the owner binds each slot to one producer, so its frames
 // need no tag, and both take the arena path of pushBytes. push, pushBytes,
 // RetiredCh, known and the signals are the slot's own (egress.go).

@@ -2,7 +2,7 @@ package mux
 
 import "fmt"
 
-// StreamLife is where an outSlot's stream is in its life: whether its
+// StreamLife is where an OutSlot's stream is in its life: whether its
 // terminal was queued (the application ended it) and whether the slot is
 // gone (terminal written, refused, epoch death, the consumer's close).
 // The two used to be booleans set apart; the moves are listed once, in
@@ -30,7 +30,7 @@ func (s StreamLife) String() string {
 	if s < StreamLives {
 		return streamLifeNames[s]
 	}
-	return fmt.Sprintf("streamLife(%d)", uint8(s))
+	return fmt.Sprintf("StreamLife(%d)", uint8(s))
 }
 
 // StreamLifeMoves is every legal move, from → to.

@@ -4,7 +4,7 @@ package mux
 // its writes (b.writing, under b.mu), so batch_seq reaches the peer in
 // order. Ownership is only ever taken without waiting: whoever finds it
 // taken queues its work (an OpenSlot in b.opens, anything else as a
-// laneJob) and leaves, and the owner writes that work before it lets go
+// LaneJob) and leaves, and the owner writes that work before it lets go
 // (release), under the same hold of b.mu that clears b.writing, so no
 // queued work is left without a writer.
 //
@@ -19,7 +19,7 @@ package mux
 
 import "github.com/velo-go/velo/internal/muxwire"
 
-// laneJobKind names the control work a laneJob carries.
+// laneJobKind names the control work a LaneJob carries.
 type laneJobKind uint8
 
 const (
