@@ -59,8 +59,38 @@ type Transport interface {
 // once the connection is bound to the peer it speaks for; the transport
 // tells that connection's dialer, which lifts its fence. Ids of other
 // transports' connections are ignored.
+//
+// A transport that wraps another (to count or trace its frames) must
+// either implement ConnConfirmer itself or implement TransportWrapper, so
+// that the node finds the one it wraps. A node that finds no confirmer
+// for a transport says so in its log at start: Go peers that dial it
+// through that transport then wait out their fence's timeout (5 s) on
+// each new connection that carries more than the fence lets through.
 type ConnConfirmer interface {
 	ConfirmConn(id ConnID)
+}
+
+// TransportWrapper is implemented by a transport that wraps another:
+// Unwrap returns the wrapped one. The node looks through wrappers for the
+// optional interfaces of the transport underneath (ConnConfirmer).
+type TransportWrapper interface {
+	Unwrap() Transport
+}
+
+// ConfirmerOf returns the ConnConfirmer of tr, looking through wrappers
+// (TransportWrapper); false when there is none.
+func ConfirmerOf(tr Transport) (ConnConfirmer, bool) {
+	for tr != nil {
+		if cc, ok := tr.(ConnConfirmer); ok {
+			return cc, true
+		}
+		w, ok := tr.(TransportWrapper)
+		if !ok {
+			return nil, false
+		}
+		tr = w.Unwrap()
+	}
+	return nil, false
 }
 
 // FrameTransport carries the frames of one stream outside the messenger

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/transport/tcp"
@@ -22,6 +23,54 @@ import (
 // and lose, most of it. With the fence the burst waits one round trip
 // past its first 256 KiB, and every request arrives.
 func TestABurstOnANewConnectionOutlastsItsProof(t *testing.T) {
+	burstOutlastsProof(t, func(tr *tcp.Transport) ext.Transport { return tr })
+}
+
+// TestAWrappedTransportStillConfirmsItsConnections is the same burst to a
+// receiver whose transport is wrapped, as a user counting or tracing
+// frames wraps it. The wrapper unwraps (ext.TransportWrapper), so the
+// receiver finds the ConnConfirmer underneath and the dialer's fence lifts
+// on the confirmation, not on its timeout.
+func TestAWrappedTransportStillConfirmsItsConnections(t *testing.T) {
+	burstOutlastsProof(t, func(tr *tcp.Transport) ext.Transport { return unwrapping{tr} })
+}
+
+// TestATransportThatCannotConfirmIsNamedAtStart: a wrapper that hides the
+// ConnConfirmer of a tcp transport makes every busy connection to the node
+// wait out its dialer's fence, so the node says so when it starts.
+func TestATransportThatCannotConfirmIsNamedAtStart(t *testing.T) {
+	tr, err := tcp.New()
+	must(t, err)
+	logs := &logRecords{}
+	newNodeOn(t, hiding{tr}, velo.WithLogger(slog.New(logs)))
+	if n := logs.containing("cannot confirm the connections it accepts"); n != 1 {
+		t.Fatalf("%d warnings about the wrapped transport, want 1", n)
+	}
+	logs = &logRecords{}
+	newNodeOn(t, unwrapping{mustTCP(t)}, velo.WithLogger(slog.New(logs)))
+	if n := logs.containing("cannot confirm"); n != 0 {
+		t.Fatalf("%d warnings about a wrapper that unwraps, want none", n)
+	}
+}
+
+// hiding wraps a transport and hides its optional interfaces.
+type hiding struct{ ext.Transport }
+
+// unwrapping is hiding that names what it wraps.
+type unwrapping struct{ ext.Transport }
+
+func (u unwrapping) Unwrap() ext.Transport { return u.Transport }
+
+func mustTCP(t *testing.T) *tcp.Transport {
+	t.Helper()
+	tr, err := tcp.New()
+	must(t, err)
+	return tr
+}
+
+// burstOutlastsProof fires the burst of TestABurstOnANewConnectionOutlastsItsProof
+// at a receiver whose transport is wrap(tcp).
+func burstOutlastsProof(t *testing.T, wrap func(*tcp.Transport) ext.Transport) {
 	defer messenger.SetProofTimeout(time.Hour)()
 	const (
 		size  = 8 << 10
@@ -34,7 +83,7 @@ func TestABurstOnANewConnectionOutlastsItsProof(t *testing.T) {
 	must(t, err)
 	logs := &logRecords{}
 	a := newNodeOn(t, atr)
-	b := newNodeOn(t, btr, velo.WithLogger(slog.New(logs)))
+	b := newNodeOn(t, wrap(btr), velo.WithLogger(slog.New(logs)))
 	must(t, a.RegisterPeer(b.PeerInfo()))
 	must(t, b.RegisterPeer(a.PeerInfo())) // b knows a: a's connections must prove
 	ctx := testCtx(t)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -501,8 +502,26 @@ func (m *Messenger) afterFirstContact(conn ext.ConnID, w ext.WorkerID) {
 // first burst within this node's hold.
 func (m *Messenger) confirm(conn ext.ConnID) {
 	for _, tr := range m.trs {
-		if cc, ok := tr.(ext.ConnConfirmer); ok {
+		if cc, ok := ext.ConfirmerOf(tr); ok {
 			cc.ConfirmConn(conn)
+		}
+	}
+}
+
+// warnUnconfirmable logs each transport of the keys whose Go dialers
+// fence new connections (tcp and uds, internal/streamsock) that cannot
+// confirm a connection (ext.ConfirmerOf): usually a wrapper that neither
+// forwards ConfirmConn nor unwraps. Its dialers then wait out their
+// fence's timeout on a busy new connection, and nothing else would say
+// why.
+func (m *Messenger) warnUnconfirmable() {
+	for _, tr := range m.trs {
+		if k := tr.Key(); k != "tcp" && k != "uds" {
+			continue
+		}
+		if _, ok := ext.ConfirmerOf(tr); !ok {
+			m.logger().Warn("velo: a transport cannot confirm the connections it accepts; Go peers that dial this node through it hold a busy new connection for up to 5 s (implement ext.ConnConfirmer or ext.TransportWrapper)",
+				"transport", string(tr.Key()), "type", fmt.Sprintf("%T", tr))
 		}
 	}
 }

@@ -220,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		}
 	}
 	addr[msgwire.ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
+	m.warnUnconfirmable()
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
 	m.registerSystemHandlers()
 	if err := m.startWatch(); err != nil {

@@ -591,6 +591,11 @@ func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	return t.Transport.SendOnLane(target, lane, f)
 }
 
+// Unwrap returns the wrapped transport (ext.TransportWrapper), so that the
+// node reaches its ConnConfirmer: without it, every connection this
+// engine accepts stays fenced at its dialer until the fence times out.
+func (t *attachTap) Unwrap() ext.Transport { return t.Transport }
+
 // RetainsOwners passes on what the wrapped transport says (ext.OwnerRetainer).
 func (t *attachTap) RetainsOwners() bool {
 	r, ok := t.Transport.(ext.OwnerRetainer)
