@@ -508,6 +508,10 @@ type batchTap struct {
 	c  tapCounts
 }
 
+// Unwrap returns the wrapped transport (ext.TransportWrapper): the node
+// confirms the connections it accepts through it.
+func (t *batchTap) Unwrap() ext.Transport { return t.Transport }
+
 func (t *batchTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(f)
 	return t.Transport.Send(target, f)

@@ -165,6 +165,10 @@ type laneTap struct {
 	handler, wire [muxwire.Lanes]atomic.Uint64
 }
 
+// Unwrap returns the wrapped transport (ext.TransportWrapper): the node
+// confirms the connections it accepts through it.
+func (t *laneTap) Unwrap() ext.Transport { return t.Transport }
+
 func (t *laneTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(0, f)
 	return t.Transport.Send(target, f)
