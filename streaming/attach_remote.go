@@ -201,19 +201,25 @@ func (r *remote) streamAddr(handle wire.AnchorHandle, info ext.PeerInfo) (string
 	return "", fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
 }
 
-// askAttach sends an attach request for the stream id of this node (the
-// producer's session and cancel handle, the transports it offers, the lane
-// key) to owner's handler, decodes the answer with decode (the transport
-// key, and the owner's reason when it refused), and counts the round trip.
-// A refusal comes back as the error that the same-worker attach gives.
-func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler string, handle wire.AnchorHandle, id uint64, key *uint64, decode func([]byte) (transport, refusal string, err error)) error {
-	req := wire.AttachRequest{
+// attachRequest is the _anchor_attach body for handle under session id:
+// this node's cancel handle, the transports it offers, the lane key.
+func (r *remote) attachRequest(handle wire.AnchorHandle, id uint64, key *uint64) wire.AttachRequest {
+	return wire.AttachRequest{
 		Handle:                 handle,
 		SessionID:              id,
 		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), id),
 		SupportedTransportKeys: r.offeredKeys(),
 		LaneKey:                key,
 	}
+}
+
+// askAttach sends an attach request for the stream id of this node (the
+// producer's session and cancel handle, the transports it offers, the lane
+// key) to owner's handler, decodes the answer with decode (the transport
+// key, and the owner's reason when it refused), and counts the round trip.
+// A refusal comes back as the error that the same-worker attach gives.
+func (r *remote) askAttach(ctx context.Context, owner ext.InstanceID, handler string, handle wire.AnchorHandle, id uint64, key *uint64, decode func([]byte) (transport, refusal string, err error)) error {
+	req := r.attachRequest(handle, id, key)
 	rttStart := r.m.opStart()
 	body, err := r.msg.Unary(ctx, owner, handler, req.AppendJSON(make([]byte, 0, 256)))
 	if err != nil {

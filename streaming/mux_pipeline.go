@@ -63,13 +63,7 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 		return nil, fmt.Errorf("velo: attach %v: open slot: %w", handle, err)
 	}
 	session := r.ids.next()
-	req := wire.AttachRequest{
-		Handle:                 handle,
-		SessionID:              session,
-		CancelHandle:           wire.NewCancelHandle(r.msg.WorkerID(), session),
-		SupportedTransportKeys: r.offeredKeys(),
-		LaneKey:                key,
-	}
+	req := r.attachRequest(handle, session, key)
 	// The answer outlives the call: ctx bounds AttachAnchor, not the
 	// stream, and callers commonly cancel it as AttachAnchor returns. The
 	// call has no deadline of its own; expirePending bounds the wait.

@@ -124,16 +124,25 @@ func (n *Node) Bind(st *inlet.State, handle wire.AnchorHandle, producer ext.Work
 	return resp.AppendJSON(nil), nil
 }
 
+// takePending removes pb, pending under key, and reports whether it was
+// still there: an expiry that finds it gone does nothing, since whatever
+// took it ended or claimed the bind.
+func (n *Node) takePending(key wire.TCPPreamble, pb *pendingBind) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending[key] != pb {
+		return false
+	}
+	delete(n.pending, key)
+	return true
+}
+
 // expire ends a bound stream whose connection did not arrive in the
 // accept window: the anchor sees ErrSenderDropped, as in the reference.
 func (n *Node) expire(key wire.TCPPreamble, pb *pendingBind) {
-	n.mu.Lock()
-	if n.pending[key] != pb {
-		n.mu.Unlock()
+	if !n.takePending(key, pb) {
 		return
 	}
-	delete(n.pending, key)
-	n.mu.Unlock()
 	n.log.Warn("velo: stream bound but its producer never connected", "anchor", key.AnchorID, "session", key.SessionID)
 	pb.st.DropBind(pb.bind)
 }

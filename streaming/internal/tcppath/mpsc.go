@@ -86,13 +86,9 @@ func (n *Node) mpscConnectWindow() time.Duration {
 // time, unless something else ended it first (a release after a failed
 // dial, the consumer's cancel).
 func (n *Node) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
-	n.mu.Lock()
-	if n.pending[key] != pb {
-		n.mu.Unlock()
+	if !n.takePending(key, pb) {
 		return
 	}
-	delete(n.pending, key)
-	n.mu.Unlock()
 	st := pb.st
 	if !st.MPSC().RemoteEnded(pb.mpsc) {
 		n.log.Warn("velo: MPSC producer counted but never connected", "anchor", key.AnchorID, "sender_id", uint64(pb.mpsc.ID()))
