@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -43,8 +44,12 @@ import (
 //     frontend in one write, and a reader hands them to the consumers
 //     over channels (responseplane_raw.go).
 //
-// Each plane comes in two halves, rpFrontends and rpEngines, so that the
-// same code can serve frontends and engines that do not share a process.
+// Each plane comes in two halves, rpFrontends and rpEngines. In-process
+// both halves live in this process and one CPU figure covers both sides.
+// With Procs (--procs) every frontend and every engine is a child process
+// of its own, requests reach the engines over a TCP control connection,
+// and CPU is measured per side (responseplane_procs.go for the parent,
+// responseplane_child.go for the children).
 
 // ResponsePlaneArms are the arms of the response-plane harness.
 var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc", "raw"}
@@ -85,6 +90,14 @@ type ResponsePlaneConfig struct {
 	// Samples, when set, collects every arm's TTFT and token latencies
 	// over all reps (for --plot).
 	Samples *ResponsePlaneSamples `json:"-"`
+	// Procs runs every frontend and every engine as its own child process
+	// (this binary again, as `response-plane --rp-role ...`), so that CPU
+	// per token splits into the frontends' and the engines'.
+	Procs bool
+	// spawn makes the command of a child given its role arguments; nil
+	// re-executes os.Executable() as `response-plane args...`. Tests
+	// re-run the test binary instead.
+	spawn func(args []string) *exec.Cmd
 }
 
 // ResponsePlaneSamples holds the raw latencies of a run, pooled over the
@@ -230,6 +243,11 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 		params["linger_us"], params["on_complete"], params["at_bytes"] = cfg.LingerUS, cfg.OnComplete, cfg.AtBytes
 	}
 	run := responsePlaneRun
+	if cfg.Procs {
+		// Only then, so that in-process figures keep the params they had.
+		params["procs_mode"] = true
+		run = responsePlaneProcsRun
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, arm := range rotated(cfg.Arms, rep) {
 			if err := run(cfg, arm, params, r); err != nil {
@@ -238,6 +256,9 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 		}
 	}
 	cpuMetrics := []string{"cpu_us_per_token"}
+	if cfg.Procs {
+		cpuMetrics = append(cpuMetrics, "frontend_cpu_us_per_token", "engine_cpu_us_per_token")
+	}
 	for _, pair := range [][2]string{{"mux", "grpc"}, {"mux", "per-stream"}, {"mux", "raw"}, {"raw", "grpc"}} {
 		if !slices.Contains(cfg.Arms, pair[0]) || !slices.Contains(cfg.Arms, pair[1]) {
 			continue
@@ -374,9 +395,13 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 
 // rpResult is what one arm of one rep measured.
 type rpResult struct {
-	wall   time.Duration
-	cpu    time.Duration // all frontends and engines
-	writes uint64        // write system calls of both sides
+	wall time.Duration
+	cpu  time.Duration // all frontends and engines
+	// procs: frontCPU and engineCPU are each side's processes (cpu is
+	// their sum).
+	procs               bool
+	frontCPU, engineCPU time.Duration
+	writes              uint64 // write system calls of both sides
 	// wakes are the velo arms' counters (counting); muxed says whether
 	// the batcher's apply.
 	wakes           rpWakes
@@ -392,6 +417,10 @@ func addRPResult(r *Report, cfg ResponsePlaneConfig, arm string, params map[stri
 	r.Add(responsePlaneHarness, arm, "requests_per_s", "per_s", n/wall, params)
 	r.Add(responsePlaneHarness, arm, "tokens_per_s", "per_s", tokens/wall, params)
 	r.Add(responsePlaneHarness, arm, "cpu_us_per_token", "us", perToken(res.cpu), params)
+	if res.procs {
+		r.Add(responsePlaneHarness, arm, "frontend_cpu_us_per_token", "us", perToken(res.frontCPU), params)
+		r.Add(responsePlaneHarness, arm, "engine_cpu_us_per_token", "us", perToken(res.engineCPU), params)
+	}
 	if res.writes > 0 {
 		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(res.writes), params)
 	}
