@@ -23,9 +23,9 @@ import (
 // frontends and own one response stream per request. Engines run
 // continuous batching: each forward pass puts exactly one token on every
 // active request's stream. Requests reach the engines round-robin over an
-// in-process channel, and the response path is real: frontends and
-// engines are separate nodes, so every attach and every token crosses
-// loopback TCP.
+// in-process channel (with Procs, a TCP control connection), and the
+// response path is real: frontends and engines are separate nodes, so
+// every attach and every token crosses loopback TCP.
 //
 // Arms, interleaved per rep (rotated):
 //   - mux: velo with the messenger mux (every Sender must negotiate

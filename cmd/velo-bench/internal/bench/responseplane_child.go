@@ -10,117 +10,19 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
-	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
-// The children of a --procs run. Each is this binary again, started by the
-// parent (responseplane_procs.go) as `response-plane --rp-role R
-// --rp-index I --rp-arm A`: one frontend or one engine of one arm, with
-// one node of its half of the plane. It talks with the parent in JSON
-// lines, stdin in, stdout out (rpMsg), in this order:
-//
-//	parent → child   child → parent
-//	config           hello     the child's half is up: its PeerInfo, listen address, control address
-//	peers            ready     the other side's hellos, by index: registered, dialed
-//	start            started   window start: CPU, writes and wakes taken; a frontend starts dispatching
-//	                 finished  a frontend: every response it owns was read whole
-//	stop             report    window end (after every frontend finished): what it measured
-//	exit                       shut down and exit
-//
-// A child that fails says "error" and exits; the parent kills the rest.
-// Requests cross from frontend to engine over a TCP control connection
-// the engine listens on: one JSON line per request (rpDispatch), written
-// by the frontend right after it opened the request's stream.
-
-// rpMsg is one line of the parent–child protocol.
-type rpMsg struct {
-	Op     string               `json:"op"`
-	Err    string               `json:"err,omitempty"`
-	Config *ResponsePlaneConfig `json:"config,omitempty"`
-	Hello  *rpHello             `json:"hello,omitempty"`
-	Peers  []rpHello            `json:"peers,omitempty"`
-	Report *rpChildReport       `json:"report,omitempty"`
-}
-
-// rpHello is what the other side needs to reach a child.
-type rpHello struct {
-	PID int `json:"pid"`
-	// Peer is a velo node's PeerInfo (the velo arms).
-	Peer *ext.PeerInfo `json:"peer,omitempty"`
-	// Addr is an engine's gRPC listener (grpc) or a frontend's raw
-	// listener (raw).
-	Addr string `json:"addr,omitempty"`
-	// Ctl is an engine's control listener, where requests arrive.
-	Ctl string `json:"ctl,omitempty"`
-}
-
-// rpChildReport is what a child measured over the window.
-type rpChildReport struct {
-	CPUNS  int64   `json:"cpu_ns"`
-	Writes uint64  `json:"writes"`
-	Wakes  rpWakes `json:"wakes"`
-	// Requests: a frontend's responses read whole, an engine's requests
-	// served to their last token.
-	Requests int `json:"requests"`
-	// A frontend's window on the wall clock: the first dispatch and the
-	// last response read whole (Unix nanoseconds).
-	T0 int64 `json:"t0,omitempty"`
-	T1 int64 `json:"t1,omitempty"`
-	// A frontend's latencies (nanoseconds), its requests in index order.
-	TTFT   []int64 `json:"ttft,omitempty"`
-	TokLat []int64 `json:"tok_lat,omitempty"`
-	// Attaches is the _anchor_attach requests an engine sent.
-	Attaches uint64 `json:"attaches"`
-}
-
-// rpDispatch is one request on a control connection: its index and, for
-// the velo arms, the anchor to bind (and the ticket, mux-zero-rtt).
-type rpDispatch struct {
-	I      int                    `json:"i"`
-	Handle *wire.AnchorHandle     `json:"h,omitempty"`
-	Ticket *wire.StreamOpenTicket `json:"t,omitempty"`
-}
-
-// appendDispatch appends request i's control line: req is what the
-// frontend half's open returned.
-func appendDispatch(dst []byte, i int, req any) []byte {
-	dst = strconv.AppendInt(append(dst, `{"i":`...), int64(i), 10)
-	switch r := req.(type) {
-	case wire.AnchorHandle:
-		dst = r.AppendJSON(append(dst, `,"h":`...))
-	case rpTicketed:
-		dst = r.handle.AppendJSON(append(dst, `,"h":`...))
-		dst = r.ticket.AppendJSON(append(dst, `,"t":`...))
-	}
-	return append(dst, "}\n"...)
-}
-
-// engineReq is what the engine half's bind takes for d.
-func (d rpDispatch) engineReq(cfg ResponsePlaneConfig, arm string) (any, error) {
-	switch arm {
-	case "grpc":
-		return uint64(d.I), nil
-	case "raw":
-		return rawReq{id: uint64(d.I), front: d.I % cfg.AnchorHosts}, nil
-	}
-	if d.Handle == nil {
-		return nil, fmt.Errorf("request %d: no anchor handle", d.I)
-	}
-	if a, _ := veloArmOf(cfg, arm); a.zeroRTT {
-		if d.Ticket == nil {
-			return nil, fmt.Errorf("request %d: no ticket", d.I)
-		}
-		return rpTicketed{handle: *d.Handle, ticket: *d.Ticket}, nil
-	}
-	return *d.Handle, nil
-}
+// The children of a --procs run (the protocol is in
+// responseplane_proto.go): a frontend owns its requests' streams and
+// dispatches each to its engine; an engine serves the requests that
+// arrive on its control listener with the same batching loop as
+// in-process.
 
 // rpWallClock is the clock of a --procs run: every process on the host
 // reads the same one.
@@ -161,14 +63,20 @@ type rpChild struct {
 // ResponsePlaneChild serves as one child of a --procs run: role is
 // "frontend" or "engine", index its number on its side, arm the arm. It
 // speaks the protocol over in and out and returns once the parent says
-// exit, or with what went wrong (which it also tells the parent).
+// exit (or goes away), or with what went wrong (which it also tells the
+// parent).
 func ResponsePlaneChild(role string, index int, arm string, in io.Reader, out io.Writer) (err error) {
 	c := &rpChild{role: role, index: index, arm: arm, out: out, in: make(chan rpMsg, 8)}
 	ctx, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	go c.read(in, fail)
 	defer func() {
-		if err != nil {
+		switch {
+		case errors.Is(err, errParentGone):
+			// The parent failed the run and is killing its children:
+			// there is no one to tell.
+			err = nil
+		case err != nil:
 			err = fmt.Errorf("%s %d: %w", role, index, err)
 			c.send(rpMsg{Op: "error", Err: err.Error()})
 		}
@@ -215,8 +123,12 @@ func (c *rpChild) read(in io.Reader, fail context.CancelCauseFunc) {
 			return // the parent closes stdin next: no failure
 		}
 	}
-	fail(errors.New("the parent closed stdin"))
+	fail(errParentGone)
 }
+
+// errParentGone is the cause of a child's end when its stdin closed
+// before the parent said exit.
+var errParentGone = errors.New("the parent closed stdin")
 
 func (c *rpChild) recv(ctx context.Context, op string) (rpMsg, error) {
 	select {
