@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
@@ -26,11 +28,27 @@ func init() {
 		lanes := fs.Int("lanes", 1, "velo arms: build every node's TCP transport WithLanes(n), so the mux may spread a peer's streams over up to n connections (1..16)")
 		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
 		plotPath := fs.String("plot", "", "draw the TTFT and token-latency CDFs of every arm (pooled over the reps) into this .png or .svg file")
+		procs := fs.Bool("procs", false, "run every frontend and every engine as a child process of its own (this binary again) over loopback TCP, requests dispatched over a control connection; adds frontend_cpu_us_per_token and engine_cpu_us_per_token (each side's processes over the window) to cpu_us_per_token (their sum)")
+		// The role of a --procs child: set by the parent, left out of -h.
+		role := fs.String("rp-role", "", "")
+		index := fs.Int("rp-index", 0, "")
+		childArm := fs.String("rp-arm", "", "")
+		fs.Usage = func() { printFlagsExcept(fs, "rp-") }
 		return func() error {
+			if *role != "" {
+				// A child: its stdout is the protocol, so it never
+				// returns to print a table.
+				if err := bench.ResponsePlaneChild(*role, *index, *childArm, os.Stdin, os.Stdout); err != nil {
+					fmt.Fprintln(os.Stderr, "velo-bench response-plane:", err)
+					os.Exit(1)
+				}
+				os.Exit(0)
+			}
 			cfg := bench.ResponsePlaneConfig{
 				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
 				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Lanes: *lanes, Reps: *reps, Timeout: *timeout,
+				Procs: *procs,
 			}
 			if *plotPath != "" {
 				// Refuse a bad extension before the run, not after it.
@@ -45,9 +63,28 @@ func init() {
 			if *plotPath == "" {
 				return nil
 			}
-			title := fmt.Sprintf("response-plane: %d hosts, %d engines, %d requests × %d tokens, batch %d, pass delay %g ms, flush %s, %d reps",
-				*hosts, *engines, *requests, *tokens, *maxBatch, *delay, *flush, *reps)
+			mode := ""
+			if *procs {
+				mode = ", --procs"
+			}
+			title := fmt.Sprintf("response-plane%s: %d hosts, %d engines, %d requests × %d tokens, batch %d, pass delay %g ms, flush %s, %d reps",
+				mode, *hosts, *engines, *requests, *tokens, *maxBatch, *delay, *flush, *reps)
 			return bench.WriteResponsePlanePlot(*plotPath, title, cfg.Samples)
 		}
 	}
+}
+
+// printFlagsExcept is a flag set's usage without the flags whose names
+// start with prefix.
+func printFlagsExcept(fs *flag.FlagSet, prefix string) {
+	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, prefix) {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue // what it was, not what was parsed so far
+		}
+	})
+	shown.PrintDefaults()
 }

@@ -47,8 +47,10 @@ harnesses:
                         same worker or per-stream TCP (rate, latency, CPU)
   mpsc-fanin            P producers into one same-worker MPSC anchor
                         (items/s, CPU per item)
-  response-plane        frontends and continuous-batching engines: mux, per-stream
-                        and grpc-go (TTFT, token latency, tokens/s, CPU per token)
+  response-plane        frontends and continuous-batching engines: mux, per-stream,
+                        grpc-go and raw (TTFT, token latency, tokens/s, CPU per token);
+                        --procs: every frontend and engine its own process, CPU per
+                        token split into the frontends' and the engines'
   batched-streaming     anchor hosts and engines: tokens per wire write on the mux
                         (manual or auto flush) or the per-stream path (--legacy)
   first-token           one lone stream at a time over the mux: send -> read of its

@@ -1,11 +1,19 @@
 package bench
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 // Every harness starts nodes, servers and goroutines of its own; a run that
-// leaves any behind would skew the next arm's figures.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// leaves any behind would skew the next arm's figures. Started with
+// rpChildEnv set, the test binary is a child of a --procs run instead
+// (responseplane_procs_test.go).
+func TestMain(m *testing.M) {
+	if args := os.Getenv(rpChildEnv); args != "" {
+		os.Exit(runRPTestChild(args))
+	}
+	goleak.VerifyTestMain(m)
+}

@@ -2,24 +2,19 @@ package bench
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
-	wire "github.com/velo-go/velo/internal/streamwire"
-	"github.com/velo-go/velo/internal/streamx"
 	"github.com/velo-go/velo/streaming"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -28,9 +23,9 @@ import (
 // frontends and own one response stream per request. Engines run
 // continuous batching: each forward pass puts exactly one token on every
 // active request's stream. Requests reach the engines round-robin over an
-// in-process channel, and the response path is real: frontends and
-// engines are separate nodes, so every attach and every token crosses
-// loopback TCP.
+// in-process channel (with Procs, a TCP control connection), and the
+// response path is real: frontends and engines are separate nodes, so
+// every attach and every token crosses loopback TCP.
 //
 // Arms, interleaved per rep (rotated):
 //   - mux: velo with the messenger mux (every Sender must negotiate
@@ -48,6 +43,13 @@ import (
 //     goroutine per request: each engine writes a pass's tokens for a
 //     frontend in one write, and a reader hands them to the consumers
 //     over channels (responseplane_raw.go).
+//
+// Each plane comes in two halves, rpFrontends and rpEngines. In-process
+// both halves live in this process and one CPU figure covers both sides.
+// With Procs (--procs) every frontend and every engine is a child process
+// of its own, requests reach the engines over a TCP control connection,
+// and CPU is measured per side (responseplane_procs.go for the parent,
+// responseplane_child.go for the children).
 
 // ResponsePlaneArms are the arms of the response-plane harness.
 var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc", "raw"}
@@ -87,7 +89,15 @@ type ResponsePlaneConfig struct {
 	Timeout time.Duration
 	// Samples, when set, collects every arm's TTFT and token latencies
 	// over all reps (for --plot).
-	Samples *ResponsePlaneSamples
+	Samples *ResponsePlaneSamples `json:"-"`
+	// Procs runs every frontend and every engine as its own child process
+	// (this binary again, as `response-plane --rp-role ...`), so that CPU
+	// per token splits into the frontends' and the engines'.
+	Procs bool
+	// spawn makes the command of a child given its role arguments; nil
+	// re-executes os.Executable() as `response-plane args...`. Tests
+	// re-run the test binary instead.
+	spawn func(args []string) *exec.Cmd
 }
 
 // ResponsePlaneSamples holds the raw latencies of a run, pooled over the
@@ -157,12 +167,17 @@ type rpStream interface {
 	finish() error
 }
 
-// rpPlane is one arm's set of frontends and engines.
-type rpPlane interface {
+// rpFrontends is the frontend half of an arm.
+type rpFrontends interface {
 	// open is the frontend side of request i: it creates the response
 	// stream on frontend h towards engine e, starts a goroutine that runs
 	// consume on what arrives, and returns what the engine needs to bind.
 	open(ctx context.Context, i, h, e int, consume func(next func() ([]byte, error)) error) (any, error)
+	close()
+}
+
+// rpEngines is the engine half of an arm.
+type rpEngines interface {
 	// bind is the engine side: engine e takes over the stream of a
 	// dispatched request.
 	bind(ctx context.Context, e int, req any) (rpStream, error)
@@ -171,15 +186,33 @@ type rpPlane interface {
 	close()
 }
 
-// rpWakes are the wake counters of a velo plane, summed over its nodes.
-type rpWakes struct {
-	engineBatcher, hostBatcher uint64 // mux batcher goroutine wakes
-	hostConsumer               uint64 // consumers woken in NextBytes
-	engineBatches, hostBatches uint64 // mux batches sent
-	creditExhausted            uint64 // engines' sends that found their slot without credit
+// rpPlane is one arm's set of frontends and engines in one process.
+type rpPlane interface {
+	rpFrontends
+	rpEngines
 }
 
-// rpWakeCounter is a plane that can count its wakes (the velo arms).
+// rpWakes are the wake counters of a velo plane, summed over its nodes.
+// A half fills only its side's counters. The fields are exported for the
+// children's reports.
+type rpWakes struct {
+	EngineBatcher, HostBatcher uint64 // mux batcher goroutine wakes
+	HostConsumer               uint64 // consumers woken in NextBytes
+	EngineBatches, HostBatches uint64 // mux batches sent
+	CreditExhausted            uint64 // engines' sends that found their slot without credit
+}
+
+func (w rpWakes) add(o rpWakes) rpWakes {
+	return rpWakes{w.EngineBatcher + o.EngineBatcher, w.HostBatcher + o.HostBatcher, w.HostConsumer + o.HostConsumer,
+		w.EngineBatches + o.EngineBatches, w.HostBatches + o.HostBatches, w.CreditExhausted + o.CreditExhausted}
+}
+
+func (w rpWakes) sub(o rpWakes) rpWakes {
+	return rpWakes{w.EngineBatcher - o.EngineBatcher, w.HostBatcher - o.HostBatcher, w.HostConsumer - o.HostConsumer,
+		w.EngineBatches - o.EngineBatches, w.HostBatches - o.HostBatches, w.CreditExhausted - o.CreditExhausted}
+}
+
+// rpWakeCounter is a plane or half that can count its wakes (the velo arms).
 type rpWakeCounter interface {
 	wakes() rpWakes
 	muxed() bool // false: there is no batcher, its counts do not apply
@@ -209,25 +242,35 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 	if cfg.Flush == "auto-linger" {
 		params["linger_us"], params["on_complete"], params["at_bytes"] = cfg.LingerUS, cfg.OnComplete, cfg.AtBytes
 	}
+	run := responsePlaneRun
+	if cfg.Procs {
+		// Only then, so that in-process figures keep the params they had.
+		params["procs_mode"] = true
+		run = responsePlaneProcsRun
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, arm := range rotated(cfg.Arms, rep) {
-			if err := responsePlaneRun(cfg, arm, params, r); err != nil {
+			if err := run(cfg, arm, params, r); err != nil {
 				return fmt.Errorf("%s, rep %d: %w", arm, rep+1, err)
 			}
 		}
+	}
+	cpuMetrics := []string{"cpu_us_per_token"}
+	if cfg.Procs {
+		cpuMetrics = append(cpuMetrics, "frontend_cpu_us_per_token", "engine_cpu_us_per_token")
 	}
 	for _, pair := range [][2]string{{"mux", "grpc"}, {"mux", "per-stream"}, {"mux", "raw"}, {"raw", "grpc"}} {
 		if !slices.Contains(cfg.Arms, pair[0]) || !slices.Contains(cfg.Arms, pair[1]) {
 			continue
 		}
-		for _, metric := range []string{"cpu_us_per_token", "tokens_per_s"} {
+		for _, metric := range append(slices.Clone(cpuMetrics), "tokens_per_s") {
 			num, _ := r.Find(responsePlaneHarness, pair[0], metric, params)
 			den, _ := r.Find(responsePlaneHarness, pair[1], metric, params)
 			r.Ratio(responsePlaneHarness, pair[0]+"/"+pair[1], metric+"_ratio", num, den, params)
 		}
 	}
 	if slices.Contains(cfg.Arms, "mux") && slices.Contains(cfg.Arms, "mux-zero-rtt") {
-		for _, metric := range []string{"ttft_p50_ms", "tokens_per_s", "cpu_us_per_token"} {
+		for _, metric := range append([]string{"ttft_p50_ms", "tokens_per_s"}, cpuMetrics...) {
 			num, _ := r.Find(responsePlaneHarness, "mux-zero-rtt", metric, params)
 			den, _ := r.Find(responsePlaneHarness, "mux", metric, params)
 			r.Ratio(responsePlaneHarness, "mux-zero-rtt/mux", metric+"_ratio", num, den, params)
@@ -251,20 +294,10 @@ func engineMuxConfig(cfg ResponsePlaneConfig) streaming.MuxConfig {
 }
 
 func newPlane(ctx context.Context, cfg ResponsePlaneConfig, arm string) (rpPlane, error) {
+	if a, ok := veloArmOf(cfg, arm); ok {
+		return newVeloPlane(ctx, cfg, a)
+	}
 	switch arm {
-	case "mux", "mux-zero-rtt":
-		host := streaming.MuxConfig{InitialCredit: cfg.InitialCredit}
-		if cfg.FrontendFlush == "manual" {
-			host.Flush = streaming.FlushManual
-		}
-		p, err := newVeloPlane(ctx, cfg, host, engineMuxConfig(cfg), "messenger-mux-v2")
-		if p != nil {
-			p.zeroRTT = arm == "mux-zero-rtt"
-		}
-		return p, err
-	case "per-stream":
-		off := streaming.MuxConfig{Disabled: true}
-		return newVeloPlane(ctx, cfg, off, off, wire.TCPStreamKey)
 	case "grpc":
 		return newGRPCPlane(cfg)
 	case "raw":
@@ -273,7 +306,8 @@ func newPlane(ctx context.Context, cfg ResponsePlaneConfig, arm string) (rpPlane
 	return nil, fmt.Errorf("unknown arm %q", arm)
 }
 
-// responsePlaneRun is one arm of one rep on fresh nodes.
+// responsePlaneRun is one arm of one rep on fresh nodes, all in this
+// process.
 func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any, r *Report) error {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), cfg.Timeout, errors.New("run timed out"))
 	defer cancel()
@@ -285,12 +319,9 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	}
 	defer plane.close()
 
-	n, T := cfg.Requests, cfg.Tokens
+	n := cfg.Requests
 	base := time.Now()
-	now := func() int64 { return int64(time.Since(base)) }
-	dispatched := make([]int64, n)
-	ttft := make([]int64, n)
-	tokLat := make([]int64, n*T)
+	times := newRPTimes(cfg, func() int64 { return int64(time.Since(base)) })
 	var errMu sync.Mutex
 	var firstErr error
 	setErr := func(err error) {
@@ -311,7 +342,7 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 		engines.Add(1)
 		go func() {
 			defer engines.Done()
-			if err := rpEngine(ctx, cfg, plane, e, queues[e], now); err != nil {
+			if err := rpEngine(ctx, cfg, plane, e, queues[e], times.now); err != nil {
 				setErr(fmt.Errorf("engine %d: %w", e, err))
 			}
 		}()
@@ -327,47 +358,9 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	var consumers sync.WaitGroup
 	for i := 0; i < n; i++ {
 		h, e := i%cfg.AnchorHosts, i%cfg.Engines
-		consume := func(next func() ([]byte, error)) error {
-			for pos := 0; ; pos++ {
-				p, err := next()
-				if errors.Is(err, io.EOF) {
-					if pos != T {
-						return fmt.Errorf("request %d: %d tokens, want %d", i, pos, T)
-					}
-					return nil
-				}
-				if err != nil {
-					return fmt.Errorf("request %d, token %d: %w", i, pos, err)
-				}
-				at := now()
-				if len(p) != rpTokenBytes {
-					return fmt.Errorf("request %d: token of %d bytes", i, len(p))
-				}
-				idx, got := binary.BigEndian.Uint64(p), int(binary.BigEndian.Uint32(p[8:]))
-				if idx != uint64(i) || got != pos {
-					return fmt.Errorf("request %d: got token %d of request %d at position %d", i, got, idx, pos)
-				}
-				if pos == 0 {
-					ttft[i] = at - dispatched[i]
-				}
-				if pos < T {
-					tokLat[i*T+pos] = at - int64(binary.BigEndian.Uint64(p[12:]))
-				}
-			}
-		}
-		consumers.Add(1)
-		dispatched[i] = now()
-		req, err := plane.open(ctx, i, h, e, func(next func() ([]byte, error)) error {
-			defer consumers.Done()
-			err := consume(next)
-			if err != nil {
-				setErr(err)
-			}
-			return err
-		})
+		req, err := times.open(ctx, plane, i, h, e, &consumers, setErr)
 		if err != nil {
-			consumers.Done()
-			setErr(fmt.Errorf("request %d: open: %w", i, err))
+			setErr(err)
 			break
 		}
 		queues[e] <- rpQueued{idx: i, req: req}
@@ -376,13 +369,12 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 		close(q)
 	}
 	consumers.Wait()
-	wall, cpu, writes := time.Since(t0), processCPU()-cpu0, writeSyscalls()-writes0
-	var wakes1 rpWakes
+	res := rpResult{wall: time.Since(t0), cpu: processCPU() - cpu0, writes: writeSyscalls() - writes0}
 	if counting {
 		// Every consumer has read its terminal, so every token and
 		// terminal has left its batcher; control that is still in flight
 		// (late credit replies) is not counted.
-		wakes1 = wc.wakes()
+		res.wakes, res.counting, res.muxed = wc.wakes().sub(wakes0), true, wc.muxed()
 	}
 	engines.Wait()
 	if firstErr != nil {
@@ -391,50 +383,68 @@ func responsePlaneRun(cfg ResponsePlaneConfig, arm string, params map[string]any
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
-	if vp, ok := plane.(*veloPlane); ok && vp.attachTaps != nil {
-		// Every mux request attaches once; a zero-RTT request never.
-		switch got := vp.attaches(); {
-		case vp.zeroRTT && got != 0:
-			return fmt.Errorf("the engines sent %d _anchor_attach requests, want none", got)
-		case !vp.zeroRTT && got < uint64(n):
-			return fmt.Errorf("the engines sent %d _anchor_attach requests for %d requests", got, n)
+	if vp, ok := plane.(*veloPlane); ok {
+		if err := checkAttaches(vp.attachTaps != nil, vp.veloEngines.zeroRTT, vp.attaches(), n); err != nil {
+			return err
 		}
 	}
+	res.ttft, res.tokLat = times.ttft, times.tokLat
+	addRPResult(r, cfg, arm, params, res)
+	return nil
+}
 
-	tokens := float64(n * T)
-	r.Add(responsePlaneHarness, arm, "requests_per_s", "per_s", float64(n)/wall.Seconds(), params)
-	r.Add(responsePlaneHarness, arm, "tokens_per_s", "per_s", tokens/wall.Seconds(), params)
-	r.Add(responsePlaneHarness, arm, "cpu_us_per_token", "us", float64(cpu.Nanoseconds())/tokens/1e3, params)
-	if writes > 0 {
-		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(writes), params)
+// rpResult is what one arm of one rep measured.
+type rpResult struct {
+	wall time.Duration
+	cpu  time.Duration // all frontends and engines
+	// procs: frontCPU and engineCPU are each side's processes (cpu is
+	// their sum).
+	procs               bool
+	frontCPU, engineCPU time.Duration
+	writes              uint64 // write system calls of both sides
+	// wakes are the velo arms' counters (counting); muxed says whether
+	// the batcher's apply.
+	wakes           rpWakes
+	counting, muxed bool
+	ttft, tokLat    []int64 // nanoseconds
+}
+
+// addRPResult adds the figures of one arm's rep.
+func addRPResult(r *Report, cfg ResponsePlaneConfig, arm string, params map[string]any, res rpResult) {
+	n, wall := float64(cfg.Requests), res.wall.Seconds()
+	tokens := float64(cfg.Requests * cfg.Tokens)
+	perToken := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / tokens / 1e3 }
+	r.Add(responsePlaneHarness, arm, "requests_per_s", "per_s", n/wall, params)
+	r.Add(responsePlaneHarness, arm, "tokens_per_s", "per_s", tokens/wall, params)
+	r.Add(responsePlaneHarness, arm, "cpu_us_per_token", "us", perToken(res.cpu), params)
+	if res.procs {
+		r.Add(responsePlaneHarness, arm, "frontend_cpu_us_per_token", "us", perToken(res.frontCPU), params)
+		r.Add(responsePlaneHarness, arm, "engine_cpu_us_per_token", "us", perToken(res.engineCPU), params)
 	}
-	if counting {
+	if res.writes > 0 {
+		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(res.writes), params)
+	}
+	if res.counting {
+		w := res.wakes
 		// Wakes per token: the engines' batchers per token sent, the
 		// frontends' consumers per token read. The per-stream path has
 		// no batcher, so it reports the consumers alone.
-		if wc.muxed() {
-			r.Add(responsePlaneHarness, arm, "engine_batcher_wakes_per_token", "ratio",
-				float64(wakes1.engineBatcher-wakes0.engineBatcher)/tokens, params)
-			r.Add(responsePlaneHarness, arm, "frontend_batcher_wakes_per_token", "ratio",
-				float64(wakes1.hostBatcher-wakes0.hostBatcher)/tokens, params)
+		if res.muxed {
+			r.Add(responsePlaneHarness, arm, "engine_batcher_wakes_per_token", "ratio", float64(w.EngineBatcher)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "frontend_batcher_wakes_per_token", "ratio", float64(w.HostBatcher)/tokens, params)
 			// Batches per token: the engines' carry tokens (and opens
 			// and closes), the frontends' carry credit replies and closes.
-			r.Add(responsePlaneHarness, arm, "engine_batches_per_token", "ratio",
-				float64(wakes1.engineBatches-wakes0.engineBatches)/tokens, params)
-			r.Add(responsePlaneHarness, arm, "frontend_batches_per_token", "ratio",
-				float64(wakes1.hostBatches-wakes0.hostBatches)/tokens, params)
-			r.Add(responsePlaneHarness, arm, "credit_exhausted_count", "count",
-				float64(wakes1.creditExhausted-wakes0.creditExhausted), params)
+			r.Add(responsePlaneHarness, arm, "engine_batches_per_token", "ratio", float64(w.EngineBatches)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "frontend_batches_per_token", "ratio", float64(w.HostBatches)/tokens, params)
+			r.Add(responsePlaneHarness, arm, "credit_exhausted_count", "count", float64(w.CreditExhausted), params)
 		}
-		r.Add(responsePlaneHarness, arm, "consumer_wakes_per_token", "ratio",
-			float64(wakes1.hostConsumer-wakes0.hostConsumer)/tokens, params)
+		r.Add(responsePlaneHarness, arm, "consumer_wakes_per_token", "ratio", float64(w.HostConsumer)/tokens, params)
 	}
 	if cfg.Samples != nil {
-		cfg.Samples.add(arm, ttft, tokLat)
+		cfg.Samples.add(arm, res.ttft, res.tokLat)
 	}
-	addQuantiles(r, arm, "ttft_", "ms", 1e6, ttft, []float64{0.5, 0.95, 0.99}, params)
-	addQuantiles(r, arm, "token_latency_", "us", 1e3, tokLat, []float64{0.5, 0.95, 0.99}, params)
-	return nil
+	addQuantiles(r, arm, "ttft_", "ms", 1e6, res.ttft, []float64{0.5, 0.95, 0.99}, params)
+	addQuantiles(r, arm, "token_latency_", "us", 1e3, res.tokLat, []float64{0.5, 0.95, 0.99}, params)
 }
 
 // addQuantiles adds prefix+"pNN_"+unit for each q of ns (nanoseconds),
@@ -450,8 +460,9 @@ func addQuantiles(r *Report, arm, prefix, unit string, div float64, ns []int64, 
 
 // writeSyscalls is the write system calls this process has made
 // (/proc/self/io syscw: write, writev and their kin), or 0 where that
-// file is missing. Both ends of every arm live in this process, so a
-// delta counts the writes of frontends and engines, control included.
+// file is missing. In-process both ends of every arm live in this
+// process, so a delta counts the writes of frontends and engines, control
+// included; under --procs each child counts its own.
 func writeSyscalls() uint64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
@@ -464,300 +475,4 @@ func writeSyscalls() uint64 {
 		}
 	}
 	return 0
-}
-
-// rpQueued is a dispatched request on an engine's queue.
-type rpQueued struct {
-	idx int
-	req any
-}
-
-// rpEngine is one engine's continuous batching loop: admit queued requests
-// up to MaxBatch, then one forward pass puts one token on every active
-// stream, finishes the streams that reached Tokens, ends the pass, and
-// waits PassDelay.
-func rpEngine(ctx context.Context, cfg ResponsePlaneConfig, plane rpPlane, e int, queue <-chan rpQueued, now func() int64) error {
-	type active struct {
-		st  rpStream
-		idx uint64
-		pos int
-	}
-	batch := make([]active, 0, cfg.MaxBatch)
-	open := true
-	admit := func(q rpQueued) error {
-		st, err := plane.bind(ctx, e, q.req)
-		if err != nil {
-			return fmt.Errorf("request %d: bind: %w", q.idx, err)
-		}
-		batch = append(batch, active{st: st, idx: uint64(q.idx)})
-		return nil
-	}
-	for open || len(batch) > 0 {
-		// Admission: wait only when the batch is empty.
-	admitting:
-		for open && len(batch) < cfg.MaxBatch {
-			if len(batch) == 0 {
-				select {
-				case q, ok := <-queue:
-					if !ok {
-						open = false
-						break admitting
-					}
-					if err := admit(q); err != nil {
-						return err
-					}
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-				continue
-			}
-			select {
-			case q, ok := <-queue:
-				if !ok {
-					open = false
-					break admitting
-				}
-				if err := admit(q); err != nil {
-					return err
-				}
-			default:
-				break admitting
-			}
-		}
-		if len(batch) == 0 {
-			continue
-		}
-		// One forward pass.
-		for j := range batch {
-			a := &batch[j]
-			tok := make([]byte, rpTokenBytes) // grpc may hold a sent message: a fresh buffer per token
-			binary.BigEndian.PutUint64(tok, a.idx)
-			binary.BigEndian.PutUint32(tok[8:], uint32(a.pos))
-			binary.BigEndian.PutUint64(tok[12:], uint64(now()))
-			if err := a.st.send(ctx, tok); err != nil {
-				return fmt.Errorf("request %d, token %d: %w", a.idx, a.pos, err)
-			}
-			a.pos++
-		}
-		kept := batch[:0]
-		for _, a := range batch {
-			if a.pos < cfg.Tokens {
-				kept = append(kept, a)
-				continue
-			}
-			if err := a.st.finish(); err != nil {
-				return fmt.Errorf("request %d: finish: %w", a.idx, err)
-			}
-		}
-		clear(batch[len(kept):])
-		batch = kept
-		plane.pass(e)
-		if cfg.PassDelay > 0 {
-			time.Sleep(cfg.PassDelay)
-		}
-	}
-	return nil
-}
-
-// veloPlane is the velo arms: AnchorHosts frontend nodes and Engines
-// engine nodes, each its own velo node on loopback TCP, every frontend
-// registered with every engine.
-type veloPlane struct {
-	hosts, engines []*velo.Node
-	wantKey        string
-	manual         bool
-	// zeroRTT: the frontend pre-binds at registration and the engine
-	// opens from the ticket (mux-zero-rtt).
-	zeroRTT bool
-	// attachTaps count the _anchor_attach requests each engine sends (the
-	// mux arms): the zero-RTT arm must send none.
-	attachTaps []*attachTap
-}
-
-// attachTap wraps a transport and counts the _anchor_attach requests
-// handed to it; frames pass on unchanged.
-type attachTap struct {
-	ext.Transport
-	n atomic.Uint64
-}
-
-func (t *attachTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
-	t.look(f)
-	return t.Transport.Send(target, f)
-}
-
-func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
-	t.look(f)
-	return t.Transport.SendOnLane(target, lane, f)
-}
-
-// Unwrap returns the wrapped transport (ext.TransportWrapper), so that the
-// node reaches its ConnConfirmer: without it, every connection this
-// engine accepts stays fenced at its dialer until the fence times out.
-func (t *attachTap) Unwrap() ext.Transport { return t.Transport }
-
-// RetainsOwners passes on what the wrapped transport says (ext.OwnerRetainer).
-func (t *attachTap) RetainsOwners() bool {
-	r, ok := t.Transport.(ext.OwnerRetainer)
-	return ok && r.RetainsOwners()
-}
-
-func (t *attachTap) look(f ext.Frame) {
-	if f.Type != ext.Message {
-		return
-	}
-	if name, ok := handlerBytes(f.Header); ok && string(name) == wire.AnchorAttachHandler {
-		t.n.Add(1)
-	}
-}
-
-// attaches is the _anchor_attach requests the engines sent.
-func (p *veloPlane) attaches() uint64 {
-	var n uint64
-	for _, t := range p.attachTaps {
-		n += t.n.Load()
-	}
-	return n
-}
-
-// rpTicketed is a mux-zero-rtt request as it is dispatched: the anchor's
-// handle and the ticket the frontend minted for it.
-type rpTicketed struct {
-	handle wire.AnchorHandle
-	ticket streaming.StreamOpenTicket
-}
-
-func newVeloPlane(ctx context.Context, cfg ResponsePlaneConfig, host, engine streaming.MuxConfig, wantKey string) (*veloPlane, error) {
-	p := &veloPlane{wantKey: wantKey, manual: !engine.Disabled && engine.Flush == streaming.FlushManual}
-	start := func(mc streaming.MuxConfig) (*velo.Node, error) {
-		tr, err := cfg.newTCP()
-		if err != nil {
-			return nil, err
-		}
-		return velo.New(ctx, velo.WithTransport(tr), velo.WithMux(mc))
-	}
-	for range cfg.AnchorHosts {
-		n, err := start(host)
-		if err != nil {
-			p.close()
-			return nil, err
-		}
-		p.hosts = append(p.hosts, n)
-	}
-	for range cfg.Engines {
-		var n *velo.Node
-		var err error
-		if engine.Disabled {
-			n, err = start(engine)
-		} else {
-			// The mux arms count the engines' attach requests.
-			var tr ext.Transport
-			if tr, err = cfg.newTCP(); err == nil {
-				tap := &attachTap{Transport: tr}
-				p.attachTaps = append(p.attachTaps, tap)
-				n, err = velo.New(ctx, velo.WithTransport(tap), velo.WithMux(engine))
-			}
-		}
-		if err != nil {
-			p.close()
-			return nil, err
-		}
-		p.engines = append(p.engines, n)
-	}
-	for _, h := range p.hosts {
-		for _, e := range p.engines {
-			if err := h.RegisterPeer(e.PeerInfo()); err != nil {
-				p.close()
-				return nil, err
-			}
-			if err := e.RegisterPeer(h.PeerInfo()); err != nil {
-				p.close()
-				return nil, err
-			}
-		}
-	}
-	return p, nil
-}
-
-func (p *veloPlane) open(ctx context.Context, i, h, e int, consume func(func() ([]byte, error)) error) (any, error) {
-	a, err := streaming.CreateAnchor[[]byte](p.hosts[h].Streams)
-	if err != nil {
-		return nil, err
-	}
-	var req any = a.Handle()
-	if p.zeroRTT {
-		// Registration mints the ticket, as a serving frontend does
-		// before it hands the request to an engine.
-		tk, err := p.hosts[h].Streams.PrebindAnchor(a.Handle())
-		if err != nil {
-			a.Close()
-			return nil, fmt.Errorf("prebind: %w", err)
-		}
-		req = rpTicketed{handle: a.Handle(), ticket: tk}
-	}
-	go func() {
-		defer a.Close()
-		consume(func() ([]byte, error) { return a.NextBytes(ctx) })
-	}()
-	return req, nil
-}
-
-type veloStream struct{ s *streaming.Sender[[]byte] }
-
-func (p *veloPlane) bind(ctx context.Context, e int, req any) (rpStream, error) {
-	var s *streaming.Sender[[]byte]
-	var err error
-	if p.zeroRTT {
-		t := req.(rpTicketed)
-		s, err = streaming.OpenAnchorStream[[]byte](ctx, p.engines[e].Streams, t.handle, t.ticket)
-	} else {
-		s, err = streaming.AttachAnchor[[]byte](ctx, p.engines[e].Streams, req.(wire.AnchorHandle))
-	}
-	if err != nil {
-		return nil, err
-	}
-	if got := s.NegotiatedTransport(); got != p.wantKey {
-		s.Close()
-		return nil, fmt.Errorf("negotiated %q, want %q", got, p.wantKey)
-	}
-	return veloStream{s: s}, nil
-}
-
-func (s veloStream) send(ctx context.Context, tok []byte) error { return s.s.SendBytes(ctx, tok) }
-
-func (s veloStream) finish() error {
-	err := s.s.Finalize()
-	s.s.Close()
-	return err
-}
-
-func (p *veloPlane) pass(e int) {
-	if p.manual {
-		p.engines[e].Streams.FlushBatch()
-	}
-}
-
-func (p *veloPlane) wakes() rpWakes {
-	var w rpWakes
-	for _, n := range p.engines {
-		st := streamx.MuxStats(n.Streams)
-		w.engineBatcher += st.BatcherWakes
-		w.engineBatches += st.BatchesSent
-		w.creditExhausted += st.CreditExhausted
-	}
-	for _, n := range p.hosts {
-		st := streamx.MuxStats(n.Streams)
-		w.hostBatcher += st.BatcherWakes
-		w.hostBatches += st.BatchesSent
-		w.hostConsumer += streamx.ConsumerWakes(n.Streams)
-	}
-	return w
-}
-
-func (p *veloPlane) muxed() bool { return p.wantKey != wire.TCPStreamKey }
-
-func (p *veloPlane) close() {
-	for _, n := range append(slices.Clone(p.engines), p.hosts...) {
-		shutdownWithin(n, 5*time.Second)
-	}
 }

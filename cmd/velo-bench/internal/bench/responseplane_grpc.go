@@ -19,9 +19,22 @@ const rpGRPCMethod = "/velo.bench.Tokens/Generate"
 // when it dispatches the request, sending the request id; the server
 // handler parks the stream under that id until the engine admits the
 // request and streams its tokens, then returns (the trailers end it).
+// grpcFronts and grpcEngines are its halves; under --procs a child holds
+// one of them, and the frontends dial the targets the parent forwards.
 type grpcPlane struct {
+	*grpcFronts
+	*grpcEngines
+}
+
+// grpcFronts is the client half: conns[h][e] is frontend h's connection
+// to engine e.
+type grpcFronts struct {
+	conns [][]*grpc.ClientConn
+}
+
+// grpcEngines is the server half.
+type grpcEngines struct {
 	engines []*grpcEngine
-	conns   [][]*grpc.ClientConn // [frontend][engine]
 }
 
 type grpcEngine struct {
@@ -77,8 +90,22 @@ func (g *grpcEngine) handle(_ any, ss grpc.ServerStream) error {
 }
 
 func newGRPCPlane(cfg ResponsePlaneConfig) (*grpcPlane, error) {
-	p := &grpcPlane{}
-	for range cfg.Engines {
+	e, err := newGRPCEngines(cfg.Engines)
+	if err != nil {
+		return nil, err
+	}
+	f, err := newGRPCFronts(cfg.AnchorHosts, e.targets())
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return &grpcPlane{grpcFronts: f, grpcEngines: e}, nil
+}
+
+// newGRPCEngines starts n servers on loopback TCP.
+func newGRPCEngines(n int) (*grpcEngines, error) {
+	p := &grpcEngines{}
+	for range n {
 		g := &grpcEngine{calls: make(map[uint64]*rpCall)}
 		ln, cleanup, err := listen("tcp")
 		if err != nil {
@@ -109,10 +136,25 @@ func newGRPCPlane(cfg ResponsePlaneConfig) (*grpcPlane, error) {
 		p.engines = append(p.engines, g)
 		g.target = ln.Addr().String()
 	}
-	for range cfg.AnchorHosts {
-		row := make([]*grpc.ClientConn, 0, cfg.Engines)
-		for e := range cfg.Engines {
-			cc, err := grpcClient(p.engines[e].target)
+	return p, nil
+}
+
+// targets are the servers' addresses, by engine.
+func (p *grpcEngines) targets() []string {
+	out := make([]string, len(p.engines))
+	for e, g := range p.engines {
+		out[e] = g.target
+	}
+	return out
+}
+
+// newGRPCFronts makes hosts frontends with a connection to every target.
+func newGRPCFronts(hosts int, targets []string) (*grpcFronts, error) {
+	p := &grpcFronts{}
+	for range hosts {
+		row := make([]*grpc.ClientConn, 0, len(targets))
+		for _, t := range targets {
+			cc, err := grpcClient(t)
 			if err != nil {
 				p.conns = append(p.conns, row)
 				p.close()
@@ -125,7 +167,7 @@ func newGRPCPlane(cfg ResponsePlaneConfig) (*grpcPlane, error) {
 	return p, nil
 }
 
-func (p *grpcPlane) open(ctx context.Context, i, h, e int, consume func(func() ([]byte, error)) error) (any, error) {
+func (p *grpcFronts) open(ctx context.Context, i, h, e int, consume func(func() ([]byte, error)) error) (any, error) {
 	cs, err := p.conns[h][e].NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rpGRPCMethod)
 	if err != nil {
 		return nil, err
@@ -155,7 +197,7 @@ type grpcStream struct {
 	c  *rpCall
 }
 
-func (p *grpcPlane) bind(ctx context.Context, e int, req any) (rpStream, error) {
+func (p *grpcEngines) bind(ctx context.Context, e int, req any) (rpStream, error) {
 	g := p.engines[e]
 	id := req.(uint64)
 	c := g.call(id)
@@ -180,17 +222,26 @@ func (s grpcStream) finish() error {
 	return nil
 }
 
-func (p *grpcPlane) pass(int) {}
+func (p *grpcEngines) pass(int) {}
 
-func (p *grpcPlane) close() {
+func (p *grpcFronts) close() {
 	for _, row := range p.conns {
 		for _, cc := range row {
 			cc.Close()
 		}
 	}
+}
+
+func (p *grpcEngines) close() {
 	for _, g := range p.engines {
 		if g.stop != nil {
 			g.stop()
 		}
 	}
+}
+
+// close closes the clients first, then stops the servers, as one plane.
+func (p *grpcPlane) close() {
+	p.grpcFronts.close()
+	p.grpcEngines.close()
 }

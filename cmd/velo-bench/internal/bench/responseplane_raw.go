@@ -22,11 +22,27 @@ import (
 // Wire: a batch is a 4-byte big-endian length, then records of an 8-byte
 // request id, a 2-byte payload length and the payload; a length of
 // 0xFFFF ends the request.
+//
+// rawFronts and rawEngines are its halves; under --procs a child holds one
+// of them, and the engines dial the listeners the parent forwards.
 type rawPlane struct {
-	fronts  []*rawFront
+	*rawFronts
+	*rawEngines
+}
+
+// rawFronts is the frontend half: a listener per frontend.
+type rawFronts struct {
+	fronts []*rawFront
+	stop   func() bool // the context.AfterFunc that ends the consumers
+	tokens int         // each request's channel holds them all and its end
+}
+
+// rawEngines is the engine half: each engine's connections, by frontend.
+type rawEngines struct {
 	engines []*rawEngine
-	stop    func() bool // the context.AfterFunc that ends the consumers
-	tokens  int         // each request's channel holds them all and its end
+	// writeFailed, when set, is told that a pass's write to frontend h
+	// failed (in-process: it ends that frontend's consumers).
+	writeFailed func(h int, err error)
 }
 
 const rawEnd = 0xFFFF
@@ -49,8 +65,23 @@ type rawEngine struct {
 }
 
 func newRawPlane(ctx context.Context, cfg ResponsePlaneConfig) (*rawPlane, error) {
-	p := &rawPlane{tokens: cfg.Tokens}
-	for range cfg.AnchorHosts {
+	f, err := newRawFronts(ctx, cfg, cfg.AnchorHosts)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newRawEngines(cfg, cfg.Engines, f.addrs())
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	e.writeFailed = func(h int, err error) { f.fronts[h].end(err) }
+	return &rawPlane{rawFronts: f, rawEngines: e}, nil
+}
+
+// newRawFronts starts n frontends, each listening on loopback TCP.
+func newRawFronts(ctx context.Context, cfg ResponsePlaneConfig, n int) (*rawFronts, error) {
+	p := &rawFronts{tokens: cfg.Tokens}
+	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			p.close()
@@ -61,18 +92,6 @@ func newRawPlane(ctx context.Context, cfg ResponsePlaneConfig) (*rawPlane, error
 		f.readers.Add(1)
 		go f.accept()
 	}
-	for range cfg.Engines {
-		e := &rawEngine{bufs: make([][]byte, cfg.AnchorHosts)}
-		p.engines = append(p.engines, e)
-		for _, f := range p.fronts {
-			c, err := net.Dial("tcp", f.ln.Addr().String())
-			if err != nil {
-				p.close()
-				return nil, err
-			}
-			e.conns = append(e.conns, c)
-		}
-	}
 	// A failed run ends every consumer still waiting (with a short
 	// stream, which it reports).
 	p.stop = context.AfterFunc(ctx, func() {
@@ -80,6 +99,34 @@ func newRawPlane(ctx context.Context, cfg ResponsePlaneConfig) (*rawPlane, error
 			f.end(context.Cause(ctx))
 		}
 	})
+	return p, nil
+}
+
+// addrs are the frontends' listening addresses, by frontend.
+func (p *rawFronts) addrs() []string {
+	out := make([]string, len(p.fronts))
+	for h, f := range p.fronts {
+		out[h] = f.ln.Addr().String()
+	}
+	return out
+}
+
+// newRawEngines starts n engines, each connected to every frontend of
+// fronts (addresses by frontend).
+func newRawEngines(cfg ResponsePlaneConfig, n int, fronts []string) (*rawEngines, error) {
+	p := &rawEngines{}
+	for range n {
+		e := &rawEngine{bufs: make([][]byte, cfg.AnchorHosts)}
+		p.engines = append(p.engines, e)
+		for _, addr := range fronts {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				p.close()
+				return nil, err
+			}
+			e.conns = append(e.conns, c)
+		}
+	}
 	return p, nil
 }
 
@@ -163,7 +210,7 @@ func (f *rawFront) end(cause error) {
 	}
 }
 
-func (p *rawPlane) open(_ context.Context, i, h, _ int, consume func(func() ([]byte, error)) error) (any, error) {
+func (p *rawFronts) open(_ context.Context, i, h, _ int, consume func(func() ([]byte, error)) error) (any, error) {
 	f := p.fronts[h]
 	ch := make(chan []byte, p.tokens+1)
 	f.mu.Lock()
@@ -198,7 +245,7 @@ type rawStream struct {
 	req rawReq
 }
 
-func (p *rawPlane) bind(_ context.Context, e int, req any) (rpStream, error) {
+func (p *rawEngines) bind(_ context.Context, e int, req any) (rpStream, error) {
 	return rawStream{e: p.engines[e], req: req.(rawReq)}, nil
 }
 
@@ -229,7 +276,7 @@ func (s rawStream) record(tok []byte, n uint16) error {
 }
 
 // pass writes each frontend's records of the pass in one write.
-func (p *rawPlane) pass(e int) {
+func (p *rawEngines) pass(e int) {
 	en := p.engines[e]
 	for h, b := range en.bufs {
 		if len(b) == 0 {
@@ -240,20 +287,25 @@ func (p *rawPlane) pass(e int) {
 			// Its requests on that frontend will never end: stop their
 			// consumers with the cause.
 			en.err = fmt.Errorf("raw plane: write: %w", err)
-			p.fronts[h].end(en.err)
+			if p.writeFailed != nil {
+				p.writeFailed(h, en.err)
+			}
 		}
 		en.bufs[h] = b[:0]
 	}
 }
 
-func (p *rawPlane) close() {
-	if p.stop != nil {
-		p.stop()
-	}
+func (p *rawEngines) close() {
 	for _, e := range p.engines {
 		for _, c := range e.conns {
 			c.Close()
 		}
+	}
+}
+
+func (p *rawFronts) close() {
+	if p.stop != nil {
+		p.stop()
 	}
 	for _, f := range p.fronts {
 		f.ln.Close()
@@ -265,4 +317,14 @@ func (p *rawPlane) close() {
 		f.readers.Wait()
 		f.end(errors.New("raw plane closed"))
 	}
+}
+
+// close ends the consumers' watch, closes the engines' connections, then
+// the frontends, as one plane.
+func (p *rawPlane) close() {
+	if p.stop != nil {
+		p.stop()
+	}
+	p.rawEngines.close()
+	p.rawFronts.close()
 }

@@ -1,0 +1,356 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
+)
+
+// The parent of a --procs run: for each arm of each rep it starts every
+// frontend and every engine as a child process of its own (this binary
+// again, responseplane_child.go), passes the hellos between the sides,
+// opens the window on the engines and then the frontends, closes it once
+// every frontend has read all its responses, and adds up what the
+// children measured. Any child's error, an early exit or the run's
+// timeout kills them all; none outlives the run (and on Linux none
+// outlives the parent: Pdeathsig).
+
+// rpProc is one running child.
+type rpProc struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	msgs  chan rpMsg
+	// exited is closed once the child has exited and its stdout is read.
+	exited  chan struct{}
+	exitErr error
+	// leaving is set once the parent told it to exit (or kills it): its
+	// exit is no failure then.
+	leaving atomic.Bool
+}
+
+// rpProcs are the children of one arm's rep.
+type rpProcs struct {
+	cfg     ResponsePlaneConfig
+	arm     string
+	fail    context.CancelCauseFunc
+	fronts  []*rpProc
+	engines []*rpProc
+}
+
+func (ps *rpProcs) all() []*rpProc {
+	return append(append([]*rpProc(nil), ps.engines...), ps.fronts...)
+}
+
+// childCommand is the command of one child.
+func (cfg ResponsePlaneConfig) childCommand(role string, index int, arm string) (*exec.Cmd, error) {
+	args := []string{"--rp-role", role, "--rp-index", strconv.Itoa(index), "--rp-arm", arm}
+	if cfg.spawn != nil {
+		return cfg.spawn(args), nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(exe, append([]string{responsePlaneHarness}, args...)...), nil
+}
+
+// start starts one child and sends it the config.
+func (ps *rpProcs) start(role string, index int) (*rpProc, error) {
+	cmd, err := ps.cfg.childCommand(role, index, ps.arm)
+	if err != nil {
+		return nil, err
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	// Under -race a child would sleep a second at exit (atexit_sleep_ms).
+	cmd.Env = append(cmd.Env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = rpSysProcAttr()
+	p := &rpProc{name: fmt.Sprintf("%s %d", role, index), cmd: cmd, msgs: make(chan rpMsg, 16), exited: make(chan struct{})}
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.name, err)
+	}
+	go p.read(stdout, ps.fail)
+	cfg := ps.cfg
+	cfg.Samples = nil
+	return p, p.send(rpMsg{Op: "config", Config: &cfg})
+}
+
+// read hands the child's lines to p.msgs until it exits. An error line,
+// or an exit before the parent asked for one, fails the run.
+func (p *rpProc) read(stdout io.Reader, fail context.CancelCauseFunc) {
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	for sc.Scan() {
+		var m rpMsg
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Op == "" {
+			continue // not a protocol line
+		}
+		if m.Op == "error" {
+			fail(fmt.Errorf("%s: %s", p.name, m.Err))
+			continue
+		}
+		select {
+		case p.msgs <- m:
+		default:
+			fail(fmt.Errorf("%s: too many messages", p.name))
+		}
+	}
+	p.exitErr = p.cmd.Wait()
+	close(p.exited)
+	if !p.leaving.Load() {
+		fail(fmt.Errorf("%s exited early: %v", p.name, p.exitErr))
+	}
+}
+
+func (p *rpProc) send(m rpMsg) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := p.stdin.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	return nil
+}
+
+func (p *rpProc) recv(ctx context.Context, op string) (rpMsg, error) {
+	select {
+	case m := <-p.msgs:
+		if m.Op != op {
+			return m, fmt.Errorf("%s said %q, want %q", p.name, m.Op, op)
+		}
+		return m, nil
+	case <-ctx.Done():
+		return rpMsg{}, context.Cause(ctx)
+	}
+}
+
+// each sends m (when its Op is set) to every child of ps, then waits for
+// each to answer op.
+func each(ctx context.Context, ps []*rpProc, m rpMsg, op string) ([]rpMsg, error) {
+	if m.Op != "" {
+		for _, p := range ps {
+			if err := p.send(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	out := make([]rpMsg, len(ps))
+	for i, p := range ps {
+		var err error
+		if out[i], err = p.recv(ctx, op); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// stop ends every child: after a good run it asks them to exit and gives
+// them a while; any child still running then, or every child after a
+// failed run, is killed. It returns once all of them are gone.
+func (ps *rpProcs) stop(graceful bool) {
+	procs := ps.all()
+	for _, p := range procs {
+		p.leaving.Store(true)
+		if graceful {
+			p.send(rpMsg{Op: "exit"})
+		}
+		p.stdin.Close()
+	}
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	if !graceful {
+		deadline.Reset(0)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+			continue
+		case <-deadline.C:
+			deadline.Reset(0) // the rest are killed without waiting
+		}
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// responsePlaneProcsRun is one arm of one rep with every frontend and
+// every engine a child process.
+func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[string]any, r *Report) (err error) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), cfg.Timeout, errors.New("run timed out"))
+	defer cancel()
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	ps := &rpProcs{cfg: cfg, arm: arm, fail: fail}
+	defer func() {
+		ps.stop(err == nil)
+		if err == nil {
+			// A child that failed on its way out still fails the run.
+			err = context.Cause(ctx)
+		}
+	}()
+	for e := range cfg.Engines {
+		p, err := ps.start("engine", e)
+		if p != nil {
+			ps.engines = append(ps.engines, p)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for h := range cfg.AnchorHosts {
+		p, err := ps.start("frontend", h)
+		if p != nil {
+			ps.fronts = append(ps.fronts, p)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	// The hellos, then each side gets the other's.
+	engineHellos, err := hellos(ctx, ps.engines)
+	if err != nil {
+		return err
+	}
+	frontHellos, err := hellos(ctx, ps.fronts)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps.engines {
+		if err := p.send(rpMsg{Op: "peers", Peers: frontHellos}); err != nil {
+			return err
+		}
+	}
+	for _, p := range ps.fronts {
+		if err := p.send(rpMsg{Op: "peers", Peers: engineHellos}); err != nil {
+			return err
+		}
+	}
+	if _, err := each(ctx, ps.all(), rpMsg{}, "ready"); err != nil {
+		return err
+	}
+
+	// The window: engines first, so that they wait on their queues when
+	// the first request comes, as in-process.
+	if _, err := each(ctx, ps.engines, rpMsg{Op: "start"}, "started"); err != nil {
+		return err
+	}
+	if _, err := each(ctx, ps.fronts, rpMsg{Op: "start"}, "started"); err != nil {
+		return err
+	}
+	if _, err := each(ctx, ps.fronts, rpMsg{}, "finished"); err != nil {
+		return err
+	}
+	engineReps, err := each(ctx, ps.engines, rpMsg{Op: "stop"}, "report")
+	if err != nil {
+		return err
+	}
+	frontReps, err := each(ctx, ps.fronts, rpMsg{Op: "stop"}, "report")
+	if err != nil {
+		return err
+	}
+	res, err := procsResult(cfg, arm, frontReps, engineReps)
+	if err != nil {
+		return err
+	}
+	addRPResult(r, cfg, arm, params, res)
+	return nil
+}
+
+func hellos(ctx context.Context, ps []*rpProc) ([]rpHello, error) {
+	ms, err := each(ctx, ps, rpMsg{}, "hello")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rpHello, len(ms))
+	for i, m := range ms {
+		if m.Hello == nil {
+			return nil, fmt.Errorf("%s: a hello without its hello", ps[i].name)
+		}
+		out[i] = *m.Hello
+	}
+	return out, nil
+}
+
+// procsResult adds up the children's reports and checks them: every
+// request served and read whole, and the attaches the arm must make.
+func procsResult(cfg ResponsePlaneConfig, arm string, fronts, engines []rpMsg) (rpResult, error) {
+	n, T := cfg.Requests, cfg.Tokens
+	res := rpResult{procs: true, ttft: make([]int64, n), tokLat: make([]int64, n*T)}
+	var t0, t1 int64
+	var read, served int
+	var attaches uint64
+	for h, m := range fronts {
+		rep := m.Report
+		if rep == nil {
+			return res, fmt.Errorf("frontend %d: a report without its report", h)
+		}
+		if h == 0 || rep.T0 < t0 {
+			t0 = rep.T0
+		}
+		t1 = max(t1, rep.T1)
+		read += rep.Requests
+		res.frontCPU += time.Duration(rep.CPUNS)
+		res.writes += rep.Writes
+		res.wakes = res.wakes.add(rep.Wakes)
+		// Its requests are h, h+AnchorHosts, ..., in that order.
+		k := 0
+		for i := h; i < n; i += cfg.AnchorHosts {
+			if k >= len(rep.TTFT) || (k+1)*T > len(rep.TokLat) {
+				return res, fmt.Errorf("frontend %d: latencies of %d requests, want more", h, len(rep.TTFT))
+			}
+			res.ttft[i] = rep.TTFT[k]
+			copy(res.tokLat[i*T:(i+1)*T], rep.TokLat[k*T:(k+1)*T])
+			k++
+		}
+	}
+	for e, m := range engines {
+		rep := m.Report
+		if rep == nil {
+			return res, fmt.Errorf("engine %d: a report without its report", e)
+		}
+		served += rep.Requests
+		attaches += rep.Attaches
+		res.engineCPU += time.Duration(rep.CPUNS)
+		res.writes += rep.Writes
+		res.wakes = res.wakes.add(rep.Wakes)
+	}
+	if read != n || served != n {
+		return res, fmt.Errorf("the frontends read %d responses whole and the engines served %d requests, want %d", read, served, n)
+	}
+	if a, ok := veloArmOf(cfg, arm); ok {
+		res.counting, res.muxed = true, a.wantKey != wire.TCPStreamKey
+		// The mux arms' engines tap their attaches.
+		if err := checkAttaches(res.muxed, a.zeroRTT, attaches, n); err != nil {
+			return res, err
+		}
+	}
+	res.wall = time.Duration(t1 - t0)
+	if res.wall <= 0 {
+		return res, fmt.Errorf("a window of %v", res.wall)
+	}
+	res.cpu = res.frontCPU + res.engineCPU
+	return res, nil
+}
