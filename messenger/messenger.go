@@ -96,8 +96,10 @@ type Messenger struct {
 	state   *ext.ShutdownState
 	adapter *ext.TransportAdapter
 	trs     []ext.Transport
-	disc    ext.PeerDiscovery
-	met     *metrics.VeloMetrics
+	// fireHeaders caches fireHeader's bytes by handler name.
+	fireHeaders sync.Map
+	disc        ext.PeerDiscovery
+	met         *metrics.VeloMetrics
 	// sysMet: the series velo's handlers share, made with the first one
 	// (under regMu); sysSeries: Config.SystemHandlerMetrics.
 	sysMet    *handlerMetrics
@@ -545,6 +547,7 @@ func (m *Messenger) postLaneOwned(target ext.InstanceID, lane int, handler strin
 	if err := systemOnly("Post", handler); err != nil {
 		return ext.SendOutcome{}, err
 	}
+	// No options: prepare validates and adds no header bytes.
 	hb, err := m.prepare(handler, nil)
 	if err != nil {
 		return ext.SendOutcome{}, err
@@ -555,19 +558,27 @@ func (m *Messenger) postLaneOwned(target ext.InstanceID, lane int, handler strin
 	}
 	var f ext.Frame
 	if r, ok := p.primary.(ext.OwnerRetainer); ok && r.RetainsOwners() {
-		hlen := fixedHeaderLen + len(handler) + 2 + len(hb)
-		f = ext.Frame{
-			Type:    ext.Message,
-			Header:  appendRequestHeader(make([]byte, 0, hlen), msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb),
-			Payload: payload,
-			Owner:   owner,
-		}
+		f = ext.Frame{Type: ext.Message, Header: m.fireHeader(handler), Payload: payload, Owner: owner}
 	} else {
 		// A transport that may keep the bytes without a reference gets a
 		// copy, so that the caller's buffer is free when this returns.
 		f = requestFrame(msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload)
 	}
 	return m.postFrame(p, target, lane, handler, f)
+}
+
+// fireHeader is the request header of a fire-and-forget post to handler
+// with no headers of its own. It is the same bytes on every call, so it is
+// made once per handler and shared: a transport only reads a frame's
+// header. The mux posts one batch per lane this way, so a batch costs no
+// header allocation.
+func (m *Messenger) fireHeader(handler string) []byte {
+	if h, ok := m.fireHeaders.Load(handler); ok {
+		return h.([]byte)
+	}
+	h := appendRequestHeader(make([]byte, 0, fixedHeaderLen+len(handler)+2), msgwire.FireAndForget, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, nil)
+	m.fireHeaders.Store(handler, h)
+	return h
 }
 
 // laneCount is how many ordered lanes the transport to target keeps; for a

@@ -109,8 +109,12 @@ func TestMuxAllocsPerRecord(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(500, step)
 	t.Logf("allocations per record (Send + Next of 40 bytes, one record per batch): %.1f", allocs)
-	if allocs > 40 {
-		t.Errorf("%.1f allocations per record", allocs)
+	// Three today: the frame of Send's []byte item (SendBytes takes the
+	// arena instead), the receiver's copy of the batch (its records
+	// outlive the read buffer), and the handler's Context. The half is
+	// room for a rare timer or buffer growth inside the 500 runs.
+	if allocs > 3.5 {
+		t.Errorf("%.1f allocations per record, want at most 3", allocs)
 	}
 }
 
