@@ -73,10 +73,14 @@ type rpDispatchFunc func(ctx context.Context, i, e int, req any) error
 func (l *rpLoad) front(ctx context.Context, fronts rpFrontends, local, h int, dispatch rpDispatchFunc) {
 	var next atomic.Int64
 	var slots sync.WaitGroup
-	for range l.cfg.share(h) {
+	n := l.cfg.share(h)
+	for s := range n {
 		slots.Add(1)
 		go func() {
 			defer slots.Done()
+			if !l.ramp(ctx, s, n) {
+				return
+			}
 			for ctx.Err() == nil && l.now() < l.end {
 				k := int(next.Add(1) - 1)
 				i, e := h+k*l.cfg.AnchorHosts, (h+k)%l.cfg.Engines
@@ -87,6 +91,29 @@ func (l *rpLoad) front(ctx context.Context, fronts rpFrontends, local, h int, di
 		}()
 	}
 	slots.Wait()
+}
+
+// ramp waits until slot s of n may open its first request: the slots
+// start spread evenly over the first half of the warm-up. Were they to
+// start at once, with Concurrency at the engines' batch capacity every
+// request would be admitted in the same pass and finish in the same pass,
+// forever: completions would come in waves of Concurrency, and a window
+// would count whole waves. Spread starts put the requests at different
+// phases, as a server's arrivals are.
+func (l *rpLoad) ramp(ctx context.Context, s, n int) bool {
+	at := l.warm - int64(l.cfg.Warmup) + int64(l.cfg.Warmup/2)*int64(s)/int64(n)
+	d := time.Duration(at - l.now())
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // request opens, dispatches and reads request i. A request that fails is
