@@ -49,7 +49,11 @@ import (
 // With Procs (--procs) every frontend and every engine is a child process
 // of its own, requests reach the engines over a TCP control connection,
 // and CPU is measured per side (responseplane_procs.go for the parent,
-// responseplane_child.go for the children).
+// responseplane_child.go and responseplane_roles.go for the children).
+//
+// The load is a batch of Requests dispatched at once, or, with
+// Concurrency, a closed loop that keeps that many open through a warm-up
+// and a measured window (responseplane_closed.go).
 
 // ResponsePlaneArms are the arms of the response-plane harness.
 var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc", "raw"}

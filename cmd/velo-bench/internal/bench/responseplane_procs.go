@@ -17,12 +17,13 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
-// The parent of a --procs run: for each arm of each rep it starts every
-// frontend and every engine as a child process of its own (this binary
-// again, responseplane_child.go), passes the hellos between the sides,
-// opens the window on the engines and then the frontends, closes it once
-// every frontend has read all its responses, and adds up what the
-// children measured. Any child's error, an early exit or the run's
+// The parent of a --procs run: for each arm of each rep it starts the
+// frontend and engine children (this binary again, responseplane_child.go;
+// one per node, or FrontendProcs and EngineProcs of them holding an equal
+// share each), passes the hellos between the sides, opens the window on
+// the engines and then the frontends (a closed loop's on the wall clock,
+// which it sets), closes it once every frontend has read all its
+// responses, and adds up what the children measured. Any child's error, an early exit or the run's
 // timeout kills them all; none outlives the run (and on Linux none
 // outlives the parent: Pdeathsig).
 
