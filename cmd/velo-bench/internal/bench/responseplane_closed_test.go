@@ -1,6 +1,11 @@
 package bench
 
 import (
+	"context"
+	"encoding/binary"
+	"io"
+	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,5 +146,60 @@ func TestResponsePlaneClosedFlags(t *testing.T) {
 		if err := cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("%s: Validate = %v, want ok %v", c.name, err, c.ok)
 		}
+	}
+}
+
+// rpFakeFronts serves every request from memory: request i's response is
+// its Tokens tokens in order, except that every third request skips its
+// second token.
+type rpFakeFronts struct{ tokens int }
+
+func (f rpFakeFronts) open(_ context.Context, i, _, _ int, consume func(func() ([]byte, error)) error) (any, error) {
+	pos := 0
+	go consume(func() ([]byte, error) {
+		if pos == 1 && i%3 == 0 {
+			pos++
+		}
+		if pos >= f.tokens {
+			return nil, io.EOF
+		}
+		tok := make([]byte, rpTokenBytes)
+		binary.BigEndian.PutUint64(tok, uint64(i))
+		binary.BigEndian.PutUint32(tok[8:], uint32(pos))
+		pos++
+		return tok, nil
+	})
+	return nil, nil
+}
+
+func (rpFakeFronts) close() {}
+
+// A request that fails its checks is counted, its slot goes on, and the
+// run reports the count instead of failing.
+func TestResponsePlaneClosedCountsErrors(t *testing.T) {
+	cfg := closedTestConfig()
+	// No warm-up: every request is in the window.
+	cfg.AnchorHosts, cfg.Engines, cfg.Concurrency = 1, 1, 4
+	cfg.Warmup, cfg.Duration = 0, 50*time.Millisecond
+	now := func() int64 { return time.Now().UnixNano() }
+	start := now()
+	load := newRPLoad(cfg, now, start, start+int64(cfg.Duration))
+	load.front(context.Background(), rpFakeFronts{tokens: cfg.Tokens}, 0, 0,
+		func(context.Context, int, int, any) error { return nil })
+	s := load.summary()
+	if s.Errors == 0 || s.Completed == 0 || s.Errors+s.Completed < cfg.Concurrency {
+		t.Fatalf("summary %+v: want both failed and completed requests", s)
+	}
+	if !strings.Contains(s.FirstErr, "got token 2") {
+		t.Errorf("first error %q, want the skipped token's", s.FirstErr)
+	}
+	rpLog = io.Discard
+	defer func() { rpLog = os.Stderr }()
+	var r Report
+	if err := addRPClosedResult(&r, cfg, "fake", map[string]any{}, s, time.Millisecond, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := r.Find(responsePlaneHarness, "fake", "errors_count", map[string]any{}); !ok || f.Median() != float64(s.Errors) {
+		t.Errorf("errors_count %v (present %v), want %d", f.Median(), ok, s.Errors)
 	}
 }
