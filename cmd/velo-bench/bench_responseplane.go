@@ -28,7 +28,13 @@ func init() {
 		lanes := fs.Int("lanes", 1, "velo arms: build every node's TCP transport WithLanes(n), so the mux may spread a peer's streams over up to n connections (1..16)")
 		timeout := fs.Duration("timeout", 10*time.Minute, "fail an arm's rep that takes longer")
 		plotPath := fs.String("plot", "", "draw the TTFT and token-latency CDFs of every arm (pooled over the reps) into this .png or .svg file")
-		procs := fs.Bool("procs", false, "run every frontend and every engine as a child process of its own (this binary again) over loopback TCP, requests dispatched over a control connection; adds frontend_cpu_us_per_token and engine_cpu_us_per_token (each side's processes over the window) to cpu_us_per_token (their sum)")
+		procs := fs.Bool("procs", false, "run every frontend and every engine as a child process of its own (this binary again; --engine-procs and --frontend-procs group them) over loopback TCP, requests dispatched over a control connection; adds frontend_cpu_us_per_token and engine_cpu_us_per_token (each side's processes over the window) to cpu_us_per_token (their sum), or with --concurrency the _per_request figures")
+		concurrency := fs.Int("concurrency", 0, "run a closed loop instead of a batch of --requests: keep this many requests open, each frontend starting its next as soon as one of its own is read whole, for --warmup then the measured --duration; then dispatch stops and the open requests drain (0: the batch)")
+		warmup := fs.Duration("warmup", 2*time.Second, "closed loop: run this long before the measured window")
+		duration := fs.Duration("duration", 5*time.Second, "closed loop: the measured window")
+		engineProcs := fs.Int("engine-procs", 0, "--procs: spread the engines over this many child processes, an equal share of nodes each (0: one per engine)")
+		frontendProcs := fs.Int("frontend-procs", 0, "--procs: spread the frontends over this many child processes, an equal share each (0: one per frontend)")
+		shape := fs.String("shape", "", "a preset for the flags not given: serving is the issue's serving shape, --procs --concurrency 2048 --engines 16 --engine-procs 4 --max-batch 128 --tokens 64 --pass-delay-ms 5")
 		// The role of a --procs child: set by the parent, left out of -h.
 		role := fs.String("rp-role", "", "")
 		index := fs.Int("rp-index", 0, "")
@@ -44,11 +50,15 @@ func init() {
 				}
 				os.Exit(0)
 			}
+			if err := applyShape(fs, *shape); err != nil {
+				return err
+			}
 			cfg := bench.ResponsePlaneConfig{
 				Arms: splitList(*arms), AnchorHosts: *hosts, Engines: *engines, Requests: *requests,
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
 				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Lanes: *lanes, Reps: *reps, Timeout: *timeout,
-				Procs: *procs,
+				Procs: *procs, Concurrency: *concurrency, Warmup: *warmup, Duration: *duration,
+				EngineProcs: *engineProcs, FrontendProcs: *frontendProcs,
 			}
 			if *plotPath != "" {
 				// Refuse a bad extension before the run, not after it.
@@ -67,11 +77,46 @@ func init() {
 			if *procs {
 				mode = ", --procs"
 			}
-			title := fmt.Sprintf("response-plane%s: %d hosts, %d engines, %d requests × %d tokens, batch %d, pass delay %g ms, flush %s, %d reps",
-				mode, *hosts, *engines, *requests, *tokens, *maxBatch, *delay, *flush, *reps)
+			load := fmt.Sprintf("%d requests", *requests)
+			if *concurrency > 0 {
+				load = fmt.Sprintf("%d open (closed loop, %v measured)", *concurrency, *duration)
+			}
+			title := fmt.Sprintf("response-plane%s: %d hosts, %d engines, %s × %d tokens, batch %d, pass delay %g ms, flush %s, %d reps",
+				mode, *hosts, *engines, load, *tokens, *maxBatch, *delay, *flush, *reps)
 			return bench.WriteResponsePlanePlot(*plotPath, title, cfg.Samples)
 		}
 	}
+}
+
+// rpShapes are the --shape presets: flag values set unless given on the
+// command line.
+var rpShapes = map[string][][2]string{
+	// The serving shape: 2048 requests kept open over 16 engines
+	// in 4 processes, each batching 128 at 5 ms a pass, 64 tokens each.
+	"serving": {{"procs", "true"}, {"concurrency", "2048"}, {"engines", "16"}, {"engine-procs", "4"},
+		{"max-batch", "128"}, {"tokens", "64"}, {"pass-delay-ms", "5"}},
+}
+
+// applyShape sets the flags of preset name that the command line left
+// alone.
+func applyShape(fs *flag.FlagSet, name string) error {
+	if name == "" {
+		return nil
+	}
+	preset, ok := rpShapes[name]
+	if !ok {
+		return fmt.Errorf("unknown shape %q (want serving)", name)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, kv := range preset {
+		if !given[kv[0]] {
+			if err := fs.Set(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // printFlagsExcept is a flag set's usage without the flags whose names

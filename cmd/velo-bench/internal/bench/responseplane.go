@@ -49,7 +49,11 @@ import (
 // With Procs (--procs) every frontend and every engine is a child process
 // of its own, requests reach the engines over a TCP control connection,
 // and CPU is measured per side (responseplane_procs.go for the parent,
-// responseplane_child.go for the children).
+// responseplane_child.go and responseplane_roles.go for the children).
+//
+// The load is a batch of Requests dispatched at once, or, with
+// Concurrency, a closed loop that keeps that many open through a warm-up
+// and a measured window (responseplane_closed.go).
 
 // ResponsePlaneArms are the arms of the response-plane harness.
 var ResponsePlaneArms = []string{"mux", "mux-zero-rtt", "per-stream", "grpc", "raw"}
@@ -98,6 +102,33 @@ type ResponsePlaneConfig struct {
 	// re-executes os.Executable() as `response-plane args...`. Tests
 	// re-run the test binary instead.
 	spawn func(args []string) *exec.Cmd
+	// Concurrency > 0 makes the run a closed loop (responseplane_closed.go)
+	// instead of a batch of Requests: that many requests stay open, each
+	// frontend starting its next as soon as one of its own is read whole,
+	// for Warmup and then the measured Duration, after which dispatch stops
+	// and the open requests drain.
+	Concurrency      int
+	Warmup, Duration time.Duration
+	// EngineProcs and FrontendProcs (Procs only) spread the engines and
+	// the frontends over that many child processes, each holding an equal
+	// share of nodes; 0 is one process per engine, resp. per frontend.
+	EngineProcs, FrontendProcs int
+}
+
+// engineProcs is the number of engine children of a Procs run.
+func (c ResponsePlaneConfig) engineProcs() int {
+	if c.EngineProcs == 0 {
+		return c.Engines
+	}
+	return c.EngineProcs
+}
+
+// frontendProcs is the number of frontend children of a Procs run.
+func (c ResponsePlaneConfig) frontendProcs() int {
+	if c.FrontendProcs == 0 {
+		return c.AnchorHosts
+	}
+	return c.FrontendProcs
 }
 
 // ResponsePlaneSamples holds the raw latencies of a run, pooled over the
@@ -129,8 +160,27 @@ func (c ResponsePlaneConfig) Validate() error {
 			return fmt.Errorf("unknown arm %q (want %v)", a, ResponsePlaneArms)
 		}
 	}
-	if c.AnchorHosts < 1 || c.Engines < 1 || c.Requests < 1 || c.MaxBatch < 1 || c.Tokens < 1 || c.Reps < 1 {
-		return errors.New("anchor hosts, engines, requests, max batch, tokens and reps must be positive")
+	if c.AnchorHosts < 1 || c.Engines < 1 || c.MaxBatch < 1 || c.Tokens < 1 || c.Reps < 1 {
+		return errors.New("anchor hosts, engines, max batch, tokens and reps must be positive")
+	}
+	if c.Concurrency < 0 {
+		return errors.New("concurrency must not be negative")
+	}
+	if c.Concurrency == 0 && c.Requests < 1 {
+		return errors.New("requests must be positive")
+	}
+	if c.Concurrency > 0 && (c.Warmup < 0 || c.Duration <= 0) {
+		return errors.New("a closed loop needs a warm-up of zero or more and a positive duration")
+	}
+	if c.EngineProcs < 0 || c.FrontendProcs < 0 {
+		return errors.New("engine and frontend processes must not be negative")
+	}
+	if (c.EngineProcs != 0 || c.FrontendProcs != 0) && !c.Procs {
+		return errors.New("engine and frontend processes need procs mode")
+	}
+	if c.Engines%c.engineProcs() != 0 || c.AnchorHosts%c.frontendProcs() != 0 {
+		return fmt.Errorf("%d engines over %d processes, %d frontends over %d: each process must hold an equal share",
+			c.Engines, c.engineProcs(), c.AnchorHosts, c.frontendProcs())
 	}
 	if c.PassDelay < 0 {
 		return errors.New("pass delay must not be negative")
@@ -247,6 +297,17 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 		// Only then, so that in-process figures keep the params they had.
 		params["procs_mode"] = true
 		run = responsePlaneProcsRun
+		if cfg.EngineProcs != 0 || cfg.FrontendProcs != 0 {
+			params["engine_procs"], params["frontend_procs"] = cfg.engineProcs(), cfg.frontendProcs()
+		}
+	}
+	if cfg.Concurrency > 0 {
+		// A closed loop has no request count; its shape is the load.
+		delete(params, "requests")
+		params["concurrency"], params["warmup_s"], params["duration_s"] = cfg.Concurrency, cfg.Warmup.Seconds(), cfg.Duration.Seconds()
+		if !cfg.Procs {
+			run = responsePlaneClosedRun
+		}
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, arm := range rotated(cfg.Arms, rep) {
@@ -254,6 +315,10 @@ func ResponsePlane(cfg ResponsePlaneConfig, r *Report) error {
 				return fmt.Errorf("%s, rep %d: %w", arm, rep+1, err)
 			}
 		}
+	}
+	if cfg.Concurrency > 0 {
+		addRPClosedRatios(r, cfg, params)
+		return nil
 	}
 	cpuMetrics := []string{"cpu_us_per_token"}
 	if cfg.Procs {

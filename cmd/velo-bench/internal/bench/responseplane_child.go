@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo"
@@ -19,10 +16,8 @@ import (
 )
 
 // The children of a --procs run (the protocol is in
-// responseplane_proto.go): a frontend owns its requests' streams and
-// dispatches each to its engine; an engine serves the requests that
-// arrive on its control listener with the same batching loop as
-// in-process.
+// responseplane_proto.go): this file is their end of the protocol; what
+// each role does is in responseplane_roles.go.
 
 // rpWallClock is the clock of a --procs run: every process on the host
 // reads the same one.
@@ -94,12 +89,12 @@ func ResponsePlaneChild(role string, index int, arm string, in io.Reader, out io
 	}
 	switch role {
 	case "frontend":
-		if index < 0 || index >= c.cfg.AnchorHosts {
+		if index < 0 || index >= c.cfg.frontendProcs() {
 			return fmt.Errorf("frontend index %d out of range", index)
 		}
 		return c.frontend(ctx, fail)
 	case "engine":
-		if index < 0 || index >= c.cfg.Engines {
+		if index < 0 || index >= c.cfg.engineProcs() {
 			return fmt.Errorf("engine index %d out of range", index)
 		}
 		return c.engine(ctx, fail)
@@ -153,295 +148,56 @@ func (c *rpChild) send(m rpMsg) error {
 	return err
 }
 
-// frontend is the frontend child: it owns requests i with i%AnchorHosts
-// == index, opens each and dispatches it to engine i%Engines.
-func (c *rpChild) frontend(ctx context.Context, fail context.CancelCauseFunc) error {
-	cfg := c.cfg
-	hello := rpHello{PID: os.Getpid()}
-	var fronts rpFrontends
-	var wc rpWakeCounter
-	var node *velo.Node // the velo arms
-	va, isVelo := veloArmOf(cfg, c.arm)
-	switch {
-	case isVelo:
-		f, err := newVeloFronts(ctx, cfg, 1, va)
-		if err != nil {
-			return err
-		}
-		defer f.close()
-		fronts, wc, node = f, f, f.hosts[0]
-		pi := node.PeerInfo()
-		hello.Peer = &pi
-	case c.arm == "raw":
-		f, err := newRawFronts(ctx, cfg, 1)
-		if err != nil {
-			return err
-		}
-		defer f.close()
-		fronts, hello.Addr = f, f.addrs()[0]
-	}
-	if err := c.send(rpMsg{Op: "hello", Hello: &hello}); err != nil {
-		return err
-	}
-	m, err := c.recv(ctx, "peers")
-	if err != nil {
-		return err
-	}
-	if len(m.Peers) != cfg.Engines {
-		return fmt.Errorf("%d engines in peers, want %d", len(m.Peers), cfg.Engines)
-	}
-	ctl := make([]*bufio.Writer, cfg.Engines)
-	targets := make([]string, cfg.Engines)
-	for e, p := range m.Peers {
-		if isVelo {
-			if err := registerPeer(node, p.Peer); err != nil {
-				return fmt.Errorf("engine %d: %w", e, err)
-			}
-		}
-		conn, err := net.Dial("tcp", p.Ctl)
-		if err != nil {
-			return fmt.Errorf("engine %d: control: %w", e, err)
-		}
-		defer conn.Close()
-		ctl[e], targets[e] = bufio.NewWriter(conn), p.Addr
-	}
-	if c.arm == "grpc" {
-		g, err := newGRPCFronts(1, targets)
-		if err != nil {
-			return err
-		}
-		defer g.close()
-		fronts = g
-	}
-	if err := c.send(rpMsg{Op: "ready"}); err != nil {
-		return err
-	}
-	if _, err := c.recv(ctx, "start"); err != nil {
-		return err
-	}
-
-	runtime.GC()
-	s0 := takeSnap(wc)
-	if err := c.send(rpMsg{Op: "started"}); err != nil {
-		return err
-	}
-	times := newRPTimes(cfg, rpWallClock)
-	var consumers sync.WaitGroup
-	setErr := func(err error) { fail(err) }
-	var line []byte
-	opened := 0
-	t0 := rpWallClock()
-	for i := c.index; i < cfg.Requests; i += cfg.AnchorHosts {
-		e := i % cfg.Engines
-		req, err := times.open(ctx, fronts, i, 0, e, &consumers, setErr)
-		if err != nil {
-			setErr(err)
-			break
-		}
-		opened++
-		line = appendDispatch(line[:0], i, req)
-		_, err = ctl[e].Write(line)
-		if err == nil {
-			err = ctl[e].Flush()
-		}
-		if err != nil {
-			setErr(fmt.Errorf("request %d: dispatch to engine %d: %w", i, e, err))
-			break
-		}
-	}
-	consumers.Wait()
-	t1 := rpWallClock()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	// Every consumer returned nil: each response arrived whole and in
-	// order (rpTimes.consume fails otherwise).
-	if err := c.send(rpMsg{Op: "finished"}); err != nil {
-		return err
-	}
-	if _, err := c.recv(ctx, "stop"); err != nil {
-		return err
-	}
-	rep := &rpChildReport{Requests: opened, T0: t0, T1: t1}
-	takeSnap(wc).fill(rep, s0)
-	for i := c.index; i < cfg.Requests; i += cfg.AnchorHosts {
-		rep.TTFT = append(rep.TTFT, times.ttft[i])
-		rep.TokLat = append(rep.TokLat, times.tokLat[i*cfg.Tokens:(i+1)*cfg.Tokens]...)
-	}
-	if err := c.send(rpMsg{Op: "report", Report: rep}); err != nil {
-		return err
-	}
-	_, err = c.recv(ctx, "exit")
-	return err
-}
-
-// engine is the engine child: it serves the requests i with i%Engines ==
-// index, which arrive over its control listener.
-func (c *rpChild) engine(ctx context.Context, fail context.CancelCauseFunc) error {
-	cfg := c.cfg
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	hello := rpHello{PID: os.Getpid(), Ctl: ln.Addr().String()}
-	var engines rpEngines
-	var wc rpWakeCounter
-	var ve *veloEngines
-	va, isVelo := veloArmOf(cfg, c.arm)
-	switch {
-	case isVelo:
-		if ve, err = newVeloEngines(ctx, cfg, 1, va); err != nil {
-			return err
-		}
-		defer ve.close()
-		engines, wc = ve, ve
-		pi := ve.engines[0].PeerInfo()
-		hello.Peer = &pi
-	case c.arm == "grpc":
-		g, err := newGRPCEngines(1)
-		if err != nil {
-			return err
-		}
-		defer g.close()
-		engines, hello.Addr = g, g.targets()[0]
-	}
-
-	// The requests of this engine, and the queue they go on; the last
-	// one closes it.
-	want := 0
-	for i := c.index; i < cfg.Requests; i += cfg.Engines {
-		want++
-	}
-	queue := make(chan rpQueued, want)
-	if want == 0 {
-		close(queue)
-	}
-	q := &rpControlQueue{ch: queue, want: int64(want)}
-	// The control connections end with this function (a frontend that
-	// has not closed its own yet is not waited for) or with the run.
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	cctx, ccancel := context.WithCancel(ctx)
-	defer ccancel()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				defer conn.Close()
-				stop := context.AfterFunc(cctx, func() { conn.Close() })
-				defer stop()
-				if err := c.control(conn, q); err != nil {
-					fail(err)
-				}
-			}()
-		}
-	}()
-
-	if err := c.send(rpMsg{Op: "hello", Hello: &hello}); err != nil {
-		return err
-	}
-	m, err := c.recv(ctx, "peers")
-	if err != nil {
-		return err
-	}
-	if len(m.Peers) != cfg.AnchorHosts {
-		return fmt.Errorf("%d frontends in peers, want %d", len(m.Peers), cfg.AnchorHosts)
-	}
-	addrs := make([]string, cfg.AnchorHosts)
-	for h, p := range m.Peers {
-		if isVelo {
-			if err := registerPeer(ve.engines[0], p.Peer); err != nil {
-				return fmt.Errorf("frontend %d: %w", h, err)
-			}
-		}
-		addrs[h] = p.Addr
-	}
-	if c.arm == "raw" {
-		r, err := newRawEngines(cfg, 1, addrs)
-		if err != nil {
-			return err
-		}
-		defer r.close()
-		engines = r
-	}
-	done := make(chan error, 1)
-	go func() {
-		err := rpEngine(ctx, cfg, engines, 0, queue, rpWallClock)
-		if err != nil {
-			fail(err)
-		}
-		done <- err
-	}()
-	if err := c.send(rpMsg{Op: "ready"}); err != nil {
-		return err
-	}
-	if _, err := c.recv(ctx, "start"); err != nil {
-		return err
-	}
-
-	runtime.GC()
-	s0 := takeSnap(wc)
-	if err := c.send(rpMsg{Op: "started"}); err != nil {
-		return err
-	}
-	if _, err := c.recv(ctx, "stop"); err != nil {
-		return err
-	}
-	// Every frontend has read every response whole: the window ends, as
-	// it does in-process when the last consumer is done.
-	s1 := takeSnap(wc)
-	select {
-	case err := <-done:
-		if err != nil {
-			return err
-		}
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-	rep := &rpChildReport{Requests: int(q.queued.Load())}
-	s1.fill(rep, s0)
-	if ve != nil {
-		rep.Attaches = ve.attaches()
-	}
-	if err := c.send(rpMsg{Op: "report", Report: rep}); err != nil {
-		return err
-	}
-	_, err = c.recv(ctx, "exit")
-	return err
-}
-
 // rpControlQueue is an engine's queue as its control connections fill
-// it: the want-th request closes it.
+// it. In a batch the want-th request closes it; in a closed loop (want 0)
+// the end of the run does.
 type rpControlQueue struct {
-	ch       chan rpQueued
-	want     int64
-	reserved atomic.Int64 // requests taken off the connections
-	queued   atomic.Int64 // requests on the queue
+	mu     sync.Mutex
+	ch     chan rpQueued
+	want   int
+	queued int
+	closed bool
 }
 
-// put queues q; one request more than want is an error. A request is
-// reserved before it is sent and counted after, so the close comes after
-// every send.
+// put queues q; a request past want, or after the end, is an error. The
+// channel holds every request that can be waiting at once (all of the
+// engine's in a batch, Concurrency in a closed loop), so the send under
+// the lock never blocks.
 func (c *rpControlQueue) put(q rpQueued) error {
-	if c.reserved.Add(1) > c.want {
-		return fmt.Errorf("more than the %d requests of this engine", c.want)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("a request after the last one (%d queued)", c.queued)
 	}
-	c.ch <- q // it holds every request of the engine: this never blocks
-	if c.queued.Add(1) == c.want {
+	c.ch <- q
+	c.queued++
+	if c.queued == c.want {
+		c.closed = true
 		close(c.ch)
 	}
 	return nil
 }
 
-// control reads the requests one frontend dispatches on conn and queues
-// them.
-func (c *rpChild) control(conn net.Conn, q *rpControlQueue) error {
+// end closes the queue if it is still open: the engine finishes what it
+// holds and returns.
+func (c *rpControlQueue) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		close(c.ch)
+	}
+}
+
+func (c *rpControlQueue) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}
+
+// control reads the requests one frontend dispatches on conn to global
+// engine g and queues them.
+func (c *rpChild) control(conn net.Conn, q *rpControlQueue, g int) error {
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 4<<10), 1<<20)
 	for sc.Scan() {
@@ -449,8 +205,11 @@ func (c *rpChild) control(conn net.Conn, q *rpControlQueue) error {
 		if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
 			return fmt.Errorf("control: %w", err)
 		}
-		if d.I < 0 || d.I >= c.cfg.Requests || d.I%c.cfg.Engines != c.index {
-			return fmt.Errorf("control: request %d is not this engine's", d.I)
+		// A batch's requests are known ahead; a closed loop's only by
+		// their index being positive.
+		batch := c.cfg.Concurrency == 0
+		if d.I < 0 || batch && (d.I >= c.cfg.Requests || d.I%c.cfg.Engines != g) {
+			return fmt.Errorf("control: request %d is not engine %d's", d.I, g)
 		}
 		req, err := d.engineReq(c.cfg, c.arm)
 		if err != nil {

@@ -67,20 +67,30 @@ func (t *rpTimes) consume(i int, next func() ([]byte, error)) error {
 			return fmt.Errorf("request %d, token %d: %w", i, pos, err)
 		}
 		at := t.now()
-		if len(p) != rpTokenBytes {
-			return fmt.Errorf("request %d: token of %d bytes", i, len(p))
-		}
-		idx, got := binary.BigEndian.Uint64(p), int(binary.BigEndian.Uint32(p[8:]))
-		if idx != uint64(i) || got != pos {
-			return fmt.Errorf("request %d: got token %d of request %d at position %d", i, got, idx, pos)
+		stamp, err := rpCheckToken(i, pos, p)
+		if err != nil {
+			return err
 		}
 		if pos == 0 {
 			t.ttft[i] = at - t.dispatched[i]
 		}
 		if pos < T {
-			t.tokLat[i*T+pos] = at - int64(binary.BigEndian.Uint64(p[12:]))
+			t.tokLat[i*T+pos] = at - stamp
 		}
 	}
+}
+
+// rpCheckToken checks that p is token pos of request i, of its size, and
+// returns the time the engine stamped on it.
+func rpCheckToken(i, pos int, p []byte) (stamp int64, err error) {
+	if len(p) != rpTokenBytes {
+		return 0, fmt.Errorf("request %d: token of %d bytes", i, len(p))
+	}
+	idx, got := binary.BigEndian.Uint64(p), int(binary.BigEndian.Uint32(p[8:]))
+	if idx != uint64(i) || got != pos {
+		return 0, fmt.Errorf("request %d: got token %d of request %d at position %d", i, got, idx, pos)
+	}
+	return int64(binary.BigEndian.Uint64(p[12:])), nil
 }
 
 // rpQueued is a dispatched request on an engine's queue.

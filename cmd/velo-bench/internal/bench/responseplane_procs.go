@@ -17,12 +17,13 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 )
 
-// The parent of a --procs run: for each arm of each rep it starts every
-// frontend and every engine as a child process of its own (this binary
-// again, responseplane_child.go), passes the hellos between the sides,
-// opens the window on the engines and then the frontends, closes it once
-// every frontend has read all its responses, and adds up what the
-// children measured. Any child's error, an early exit or the run's
+// The parent of a --procs run: for each arm of each rep it starts the
+// frontend and engine children (this binary again, responseplane_child.go;
+// one per node, or FrontendProcs and EngineProcs of them holding an equal
+// share each), passes the hellos between the sides, opens the window on
+// the engines and then the frontends (a closed loop's on the wall clock,
+// which it sets), closes it once every frontend has read all its
+// responses, and adds up what the children measured. Any child's error, an early exit or the run's
 // timeout kills them all; none outlives the run (and on Linux none
 // outlives the parent: Pdeathsig).
 
@@ -210,7 +211,7 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 			err = context.Cause(ctx)
 		}
 	}()
-	for e := range cfg.Engines {
+	for e := range cfg.engineProcs() {
 		p, err := ps.start("engine", e)
 		if p != nil {
 			ps.engines = append(ps.engines, p)
@@ -219,7 +220,7 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 			return err
 		}
 	}
-	for h := range cfg.AnchorHosts {
+	for h := range cfg.frontendProcs() {
 		p, err := ps.start("frontend", h)
 		if p != nil {
 			ps.fronts = append(ps.fronts, p)
@@ -230,11 +231,11 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 	}
 
 	// The hellos, then each side gets the other's.
-	engineHellos, err := hellos(ctx, ps.engines)
+	engineHellos, err := hellos(ctx, ps.engines, cfg.Engines)
 	if err != nil {
 		return err
 	}
-	frontHellos, err := hellos(ctx, ps.fronts)
+	frontHellos, err := hellos(ctx, ps.fronts, cfg.AnchorHosts)
 	if err != nil {
 		return err
 	}
@@ -253,11 +254,18 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 	}
 
 	// The window: engines first, so that they wait on their queues when
-	// the first request comes, as in-process.
-	if _, err := each(ctx, ps.engines, rpMsg{Op: "start"}, "started"); err != nil {
+	// the first request comes, as in-process. A closed loop's window is
+	// set here on the wall clock, from now: the warm-up covers the
+	// children's starts.
+	start := rpMsg{Op: "start"}
+	if cfg.Concurrency > 0 {
+		warm := rpWallClock() + int64(cfg.Warmup)
+		start.Window = []int64{warm, warm + int64(cfg.Duration)}
+	}
+	if _, err := each(ctx, ps.engines, start, "started"); err != nil {
 		return err
 	}
-	if _, err := each(ctx, ps.fronts, rpMsg{Op: "start"}, "started"); err != nil {
+	if _, err := each(ctx, ps.fronts, start, "started"); err != nil {
 		return err
 	}
 	if _, err := each(ctx, ps.fronts, rpMsg{}, "finished"); err != nil {
@@ -271,6 +279,9 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 	if err != nil {
 		return err
 	}
+	if cfg.Concurrency > 0 {
+		return procsClosedResult(r, cfg, arm, params, frontReps, engineReps)
+	}
 	res, err := procsResult(cfg, arm, frontReps, engineReps)
 	if err != nil {
 		return err
@@ -279,17 +290,19 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 	return nil
 }
 
-func hellos(ctx context.Context, ps []*rpProc) ([]rpHello, error) {
+// hellos gathers the children's hellos, their nodes' in order of the
+// children: want of them.
+func hellos(ctx context.Context, ps []*rpProc, want int) ([]rpHello, error) {
 	ms, err := each(ctx, ps, rpMsg{}, "hello")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]rpHello, len(ms))
+	var out []rpHello
 	for i, m := range ms {
-		if m.Hello == nil {
-			return nil, fmt.Errorf("%s: a hello without its hello", ps[i].name)
+		if len(m.Hellos) != want/len(ps) {
+			return nil, fmt.Errorf("%s: %d hellos, want %d", ps[i].name, len(m.Hellos), want/len(ps))
 		}
-		out[i] = *m.Hello
+		out = append(out, m.Hellos...)
 	}
 	return out, nil
 }
@@ -302,12 +315,13 @@ func procsResult(cfg ResponsePlaneConfig, arm string, fronts, engines []rpMsg) (
 	var t0, t1 int64
 	var read, served int
 	var attaches uint64
-	for h, m := range fronts {
+	per := cfg.AnchorHosts / len(fronts)
+	for p, m := range fronts {
 		rep := m.Report
 		if rep == nil {
-			return res, fmt.Errorf("frontend %d: a report without its report", h)
+			return res, fmt.Errorf("frontend %d: a report without its report", p)
 		}
-		if h == 0 || rep.T0 < t0 {
+		if p == 0 || rep.T0 < t0 {
 			t0 = rep.T0
 		}
 		t1 = max(t1, rep.T1)
@@ -315,11 +329,15 @@ func procsResult(cfg ResponsePlaneConfig, arm string, fronts, engines []rpMsg) (
 		res.frontCPU += time.Duration(rep.CPUNS)
 		res.writes += rep.Writes
 		res.wakes = res.wakes.add(rep.Wakes)
-		// Its requests are h, h+AnchorHosts, ..., in that order.
+		// Its requests are those of its frontends p*per .. p*per+per-1,
+		// in index order.
 		k := 0
-		for i := h; i < n; i += cfg.AnchorHosts {
+		for i := range n {
+			if h := i % cfg.AnchorHosts; h < p*per || h >= (p+1)*per {
+				continue
+			}
 			if k >= len(rep.TTFT) || (k+1)*T > len(rep.TokLat) {
-				return res, fmt.Errorf("frontend %d: latencies of %d requests, want more", h, len(rep.TTFT))
+				return res, fmt.Errorf("frontend %d: latencies of %d requests, want more", p, len(rep.TTFT))
 			}
 			res.ttft[i] = rep.TTFT[k]
 			copy(res.tokLat[i*T:(i+1)*T], rep.TokLat[k*T:(k+1)*T])
@@ -353,4 +371,39 @@ func procsResult(cfg ResponsePlaneConfig, arm string, fronts, engines []rpMsg) (
 	}
 	res.cpu = res.frontCPU + res.engineCPU
 	return res, nil
+}
+
+// procsClosedResult adds up the children's reports of a closed loop and
+// adds its figures.
+func procsClosedResult(r *Report, cfg ResponsePlaneConfig, arm string, params map[string]any, fronts, engines []rpMsg) error {
+	var sum rpLoadSummary
+	var frontCPU, engineCPU time.Duration
+	for p, m := range fronts {
+		if m.Report == nil || m.Report.Load == nil {
+			return fmt.Errorf("frontend %d: a report without its closed loop", p)
+		}
+		sum = sum.add(*m.Report.Load)
+		frontCPU += time.Duration(m.Report.CPUNS)
+	}
+	var served int
+	var attaches uint64
+	for p, m := range engines {
+		if m.Report == nil {
+			return fmt.Errorf("engine %d: a report without its report", p)
+		}
+		served += m.Report.Requests
+		attaches += m.Report.Attaches
+		engineCPU += time.Duration(m.Report.CPUNS)
+	}
+	// A failed request may have reached its engine or not; one read whole
+	// was served.
+	if served < sum.Completed {
+		return fmt.Errorf("the engines served %d requests, the frontends read %d whole", served, sum.Completed)
+	}
+	if a, ok := veloArmOf(cfg, arm); ok {
+		if err := checkAttaches(a.wantKey != wire.TCPStreamKey, a.zeroRTT, attaches, sum.Completed); err != nil {
+			return err
+		}
+	}
+	return addRPClosedResult(r, cfg, arm, params, sum, frontCPU, engineCPU, true)
 }

@@ -15,12 +15,19 @@ import (
 // lines, stdin in, stdout out (rpMsg), in this order:
 //
 //	parent → child   child → parent
-//	config           hello     the child's half is up: its PeerInfo, listen address, control address
+//	config           hello     the child's half is up: for each of its nodes the PeerInfo, listen address, control address
 //	peers            ready     the other side's hellos, by index: registered, dialed
 //	start            started   window start: CPU, writes and wakes taken; a frontend starts dispatching
 //	                 finished  a frontend: every response it owns was read whole
 //	stop             report    window end (after every frontend finished): what it measured
 //	exit                       shut down and exit
+//
+// A child holds Engines/EngineProcs engines or AnchorHosts/FrontendProcs
+// frontends, the ones whose global indexes follow from its own: child p
+// of k nodes holds p*k .. p*k+k-1. In a closed loop, start carries the
+// window on the wall clock and each child takes its CPU at its two ends
+// itself; a frontend dispatches until the window's end, drains, and then
+// says finished.
 //
 // A child that fails says "error" and exits; the parent kills the rest.
 // Requests cross from frontend to engine over a TCP control connection
@@ -32,9 +39,14 @@ type rpMsg struct {
 	Op     string               `json:"op"`
 	Err    string               `json:"err,omitempty"`
 	Config *ResponsePlaneConfig `json:"config,omitempty"`
-	Hello  *rpHello             `json:"hello,omitempty"`
-	Peers  []rpHello            `json:"peers,omitempty"`
-	Report *rpChildReport       `json:"report,omitempty"`
+	// Hellos are a hello's, one for each node of the child, by its index
+	// on the child's side.
+	Hellos []rpHello `json:"hellos,omitempty"`
+	// Window is a closed loop's measured window, [start, end) in Unix
+	// nanoseconds, sent with start.
+	Window []int64        `json:"window,omitempty"`
+	Peers  []rpHello      `json:"peers,omitempty"`
+	Report *rpChildReport `json:"report,omitempty"`
 }
 
 // rpHello is what the other side needs to reach a child.
@@ -66,6 +78,8 @@ type rpChildReport struct {
 	TokLat []int64 `json:"tok_lat,omitempty"`
 	// Attaches is the _anchor_attach requests an engine sent.
 	Attaches uint64 `json:"attaches"`
+	// Load is a frontend's closed loop (Concurrency > 0).
+	Load *rpLoadSummary `json:"load,omitempty"`
 }
 
 // rpDispatch is one request on a control connection: its index and, for
