@@ -91,7 +91,7 @@ func init() {
 // rpShapes are the --shape presets: flag values set unless given on the
 // command line.
 var rpShapes = map[string][][2]string{
-	// The serving shape: 2048 requests kept open over 16 engines
+	// The serving shape: 2048 requests kept open over 16 engines
 	// in 4 processes, each batching 128 at 5 ms a pass, 64 tokens each.
 	"serving": {{"procs", "true"}, {"concurrency", "2048"}, {"engines", "16"}, {"engine-procs", "4"},
 		{"max-batch", "128"}, {"tokens", "64"}, {"pass-delay-ms", "5"}},
