@@ -76,6 +76,10 @@ const (
 	HeartbeatFrame = "\xa9Heartbeat"
 )
 
+// HeartbeatBytes is HeartbeatFrame as the one slice every sender queues,
+// so that a beat allocates nothing. Nothing may write to it.
+var HeartbeatBytes = []byte(HeartbeatFrame)
+
 // DetectionMultiplier is how many heartbeat intervals of silence end a
 // stream: the reader's watchdog, on both paths, waits this many before it
 // gives up on the producer.

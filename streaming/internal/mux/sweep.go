@@ -2,8 +2,9 @@ package mux
 
 import (
 	"errors"
-	wire "github.com/velo-go/velo/internal/streamwire"
 	"time"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
 
 	"github.com/velo-go/velo/internal/muxwire"
 )
@@ -238,7 +239,7 @@ func (b *Batcher) beat() {
 		if len(s.Q) >= b.Mx.Cfg.inletRecords() {
 			continue
 		}
-		s.enqueueLocked(heartbeatFrame)
+		s.enqueueLocked(wire.HeartbeatBytes)
 		if s.readyLocked() {
 			wake = true
 		}
@@ -248,7 +249,3 @@ func (b *Batcher) beat() {
 		b.Signal()
 	}
 }
-
-// heartbeatFrame is the Heartbeat stream frame every slot queues: one
-// shared slice, so that a beat allocates nothing.
-var heartbeatFrame = []byte(wire.HeartbeatFrame)

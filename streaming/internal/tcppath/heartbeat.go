@@ -19,9 +19,6 @@ import (
 // is there to see). It never waits. Senders on the anchor's own worker
 // get none.
 
-// heartbeatFrame is the Heartbeat stream frame, shared by every stream.
-var heartbeatFrame = []byte(wire.HeartbeatFrame)
-
 // heartbeater is the one goroutine of a node that beats its producer
 // streams.
 type heartbeater struct {
@@ -132,7 +129,7 @@ func (h *heartbeater) beatOne(s *Stream) {
 		h.drops.Add(1)
 		return
 	}
-	s.q = append(s.q, heartbeatFrame)
+	s.q = append(s.q, wire.HeartbeatBytes)
 	first := len(s.q) == 1
 	s.mu.Unlock()
 	h.beats.Add(1)

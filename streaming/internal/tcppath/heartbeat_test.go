@@ -1,6 +1,10 @@
 package tcppath
 
-import "testing"
+import (
+	"testing"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
+)
 
 // TestHeartbeatSkipsBusyAndFull: a sender that queued a frame since the
 // last beat is not beaten; a full egress drops the beat rather than wait;
@@ -14,7 +18,7 @@ func TestHeartbeatSkipsBusyAndFull(t *testing.T) {
 		t.Fatalf("busy sender: %d queued, active %v; want none, and active cleared", len(rs.q), rs.active)
 	}
 	h.beatOne(rs)
-	if len(rs.q) != 1 || string(rs.q[0]) != string(heartbeatFrame) || h.beats.Load() != 1 {
+	if len(rs.q) != 1 || string(rs.q[0]) != wire.HeartbeatFrame || h.beats.Load() != 1 {
 		t.Fatalf("idle sender: queue %q, beats %d", rs.q, h.beats.Load())
 	}
 	for len(rs.q) < EgressCapacity {
