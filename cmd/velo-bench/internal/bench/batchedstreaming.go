@@ -260,7 +260,7 @@ func batchedStreamingRun(cfg BatchedStreamingConfig) (bsCounts, error) {
 		if err != nil {
 			return c, err
 		}
-		taps[e] = &batchTap{Transport: tr}
+		taps[e] = &batchTap{tapped: tapped{tr}}
 		regs[e] = prometheus.NewRegistry()
 		met, err := metrics.Register(regs[e])
 		if err != nil {
@@ -503,14 +503,10 @@ func (t *tapCounts) add(o tapCounts) {
 // message it is asked to send, before passing the frame on unchanged. It
 // reads the frame synchronously, so it never holds the frame's memory.
 type batchTap struct {
-	ext.Transport
+	tapped
 	mu sync.Mutex
 	c  tapCounts
 }
-
-// Unwrap returns the wrapped transport (ext.TransportWrapper): the node
-// confirms the connections it accepts through it.
-func (t *batchTap) Unwrap() ext.Transport { return t.Transport }
 
 func (t *batchTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(f)

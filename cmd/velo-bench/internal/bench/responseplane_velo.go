@@ -78,14 +78,9 @@ type veloEngines struct {
 // attachTap wraps a transport and counts the _anchor_attach requests
 // handed to it; frames pass on unchanged.
 type attachTap struct {
-	ext.Transport
+	tapped
 	n atomic.Uint64
 }
-
-// Unwrap returns the wrapped transport (ext.TransportWrapper), so that the
-// node reaches its ConnConfirmer: without it, every connection this
-// engine accepts stays fenced at its dialer until the fence times out.
-func (t *attachTap) Unwrap() ext.Transport { return t.Transport }
 
 func (t *attachTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(f)
@@ -95,12 +90,6 @@ func (t *attachTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, e
 func (t *attachTap) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(f)
 	return t.Transport.SendOnLane(target, lane, f)
-}
-
-// RetainsOwners passes on what the wrapped transport says (ext.OwnerRetainer).
-func (t *attachTap) RetainsOwners() bool {
-	r, ok := t.Transport.(ext.OwnerRetainer)
-	return ok && r.RetainsOwners()
 }
 
 func (t *attachTap) look(f ext.Frame) {
@@ -205,7 +194,7 @@ func newVeloEngines(ctx context.Context, cfg ResponsePlaneConfig, n int, a veloA
 				p.close()
 				return nil, err
 			}
-			tap := &attachTap{Transport: t}
+			tap := &attachTap{tapped: tapped{t}}
 			p.attachTaps = append(p.attachTaps, tap)
 			tr = tap
 		}

@@ -161,13 +161,9 @@ func minLaneShare(bytes [muxwire.Lanes]uint64, lanes int) float64 {
 // The two agree when the mux puts each lane's batches on its own
 // connection.
 type laneTap struct {
-	ext.Transport
+	tapped
 	handler, wire [muxwire.Lanes]atomic.Uint64
 }
-
-// Unwrap returns the wrapped transport (ext.TransportWrapper): the node
-// confirms the connections it accepts through it.
-func (t *laneTap) Unwrap() ext.Transport { return t.Transport }
 
 func (t *laneTap) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	t.look(0, f)
@@ -233,7 +229,7 @@ func streamThroughputRun(cfg StreamThroughputConfig, lanes, streams int) (stream
 	if err != nil {
 		return res, err
 	}
-	tap := &laneTap{Transport: ptr}
+	tap := &laneTap{tapped: tapped{ptr}}
 	producer, err := velo.New(ctx, velo.WithTransport(tap), velo.WithMux(streaming.MuxConfig{}))
 	if err != nil {
 		return res, err
