@@ -73,6 +73,10 @@ type AdapterConfig struct {
 	// OnConnClosed, when set, hears that an inbound connection ended, so
 	// what the node keeps for that connection can go.
 	OnConnClosed func(id ConnID)
+	// PayloadInto, when set, is where a transport that reads a byte stream
+	// may ask for a destination for a large payload before reading it (see
+	// TransportAdapter.PayloadInto). It runs on the reader goroutine.
+	PayloadInto func(t MessageType, header []byte, n int) (dst []byte, done func(err error))
 }
 
 // TransportAdapter is what a node hands to each transport: the four inbound
@@ -83,6 +87,7 @@ type TransportAdapter struct {
 	onFrame    func(Frame)
 	exempt     func(Frame) bool
 	connClosed func(ConnID)
+	into       func(MessageType, []byte, int) ([]byte, func(error))
 	closed     atomic.Bool
 
 	state     *ShutdownState
@@ -108,6 +113,7 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 		onFrame:    cfg.OnFrame,
 		exempt:     cfg.DrainExempt,
 		connClosed: cfg.OnConnClosed,
+		into:       cfg.PayloadInto,
 		state:      state,
 		messages:   NewQueue[InboundMessage](cfg.MessageQueue),
 		responses:  NewQueue[Frame](cfg.OtherQueue),
@@ -280,6 +286,24 @@ func (a *TransportAdapter) RouteFrame(f Frame) bool {
 		return false
 	}
 	return q.Push(f) == nil
+}
+
+// PayloadInto lets a transport that reads frames from a byte stream put a
+// large payload straight where the node wants it, instead of into its read
+// buffer and then a copy: a unary answer that a caller reads into a buffer
+// of its own, say. Call it once a non-request frame's header is in hand
+// and n payload bytes are still to come. A nil dst means no: read the frame
+// as usual and route it. Otherwise dst has exactly n bytes; write the
+// payload into it, then call done(nil), or done(err) when the connection
+// failed first, and do not route the frame. done must be called once either
+// way; until then the node waits for it, so the read should be bounded (a
+// stream transport's frame timeout does that). header is only read during
+// the call.
+func (a *TransportAdapter) PayloadInto(t MessageType, header []byte, n int) (dst []byte, done func(err error)) {
+	if a.into == nil || t == Message || a.closed.Load() {
+		return nil, nil
+	}
+	return a.into(t, header, n)
 }
 
 // ConnClosed tells the node that the inbound connection id has ended and

@@ -19,7 +19,7 @@ func TestSendErrorCallbackRunsOffTheSender(t *testing.T) {
 	token, ok := m.slots.acquireAsync(1, "h", func(_ []byte, err error) {
 		<-release
 		ran <- err
-	}, false)
+	}, false, nil)
 	if !ok {
 		t.Fatal("no slot")
 	}

@@ -143,7 +143,11 @@ func (m *Messenger) FireAndAwait(ctx context.Context, target ext.InstanceID, han
 }
 
 func (m *Messenger) UnaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
-	return m.unaryAsyncView(ctx, target, handler, payload, done)
+	return m.unaryAsyncView(ctx, target, handler, payload, nil, done)
+}
+
+func (m *Messenger) UnaryAsyncInto(ctx context.Context, target ext.InstanceID, handler string, payload []byte, into func(int) []byte, done func(resp []byte, err error)) error {
+	return m.unaryAsyncView(ctx, target, handler, payload, into, done)
 }
 
 func (m *Messenger) StagingThreshold() int { return m.stagingThreshold() }

@@ -197,6 +197,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
 		OnMessages:   m.onMessages,
 		OnFrame:      m.onFrame,
+		PayloadInto:  m.payloadInto,
 		DrainExempt:  m.drainExempt,
 		OnConnClosed: m.onConnClosed,
 	})
@@ -943,7 +944,7 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 		return err
 	}
 	if ok && (!hello || p.helloOK.Load()) {
-		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
+		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false, nil)
 		if err = unsent(err); err != nil {
 			return 0, err
 		}
@@ -956,7 +957,7 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 			err = m.ensureHello(ctx, p)
 		}
 		if err == nil {
-			_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false)
+			_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false, nil)
 		}
 		if unsent(err) != nil {
 			done(nil, err)
@@ -973,7 +974,13 @@ const viewMin = 16 << 10
 // transport received it: resp is valid only until done returns, and done
 // runs on the transport's reader, so it copies what it keeps and returns
 // quickly. It saves one copy of every answer (rendezvous pulls).
-func (m *Messenger) unaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
+//
+// into, when not nil, may be asked (on a transport's reader, under the
+// call's lock: it must be quick and must not call the messenger) for a
+// slice of n bytes to read a large answer of n bytes into, straight from
+// the socket; then resp is that slice. It returns nil to take the answer
+// the usual way. See slots_fill.go.
+func (m *Messenger) unaryAsyncView(ctx context.Context, target ext.InstanceID, handler string, payload []byte, into func(n int) []byte, done func(resp []byte, err error)) error {
 	if done == nil {
 		return errors.New("velo: UnaryAsyncView needs a callback")
 	}
@@ -988,13 +995,13 @@ func (m *Messenger) unaryAsyncView(ctx context.Context, target ext.InstanceID, h
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
-	_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, true)
+	_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, true, into)
 	return err
 }
 
 // sendAsync takes a slot for an asynchronous call and sends its request.
-func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool) (uint64, error) {
-	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done, view)
+func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceID, handler string, hb, payload []byte, done func([]byte, error), view bool, into func(int) []byte) (uint64, error) {
+	token, ok := m.slots.acquireAsync(target.WorkerID(), handler, done, view, into)
 	if !ok {
 		return 0, ErrNoResponseSlot
 	}

@@ -40,6 +40,10 @@ type slot struct {
 	handler string              // its handler, to name in a RemoteError
 	stop    func() bool         // stops its context watch; nil without one
 	view    bool                // done reads the reply in the read buffer (UnaryAsyncView)
+	into    func(n int) []byte  // where a large answer may be read straight to (slots_fill.go)
+	filling bool                // a transport is reading the answer into a slice into gave
+	held    reply               // what completed the call while it was filling: delivered after
+	holding bool                // held is set
 }
 
 // slotTable is a bounded table of response slots, indexed straight from the
@@ -160,7 +164,7 @@ func (t *slotTable) acquire(ctx context.Context, peer ext.WorkerID) (idx uint32,
 // acquireAsync takes a free slot for an asynchronous call without waiting:
 // the goroutine calling may be a transport reader, whose own replies free
 // slots.
-func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]byte, error), view bool) (token uint64, ok bool) {
+func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]byte, error), view bool, into func(int) []byte) (token uint64, ok bool) {
 	idx, ok := t.take()
 	if !ok {
 		if t.exhausted != nil {
@@ -171,7 +175,7 @@ func (t *slotTable) acquireAsync(peer ext.WorkerID, handler string, done func([]
 	gen := newGeneration()
 	s := t.at(idx)
 	s.mu.Lock()
-	s.busy, s.gen, s.done, s.handler, s.view = true, gen, done, handler, view
+	s.busy, s.gen, s.done, s.handler, s.view, s.into = true, gen, done, handler, view, into
 	s.peer.Store(uint64(peer))
 	s.mu.Unlock()
 	return makeToken(gen, idx), true
@@ -199,7 +203,7 @@ func (t *slotTable) cancelAsync(token uint64) bool {
 	if s == nil {
 		return false
 	}
-	s.done, s.handler = nil, ""
+	s.done, s.handler, s.into = nil, "", nil
 	t.freeLocked(s, uint32(uint16(token)))
 	return true
 }
@@ -257,9 +261,24 @@ func (t *slotTable) deliver(token uint64, r reply) bool {
 	if s == nil {
 		return false
 	}
+	if s.filling {
+		// The answer is being written into the caller's buffer: the call
+		// ends when that stops (endFill), so that nobody writes there after
+		// the caller was told the call is over.
+		if !s.holding {
+			s.held, s.holding = r, true
+		}
+		s.mu.Unlock()
+		return true
+	}
+	return t.deliverLocked(s, token, r)
+}
+
+// deliverLocked is deliver for the locked slot s of token. It unlocks s.
+func (t *slotTable) deliverLocked(s *slot, token uint64, r reply) bool {
 	if s.done != nil {
 		done, handler, stop := s.done, s.handler, s.stop
-		s.done, s.handler, s.stop, s.view = nil, "", nil, false
+		s.done, s.handler, s.stop, s.view, s.into = nil, "", nil, false, nil
 		t.freeLocked(s, uint32(uint16(token)))
 		if stop != nil {
 			stop()

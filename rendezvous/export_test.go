@@ -38,3 +38,7 @@ func LeaseOf(r *Manager, lease uint64) (transfer uint64, holder ext.WorkerID, ok
 
 // FromRemote is fromRemote: a remote refusal matched to its sentinel.
 func FromRemote(err error) error { return fromRemote(err) }
+
+// DirectChunks is how many pulled chunks a transport read straight into
+// their place.
+func DirectChunks() int64 { return directChunks.Load() }

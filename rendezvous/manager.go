@@ -108,6 +108,10 @@ var ErrSizeMismatch error = msgerr.NewSentinel(msgerr.DataLoss, "rendezvous_size
 // capacity of those buffers in bytes.
 var fetchAllocs, fetchAllocBytes atomic.Int64
 
+// directChunks counts chunks a transport read straight into their place
+// (a test seam, as fetchAllocs).
+var directChunks atomic.Int64
+
 // New builds the manager and registers the owner's seven handlers on m.
 func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	if cfg.Threshold == 0 {
@@ -506,77 +510,13 @@ func checkReady(rd *ready) error {
 	return nil
 }
 
-// sink is where a get puts its chunks: the caller's buffer, or one that
-// grows with the bytes that arrive. The stated size is the owner's word,
-// and a buffer of that size made before a byte arrived let one lying
-// answer (1 TiB stated) kill the node. A grown buffer is made at the
-// first chunk, firstGrowth long (or the stated size, if smaller), and
-// grows growFactor times each time a chunk lands past its end, up to the
-// stated size. A liar then costs nothing before its first chunk and at
-// most growFactor times what it sent after firstGrowth (plus the chunks in
-// flight). An honest payload up to firstGrowth is written once into one
-// buffer; a larger one pays copies of under a third of its bytes on the
-// way (1+4 MiB of copies for 16 MiB, 1+4+16 for 64 MiB), where doubling
-// cost as much as the payload and made a 16 MiB get about half slower.
-type sink struct {
-	mu    sync.Mutex // a grown buffer: chunks may land from more than one reader
-	buf   []byte     // a grown buffer: len is the end of the furthest chunk written
-	total int        // the stated size
-	fixed bool       // buf is the caller's: no growth, no lock
-}
-
-func newSink(total int, into []byte) (*sink, error) {
-	if into != nil {
-		if total > len(into) {
-			return nil, fmt.Errorf("rendezvous: the payload of %d bytes does not fit a buffer of %d", total, len(into))
-		}
-		return &sink{buf: into[:total], total: total, fixed: true}, nil
-	}
-	return &sink{total: total}, nil
-}
-
-// allocDest makes an empty destination of capacity n (counted: a test seam).
-func allocDest(n int) []byte {
-	fetchAllocs.Add(1)
-	fetchAllocBytes.Add(int64(n))
-	return make([]byte, 0, n)
-}
-
-// write puts p at off; off+len(p) is within the stated size (the caller
-// checked the chunk's length).
-func (s *sink) write(off int, p []byte) {
-	if s.fixed {
-		copy(s.buf[off:], p)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	end := off + len(p)
-	if end > cap(s.buf) {
-		grown := allocDest(min(max(end, firstGrowth, growFactor*cap(s.buf)), s.total))
-		s.buf = append(grown, s.buf...)
-	}
-	if end > len(s.buf) {
-		s.buf = s.buf[:end]
-	}
-	copy(s.buf[off:], p)
-}
-
-// bytes is the payload once every chunk is in (never nil: a payload of
-// no bytes has no chunk, so its buffer is made here).
-func (s *sink) bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.buf == nil {
-		s.buf = allocDest(s.total)
-	}
-	return s.buf[:s.total]
-}
-
-// pullAll pulls every chunk into dst, pullWindow in flight. Each answer
-// is copied into dst on the transport's reader, straight from the read
-// buffer (UnaryAsyncView), which then sends the next pull: no goroutine
-// per chunk and one copy per byte, plus the copies of a grown buffer.
+// pullAll pulls every chunk into dst, pullWindow in flight. A transport
+// that can reads each answer straight from the socket into its place in
+// dst (the into of UnaryAsyncView); otherwise the answer is copied into
+// dst on the transport's reader, from the read buffer. The reader then
+// sends the next pull: no goroutine per chunk and no copy per byte beyond
+// the kernel's (or one, the copying way), plus the copies of a grown
+// buffer.
 func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready, dst *sink) error {
 	if rd.ChunkCount == 0 {
 		return nil
@@ -621,14 +561,31 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		body, _ := json.Marshal(pullRequest{TransferID: rd.TransferID, ChunkIndex: i})
 		off := uint64(i) * uint64(rd.ChunkSize)
 		want := min(uint64(rd.ChunkSize), rd.TotalLen-off)
-		err := msgrx.UnaryAsyncView(r.m, ctx, target, HandlerPull, body, func(b []byte, err error) {
+		// given is set on the reader that asks into, before the answer is
+		// read, and read in the callback, which runs after that read ends.
+		given := false
+		into := func(n int) []byte {
+			if uint64(n) != want {
+				return nil // the usual path refuses it
+			}
+			b := dst.region(int(off), n)
+			given = b != nil
+			return b
+		}
+		err := msgrx.UnaryAsyncView(r.m, ctx, target, HandlerPull, body, into, func(b []byte, err error) {
 			switch {
 			case err != nil:
 				err = pullFailed(i, err)
 			case uint64(len(b)) != want:
 				err = fmt.Errorf("%w: chunk %d has %d bytes, want %d", ErrSizeMismatch, i, len(b), want)
+			case given:
+				// The transport read the chunk into its place.
+				directChunks.Add(1)
 			default:
 				dst.write(int(off), b)
+			}
+			if given {
+				dst.fillDone()
 			}
 			settle(err)
 		})

@@ -296,18 +296,28 @@ func TestHandleAPI(t *testing.T) {
 	if err := consumer.Rendezvous.Ref(ctx, h); err != nil {
 		t.Fatal(err)
 	}
+	direct := rendezvous.DirectChunks()
 	got, lease1, err := consumer.Rendezvous.Get(ctx, h)
 	if err != nil || !bytes.Equal(got, pattern(size)) {
 		t.Fatalf("get: %v", err)
+	}
+	// Over TCP every chunk is read from the socket straight into its place
+	// (ext.TransportAdapter.PayloadInto), not copied out of a read buffer.
+	if d, want := rendezvous.DirectChunks()-direct, int64(size/rendezvous.ChunkSize); d != want {
+		t.Fatalf("%d of %d chunks were read straight into the buffer", d, want)
 	}
 	got = nil
 	if err := consumer.Rendezvous.Detach(ctx, h, lease1); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, size+10)
+	direct = rendezvous.DirectChunks()
 	n, lease2, err := consumer.Rendezvous.GetInto(ctx, h, dst)
 	if err != nil || n != size || !bytes.Equal(dst[:n], pattern(size)) {
 		t.Fatalf("get into: %d %v", n, err)
+	}
+	if d := rendezvous.DirectChunks() - direct; d != int64(size/rendezvous.ChunkSize) {
+		t.Fatalf("get into: %d chunks read straight into the caller's buffer", d)
 	}
 	dst = nil
 	if _, _, err := consumer.Rendezvous.GetInto(ctx, h, make([]byte, 10)); err == nil {

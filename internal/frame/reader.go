@@ -63,6 +63,10 @@ type Reader struct {
 
 	// Conn is stamped on every frame handed out (see ext.Frame.Conn).
 	Conn ext.ConnID
+	// Direct, when set, may take a large payload straight from the socket
+	// (see DirectFunc). Set it before the first Next.
+	Direct   DirectFunc
+	declined int64 // 1 + the offset of the frame Direct last turned down
 }
 
 // MaxFrameLimit is the largest max a Reader accepts: the biggest chunk
@@ -99,6 +103,15 @@ func (r *Reader) Next() (ext.Frame, error) {
 		if n > 0 {
 			r.start += n
 			return r.owned(f), nil
+		}
+		if r.Direct != nil && r.declined != r.Offset()+1 {
+			handled, err := r.tryDirect()
+			if handled {
+				if err != nil {
+					return ext.Frame{}, err
+				}
+				continue
+			}
 		}
 		if err := r.fill(); err != nil {
 			return ext.Frame{}, err

@@ -11,7 +11,7 @@ import (
 
 var (
 	fireAndAwait   = typed[func(*messenger.Messenger, context.Context, ext.InstanceID, string, func(msgwire.ResponseID) []byte, ...messenger.CallOption) ([]byte, error)]("FireAndAwait", hook.Fns.FireAndAwait)
-	unaryAsyncView = typed[func(*messenger.Messenger, context.Context, ext.InstanceID, string, []byte, func([]byte, error)) error]("UnaryAsyncView", hook.Fns.UnaryAsyncView)
+	unaryAsyncView = typed[func(*messenger.Messenger, context.Context, ext.InstanceID, string, []byte, func(int) []byte, func([]byte, error)) error]("UnaryAsyncView", hook.Fns.UnaryAsyncView)
 	unaryAsyncCall = typed[func(*messenger.Messenger, context.Context, ext.InstanceID, string, []byte, func([]byte, error), ...messenger.CallOption) (uint64, error)]("UnaryAsyncCall", hook.Fns.UnaryAsyncCall)
 	abandon        = typed[func(*messenger.Messenger, uint64, error) bool]("Abandon", hook.Fns.Abandon)
 	handshake      = typed[func(*messenger.Messenger, context.Context, ext.InstanceID) error]("Handshake", hook.Fns.Handshake)
@@ -33,8 +33,15 @@ func FireAndAwait(m *messenger.Messenger, ctx context.Context, target ext.Instan
 // transport received it: resp is valid only until done returns, and done
 // runs on the transport's reader, so it copies what it keeps and returns
 // quickly. It saves one copy of every answer (rendezvous pulls).
-func UnaryAsyncView(m *messenger.Messenger, ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error)) error {
-	return unaryAsyncView(m, ctx, target, handler, payload, done)
+//
+// into, when not nil, may give a slice of n bytes for a large answer of n
+// bytes, which the transport then reads straight from the socket into it
+// (resp is then that slice): one copy fewer again. It runs on a
+// transport's reader with the call's lock held, so it is quick and calls
+// nothing of the messenger's; nil takes the answer the usual way. Until
+// done runs the slice may still be written, whatever ends the call.
+func UnaryAsyncView(m *messenger.Messenger, ctx context.Context, target ext.InstanceID, handler string, payload []byte, into func(n int) []byte, done func(resp []byte, err error)) error {
+	return unaryAsyncView(m, ctx, target, handler, payload, into, done)
 }
 
 // AsyncCall names an asynchronous call in flight (UnaryAsyncCall), so that

@@ -589,6 +589,7 @@ func (t *Transport) serve(conn net.Conn) {
 	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
 	defer r.Close()
 	r.Conn = ext.NewConnID()
+	r.Direct = t.payloadInto
 	defer t.adapter.ConnClosed(r.Conn) // after the last frame was handed over
 	t.byConn.Store(r.Conn, conn)
 	defer t.byConn.Delete(r.Conn)
@@ -613,6 +614,23 @@ func (t *Transport) serve(conn net.Conn) {
 			t.noteReadError(err, conn)
 			return
 		}
+	}
+}
+
+// payloadInto asks the node where a large payload should go (see
+// ext.TransportAdapter.PayloadInto), and counts the frame as the route
+// would once it is in.
+func (t *Transport) payloadInto(typ ext.MessageType, header []byte, n int) ([]byte, func(error)) {
+	dst, done := t.adapter.PayloadInto(typ, header, n)
+	if dst == nil {
+		return nil, nil
+	}
+	size := len(header) + n
+	return dst, func(err error) {
+		if err == nil {
+			t.obs().Frames(ext.Inbound, typ, ext.Accepted, 1, size)
+		}
+		done(err)
 	}
 }
 

@@ -1,0 +1,116 @@
+package frame
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// directStream is a small Response, a large one and a small Event.
+func directStream(big []byte) []byte {
+	var b []byte
+	b = Append(b, ext.Frame{Type: ext.Response, Header: []byte("h1"), Payload: []byte("small")})
+	b = Append(b, ext.Frame{Type: ext.Response, Header: []byte("big"), Payload: big})
+	return Append(b, ext.Frame{Type: ext.Event, Header: []byte("h3"), Payload: []byte("after")})
+}
+
+func bigPayload() []byte {
+	big := make([]byte, 300<<10)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	return big
+}
+
+// A payload taken by Direct lands whole in its slice, is not returned by
+// Next, and the frames around it still come out right.
+func TestReaderDirectTakesALargePayload(t *testing.T) {
+	big := bigPayload()
+	stream := directStream(big)
+	r := NewReader(&chunkedReader{data: stream, sizes: []int{5000, 70000, 3}}, 1<<20)
+	var got []byte
+	var doneErr error
+	calls := 0
+	r.Direct = func(typ ext.MessageType, header []byte, n int) ([]byte, func(error)) {
+		calls++
+		if typ != ext.Response || string(header) != "big" || n != len(big) {
+			t.Errorf("asked for %v %q %d", typ, header, n)
+		}
+		got = make([]byte, n)
+		return got, func(err error) { doneErr = err; calls += 100 }
+	}
+	var seen []string
+	for {
+		f, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, string(f.Payload))
+		f.Release()
+	}
+	if calls != 101 || doneErr != nil {
+		t.Fatalf("Direct asked %d times (+100 per done), done err %v", calls, doneErr)
+	}
+	if !bytes.Equal(got, big) {
+		t.Fatal("the direct payload differs from what was sent")
+	}
+	if len(seen) != 2 || seen[0] != "small" || seen[1] != "after" {
+		t.Fatalf("Next gave %q, want the two small frames", seen)
+	}
+	if r.Offset() != int64(len(stream)) {
+		t.Fatalf("offset %d, want %d", r.Offset(), len(stream))
+	}
+}
+
+// A payload Direct turns down is read the usual way, and Direct is asked
+// once for it however many reads it takes.
+func TestReaderDirectDeclined(t *testing.T) {
+	big := bigPayload()
+	r := NewReader(&chunkedReader{data: directStream(big), sizes: []int{4096}}, 1<<20)
+	asked := 0
+	r.Direct = func(ext.MessageType, []byte, int) ([]byte, func(error)) { asked++; return nil, nil }
+	var frames [][]byte
+	for {
+		f, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, bytes.Clone(f.Payload))
+		f.Release()
+	}
+	if asked != 1 || len(frames) != 3 || !bytes.Equal(frames[1], big) {
+		t.Fatalf("asked %d times, %d frames", asked, len(frames))
+	}
+}
+
+// A stream that ends inside a direct payload tells done, and Next.
+func TestReaderDirectCutShort(t *testing.T) {
+	big := bigPayload()
+	stream := directStream(big)
+	cut := stream[:len(stream)-len("after")-20-len(big)/2]
+	r := NewReader(&chunkedReader{data: cut, sizes: []int{8192}}, 1<<20)
+	var doneErr error
+	r.Direct = func(_ ext.MessageType, _ []byte, n int) ([]byte, func(error)) {
+		return make([]byte, n), func(err error) { doneErr = err }
+	}
+	f, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if _, err := r.Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Next: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if !errors.Is(doneErr, io.ErrUnexpectedEOF) {
+		t.Fatalf("done: %v, want io.ErrUnexpectedEOF", doneErr)
+	}
+}
