@@ -21,18 +21,25 @@ type RendezvousConfig struct {
 	Arms  []string // raw, get, unary
 }
 
-// Rendezvous measures a payload moved by handle, in MiB/s, against a raw
-// TCP transfer of the same bytes on loopback in the same run:
+// Rendezvous measures a payload moved by handle, in MiB/s and in process
+// CPU per MiB, against a raw TCP transfer of the same bytes on loopback in
+// the same run:
 //
 //   - get: the owner stages the payload once (RegisterData); each transfer
-//     is Get (an acquire and 512 KiB pulls) and Release, then staged again.
+//     is Get (an acquire and 512 KiB pulls) and Detach. Only the Gets are
+//     timed.
 //   - unary: a unary call whose payload is staged transparently (above
 //     256 KiB) and fetched by the receiver before its handler runs; the
-//     time covers the sender's copy into the store.
+//     time covers whatever the sender does to stage it.
 //   - raw: one TCP connection; the client writes the bytes, the server
 //     reads them all and answers one byte.
 //
-// Ratios get/raw and unary/raw are per rep, paired by index.
+// cpu_us_per_mib is the process's user plus system CPU (getrusage, GC
+// included) over exactly the timed section, divided by the MiB moved.
+// Both nodes, and both ends of the raw connection, live in this process,
+// so each arm's figure counts sender and receiver alike and the arms
+// compare. Ratios get/raw and unary/raw of both metrics are per rep,
+// paired by index.
 func Rendezvous(cfg RendezvousConfig, r *Report) error {
 	if cfg.Reps < 1 {
 		cfg.Reps = 1
@@ -58,14 +65,14 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 		params := map[string]any{"payload_bytes": size, "transfers": iters}
 		for rep := 0; rep < cfg.Reps; rep++ {
 			for _, arm := range rotated(cfg.Arms, rep) {
-				var d time.Duration
+				var d, cpu time.Duration
 				switch arm {
 				case "raw":
-					d, err = raw.run(payload, iters)
+					d, cpu, err = raw.run(payload, iters)
 				case "get":
-					d, err = rvGet(ctx, a, b, payload, iters)
+					d, cpu, err = rvGet(ctx, a, b, payload, iters)
 				case "unary":
-					d, err = rvUnary(ctx, a, b, payload, iters)
+					d, cpu, err = rvUnary(ctx, a, b, payload, iters)
 				default:
 					return fmt.Errorf("unknown arm %q (want raw, get, unary)", arm)
 				}
@@ -74,15 +81,21 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 				}
 				mib := float64(size) * float64(iters) / (1 << 20)
 				r.Add(rendezvousHarness, arm, "throughput_mib_per_s", "MiB/s", mib/d.Seconds(), params)
+				r.Add(rendezvousHarness, arm, "cpu_us_per_mib", "us", float64(cpu.Nanoseconds())/1e3/mib, params)
 			}
 		}
-		base, ok := r.Find(rendezvousHarness, "raw", "throughput_mib_per_s", params)
-		if !ok {
-			continue
-		}
-		for _, arm := range []string{"get", "unary"} {
-			if f, ok := r.Find(rendezvousHarness, arm, "throughput_mib_per_s", params); ok {
-				r.Ratio(rendezvousHarness, arm+"/raw", "throughput_ratio", f, base, params)
+		for _, m := range []struct{ metric, ratio string }{
+			{"throughput_mib_per_s", "throughput_ratio"},
+			{"cpu_us_per_mib", "cpu_us_per_mib_ratio"},
+		} {
+			base, ok := r.Find(rendezvousHarness, "raw", m.metric, params)
+			if !ok {
+				continue
+			}
+			for _, arm := range []string{"get", "unary"} {
+				if f, ok := r.Find(rendezvousHarness, arm, m.metric, params); ok {
+					r.Ratio(rendezvousHarness, arm+"/raw", m.ratio, f, base, params)
+				}
 			}
 		}
 	}
@@ -128,48 +141,47 @@ func rvPair(ctx context.Context) (a, b *velo.Node, err error) {
 	return a, b, nil
 }
 
-// rvGet: a pulls a payload that b staged, iters times.
-func rvGet(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (time.Duration, error) {
+// rvGet: a pulls a payload that b staged, iters times. It returns the
+// wall time and the process CPU time of the Gets alone.
+func rvGet(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (wall, cpu time.Duration, err error) {
 	h := b.Rendezvous.RegisterData(payload)
-	var total time.Duration
 	for i := 0; i < iters; i++ {
-		t0 := time.Now()
+		cpu0, t0 := processCPU(), time.Now()
 		got, lease, err := a.Rendezvous.Get(ctx, h)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		total += time.Since(t0)
+		wall += time.Since(t0)
+		cpu += processCPU() - cpu0
 		if len(got) != len(payload) {
-			return 0, fmt.Errorf("got %d bytes", len(got))
+			return 0, 0, fmt.Errorf("got %d bytes", len(got))
 		}
 		if err := a.Rendezvous.Detach(ctx, h, lease); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	md, err := a.Rendezvous.Metadata(ctx, h)
-	if err != nil {
-		return 0, err
+	if _, err := a.Rendezvous.Metadata(ctx, h); err != nil {
+		return 0, 0, err
 	}
-	_ = md
 	_, lease, err := a.Rendezvous.Get(ctx, h)
 	if err == nil {
 		err = a.Rendezvous.Release(ctx, h, lease)
 	}
-	return total, err
+	return wall, cpu, err
 }
 
 // rvUnary: b calls a's "sink" with the payload, iters times.
-func rvUnary(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (time.Duration, error) {
-	t0 := time.Now()
+func rvUnary(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (wall, cpu time.Duration, err error) {
+	cpu0, t0 := processCPU(), time.Now()
 	for i := 0; i < iters; i++ {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := b.Unary(cctx, a.InstanceID(), "sink", payload)
 		cancel()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(t0), nil
+	return time.Since(t0), processCPU() - cpu0, nil
 }
 
 // rawSink is a loopback TCP server that reads a whole transfer and
@@ -223,24 +235,25 @@ func (s *rawSink) serve() {
 	}
 }
 
-// run sends payload iters times, each answered before the next.
-func (s *rawSink) run(payload []byte, iters int) (time.Duration, error) {
+// run sends payload iters times, each answered before the next, and
+// returns the wall and process CPU time (both ends are in this process).
+func (s *rawSink) run(payload []byte, iters int) (wall, cpu time.Duration, err error) {
 	n := len(payload)
 	hdr := []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24), 0, 0, 0, 0}
 	var ack [1]byte
-	t0 := time.Now()
+	cpu0, t0 := processCPU(), time.Now()
 	for i := 0; i < iters; i++ {
 		if _, err := s.conn.Write(hdr); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if _, err := s.conn.Write(payload); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if _, err := io.ReadFull(s.conn, ack[:]); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return time.Since(t0), nil
+	return time.Since(t0), processCPU() - cpu0, nil
 }
 
 func (s *rawSink) close() {
