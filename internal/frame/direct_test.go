@@ -17,6 +17,22 @@ func directStream(big []byte) []byte {
 	return Append(b, ext.Frame{Type: ext.Event, Header: []byte("h3"), Payload: []byte("after")})
 }
 
+// payloads reads to the end of the stream and returns copies of the
+// payloads Next gave.
+func payloads(t *testing.T, r *Reader) [][]byte {
+	t.Helper()
+	fs, err := readAll(r)
+	if !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, f := range fs {
+		out = append(out, bytes.Clone(f.Payload))
+	}
+	releaseAll(fs)
+	return out
+}
+
 func bigPayload() []byte {
 	big := make([]byte, 300<<10)
 	for i := range big {
@@ -43,16 +59,8 @@ func TestReaderDirectTakesALargePayload(t *testing.T) {
 		return got, func(err error) { doneErr = err; calls += 100 }
 	}
 	var seen []string
-	for {
-		f, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, string(f.Payload))
-		f.Release()
+	for _, p := range payloads(t, r) {
+		seen = append(seen, string(p))
 	}
 	if calls != 101 || doneErr != nil {
 		t.Fatalf("Direct asked %d times (+100 per done), done err %v", calls, doneErr)
@@ -75,18 +83,7 @@ func TestReaderDirectDeclined(t *testing.T) {
 	r := NewReader(&chunkedReader{data: directStream(big), sizes: []int{4096}}, 1<<20)
 	asked := 0
 	r.Direct = func(ext.MessageType, []byte, int) ([]byte, func(error)) { asked++; return nil, nil }
-	var frames [][]byte
-	for {
-		f, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames = append(frames, bytes.Clone(f.Payload))
-		f.Release()
-	}
+	frames := payloads(t, r)
 	if asked != 1 || len(frames) != 3 || !bytes.Equal(frames[1], big) {
 		t.Fatalf("asked %d times, %d frames", asked, len(frames))
 	}
