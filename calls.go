@@ -26,7 +26,8 @@ func (n *Node) Send(ctx context.Context, target ext.Target, handler string, payl
 }
 
 // Sync waits until the remote handler has run; its error comes back as a
-// *RemoteError.
+// *RemoteError. A payload above the staging threshold is staged without a
+// copy, as Unary's is.
 func (n *Node) Sync(ctx context.Context, target ext.Target, handler string, payload []byte, opts ...CallOption) error {
 	id, finish, err := n.resolve(ctx, target)
 	if err != nil {
@@ -38,7 +39,10 @@ func (n *Node) Sync(ctx context.Context, target ext.Target, handler string, payl
 }
 
 // Unary returns the remote handler's answer. The deadline of ctx bounds
-// the whole call.
+// the whole call, but for one wait: a payload above the staging threshold
+// is staged without a copy, so before Unary returns, however it ends, the
+// transport finishes writing the chunks it already served from it (at
+// most four, 512 KiB each; see docs/rendezvous.md).
 func (n *Node) Unary(ctx context.Context, target ext.Target, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
 	id, finish, err := n.resolve(ctx, target)
 	if err != nil {

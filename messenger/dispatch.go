@@ -146,6 +146,9 @@ func (r *registered) run(j job, counted bool) {
 		// caller's ErrRequestTimeout with a remote error of the same
 		// meaning. (As a staged fetch that ran out of the budget does.)
 		r.m.countFailure("dispatch", "handler_deadline")
+		if c.lent != nil {
+			c.lent.Release()
+		}
 		j.msg.Done()
 		return
 	}
@@ -156,7 +159,12 @@ func (r *registered) run(j job, counted bool) {
 		// would tell the caller that this node is shutting down.
 		err = handlerError{err}
 	}
-	r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
+	if c.lent != nil {
+		r.m.replyLent(j.hdr, resp, err, c.lent)
+		c.lent.Release() // the handler's reference: the transport holds its own
+	} else {
+		r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
+	}
 	// The guard goes last: the drain waits until the reply is admitted.
 	j.msg.Done()
 }

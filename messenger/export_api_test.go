@@ -184,3 +184,5 @@ func (m *Messenger) UnmatchedReplies() int64      { return m.unmatchedReplies() 
 func (m *Messenger) IdentityStats() IdentityStats { return m.identityStats() }
 func (m *Messenger) DiscoveredPeers() int         { return m.discoveredPeers() }
 func (m *Messenger) CallsFailedByPeerLoss() int64 { return m.callsFailedByPeerLoss() }
+
+func (c *Context) LendAnswer(o ext.Owner) { c.lendAnswer(o) }

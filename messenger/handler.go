@@ -27,6 +27,7 @@ type Context struct {
 	rtype   msgwire.ResponseType
 	token   uint64    // the upper half of the response id: what a cancel names
 	dl      time.Time // the caller's deadline here, zero without one (budget.go)
+	lent    ext.Owner // what the answer lives in, when lendAnswer said so
 
 	// The handler's context.Context, made on first use (handlerctx.go);
 	// ended is set once the handler returned.
@@ -53,6 +54,17 @@ func (c *Context) Headers() (map[string]string, error) {
 
 // ResponseType says what the caller waits for.
 func (c *Context) responseType() msgwire.ResponseType { return c.rtype }
+
+// lendAnswer says that the answer the handler is about to return lives in
+// memory that o guards, and that the handler took one reference on o for
+// it. The messenger hands the answer to the transport with o as its Owner
+// (a transport that does not retain owners gets a copy instead) and then
+// drops that reference, or drops it at once when no answer goes out. The
+// owner of o learns so when the answer's bytes are no longer read by
+// anyone. The answer must not live in the request's payload: o replaces
+// the request's buffer as the answer's owner. Rendezvous serves the pulls
+// of a lent payload this way (hook.Lender).
+func (c *Context) lendAnswer(o ext.Owner) { c.lent = o }
 
 type handlerKind uint8
 

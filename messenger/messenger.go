@@ -597,14 +597,17 @@ func (m *Messenger) laneCount(target ext.InstanceID) int {
 }
 
 // Sync waits until the remote handler has run; its error comes back as a
-// *velo.RemoteError.
+// *velo.RemoteError. A staged payload is lent, as Unary's is.
 func (m *Messenger) Sync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) error {
 	_, err := m.request(ctx, target, handler, payload, msgwire.AckNack, opts)
 	return err
 }
 
 // Unary returns the remote handler's answer. The deadline of ctx bounds the
-// whole call; without one, no timer is armed.
+// whole call; without one, no timer is armed. A payload over the staging
+// threshold is lent to the stager, not copied (stageLent): before Unary
+// returns, however it ends, the transport finishes with the chunks it
+// already served from it, which may take it past the deadline.
 func (m *Messenger) Unary(ctx context.Context, target ext.InstanceID, handler string, payload []byte, opts ...CallOption) ([]byte, error) {
 	return m.request(ctx, target, handler, payload, msgwire.UnaryResponse, opts)
 }
@@ -699,7 +702,19 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 		return nil, err
 	}
 	var staged string
-	if hb, payload, staged, err = m.stageRequest(ctx, rt, payload, hb, opts); err != nil {
+	if rt != msgwire.FireAndForget {
+		// The call returns only once the answer came or the caller gave
+		// up, so the payload is lent, not copied, to the stager; the loan
+		// ends before the call returns (stageLent).
+		var withdraw func()
+		if hb, payload, staged, withdraw, err = m.stageLent(ctx, rt, payload, hb, opts); err != nil {
+			return nil, err
+		}
+		if withdraw != nil {
+			defer withdraw()
+			return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+		}
+	} else if hb, payload, staged, err = m.stageRequest(ctx, rt, payload, hb, opts); err != nil {
 		return nil, err
 	}
 	if staged != "" {
@@ -1356,6 +1371,18 @@ func (m *Messenger) reply(hdr requestHeader, handler string, resp []byte, err er
 // whatever the pattern: a Rust caller reads it as it reads a Nack, and a
 // Go caller reads the code and matches the sentinel with errors.Is.
 func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
+	m.answer(hdr, resp, err, owner, false)
+}
+
+// replyLent is replyOwned for an answer in memory that owner guards and
+// that its owner wants back (Context.lendAnswer): a transport that does
+// not retain owners, and so could not say when it is done with the bytes,
+// gets a copy.
+func (m *Messenger) replyLent(hdr requestHeader, resp []byte, err error, owner ext.Owner) {
+	m.answer(hdr, resp, err, owner, true)
+}
+
+func (m *Messenger) answer(hdr requestHeader, resp []byte, err error, owner ext.Owner, lent bool) {
 	if hdr.rtype == msgwire.FireAndForget {
 		return
 	}
@@ -1384,6 +1411,10 @@ func (m *Messenger) replyOwned(hdr requestHeader, resp []byte, err error, owner 
 		}
 		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, err != nil), Payload: resp, Owner: owner}
 	default:
+		return
+	}
+	if lent && f.Owner != nil {
+		m.sendLentReply(hdr.id, f)
 		return
 	}
 	m.sendReply(hdr.id, f)
@@ -1437,6 +1468,24 @@ func (m *Messenger) sendReply(id msgwire.ResponseID, f ext.Frame) bool {
 	if !ok {
 		m.countFailure("response", "unknown_caller")
 		return false
+	}
+	if _, err := p.primary.Send(p.info.InstanceID, f); err != nil {
+		m.countFailure("response", "send_failed")
+		return false
+	}
+	return true
+}
+
+// sendLentReply is sendReply for a frame whose Owner wants its bytes back
+// (replyLent). The check is made on the transport the frame goes through.
+func (m *Messenger) sendLentReply(id msgwire.ResponseID, f ext.Frame) bool {
+	p, ok := m.peers.getWorker(id.Worker())
+	if !ok {
+		m.countFailure("response", "unknown_caller")
+		return false
+	}
+	if r, ok := p.primary.(ext.OwnerRetainer); !ok || !r.RetainsOwners() {
+		f.Payload, f.Owner = bytes.Clone(f.Payload), nil
 	}
 	if _, err := p.primary.Send(p.info.InstanceID, f); err != nil {
 		m.countFailure("response", "send_failed")

@@ -36,4 +36,5 @@ func init() {
 	f.ResponseTypeOf = (*Context).responseType
 	f.WithStagedFailure = withStagedFailure
 	f.WithOp = withOp
+	f.LendAnswer = (*Context).lendAnswer
 }

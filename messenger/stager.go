@@ -34,11 +34,26 @@ func (m *Messenger) loadStager() hook.Stager {
 // stageRequest replaces a payload over the stager's threshold by a handle.
 // It returns the headers to send (the caller's, without any _rv key of
 // theirs, plus the staging keys), the payload to send and the handle, ""
-// when nothing was staged.
+// when nothing was staged. The stager keeps a copy of the payload: the
+// call may return before the receiver has fetched it.
 func (m *Messenger) stageRequest(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
+	hb, payload, handle, _, err := m.stage(ctx, rt, payload, hb, opts, false)
+	return hb, payload, handle, err
+}
+
+// stageLent is stageRequest for a call that returns only after the
+// receiver has answered, or once the caller gave up (Unary, Sync): a
+// stager that can (hook.Lender) keeps the caller's payload itself, not a
+// copy. withdraw is not nil when a payload was staged so; the call must
+// run it before it returns, whatever the outcome, and run no Discard.
+func (m *Messenger) stageLent(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption) (_ []byte, _ []byte, handle string, withdraw func(), err error) {
+	return m.stage(ctx, rt, payload, hb, opts, true)
+}
+
+func (m *Messenger) stage(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption, lend bool) ([]byte, []byte, string, func(), error) {
 	st := m.loadStager()
 	if st == nil || len(payload) <= st.Threshold() {
-		return hb, payload, "", nil
+		return hb, payload, "", nil, nil
 	}
 	h := map[string]string{}
 	if len(opts) > 0 {
@@ -54,23 +69,34 @@ func (m *Messenger) stageRequest(ctx context.Context, rt msgwire.ResponseType, p
 	if dl, ok := ctx.Deadline(); ok && rt != msgwire.FireAndForget {
 		ttl = time.Until(dl)
 		if ttl <= 0 {
-			return nil, nil, "", ErrRequestTimeout
+			return nil, nil, "", nil, ErrRequestTimeout
 		}
 		h[msgwire.StagedBudgetHeader] = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond), 10)
 	} else {
 		delete(h, msgwire.StagedBudgetHeader)
 	}
-	handle, err := st.Stage(payload, ttl)
+	var handle string
+	var withdraw func()
+	var err error
+	if l, ok := st.(hook.Lender); ok && lend {
+		handle, withdraw, err = l.StageLent(payload, ttl)
+	} else {
+		handle, err = st.Stage(payload, ttl)
+	}
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("velo: stage a payload of %d bytes: %w", len(payload), err)
+		return nil, nil, "", nil, fmt.Errorf("velo: stage a payload of %d bytes: %w", len(payload), err)
 	}
 	h[msgwire.StagedHandleHeader] = handle
 	out, err := msgwire.EncodeHeaders(h)
 	if err != nil {
-		st.Discard(handle)
-		return nil, nil, "", err
+		if withdraw != nil {
+			withdraw()
+		} else {
+			st.Discard(handle)
+		}
+		return nil, nil, "", nil, err
 	}
-	return out, nil, handle, nil
+	return out, nil, handle, withdraw, nil
 }
 
 // stagingKey is the MessagePack form of "_rv" as a map key: a cheap test

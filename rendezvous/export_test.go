@@ -42,3 +42,29 @@ func FromRemote(err error) error { return fromRemote(err) }
 // DirectChunks is how many pulled chunks a transport read straight into
 // their place.
 func DirectChunks() int64 { return directChunks.Load() }
+
+// chunk is take for a slot that is not lent (the store's tests).
+func (s *store) chunk(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, verdict) {
+	b, _, v := s.take(transferID, idx, asker)
+	return b, v
+}
+
+// StageCopies is how many payloads Stage has copied.
+func StageCopies() int64 { return stageCopies.Load() }
+
+// LentWaits is how many withdraws of a lent payload waited for the
+// transport to finish with pull answers.
+func LentWaits() int64 { return lentWaits.Load() }
+
+// StageLent is (*Manager).StageLent.
+func StageLent(r *Manager, payload []byte) (handle DataHandle, withdraw func()) {
+	s, withdraw, err := r.StageLent(payload, 0)
+	if err != nil {
+		panic(err)
+	}
+	h, err := ParseHandle(s)
+	if err != nil {
+		panic(err)
+	}
+	return h, withdraw
+}

@@ -112,6 +112,10 @@ var fetchAllocs, fetchAllocBytes atomic.Int64
 // (a test seam, as fetchAllocs).
 var directChunks atomic.Int64
 
+// Test seams: payloads Stage copied, and withdraws of a lent payload that
+// had to wait for the transport to finish with pull answers.
+var stageCopies, lentWaits atomic.Int64
+
 // New builds the manager and registers the owner's seven handlers on m.
 func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	if cfg.Threshold == 0 {
@@ -187,9 +191,13 @@ func (r *Manager) RegisterDataTTL(data []byte, ttl time.Duration) DataHandle {
 }
 
 func (r *Manager) register(data []byte, ttl time.Duration) DataHandle {
-	id := r.st.register(data, ttl)
+	return r.registered(r.st.register(data, ttl), len(data))
+}
+
+// registered counts a slot just staged and names it.
+func (r *Manager) registered(id uint64, n int) DataHandle {
 	r.met.Op(metrics.RvRegister, true, time.Time{})
-	r.met.Bytes(metrics.RvRegister, len(data))
+	r.met.Bytes(metrics.RvRegister, n)
 	return DataHandle{Hi: uint64(r.m.WorkerID()), Lo: id}
 }
 
@@ -283,10 +291,16 @@ func (r *Manager) onPull(c *messenger.Context) ([]byte, error) {
 		r.met.Refused(metrics.RvPull, metrics.RvMalformed)
 		return nil, err
 	}
-	b, v := r.st.chunk(req.TransferID, req.ChunkIndex, c.SenderWorkerID())
+	b, lent, v := r.st.take(req.TransferID, req.ChunkIndex, c.SenderWorkerID())
 	r.met.Op(metrics.RvPull, v == done, time.Time{})
 	if v != done {
 		return nil, r.refuse(metrics.RvPull, v, fmt.Sprintf("chunk %d of transfer %d", req.ChunkIndex, req.TransferID))
+	}
+	if lent != nil {
+		// The chunk is the lender's memory: the loan learns when the
+		// transport is done with it (the reference take took passes to
+		// the messenger).
+		msgrx.LendAnswer(c, lent)
 	}
 	r.met.Bytes(metrics.RvPull, len(b))
 	return b, nil
@@ -625,8 +639,15 @@ func (r *Manager) getLocal(h DataHandle, max int64, into []byte) ([]byte, uint64
 		dst = allocDest(n)[:n]
 	}
 	for i := range rd.ChunkCount {
-		b, _ := r.st.chunk(rd.TransferID, i, self)
+		b, lent, v := r.st.take(rd.TransferID, i, self)
+		if v != done { // withdrawn, or freed by its TTL, since the acquire
+			r.st.endLease(h.Lo, rd.LeaseID, false, self)
+			return nil, 0, r.refuse(metrics.RvGet, v, fmt.Sprintf("chunk %d of %s", i, h))
+		}
 		copy(dst[uint64(i)*uint64(rd.ChunkSize):], b)
+		if lent != nil {
+			lent.Release()
+		}
 	}
 	return dst, rd.LeaseID, nil
 }
@@ -758,11 +779,55 @@ func (r *Manager) FetchTimeout() time.Duration { return r.cfg.FetchTimeout }
 // or -1 for no limit.
 func (r *Manager) PayloadMax() int64 { return r.cfg.PayloadMax }
 
-// Stage implements msgrx.Stager: a copy, since the caller reuses its
-// buffer once the call returns.
+// Stage implements msgrx.Stager: a copy, since the call may return
+// before the receiver fetched (fire-and-forget and asynchronous calls),
+// and the caller reuses its buffer once the call returns.
 func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
 	r.staged.Add(1)
+	stageCopies.Add(1)
 	return r.register(bytes.Clone(payload), ttl).String(), nil
+}
+
+var _ msgrx.Lender = (*Manager)(nil)
+
+// StageLent implements msgrx.Lender: the slot is the caller's payload
+// itself, for a call that blocks until its answer. Its pull answers go
+// out with the slot's loan as their ext.Owner (msgrx.LendAnswer), so the
+// transport says when it is done with each, and withdraw waits for that.
+//
+// What bounds the wait: only chunks already served wait, at most
+// pullWindow of 512 KiB each (a transparent payload has one receiver and
+// one lease). Each ends when the transport has written it into the socket
+// or failed it: the socket takes it as fast as the receiver reads, and
+// the transport fails it when the connection ends (a write error: the
+// receiver crashed or reset it, or its host stopped answering; the peer is
+// unregistered; the node shuts down, within its grace). That is the bound
+// of every frame already handed to the transport, and the caller's
+// context does not shorten it: a receiver that keeps its connection open
+// but stops reading holds the call until the connection ends (it holds
+// every later frame to that peer on the same lane too). A streamsock
+// transport (tcp, uds) copies a frame of up to 64 KiB
+// (frame.CoalesceThreshold) at Send and lets its owner go at once, so only
+// the larger chunks (every full one) are waited for; those it keeps in its
+// queue and writes straight from the caller's buffer (writev).
+func (r *Manager) StageLent(payload []byte, ttl time.Duration) (string, func(), error) {
+	r.staged.Add(1)
+	id, l := r.st.registerLent(payload, ttl)
+	h := r.registered(id, len(payload))
+	var once sync.Once
+	withdraw := func() {
+		once.Do(func() {
+			r.st.withdraw(id, l)
+			l.Release() // the lender's reference
+			select {
+			case <-l.idle:
+			default:
+				lentWaits.Add(1)
+				<-l.idle
+			}
+		})
+	}
+	return h.String(), withdraw, nil
 }
 
 // Discard implements msgrx.Stager.

@@ -4,6 +4,7 @@ import (
 	crand "crypto/rand"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -21,6 +22,36 @@ type slot struct {
 	refcount  uint32
 	readLocks uint32
 	expires   time.Time // zero: no time-to-live
+	lent      *loan     // data is the caller's, lent (registerLent); nil when the store owns it
+}
+
+// loan counts who still reads the bytes of a lent slot: its lender (one
+// reference, dropped by withdraw) and every chunk served from it until the
+// transport is done with that chunk. It is the ext.Owner of the slot's
+// pull answers: the messenger and the transport Retain and Release it as
+// they do a pooled buffer. Its count reaches 0 once, after which nobody
+// reads the bytes and idle is closed; a new reference is only ever taken
+// from a live one (take runs while the slot is staged, so the lender's
+// reference is still held), so the count never rises from 0.
+type loan struct {
+	refs atomic.Int64
+	idle chan struct{}
+}
+
+func newLoan() *loan {
+	l := &loan{idle: make(chan struct{})}
+	l.refs.Store(1)
+	return l
+}
+
+// Retain implements ext.Owner.
+func (l *loan) Retain() { l.refs.Add(1) }
+
+// Release implements ext.Owner.
+func (l *loan) Release() {
+	if l.refs.Add(-1) == 0 {
+		close(l.idle)
+	}
 }
 
 // lease is one consumer's read lock on a slot, with the one transfer its
@@ -92,11 +123,20 @@ func (s *store) leaseTaken(id uint64) bool    { _, ok := s.leases[id]; return ok
 func (s *store) transferTaken(id uint64) bool { _, ok := s.transfers[id]; return ok }
 
 // register stages data (kept, not copied) with refcount 1.
-func (s *store) register(data []byte, ttl time.Duration) uint64 {
+func (s *store) register(data []byte, ttl time.Duration) uint64 { return s.add(data, ttl, nil) }
+
+// registerLent stages the caller's data itself, with refcount 1, until
+// withdraw (see loan).
+func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *loan) {
+	l := newLoan()
+	return s.add(data, ttl, l), l
+}
+
+func (s *store) add(data []byte, ttl time.Duration, lent *loan) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.newIDLocked(s.slotTaken)
-	sl := &slot{data: data, refcount: 1}
+	sl := &slot{data: data, refcount: 1, lent: lent}
 	if ttl > 0 {
 		sl.expires = s.now().Add(ttl)
 		s.addDeadlineLocked()
@@ -105,6 +145,27 @@ func (s *store) register(data []byte, ttl time.Duration) uint64 {
 	s.held += int64(len(data))
 	s.countLocked()
 	return id
+}
+
+// withdraw frees the lent slot id of loan l now, whatever still holds it,
+// with every lease on it: a later acquire or pull is refused as not
+// found. A slot its receiver released, or its TTL freed, is gone already;
+// an id drawn again since names another slot, which stays.
+func (s *store) withdraw(id uint64, l *loan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl, ok := s.slots[id]
+	if !ok || sl.lent != l {
+		return
+	}
+	if sl.readLocks > 0 { // the receiver had not finished: rare, so a scan
+		for lid, ls := range s.leases {
+			if ls.local == id {
+				s.dropLeaseLocked(lid, ls)
+			}
+		}
+	}
+	s.freeLocked(id, sl)
 }
 
 func (s *store) countLocked() {
@@ -173,30 +234,35 @@ const (
 	MaxLeases        = 1 << 16
 )
 
-// chunk returns chunk idx of a transfer (aliasing the slot: slots are never
-// written after register) and renews the lease's deadline. Only the
-// lease's holder may pull.
-func (s *store) chunk(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, verdict) {
+// take returns chunk idx of a transfer (aliasing the slot: slots are never
+// written while staged) and renews the lease's deadline. Only the lease's
+// holder may pull. For a lent slot it also returns the slot's loan with
+// one reference taken for the caller, who releases it once nothing reads
+// the chunk any more; nil otherwise.
+func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *loan, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lid, ok := s.transfers[transferID]
 	if !ok {
-		return nil, notFound
+		return nil, nil, notFound
 	}
 	l := s.leases[lid]
 	if l.holder != asker {
-		return nil, notHolder
+		return nil, nil, notHolder
 	}
 	sl := s.slots[l.local]
 	if sl == nil || idx >= l.chunkCount {
-		return nil, notFound
+		return nil, nil, notFound
 	}
 	if l.timeout > 0 {
 		l.deadline = s.now().Add(l.timeout)
 	}
+	if sl.lent != nil {
+		sl.lent.Retain()
+	}
 	off := uint64(idx) * uint64(l.chunkSize)
 	end := min(off+uint64(l.chunkSize), uint64(len(sl.data)))
-	return sl.data[off:end:end], done
+	return sl.data[off:end:end], sl.lent, done
 }
 
 // leaseLocked finds lease lid on slot id for asker.

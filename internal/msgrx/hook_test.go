@@ -28,7 +28,7 @@ func TestHooksInstalled(t *testing.T) {
 		fireAndAwait, unaryAsyncView, unaryAsyncCall, abandon, handshake, acknowledge,
 		peerInfoOf, instanceOf, resolveWorker, advertiseAddress,
 		registerSystem, onPeerLost, watchUndelivered, onTeardown, stopped, setStager,
-		stagingThreshold, withStagedFailure, withOp, responseTypeOf,
+		stagingThreshold, withStagedFailure, withOp, responseTypeOf, lendAnswer,
 		handshakes, unmatchedReplies}
 	if len(typedVars) != v.NumField() {
 		t.Errorf("msgrx types %d entry points, hook.Fns has %d", len(typedVars), v.NumField())

@@ -20,5 +20,9 @@ import (
 // implements it; SetStager installs it).
 type Stager = hook.Stager
 
+// Lender is a Stager that can lend a blocking call's payload instead of
+// copying it (hook.Lender).
+type Lender = hook.Lender
+
 // typed returns v, one of hook.Fns, as F (hookfn.Typed).
 func typed[F any](name string, v any) F { return hookfn.Typed[F]("messenger", name, v) }

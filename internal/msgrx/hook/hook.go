@@ -23,7 +23,7 @@ var Fns struct {
 	AdvertiseAddress, RegisterSystem, Acknowledge         any
 	OnPeerLost, WatchUndelivered, OnTeardown, Stopped     any
 	Handshakes, UnmatchedReplies, ResponseTypeOf          any
-	WithStagedFailure, WithOp                             any
+	WithStagedFailure, WithOp, LendAnswer                 any
 }
 
 // Stager moves request payloads that are too large for one message by
@@ -44,4 +44,24 @@ type Stager interface {
 	Fetch(ctx context.Context, handle string, bounded bool) ([]byte, error)
 	// FetchTimeout bounds a fetch whose request carried no budget; 0 is none.
 	FetchTimeout() time.Duration
+}
+
+// Lender is a Stager that can also stage a payload without copying it.
+// Stage must copy, because most calls return before their receiver has
+// fetched (fire-and-forget, asynchronous calls) and the caller may reuse
+// its buffer as soon as its call returns. A call that blocks until its
+// answer (Unary, Sync) holds the caller's buffer for its whole life, so
+// for it the messenger lends the payload instead, and withdraws the loan
+// before the call returns, whatever it returns with (an answer, an error,
+// a timeout or a cancel). For a 64 MiB payload the copy is a 64 MiB
+// allocation and write: about as long as moving the bytes over loopback.
+type Lender interface {
+	// StageLent stages payload itself: the stager keeps it, uncopied,
+	// until withdraw is called, and the caller does not change it until
+	// then. withdraw must be called exactly once, and before the caller
+	// lets payload go. It frees the slot at once (an acquire or a pull that
+	// comes later is refused as not found), and returns once nothing that
+	// the owner sent still references payload: every pull answer handed to
+	// a transport has been written or failed by it. ttl is as for Stage.
+	StageLent(payload []byte, ttl time.Duration) (handle string, withdraw func(), err error)
 }
