@@ -185,4 +185,4 @@ func (m *Messenger) IdentityStats() IdentityStats { return m.identityStats() }
 func (m *Messenger) DiscoveredPeers() int         { return m.discoveredPeers() }
 func (m *Messenger) CallsFailedByPeerLoss() int64 { return m.callsFailedByPeerLoss() }
 
-func (c *Context) LendAnswer(o ext.Owner) { c.lendAnswer(o) }
+func (c *Context) LendAnswer(l *hook.Loan) { c.lendAnswer(l) }

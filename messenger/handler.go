@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx/hook"
 	"github.com/velo-go/velo/internal/msgwire"
 )
 
@@ -24,15 +25,17 @@ type Context struct {
 	headers []byte
 	sender  ext.WorkerID
 	conn    ext.ConnID // the connection the request came on (identity.go)
-	rtype   msgwire.ResponseType
-	token   uint64    // the upper half of the response id: what a cancel names
-	dl      time.Time // the caller's deadline here, zero without one (budget.go)
-	lent    ext.Owner // what the answer lives in, when lendAnswer said so
+	token   uint64     // the upper half of the response id: what a cancel names
+	dl      time.Time  // the caller's deadline here, zero without one (budget.go)
+	lent    *hook.Loan // what the answer lives in, when lendAnswer said so
 
 	// The handler's context.Context, made on first use (handlerctx.go);
 	// ended is set once the handler returned.
 	hc    atomic.Pointer[handlerCtx]
 	ended atomic.Bool
+	// rtype sits by ended, so that the two share a word: each request's
+	// Context is a heap object of 144 bytes, a size class.
+	rtype msgwire.ResponseType
 }
 
 // Messenger is the node's messenger, for sending from inside a handler.
@@ -56,15 +59,15 @@ func (c *Context) Headers() (map[string]string, error) {
 func (c *Context) responseType() msgwire.ResponseType { return c.rtype }
 
 // lendAnswer says that the answer the handler is about to return lives in
-// memory that o guards, and that the handler took one reference on o for
-// it. The messenger hands the answer to the transport with o as its Owner
+// memory that l guards, and that the handler took one reference on l for
+// it. The messenger hands the answer to the transport with l as its Owner
 // (a transport that does not retain owners gets a copy instead) and then
 // drops that reference, or drops it at once when no answer goes out. The
-// owner of o learns so when the answer's bytes are no longer read by
-// anyone. The answer must not live in the request's payload: o replaces
-// the request's buffer as the answer's owner. Rendezvous serves the pulls
-// of a lent payload this way (hook.Lender).
-func (c *Context) lendAnswer(o ext.Owner) { c.lent = o }
+// lender learns so when the answer's bytes are no longer read by anyone.
+// The answer must not live in the request's payload: l replaces the
+// request's buffer as the answer's owner. Rendezvous serves the pulls of
+// a lent payload this way (hook.Lender).
+func (c *Context) lendAnswer(l *hook.Loan) { c.lent = l }
 
 type handlerKind uint8
 

@@ -8,22 +8,17 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx/hook"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
-// lendingOwner is the Owner of a lent answer: it counts its references
-// and the transport's Retains.
-type lendingOwner struct{ refs, retains atomic.Int32 }
-
-func (o *lendingOwner) Retain()  { o.refs.Add(1); o.retains.Add(1) }
-func (o *lendingOwner) Release() { o.refs.Add(-1) }
-
 // A handler that lends its answer (Context.LendAnswer) gets its reference
-// back on every path: a large answer that the transport holds (and
-// retains) until written, a small one it copies, an error, an Ack that
-// carries no bytes, a fire-and-forget request that gets no answer. A
-// transport that does not retain owners gets a copy, never the Owner.
+// back on every path: a large answer that the transport holds until
+// written, a small one it copies, an error, an Ack that carries no bytes,
+// a fire-and-forget request that gets no answer. A transport that retains
+// owners gets an answer with the loan as its Owner; any other gets a copy
+// without it.
 func TestLentAnswerIsReleasedOnEveryPath(t *testing.T) {
 	for _, retains := range []bool{true, false} {
 		tr, err := tcp.New()
@@ -37,7 +32,7 @@ func TestLentAnswerIsReleasedOnEveryPath(t *testing.T) {
 		// Each case travels to the handler by channel: the socket between
 		// them orders nothing for the race detector.
 		type lent struct {
-			owner  *lendingOwner
+			loan   *hook.Loan
 			answer []byte
 			fail   error
 		}
@@ -45,8 +40,8 @@ func TestLentAnswerIsReleasedOnEveryPath(t *testing.T) {
 		ran := make(chan struct{}, 1)
 		lend := func(c *messenger.Context) ([]byte, error) {
 			l := <-cases
-			l.owner.refs.Store(1) // the handler's reference
-			c.LendAnswer(l.owner)
+			l.loan.Retain() // the handler's reference
+			c.LendAnswer(l.loan)
 			ran <- struct{}{}
 			return l.answer, l.fail
 		}
@@ -70,8 +65,8 @@ func TestLentAnswerIsReleasedOnEveryPath(t *testing.T) {
 			{"ack", "_lent_sync", large, nil, false},
 			{"fire-and-forget", "_lent_fire", large, nil, false},
 		} {
-			owner := &lendingOwner{}
-			cases <- lent{owner, tc.answer, tc.fail}
+			loan := hook.NewLoan() // the test is the lender
+			cases <- lent{loan, tc.answer, tc.fail}
 			owned := spy.lent.Load()
 			var got []byte
 			var err error
@@ -96,25 +91,26 @@ func TestLentAnswerIsReleasedOnEveryPath(t *testing.T) {
 			case tc.handler == "_lent_unary" && tc.fail == nil && !bytes.Equal(got, tc.answer):
 				t.Fatalf("retains=%v, %s: the caller got %d other bytes", retains, tc.name, len(got))
 			}
-			deadline := time.Now().Add(failAfter)
-			for owner.refs.Load() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("retains=%v, %s: %d references left on the owner", retains, tc.name, owner.refs.Load())
-				}
-				time.Sleep(time.Millisecond)
+			select {
+			case <-loan.Idle():
+				t.Fatalf("retains=%v, %s: the loan was released more often than retained", retains, tc.name)
+			default: // the test's own reference holds it
 			}
-			if held := owner.retains.Load() > 0; held != (retains && tc.held) {
-				t.Fatalf("retains=%v, %s: the transport retained the owner %d times", retains, tc.name, owner.retains.Load())
+			loan.Release()
+			select {
+			case <-loan.Idle():
+			case <-time.After(failAfter):
+				t.Fatalf("retains=%v, %s: references left on the loan", retains, tc.name)
 			}
-			if !retains && spy.lent.Load() != owned {
-				t.Fatalf("%s: a transport that does not retain owners was handed the Owner", tc.name)
+			if n := spy.lent.Load() - owned; (n == 1) != (retains && tc.held) || n > 1 {
+				t.Fatalf("retains=%v, %s: %d answers went to the transport with the loan", retains, tc.name, n)
 			}
 		}
 	}
 }
 
 // lentSpy passes on or hides the wrapped transport's ext.OwnerRetainer,
-// and counts the frames handed to it with a lendingOwner.
+// and counts the frames handed to it with a Loan as their Owner.
 type lentSpy struct {
 	ext.Transport
 	retains bool
@@ -125,7 +121,7 @@ func (s *lentSpy) Unwrap() ext.Transport { return s.Transport }
 func (s *lentSpy) RetainsOwners() bool   { return s.retains }
 
 func (s *lentSpy) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
-	if _, ok := f.Owner.(*lendingOwner); ok {
+	if _, ok := f.Owner.(*hook.Loan); ok {
 		s.lent.Add(1)
 	}
 	return s.Transport.Send(target, f)

@@ -820,10 +820,10 @@ func (r *Manager) StageLent(payload []byte, ttl time.Duration) (string, func(), 
 			r.st.withdraw(id, l)
 			l.Release() // the lender's reference
 			select {
-			case <-l.idle:
+			case <-l.Idle():
 			default:
 				lentWaits.Add(1)
-				<-l.idle
+				<-l.Idle()
 			}
 		})
 	}

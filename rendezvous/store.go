@@ -4,10 +4,10 @@ import (
 	crand "crypto/rand"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgrx"
 )
 
 // ChunkSize is the size of one _rv_pull answer (the last one may be shorter).
@@ -21,37 +21,8 @@ type slot struct {
 	data      []byte
 	refcount  uint32
 	readLocks uint32
-	expires   time.Time // zero: no time-to-live
-	lent      *loan     // data is the caller's, lent (registerLent); nil when the store owns it
-}
-
-// loan counts who still reads the bytes of a lent slot: its lender (one
-// reference, dropped by withdraw) and every chunk served from it until the
-// transport is done with that chunk. It is the ext.Owner of the slot's
-// pull answers: the messenger and the transport Retain and Release it as
-// they do a pooled buffer. Its count reaches 0 once, after which nobody
-// reads the bytes and idle is closed; a new reference is only ever taken
-// from a live one (take runs while the slot is staged, so the lender's
-// reference is still held), so the count never rises from 0.
-type loan struct {
-	refs atomic.Int64
-	idle chan struct{}
-}
-
-func newLoan() *loan {
-	l := &loan{idle: make(chan struct{})}
-	l.refs.Store(1)
-	return l
-}
-
-// Retain implements ext.Owner.
-func (l *loan) Retain() { l.refs.Add(1) }
-
-// Release implements ext.Owner.
-func (l *loan) Release() {
-	if l.refs.Add(-1) == 0 {
-		close(l.idle)
-	}
+	expires   time.Time   // zero: no time-to-live
+	lent      *msgrx.Loan // data is the caller's, lent (registerLent), until withdraw; nil when the store owns it
 }
 
 // lease is one consumer's read lock on a slot, with the one transfer its
@@ -126,13 +97,15 @@ func (s *store) transferTaken(id uint64) bool { _, ok := s.transfers[id]; return
 func (s *store) register(data []byte, ttl time.Duration) uint64 { return s.add(data, ttl, nil) }
 
 // registerLent stages the caller's data itself, with refcount 1, until
-// withdraw (see loan).
-func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *loan) {
-	l := newLoan()
+// withdraw. Its loan counts the chunks served from it that the transport
+// still holds, as their ext.Owner (msgrx.Loan); a chunk is only taken
+// while the slot is staged, so while the lender's reference is held.
+func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *msgrx.Loan) {
+	l := msgrx.NewLoan()
 	return s.add(data, ttl, l), l
 }
 
-func (s *store) add(data []byte, ttl time.Duration, lent *loan) uint64 {
+func (s *store) add(data []byte, ttl time.Duration, lent *msgrx.Loan) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.newIDLocked(s.slotTaken)
@@ -151,7 +124,7 @@ func (s *store) add(data []byte, ttl time.Duration, lent *loan) uint64 {
 // with every lease on it: a later acquire or pull is refused as not
 // found. A slot its receiver released, or its TTL freed, is gone already;
 // an id drawn again since names another slot, which stays.
-func (s *store) withdraw(id uint64, l *loan) {
+func (s *store) withdraw(id uint64, l *msgrx.Loan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, ok := s.slots[id]
@@ -239,7 +212,7 @@ const (
 // holder may pull. For a lent slot it also returns the slot's loan with
 // one reference taken for the caller, who releases it once nothing reads
 // the chunk any more; nil otherwise.
-func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *loan, verdict) {
+func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *msgrx.Loan, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lid, ok := s.transfers[transferID]

@@ -24,5 +24,11 @@ type Stager = hook.Stager
 // copying it (hook.Lender).
 type Lender = hook.Lender
 
+// Loan counts the readers of lent memory (hook.Loan).
+type Loan = hook.Loan
+
+// NewLoan returns a Loan holding its lender's reference.
+func NewLoan() *Loan { return hook.NewLoan() }
+
 // typed returns v, one of hook.Fns, as F (hookfn.Typed).
 func typed[F any](name string, v any) F { return hookfn.Typed[F]("messenger", name, v) }

@@ -18,17 +18,17 @@ var (
 	withStagedFailure = typed[func(func(ext.WorkerID, map[string]string, error)) messenger.HandlerOption]("WithStagedFailure", hook.Fns.WithStagedFailure)
 	withOp            = typed[func(string) messenger.CallOption]("WithOp", hook.Fns.WithOp)
 	responseTypeOf    = typed[func(*messenger.Context) msgwire.ResponseType]("ResponseTypeOf", hook.Fns.ResponseTypeOf)
-	lendAnswer        = typed[func(*messenger.Context, ext.Owner)]("LendAnswer", hook.Fns.LendAnswer)
+	lendAnswer        = typed[func(*messenger.Context, *hook.Loan)]("LendAnswer", hook.Fns.LendAnswer)
 )
 
 // LendAnswer says that the answer the handler c serves is about to return
-// lives in memory that o guards, and that the handler took one reference
-// on o for it: the transport holds o while it holds the answer's bytes,
+// lives in memory that l guards, and that the handler took one reference
+// on l for it: the transport holds l while it holds the answer's bytes,
 // and the messenger drops the handler's reference once the answer is
-// handed over (at once, when none goes out), so o's last Release says
+// handed over (at once, when none goes out), so l's last Release says
 // that nothing reads those bytes any more. A transport that does not
 // retain owners gets a copy. The answer must not live in c.Payload.
-func LendAnswer(c *messenger.Context, o ext.Owner) { lendAnswer(c, o) }
+func LendAnswer(c *messenger.Context, l *Loan) { lendAnswer(c, l) }
 
 // RegisterSystem adds a handler whose name starts with '_': velo's own
 // subsystems' handlers (events, streams), never an application's.

@@ -11,6 +11,7 @@ package hook
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,3 +66,41 @@ type Lender interface {
 	// a transport has been written or failed by it. ttl is as for Stage.
 	StageLent(payload []byte, ttl time.Duration) (handle string, withdraw func(), err error)
 }
+
+// Loan counts who still reads memory that its lender wants back: the
+// lender (one reference, which it drops when it wants the memory back)
+// and every answer that was served from that memory, until the transport
+// is done with it. It is an ext.Owner (Retain, Release): a handler that
+// answers from lent memory takes a reference and hands the Loan to the
+// messenger (msgrx.LendAnswer), which passes it to the transport as the
+// answer frame's Owner. The count reaches 0 once; Idle is closed then, and
+// nothing reads the memory any more. Whoever takes a new reference must
+// hold one already, or know that the lender's is still held, so the count
+// never rises from 0.
+//
+// It is a concrete type, not an ext.Owner, so that the handler's Context
+// keeps it in one word.
+type Loan struct {
+	refs atomic.Int64
+	idle chan struct{}
+}
+
+// NewLoan returns a Loan holding its lender's reference.
+func NewLoan() *Loan {
+	l := &Loan{idle: make(chan struct{})}
+	l.refs.Store(1)
+	return l
+}
+
+// Retain takes one more reference (ext.Owner).
+func (l *Loan) Retain() { l.refs.Add(1) }
+
+// Release drops one reference (ext.Owner).
+func (l *Loan) Release() {
+	if l.refs.Add(-1) == 0 {
+		close(l.idle)
+	}
+}
+
+// Idle is closed once the last reference is gone.
+func (l *Loan) Idle() <-chan struct{} { return l.idle }
