@@ -14,7 +14,6 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
-	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/rendezvous"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -110,26 +109,6 @@ func tappedPair(t *testing.T, retains bool) (tap *holdTap, caller, server *velo.
 	}
 	t.Cleanup(tap.open) // nothing stays held past a failed test
 	return tap, caller, server, cm, sm
-}
-
-// newNodeOn is newNode on a transport of the test's.
-func newNodeOn(t *testing.T, tr ext.Transport) (*velo.Node, *prometheus.Registry) {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	met, err := metrics.Register(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithMetrics(met))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		n.Shutdown(ctx)
-	})
-	return n, reg
 }
 
 // TestBlockingCallsLendAndOthersCopy: a staged Unary or Sync call hands the

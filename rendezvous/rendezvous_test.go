@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/messenger"
@@ -31,6 +32,12 @@ func newNode(t testing.TB, opts ...velo.Option) (*velo.Node, *prometheus.Registr
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newNodeOn(t, tr, opts...)
+}
+
+// newNodeOn is newNode on a transport of the test's.
+func newNodeOn(t testing.TB, tr ext.Transport, opts ...velo.Option) (*velo.Node, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	met, err := metrics.Register(reg)
 	if err != nil {
