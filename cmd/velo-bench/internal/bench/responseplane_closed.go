@@ -102,9 +102,14 @@ func (l *rpLoad) front(ctx context.Context, fronts rpFrontends, local, h int, di
 // phases, as a server's arrivals are.
 func (l *rpLoad) ramp(ctx context.Context, s, n int) bool {
 	at := l.warm - int64(l.cfg.Warmup) + int64(l.cfg.Warmup/2)*int64(s)/int64(n)
-	d := time.Duration(at - l.now())
+	return sleepCtx(ctx, time.Duration(at-l.now()))
+}
+
+// sleepCtx waits d (no time when d <= 0) and reports true, or false when
+// ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
-		return true
+		return ctx.Err() == nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -249,16 +254,7 @@ func watchWindowCPU(ctx context.Context, now func() int64, from, to int64) *rpWi
 	w := &rpWindowCPU{done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		wait := func(at int64) bool {
-			t := time.NewTimer(time.Duration(at - now()))
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
+		wait := func(at int64) bool { return sleepCtx(ctx, time.Duration(at-now())) }
 		if !wait(from) {
 			return
 		}
