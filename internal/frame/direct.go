@@ -38,7 +38,11 @@ func (r *Reader) tryDirect() (handled bool, err error) {
 	h := int(binary.BigEndian.Uint32(b[3:]))
 	n := int(binary.BigEndian.Uint32(b[7:]))
 	// Decode has checked the preamble (version, type, size) already.
-	if n < DirectMin || len(b) < PreambleLen+h || len(b) >= PreambleLen+h+n {
+	least := r.directMin
+	if least == 0 {
+		least = DirectMin
+	}
+	if n < least || len(b) < PreambleLen+h || len(b) >= PreambleLen+h+n {
 		return false, nil
 	}
 	dst, done := r.Direct(ext.MessageType(b[2]), b[PreambleLen:PreambleLen+h:PreambleLen+h], n)

@@ -179,9 +179,60 @@ func FuzzReader(f *testing.F) {
 		// Frames from the first reader are still whole after the second ran.
 		checkFrames(t, got, want)
 
+		checkDirect(t, data, pieces, want, wantEnd)
+
 		releaseAll(got)
 		r.Close()
 		r2.Close()
 		releaseAll(got2)
 	})
+}
+
+// checkDirect reads the stream with a Direct hook that takes every payload
+// it is offered: the frames it took and those Next gave, in order, are the
+// stream's frames, and the stream ends the same way.
+func checkDirect(t *testing.T, data []byte, pieces []int, want []ext.Frame, wantEnd error) {
+	t.Helper()
+	r := NewReader(&chunkedReader{data: data, sizes: pieces}, fuzzMax)
+	r.directMin = 1
+	var got []ext.Frame
+	pending := false
+	r.Direct = func(typ ext.MessageType, header []byte, n int) ([]byte, func(error)) {
+		if pending {
+			t.Fatal("Direct asked again before the last payload was done")
+		}
+		pending = true
+		f := ext.Frame{Type: typ, Header: bytes.Clone(header), Payload: make([]byte, n)}
+		return f.Payload, func(err error) {
+			pending = false
+			if err == nil {
+				got = append(got, f)
+			}
+		}
+	}
+	var end error
+	for {
+		f, err := r.Next()
+		if err != nil {
+			end = err
+			break
+		}
+		got = append(got, ext.Frame{Type: f.Type, Header: bytes.Clone(f.Header), Payload: bytes.Clone(f.Payload)})
+		f.Release()
+	}
+	r.Close()
+	if pending {
+		t.Fatal("a direct payload was never done")
+	}
+	if !sameEnd(end, wantEnd) {
+		t.Fatalf("the direct path ended with %v, want %v", end, wantEnd)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the direct path gave %d frames, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !sameFrame(got[i], want[i]) {
+			t.Fatalf("the direct path's frame %d differs", i)
+		}
+	}
 }

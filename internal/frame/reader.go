@@ -65,8 +65,9 @@ type Reader struct {
 	Conn ext.ConnID
 	// Direct, when set, may take a large payload straight from the socket
 	// (see DirectFunc). Set it before the first Next.
-	Direct   DirectFunc
-	declined int64 // 1 + the offset of the frame Direct last turned down
+	Direct    DirectFunc
+	declined  int64 // 1 + the offset of the frame Direct last turned down
+	directMin int   // the smallest payload offered to Direct; 0 is DirectMin (tests lower it)
 }
 
 // MaxFrameLimit is the largest max a Reader accepts: the biggest chunk
