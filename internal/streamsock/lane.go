@@ -439,8 +439,15 @@ func (l *lane) readEchoes(conn net.Conn) {
 					err = errClosedAfterGoodbye
 				}
 			}
-			l.lost(err)
+			// Abort before the report: the node fails what waits on the
+			// peer when it hears of the loss, and a send it makes then
+			// must not find the socket still open. A write after the
+			// peer's FIN succeeds, so that frame would be lost silently.
+			report := l.lossReport(err)
 			l.abort()
+			if report != nil {
+				l.t.adapter.ReportPeerLost(l.peer.id, report)
+			}
 			return
 		}
 		if isConfirmation(f) {
@@ -484,15 +491,22 @@ var (
 // lost. Stops of our own (shutdown, unregister, a new registration) report
 // nothing.
 func (l *lane) lost(err error) {
+	if report := l.lossReport(err); report != nil {
+		l.t.adapter.ReportPeerLost(l.peer.id, report)
+	}
+}
+
+// lossReport decides whether the end of the connection, with err, is a loss
+// to report (see lost), at most once per lane, and returns the report.
+func (l *lane) lossReport(err error) error {
 	if l.mode.Load() != running || l.t.closing.Load() || !l.lostSent.CompareAndSwap(false, true) {
-		return
+		return nil
 	}
 	why := ext.ErrPeerUnreachable
 	if l.graceful.Load() {
 		why = fmt.Errorf("%w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
 	}
-	l.t.adapter.ReportPeerLost(l.peer.id, fmt.Errorf("%w: %s lane %d to %s: %w",
-		why, l.t.cfg.Key, l.idx, l.peer.id, err))
+	return fmt.Errorf("%w: %s lane %d to %s: %w", why, l.t.cfg.Key, l.idx, l.peer.id, err)
 }
 
 // abort stops the lane at once: queued frames fail, the socket closes.

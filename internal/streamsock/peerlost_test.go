@@ -297,3 +297,36 @@ func TestADialThatFailsAtOnceLeavesNoDeadLane(t *testing.T) {
 	}
 	waitCount(t, &got, 1)
 }
+
+// What the node sends while it hears of a loss is reported failed, never
+// written to the dead socket: a write after the peer's FIN succeeds, so a
+// lane that reported the loss before it closed its socket took the frame
+// and lost it silently. The node resubscribes and retries from its
+// peer-lost handler, so this is the window it sends in.
+func TestASendWhileTheLossIsReportedFails(t *testing.T) {
+	tx, rx := connectedPair(t, 1)
+	fails := recordFailures(tx.a, rx.id)
+	sent := make(chan error, 1)
+	var once sync.Once
+	tx.a.SetPeerLostHandler(func(ext.InstanceID, error) {
+		once.Do(func() {
+			_, err := tx.t.Send(rx.id, seqMsg(9, nil))
+			sent <- err
+		})
+	})
+	rx.t.Kill()
+	var serr error
+	select {
+	case serr = <-sent:
+	case <-time.After(failAfter):
+		t.Fatal("no peer-lost report")
+	}
+	if serr == nil {
+		eventually(t, "the frame sent during the loss to be reported failed", func() bool { return fails.count.Load() >= 1 })
+		if reported, _ := fails.check(t); reported[0] != 9 {
+			t.Fatalf("failures reported: %v, want frame 9 first", reported)
+		}
+	}
+	tx.t.Shutdown()
+	<-tx.t.Closed()
+}
