@@ -237,8 +237,8 @@ func allocated(f func()) (buffers, heap int64) {
 // the default limit) and sends ten bytes, or three honest chunks (1.5
 // MiB) and then ten bytes. The fetch fails with ErrSizeMismatch, counted
 // as size_mismatch, the lease is detached, and the puller allocated
-// nothing for ten bytes and under 8 MiB (growFactor times what came, plus
-// the first 1 MiB) for the honest chunks, not the stated size. Before,
+// nothing for ten bytes and under 8 MiB (the first buffer, 4 MiB, and the
+// chunks in flight) for the honest chunks, not the stated size. Before,
 // the stated size was allocated first: 1 TiB killed the node (fatal
 // error: runtime: out of memory).
 func TestLyingOwnerCostsWhatItSends(t *testing.T) {

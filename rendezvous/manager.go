@@ -44,8 +44,8 @@ const DefaultPayloadMax = 1 << 30
 // smaller), then growFactor times its capacity each time a chunk lands
 // past its end.
 const (
-	firstGrowth = 1 << 20
-	growFactor  = 4
+	firstGrowth = 4 << 20
+	growFactor  = 16
 )
 
 // pullWindow is how many chunk pulls one consumer keeps in flight.
