@@ -101,9 +101,20 @@ func (n *testNode) outboundFrames(t testing.TB) float64 {
 	return n.frames(t, map[string]string{"direction": "outbound"})
 }
 
-// inboundResponses counts the answers the node received.
-func (n *testNode) inboundResponses(t testing.TB) float64 {
-	return n.frames(t, map[string]string{"direction": "inbound", "message_type": "response", "outcome": "accepted"})
+// gauge reads an unlabelled gauge of the node's registry.
+func (n *testNode) gauge(t testing.TB, name string) float64 {
+	t.Helper()
+	fams, err := n.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 // eventually polls an observable condition (a counter) until it holds.

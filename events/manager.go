@@ -58,6 +58,7 @@ type completion struct {
 	onDone   []func(poisoned bool, reason string) // run once, outside the lock
 	waiters  int                                  // remote waits on it; guarded by the manager's lock
 	sub      uint64                               // which subscription of this node it is (remote waits)
+	abandon  context.CancelFunc                   // ends the subscribing of a remote wait whose waiters all left
 }
 
 func newCompletion() *completion { return &completion{done: make(chan struct{})} }

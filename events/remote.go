@@ -190,8 +190,13 @@ func (r *remote) wait(ctx context.Context, h Handle) error {
 		c.sub = r.subSeq.Add(1)
 		r.subs[h] = c
 		// The subscription runs on its own goroutine so that one waiter
-		// giving up does not end it for the others.
-		go r.subscribe(h, c)
+		// giving up does not end it for the others; the last one to leave
+		// ends it (a handshake with an owner that never answers would
+		// otherwise hold that goroutine for as long as its connection
+		// stays up).
+		var sctx context.Context
+		sctx, c.abandon = context.WithCancel(context.Background())
+		go r.subscribe(sctx, h, c)
 	}
 	c.waiters++
 	m.mu.Unlock()
@@ -202,6 +207,7 @@ func (r *remote) wait(ctx context.Context, h Handle) error {
 		// The last waiter gave up: the subscription goes, and a later wait
 		// subscribes again. An answer the owner still sends is dropped.
 		delete(r.subs, h)
+		c.abandon()
 	}
 	m.mu.Unlock()
 	return err
@@ -237,9 +243,9 @@ func (r *remote) ownerLost(peer ext.InstanceID, err error) {
 	fail()
 }
 
-func (r *remote) subscribe(h Handle, c *completion) {
+func (r *remote) subscribe(ctx context.Context, h Handle, c *completion) {
 	r.subscribes.Add(1)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {

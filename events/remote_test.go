@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -602,4 +603,50 @@ func TestMergeHonoursItsContext(t *testing.T) {
 		t.Fatalf("merged event after its ctx ended: %v, want poisoned by %v", err, context.Canceled)
 	}
 	remote.Trigger()
+}
+
+// An owner that takes the connection and never answers holds the
+// subscription's handshake, not the node: when the last waiter leaves,
+// the subscribing ends with it, and the handshake call it made is no
+// longer pending. It used to run on a context of its own, so its call and
+// goroutine stayed for as long as the silent connection did.
+func TestASilentOwnerHoldsNothingOnceItsWaitersLeave(t *testing.T) {
+	ctx := testCtx(t)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	a := startNode(t, false)
+	b := startNode(t, true)
+	e := newEvent(t, a.Events)
+	// b knows a's instance at the silent address: the handshake is sent
+	// and never answered.
+	if err := b.RegisterPeer(ext.PeerInfo{InstanceID: a.InstanceID(), Address: ext.WorkerAddress{tcp.Key: []byte(silent.Addr().String())}}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err = b.Events.Wait(short, e.Handle())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a wait on a silent owner: %v, want its deadline", err)
+	}
+	eventually(t, "the handshake call to end with the last waiter", func() bool {
+		return b.gauge(t, "velo_messenger_pending_responses") == 0
+	})
 }
