@@ -127,3 +127,44 @@ func TestLeaseLost(t *testing.T) {
 		t.Fatalf("late Ack: %v, want ErrLeaseLost", err)
 	}
 }
+
+// A poll whose caller is gone stops waiting with it: it used to wait out
+// its poll timeout (up to 5 s) on a context of its own, and an item sent
+// meanwhile went to it, was answered to nobody and was lost (a RecvPoll
+// takes an item without a lease). Now the poll ends with the caller's
+// deadline, and the item goes to the next poll.
+func TestAPollWhoseCallerIsGoneTakesNothing(t *testing.T) {
+	owner, client := newNode(t), newNode(t)
+	s, err := msgqueue.Serve(owner.Messenger(), msgqueue.ServiceConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.RegisterPeer(owner.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := queuetest.Ctx(t)
+	long := []byte(`{"RecvPoll":{"queue":"jobs","capacity":null,"poll_timeout_ms":5000}}`)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = client.Unary(short, owner.InstanceID(), msgqueue.Handler, long)
+	cancel()
+	if err == nil {
+		t.Fatal("a poll of an empty queue answered before its caller's deadline")
+	}
+	until := time.Now().Add(2 * time.Second) // well under the 5 s poll
+	for s.Polling() != 0 {
+		if time.Now().After(until) {
+			t.Fatal("the poll still waits after its caller gave up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	steps := []struct{ req, want string }{
+		{`{"Enqueue":{"queue":"jobs","data":[1],"capacity":null}}`, `"Ack"`},
+		{`{"RecvPoll":{"queue":"jobs","capacity":null,"poll_timeout_ms":50}}`, `{"Item":[1]}`},
+	}
+	for _, st := range steps {
+		got, err := client.Unary(ctx, owner.InstanceID(), msgqueue.Handler, []byte(st.req))
+		if err != nil || string(got) != st.want {
+			t.Fatalf("%s: got %s, %v; want %s", st.req, got, err, st.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/internal/msgrx"
@@ -32,6 +33,7 @@ type Service struct {
 	nextID  uint64
 	changed chan struct{} // closed and replaced on every change
 	closed  bool
+	polling atomic.Int64 // calls waiting for an item (a test seam)
 }
 
 // Serve starts a queue actor on m and registers Handler for it.
@@ -108,13 +110,16 @@ func (s *Service) take(ctx context.Context, name string, capacity *int, wait, ac
 			next = deadline
 		}
 		t := time.NewTimer(time.Until(next))
+		s.polling.Add(1)
 		select {
 		case <-changed:
 		case <-t.C:
 		case <-ctx.Done():
+			s.polling.Add(-1)
 			t.Stop()
 			return response{Kind: kindEmpty}
 		}
+		s.polling.Add(-1)
 		t.Stop()
 	}
 }
@@ -163,9 +168,11 @@ func (s *Service) settle(name string, id uint64, requeue bool) response {
 	return response{Kind: kindAck}
 }
 
-// serve answers one call to Handler.
-func (s *Service) serve(_ *messenger.Context, req request) (response, error) {
-	return s.call(context.Background(), req)
+// serve answers one call to Handler. A poll waits on the handler's
+// context, which ends with the caller's deadline, its cancel or its
+// connection, so no item is handed out to a caller that is gone.
+func (s *Service) serve(c *messenger.Context, req request) (response, error) {
+	return s.call(c.Context(), req)
 }
 
 // call answers one request, from a message or from a local handle.
