@@ -145,10 +145,12 @@ func TestAPollWhoseCallerIsGoneTakesNothing(t *testing.T) {
 	ctx := queuetest.Ctx(t)
 	long := []byte(`{"RecvPoll":{"queue":"jobs","capacity":null,"poll_timeout_ms":5000}}`)
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = client.Unary(short, owner.InstanceID(), msgqueue.Handler, long)
+	got, err := client.Unary(short, owner.InstanceID(), msgqueue.Handler, long)
 	cancel()
-	if err == nil {
-		t.Fatal("a poll of an empty queue answered before its caller's deadline")
+	// The handler's deadline is a hair before the caller's, so an "Empty"
+	// may still come back in time; either way the poll is over.
+	if err == nil && string(got) != `"Empty"` {
+		t.Fatalf("a poll of an empty queue answered %s", got)
 	}
 	until := time.Now().Add(2 * time.Second) // well under the 5 s poll
 	for s.Polling() != 0 {
