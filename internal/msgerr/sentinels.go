@@ -21,6 +21,7 @@ var (
 	ErrUnknownHandler          = errors.New("velo: no such handler")
 	ErrOverloaded              = errors.New("velo: node overloaded")
 	ErrPeerUnreachable         = ext.ErrPeerUnreachable
+	ErrPeerUntrusted           = ext.ErrPeerUntrusted
 	ErrPeerRestarted           = errors.New("velo: peer restarted as a new instance")
 	ErrCallerCancelled         = errors.New("velo: the caller cancelled the call")
 	ErrCallerLost              = errors.New("velo: the caller is gone")
@@ -64,6 +65,7 @@ var ownSentinels = []ownSentinel{
 	{ErrIdentityUnproven, Unauthenticated, "identity_unproven"},
 	{ErrStagedFetchTimeout, DeadlineExceeded, "staged_fetch_timeout"},
 	{ErrPeerUnreachable, Unavailable, "peer_unreachable"},
+	{ErrPeerUntrusted, Unauthenticated, "peer_untrusted"},
 	{ErrPeerNotRegistered, Unavailable, "peer_not_registered"},
 	{ErrNoResponseSlot, ResourceExhausted, "no_response_slot"},
 	{ErrCallerCancelled, Canceled, "caller_cancelled"},
