@@ -414,7 +414,7 @@ func (l *lane) dial() (net.Conn, error) {
 	}
 	switch l.mode.Load() {
 	case aborted:
-		conn.Close()
+		closeConn(conn)
 	case tearingDown:
 		conn.SetWriteDeadline(time.Unix(0, l.deadline.Load()))
 	}
@@ -540,7 +540,7 @@ func (l *lane) abort() {
 		close(l.stop)
 		l.connMu.Lock()
 		if l.conn != nil {
-			l.conn.Close()
+			closeConn(l.conn)
 		}
 		l.connMu.Unlock()
 	})
@@ -591,7 +591,7 @@ func (l *lane) finish(conn net.Conn, err error) {
 	l.report(b.segs, err)
 	if conn != nil {
 		l.abort()
-		conn.Close() // abort is a no-op after teardown, which keeps the socket open
+		closeConn(conn) // abort is a no-op after teardown, which keeps the socket open
 		l.t.obs().ActiveConnections(-1)
 	}
 }

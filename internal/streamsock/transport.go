@@ -387,7 +387,7 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 	if err != nil {
 		return fmt.Errorf("%s: peer %s unreachable: %w", t.cfg.Key, target, err)
 	}
-	return conn.Close()
+	return closeConn(conn)
 }
 
 // Shutdown tears the transport down. Writers keep writing the frames already
@@ -442,7 +442,7 @@ func (t *Transport) shutdown(abrupt bool) {
 		}
 		if abrupt {
 			t.accepted.Range(func(k, _ any) bool {
-				k.(net.Conn).Close()
+				closeConn(k.(net.Conn))
 				return true
 			})
 		} else {
@@ -496,7 +496,7 @@ func byeOne(conn net.Conn) {
 		time.AfterFunc(goodbyeWait, func() { conn.Close() })
 		return
 	}
-	conn.Close()
+	closeConn(conn)
 }
 
 func (t *Transport) waitClosed(limit time.Time) {
@@ -593,7 +593,7 @@ func temporary(err error) bool {
 func (t *Transport) serve(conn net.Conn) {
 	defer t.wg.Done()
 	defer func() {
-		conn.Close()
+		closeConn(conn)
 		t.accepted.Delete(conn)
 		t.inbound.Add(-1)
 		t.obs().ActiveConnections(-1)
