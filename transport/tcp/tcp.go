@@ -5,6 +5,11 @@
 // are written in place. Socket buffers are sized on the listening socket
 // before it listens and on a dialing socket before it connects, so the
 // kernel never shrinks a window that is already open (see docs/transports.md).
+//
+// WithTLS runs every connection over TLS, mutual TLS as an option, under
+// the address key TLSKey ("tls"); WithPeerAuthorizer refuses peers at the
+// handshake, and a handler reads the caller's certificate with
+// velo.Context.PeerTLS.
 package tcp
 
 // The Transport type, its methods, Stats and the options shared with the
