@@ -110,6 +110,10 @@ type lane struct {
 	cause atomic.Pointer[error]
 
 	vec net.Buffers // the writer's gather list, reused across writes
+	// wvec is the copy of vec that a write consumes. A field, not a local:
+	// a local escapes through WriteTo's interface call, one allocation
+	// per write, and over TLS every write takes this path.
+	wvec net.Buffers
 
 	fenceTimer *time.Timer // lifts the fence if no confirmation does (fence.go)
 }
@@ -342,8 +346,9 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 		if l.t.testWriteHook != nil {
 			l.t.testWriteHook(segs[:n])
 		}
-		vec := l.vec
-		written, err := vec.WriteTo(conn)
+		l.wvec = l.vec
+		written, err := l.wvec.WriteTo(conn)
+		l.wvec = nil
 		clear(l.vec)
 		if obs.Enabled() {
 			obs.WriteDuration(time.Since(start))

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -102,19 +103,19 @@ type tlsNode struct {
 	runs atomic.Int64
 }
 
-func startVelo(t *testing.T, opts ...tcp.Option) *tlsNode {
+func startVelo(t testing.TB, opts ...tcp.Option) *tlsNode {
 	t.Helper()
 	return startVeloWith(t, nil, opts...)
 }
 
 // startVeloWith is startVelo with more transports for the node.
-func startVeloWith(t *testing.T, more []ext.Transport, opts ...tcp.Option) *tlsNode {
+func startVeloWith(t testing.TB, more []ext.Transport, opts ...tcp.Option) *tlsNode {
 	t.Helper()
 	tr, err := tcp.New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vopts := []velo.Option{velo.WithTransport(tr)}
+	vopts := []velo.Option{velo.WithTransport(tr), velo.WithLogger(slog.New(slog.DiscardHandler))}
 	for _, m := range more {
 		vopts = append(vopts, velo.WithTransport(m))
 	}
@@ -487,5 +488,45 @@ func TestPlainAndTLSSideBySide(t *testing.T) {
 	plainOnly := startVelo(t)
 	if got, err := plainOnly.call(t, srv); err != nil || got != "plain" {
 		t.Fatalf("call from a plain-only node: %q, %v; want it over plain TCP", got, err)
+	}
+}
+
+// BenchmarkUnaryRoundTrip compares one unary call at a time over plain TCP
+// and over mutual TLS, with small and 64 KiB payloads echoed back.
+func BenchmarkUnaryRoundTrip(b *testing.B) {
+	p := newPKI("ca")
+	for _, arm := range []struct {
+		name string
+		opts func(cn string) []tcp.Option
+	}{
+		{"tcp", func(string) []tcp.Option { return nil }},
+		{"tls", func(cn string) []tcp.Option { return []tcp.Option{tcp.WithTLS(p.mutual(cn))} }},
+	} {
+		for _, size := range []int{64, 64 << 10} {
+			b.Run(fmt.Sprintf("%s/%d", arm.name, size), func(b *testing.B) {
+				srv, cli := startVelo(b, arm.opts("server")...), startVelo(b, arm.opts("client")...)
+				if err := srv.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) {
+					return c.Payload, nil
+				}, velo.WithInline())); err != nil {
+					b.Fatal(err)
+				}
+				if err := cli.RegisterPeer(srv.PeerInfo()); err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				payload := make([]byte, size)
+				if _, err := cli.Unary(ctx, srv.InstanceID(), "echo", payload); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(2 * size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if _, err := cli.Unary(ctx, srv.InstanceID(), "echo", payload); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
