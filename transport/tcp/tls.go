@@ -69,7 +69,7 @@ func WithPeerAuthorizer(fn func(state tls.ConnectionState) error) Option {
 // callback: the handshake fails with it.
 type refusedError struct{ err error }
 
-func (e *refusedError) Error() string { return "the peer was refused: " + e.err.Error() }
+func (e *refusedError) Error() string { return ext.ErrPeerUntrusted.Error() + ": " + e.err.Error() }
 func (e *refusedError) Unwrap() []error {
 	return []error{ext.ErrPeerUntrusted, e.err}
 }

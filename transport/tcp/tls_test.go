@@ -167,6 +167,7 @@ func wantUntrusted(t *testing.T, what string, err error) {
 	if !strings.Contains(err.Error(), "tls") && !strings.Contains(err.Error(), "x509") {
 		t.Errorf("%s: %v does not say what TLS refused", what, err)
 	}
+	t.Logf("%s: %v", what, err)
 }
 
 // TestPeerTLSReadsTheCallersCertificate: a handler reads the caller's
@@ -192,14 +193,18 @@ func TestTLSClientWithoutValidCertificateIsRefused(t *testing.T) {
 	p, other := newPKI("ca"), newPKI("another CA")
 	srv := startVelo(t, tcp.WithTLS(p.mutual("server")))
 
-	forged := testcert.Mutual(p.ca, other.ca.Issue("forger")) // trusts the server; signed by a stranger
+	// Trusts the server; its own certificate a stranger signed, sent
+	// though the server's request names other CAs (tls alone would send
+	// none then).
+	forgery := other.ca.Issue("forger")
+	forged := &tls.Config{RootCAs: p.ca.Pool, Certificates: []tls.Certificate{forgery}}
+	forged.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &forgery, nil }
 	forger := startVelo(t, tcp.WithTLS(forged))
 	_, err := forger.call(t, srv)
 	wantUntrusted(t, "a call with a certificate of another CA", err)
 
+	// A client that sends no certificate (it has one to serve with).
 	noCert := &tls.Config{RootCAs: p.ca.Pool, Certificates: []tls.Certificate{other.ca.Issue("forger")}}
-	// A client that has no certificate the server could take: tls sends
-	// none when the server's CA list matches none of its own.
 	noCert.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 		return &tls.Certificate{}, nil
 	}
@@ -528,5 +533,19 @@ func BenchmarkUnaryRoundTrip(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// TestServerOnlyTLS: without ClientAuth the listener asks for no client
+// certificate; calls work, and the handler sees a TLS connection whose
+// caller showed none.
+func TestServerOnlyTLS(t *testing.T) {
+	p := newPKI("ca")
+	cfg := func(cn string) *tls.Config {
+		return &tls.Config{Certificates: []tls.Certificate{p.ca.Issue(cn)}, RootCAs: p.ca.Pool}
+	}
+	srv, cli := startVelo(t, tcp.WithTLS(cfg("server"))), startVelo(t, tcp.WithTLS(cfg("client")))
+	if got, err := cli.call(t, srv); err != nil || got != "no certificate" {
+		t.Fatalf("call over server-only TLS: %q, %v; want a TLS caller without a certificate", got, err)
 	}
 }
