@@ -64,8 +64,10 @@ var ownSentinels = []ownSentinel{
 	{ErrPeerRestarted, Unavailable, "peer_restarted"},
 	{ErrIdentityUnproven, Unauthenticated, "identity_unproven"},
 	{ErrStagedFetchTimeout, DeadlineExceeded, "staged_fetch_timeout"},
-	{ErrPeerUnreachable, Unavailable, "peer_unreachable"},
+	// Before ErrPeerUnreachable, which a trust failure also matches: the
+	// first match names the code.
 	{ErrPeerUntrusted, Unauthenticated, "peer_untrusted"},
+	{ErrPeerUnreachable, Unavailable, "peer_unreachable"},
 	{ErrPeerNotRegistered, Unavailable, "peer_not_registered"},
 	{ErrNoResponseSlot, ResourceExhausted, "no_response_slot"},
 	{ErrCallerCancelled, Canceled, "caller_cancelled"},

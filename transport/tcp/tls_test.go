@@ -167,6 +167,9 @@ func wantUntrusted(t *testing.T, what string, err error) {
 	if !strings.Contains(err.Error(), "tls") && !strings.Contains(err.Error(), "x509") {
 		t.Errorf("%s: %v does not say what TLS refused", what, err)
 	}
+	if c := velo.ErrorCode(err); c != velo.Unauthenticated {
+		t.Errorf("%s: code %v, want Unauthenticated", what, c)
+	}
 	t.Logf("%s: %v", what, err)
 }
 
