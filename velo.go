@@ -324,6 +324,10 @@ var (
 	ErrOverloaded        = messenger.ErrOverloaded
 	ErrPeerUnreachable   = messenger.ErrPeerUnreachable
 	ErrPeerRestarted     = messenger.ErrPeerRestarted
+	// ErrPeerUntrusted: a TLS handshake with the peer failed on trust
+	// (tcp.WithTLS, tcp.WithPeerAuthorizer); it comes with
+	// ErrPeerUnreachable.
+	ErrPeerUntrusted = messenger.ErrPeerUntrusted
 )
 
 // Why a handler's context ended, as context.Cause reports it (see

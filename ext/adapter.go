@@ -1,6 +1,7 @@
 package ext
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -73,6 +74,11 @@ type AdapterConfig struct {
 	// OnConnClosed, when set, hears that an inbound connection ended, so
 	// what the node keeps for that connection can go.
 	OnConnClosed func(id ConnID)
+	// OnConnTLS, when set, hears the verified TLS state of an inbound
+	// connection, once, before the first frame that carries its id; a
+	// transport that speaks no TLS never calls it. What it keeps goes at
+	// OnConnClosed.
+	OnConnTLS func(id ConnID, state *tls.ConnectionState)
 	// PayloadInto, when set, is where a transport that reads a byte stream
 	// may ask for a destination for a large payload before reading it (see
 	// TransportAdapter.PayloadInto). It runs on the reader goroutine.
@@ -87,6 +93,7 @@ type TransportAdapter struct {
 	onFrame    func(Frame)
 	exempt     func(Frame) bool
 	connClosed func(ConnID)
+	connTLS    func(ConnID, *tls.ConnectionState)
 	into       func(MessageType, []byte, int) ([]byte, func(error))
 	closed     atomic.Bool
 
@@ -113,6 +120,7 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 		onFrame:    cfg.OnFrame,
 		exempt:     cfg.DrainExempt,
 		connClosed: cfg.OnConnClosed,
+		connTLS:    cfg.OnConnTLS,
 		into:       cfg.PayloadInto,
 		state:      state,
 		messages:   NewQueue[InboundMessage](cfg.MessageQueue),
@@ -313,6 +321,17 @@ func (a *TransportAdapter) PayloadInto(t MessageType, header []byte, n int) (dst
 func (a *TransportAdapter) ConnClosed(id ConnID) {
 	if a.connClosed != nil && id != 0 {
 		a.connClosed(id)
+	}
+}
+
+// ConnTLS tells the node the TLS state of the inbound connection id, after
+// its handshake and before the first frame stamped with id is handed over,
+// so a handler can read who called it (the peer's verified certificates).
+// A transport calls it at most once per connection, and still calls
+// ConnClosed when the connection ends. state must not change afterwards.
+func (a *TransportAdapter) ConnTLS(id ConnID, state *tls.ConnectionState) {
+	if a.connTLS != nil && id != 0 && state != nil {
+		a.connTLS(id, state)
 	}
 }
 

@@ -135,6 +135,12 @@ var (
 	// peer-lost report for such an end matches it as well as
 	// ErrPeerUnreachable.
 	ErrPeerShutdown = errors.New("velo: peer shut down")
+	// ErrPeerUntrusted: the peer's TLS handshake failed on trust: its
+	// certificate did not verify (unknown authority, expired, wrong name),
+	// it sent none where one is required, or a peer authorizer refused it,
+	// on either end. The error that wraps it says which; a dial refused so
+	// also matches ErrPeerUnreachable.
+	ErrPeerUntrusted = errors.New("velo: peer not trusted")
 )
 
 // FrameTooLargeError says which size was refused. It matches ErrFrameTooLarge.

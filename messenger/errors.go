@@ -35,6 +35,11 @@ var (
 	// ErrPeerUnreachable: the connection to the peer was lost, so the call
 	// will get no answer.
 	ErrPeerUnreachable = msgerr.ErrPeerUnreachable
+	// ErrPeerUntrusted: a TLS handshake with the peer failed on trust (its
+	// certificate did not verify, or a peer authorizer refused it; see
+	// tcp.WithTLS). It comes with ErrPeerUnreachable, and the error text
+	// says why.
+	ErrPeerUntrusted = msgerr.ErrPeerUntrusted
 	// ErrPeerRestarted: the node at the peer's address is a new instance;
 	// calls meant for the old one are failed, never delivered. Register the
 	// new instance (or let discovery find it) to reach it.

@@ -542,6 +542,7 @@ func (p *peer) allowProof(now time.Time) bool {
 // onConnClosed forgets a connection that ended; what it still held is
 // refused, and the handlers of its requests are told (their contexts end).
 func (m *Messenger) onConnClosed(id ext.ConnID) {
+	m.forgetConnTLS(id)
 	m.gate.mu.Lock()
 	c := m.gate.conns[id]
 	delete(m.gate.conns, id)

@@ -138,6 +138,7 @@ type Messenger struct {
 	lostCalls atomic.Int64
 	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	tlsConns  sync.Map     // ext.ConnID -> *tls.ConnectionState of inbound TLS connections (peertls.go)
 	hctx      handlerCtxs  // the context.Context of running handlers that asked for one (handlerctx.go)
 	// testOnChallenge sees each identity challenge this node answers (tests).
 	testOnChallenge atomic.Pointer[func([]byte)]
@@ -200,6 +201,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		PayloadInto:  m.payloadInto,
 		DrainExempt:  m.drainExempt,
 		OnConnClosed: m.onConnClosed,
+		OnConnTLS:    m.onConnTLS,
 	})
 	m.adapter.SetSendErrorHandler(m.onSendError)
 	m.adapter.SetPeerLostHandler(m.onPeerLost)

@@ -21,6 +21,7 @@ var (
 	ErrUnknownHandler          = errors.New("velo: no such handler")
 	ErrOverloaded              = errors.New("velo: node overloaded")
 	ErrPeerUnreachable         = ext.ErrPeerUnreachable
+	ErrPeerUntrusted           = ext.ErrPeerUntrusted
 	ErrPeerRestarted           = errors.New("velo: peer restarted as a new instance")
 	ErrCallerCancelled         = errors.New("velo: the caller cancelled the call")
 	ErrCallerLost              = errors.New("velo: the caller is gone")
@@ -63,6 +64,9 @@ var ownSentinels = []ownSentinel{
 	{ErrPeerRestarted, Unavailable, "peer_restarted"},
 	{ErrIdentityUnproven, Unauthenticated, "identity_unproven"},
 	{ErrStagedFetchTimeout, DeadlineExceeded, "staged_fetch_timeout"},
+	// Before ErrPeerUnreachable, which a trust failure also matches: the
+	// first match names the code.
+	{ErrPeerUntrusted, Unauthenticated, "peer_untrusted"},
 	{ErrPeerUnreachable, Unavailable, "peer_unreachable"},
 	{ErrPeerNotRegistered, Unavailable, "peer_not_registered"},
 	{ErrNoResponseSlot, ResourceExhausted, "no_response_slot"},

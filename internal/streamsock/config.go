@@ -54,6 +54,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultFrameTimeout is the FrameTimeout a zero Config gets. It also
+// bounds a TLS handshake, on either end.
+const DefaultFrameTimeout = defaultFrameTimeout
+
 const (
 	defaultGrace          = time.Second
 	defaultChannelBytes   = 4 << 20

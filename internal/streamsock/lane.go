@@ -103,8 +103,17 @@ type lane struct {
 	graceful atomic.Bool
 	// lostSent: the loss of this lane's connection was reported.
 	lostSent atomic.Bool
+	// cause is that report once it is made: frames that fail after it
+	// carry it, so that a caller whose frame failed learns why the
+	// connection went (a peer that refused this node's certificate, say)
+	// whichever of the two reports reaches it first.
+	cause atomic.Pointer[error]
 
 	vec net.Buffers // the writer's gather list, reused across writes
+	// wvec is the copy of vec that a write consumes. A field, not a local:
+	// a local escapes through WriteTo's interface call, one allocation
+	// per write, and over TLS every write takes this path.
+	wvec net.Buffers
 
 	fenceTimer *time.Timer // lifts the fence if no confirmation does (fence.go)
 }
@@ -337,8 +346,9 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 		if l.t.testWriteHook != nil {
 			l.t.testWriteHook(segs[:n])
 		}
-		vec := l.vec
-		written, err := vec.WriteTo(conn)
+		l.wvec = l.vec
+		written, err := l.wvec.WriteTo(conn)
+		l.wvec = nil
 		clear(l.vec)
 		if obs.Enabled() {
 			obs.WriteDuration(time.Since(start))
@@ -409,7 +419,7 @@ func (l *lane) dial() (net.Conn, error) {
 	}
 	switch l.mode.Load() {
 	case aborted:
-		conn.Close()
+		closeConn(conn)
 	case tearingDown:
 		conn.SetWriteDeadline(time.Unix(0, l.deadline.Load()))
 	}
@@ -439,6 +449,10 @@ func (l *lane) readEchoes(conn net.Conn) {
 					err = errClosedAfterGoodbye
 				}
 			}
+			// Over TLS 1.3 the listener checks this end's certificate
+			// after the dial returned, and its refusal comes here as an
+			// alert.
+			err = MarkUntrusted(err)
 			// Abort before the report: the node fails what waits on the
 			// peer when it hears of the loss, and a send it makes then
 			// must not find the socket still open. A write after the
@@ -506,7 +520,22 @@ func (l *lane) lossReport(err error) error {
 	if l.graceful.Load() {
 		why = fmt.Errorf("%w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
 	}
-	return fmt.Errorf("%w: %s lane %d to %s: %w", why, l.t.cfg.Key, l.idx, l.peer.id, err)
+	report := fmt.Errorf("%w: %s lane %d to %s: %w", why, l.t.cfg.Key, l.idx, l.peer.id, err)
+	l.cause.Store(&report)
+	return report
+}
+
+// because adds the lane's loss, once there is one, to err, the error of a
+// frame that failed.
+func (l *lane) because(err error) error {
+	c := l.cause.Load()
+	switch {
+	case c == nil || errors.Is(err, *c):
+		return err
+	case errors.Is(*c, err):
+		return *c
+	}
+	return fmt.Errorf("%w: %w", err, *c)
 }
 
 // abort stops the lane at once: queued frames fail, the socket closes.
@@ -516,7 +545,7 @@ func (l *lane) abort() {
 		close(l.stop)
 		l.connMu.Lock()
 		if l.conn != nil {
-			l.conn.Close()
+			closeConn(l.conn)
 		}
 		l.connMu.Unlock()
 	})
@@ -553,7 +582,7 @@ func (l *lane) finish(conn net.Conn, err error) {
 	// may wait on a reply rather than on the admission, so report them too.
 	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) {
 		l.t.obs().Rejection(ext.RejectSendFailed)
-		l.t.adapter.ReportSendError(l.peer.id, f.Frame, err)
+		l.t.adapter.ReportSendError(l.peer.id, f.Frame, l.because(err))
 		f.Release()
 	})
 	l.gate.Drain(func() int {
@@ -567,7 +596,7 @@ func (l *lane) finish(conn net.Conn, err error) {
 	l.report(b.segs, err)
 	if conn != nil {
 		l.abort()
-		conn.Close() // abort is a no-op after teardown, which keeps the socket open
+		closeConn(conn) // abort is a no-op after teardown, which keeps the socket open
 		l.t.obs().ActiveConnections(-1)
 	}
 }
@@ -576,6 +605,10 @@ func (l *lane) finish(conn net.Conn, err error) {
 // written. It re-reads the frames from the segment bytes: this path is rare,
 // so the hot path keeps no per-frame bookkeeping for it.
 func (l *lane) report(segs []segment, cause error) {
+	if len(segs) == 0 {
+		return
+	}
+	cause = l.because(cause)
 	obs := l.t.obs()
 	fail := func(f ext.Frame) {
 		obs.Rejection(ext.RejectSendFailed)

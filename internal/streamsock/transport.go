@@ -49,11 +49,17 @@ type Transport struct {
 	log      *slog.Logger
 
 	// Counters a test or an operator can read (see Stats).
-	refused       atomic.Uint64
-	stalled       atomic.Uint64
-	acceptErrs    atomic.Uint64
-	fenceWaits    atomic.Uint64
-	fenceTimeouts atomic.Uint64
+	refused        atomic.Uint64
+	stalled        atomic.Uint64
+	acceptErrs     atomic.Uint64
+	fenceWaits     atomic.Uint64
+	fenceTimeouts  atomic.Uint64
+	handshakeFails atomic.Uint64
+
+	// life ends at shutdown: it cuts the TLS handshakes of accepted
+	// connections short (tls.go).
+	life    context.Context
+	endLife context.CancelFunc
 
 	closing  atomic.Bool
 	shutOnce sync.Once
@@ -87,6 +93,7 @@ func New(n Network, cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{})}
+	t.life, t.endLife = context.WithCancel(context.Background())
 	t.log = cfg.Logger.With("transport", string(cfg.Key))
 	empty := map[ext.InstanceID]*peer{}
 	t.peers.Store(&empty)
@@ -133,6 +140,9 @@ type Stats struct {
 	// FenceTimeouts: fences lifted with sends waiting because the
 	// receiver did not confirm the connection in time.
 	FenceTimeouts uint64
+	// HandshakeFailures: inbound connections closed because their TLS
+	// handshake failed or did not finish within FrameTimeout.
+	HandshakeFailures uint64
 }
 
 // Stats reads the transport's counters.
@@ -143,6 +153,7 @@ func (t *Transport) Stats() Stats {
 		AcceptErrors:       t.acceptErrs.Load(),
 		FenceWaits:         t.fenceWaits.Load(),
 		FenceTimeouts:      t.fenceTimeouts.Load(),
+		HandshakeFailures:  t.handshakeFails.Load(),
 	}
 }
 
@@ -376,7 +387,7 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 	if err != nil {
 		return fmt.Errorf("%s: peer %s unreachable: %w", t.cfg.Key, target, err)
 	}
-	return conn.Close()
+	return closeConn(conn)
 }
 
 // Shutdown tears the transport down. Writers keep writing the frames already
@@ -403,6 +414,7 @@ func (t *Transport) shutdown(abrupt bool) {
 	t.shutOnce.Do(func() {
 		t.closing.Store(true)
 		close(t.stop)
+		t.endLife()
 		deadline := time.Now().Add(t.cfg.TeardownGrace)
 		t.peersMu.Lock()
 		peers := *t.peers.Load()
@@ -430,7 +442,7 @@ func (t *Transport) shutdown(abrupt bool) {
 		}
 		if abrupt {
 			t.accepted.Range(func(k, _ any) bool {
-				k.(net.Conn).Close()
+				closeConn(k.(net.Conn))
 				return true
 			})
 		} else {
@@ -484,7 +496,7 @@ func byeOne(conn net.Conn) {
 		time.AfterFunc(goodbyeWait, func() { conn.Close() })
 		return
 	}
-	conn.Close()
+	closeConn(conn)
 }
 
 func (t *Transport) waitClosed(limit time.Time) {
@@ -581,16 +593,21 @@ func temporary(err error) bool {
 func (t *Transport) serve(conn net.Conn) {
 	defer t.wg.Done()
 	defer func() {
-		conn.Close()
+		closeConn(conn)
 		t.accepted.Delete(conn)
 		t.inbound.Add(-1)
 		t.obs().ActiveConnections(-1)
 	}()
+	state, ok := t.handshake(conn)
+	if !ok {
+		return
+	}
 	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
 	defer r.Close()
 	r.Conn = ext.NewConnID()
 	r.Direct = t.payloadInto
 	defer t.adapter.ConnClosed(r.Conn) // after the last frame was handed over
+	t.adapter.ConnTLS(r.Conn, state)   // before the first
 	t.byConn.Store(r.Conn, conn)
 	defer t.byConn.Delete(r.Conn)
 	var in inbound

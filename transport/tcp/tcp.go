@@ -5,6 +5,11 @@
 // are written in place. Socket buffers are sized on the listening socket
 // before it listens and on a dialing socket before it connects, so the
 // kernel never shrinks a window that is already open (see docs/transports.md).
+//
+// WithTLS runs every connection over TLS, mutual TLS as an option, under
+// the address key TLSKey ("tls"); WithPeerAuthorizer refuses peers at the
+// handshake, and a handler reads the caller's certificate with
+// velo.Context.PeerTLS.
 package tcp
 
 // The Transport type, its methods, Stats and the options shared with the
@@ -13,6 +18,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
@@ -33,10 +39,14 @@ const DefaultSocketBuffer = 2 << 20
 type Option func(*options)
 
 type options struct {
-	listen    string
-	advertise string
-	buffers   int
-	cfg       streamsock.Config
+	listen      string
+	advertise   string
+	buffers     int
+	cfg         streamsock.Config
+	prioritySet bool
+
+	tls       *tls.Config                     // WithTLS: the user's config, as given
+	authorize func(tls.ConnectionState) error // WithPeerAuthorizer
 }
 
 // WithListenAddr sets the address to listen on (default "127.0.0.1:0").
@@ -55,8 +65,11 @@ func WithSocketBuffers(bytes int) Option { return func(o *options) { o.buffers =
 // It suits one-way bulk traffic between hosts.
 func WithKernelBuffers() Option { return func(o *options) { o.buffers = -1 } }
 
-// WithPriority sets the priority used to pick a peer's primary transport (default 100).
-func WithPriority(p int) Option { return func(o *options) { o.cfg.Priority = p } }
+// WithPriority sets the priority used to pick a peer's primary transport
+// (default 100, or 110 with WithTLS).
+func WithPriority(p int) Option {
+	return func(o *options) { o.cfg.Priority, o.prioritySet = p, true }
+}
 
 // New builds a TCP transport. It listens when the node starts it.
 func New(opts ...Option) (*Transport, error) {
@@ -69,14 +82,23 @@ func New(opts ...Option) (*Transport, error) {
 	if o.buffers == 0 || o.buffers < -1 {
 		return nil, fmt.Errorf("tcp: socket buffer size must be positive, got %d", o.buffers)
 	}
-	s, err := streamsock.New(&network{o: o}, o.cfg)
+	n := &network{o: o}
+	if err := n.setupTLS(); err != nil {
+		return nil, err
+	}
+	s, err := streamsock.New(n, n.o.cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &Transport{s: s}, nil
 }
 
-type network struct{ o options }
+type network struct {
+	o options
+	// server and client are the TLS configs of the listener and the
+	// dialer, nil without WithTLS (tls.go).
+	server, client *tls.Config
+}
 
 func (n *network) control(_, _ string, c syscall.RawConn) error {
 	if n.o.buffers < 0 {
@@ -95,6 +117,11 @@ func (n *network) Listen(ctx context.Context) (net.Listener, []byte, error) {
 	if err != nil {
 		ln.Close()
 		return nil, nil, err
+	}
+	if n.server != nil {
+		// Accept hands over connections not yet handshaken: streamsock
+		// runs each handshake on the connection's own goroutine.
+		ln = tls.NewListener(ln, n.server)
 	}
 	return ln, ep, nil
 }
@@ -139,6 +166,9 @@ func (n *network) Dial(ctx context.Context, endpoint []byte) (net.Conn, error) {
 	// Go sets TCP_NODELAY by default; say it so a reader need not know.
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
+	}
+	if n.client != nil {
+		return n.handshake(ctx, conn, addr)
 	}
 	return conn, nil
 }

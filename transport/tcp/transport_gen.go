@@ -34,7 +34,7 @@ func (t *Transport) RetainsOwners() bool { return true }
 // new connection (ext.ConnConfirmer).
 func (t *Transport) ConfirmConn(id ext.ConnID) { t.s.ConfirmConn(id) }
 
-// Key is the address key, "tcp".
+// Key is the address key, "tcp" ("tls" with WithTLS).
 func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
 
 // Priority orders transports that reach the same peer; higher wins.
@@ -105,6 +105,10 @@ type Stats struct {
 	// FenceTimeouts: new connections whose node did not confirm them
 	// within 5 s while sends waited; the sends then went out anyway.
 	FenceTimeouts uint64
+	// HandshakeFailures: inbound connections closed because their TLS
+	// handshake failed (a certificate refused, say) or did not finish
+	// within WithFrameTimeout.
+	HandshakeFailures uint64
 }
 
 // Stats reads the transport's counters.

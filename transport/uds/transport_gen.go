@@ -105,6 +105,10 @@ type Stats struct {
 	// FenceTimeouts: new connections whose node did not confirm them
 	// within 5 s while sends waited; the sends then went out anyway.
 	FenceTimeouts uint64
+	// HandshakeFailures: inbound connections closed because their TLS
+	// handshake failed (a certificate refused, say) or did not finish
+	// within WithFrameTimeout. Always zero: this transport speaks no TLS.
+	HandshakeFailures uint64
 }
 
 // Stats reads the transport's counters.
