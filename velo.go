@@ -27,6 +27,7 @@ package velo
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -183,6 +184,9 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	if cfg.Logger != nil {
 		sopts = append(sopts, streaming.WithStreamLogger(cfg.Logger))
+	}
+	if c := streamTLS(cfg.Transports); c != nil {
+		sopts = append(sopts, streaming.WithStreamTLS(c))
 	}
 	m, err := messenger.New(ctx, cfg)
 	if err != nil {
@@ -394,3 +398,22 @@ func WithDrainExempt() HandlerOption { return messenger.WithDrainExempt() }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
 func WithHeaders(h map[string]string) CallOption { return messenger.WithHeaders(h) }
+
+// streamTLS is the TLS config of the node's TLS transport of highest
+// priority (tcp.WithTLS), for its per-stream listener: streams off the
+// mux then run under the same TLS as its messages. nil when no transport
+// speaks TLS.
+func streamTLS(trs []ext.Transport) *tls.Config {
+	var best *tls.Config
+	prio := 0
+	for _, t := range trs {
+		tt, ok := t.(interface{ TLSConfig() *tls.Config })
+		if !ok {
+			continue
+		}
+		if c := tt.TLSConfig(); c != nil && (best == nil || t.Priority() > prio) {
+			best, prio = c, t.Priority()
+		}
+	}
+	return best
+}

@@ -191,7 +191,7 @@ func (r *remote) ownerInfo(ctx context.Context, handle wire.AnchorHandle) (ext.P
 // advertises. With the mux on, an owner without a listener is fine: the
 // address is then "", and the attach must negotiate the mux.
 func (r *remote) streamAddr(handle wire.AnchorHandle, info ext.PeerInfo) (string, error) {
-	addr, err := tcppath.ListenerAddr(info)
+	addr, err := tcppath.ListenerAddr(info, r.streamKey)
 	switch {
 	case err == nil:
 		return addr, nil

@@ -242,9 +242,9 @@ func (m *Manager) FlushBatch() {
 // first.
 func (r *remote) offeredKeys() []string {
 	if r.mux != nil {
-		return []string{mux.WireKey, wire.TCPStreamKey}
+		return []string{mux.WireKey, r.streamKey}
 	}
-	return []string{wire.TCPStreamKey}
+	return []string{r.streamKey}
 }
 
 // muxCounts is a snapshot of the mux's counts, read by package streamx.

@@ -1,6 +1,7 @@
 package streaming
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -58,6 +59,7 @@ type nodeConfig struct {
 	log          *slog.Logger
 	metrics      *metrics.VeloMetrics
 	streams      tcppath.Net // the per-stream path's network
+	tls          *tls.Config // the per-stream path's TLS, nil for plain TCP
 }
 
 // WithStreamListenAddr sets the address of the per-stream TCP listener
@@ -65,6 +67,19 @@ type nodeConfig struct {
 // is fine.
 func WithStreamListenAddr(addr string) ManagerOption {
 	return ManagerOption{func(c *nodeConfig) { c.listen = addr }}
+}
+
+// WithStreamTLS runs the per-stream path over TLS with cfg, one config for
+// both ends as tcp.WithTLS has it: the listener serves with it (mutual TLS
+// when its ClientAuth asks for client certificates), and each stream this
+// node opens dials with a copy of it, whose empty ServerName becomes the
+// owner's host. The listener is then advertised under "tls-stream", not
+// "tcp-stream", so a node that speaks the path in the clear never dials
+// it, and this node opens streams only to owners that advertise
+// "tls-stream" (over the mux, which rides the messenger's transport,
+// nothing changes). velo.New sets it from a TCP transport built WithTLS.
+func WithStreamTLS(cfg *tls.Config) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.tls = cfg }}
 }
 
 // WithStreamLogger sends the manager's warnings to l instead of
@@ -99,6 +114,7 @@ type remote struct {
 	acceptWindow time.Duration
 	heartbeat    time.Duration // answered to attaches, and watched by readers
 	log          *slog.Logger
+	streamKey    string // the per-stream path's key: tcp-stream, or tls-stream over TLS
 	// ids draws routing sessions and producer stream ids: random, since
 	// a peer presents them back as authority (ids.go).
 	ids *idSource
@@ -134,20 +150,24 @@ func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, 
 	if cfg.muxOnly && (cfg.mux.Disabled || muxDisabledByEnv()) {
 		return nil, errMuxOnlyDisabled
 	}
+	key := wire.TCPStreamKey
+	if cfg.tls != nil {
+		cfg.streams, key = tcppath.TLS{Net: cfg.streams, Config: cfg.tls.Clone()}, wire.TLSStreamKey
+	}
 	var ln net.Listener
 	if !cfg.muxOnly {
 		var err error
-		if ln, err = listenStreams(msg, cfg.streams, cfg.listen); err != nil {
+		if ln, err = listenStreams(msg, cfg.streams, key, cfg.listen); err != nil {
 			return nil, err
 		}
 	}
 	m := newManager(msg.WorkerID(), &cfg)
 	r := &remote{
 		m: m, msg: msg, acceptWindow: cfg.acceptWindow, log: cfg.log,
-		heartbeat: cfg.heartbeat, ids: newIDSource(),
+		heartbeat: cfg.heartbeat, ids: newIDSource(), streamKey: key,
 	}
 	r.tcp = tcppath.New(tcppath.Config{
-		Host: (*tcpHost)(r), Owner: m.owner, Listener: ln, Net: cfg.streams,
+		Host: (*tcpHost)(r), Owner: m.owner, Listener: ln, Net: cfg.streams, Key: key,
 		AcceptWindow: cfg.acceptWindow, Heartbeat: cfg.heartbeat, Log: cfg.log,
 		Metrics: m.met, NextID: r.ids.next,
 	})
@@ -184,13 +204,13 @@ func (r *remote) register(cfg nodeConfig) error {
 	return err
 }
 
-// listenStreams opens the per-stream listener and advertises it.
-func listenStreams(msg *messenger.Messenger, sn tcppath.Net, addr string) (net.Listener, error) {
+// listenStreams opens the per-stream listener and advertises it under key.
+func listenStreams(msg *messenger.Messenger, sn tcppath.Net, key, addr string) (net.Listener, error) {
 	ln, ep, err := tcppath.Listen(sn, addr)
 	if err != nil {
 		return nil, err
 	}
-	if err := msgrx.AdvertiseAddress(msg, wire.TCPStreamKey, ep); err != nil {
+	if err := msgrx.AdvertiseAddress(msg, ext.TransportKey(key), ep); err != nil {
 		ln.Close()
 		return nil, err
 	}

@@ -49,6 +49,32 @@ func (t *Transport) handshake(conn net.Conn) (*tls.ConnectionState, bool) {
 	return &st, true
 }
 
+// ClientHandshake runs the client side of a TLS handshake with cfg on conn,
+// dialed to addr, bounded by ctx and timeout (when positive). An empty
+// ServerName becomes addr's host, as tls.Dial does, so a certificate for
+// an IP address needs that IP in its SANs. On failure conn is closed, and
+// a failure of trust matches ext.ErrPeerUntrusted (MarkUntrusted). The
+// TCP messenger transport and the per-stream path both dial this way.
+func ClientHandshake(ctx context.Context, conn net.Conn, cfg *tls.Config, addr string, timeout time.Duration) (*tls.Conn, error) {
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, MarkUntrusted(fmt.Errorf("tls handshake with %s: %w", addr, err))
+	}
+	return tc, nil
+}
+
 // lingerClose closes the socket of a failed handshake so that the alert
 // the handshake wrote reaches the dialer: it half-closes, discards what
 // still comes for a moment, then closes. Closing at once with the dialer's

@@ -103,6 +103,9 @@ func New(n Network, cfg Config) (*Transport, error) {
 
 func (t *Transport) obs() ext.Observability { return t.obsv.Load().Observability }
 
+// Network is what the transport listens and dials with.
+func (t *Transport) Network() Network { return t.net }
+
 // Key names the transport in addresses.
 func (t *Transport) Key() ext.TransportKey { return t.cfg.Key }
 

@@ -33,6 +33,12 @@ const (
 	GRPCStreamKey   = "grpc-stream"
 )
 
+// TLSStreamKey is the per-stream path's key when it runs over TLS, a Go
+// key the reference does not know: a peer that would speak tcp-stream in
+// the clear never finds a TLS listener under that key, and a node that
+// runs its streams over TLS never answers or dials tcp-stream.
+const TLSStreamKey = "tls-stream"
+
 // AttachRequest is the body of _anchor_attach and of _mpsc_anchor_attach
 // (control.rs AnchorAttachRequest, mpsc/control.rs MpscAnchorAttachRequest;
 // the two have the same fields):

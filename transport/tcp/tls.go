@@ -144,22 +144,20 @@ func verifier(own, authorize func(tls.ConnectionState) error) func(tls.Connectio
 // handshake runs the client side of the TLS handshake on a dialed
 // connection, bounded by the dial's context and the frame timeout.
 func (n *network) handshake(ctx context.Context, conn net.Conn, addr string) (net.Conn, error) {
-	cfg := n.client.Clone()
-	if cfg.ServerName == "" {
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			cfg.ServerName = host
-		}
-	}
 	timeout := n.o.cfg.FrameTimeout
 	if timeout <= 0 {
 		timeout = streamsock.DefaultFrameTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tc := tls.Client(conn, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		conn.Close()
-		return nil, streamsock.MarkUntrusted(fmt.Errorf("tls handshake with %s: %w", addr, err))
+	return streamsock.ClientHandshake(ctx, conn, n.client, addr, timeout)
+}
+
+// TLSConfig is a copy of the config the transport serves and dials with
+// (WithTLS, with the version floor and the peer authorizer it added), or
+// nil for a plain transport. A node gives it to its per-stream listener,
+// so that streams off the mux run under the same TLS as its messages.
+func (t *Transport) TLSConfig() *tls.Config {
+	if n, ok := t.s.Network().(*network); ok && n.client != nil {
+		return n.client.Clone()
 	}
-	return tc, nil
+	return nil
 }

@@ -117,7 +117,7 @@ func (n *Node) Bind(st *inlet.State, handle wire.AnchorHandle, producer ext.Work
 	}
 
 	resp := wire.AttachResponse{
-		TransportKey:        wire.TCPStreamKey,
+		TransportKey:        n.key,
 		HeartbeatIntervalMS: uint64(n.heartbeat / time.Millisecond),
 		RoutingSessionID:    key.SessionID,
 	}

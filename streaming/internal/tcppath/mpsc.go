@@ -65,7 +65,7 @@ func (n *Node) BindMPSC(st *inlet.State, p *inlet.Remote, handle wire.AnchorHand
 	pb.timer = time.AfterFunc(n.mpscConnectWindow(), func() { n.expireMPSC(key, pb) })
 	n.mu.Unlock()
 	resp := wire.MPSCAttachResponse{
-		TransportKey:        wire.TCPStreamKey,
+		TransportKey:        n.key,
 		HeartbeatIntervalMS: uint64(n.heartbeat / time.Millisecond),
 		SenderID:            uint64(p.ID()),
 		RoutingSessionID:    key.SessionID,

@@ -2,12 +2,13 @@ package tcppath
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
 
 	"github.com/velo-go/velo/ext"
-	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/internal/streamsock"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -30,9 +31,38 @@ func (TCP) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", addr)
 }
 
+// TLS runs the connections of a Net under TLS with one config for both
+// ends, as the TCP messenger transport built WithTLS does: its listener
+// serves with Config, and each connection handshakes on its first read
+// (which the preamble's deadline bounds); Dial handshakes before it
+// returns, bounded by its context, with a copy of Config whose empty
+// ServerName becomes the dialed host. A dial refused on trust matches
+// ext.ErrPeerUntrusted.
+type TLS struct {
+	Net    Net
+	Config *tls.Config
+}
+
+func (t TLS) Listen(addr string) (net.Listener, error) {
+	ln, err := t.Net.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return tls.NewListener(ln, t.Config), nil
+}
+
+func (t TLS) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	conn, err := t.Net.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return streamsock.ClientHandshake(ctx, conn, t.Config, addr, 0)
+}
+
 // Listen opens the per-stream listener on addr and returns it with the
-// entry that advertises it under wire.TCPStreamKey: the format of the
-// messenger TCP transport's entry, as the reference has it.
+// entry that advertises it (under wire.TCPStreamKey, or TLSStreamKey over
+// TLS): the format of the messenger TCP transport's entry, as the
+// reference has it.
 func Listen(sn Net, addr string) (net.Listener, []byte, error) {
 	ln, err := sn.Listen(addr)
 	if err != nil {
@@ -52,10 +82,10 @@ func Listen(sn Net, addr string) (net.Listener, []byte, error) {
 }
 
 // ListenerAddr is the address of the per-stream listener that an owner's
-// PeerInfo advertises, or an error when it advertises none that this node
-// can dial.
-func ListenerAddr(info ext.PeerInfo) (string, error) {
-	ep, err := info.Address.Lookup(wire.TCPStreamKey)
+// PeerInfo advertises under key, or an error when it advertises none that
+// this node can dial.
+func ListenerAddr(info ext.PeerInfo, key string) (string, error) {
+	ep, err := info.Address.Lookup(ext.TransportKey(key))
 	if err != nil {
 		return "", err
 	}

@@ -48,6 +48,9 @@ type Config struct {
 	Listener net.Listener
 	// Net dials the owners' listeners.
 	Net Net
+	// Key is the path's transport key, which attach answers carry:
+	// wire.TCPStreamKey, or wire.TLSStreamKey when Net is TLS.
+	Key string
 	// AcceptWindow is how long a bound stream waits for its connection.
 	AcceptWindow time.Duration
 	// Heartbeat is the interval this node answers attaches with and
@@ -68,6 +71,7 @@ type Node struct {
 	owner        ext.WorkerID
 	ln           net.Listener
 	network      Net
+	key          string // wire.TCPStreamKey or wire.TLSStreamKey
 	acceptWindow time.Duration
 	heartbeat    time.Duration
 	log          *slog.Logger
@@ -92,8 +96,11 @@ type Node struct {
 
 // New makes the path of one node. Start starts its goroutines.
 func New(cfg Config) *Node {
+	if cfg.Key == "" {
+		cfg.Key = wire.TCPStreamKey
+	}
 	return &Node{
-		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, network: cfg.Net,
+		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, network: cfg.Net, key: cfg.Key,
 		acceptWindow: cfg.AcceptWindow, heartbeat: cfg.Heartbeat, log: cfg.Log,
 		met: cfg.Metrics, nextID: cfg.NextID, hb: newHeartbeater(),
 		pending: make(map[wire.TCPPreamble]*pendingBind),

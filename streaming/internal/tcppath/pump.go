@@ -21,7 +21,7 @@ import (
 // which must be this path's; heartbeatMS the interval it asked for.
 func (n *Node) Open(ctx context.Context, s *Stream, addr, key string, routing, heartbeatMS uint64) error {
 	handle, session := s.handle, s.id
-	if key != wire.TCPStreamKey || addr == "" {
+	if key != n.key || addr == "" {
 		return fmt.Errorf("velo: attach %v: the owner answered transport %q, which this node cannot use", handle, key)
 	}
 	if routing == 0 {
