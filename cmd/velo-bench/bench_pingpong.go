@@ -9,7 +9,7 @@ import (
 
 func init() {
 	extraHarnesses["ping-pong"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
-		transport := fs.String("transport", "tcp", "tcp or uds, for every arm (the grpc arm too)")
+		transport := fs.String("transport", "tcp", "tcp, tls (TCP with mutual TLS) or uds, for every arm (the grpc arm and the raw socket too); a comma-separated list runs every arm on each and adds each arm's ratio to the first transport")
 		payload := fs.Int("payload", 64, "payload bytes")
 		iters := fs.Int("iters", 20000, "round trips per arm and rep")
 		arms := fs.String("arms", "raw,velo,velo-inline,velo-async,grpc", "arms to run")

@@ -15,7 +15,7 @@ func init() {
 	extraHarnesses["throughput"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
 		level := fs.String("level", "transport,messenger",
 			"transport (frames through the transport, against a raw socket), messenger (calls and messages through velo.Node, against raw and grpc), or both")
-		transport := fs.String("transport", "tcp", "tcp or uds")
+		transport := fs.String("transport", "tcp", "tcp, tls (TCP with mutual TLS) or uds; at the transport level a comma-separated list runs every arm on each and adds each arm's ratio to the first transport")
 		// Transport level.
 		sizes := fs.String("sizes", "64,65536", "transport level: comma-separated frame payload sizes in bytes")
 		modes := fs.String("modes", "pipelined,inflight", "transport level: pipelined and/or inflight; stream runs the stream mode (byte items over the messenger mux, see --lanes), alone unless --level is given too")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 )
@@ -70,7 +71,11 @@ func grpcServe(kind string, desc *grpc.ServiceDesc) (target string, stop func(),
 	if kind == "uds" {
 		target = "unix://" + target
 	}
-	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	sopts := []grpc.ServerOption{grpc.ForceServerCodec(rawCodec{})}
+	if kind == "tls" {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(benchTLS())))
+	}
+	s := grpc.NewServer(sopts...)
 	s.RegisterService(desc, struct{}{})
 	served := make(chan struct{})
 	go func() {
@@ -84,10 +89,18 @@ func grpcServe(kind string, desc *grpc.ServiceDesc) (target string, stop func(),
 	}, nil
 }
 
-// grpcClient dials a server of grpcServe.
-func grpcClient(target string) (*grpc.ClientConn, error) {
+// grpcClient dials a server of grpcServe over plain TCP or a Unix socket.
+func grpcClient(target string) (*grpc.ClientConn, error) { return grpcClientOver("tcp", target) }
+
+// grpcClientOver dials a server of grpcServe(kind): with kind "tls", over
+// mutual TLS with the run's certificates.
+func grpcClientOver(kind, target string) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if kind == "tls" {
+		creds = credentials.NewTLS(benchTLS())
+	}
 	return grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
 }
 

@@ -504,7 +504,7 @@ func grpcMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 		return msgResult{}, err
 	}
 	defer stop()
-	cc, err := grpcClient(target)
+	cc, err := grpcClientOver(cfg.Transport, target)
 	if err != nil {
 		return msgResult{}, err
 	}

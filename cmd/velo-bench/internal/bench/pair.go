@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testcert"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
 )
@@ -20,15 +23,28 @@ type Node struct {
 	Info    ext.PeerInfo
 }
 
-// NewTransport builds a transport by name ("tcp" or "uds").
+// NewTransport builds a transport by name: "tcp", "tls" (TCP with mutual
+// TLS 1.3, every node's certificate signed by one CA made for this
+// process) or "uds".
 func NewTransport(kind string) (ext.Transport, error) {
 	switch kind {
 	case "tcp":
 		return tcp.New(tcpBufferOption()...)
+	case "tls":
+		return tcp.New(append(tcpBufferOption(), tcp.WithTLS(benchTLS()))...)
 	case "uds":
 		return uds.New()
 	}
-	return nil, fmt.Errorf("unknown transport %q (want tcp or uds)", kind)
+	return nil, fmt.Errorf("unknown transport %q (want tcp, tls or uds)", kind)
+}
+
+// benchCA signs the certificates of the "tls" transports of one run.
+var benchCA = sync.OnceValue(func() *testcert.CA { return testcert.NewCA("velo-bench") })
+
+// benchTLS is a mutual TLS config with a fresh certificate for loopback.
+func benchTLS() *tls.Config {
+	ca := benchCA()
+	return testcert.Mutual(ca, ca.Issue("velo-bench"))
 }
 
 // tcpBufferOption reads VELO_TCP_SOCKET_BUFFERS:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/velo-go/velo"
@@ -31,39 +32,60 @@ var veloArms = []string{"velo", "velo-inline", "velo-async"}
 // PingPong measures a unary round trip at depth 1: velo against a raw
 // ping-pong with the same payload on the same kind of socket and against
 // grpc-go unary with a raw-bytes codec, in the same run. Each rep runs the
-// arms in a rotated order (see rotated).
+// arms in a rotated order (see rotated). Transport may name several
+// transports, comma-separated ("tcp,tls"): every arm then runs on each,
+// the transports rotated per rep too, and each arm on a later transport
+// gets a ratio to the same arm on the first ("velo tls/tcp").
 func PingPong(cfg PingPongConfig, r *Report) error {
-	params := map[string]any{"transport": cfg.Transport, "payload_bytes": cfg.Payload, "iters": cfg.Iters}
+	kinds := strings.Split(cfg.Transport, ",")
 	arms := map[string]func(PingPongConfig) ([]time.Duration, error){
 		"raw": pingRaw, "grpc": pingGRPC,
 		"velo":        func(c PingPongConfig) ([]time.Duration, error) { return pingVelo(c, "echo") },
 		"velo-inline": func(c PingPongConfig) ([]time.Duration, error) { return pingVelo(c, "echo-inline") },
 		"velo-async":  pingVeloAsync,
 	}
+	params := func(kind string) map[string]any {
+		return map[string]any{"transport": kind, "payload_bytes": cfg.Payload, "iters": cfg.Iters}
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
-		for _, arm := range rotated(cfg.Arms, rep) {
-			fn, ok := arms[arm]
-			if !ok {
-				return fmt.Errorf("unknown arm %q", arm)
+		for _, kind := range rotated(kinds, rep) {
+			c := cfg
+			c.Transport = kind
+			for _, arm := range rotated(cfg.Arms, rep) {
+				fn, ok := arms[arm]
+				if !ok {
+					return fmt.Errorf("unknown arm %q", arm)
+				}
+				rtts, err := fn(c)
+				if err != nil {
+					return fmt.Errorf("%s over %s: %w", arm, kind, err)
+				}
+				sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+				us := func(q float64) float64 { return float64(rtts[int(q*float64(len(rtts)-1))]) / 1e3 }
+				r.Add("ping-pong", arm, "rtt_p50_us", "us", us(0.5), params(kind))
+				r.Add("ping-pong", arm, "rtt_p99_us", "us", us(0.99), params(kind))
 			}
-			rtts, err := fn(cfg)
-			if err != nil {
-				return fmt.Errorf("%s: %w", arm, err)
-			}
-			sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
-			us := func(q float64) float64 { return float64(rtts[int(q*float64(len(rtts)-1))]) / 1e3 }
-			r.Add("ping-pong", arm, "rtt_p50_us", "us", us(0.5), params)
-			r.Add("ping-pong", arm, "rtt_p99_us", "us", us(0.99), params)
 		}
 	}
-	for _, arm := range veloArms {
-		v, ok := r.Find("ping-pong", arm, "rtt_p50_us", params)
-		if !ok {
-			continue
+	for _, kind := range kinds {
+		for _, arm := range veloArms {
+			v, ok := r.Find("ping-pong", arm, "rtt_p50_us", params(kind))
+			if !ok {
+				continue
+			}
+			for _, base := range []string{"raw", "grpc"} {
+				if b, ok := r.Find("ping-pong", base, "rtt_p50_us", params(kind)); ok {
+					r.Ratio("ping-pong", arm+"/"+base, "rtt_p50_ratio", v, b, params(kind))
+				}
+			}
 		}
-		for _, base := range []string{"raw", "grpc"} {
-			if b, ok := r.Find("ping-pong", base, "rtt_p50_us", params); ok {
-				r.Ratio("ping-pong", arm+"/"+base, "rtt_p50_ratio", v, b, params)
+	}
+	for _, kind := range kinds[1:] {
+		for _, arm := range cfg.Arms {
+			v, ok1 := r.Find("ping-pong", arm, "rtt_p50_us", params(kind))
+			b, ok2 := r.Find("ping-pong", arm, "rtt_p50_us", params(kinds[0]))
+			if ok1 && ok2 {
+				r.Ratio("ping-pong", arm+" "+kind+"/"+kinds[0], "rtt_p50_ratio", v, b, params(kind+"/"+kinds[0]))
 			}
 		}
 	}
@@ -179,7 +201,7 @@ func pingGRPC(cfg PingPongConfig) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer stop()
-	cc, err := grpcClient(target)
+	cc, err := grpcClientOver(cfg.Transport, target)
 	if err != nil {
 		return nil, err
 	}

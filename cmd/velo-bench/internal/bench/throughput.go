@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,21 +40,35 @@ type ThroughputConfig struct {
 // adapter's queue on a goroutine of its own, as an out-of-tree consumer
 // might. Both are printed. Each rep runs the arms in a rotated order (see
 // rotated).
+//
+// Transport may name several transports, comma-separated ("tcp,tls"):
+// every arm then runs on each, rotated per rep, and each arm on a later
+// transport gets a ratio to the same arm on the first ("velo tls/tcp").
 func Throughput(cfg ThroughputConfig, r *Report) error {
+	kinds := strings.Split(cfg.Transport, ",")
+	params := func(kind string, size int, mode string) map[string]any {
+		p := map[string]any{"transport": kind, "size_bytes": size, "mode": mode}
+		if mode == "inflight" {
+			p["in_flight"] = cfg.InFlight
+		}
+		return p
+	}
+	armsOf := func(mode string) []string {
+		if mode == "pipelined" {
+			return []string{"raw", "velo", "velo-queue"}
+		}
+		return []string{"raw", "velo"}
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, size := range cfg.Sizes {
 			for _, mode := range cfg.Modes {
-				params := map[string]any{"transport": cfg.Transport, "size_bytes": size, "mode": mode}
-				if mode == "inflight" {
-					params["in_flight"] = cfg.InFlight
-				}
-				arms := []string{"raw", "velo"}
-				if mode == "pipelined" {
-					arms = append(arms, "velo-queue")
-				}
-				for _, arm := range rotated(arms, rep) {
-					if err := throughputRun(cfg, arm, mode, size, params, r); err != nil {
-						return fmt.Errorf("%s %s %d: %w", arm, mode, size, err)
+				for _, kind := range rotated(kinds, rep) {
+					c := cfg
+					c.Transport = kind
+					for _, arm := range rotated(armsOf(mode), rep) {
+						if err := throughputRun(c, arm, mode, size, params(kind, size, mode), r); err != nil {
+							return fmt.Errorf("%s %s %d over %s: %w", arm, mode, size, kind, err)
+						}
 					}
 				}
 			}
@@ -61,14 +76,22 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 	}
 	for _, size := range cfg.Sizes {
 		for _, mode := range cfg.Modes {
-			params := map[string]any{"transport": cfg.Transport, "size_bytes": size, "mode": mode}
-			if mode == "inflight" {
-				params["in_flight"] = cfg.InFlight
+			for _, kind := range kinds {
+				p := params(kind, size, mode)
+				raw, _ := r.Find("throughput", "raw", "frames_per_s", p)
+				for _, arm := range []string{"velo", "velo-queue"} {
+					if v, ok := r.Find("throughput", arm, "frames_per_s", p); ok {
+						r.Ratio("throughput", arm+"/raw", "frames_per_s_ratio", v, raw, p)
+					}
+				}
 			}
-			raw, _ := r.Find("throughput", "raw", "frames_per_s", params)
-			for _, arm := range []string{"velo", "velo-queue"} {
-				if v, ok := r.Find("throughput", arm, "frames_per_s", params); ok {
-					r.Ratio("throughput", arm+"/raw", "frames_per_s_ratio", v, raw, params)
+			for _, kind := range kinds[1:] {
+				for _, arm := range armsOf(mode) {
+					v, ok1 := r.Find("throughput", arm, "frames_per_s", params(kind, size, mode))
+					b, ok2 := r.Find("throughput", arm, "frames_per_s", params(kinds[0], size, mode))
+					if ok1 && ok2 {
+						r.Ratio("throughput", arm+" "+kind+"/"+kinds[0], "frames_per_s_ratio", v, b, params(kind+"/"+kinds[0], size, mode))
+					}
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -103,7 +104,7 @@ const warmup = 1000
 // fresh directory that cleanup removes (after the listener is closed).
 func listen(kind string) (ln net.Listener, cleanup func(), err error) {
 	switch kind {
-	case "tcp":
+	case "tcp", "tls": // a TLS pair handshakes on top (socketPair, grpcServe)
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 		return ln, func() {}, err
 	case "uds":
@@ -145,11 +146,40 @@ func socketPair(kind string) (client, server net.Conn, cleanup func(), err error
 		removeDir()
 		return nil, nil, nil, fmt.Errorf("accept failed")
 	}
+	if kind == "tls" {
+		if client, server, err = tlsPair(client, server); err != nil {
+			removeDir()
+			return nil, nil, nil, err
+		}
+	}
 	return client, server, func() {
 		client.Close()
 		server.Close()
 		removeDir()
 	}, nil
+}
+
+// tlsPair runs a mutual TLS handshake over a connected pair of TCP
+// sockets: the floor of a TLS transport, as the plain pair is of TCP.
+func tlsPair(c, s net.Conn) (client, server net.Conn, err error) {
+	ccfg := benchTLS()
+	ccfg.ServerName = "127.0.0.1"
+	tc, ts := tls.Client(c, ccfg), tls.Server(s, benchTLS())
+	done := make(chan error, 1)
+	go func() { done <- ts.Handshake() }()
+	if err = tc.Handshake(); err != nil {
+		c.Close() // the server's handshake ends too
+		s.Close()
+	}
+	if serr := <-done; err == nil {
+		err = serr
+	}
+	if err != nil {
+		c.Close()
+		s.Close()
+		return nil, nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	return tc, ts, nil
 }
 
 // blockingFD returns a blocking duplicate of a socket's descriptor.
