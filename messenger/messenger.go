@@ -1060,6 +1060,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 	var spawned spawnBatch
 	defer spawned.flush()
 	var cs *connState // the batch's connection (one read: one connection)
+	var at arrival    // the batch's arrival (one read: one time)
 	for _, msg := range batch {
 		if m.met != nil {
 			m.met.InboundDequeued.Inc()
@@ -1073,7 +1074,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 		}
 		j := job{msg: msg, hdr: hdr}
 		if len(hdr.headers) != 0 {
-			j.dl = headerDeadline(hdr.headers) // on arrival: the transit is spent
+			j.dl = headerDeadlineAt(hdr.headers, &at) // on arrival: the transit is spent
 		}
 		switch string(hdr.handler) {
 		case proofHandler:
