@@ -559,3 +559,41 @@ func TestHandlerPanicFailsItsCaller(t *testing.T) {
 		})
 	}
 }
+
+// TestSpawnContextsOutliveTheirRun: a spawn worker hands its requests'
+// Contexts out of blocks (contextSlab), but never the same one twice: a
+// Context a handler keeps past its return is its own, after many more
+// requests ran on the same worker.
+func TestSpawnContextsOutliveTheirRun(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var kept []*velo.Context
+	must(t, b.Register(velo.UnaryHandler("keep", func(c *velo.Context) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		kept = append(kept, c)
+		return nil, nil
+	})))
+	const calls = 50 // three blocks and some
+	for range calls {
+		if _, err := a.Unary(ctx, b.InstanceID(), "keep", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != calls {
+		t.Fatalf("%d handler runs, want %d", len(kept), calls)
+	}
+	seen := map[*velo.Context]bool{}
+	for i, c := range kept {
+		if seen[c] {
+			t.Fatalf("call %d got a Context an earlier call had", i)
+		}
+		seen[c] = true
+		if c.Handler != "keep" {
+			t.Fatalf("call %d's Context now names handler %q", i, c.Handler)
+		}
+	}
+}
