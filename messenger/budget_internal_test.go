@@ -102,3 +102,17 @@ func FuzzDeadlineValue(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAppendDecimal: the word-at-a-time digits are strconv's.
+func FuzzAppendDecimal(f *testing.F) {
+	for _, x := range []uint64{0, 1, 9, 10, 99, 100, 9999, 10000, 99999999, 1e8, 1e8 + 1, 123456789012345, 1e16 - 1, 1e16, 1<<64 - 1} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x uint64) {
+		for _, v := range []uint64{x, x % 1e8, x % 1e16} {
+			if got, want := appendDecimal([]byte("a"), v), strconv.AppendUint([]byte("a"), v, 10); !bytes.Equal(got, want) {
+				t.Fatalf("%d: %q, want %q", v, got, want)
+			}
+		}
+	})
+}
