@@ -116,3 +116,37 @@ func FuzzAppendDecimal(f *testing.F) {
 		}
 	})
 }
+
+// TestPooledRequestFrameLivesWhileRetained: a request built in a pooled
+// buffer keeps its bytes while a transport holds a reference, however
+// many requests are built meanwhile, and a transport that does not retain
+// owners gets a frame of its own, with no owner.
+func TestPooledRequestFrameLivesWhileRetained(t *testing.T) {
+	id := ResponseID{Lo: 7, Hi: 9}
+	dl := time.Unix(2e9, 0)
+	want := requestFrame(UnaryResponse, id, "h", nil, []byte("first"))
+	f := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, []byte("first"), time.Time{})
+	if f.Owner == nil {
+		t.Fatal("a small request to a retaining transport is not pooled")
+	}
+	if !bytes.Equal(f.Header, want.Header) || string(f.Payload) != "first" {
+		t.Fatalf("pooled frame %q %q, want %q %q", f.Header, f.Payload, want.Header, want.Payload)
+	}
+	f.Owner.Retain() // the transport's reference
+	f.Release()      // the caller's
+	for range 100 {
+		g := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, []byte("other"), dl)
+		g.Release()
+	}
+	if string(f.Payload) != "first" {
+		t.Fatalf("a retained request now says %q", f.Payload)
+	}
+	f.Release()
+	if g := pooledRequestFrame(&peer{}, UnaryResponse, id, "h", nil, []byte("x"), dl); g.Owner != nil {
+		t.Fatal("a transport that does not retain owners got a pooled frame")
+	}
+	big := make([]byte, sendBufSize)
+	if g := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, big, dl); g.Owner != nil || len(g.Payload) != len(big) {
+		t.Fatal("a request larger than a pooled buffer was pooled")
+	}
+}
