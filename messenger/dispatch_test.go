@@ -597,3 +597,41 @@ func TestSpawnContextsOutliveTheirRun(t *testing.T) {
 		}
 	}
 }
+
+// TestInterleavedHandlersInOneRead: requests to two handlers, interleaved
+// and sent back to back so that reads carry both, each reach their own
+// handler (dispatch looks up the handler gathered last before the map).
+func TestInterleavedHandlersInOneRead(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	const each = 2000
+	var got [2]atomic.Int64
+	done := make(chan struct{})
+	var total atomic.Int64
+	for i, name := range []string{"left", "right"} {
+		must(t, b.Register(velo.FireHandler(name, func(c *velo.Context) {
+			if string(c.Payload) != name {
+				t.Errorf("handler %s got a request for %s", name, c.Payload)
+			}
+			got[i].Add(1)
+			if total.Add(1) == 2*each {
+				close(done)
+			}
+		})))
+	}
+	for range each {
+		for _, name := range []string{"left", "right"} {
+			if err := a.Send(ctx, b.InstanceID(), name, []byte(name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("handlers saw %d and %d of %d each", got[0].Load(), got[1].Load(), each)
+	}
+	if got[0].Load() != each || got[1].Load() != each {
+		t.Fatalf("handlers saw %d and %d, want %d each", got[0].Load(), got[1].Load(), each)
+	}
+}

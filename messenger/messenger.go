@@ -1152,7 +1152,12 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage) {
 // dispatchOne runs or queues one request whose sender the gate accepted.
 func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawnBatch) {
 	hdr, msg := j.hdr, j.msg
-	r := hs[string(hdr.handler)]
+	// A read is mostly requests to one handler: the one gathered last is
+	// a byte comparison away, cheaper than hashing the name.
+	r := spawned.r
+	if r == nil || string(hdr.handler) != r.name {
+		r = hs[string(hdr.handler)]
+	}
 	if r == nil {
 		m.countFailure("dispatch", "unknown_handler")
 		m.replyUnknownHandler(hdr)
