@@ -210,7 +210,11 @@ func deadlineValue(hb []byte) ([]byte, bool) {
 		first = hb[3:]
 	}
 	if bytes.HasPrefix(first, deadlineKey) {
-		r := mpread.New(first[len(deadlineKey):], msgwire.ErrMalformedHeader)
+		val := first[len(deadlineKey):]
+		if len(val) >= 2 && val[0] == 0xd9 && int(val[1]) <= len(val)-2 {
+			return val[2 : 2+int(val[1]) : 2+int(val[1])], true // a str8, as callers write it
+		}
+		r := mpread.New(val, msgwire.ErrMalformedHeader)
 		v, err := r.Str()
 		return v, err == nil
 	}
@@ -222,7 +226,10 @@ func deadlineValue(hb []byte) ([]byte, bool) {
 
 // parseDeadline reads "<left µs>[ <unix µs>]".
 func parseDeadline(v []byte) (left time.Duration, wall int64, hasWall, ok bool) {
-	a, rest, _ := bytes.Cut(v, []byte{' '})
+	a, rest := v, []byte(nil)
+	if i := bytes.IndexByte(v, ' '); i >= 0 { // not bytes.Cut: its search for a one-byte separator costs more than the scan
+		a, rest = v[:i], v[i+1:]
+	}
 	us, ok := parseDecimal(a, 15)
 	if !ok {
 		return 0, 0, false, false
