@@ -679,7 +679,11 @@ type sendBuf struct {
 
 var sendBufs = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, sendBufSize)} }}
 
-func (s *sendBuf) Retain() { s.refs.Add(1) }
+func (s *sendBuf) Retain() {
+	if s.refs.Add(1) <= 1 {
+		panic("velo: a request buffer was retained after its release")
+	}
+}
 
 func (s *sendBuf) Release() {
 	switch n := s.refs.Add(-1); {
