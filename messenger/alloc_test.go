@@ -14,16 +14,21 @@ import (
 // unaryRoundTripAllocs is the most allocations one unary round trip of a
 // 64-byte payload may make, caller and server together, in one process over
 // loopback TCP, without metrics. Measured on go1.26 (with and without
-// -race): 4, and a profile (-memprofilerate=1) names them:
+// -race): 2 (4 before the request buffers were pooled and the Contexts
+// came by the block), and a profile (-memprofilerate=1) names them:
 //
 // caller:
-//  1. request: the request header buffer;
-//  2. onFrame: the copy of the reply payload that the caller keeps (the
+//  1. onFrame: the copy of the reply payload that the caller keeps (the
 //     read buffer goes back to its pool);
 //
 // server:
-//  3. run: the handler Context, whose address the handler gets;
-//  4. reply: the reply header buffer.
+//  2. reply: the reply header buffer;
+//  3. run: the handler Context, whose address the handler gets, one in
+//     sixteen calls only: a spawn worker takes them from a block of its
+//     own (contextSlab); an inline or ordered handler's is one each.
+//
+// The request is built in a pooled buffer (pooledRequestFrame), which TCP
+// copies into its write batch and releases within Send.
 //
 // Spawn mode reuses a parked worker goroutine, so a call starts no
 // goroutine (it used to: two more allocations).
@@ -103,7 +108,11 @@ func TestUnaryRoundTripAllocsWithMetrics(t *testing.T) {
 		without := measure(a0, b0, h, func() {})
 		with := measure(a1, b1, h, func() { b1.Messenger().RebindHandlerMetrics(h, decoy) })
 		t.Logf("%s: allocations per unary round trip (both sides): %v without metrics, %v with", h, without, with)
-		if with > without {
+		slack := 0.0
+		if raceEnabled {
+			slack = 1 // see raceEnabled
+		}
+		if with > without+slack {
 			t.Errorf("%s: metrics add %v allocations per round trip, want none", h, with-without)
 		}
 		if n := testutil.ToFloat64(vm.HandlerRequests.WithLabelValues(h, "unary", "success")); n != 1201 {

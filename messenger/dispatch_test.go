@@ -559,3 +559,79 @@ func TestHandlerPanicFailsItsCaller(t *testing.T) {
 		})
 	}
 }
+
+// TestSpawnContextsOutliveTheirRun: a spawn worker hands its requests'
+// Contexts out of blocks (contextSlab), but never the same one twice: a
+// Context a handler keeps past its return is its own, after many more
+// requests ran on the same worker.
+func TestSpawnContextsOutliveTheirRun(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	var mu sync.Mutex
+	var kept []*velo.Context
+	must(t, b.Register(velo.UnaryHandler("keep", func(c *velo.Context) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		kept = append(kept, c)
+		return nil, nil
+	})))
+	const calls = 50 // three blocks and some
+	for range calls {
+		if _, err := a.Unary(ctx, b.InstanceID(), "keep", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != calls {
+		t.Fatalf("%d handler runs, want %d", len(kept), calls)
+	}
+	seen := map[*velo.Context]bool{}
+	for i, c := range kept {
+		if seen[c] {
+			t.Fatalf("call %d got a Context an earlier call had", i)
+		}
+		seen[c] = true
+		if c.Handler != "keep" {
+			t.Fatalf("call %d's Context now names handler %q", i, c.Handler)
+		}
+	}
+}
+
+// TestInterleavedHandlersInOneRead: requests to two handlers, interleaved
+// and sent back to back so that reads carry both, each reach their own
+// handler (dispatch looks up the handler gathered last before the map).
+func TestInterleavedHandlersInOneRead(t *testing.T) {
+	a, b := pair(t, nil, nil)
+	ctx := testCtx(t)
+	const each = 2000
+	var got [2]atomic.Int64
+	done := make(chan struct{})
+	var total atomic.Int64
+	for i, name := range []string{"left", "right"} {
+		must(t, b.Register(velo.FireHandler(name, func(c *velo.Context) {
+			if string(c.Payload) != name {
+				t.Errorf("handler %s got a request for %s", name, c.Payload)
+			}
+			got[i].Add(1)
+			if total.Add(1) == 2*each {
+				close(done)
+			}
+		})))
+	}
+	for range each {
+		for _, name := range []string{"left", "right"} {
+			if err := a.Send(ctx, b.InstanceID(), name, []byte(name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("handlers saw %d and %d of %d each", got[0].Load(), got[1].Load(), each)
+	}
+	if got[0].Load() != each || got[1].Load() != each {
+		t.Fatalf("handlers saw %d and %d, want %d each", got[0].Load(), got[1].Load(), each)
+	}
+}

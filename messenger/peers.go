@@ -12,6 +12,10 @@ import (
 type peer struct {
 	info    ext.PeerInfo
 	primary ext.Transport
+	// retains: primary keeps a frame's Owner while it holds the frame's
+	// bytes (ext.OwnerRetainer), so a request may be built in a pooled
+	// buffer (pooledRequestFrame).
+	retains bool
 	// proves: the peer's address carries ProofKey, so it answers identity
 	// challenges and a connection speaking for it must prove so.
 	proves bool

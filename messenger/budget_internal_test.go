@@ -1,0 +1,152 @@
+package messenger
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestArrivalReadsTheClockOncePerBatch: the requests of one batch share
+// the time the first deadline among them was read at, however long the
+// batch takes; a batch without deadlines reads no clock; the next batch
+// reads it afresh.
+func TestArrivalReadsTheClockOncePerBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		with, err := EncodeHeaders(map[string]string{DeadlineHeader: "1000000"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		without, err := EncodeHeaders(map[string]string{"x": "y"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var at arrival
+		if !headerDeadlineAt(without, &at).IsZero() || !at.t.IsZero() {
+			t.Fatal("a request without a deadline read the clock")
+		}
+		start := time.Now()
+		first := headerDeadlineAt(with, &at)
+		time.Sleep(time.Second)
+		if again := headerDeadlineAt(with, &at); !again.Equal(first) {
+			t.Fatalf("the batch's second deadline %v, its first %v", again, first)
+		}
+		if want := start.Add(time.Second - time.Microsecond); !first.Equal(want) {
+			t.Fatalf("deadline %v, want %v", first, want)
+		}
+		var next arrival
+		if got := headerDeadlineAt(with, &next); !got.Equal(first.Add(time.Second)) {
+			t.Fatalf("the next batch's deadline %v, want %v", got, first.Add(time.Second))
+		}
+	})
+}
+
+// TestUntilMicroIsSub: the integer distance to a Unix microsecond is the
+// one time.Time.Sub gives, on a clock with nanoseconds, and it is
+// reported exactly when it is under the bound.
+func TestUntilMicroIsSub(t *testing.T) {
+	now := time.Unix(1_780_000_000, 123_456_789)
+	at := arrival{t: now, us: now.UnixNano() / 1e3, frac: time.Duration(now.UnixNano() % 1e3)}
+	for _, off := range []time.Duration{-time.Hour, -maxSkewCut, -time.Microsecond, 0, 1, 999, time.Microsecond, time.Second, 3 * time.Second, maxBudget} {
+		wall := now.Add(off).UnixMicro()
+		want := time.UnixMicro(wall).Sub(now)
+		for _, d := range []time.Duration{0, time.Second, 2 * time.Second, maxBudget} {
+			got, ok := at.untilMicro(wall, d)
+			if ok != (want < d) || ok && got != want {
+				t.Errorf("offset %v, bound %v: %v %v, want %v (under: %v)", off, d, got, ok, want, want < d)
+			}
+		}
+	}
+	if _, ok := at.untilMicro(1e16-1, maxBudget); ok {
+		t.Error("the latest wall came under the largest budget")
+	}
+}
+
+// FuzzParseDecimal: the word-at-a-time reader takes exactly what
+// strconv takes among plain digit strings.
+func FuzzParseDecimal(f *testing.F) {
+	for _, s := range []string{"", "0", "12345678", "123456789", "1234567812345678", "1234567/", "12345678:", " 1", "99999999999999999", "0000000000000001"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseDecimal(b, 16)
+		want, err := strconv.ParseUint(string(b), 10, 64)
+		plain := len(b) > 0 && len(b) <= 16
+		for _, c := range b {
+			plain = plain && '0' <= c && c <= '9'
+		}
+		if ok != (plain && err == nil) || ok && got != want {
+			t.Fatalf("%q: %d %v, want %d %v", b, got, ok, want, err)
+		}
+	})
+}
+
+// FuzzDeadlineValue: the quick lookup finds what lookupHeader finds, in
+// any bytes.
+func FuzzDeadlineValue(f *testing.F) {
+	f.Add([]byte{})
+	hb, _ := EncodeHeaders(map[string]string{DeadlineHeader: "1000 946684801500000", "a": "b"})
+	f.Add(hb)
+	hdr, err := parseRequestHeader(appendRequestHeaderDeadline(nil, UnaryResponse, ResponseID{}, "h", hb, time.Unix(1e9, 0)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(hdr.headers) // the deadline first, as a caller writes it
+	f.Add(append([]byte{0xde, 0, 1}, deadlineKey...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, ok := deadlineValue(b)
+		want, wantOK := lookupHeader(b, DeadlineHeader)
+		if ok != wantOK || !bytes.Equal(v, want) {
+			t.Fatalf("%x: %q %v, want %q %v", b, v, ok, want, wantOK)
+		}
+	})
+}
+
+// FuzzAppendDecimal: the word-at-a-time digits are strconv's.
+func FuzzAppendDecimal(f *testing.F) {
+	for _, x := range []uint64{0, 1, 9, 10, 99, 100, 9999, 10000, 99999999, 1e8, 1e8 + 1, 123456789012345, 1e16 - 1, 1e16, 1<<64 - 1} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x uint64) {
+		for _, v := range []uint64{x, x % 1e8, x % 1e16} {
+			if got, want := appendDecimal([]byte("a"), v), strconv.AppendUint([]byte("a"), v, 10); !bytes.Equal(got, want) {
+				t.Fatalf("%d: %q, want %q", v, got, want)
+			}
+		}
+	})
+}
+
+// TestPooledRequestFrameLivesWhileRetained: a request built in a pooled
+// buffer keeps its bytes while a transport holds a reference, however
+// many requests are built meanwhile, and a transport that does not retain
+// owners gets a frame of its own, with no owner.
+func TestPooledRequestFrameLivesWhileRetained(t *testing.T) {
+	id := ResponseID{Lo: 7, Hi: 9}
+	dl := time.Unix(2e9, 0)
+	want := requestFrame(UnaryResponse, id, "h", nil, []byte("first"))
+	f := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, []byte("first"), time.Time{})
+	if f.Owner == nil {
+		t.Fatal("a small request to a retaining transport is not pooled")
+	}
+	if !bytes.Equal(f.Header, want.Header) || string(f.Payload) != "first" {
+		t.Fatalf("pooled frame %q %q, want %q %q", f.Header, f.Payload, want.Header, want.Payload)
+	}
+	f.Owner.Retain() // the transport's reference
+	f.Release()      // the caller's
+	for range 100 {
+		g := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, []byte("other"), dl)
+		g.Release()
+	}
+	if string(f.Payload) != "first" {
+		t.Fatalf("a retained request now says %q", f.Payload)
+	}
+	f.Release()
+	if g := pooledRequestFrame(&peer{}, UnaryResponse, id, "h", nil, []byte("x"), dl); g.Owner != nil {
+		t.Fatal("a transport that does not retain owners got a pooled frame")
+	}
+	big := make([]byte, sendBufSize)
+	if g := pooledRequestFrame(&peer{retains: true}, UnaryResponse, id, "h", nil, big, dl); g.Owner != nil || len(g.Payload) != len(big) {
+		t.Fatal("a request larger than a pooled buffer was pooled")
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package messenger_test
+
+const raceEnabled = false
