@@ -33,11 +33,12 @@ type Batcher struct {
 	Lane int
 
 	// Who writes the lane (writer.go); guarded by mu.
-	writing     bool          // someone owns the lane's writes
-	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
-	jobs        []LaneJob     // control work queued for the lane's writer
-	OpenWaiters int           // attaches waiting for their OpenSlot to be posted
-	openCh      chan struct{} // closed when OpenSlots were posted; made by a waiter
+	writing     bool            // someone owns the lane's writes
+	rerun       bool            // a pass found the lane taken: the owner wakes the goroutine as it lets go
+	jobs        []LaneJob       // control work queued for the lane's writer
+	OpenWaiters int             // attaches waiting for their OpenSlot to be posted
+	openCh      chan struct{}   // closed when OpenSlots were posted; made by a waiter
+	ctlEnc      muxwire.Encoder // postRecords' encoder: only the owner of the writes uses it
 
 	Mu            sync.Mutex
 	Epoch         uint64
@@ -48,6 +49,8 @@ type Batcher struct {
 	live          int      // open slots
 	Ready         []*OutSlot
 	Opens         []*OutSlot                             // OpenSlots queued for the next write (open)
+	spareOpens    []*OutSlot                             // an empty array for Opens, kept by postOpens
+	retiredBuf    []*OutSlot                             // Build's list of retired slots, reused by the writer
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejected      map[muxwire.SlotID]struct{}            // answers to unadmitted OpenSlots, owed or in the batch being posted
@@ -226,8 +229,12 @@ func (b *Batcher) postOpens() {
 		b.Mu.Unlock()
 		return // an earlier pass wrote ours
 	}
-	b.Opens = nil
-	live := opens[:0:0]
+	// The next attaches queue into the spare array, and this pass's comes
+	// back as the spare when it is done: a zero-RTT open per stream so
+	// queues without allocating.
+	all := opens
+	b.Opens, b.spareOpens = b.spareOpens, nil
+	live := opens[:0] // filtered in place: the array is this pass's alone now
 	for _, s := range opens {
 		if s.Life.Closed() { // an epoch death came first: its peer never hears of it
 			s.openErr, s.openDone = streamerr.ErrCancelled, true
@@ -258,8 +265,15 @@ func (b *Batcher) postOpens() {
 		}
 	}
 	b.openedLocked(opens, err)
+	clear(all)
+	if b.spareOpens == nil && cap(all) <= maxSpareOpens {
+		b.spareOpens = all[:0]
+	}
 	b.Mu.Unlock()
 }
+
+// maxSpareOpens bounds the array of opens a batcher keeps for the next.
+const maxSpareOpens = 64
 
 // allocLocked takes a free index (the last freed first) or a new one.
 func (b *Batcher) allocLocked() (uint32, bool) {

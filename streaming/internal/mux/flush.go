@@ -99,6 +99,7 @@ func (b *Batcher) flush() {
 			for _, s := range retired {
 				s.retire(retire.Discarded)
 			}
+			b.keepRetired(retired)
 			b.postRefused(err)
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
@@ -115,9 +116,24 @@ func (b *Batcher) flush() {
 		for _, s := range retired {
 			s.retire(retire.Sent)
 		}
+		b.keepRetired(retired)
 		if !more {
 			break
 		}
+	}
+}
+
+// keepRetired keeps the array of a batch's retired list for the next
+// Build, which only the owner of the writes calls (flush): a stream's last
+// batch so retires it without allocating a list. The slots are cleared
+// out of it, so it pins none of them.
+func (b *Batcher) keepRetired(retired []*OutSlot) {
+	if cap(retired) == 0 {
+		return
+	}
+	clear(retired)
+	if cap(retired) <= maxSpareOpens {
+		b.retiredBuf = retired[:0]
 	}
 }
 
@@ -296,6 +312,9 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 		var done bool
 		done, cut = b.drainSlotLocked(s, &enc, full, limit)
 		if done {
+			if retired == nil {
+				retired = b.retiredBuf[:0]
+			}
 			retired = append(retired, s)
 		}
 		if cut && len(s.Q) > 0 && !s.Life.Closed() {
