@@ -51,6 +51,7 @@ type Batcher struct {
 	Opens         []*OutSlot                             // OpenSlots queued for the next write (open)
 	spareOpens    []*OutSlot                             // an empty array for Opens, kept by postOpens
 	retiredBuf    []*OutSlot                             // Build's list of retired slots, reused by the writer
+	openedBuf     []*OutSlot                             // Build's list of opened slots, reused by the writer
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejected      map[muxwire.SlotID]struct{}            // answers to unadmitted OpenSlots, owed or in the batch being posted
@@ -174,6 +175,23 @@ func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
 // opens before it lets go, so they share one write instead of each paying
 // a system call.
 func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error) {
+	return b.open(anchorID, session, credit, b.Mx.Cfg.AsyncOpenAck)
+}
+
+// OpenQueued is Open that returns once the OpenSlot is queued, as under
+// AsyncOpenAck: the batcher's next pass, which the call wakes, writes it
+// ahead of the slot's first records, usually in the same batch. It is
+// the open from a ticket (OpenAnchorStream), whose stream's first batch
+// carries its OpenSlot: the owner's bind already waits, so there is no
+// accept window for a post of its own to measure, and that post was a
+// write per stream (in the response plane, 9 of 10 of an engine's
+// batches at no pass delay, a third at 1 ms). A refusal of the post is
+// epoch death, and the stream's sends fail.
+func (b *Batcher) OpenQueued(anchorID, session uint64, credit uint32) (*OutSlot, error) {
+	return b.open(anchorID, session, credit, true)
+}
+
+func (b *Batcher) open(anchorID, session uint64, credit uint32, queued bool) (*OutSlot, error) {
 	b.Mu.Lock()
 	if !b.State.MayWrite() {
 		b.Mu.Unlock()
@@ -192,7 +210,7 @@ func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error
 	s.openSeq = s.Seq
 	s.Seq++
 	b.Opens = append(b.Opens, s)
-	if b.Mx.Cfg.AsyncOpenAck {
+	if queued {
 		b.Mu.Unlock()
 		b.Signal() // the batcher writes queued OpenSlots before any data
 		return s, nil

@@ -95,11 +95,12 @@ func (b *Batcher) flush() {
 			b.openedLocked(opened, err)
 			b.Mu.Unlock()
 		}
+		keepList(&b.openedBuf, opened)
 		if err != nil {
 			for _, s := range retired {
 				s.retire(retire.Discarded)
 			}
-			b.keepRetired(retired)
+			keepList(&b.retiredBuf, retired)
 			b.postRefused(err)
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
@@ -116,24 +117,24 @@ func (b *Batcher) flush() {
 		for _, s := range retired {
 			s.retire(retire.Sent)
 		}
-		b.keepRetired(retired)
+		keepList(&b.retiredBuf, retired)
 		if !more {
 			break
 		}
 	}
 }
 
-// keepRetired keeps the array of a batch's retired list for the next
-// Build, which only the owner of the writes calls (flush): a stream's last
-// batch so retires it without allocating a list. The slots are cleared
-// out of it, so it pins none of them.
-func (b *Batcher) keepRetired(retired []*OutSlot) {
-	if cap(retired) == 0 {
+// keepList keeps the array of a batch's list of retired or opened slots
+// in *buf for the next Build, which only the owner of the writes calls
+// (flush): a stream's first and last batches so list it without
+// allocating. The slots are cleared out of it, so it pins none of them.
+func keepList(buf *[]*OutSlot, l []*OutSlot) {
+	if cap(l) == 0 {
 		return
 	}
-	clear(retired)
-	if cap(retired) <= maxSpareOpens {
-		b.retiredBuf = retired[:0]
+	clear(l)
+	if cap(l) <= maxSpareOpens {
+		*buf = l[:0]
 	}
 }
 
@@ -355,7 +356,7 @@ func (b *Batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	if len(b.Opens) == 0 {
 		return nil
 	}
-	var opened []*OutSlot
+	opened := b.openedBuf[:0]
 	n := 0
 	for _, s := range b.Opens {
 		if s.Life.Closed() {
