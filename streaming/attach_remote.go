@@ -122,7 +122,7 @@ func attachMPSCRemote[T any](ctx context.Context, r *remote, handle wire.AnchorH
 // openMuxMPSCSender opens the slot of an MPSC producer the owner bound for
 // the mux.
 func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, resp wire.MPSCAttachResponse, encode func(T) ([]byte, error)) (*MPSCSender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, false)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, false, false)
 	if err != nil {
 		r.releaseMPSC(owner, handle, resp.SenderID)
 		return nil, err

@@ -55,6 +55,11 @@ func WithSenderCodec(c Codec) SenderOption {
 func senderCodec(opts []SenderOption) Codec { return senderOptions(opts).codec }
 
 func senderOptions(opts []SenderOption) senderConfig {
+	if len(opts) == 0 {
+		// The usual call passes none; the loop below would move cfg to the
+		// heap (its apply is an indirect call), an allocation per stream.
+		return senderConfig{}
+	}
 	var cfg senderConfig
 	for _, o := range opts {
 		if o.apply != nil {

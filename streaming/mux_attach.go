@@ -190,7 +190,7 @@ func (r *remote) muxAcceptWindow() time.Duration {
 
 // openMuxSender opens the slot of a stream the owner bound for the mux.
 func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHandle, resp wire.AttachResponse, encode func(T) ([]byte, error)) (*Sender[T], error) {
-	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, true)
+	s, err := openMuxSlot(ctx, r, handle, resp.RoutingSessionID, resp.InitialCredit, resp.Lane, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -203,8 +203,9 @@ func openMuxSender[T any](ctx context.Context, r *remote, handle wire.AnchorHand
 // closed or its batcher stopped before the slot could open, the owner is
 // told the stream is over (abandonBound), or its consumer would wait out
 // the accept window. A ticket's pre-bind may still be claimed by another
-// producer, and an MPSC producer is released by its own message.
-func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine bool) (*mux.OutSlot, error) {
+// producer, and an MPSC producer is released by its own message. queued
+// returns once the OpenSlot is queued for the batcher (Batcher.OpenQueued).
+func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routing uint64, credit uint32, lane uint8, mine, queued bool) (*mux.OutSlot, error) {
 	if credit == 0 {
 		// No shipped owner answers this; a fallback would reach nothing.
 		return nil, fmt.Errorf("velo: attach %v: the owner answered the mux with no credit window", handle)
@@ -214,6 +215,9 @@ func openMuxSlot(ctx context.Context, r *remote, handle wire.AnchorHandle, routi
 	}
 	peer, ln := handle.Owner(), r.senderLane(handle.Owner(), lane)
 	b, s, err := r.mux.OpenOn(peer, ln, func(b *mux.Batcher) (*mux.OutSlot, error) {
+		if queued {
+			return b.OpenQueued(handle.LocalID(), routing, credit)
+		}
 		return b.Open(handle.LocalID(), routing, credit)
 	})
 	if err != nil {

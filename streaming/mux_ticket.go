@@ -129,7 +129,8 @@ func OpenAnchorStream[T any](ctx context.Context, m *Manager, handle AnchorHandl
 	if _, err := r.greetOwner(ctx, handle); err != nil {
 		return nil, err
 	}
-	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit, ticket.Lane, false)
+	// Queued: the OpenSlot rides the stream's first batch (see OpenQueued).
+	s, err := openMuxSlot(ctx, r, handle, ticket.RoutingSessionID, ticket.InitialCredit, ticket.Lane, false, true)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,11 @@ func (f Frame) ItemBytes() (payload []byte, ok bool) {
 	if f.Kind != KindItem {
 		return nil, false
 	}
+	if v := f.Item; len(v) >= 2 && v[0] == 0xc4 && int(v[1]) == len(v)-2 {
+		// A bin 8, what a token is: read without the general reader,
+		// which cost more than the rest of a consumer's take of it.
+		return v[2:], true
+	}
 	r := mpread.New(f.Item, ErrMalformed)
 	t, err := r.Byte()
 	if err != nil || t < 0xc4 || t > 0xc6 {

@@ -48,7 +48,10 @@ func (f *Feed) Init(slot Slot) { f.slot = slot }
 func (f *Feed) took(n int) {
 	f.buffered.Add(-int64(n))
 	f.drained.Add(1)
-	if f.dirty.CompareAndSwap(false, true) {
+	// A plain load first: the slot is usually listed already (one take
+	// lists it, the rest of a run find it listed), and a failed CAS still
+	// costs a locked instruction on a line the reconciling reader writes.
+	if !f.dirty.Load() && f.dirty.CompareAndSwap(false, true) {
 		f.slot.MarkDirty()
 	}
 }

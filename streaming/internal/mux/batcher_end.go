@@ -116,12 +116,23 @@ func (b *Batcher) postRecords(n, bodyLen int, add func(enc *muxwire.Encoder, i i
 		b.seq++
 		epoch, seq := b.Epoch, b.seq
 		b.Mu.Unlock()
-		var enc muxwire.Encoder
-		enc.Start(make([]byte, 0, muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.Lane, epoch, seq)
+		// A pooled buffer, as flush uses: a zero-RTT open posts a batch
+		// of its own per stream, and a buffer made for it (and the
+		// messenger's copy of it on the unowned path) were two of that
+		// stream's allocations. The encoder is the writer's, not a local
+		// one, which add would move to the heap.
+		enc := &b.ctlEnc
+		ob := b.TakeBuf()
+		enc.Start(ob.bytes(muxwire.BatchHeaderLen+k*muxwire.RecordLen(bodyLen)), b.Lane, epoch, seq)
 		for ; k > 0; i, k = i+1, k-1 {
-			add(&enc, i)
+			add(enc, i)
 		}
-		if err := b.Mx.send(b.peer, b.Lane, enc.Batch()); err != nil {
+		batch := enc.Batch()
+		*enc = muxwire.Encoder{} // holds no buffer past its batch
+		ob.set(batch)
+		err := b.Mx.sendOwned(b.peer, b.Lane, batch, "", ob)
+		ob.Release()
+		if err != nil {
 			return err
 		}
 	}

@@ -55,13 +55,17 @@ func (mx *Mux) armFloor(due time.Time, d time.Duration) {
 // ReconcileDirty returns the credit of every dirty slot of the peer.
 func (ip *IngressPeer) ReconcileDirty() {
 	ip.dirtyMu.Lock()
-	ds := ip.dirty
-	ip.dirty, ip.spare = ip.spare, nil
 	ip.lastVisit = time.Now()
-	ip.dirtyMu.Unlock()
-	if len(ds) == 0 {
+	if len(ip.dirty) == 0 {
+		// Nothing to swap: swapping an empty list would drop its array
+		// (only a list with slots comes back as the spare), and the next
+		// take would make a new one, an allocation per arrival.
+		ip.dirtyMu.Unlock()
 		return
 	}
+	ds := ip.dirty
+	ip.dirty, ip.spare = ip.spare, nil
+	ip.dirtyMu.Unlock()
 	defer ip.returnSpare(ds)
 	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
 	if err != nil {

@@ -33,11 +33,12 @@ type Batcher struct {
 	Lane int
 
 	// Who writes the lane (writer.go); guarded by mu.
-	writing     bool          // someone owns the lane's writes
-	rerun       bool          // a pass found the lane taken: the owner wakes the goroutine as it lets go
-	jobs        []LaneJob     // control work queued for the lane's writer
-	OpenWaiters int           // attaches waiting for their OpenSlot to be posted
-	openCh      chan struct{} // closed when OpenSlots were posted; made by a waiter
+	writing     bool            // someone owns the lane's writes
+	rerun       bool            // a pass found the lane taken: the owner wakes the goroutine as it lets go
+	jobs        []LaneJob       // control work queued for the lane's writer
+	OpenWaiters int             // attaches waiting for their OpenSlot to be posted
+	openCh      chan struct{}   // closed when OpenSlots were posted; made by a waiter
+	ctlEnc      muxwire.Encoder // postRecords' encoder: only the owner of the writes uses it
 
 	Mu            sync.Mutex
 	Epoch         uint64
@@ -48,6 +49,9 @@ type Batcher struct {
 	live          int      // open slots
 	Ready         []*OutSlot
 	Opens         []*OutSlot                             // OpenSlots queued for the next write (open)
+	spareOpens    []*OutSlot                             // an empty array for Opens, kept by postOpens
+	retiredBuf    []*OutSlot                             // Build's list of retired slots, reused by the writer
+	openedBuf     []*OutSlot                             // Build's list of opened slots, reused by the writer
 	singletonTag  string                                 // the _mux_slot header of the batch being built, if it is a singleton
 	lastLen       int                                    // the size of the last batch built: the next buffer's hint
 	rejected      map[muxwire.SlotID]struct{}            // answers to unadmitted OpenSlots, owed or in the batch being posted
@@ -171,6 +175,23 @@ func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
 // opens before it lets go, so they share one write instead of each paying
 // a system call.
 func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error) {
+	return b.open(anchorID, session, credit, b.Mx.Cfg.AsyncOpenAck)
+}
+
+// OpenQueued is Open that returns once the OpenSlot is queued, as under
+// AsyncOpenAck: the batcher's next pass, which the call wakes, writes it
+// ahead of the slot's first records, usually in the same batch. It is
+// the open from a ticket (OpenAnchorStream), whose stream's first batch
+// carries its OpenSlot: the owner's bind already waits, so there is no
+// accept window for a post of its own to measure, and that post was a
+// write per stream (in the response plane, 9 of 10 of an engine's
+// batches at no pass delay, a third at 1 ms). A refusal of the post is
+// epoch death, and the stream's sends fail.
+func (b *Batcher) OpenQueued(anchorID, session uint64, credit uint32) (*OutSlot, error) {
+	return b.open(anchorID, session, credit, true)
+}
+
+func (b *Batcher) open(anchorID, session uint64, credit uint32, queued bool) (*OutSlot, error) {
 	b.Mu.Lock()
 	if !b.State.MayWrite() {
 		b.Mu.Unlock()
@@ -189,7 +210,7 @@ func (b *Batcher) Open(anchorID, session uint64, credit uint32) (*OutSlot, error
 	s.openSeq = s.Seq
 	s.Seq++
 	b.Opens = append(b.Opens, s)
-	if b.Mx.Cfg.AsyncOpenAck {
+	if queued {
 		b.Mu.Unlock()
 		b.Signal() // the batcher writes queued OpenSlots before any data
 		return s, nil
@@ -226,8 +247,12 @@ func (b *Batcher) postOpens() {
 		b.Mu.Unlock()
 		return // an earlier pass wrote ours
 	}
-	b.Opens = nil
-	live := opens[:0:0]
+	// The next attaches queue into the spare array, and this pass's comes
+	// back as the spare when it is done: a zero-RTT open per stream so
+	// queues without allocating.
+	all := opens
+	b.Opens, b.spareOpens = b.spareOpens, nil
+	live := opens[:0] // filtered in place: the array is this pass's alone now
 	for _, s := range opens {
 		if s.Life.Closed() { // an epoch death came first: its peer never hears of it
 			s.openErr, s.openDone = streamerr.ErrCancelled, true
@@ -258,8 +283,15 @@ func (b *Batcher) postOpens() {
 		}
 	}
 	b.openedLocked(opens, err)
+	clear(all)
+	if b.spareOpens == nil && cap(all) <= maxSpareOpens {
+		b.spareOpens = all[:0]
+	}
 	b.Mu.Unlock()
 }
+
+// maxSpareOpens bounds the array of opens a batcher keeps for the next.
+const maxSpareOpens = 64
 
 // allocLocked takes a free index (the last freed first) or a new one.
 func (b *Batcher) allocLocked() (uint32, bool) {

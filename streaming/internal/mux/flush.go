@@ -95,10 +95,12 @@ func (b *Batcher) flush() {
 			b.openedLocked(opened, err)
 			b.Mu.Unlock()
 		}
+		keepList(&b.openedBuf, opened)
 		if err != nil {
 			for _, s := range retired {
 				s.retire(retire.Discarded)
 			}
+			keepList(&b.retiredBuf, retired)
 			b.postRefused(err)
 			// No build ran after the refused one, so nothing marked the
 			// batcher asleep: with awake left true, no later send would
@@ -115,9 +117,24 @@ func (b *Batcher) flush() {
 		for _, s := range retired {
 			s.retire(retire.Sent)
 		}
+		keepList(&b.retiredBuf, retired)
 		if !more {
 			break
 		}
+	}
+}
+
+// keepList keeps the array of a batch's list of retired or opened slots
+// in *buf for the next Build, which only the owner of the writes calls
+// (flush): a stream's first and last batches so list it without
+// allocating. The slots are cleared out of it, so it pins none of them.
+func keepList(buf *[]*OutSlot, l []*OutSlot) {
+	if cap(l) == 0 {
+		return
+	}
+	clear(l)
+	if cap(l) <= maxSpareOpens {
+		*buf = l[:0]
 	}
 }
 
@@ -296,6 +313,9 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 		var done bool
 		done, cut = b.drainSlotLocked(s, &enc, full, limit)
 		if done {
+			if retired == nil {
+				retired = b.retiredBuf[:0]
+			}
 			retired = append(retired, s)
 		}
 		if cut && len(s.Q) > 0 && !s.Life.Closed() {
@@ -336,7 +356,7 @@ func (b *Batcher) takeOpensLocked(enc *muxwire.Encoder, full func(int) bool) []*
 	if len(b.Opens) == 0 {
 		return nil
 	}
-	var opened []*OutSlot
+	opened := b.openedBuf[:0]
 	n := 0
 	for _, s := range b.Opens {
 		if s.Life.Closed() {

@@ -46,7 +46,8 @@ func (mx *Mux) sweep() {
 // DrainVisitFloor, and arms the floor timer for those it must skip.
 func (mx *Mux) Doorbell() {
 	now := time.Now()
-	for _, ip := range mx.dirtyPeers() {
+	var buf [8]*IngressPeer // on the stack: a doorbell per forward pass allocates no list
+	for _, ip := range mx.dirtyPeers(buf[:0]) {
 		ip.dirtyMu.Lock()
 		due := ip.lastVisit.Add(mx.Cfg.DrainVisitFloor)
 		ip.dirtyMu.Unlock()
@@ -70,19 +71,20 @@ func (mx *Mux) Walk(now time.Time) {
 		return
 	}
 	mx.expirePending(tick)
-	for _, ip := range mx.dirtyPeers() {
+	var buf [8]*IngressPeer
+	for _, ip := range mx.dirtyPeers(buf[:0]) {
 		ip.ReconcileDirty()
 	}
 	mx.evictIdle(now)
 }
 
-// dirtyPeers lists the ingress peers with slots to reconcile. It is nil,
-// and allocates nothing, when none has any: the idle node's tick. The
-// dirty lock is a leaf, so it may nest in the mux's.
-func (mx *Mux) dirtyPeers() []*IngressPeer {
+// dirtyPeers appends the ingress peers with slots to reconcile to out (a
+// caller's array on its stack, so that neither the idle node's tick nor a
+// doorbell allocates a list). The dirty lock is a leaf, so it may nest in
+// the mux's.
+func (mx *Mux) dirtyPeers(out []*IngressPeer) []*IngressPeer {
 	mx.Mu.Lock()
 	defer mx.Mu.Unlock()
-	var out []*IngressPeer
 	for _, ip := range mx.Ingress {
 		ip.dirtyMu.Lock()
 		n := len(ip.dirty)
