@@ -13,23 +13,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func factory() transporttest.Factory {
+func factory() transporttest.Factory { return factoryWith() }
+
+// factoryWith is the suite's factory for transports built with base and
+// the options the suite asks for.
+func factoryWith(base ...tcp.Option) transporttest.Factory {
 	return transporttest.Factory{
 		New: func(t testing.TB, o transporttest.Options) ext.Transport {
-			var opts []tcp.Option
-			if o.Lanes > 0 {
-				opts = append(opts, tcp.WithLanes(o.Lanes))
-			}
-			if o.ChannelBytes > 0 {
-				opts = append(opts, tcp.WithChannelBytes(o.ChannelBytes))
-			}
-			if o.TeardownGrace > 0 {
-				opts = append(opts, tcp.WithTeardownGrace(o.TeardownGrace))
-			}
-			if o.MaxFrameSize > 0 {
-				opts = append(opts, tcp.WithMaxFrameSize(o.MaxFrameSize))
-			}
-			tr, err := tcp.New(opts...)
+			tr, err := tcp.New(append(suiteOptions(o), base...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -38,6 +29,24 @@ func factory() transporttest.Factory {
 		DialRaw: func(ep []byte) (net.Conn, error) { return dialRaw(ep) },
 		Kill:    tcp.Kill,
 	}
+}
+
+// suiteOptions turns the suite's options into the transport's.
+func suiteOptions(o transporttest.Options) []tcp.Option {
+	var opts []tcp.Option
+	if o.Lanes > 0 {
+		opts = append(opts, tcp.WithLanes(o.Lanes))
+	}
+	if o.ChannelBytes > 0 {
+		opts = append(opts, tcp.WithChannelBytes(o.ChannelBytes))
+	}
+	if o.TeardownGrace > 0 {
+		opts = append(opts, tcp.WithTeardownGrace(o.TeardownGrace))
+	}
+	if o.MaxFrameSize > 0 {
+		opts = append(opts, tcp.WithMaxFrameSize(o.MaxFrameSize))
+	}
+	return opts
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, factory()) }

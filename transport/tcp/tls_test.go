@@ -29,27 +29,7 @@ func newPKI(name string) pki { return pki{testcert.NewCA(name)} }
 func (p pki) mutual(cn string) *tls.Config { return testcert.Mutual(p.ca, p.ca.Issue(cn)) }
 
 func tlsFactory(p pki) transporttest.Factory {
-	f := factory()
-	f.New = func(t testing.TB, o transporttest.Options) ext.Transport {
-		opts := []tcp.Option{tcp.WithTLS(p.mutual("node"))}
-		if o.Lanes > 0 {
-			opts = append(opts, tcp.WithLanes(o.Lanes))
-		}
-		if o.ChannelBytes > 0 {
-			opts = append(opts, tcp.WithChannelBytes(o.ChannelBytes))
-		}
-		if o.TeardownGrace > 0 {
-			opts = append(opts, tcp.WithTeardownGrace(o.TeardownGrace))
-		}
-		if o.MaxFrameSize > 0 {
-			opts = append(opts, tcp.WithMaxFrameSize(o.MaxFrameSize))
-		}
-		tr, err := tcp.New(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
+	f := factoryWith(tcp.WithTLS(p.mutual("node")))
 	// A raw socket of a TLS transport is a TLS connection with a valid
 	// client certificate: the bytes fed to it must reach the frame reader.
 	f.DialRaw = func(ep []byte) (net.Conn, error) {
