@@ -1334,9 +1334,9 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 	if errors.Is(err, ext.ErrPeerShutdown) {
 		// The peer shut down in order: it answered what it accepted, but
 		// its answers travel on its own connection to us, which may trail
-		// the end of ours by a little. What has no answer by then was
+		// the end of ours. What has no answer once they stop coming was
 		// refused.
-		time.AfterFunc(msgwire.PeerShutdownGrace, fail)
+		failWhenQuiet(func() int { return m.slots.countPeer(w) }, fail)
 	} else {
 		fail()
 	}

@@ -344,6 +344,23 @@ func (t *slotTable) failPeer(peer ext.WorkerID, err error) int {
 	return t.failWhere(err, func(s *slot) bool { return s.peer.Load() == uint64(peer) })
 }
 
+// countPeer is how many calls to peer wait for their answer.
+func (t *slotTable) countPeer(peer ext.WorkerID) int {
+	n := 0
+	for i := range t.fresh.Load() {
+		s := t.at(i)
+		if s == nil || s.peer.Load() != uint64(peer) {
+			continue
+		}
+		s.mu.Lock()
+		if s.busy && s.peer.Load() == uint64(peer) {
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
 // failAll delivers err to every busy slot (at shutdown). Waiting callers
 // are woken here; the callbacks of asynchronous calls run on a goroutine of
 // their own, since the goroutine running the shutdown must not run user
