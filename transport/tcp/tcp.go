@@ -101,6 +101,9 @@ type network struct {
 }
 
 func (n *network) control(_, _ string, c syscall.RawConn) error {
+	if err := streamsock.SetUserTimeout(c, streamsock.UserTimeout); err != nil {
+		return err
+	}
 	if n.o.buffers < 0 {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/streamsock"
@@ -24,11 +25,21 @@ type Net interface {
 // TCP is the path's network outside tests.
 type TCP struct{}
 
-func (TCP) Listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+// Both ends set TCP_USER_TIMEOUT (streamsock.UserTimeout, on Linux), as the
+// reference does on its per-stream sockets: a stream to a host that
+// vanished fails within 30 s instead of retransmitting for minutes.
+func (TCP) Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: userTimeout}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
 
 func (TCP) Dial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
+	d := net.Dialer{Control: userTimeout}
 	return d.DialContext(ctx, "tcp", addr)
+}
+
+func userTimeout(_, _ string, c syscall.RawConn) error {
+	return streamsock.SetUserTimeout(c, streamsock.UserTimeout)
 }
 
 // TLS runs the connections of a Net under TLS with one config for both
