@@ -12,9 +12,9 @@ import (
 // reference sets it on its per-stream sockets. Without it a write to a host
 // that vanished (powered off, cut off: nothing answers, not even a reset)
 // retransmits for about a quarter of an hour before it fails; with it the
-// connection fails after 30 s and the peer is reported lost. A peer that
-// keeps its connection open but stops reading is bounded the same way
-// (zero-window probes count too).
+// connection fails after 30 s and the peer is reported lost. On kernels
+// from 5.1 a peer that keeps its connection open but stops reading is
+// bounded the same way (its zero-window probes count too).
 const UserTimeout = 30 * time.Second
 
 // SetUserTimeout sets TCP_USER_TIMEOUT on a TCP socket (Linux only: a no-op
