@@ -33,6 +33,8 @@ type streamConn struct {
 
 	finished atomic.Bool // CloseWrite ran: our FIN is queued
 	sawEOF   atomic.Bool // the peer's FIN was read
+	eof      chan struct{} // closed when sawEOF is first set
+	eofOnce  sync.Once
 	once     sync.Once
 
 	// quic-go's Stream.Close while a Write is blocked leaves that Write
@@ -80,6 +82,7 @@ var errIdle = errors.New("quic: no packet from the peer within the idle timeout"
 func (c *streamConn) mapErr(err error) error {
 	if errors.Is(err, io.EOF) {
 		c.sawEOF.Store(true)
+		c.eofOnce.Do(func() { close(c.eof) })
 		return io.EOF
 	}
 	var ae *quic.ApplicationError
@@ -138,9 +141,13 @@ func (c *streamConn) Close() error {
 			// mid-write as the lane aborts): what it holds fails.
 			c.st.CancelWrite(0)
 			c.qc.CloseWithError(0, "")
-		case c.dialed || (c.finished.Load() && !c.sawEOF.Load()):
+		case c.dialed:
 			c.st.Close()
-			c.n.linger(c.qc)
+			c.n.linger(c.qc, nil)
+		case c.finished.Load() && !c.sawEOF.Load():
+			// After the goodbye: the dialer's end of the stream means it
+			// read ours, and its reader is still running to see it.
+			c.n.linger(c.qc, c.eof)
 		default:
 			c.st.CancelRead(0)
 			c.qc.CloseWithError(0, "")

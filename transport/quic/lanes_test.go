@@ -126,3 +126,34 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// Waiting for the peer to take what was written costs nothing when the
+// peer is there: a listener that says goodbye, and then the dialer that
+// hears it, close at once rather than after their 1 s wait.
+func TestShutdownWithALivePeerIsPrompt(t *testing.T) {
+	rx := startQUIC(t)
+	tx := startQUIC(t)
+	if err := tx.tr.Register(rx.info); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.tr.Send(rx.info.InstanceID, ext.Frame{Type: ext.Message, Header: []byte("h")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := rx.adapter.Messages().Pop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Done()
+	for _, s := range []*started{rx, tx} {
+		begin := time.Now()
+		s.tr.Shutdown()
+		<-s.tr.Closed()
+		// The shared teardown alone waits for its goodbye writes; the
+		// 1 s finish wait must not add to it.
+		if d := time.Since(begin); d > 700*time.Millisecond {
+			t.Fatalf("shutdown took %v with a live peer", d)
+		}
+	}
+}

@@ -195,7 +195,7 @@ func (n *network) DialLane(ctx context.Context, ep []byte, lane int) (net.Conn, 
 		qc.CloseWithError(0, "")
 		return nil, markDialError(addr, err)
 	}
-	return &streamConn{n: n, qc: qc, st: st, dialed: true}, nil
+	return &streamConn{n: n, qc: qc, st: st, dialed: true, eof: make(chan struct{})}, nil
 }
 
 // client is the dial socket of lane, bound on first use: each lane has its
@@ -226,8 +226,9 @@ func (n *network) client(lane int, to *net.UDPAddr) (*quic.Transport, error) {
 	return tr, nil
 }
 
-// linger closes qc once the peer has closed it, or after finishGrace.
-func (n *network) linger(qc *quic.Conn) {
+// linger closes qc once the peer has closed it (or done, when not nil, is
+// closed), or after finishGrace.
+func (n *network) linger(qc *quic.Conn, done <-chan struct{}) {
 	n.lingers.Add(1)
 	go func() {
 		defer n.lingers.Done()
@@ -235,6 +236,7 @@ func (n *network) linger(qc *quic.Conn) {
 		defer t.Stop()
 		select {
 		case <-qc.Context().Done():
+		case <-done:
 		case <-t.C:
 		}
 		qc.CloseWithError(0, "")
@@ -314,7 +316,7 @@ func (l *listener) awaitStream(qc *quic.Conn) {
 		qc.CloseWithError(0, "")
 		return
 	}
-	c := &streamConn{n: l.n, qc: qc, st: st}
+	c := &streamConn{n: l.n, qc: qc, st: st, eof: make(chan struct{})}
 	select {
 	case l.conns <- c:
 	case <-l.done:
