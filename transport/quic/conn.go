@@ -31,8 +31,8 @@ type streamConn struct {
 	st     *quic.Stream
 	dialed bool
 
-	finished atomic.Bool // CloseWrite ran: our FIN is queued
-	sawEOF   atomic.Bool // the peer's FIN was read
+	finished atomic.Bool   // CloseWrite ran: our FIN is queued
+	sawEOF   atomic.Bool   // the peer's FIN was read
 	eof      chan struct{} // closed when sawEOF is first set
 	eofOnce  sync.Once
 	once     sync.Once
