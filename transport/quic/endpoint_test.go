@@ -161,3 +161,25 @@ func TestLaneAddrSpreadsLanes(t *testing.T) {
 		t.Fatalf("lane 0 with offset 6 dials %s, want port 7002", addr)
 	}
 }
+
+// DecodeEndpoint reads what peers send; whatever the bytes, it returns an
+// entry or an error matching ErrBadEndpoint, and what it accepts
+// re-encodes to an entry that decodes the same.
+func FuzzDecodeEndpoint(f *testing.F) {
+	f.Add(goldenInfo().Encode())
+	f.Add([]byte{0x80})
+	f.Add([]byte{0x92, 0x90, 0xc4, 0x20})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		e, err := quic.DecodeEndpoint(raw)
+		if err != nil {
+			if !errors.Is(err, quic.ErrBadEndpoint) {
+				t.Fatalf("error %v does not match ErrBadEndpoint", err)
+			}
+			return
+		}
+		again, err := quic.DecodeEndpoint(e.Encode())
+		if err != nil || again.Fingerprint != e.Fingerprint || len(again.Ports) != len(e.Ports) || len(again.Endpoints) != len(e.Endpoints) {
+			t.Fatalf("re-encoded entry decodes as %+v, %v; was %+v", again, err, e)
+		}
+	})
+}

@@ -37,12 +37,20 @@ const Key ext.TransportKey = "quic"
 
 // Defaults of the options below.
 const (
-	DefaultKeepAlive       = 5 * time.Second
-	DefaultIdleTimeout     = 15 * time.Second
-	DefaultConnectTimeout  = 5 * time.Second
+	// DefaultKeepAlive is the QUIC keep-alive interval (WithKeepAlive).
+	DefaultKeepAlive = 5 * time.Second
+	// DefaultIdleTimeout is three keep-alives (WithIdleTimeout): the bound
+	// on finding a peer that died without closing.
+	DefaultIdleTimeout = 15 * time.Second
+	// DefaultConnectTimeout bounds a dial's handshake (WithConnectTimeout).
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultServerEndpoints is the number of server sockets
+	// (WithServerEndpoints).
 	DefaultServerEndpoints = 4
-	DefaultRecvBuffer      = 8 << 20
-	DefaultSendBuffer      = 4 << 20
+	// DefaultRecvBuffer is the SO_RCVBUF requested on every UDP socket.
+	DefaultRecvBuffer = 8 << 20
+	// DefaultSendBuffer is the SO_SNDBUF requested on every UDP socket.
+	DefaultSendBuffer = 4 << 20
 	// DefaultPriority is below TCP's 100: on one network TCP is the
 	// cheaper of the two, so a peer reachable by both is sent TCP.
 	DefaultPriority = 90
