@@ -21,6 +21,13 @@ type Network interface {
 	Dial(ctx context.Context, endpoint []byte) (net.Conn, error)
 }
 
+// LaneDialer is implemented by a Network whose dial depends on the lane:
+// QUIC dials each lane from its own UDP socket, to the peer socket that
+// lane is spread to. Lanes dial with DialLane when the Network has it.
+type LaneDialer interface {
+	DialLane(ctx context.Context, endpoint []byte, lane int) (net.Conn, error)
+}
+
 // EndpointChecker is implemented by a Network that can tell, when a peer
 // registers, whether its endpoint is one it could dial.
 type EndpointChecker interface {

@@ -411,7 +411,13 @@ func (l *lane) dial() (net.Conn, error) {
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := l.t.net.Dial(ctx, l.peer.endpoint)
+	var conn net.Conn
+	var err error
+	if ld, ok := l.t.net.(LaneDialer); ok {
+		conn, err = ld.DialLane(ctx, l.peer.endpoint, l.idx)
+	} else {
+		conn, err = l.t.net.Dial(ctx, l.peer.endpoint)
+	}
 	if err != nil {
 		return nil, err
 	}

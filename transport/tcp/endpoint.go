@@ -162,6 +162,12 @@ func localPrefixes() []netip.Prefix {
 	return out
 }
 
+// Advertise lists the interfaces that a listener bound to addr puts in its
+// address entry, as a TCP listener does: a specific IP alone, or for a
+// wildcard every interface that is up. The QUIC transport advertises the
+// same list.
+func Advertise(addr netip.AddrPort) []Interface { return advertise(addr) }
+
 // advertise lists the interfaces to put in the address for a listener on
 // addr. A specific IP is advertised alone; a wildcard lists every interface
 // that is up and not loopback in its family, or loopback when there is none.
