@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/testcert"
+	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
 )
@@ -25,7 +26,7 @@ type Node struct {
 
 // NewTransport builds a transport by name: "tcp", "tls" (TCP with mutual
 // TLS 1.3, every node's certificate signed by one CA made for this
-// process) or "uds".
+// process), "uds" or "quic".
 func NewTransport(kind string) (ext.Transport, error) {
 	switch kind {
 	case "tcp":
@@ -34,8 +35,10 @@ func NewTransport(kind string) (ext.Transport, error) {
 		return tcp.New(append(tcpBufferOption(), tcp.WithTLS(benchTLS()))...)
 	case "uds":
 		return uds.New()
+	case "quic":
+		return quic.New()
 	}
-	return nil, fmt.Errorf("unknown transport %q (want tcp, tls or uds)", kind)
+	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds or quic)", kind)
 }
 
 // benchCA signs the certificates of the "tls" transports of one run.
