@@ -162,6 +162,11 @@ func localPrefixes() []netip.Prefix {
 	return out
 }
 
+// Advertise lists the interfaces a listener bound to addr puts in its
+// address entry, as advertise does for this transport. Other transports
+// whose entry has the TCP shape (gRPC) use it.
+func Advertise(addr netip.AddrPort) []Interface { return advertise(addr) }
+
 // advertise lists the interfaces to put in the address for a listener on
 // addr. A specific IP is advertised alone; a wildcard lists every interface
 // that is up and not loopback in its family, or loopback when there is none.
