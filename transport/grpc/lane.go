@@ -109,7 +109,7 @@ func (l *lane) run() {
 	readerDone := make(chan struct{})
 	l.t.wg.Add(1)
 	go l.read(stream, readerDone)
-	err = l.write(stream)
+	err = l.write(stream, readerDone)
 	if err == nil { // teardown: the queue is written; end the stream in order
 		err = ext.ErrTransportClosed
 		if stream.CloseSend() == nil {
@@ -122,7 +122,7 @@ func (l *lane) run() {
 
 // write sends queued frames until the lane stops. It returns nil at a
 // teardown once the queue is empty, or the error that ended the stream.
-func (l *lane) write(stream ggrpc.ClientStream) error {
+func (l *lane) write(stream ggrpc.ClientStream, readerDone <-chan struct{}) error {
 	var batch []ext.Frame
 	for {
 		batch = l.take(batch[:0])
@@ -147,8 +147,17 @@ func (l *lane) write(stream ggrpc.ClientStream) error {
 			out := AppendFramedData(make([]byte, 0, framedSize(f)), f)
 			if err := stream.SendMsg(&message{out: out}); err != nil {
 				// SendMsg says io.EOF when the stream ended; the reader
-				// gets its status and reports the loss.
+				// gets its status and reports the loss. Wait for it, so
+				// the failed frames carry the loss as their cause, but not
+				// past readerWait: a reader may be held by a full inbound
+				// queue.
 				err = fmt.Errorf("grpc: writing to %s: %w", l.p.addr, err)
+				timer := time.NewTimer(readerWait)
+				select {
+				case <-readerDone:
+				case <-timer.C:
+				}
+				timer.Stop()
 				l.reportAll(batch[i:], err)
 				return err
 			}
@@ -191,6 +200,7 @@ func (l *lane) read(stream ggrpc.ClientStream, done chan<- struct{}) {
 			report := l.lossReport(err)
 			l.abort()
 			if report != nil {
+				l.t.log.Debug("grpc: stream lost", "peer", l.p.id, "lane", l.idx, "err", report)
 				a.ReportPeerLost(l.p.id, report)
 			}
 			return
@@ -198,6 +208,7 @@ func (l *lane) read(stream ggrpc.ClientStream, done chan<- struct{}) {
 		f, err := ParseFramedData(m.in, l.t.o.maxFrame)
 		if err != nil {
 			obs.Rejection(ext.RejectMalformed)
+			l.t.log.Debug("grpc: skipped a malformed message", "peer", l.p.id, "err", err)
 			continue // as the reference: a bad message is skipped
 		}
 		obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())

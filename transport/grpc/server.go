@@ -100,6 +100,7 @@ func (t *Transport) readStream(s *inStream) error {
 		obs := t.obs()
 		if err != nil {
 			obs.Rejection(ext.RejectMalformed)
+			t.log.Debug("grpc: closed a stream that sent a malformed message", "err", err)
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
