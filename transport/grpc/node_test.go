@@ -11,6 +11,7 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	vgrpc "github.com/velo-go/velo/transport/grpc"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 type grpcNode struct {
@@ -227,4 +228,69 @@ func (n *transportNode) pop(t testing.TB) {
 		t.Fatal(err)
 	}
 	m.Done()
+}
+
+// TestReconnectAfterThePeerRestarts: once a peer that died listens again
+// at its address, the next sends open a new stream on the same client
+// connection (grpc-go redials it) and arrive.
+func TestReconnectAfterThePeerRestarts(t *testing.T) {
+	srv := startTransport(t)
+	cli := startTransport(t)
+	lost := make(chan error, 16)
+	cli.a.SetPeerLostHandler(func(_ ext.InstanceID, err error) { lost <- err })
+	cli.register(t, srv)
+	if _, err := cli.tr.Send(srv.id, ext.Frame{Type: ext.Message, Header: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	srv.pop(t)
+	addr, err := tcp.DialAddr(srv.ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vgrpc.Kill(srv.tr)
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dead peer was never reported lost")
+	}
+	again := startTransportWith(t, 0, vgrpc.WithListenAddr(addr))
+	// Sends until one arrives: one made while the client connection still
+	// backs off from a failed attempt fails (and is reported), as it should.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := cli.tr.Send(srv.id, ext.Frame{Type: ext.Message, Header: []byte("2")}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		m, err := again.a.Messages().Pop(ctx)
+		cancel()
+		if err == nil {
+			m.Done()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no frame reached the restarted peer")
+		}
+	}
+	if err := cli.tr.CheckHealth(context.Background(), srv.id); err != nil {
+		t.Fatalf("health after the reconnect: %v", err)
+	}
+}
+
+// TestCheckHealth: a live peer is healthy before any send; a dead one is
+// unreachable within the caller's context.
+func TestCheckHealth(t *testing.T) {
+	srv := startTransport(t)
+	cli := startTransport(t)
+	cli.register(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cli.tr.CheckHealth(ctx, srv.id); err != nil {
+		t.Fatalf("health of a live peer: %v", err)
+	}
+	vgrpc.Kill(srv.tr)
+	<-srv.tr.Closed()
+	if err := cli.tr.CheckHealth(ctx, srv.id); !errors.Is(err, ext.ErrPeerUnreachable) {
+		t.Fatalf("health of a dead peer: %v, want ErrPeerUnreachable", err)
+	}
 }

@@ -120,6 +120,7 @@ type Transport struct {
 
 	peersMu sync.Mutex
 	peers   map[ext.InstanceID]*peer
+	conns   map[*ggrpc.ClientConn]struct{} // open client connections, under peersMu
 
 	closing  atomic.Bool
 	shutOnce sync.Once
@@ -168,8 +169,8 @@ func New(opts ...Option) (*Transport, error) {
 	}
 	t := &Transport{
 		o: o, log: o.logger.With("transport", string(Key)),
-		peers: map[ext.InstanceID]*peer{},
-		bye:   make(chan struct{}), closedCh: make(chan struct{}), serveErr: make(chan error, 1),
+		peers: map[ext.InstanceID]*peer{}, conns: map[*ggrpc.ClientConn]struct{}{},
+		bye: make(chan struct{}), closedCh: make(chan struct{}), serveErr: make(chan error, 1),
 	}
 	t.obsv.Store(&obsBox{ext.NopObservability{}})
 	return t, nil
@@ -299,7 +300,6 @@ func (t *Transport) closePeer(p *peer) {
 	p.gone = true
 	lanes := append([]*lane(nil), p.lanes...)
 	cc := p.cc
-	p.cc = nil
 	p.mu.Unlock()
 	for _, l := range lanes {
 		if l != nil {
@@ -309,16 +309,13 @@ func (t *Transport) closePeer(p *peer) {
 	if cc == nil {
 		return
 	}
-	t.wg.Add(1)
 	go func() {
-		defer t.wg.Done()
 		for _, l := range lanes {
 			if l != nil {
 				<-l.done
 			}
 		}
-		cc.Close()
-		t.obs().ActiveConnections(-1)
+		t.closeConn(cc)
 	}()
 }
 
@@ -400,6 +397,9 @@ func (t *Transport) laneFor(target ext.InstanceID, idx int) (*lane, error) {
 			return nil, fmt.Errorf("grpc: peer %s at %s: %w: %w", target, p.addr, ext.ErrPeerUnreachable, err)
 		}
 		p.cc = cc
+		t.peersMu.Lock()
+		t.conns[cc] = struct{}{}
+		t.peersMu.Unlock()
 		t.obs().ActiveConnections(1)
 	}
 	l := newLane(t, p, idx)
@@ -494,13 +494,13 @@ func (t *Transport) shutdown(abrupt bool) {
 			}
 			p.mu.Unlock()
 		}
-		go t.finishShutdown(peers, deadline, abrupt)
+		go t.finishShutdown(deadline, abrupt)
 	})
 }
 
 // finishShutdown waits for the writers (up to the deadline), stops the
 // server, closes the peers' connections and then Closed.
-func (t *Transport) finishShutdown(peers []*peer, deadline time.Time, abrupt bool) {
+func (t *Transport) finishShutdown(deadline time.Time, abrupt bool) {
 	if !abrupt {
 		waitUntil(&t.lanes, deadline)
 	}
@@ -523,18 +523,32 @@ func (t *Transport) finishShutdown(peers []*peer, deadline time.Time, abrupt boo
 		<-t.serveErr
 	}
 	t.lanes.Wait() // each ends by its deadline, or at once when aborted
-	for _, p := range peers {
-		p.mu.Lock()
-		if p.cc != nil {
-			p.cc.Close()
-			t.obs().ActiveConnections(-1)
-		}
-		p.mu.Unlock()
+	t.peersMu.Lock()
+	conns := make([]*ggrpc.ClientConn, 0, len(t.conns))
+	for cc := range t.conns {
+		conns = append(conns, cc)
+	}
+	t.peersMu.Unlock()
+	for _, cc := range conns {
+		t.closeConn(cc)
 	}
 	// A reader blocked on a full inbound queue ends when the node closes
 	// its adapter, which it may do only after Closed: bound the wait.
 	waitUntil(&t.wg, time.Now().Add(readerWait))
 	close(t.closedCh)
+}
+
+// closeConn closes a peer's client connection, once: an unregistered
+// peer's as its lanes end, the rest at shutdown.
+func (t *Transport) closeConn(cc *ggrpc.ClientConn) {
+	t.peersMu.Lock()
+	_, open := t.conns[cc]
+	delete(t.conns, cc)
+	t.peersMu.Unlock()
+	if open {
+		cc.Close()
+		t.obs().ActiveConnections(-1)
+	}
 }
 
 // goodbyeWait bounds how long the server waits, past the grace, for its
