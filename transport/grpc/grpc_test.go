@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -290,4 +289,20 @@ func TestAddressEntryGolden(t *testing.T) {
 	}
 }
 
-var _ = errors.Is
+
+// TestSendBeforeStartIsRefused: with no adapter yet there is nobody to
+// tell a frame's fate, so the send fails at once.
+func TestSendBeforeStartIsRefused(t *testing.T) {
+	tr, err := vgrpc.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { tr.Shutdown(); <-tr.Closed() }()
+	id := ext.NewInstanceID()
+	if err := tr.Register(ext.PeerInfo{InstanceID: id, Address: ext.WorkerAddress{vgrpc.Key: []byte("127.0.0.1:1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Send(id, ext.Frame{Type: ext.Message}); err == nil {
+		t.Fatal("a send before Start was taken")
+	}
+}

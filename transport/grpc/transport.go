@@ -38,11 +38,16 @@ import (
 	"time"
 
 	ggrpc "google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 	"github.com/velo-go/velo/transport/tcp"
 )
+
+// errNotStarted refuses a send before Start: there is no adapter to
+// report its fate to.
+var errNotStarted = errors.New("grpc: transport not started")
 
 // Key is the address key of the gRPC transport, as in the reference.
 const Key ext.TransportKey = "grpc"
@@ -55,6 +60,13 @@ const (
 	// msgOverhead is what a FramedData message adds to a frame's bytes:
 	// three tags and length varints and the preamble, with room to spare.
 	msgOverhead = 64
+
+	// Keep-alive: a client pings after keepaliveTime without traffic and
+	// drops the connection when no answer comes within keepaliveTimeout;
+	// the server lets clients ping as often as every keepaliveMinTime.
+	keepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 10 * time.Second
+	keepaliveMinTime = 10 * time.Second
 )
 
 // Option configures the transport.
@@ -122,6 +134,7 @@ type Transport struct {
 	peers   map[ext.InstanceID]*peer
 	conns   map[*ggrpc.ClientConn]struct{} // open client connections, under peersMu
 
+	started  atomic.Bool // Start returned: adapter and server are set
 	closing  atomic.Bool
 	shutOnce sync.Once
 	bye      chan struct{} // closed when the server streams say goodbye
@@ -221,11 +234,13 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 	t.adapter, t.ln = adapter, ln
 	t.srv = ggrpc.NewServer(
 		ggrpc.ForceServerCodecV2(codec{}),
+		ggrpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		ggrpc.MaxRecvMsgSize(t.o.maxFrame+msgOverhead),
 		ggrpc.MaxSendMsgSize(t.o.maxFrame+msgOverhead),
 	)
 	t.srv.RegisterService(&serviceDesc, t)
 	go func() { t.serveErr <- t.srv.Serve(ln) }()
+	t.started.Store(true)
 	return ep, nil
 }
 
@@ -330,6 +345,9 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	if t.closing.Load() {
 		return ext.SendOutcome{}, ext.ErrTransportClosed
 	}
+	if !t.started.Load() {
+		return ext.SendOutcome{}, errNotStarted
+	}
 	obs := t.obs()
 	if err := frame.CheckSize(f, t.o.maxFrame); err != nil {
 		obs.Rejection(ext.RejectTooLarge)
@@ -421,6 +439,9 @@ func (t *Transport) dial(addr string) (*ggrpc.ClientConn, error) {
 			ggrpc.MaxCallSendMsgSize(t.o.maxFrame+msgOverhead),
 		),
 		ggrpc.WithConnectParams(connectParams(t.o.connTimeout)),
+		// Pings find a peer that vanished without a reset (a host gone
+		// from the network) while streams are open.
+		ggrpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	)
 }
 
