@@ -10,6 +10,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/streaming"
 	vgrpc "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -292,5 +293,56 @@ func TestCheckHealth(t *testing.T) {
 	<-srv.tr.Closed()
 	if err := cli.tr.CheckHealth(ctx, srv.id); !errors.Is(err, ext.ErrPeerUnreachable) {
 		t.Fatalf("health of a dead peer: %v, want ErrPeerUnreachable", err)
+	}
+}
+
+// TestStreamOverTheMux: a response stream between two nodes whose only
+// transport is gRPC runs over the messenger mux, so over gRPC, in order.
+func TestStreamOverTheMux(t *testing.T) {
+	engine, frontend := startNode(t, "engine"), startNode(t, "frontend")
+	if err := frontend.RegisterPeer(engine.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	if err := engine.Register(velo.TypedUnaryHandler("generate", func(c *velo.Context, h streaming.AnchorHandle) (int, error) {
+		s, err := streaming.AttachAnchor[int](c.Context(), engine.Streams, h)
+		if err != nil {
+			return 0, err
+		}
+		for i := range n {
+			if err := s.Send(c.Context(), i); err != nil {
+				return 0, err
+			}
+		}
+		return n, s.Finalize()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	anchor, err := streaming.CreateAnchor[int](frontend.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := velo.TypedUnary[int](ctx, frontend.Node, engine.InstanceID(), "generate", anchor.Handle())
+		sent <- err
+	}()
+	next := 0
+	for v, err := range anchor.All(ctx) {
+		if err != nil {
+			t.Fatalf("after %d items: %v", next, err)
+		}
+		if v != next {
+			t.Fatalf("item %d is %d", next, v)
+		}
+		next++
+	}
+	if next != n {
+		t.Fatalf("%d items, want %d", next, n)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 }
