@@ -289,7 +289,6 @@ func TestAddressEntryGolden(t *testing.T) {
 	}
 }
 
-
 // TestSendBeforeStartIsRefused: with no adapter yet there is nobody to
 // tell a frame's fate, so the send fails at once.
 func TestSendBeforeStartIsRefused(t *testing.T) {
