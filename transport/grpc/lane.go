@@ -12,6 +12,7 @@ import (
 	ggrpc "google.golang.org/grpc"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
 )
 
 // Lane modes.
@@ -74,7 +75,7 @@ func (l *lane) take(dst []ext.Frame) []ext.Frame {
 	l.gate.Drain(func() int {
 		units := 0
 		for _, f := range l.queue {
-			units += 11 + f.Len()
+			units += frame.PreambleLen + f.Len()
 		}
 		dst = append(dst, l.queue...)
 		clear(l.queue)
