@@ -164,8 +164,8 @@ func localPrefixes() []netip.Prefix {
 
 // Advertise lists the interfaces that a listener bound to addr puts in its
 // address entry, as a TCP listener does: a specific IP alone, or for a
-// wildcard every interface that is up. The QUIC transport advertises the
-// same list.
+// wildcard every interface that is up. The QUIC and gRPC transports, whose
+// entries have the TCP shape, advertise the same list.
 func Advertise(addr netip.AddrPort) []Interface { return advertise(addr) }
 
 // advertise lists the interfaces to put in the address for a listener on

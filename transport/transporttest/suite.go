@@ -52,7 +52,11 @@ type Factory struct {
 	// transport's defaults.
 	New func(t testing.TB, o Options) ext.Transport
 	// DialRaw opens a plain socket to a started transport's endpoint, for
-	// feeding it bad bytes. Nil skips the malformed-input test.
+	// feeding it bad bytes. Nil skips the malformed-input test. A transport
+	// that is not a byte stream returns a net.Conn over its own unit (for
+	// gRPC, one raw stream on its method, each Write one message): the test
+	// writes one bad chunk and expects Read to end with io.EOF or a reset,
+	// not time out.
 	DialRaw func(endpoint []byte) (net.Conn, error)
 	// Kill stops a started transport as a crash of its process would: its
 	// listener and every connection close at once, with none of what an
