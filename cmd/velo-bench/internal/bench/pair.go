@@ -11,6 +11,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/testcert"
+	grpctr "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
@@ -26,7 +27,7 @@ type Node struct {
 
 // NewTransport builds a transport by name: "tcp", "tls" (TCP with mutual
 // TLS 1.3, every node's certificate signed by one CA made for this
-// process), "uds" or "quic".
+// process), "uds", "quic" or "grpc" (velo frames over a grpc-go stream).
 func NewTransport(kind string) (ext.Transport, error) {
 	switch kind {
 	case "tcp":
@@ -37,8 +38,10 @@ func NewTransport(kind string) (ext.Transport, error) {
 		return uds.New()
 	case "quic":
 		return quic.New()
+	case "grpc":
+		return grpctr.New()
 	}
-	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds or quic)", kind)
+	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds, quic or grpc)", kind)
 }
 
 // benchCA signs the certificates of the "tls" transports of one run.
