@@ -46,7 +46,7 @@ func init() {
 			}
 			var scfg bench.StreamThroughputConfig
 			if stream {
-				scfg = bench.StreamThroughputConfig{ItemBytes: *itemBytes, Duration: *duration, Reps: *reps, Log: os.Stderr}
+				scfg = bench.StreamThroughputConfig{Transport: *transport, ItemBytes: *itemBytes, Duration: *duration, Reps: *reps, Log: os.Stderr}
 				var err error
 				if scfg.Lanes, err = intList(*lanes); err != nil {
 					return fmt.Errorf("--lanes: %w", err)
@@ -57,8 +57,8 @@ func init() {
 				if err := scfg.Validate(); err != nil {
 					return err
 				}
-				if *transport != "tcp" {
-					return fmt.Errorf("stream mode runs on tcp only (lanes are a TCP option), not %q", *transport)
+				if *transport != "tcp" && *transport != "quic" {
+					return fmt.Errorf("stream mode runs on tcp or quic (the transports with lanes), not %q", *transport)
 				}
 			}
 			levels := msgSplitList(*level)

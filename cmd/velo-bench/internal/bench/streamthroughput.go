@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	"github.com/velo-go/velo/streaming"
+	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -21,7 +23,10 @@ import (
 // bulk byte items over the messenger mux, one TCP transport per node built
 // with a given number of lanes.
 type StreamThroughputConfig struct {
-	Lanes     []int // one arm per entry: both nodes' TCP transports get WithLanes(n)
+	// Transport is "tcp" (the default) or "quic": both nodes run one
+	// transport of that kind.
+	Transport string
+	Lanes     []int // one arm per entry: both nodes' transports get WithLanes(n)
 	Streams   []int // concurrent streams, producer node to consumer node
 	ItemBytes int
 	Duration  time.Duration // how long the producers send in one run
@@ -73,7 +78,7 @@ func StreamThroughput(cfg StreamThroughputConfig, r *Report) error {
 		return err
 	}
 	params := func(streams int) map[string]any {
-		return map[string]any{"mode": "stream", "transport": "tcp", "streams": streams,
+		return map[string]any{"mode": "stream", "transport": cmp.Or(cfg.Transport, "tcp"), "streams": streams,
 			"item_bytes": cfg.ItemBytes, "duration_s": cfg.Duration.Seconds(), "procs": runtime.GOMAXPROCS(0)}
 	}
 	for rep := 0; rep < cfg.Reps; rep++ {
@@ -217,6 +222,9 @@ func streamThroughputRun(cfg StreamThroughputConfig, lanes, streams int) (stream
 	defer fail(nil)
 
 	newTCP := func() (ext.Transport, error) {
+		if cfg.Transport == "quic" {
+			return quic.New(quic.WithLanes(lanes))
+		}
 		return tcp.New(append(tcpBufferOption(), tcp.WithLanes(lanes))...)
 	}
 	var nodes []*velo.Node
