@@ -83,6 +83,12 @@ func (l *lane) run() {
 	w := newWriter(l)
 	var batch []ext.Frame
 	for {
+		select {
+		case <-l.gone:
+			l.close(ext.ErrConnectionClosed, w, batch)
+			return
+		default:
+		}
 		batch = l.take(batch)
 		if len(batch) > 0 {
 			w.publishAll(batch)

@@ -369,9 +369,13 @@ func (t *Transport) Unregister(id ext.InstanceID) {
 	}
 }
 
+// drop fails the sends waiting in the peer's gates at once, so none is
+// admitted behind the unregister, and stops its writers, which fail what
+// is queued.
 func (p *peer) drop() {
 	for _, l := range p.lanes {
 		l.goneOnce.Do(func() { close(l.gone) })
+		l.gate.Fail(ext.ErrConnectionClosed, func(f ext.Frame) { l.t.failed(l.target, f, ext.ErrConnectionClosed) })
 	}
 }
 
@@ -470,7 +474,12 @@ func (t *Transport) shutdown() {
 	t.writers.Wait()
 	// What nats.go buffered goes to the server now; a server that is away
 	// keeps it in the reconnect buffer, which Close discards.
-	t.nc.FlushTimeout(max(time.Until(end), 10*time.Millisecond))
+	// A connection that is reconnecting holds its lock while it dials, so
+	// a flush could wait past the grace; its buffer goes out on reconnect
+	// when the connection is the caller's.
+	if t.nc.IsConnected() {
+		t.nc.FlushTimeout(max(time.Until(end), 10*time.Millisecond))
+	}
 	if t.owned {
 		t.nc.Close()
 	}
