@@ -4,10 +4,12 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/velo-go/velo/ext"
 )
 
 // Key is the address key of the NATS transport, as the reference names it.
-const Key = "nats"
+const Key ext.TransportKey = "nats"
 
 // DefaultClusterID is the first token of every subject when WithClusterID
 // is not given. The reference has no default (its builder takes the
