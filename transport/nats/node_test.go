@@ -94,22 +94,27 @@ func TestDeadPeer(t *testing.T) {
 	}
 }
 
-// gatedDialer holds the dials of one connection until open is closed, so
-// a test decides when that connection comes back after a server restart.
+// gatedDialer refuses the dials of one connection while it is closed, as
+// a server that is down does, so a test decides when that connection
+// comes back after a server restart. (A dial that blocks instead would
+// hold nats.go's connection lock, and every publish with it, for as long
+// as it blocks.)
 type gatedDialer struct {
-	mu   sync.Mutex
-	open chan struct{}
+	mu     sync.Mutex
+	closed bool
 }
 
-func (d *gatedDialer) close()  { d.mu.Lock(); d.open = make(chan struct{}); d.mu.Unlock() }
-func (d *gatedDialer) reopen() { d.mu.Lock(); close(d.open); d.mu.Unlock() }
+var errGateClosed = errors.New("test dialer: closed")
+
+func (d *gatedDialer) close()  { d.mu.Lock(); d.closed = true; d.mu.Unlock() }
+func (d *gatedDialer) reopen() { d.mu.Lock(); d.closed = false; d.mu.Unlock() }
 
 func (d *gatedDialer) Dial(network, address string) (net.Conn, error) {
 	d.mu.Lock()
-	open := d.open
+	closed := d.closed
 	d.mu.Unlock()
-	if open != nil {
-		<-open
+	if closed {
+		return nil, errGateClosed
 	}
 	return net.Dial(network, address)
 }
