@@ -94,6 +94,32 @@ func TestDeadPeer(t *testing.T) {
 	}
 }
 
+// A request to a subject nobody holds makes the server answer "no
+// responders" on the sender's subject (the request's reply): that is
+// counted as such, not as a malformed frame.
+func TestNoRespondersIsNotMalformed(t *testing.T) {
+	srv := startServer(t)
+	tx := startNode(t, nats.WithURL(srv.URL()))
+	peer := ext.NewInstanceID()
+	subject := nats.InboundSubject(nats.DefaultClusterID, peer)
+	if err := tx.tr.Register(ext.PeerInfo{InstanceID: peer, Address: ext.WorkerAddress{nats.Key: []byte(subject)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.tr.Send(peer, seq(1, []byte("to nobody"))); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tx.tr.Stats().NoResponders == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: no \"no responders\" answer counted", tx.tr.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := tx.tr.Stats(); s.Malformed != 0 || s.NoResponders != 1 {
+		t.Fatalf("stats %+v, want one no-responders answer and nothing malformed", s)
+	}
+}
+
 // gatedDialer refuses the dials of one connection while it is closed, as
 // a server that is down does, so a test decides when that connection
 // comes back after a server restart. (A dial that blocks instead would

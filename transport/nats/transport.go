@@ -79,6 +79,7 @@ type Transport struct {
 	sendFailed    atomic.Uint64
 	routeFailed   atomic.Uint64
 	drainNoReturn atomic.Uint64
+	noResponders  atomic.Uint64
 }
 
 type obsBox struct{ ext.Observability }
@@ -102,6 +103,11 @@ type Stats struct {
 	SendFailed uint64
 	// RouteFailed inbound frames found the node stopped.
 	RouteFailed uint64
+	// NoResponders counts the server's "no responders" answers: a request
+	// this node sent names its inbound subject as the reply, and when the
+	// peer's subject has no subscriber (the peer is gone) the server says
+	// so there. The answer does not name the peer, so it is counted only.
+	NoResponders uint64
 }
 
 // New builds a NATS transport. It connects (WithURL) or takes its
@@ -182,6 +188,7 @@ func (t *Transport) Stats() Stats {
 		DrainDropped: t.drainNoReturn.Load(),
 		SendFailed:   t.sendFailed.Load(),
 		RouteFailed:  t.routeFailed.Load(),
+		NoResponders: t.noResponders.Load(),
 	}
 }
 
@@ -274,11 +281,24 @@ func parseFrame(m *natsgo.Msg) (f ext.Frame, ok bool) {
 	return ext.Frame{Type: ext.MessageType(typ), Header: m.Data[:hlen:hlen], Payload: m.Data[hlen:]}, true
 }
 
+// isNoResponders reports whether m is the server's "no responders"
+// status (an empty message with the header Status: 503).
+func isNoResponders(m *natsgo.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
+}
+
 // onMsg takes one inbound frame. nats.go gives each message its own copy
 // of the payload, so the frame needs no owner.
 func (t *Transport) onMsg(m *natsgo.Msg) {
 	obs := t.observe()
 	f, ok := parseFrame(m)
+	if !ok && isNoResponders(m) {
+		// A request we sent named our subject as its reply and found no
+		// subscriber: the server says so there. It does not say which
+		// peer, so it is only counted; the caller's deadline ends the call.
+		t.noResponders.Add(1)
+		return
+	}
 	if !ok {
 		t.malformed.Add(1)
 		obs.Rejection(ext.RejectMalformed)
