@@ -128,3 +128,27 @@ type ServiceDiscovery interface {
 	UnregisterService(ctx context.Context, service string, id InstanceID) error
 	ListService(ctx context.Context, service string) ([]InstanceID, error)
 }
+
+// InstanceBinder is implemented by a transport whose address depends on
+// the instance it serves (NATS names its inbound subject after the
+// instance id). The node calls BindInstance with its own id before Start;
+// a transport started without it makes up an id of its own.
+type InstanceBinder interface {
+	BindInstance(id InstanceID)
+}
+
+// BindInstance tells tr, or the transport it wraps (TransportWrapper),
+// which instance it serves, when it is an InstanceBinder.
+func BindInstance(tr Transport, id InstanceID) {
+	for tr != nil {
+		if b, ok := tr.(InstanceBinder); ok {
+			b.BindInstance(id)
+			return
+		}
+		w, ok := tr.(TransportWrapper)
+		if !ok {
+			return
+		}
+		tr = w.Unwrap()
+	}
+}

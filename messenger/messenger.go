@@ -213,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		if m.met != nil {
 			tr.SetObservability(m.met.Transport(tr.Key()))
 		}
+		ext.BindInstance(tr, m.id)
 		ep, err := tr.Start(ctx, m.adapter)
 		if err == nil {
 			addr, err = addr.Merge(ext.WorkerAddress{tr.Key(): ep})

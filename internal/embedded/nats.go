@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -13,8 +14,9 @@ type NATS struct {
 }
 
 // StartNATS starts nats-server on a random loopback port with JetStream
-// storing under dir.
-func StartNATS(dir string) (*NATS, error) {
+// storing under dir. Each tune, when given, adjusts the options first
+// (a larger max_payload, a fixed port for a restart, JetStream off).
+func StartNATS(dir string, tune ...func(*server.Options)) (*NATS, error) {
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      server.RANDOM_PORT,
@@ -22,6 +24,9 @@ func StartNATS(dir string) (*NATS, error) {
 		NoSigs:    true,
 		JetStream: true,
 		StoreDir:  dir,
+	}
+	for _, f := range tune {
+		f(opts)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -34,6 +39,9 @@ func StartNATS(dir string) (*NATS, error) {
 	}
 	return &NATS{srv: srv}, nil
 }
+
+// Port is the port the server listens on.
+func (n *NATS) Port() int { return n.srv.Addr().(*net.TCPAddr).Port }
 
 // URL is the client URL, nats://127.0.0.1:<port>.
 func (n *NATS) URL() string { return n.srv.ClientURL() }

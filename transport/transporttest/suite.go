@@ -24,7 +24,8 @@
 // peers, and that our own shutdown reports no peer lost. With the optional
 // hooks it also checks that a malformed frame closes only its connection
 // (DialRaw) and that a peer that dies is reported lost, once, within
-// 100 ms (Kill). Each test starts its own transports, and the whole suite
+// 100 ms (Kill). A transport that goes through a broker sets Brokered to
+// skip the tests that need a stalled receiver to push back on its sender. Each test starts its own transports, and the whole suite
 // takes a few seconds.
 package transporttest
 
@@ -62,6 +63,13 @@ type Factory struct {
 	// listener and every connection close at once, with none of what an
 	// orderly shutdown says to peers. Nil skips the peer-loss test.
 	Kill func(tr ext.Transport)
+	// Brokered says frames pass through a broker (a NATS server) that
+	// buffers for a stalled receiver instead of pushing back on its
+	// sender: a stalled receiver never fills the sender's channel. The
+	// tests that need it to (pending admissions, unregister failing queued
+	// frames) are skipped; such a transport fills its channel another way
+	// (a broker that is unreachable) in tests of its own.
+	Brokered bool
 }
 
 // node is one started transport with its adapter.
@@ -77,6 +85,7 @@ func start(t testing.TB, f Factory, o Options, queue int) *node {
 	t.Helper()
 	n := &node{id: ext.NewInstanceID(), tr: f.New(t, o), state: ext.NewShutdownState()}
 	n.adapter = ext.NewTransportAdapter(n.state, ext.AdapterConfig{MessageQueue: queue, OtherQueue: queue})
+	ext.BindInstance(n.tr, n.id) // as the node does before Start
 	ep, err := n.tr.Start(context.Background(), n.adapter)
 	if err != nil {
 		t.Fatalf("start: %v", err)

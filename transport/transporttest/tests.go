@@ -168,6 +168,9 @@ func testManyPeers(t *testing.T, f Factory) {
 // testAdmission stalls the receiver so the sender's channel fills, then
 // checks that pending sends resolve in order once the receiver reads again.
 func testAdmission(t *testing.T, f Factory) {
+	if f.Brokered {
+		t.Skip("a broker buffers for a stalled receiver: the sender's channel does not fill")
+	}
 	rx := start(t, f, Options{}, 1)
 	tx := start(t, f, Options{ChannelBytes: 256 << 10}, 0)
 	tx.register(t, rx)
@@ -271,6 +274,9 @@ func testTeardownWrites(t *testing.T, f Factory) {
 }
 
 func testUnregister(t *testing.T, f Factory) {
+	if f.Brokered {
+		t.Skip("a broker buffers for a stalled receiver: nothing is left queued to fail")
+	}
 	rx := start(t, f, Options{}, 1)
 	tx := start(t, f, Options{ChannelBytes: 64 << 20}, 0)
 	var failed atomic.Int64

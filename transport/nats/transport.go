@@ -1,0 +1,523 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/velo-go/velo/ext"
+)
+
+// The NATS headers every frame carries, as the reference writes them.
+const (
+	// HeaderType holds the frame's ext.MessageType as a decimal string.
+	HeaderType = "Velo-Type"
+	// HeaderLen holds the length of the velo header at the front of the
+	// NATS payload, in decimal; the payload follows it.
+	HeaderLen = "Velo-HLen"
+)
+
+// typeValues are the Velo-Type values, made once so a send allocates none.
+var typeValues = func() (v [ext.NumMessageTypes][]string) {
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()
+
+// Inbound subscription limits: what nats.go holds for a receiver that
+// falls behind before it drops (a slow consumer, counted by the server and
+// nats.go, not by velo). NATS pushes back on nobody.
+const (
+	pendingMsgs  = 1 << 20
+	pendingBytes = 256 << 20
+)
+
+// healthTimeout bounds a health check whose context has no deadline.
+const healthTimeout = 5 * time.Second
+
+// reconnectPoll is how often a writer whose publish found nats.go's
+// reconnect buffer full looks again whether the connection is back.
+const reconnectPoll = 20 * time.Millisecond
+
+// Transport is the NATS messenger transport: one subscription per
+// instance on {cluster}.velo.{base58(instance id)}, one publish per frame.
+type Transport struct {
+	o     options
+	nc    *natsgo.Conn
+	owned bool // nc was dialled here (WithURL) and is closed at Shutdown
+
+	id      ext.InstanceID
+	bound   bool
+	subject string
+	adapter *ext.TransportAdapter
+	maxSize int
+	obs     atomic.Pointer[obsBox]
+
+	dataSub, healthSub *natsgo.Subscription
+
+	mu      sync.RWMutex
+	peers   map[ext.InstanceID]*peer
+	started bool
+	closing atomic.Bool
+	writers sync.WaitGroup
+	stop    chan struct{} // closed when Shutdown begins
+	grace   atomic.Int64  // unix nanos at which the teardown grace ends
+
+	shutOnce sync.Once
+	closed   chan struct{}
+
+	malformed     atomic.Uint64
+	drainRefused  atomic.Uint64
+	sendFailed    atomic.Uint64
+	routeFailed   atomic.Uint64
+	drainNoReturn atomic.Uint64
+	noResponders  atomic.Uint64
+}
+
+type obsBox struct{ ext.Observability }
+
+type peer struct {
+	subject string
+	lanes   []*lane
+}
+
+// Stats counts what the transport refused or lost.
+type Stats struct {
+	// Malformed inbound messages: missing or invalid Velo-Type or
+	// Velo-HLen, or a Velo-HLen longer than the payload. Each is dropped.
+	Malformed uint64
+	// DrainRefused requests refused because the node drains; those with a
+	// reply subject were echoed ShuttingDown, DrainDropped of them had
+	// none (a sender that asks for no echo, as the reference's does).
+	DrainRefused, DrainDropped uint64
+	// SendFailed frames were admitted but not published (unregister,
+	// shutdown past its grace, a publish error).
+	SendFailed uint64
+	// RouteFailed inbound frames found the node stopped.
+	RouteFailed uint64
+	// NoResponders counts the server's "no responders" answers: a request
+	// this node sent names its inbound subject as the reply, and when the
+	// peer's subject has no subscriber (the peer is gone) the server says
+	// so there. The answer does not name the peer, so it is counted only.
+	NoResponders uint64
+}
+
+// New builds a NATS transport. It connects (WithURL) or takes its
+// connection (WithConn) when the node starts it.
+func New(opts ...Option) (*Transport, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.defaults()
+	if o.conn == nil && o.url == "" {
+		return nil, errors.New("nats: WithConn or WithURL is required")
+	}
+	if !validToken(o.cluster) {
+		return nil, fmt.Errorf("nats: cluster id %q is not a valid subject prefix", o.cluster)
+	}
+	t := &Transport{
+		o:      o,
+		peers:  map[ext.InstanceID]*peer{},
+		stop:   make(chan struct{}),
+		closed: make(chan struct{}),
+	}
+	t.obs.Store(&obsBox{ext.NopObservability{}})
+	return t, nil
+}
+
+// validToken reports whether s can start a subject: non-empty, no spaces
+// or wildcards, no empty token.
+func validToken(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '*' || c == '>':
+			return false
+		case c == '.' && s[i+1] == '.':
+			return false
+		}
+	}
+	return true
+}
+
+// Key is "nats".
+func (t *Transport) Key() ext.TransportKey { return Key }
+
+// Priority orders transports when several reach a peer (default 50).
+func (t *Transport) Priority() int { return t.o.priority }
+
+// RetainsOwners is true: a queued frame keeps its Owner until published.
+func (t *Transport) RetainsOwners() bool { return true }
+
+// BindInstance names the inbound subject after id; the node calls it
+// before Start. Without it the transport draws an id of its own.
+func (t *Transport) BindInstance(id ext.InstanceID) { t.id, t.bound = id, true }
+
+// Subject is the inbound subject, once started.
+func (t *Transport) Subject() string { return t.subject }
+
+// Conn is the NATS connection the transport uses, once started.
+func (t *Transport) Conn() *natsgo.Conn { return t.nc }
+
+// SetObservability installs the metrics handle.
+func (t *Transport) SetObservability(o ext.Observability) {
+	if o == nil {
+		o = ext.NopObservability{}
+	}
+	t.obs.Store(&obsBox{o})
+}
+
+func (t *Transport) observe() ext.Observability { return t.obs.Load().Observability }
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() Stats {
+	return Stats{
+		Malformed:    t.malformed.Load(),
+		DrainRefused: t.drainRefused.Load(),
+		DrainDropped: t.drainNoReturn.Load(),
+		SendFailed:   t.sendFailed.Load(),
+		RouteFailed:  t.routeFailed.Load(),
+		NoResponders: t.noResponders.Load(),
+	}
+}
+
+// Start connects, subscribes to the inbound and health subjects and
+// returns the inbound subject as the address entry. The subscriptions are
+// live on the server before Start returns, so a peer that learns the
+// address can send at once.
+func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([]byte, error) {
+	nc, owned := t.o.conn, false
+	if nc == nil {
+		var err error
+		if nc, err = connect(t.o.url, t.o.natsOpts); err != nil {
+			return nil, fmt.Errorf("nats: connect %s: %w", t.o.url, err)
+		}
+		owned = true
+	}
+	if !t.bound {
+		t.id = ext.NewInstanceID()
+	}
+	t.nc, t.owned, t.adapter = nc, owned, adapter
+	t.subject = InboundSubject(t.o.cluster, t.id)
+	t.maxSize = int(nc.MaxPayload()) - natsOverhead
+	if t.o.maxFrameSize > 0 && t.o.maxFrameSize < t.maxSize {
+		t.maxSize = t.o.maxFrameSize
+	}
+	if err := t.subscribe(ctx); err != nil {
+		t.unsubscribe()
+		if owned {
+			nc.Close()
+		}
+		return nil, err
+	}
+	t.mu.Lock()
+	t.started = true
+	t.mu.Unlock()
+	return []byte(t.subject), nil
+}
+
+func (t *Transport) subscribe(ctx context.Context) error {
+	var err error
+	if t.dataSub, err = t.nc.Subscribe(t.subject, t.onMsg); err != nil {
+		return fmt.Errorf("nats: subscribe %s: %w", t.subject, err)
+	}
+	if err = t.dataSub.SetPendingLimits(pendingMsgs, pendingBytes); err != nil {
+		return err
+	}
+	health := t.subject + healthSuffix
+	if t.healthSub, err = t.nc.Subscribe(health, onHealth); err != nil {
+		return fmt.Errorf("nats: subscribe %s: %w", health, err)
+	}
+	// A flush is a round trip: the server has both subscriptions when it
+	// answers, so nothing sent to the advertised subject is lost.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
+		defer cancel()
+	}
+	if err = t.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("nats: flush subscriptions: %w", err)
+	}
+	return nil
+}
+
+func (t *Transport) unsubscribe() {
+	for _, s := range []*natsgo.Subscription{t.dataSub, t.healthSub} {
+		if s != nil {
+			s.Unsubscribe()
+		}
+	}
+}
+
+// onHealth answers a health request with an empty reply, as the reference does.
+func onHealth(m *natsgo.Msg) {
+	if m.Reply != "" {
+		m.Respond(nil)
+	}
+}
+
+// parseFrame splits an inbound message by its headers; ok is false for a
+// malformed one.
+func parseFrame(m *natsgo.Msg) (f ext.Frame, ok bool) {
+	typ, err := strconv.ParseUint(m.Header.Get(HeaderType), 10, 8)
+	if err != nil || !ext.MessageType(typ).Valid() {
+		return f, false
+	}
+	hlen, err := strconv.ParseUint(m.Header.Get(HeaderLen), 10, 63)
+	if err != nil || hlen > uint64(len(m.Data)) {
+		return f, false
+	}
+	return ext.Frame{Type: ext.MessageType(typ), Header: m.Data[:hlen:hlen], Payload: m.Data[hlen:]}, true
+}
+
+// isNoResponders reports whether m is the server's "no responders"
+// status (an empty message with the header Status: 503).
+func isNoResponders(m *natsgo.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
+}
+
+// onMsg takes one inbound frame. nats.go gives each message its own copy
+// of the payload, so the frame needs no owner.
+func (t *Transport) onMsg(m *natsgo.Msg) {
+	obs := t.observe()
+	f, ok := parseFrame(m)
+	if !ok && isNoResponders(m) {
+		// A request we sent named our subject as its reply and found no
+		// subscriber: the server says so there. It does not say which
+		// peer, so it is only counted; the caller's deadline ends the call.
+		t.noResponders.Add(1)
+		return
+	}
+	if !ok {
+		t.malformed.Add(1)
+		obs.Rejection(ext.RejectMalformed)
+		return
+	}
+	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
+	if f.Type != ext.Message {
+		if !t.adapter.RouteFrame(f) {
+			t.routeFailed.Add(1)
+			obs.Rejection(ext.RejectRouteFailed)
+		}
+		return
+	}
+	switch t.adapter.AdmitMessage(f) {
+	case ext.Draining:
+		t.refuseDraining(m, f)
+	case ext.Disconnected:
+		t.routeFailed.Add(1)
+		obs.Rejection(ext.RejectRouteFailed)
+	}
+}
+
+// refuseDraining answers a request that arrived while the node drains
+// with a ShuttingDown frame echoing its header, on the reply subject the
+// sender named (a Go sender names its own inbound subject). A request
+// without one is dropped, as the reference drops it.
+func (t *Transport) refuseDraining(m *natsgo.Msg, f ext.Frame) {
+	t.drainRefused.Add(1)
+	t.observe().Rejection(ext.RejectDraining)
+	if m.Reply == "" {
+		t.drainNoReturn.Add(1)
+		return
+	}
+	echo := &natsgo.Msg{
+		Subject: m.Reply,
+		Header:  natsgo.Header{HeaderType: typeValues[ext.ShuttingDown], HeaderLen: {strconv.Itoa(len(f.Header))}},
+		Data:    f.Header,
+	}
+	t.nc.PublishMsg(echo) // a lost echo leaves the caller to its deadline
+}
+
+// Register learns a peer's inbound subject from its "nats" entry.
+func (t *Transport) Register(info ext.PeerInfo) error {
+	ep, err := info.Address.Lookup(Key)
+	if err != nil {
+		return err
+	}
+	subject := string(ep)
+	if !utf8.ValidString(subject) || !validToken(subject) {
+		return fmt.Errorf("nats: peer %v: invalid subject %q", info.InstanceID, subject)
+	}
+	t.mu.Lock()
+	if t.closing.Load() || !t.started {
+		t.mu.Unlock()
+		return ext.ErrTransportClosed
+	}
+	old := t.peers[info.InstanceID]
+	if old != nil && old.subject == subject {
+		t.mu.Unlock()
+		return nil
+	}
+	p := &peer{subject: subject}
+	for range t.o.lanes {
+		l := newLane(t, info.InstanceID, subject)
+		p.lanes = append(p.lanes, l)
+		t.writers.Add(1)
+		go l.run()
+	}
+	t.peers[info.InstanceID] = p
+	t.mu.Unlock()
+	if old != nil {
+		old.drop()
+	} else {
+		t.observe().RegisteredPeers(1)
+	}
+	return nil
+}
+
+// Unregister forgets a peer; what is queued for it is reported failed.
+func (t *Transport) Unregister(id ext.InstanceID) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		p.drop()
+		t.observe().RegisteredPeers(-1)
+	}
+}
+
+// drop fails the sends waiting in the peer's gates at once, so none is
+// admitted behind the unregister, and stops its writers, which fail what
+// is queued.
+func (p *peer) drop() {
+	for _, l := range p.lanes {
+		l.goneOnce.Do(func() { close(l.gone) })
+		l.gate.Fail(ext.ErrConnectionClosed, func(f ext.Frame) { l.t.failed(l.target, f, ext.ErrConnectionClosed) })
+	}
+}
+
+func (t *Transport) peer(id ext.InstanceID) *peer {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	return p
+}
+
+// Send sends on lane 0.
+func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
+	return t.SendOnLane(target, 0, f)
+}
+
+// SendOnLane queues f for target's subject. A frame larger than
+// MaxMessageSize is refused here with an ext.FrameTooLargeError.
+func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	if t.closing.Load() {
+		return ext.AdmittedOutcome, ext.ErrTransportClosed
+	}
+	p := t.peer(target)
+	if p == nil {
+		t.observe().Rejection(ext.RejectUnknownPeer)
+		return ext.AdmittedOutcome, ext.ErrPeerNotRegistered
+	}
+	if lane < 0 || lane >= len(p.lanes) {
+		return ext.AdmittedOutcome, ext.ErrLaneOutOfRange
+	}
+	if n := f.Len(); n > t.maxSize {
+		t.observe().Rejection(ext.RejectTooLarge)
+		return ext.AdmittedOutcome, &ext.FrameTooLargeError{Size: n, Max: t.maxSize}
+	}
+	return p.lanes[lane].send(f)
+}
+
+// Lanes is the number of lanes kept to a registered peer, 0 for another.
+func (t *Transport) Lanes(target ext.InstanceID) int {
+	if p := t.peer(target); p != nil {
+		return len(p.lanes)
+	}
+	return 0
+}
+
+// MaxMessageSize is the largest header plus payload sent: the server's
+// max_payload less 64 bytes, or WithMaxFrameSize when smaller. It is read
+// from the server at Start (0 before).
+func (t *Transport) MaxMessageSize() int { return t.maxSize }
+
+// CheckHealth sends a request to the peer's health subject and waits for
+// the empty reply until ctx ends (5 s when ctx has no deadline). A peer
+// with no subscription fails at once (NATS reports no responders); one
+// that does not answer fails at the deadline. Both match
+// ext.ErrPeerUnreachable.
+func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
+	p := t.peer(target)
+	if p == nil {
+		return ext.ErrPeerNotRegistered
+	}
+	if t.closing.Load() {
+		return ext.ErrTransportClosed
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
+		defer cancel()
+	}
+	if _, err := t.nc.RequestWithContext(ctx, p.subject+healthSuffix, nil); err != nil {
+		return fmt.Errorf("nats: health of %v: %w: %w", target, ext.ErrPeerUnreachable, err)
+	}
+	return nil
+}
+
+// Shutdown stops receiving (both subscriptions go), publishes what was
+// admitted within the teardown grace, reports the rest failed, flushes
+// the connection within what is left of the grace and closes it when the
+// transport dialled it. It returns when done; Closed is closed then.
+func (t *Transport) Shutdown() {
+	t.shutOnce.Do(t.shutdown)
+	<-t.closed
+}
+
+func (t *Transport) shutdown() {
+	defer close(t.closed)
+	end := time.Now().Add(t.o.teardownGrace)
+	t.grace.Store(end.UnixNano())
+	t.mu.Lock()
+	t.closing.Store(true)
+	started := t.started
+	t.mu.Unlock()
+	if !started {
+		return
+	}
+	t.unsubscribe()
+	close(t.stop)
+	t.writers.Wait()
+	// What nats.go buffered goes to the server now; a server that is away
+	// keeps it in the reconnect buffer, which Close discards.
+	// A connection that is reconnecting holds its lock while it dials, so
+	// a flush could wait past the grace; its buffer goes out on reconnect
+	// when the connection is the caller's.
+	if t.nc.IsConnected() {
+		t.nc.FlushTimeout(max(time.Until(end), 10*time.Millisecond))
+	}
+	if t.owned {
+		t.nc.Close()
+	}
+}
+
+// Closed is closed once Shutdown finished.
+func (t *Transport) Closed() <-chan struct{} { return t.closed }
+
+// pastGrace reports whether a teardown grace has ended.
+func (t *Transport) pastGrace() bool {
+	g := t.grace.Load()
+	return g != 0 && time.Now().UnixNano() > g
+}
+
+// failed reports a frame admitted but not published and lets its owner go.
+func (t *Transport) failed(target ext.InstanceID, f ext.Frame, err error) {
+	t.sendFailed.Add(1)
+	t.observe().Rejection(ext.RejectSendFailed)
+	t.adapter.ReportSendError(target, f, err)
+	f.Release()
+}
