@@ -9,9 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/velo-go/velo/ext"
+
+	"github.com/velo-go/velo/internal/embedded"
 	"github.com/velo-go/velo/internal/testcert"
 	grpctr "github.com/velo-go/velo/transport/grpc"
+	natstr "github.com/velo-go/velo/transport/nats"
 	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
@@ -27,7 +31,8 @@ type Node struct {
 
 // NewTransport builds a transport by name: "tcp", "tls" (TCP with mutual
 // TLS 1.3, every node's certificate signed by one CA made for this
-// process), "uds", "quic" or "grpc" (velo frames over a grpc-go stream).
+// process), "uds", "quic", "grpc" (velo frames over a grpc-go stream) or
+// "nats" (through a NATS server embedded in this process, one per run).
 func NewTransport(kind string) (ext.Transport, error) {
 	switch kind {
 	case "tcp":
@@ -40,9 +45,26 @@ func NewTransport(kind string) (ext.Transport, error) {
 		return quic.New()
 	case "grpc":
 		return grpctr.New()
+	case "nats":
+		srv, err := benchNATS()
+		if err != nil {
+			return nil, err
+		}
+		return natstr.New(natstr.WithURL(srv.URL()))
 	}
-	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds, quic or grpc)", kind)
+	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds, quic, grpc or nats)", kind)
 }
+
+// benchNATS is the NATS server of the "nats" transports of one run.
+var benchNATS = sync.OnceValues(func() (*embedded.NATS, error) {
+	dir, err := os.MkdirTemp("", "velo-bench-nats-")
+	if err != nil {
+		return nil, err
+	}
+	// No JetStream: the transport needs core NATS only, so nothing is
+	// written under dir.
+	return embedded.StartNATS(dir, func(o *server.Options) { o.JetStream = false })
+})
 
 // benchCA signs the certificates of the "tls" transports of one run.
 var benchCA = sync.OnceValue(func() *testcert.CA { return testcert.NewCA("velo-bench") })
