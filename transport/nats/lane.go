@@ -19,7 +19,6 @@ type lane struct {
 	subject string
 	gate    *ext.AdmissionGate[ext.Frame]
 	q       []ext.Frame // the gate's sink, guarded by the gate's lock
-	spare   []ext.Frame // the writer's last batch, for q to reuse
 	wake    chan struct{}
 
 	gone     chan struct{} // closed when the peer is unregistered

@@ -309,21 +309,11 @@ func (mx *Mux) goodbyes(bs map[LaneKey]*Batcher, ips map[LaneKey]*IngressPeer) {
 	}
 }
 
-// send posts one batch and, once the transport took it, counts it: its
-// records by type and its size for records_per_batch. Walking the record
-// headers costs a few nanoseconds per record, once per batch.
-func (mx *Mux) send(peer ext.WorkerID, lane int, batch []byte) error {
-	return mx.sendTagged(peer, lane, batch, "")
-}
-
-// sendTagged is send for a batch that may be staged: tag, when set, goes
-// as its _mux_slot header.
-func (mx *Mux) sendTagged(peer ext.WorkerID, lane int, batch []byte, tag string) error {
-	return mx.sendOwned(peer, lane, batch, tag, nil)
-}
-
-// sendOwned is sendTagged for a batch in ob's pooled buffer (nil: none).
-// A tagged batch may be staged, and staging keeps the bytes past the
+// sendOwned posts one batch and, once the transport took it, counts it:
+// its records by type and its size for records_per_batch (walking the
+// record headers costs a few nanoseconds per record, once per batch). tag,
+// when set, goes as the batch's _mux_slot header; ob is the batch's pooled
+// buffer (nil: none). A tagged batch may be staged, and staging keeps the bytes past the
 // call: it goes by the copying path, and its buffer leaves the pool.
 func (mx *Mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, ob *batchBuf) error {
 	var err error
