@@ -313,8 +313,9 @@ func (mx *Mux) goodbyes(bs map[LaneKey]*Batcher, ips map[LaneKey]*IngressPeer) {
 // its records by type and its size for records_per_batch (walking the
 // record headers costs a few nanoseconds per record, once per batch). tag,
 // when set, goes as the batch's _mux_slot header; ob is the batch's pooled
-// buffer (nil: none). A tagged batch may be staged, and staging keeps the bytes past the
-// call: it goes by the copying path, and its buffer leaves the pool.
+// buffer (nil: none). A tagged batch may be staged, and staging keeps the
+// bytes past the call: it goes by the copying path, and its buffer leaves
+// the pool.
 func (mx *Mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, ob *batchBuf) error {
 	var err error
 	switch {
