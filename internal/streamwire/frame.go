@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/mpwrite"
 )
 
 // The stream frame is the reference's StreamFrame<T>
@@ -142,7 +143,7 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		if f.Item != nil || f.Message != "" {
 			return dst, fmt.Errorf("velo: a %v frame carries nothing", f.Kind)
 		}
-		return appendStr(dst, kindNames[f.Kind]), nil
+		return mpwrite.AppendStr(dst, kindNames[f.Kind]), nil
 	}
 	return dst, fmt.Errorf("velo: no stream frame of %v", f.Kind)
 }
@@ -172,7 +173,7 @@ func BytesItemLen(n int) int {
 // with a fixed 5-byte bin32 length; a decoder takes either.
 func AppendBytesItem(dst, payload []byte) []byte {
 	dst = append(dst, 0x81, 0xa4, 'I', 't', 'e', 'm')
-	dst = appendBinHeader(dst, len(payload))
+	dst = mpwrite.AppendBinHeader(dst, len(payload))
 	return append(dst, payload...)
 }
 
@@ -190,8 +191,8 @@ func AppendErrorFrame(dst []byte, kind Kind, text string) []byte {
 		panic("wire: AppendErrorFrame of " + kind.String())
 	}
 	dst = append(dst, 0x81)
-	dst = appendStr(dst, kindNames[kind])
-	return appendStr(dst, validUTF8(text))
+	dst = mpwrite.AppendStr(dst, kindNames[kind])
+	return mpwrite.AppendStr(dst, validUTF8(text))
 }
 
 // DecodeFrame reads one stream frame that fills b. The Item of the result

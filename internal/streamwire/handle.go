@@ -5,6 +5,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/mpwrite"
 )
 
 // AnchorHandle is the reference's StreamAnchorHandle
@@ -151,7 +152,7 @@ func (h *CancelHandle) unmarshalMember(b []byte) error {
 
 func appendHiLo(dst []byte, hi, lo uint64) []byte {
 	dst = append(dst, 0x92)
-	return appendUint(appendUint(dst, hi), lo)
+	return mpwrite.AppendUint(mpwrite.AppendUint(dst, hi), lo)
 }
 
 func decodeHiLo(b []byte) (hi, lo uint64, err error) {

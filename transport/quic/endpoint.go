@@ -1,7 +1,6 @@
 package quic
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/mpwrite"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -43,30 +43,30 @@ const maxPorts = 1024
 // Encode writes the entry as the reference does.
 func (e EndpointInfo) Encode() []byte {
 	b := append([]byte(nil), 0x83)
-	b = appendStr(b, "endpoints")
+	b = mpwrite.AppendStr(b, "endpoints")
 	b = ext.AppendMsgpackArrayHeader(b, len(e.Endpoints))
 	for _, ifc := range e.Endpoints {
 		b = append(b, 0x85)
-		b = appendStr(appendStr(b, "name"), ifc.Name)
-		b = appendStr(appendStr(b, "ip"), ifc.IP)
-		b = appendUint(appendStr(b, "port"), uint64(ifc.Port))
-		b = appendUint(appendStr(b, "prefix_len"), uint64(ifc.PrefixLen))
-		b = appendStr(b, "numa_node")
+		b = mpwrite.AppendStr(mpwrite.AppendStr(b, "name"), ifc.Name)
+		b = mpwrite.AppendStr(mpwrite.AppendStr(b, "ip"), ifc.IP)
+		b = mpwrite.AppendUint(mpwrite.AppendStr(b, "port"), uint64(ifc.Port))
+		b = mpwrite.AppendUint(mpwrite.AppendStr(b, "prefix_len"), uint64(ifc.PrefixLen))
+		b = mpwrite.AppendStr(b, "numa_node")
 		if ifc.NUMANode == nil {
 			b = append(b, 0xc0)
 		} else {
-			b = appendInt(b, int64(*ifc.NUMANode))
+			b = mpwrite.AppendInt(b, int64(*ifc.NUMANode))
 		}
 	}
-	b = appendStr(b, "fingerprint")
+	b = mpwrite.AppendStr(b, "fingerprint")
 	b = ext.AppendMsgpackArrayHeader(b, len(e.Fingerprint))
 	for _, x := range e.Fingerprint {
-		b = appendUint(b, uint64(x))
+		b = mpwrite.AppendUint(b, uint64(x))
 	}
-	b = appendStr(b, "ports")
+	b = mpwrite.AppendStr(b, "ports")
 	b = ext.AppendMsgpackArrayHeader(b, len(e.Ports))
 	for _, p := range e.Ports {
-		b = appendUint(b, uint64(p))
+		b = mpwrite.AppendUint(b, uint64(p))
 	}
 	return b
 }
@@ -238,48 +238,4 @@ func bestAddr(ifs []tcp.Interface) string {
 		return net.JoinHostPort(ifs[0].IP, strconv.Itoa(int(ifs[0].Port)))
 	}
 	return addr
-}
-
-func appendStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 1<<8:
-		b = append(b, 0xd9, byte(n))
-	case n < 1<<16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-// appendUint writes v in its shortest unsigned form, as rmp does.
-func appendUint(b []byte, v uint64) []byte {
-	switch {
-	case v < 0x80:
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
-}
-
-// appendInt writes v in its shortest form: unsigned when not negative.
-func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(v))
-	case v >= math.MinInt8:
-		return append(b, 0xd0, byte(v))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(v))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(v))
 }

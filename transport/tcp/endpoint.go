@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/mpwrite"
 )
 
 // An Interface is one address a TCP transport listens on, as the address
@@ -40,14 +40,14 @@ func EncodeEndpoint(ifs []Interface) []byte {
 	b := ext.AppendMsgpackArrayHeader(nil, len(ifs))
 	for _, e := range ifs {
 		b = append(b, 0x95)
-		b = appendStr(b, e.Name)
-		b = appendStr(b, e.IP)
-		b = appendUint(b, uint64(e.Port))
-		b = appendUint(b, uint64(e.PrefixLen))
+		b = mpwrite.AppendStr(b, e.Name)
+		b = mpwrite.AppendStr(b, e.IP)
+		b = mpwrite.AppendUint(b, uint64(e.Port))
+		b = mpwrite.AppendUint(b, uint64(e.PrefixLen))
 		if e.NUMANode == nil {
 			b = append(b, 0xc0)
 		} else {
-			b = appendInt(b, int64(*e.NUMANode))
+			b = mpwrite.AppendInt(b, int64(*e.NUMANode))
 		}
 	}
 	return b
@@ -313,48 +313,4 @@ func (r *reader) field(e *Interface, name string) error {
 func (r *reader) str() (string, error) {
 	s, err := r.Str()
 	return string(s), err
-}
-
-func appendStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 1<<8:
-		b = append(b, 0xd9, byte(n))
-	case n < 1<<16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-// appendUint writes v in its shortest unsigned form, as rmp does.
-func appendUint(b []byte, v uint64) []byte {
-	switch {
-	case v < 0x80:
-		return append(b, byte(v))
-	case v <= math.MaxUint8:
-		return append(b, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
-	case v <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xcf), v)
-}
-
-// appendInt writes v in its shortest form: unsigned when not negative.
-func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(b, uint64(v))
-	case v >= -32:
-		return append(b, byte(v))
-	case v >= math.MinInt8:
-		return append(b, 0xd0, byte(v))
-	case v >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(v))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(v))
 }
