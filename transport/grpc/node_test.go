@@ -254,6 +254,13 @@ func TestReconnectAfterThePeerRestarts(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the dead peer was never reported lost")
 	}
+	// The killed transport closes its listener on its way out: wait for
+	// that before listening on the same address again.
+	select {
+	case <-srv.tr.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the killed transport never closed")
+	}
 	again := startTransportWith(t, 0, vgrpc.WithListenAddr(addr))
 	// Sends until one arrives: one made while the client connection still
 	// backs off from a failed attempt fails (and is reported), as it should.
