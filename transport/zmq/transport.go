@@ -2,7 +2,6 @@ package zmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -22,8 +21,9 @@ const healthTimeout = 5 * time.Second
 // connection it fails to open.
 var quiet = log.New(io.Discard, "", 0)
 
-// Transport is the ZMQ messenger transport: one ROUTER socket that
-// receives, one DEALER socket per (peer, lane) that sends.
+// Transport is the ZMQ messenger transport: one ROUTER end that receives
+// (a listener with a goroutine per DEALER connection), one DEALER socket
+// per (peer, lane) that sends.
 type Transport struct {
 	o        options
 	id       ext.InstanceID
@@ -32,7 +32,7 @@ type Transport struct {
 	adapter  *ext.TransportAdapter
 	obs      atomic.Pointer[obsBox]
 
-	router zmq4.Socket
+	router *router
 	ctx    context.Context // ends when the teardown grace does
 	cancel context.CancelFunc
 
@@ -41,7 +41,6 @@ type Transport struct {
 	started bool
 	closing atomic.Bool
 	writers sync.WaitGroup // lane writers and the DEALER readers
-	recv    sync.WaitGroup // the ROUTER reader
 	stop    chan struct{}  // closed when Shutdown begins
 	grace   atomic.Int64   // unix nanos at which the teardown grace ends
 
@@ -149,40 +148,23 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 		t.id = ext.NewInstanceID()
 	}
 	t.adapter = adapter
-	t.router = zmq4.NewRouter(t.ctx, zmq4.WithLogger(quiet), zmq4.WithTimeout(t.o.sendTimeout))
-	if err := t.router.Listen(t.o.listen); err != nil {
-		t.router.Close()
+	r, err := listen(t.o.listen, t.o.maxFrameSize, t.onMsg)
+	if err != nil {
 		return nil, fmt.Errorf("zmq: bind %s: %w", t.o.listen, err)
 	}
-	t.endpoint = boundEndpoint(t.o.listen, t.router.Addr())
+	t.router = r
+	t.endpoint = boundEndpoint(t.o.listen, r.addr())
 	t.mu.Lock()
 	t.started = true
 	t.mu.Unlock()
-	t.recv.Add(1)
-	go t.receive()
 	return []byte(t.endpoint), nil
-}
-
-// receive reads the ROUTER socket until it is closed.
-func (t *Transport) receive() {
-	defer t.recv.Done()
-	for {
-		m, err := t.router.Recv()
-		if err != nil {
-			if t.ctx.Err() != nil || t.closing.Load() {
-				return
-			}
-			continue // one connection's error; the socket goes on
-		}
-		t.onMsg(m.Frames)
-	}
 }
 
 // onMsg takes one inbound multipart message. zmq4 reads each part into
 // its own allocation, so the frame needs no owner.
-func (t *Transport) onMsg(parts [][]byte) {
+func (t *Transport) onMsg(c *zmq4.Conn, parts [][]byte) {
 	obs := t.observe()
-	identity, f, ok := parseRouter(parts, t.o.maxFrameSize)
+	_, f, ok := parseRouter(parts, t.o.maxFrameSize)
 	if !ok {
 		t.malformed.Add(1)
 		obs.Rejection(ext.RejectMalformed)
@@ -195,12 +177,11 @@ func (t *Transport) onMsg(parts [][]byte) {
 	}
 	switch t.adapter.AdmitMessage(f) {
 	case ext.Draining:
-		// The ROUTER answers the DEALER that sent the request, by its
-		// identity, as the reference does; a lost echo leaves the
-		// caller to its deadline.
+		// The ROUTER answers the DEALER that sent the request, as the
+		// reference does; a lost echo leaves the caller to its deadline.
 		t.drainRefused.Add(1)
 		obs.Rejection(ext.RejectDraining)
-		t.router.SendMulti(zmq4.NewMsgFrom(echoParts(identity, f.Header)...))
+		c.SendMsg(zmq4.NewMsgFrom(echoParts(f.Header)...))
 	case ext.Disconnected:
 		t.routeFailed.Add(1)
 		obs.Rejection(ext.RejectRouteFailed)
@@ -354,7 +335,8 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 	return nil
 }
 
-// Shutdown stops receiving (the ROUTER closes), sends what was admitted
+// Shutdown stops receiving (the listener and every inbound connection
+// close), sends what was admitted
 // within the teardown grace, then closes every DEALER socket, which ends
 // a send blocked on a peer that does not read, and reports what is left
 // failed. It returns when done; Closed is closed then.
@@ -375,8 +357,7 @@ func (t *Transport) shutdown() {
 		t.cancel()
 		return
 	}
-	t.router.Close()
-	t.recv.Wait()
+	t.router.close()
 	close(t.stop)
 	timer := time.AfterFunc(time.Until(end), t.abortAll)
 	t.writers.Wait()
@@ -413,5 +394,3 @@ func (t *Transport) failed(target ext.InstanceID, f ext.Frame, err error) {
 	t.adapter.ReportSendError(target, f, err)
 	f.Release()
 }
-
-var errNotConnected = errors.New("zmq: peer not reached within the send timeout")

@@ -30,10 +30,11 @@ func frameParts(f ext.Frame) [][]byte {
 	return [][]byte{typeBytes[f.Type], f.Header, f.Payload}
 }
 
-// echoParts is what a ROUTER sends back to identity for a request refused
-// while draining: ShuttingDown with the request's header and no payload.
-func echoParts(identity, header []byte) [][]byte {
-	return [][]byte{identity, typeBytes[ext.ShuttingDown], header, {}}
+// echoParts is what a ROUTER sends back to the sender's identity (on the
+// connection the request came on) for a request refused while draining:
+// ShuttingDown with the request's header and no payload.
+func echoParts(header []byte) [][]byte {
+	return [][]byte{typeBytes[ext.ShuttingDown], header, {}}
 }
 
 // parseParts reads [type, header, payload]; ok is false for anything else:

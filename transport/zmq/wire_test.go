@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -274,5 +275,52 @@ func TestUnreachablePeerFailsWithinSendTimeout(t *testing.T) {
 	}
 	if err := tx.tr.CheckHealth(context.Background(), target); !errors.Is(err, ext.ErrPeerUnreachable) {
 		t.Fatalf("health of a peer that is not listening: %v", err)
+	}
+}
+
+// A connection that stalls in its greeting holds up only itself: other
+// peers connect and send meanwhile. (zmq4's own ROUTER socket opens
+// connections one at a time, so one such peer would stop all others.)
+func TestStalledGreetingHoldsUpNoOne(t *testing.T) {
+	rx := startNode(t, ext.NewInstanceID())
+	addr := string(rx.info.Address[zmq.Key])[len("tcp://"):]
+	stalled, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	stalled.Write([]byte{0xFF, 0, 0}) // the start of a greeting, then nothing
+	tx := startNode(t, ext.NewInstanceID())
+	if err := tx.tr.Register(rx.info); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.tr.Send(rx.id, ext.Frame{Type: ext.Response, Header: []byte("h")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // under the 3 s handshake bound
+	defer cancel()
+	if _, err := rx.adapter.Responses().Pop(ctx); err != nil {
+		t.Fatalf("a peer behind a stalled greeting: %v", err)
+	}
+}
+
+// A peer that completes the handshake and then declares a frame far above
+// the cap is cut off before anything is allocated for it.
+func TestDeclaredHugeFrameClosesTheConnection(t *testing.T) {
+	rx := startNode(t, ext.NewInstanceID(), zmq.WithMaxFrameSize(1<<20))
+	raw, err := net.Dial("tcp", string(rx.info.Address[zmq.Key])[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := zmq4.Open(raw, null.Security(), zmq4.Dealer, zmq4.SocketIdentity("big"), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A long frame (flag 0x02) of 1 TiB.
+	raw.Write([]byte{0x02, 0, 0, 1, 0, 0, 0, 0, 0})
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var one [1]byte
+	if n, err := raw.Read(one[:]); n > 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the receiver kept the connection: %d, %v", n, err)
 	}
 }

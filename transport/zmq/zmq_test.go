@@ -3,6 +3,8 @@ package zmq_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,14 +31,11 @@ func options(o transporttest.Options) []zmq.Option {
 	return opts
 }
 
-// The whole conformance suite over loopback TCP. Two hooks are left out:
-//   - DialRaw: zmq4 reads the 64-byte ZMTP greeting of a new connection
-//     before anything velo sees, and keeps a connection whose greeting
-//     never completes (the suite's 13 junk bytes), so "the receiver
-//     closes a malformed connection" cannot hold; malformed multipart
-//     messages, which velo does see, are TestMalformedMultipartDropped.
-//   - Kill: ZeroMQ keeps no liveness per peer and, like the reference,
-//     reports no peer lost; see TestDeadPeerFailsFramesAndReconnects.
+// The whole conformance suite over loopback TCP. DialRaw is a plain TCP
+// connection: its junk is not a ZMTP greeting, and the receiver closes it.
+// Kill is left out: ZeroMQ keeps no liveness per peer and, like the
+// reference, reports no peer lost (a lane sees its connection end and
+// dials again on the next frame: TestPeerRestartIsReconnected).
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, transporttest.Factory{
 		New: func(t testing.TB, o transporttest.Options) ext.Transport {
@@ -45,6 +44,9 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return tr
+		},
+		DialRaw: func(endpoint []byte) (net.Conn, error) {
+			return net.Dial("tcp", strings.TrimPrefix(string(endpoint), "tcp://"))
 		},
 	})
 }
