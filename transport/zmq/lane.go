@@ -188,7 +188,7 @@ func (l *lane) dial() (*dealer, error) {
 			zmq4.WithDialerMaxRetries(0), // the loop here retries, and can stop
 			zmq4.WithDialerTimeout(max(time.Until(deadline), time.Millisecond)),
 			zmq4.WithTimeout(t.o.sendTimeout))
-		err := s.Dial(l.endpoint)
+		err := s.Dial(guardedEndpoint(l.endpoint, t.o.maxFrameSize))
 		if err == nil {
 			d := &dealer{s: s}
 			l.mu.Lock()

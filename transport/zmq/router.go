@@ -79,7 +79,7 @@ func (r *router) accept() {
 func (r *router) serve(raw net.Conn) {
 	defer r.wg.Done()
 	defer raw.Close()
-	guard := &zmtpGuard{Conn: raw, max: uint64(r.maxFrame) + 64}
+	guard := &zmtpGuard{Conn: raw, max: uint64(r.maxFrame) + 64} // room for the type part
 	raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	c, err := zmq4.Open(guard, null.Security(), zmq4.Router, zmq4.SocketIdentity("velo"), true, nil)
 	if err != nil {
@@ -147,7 +147,7 @@ type zmtpGuard struct {
 	net.Conn
 	max uint64
 
-	checked bool
+	checked bool   // the first byte was checked (a dialler's guard starts so: it speaks first)
 	pre     []byte // read (and scanned) before our greeting was written
 
 	n     uint64 // bytes of the greeting read, up to 64

@@ -2,6 +2,7 @@ package zmq_test
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -95,5 +96,30 @@ func TestPeerRestartIsReconnected(t *testing.T) {
 	}
 	if err := tx.tr.CheckHealth(ctx, rx1.id); err != nil {
 		t.Fatalf("health of the restarted peer: %v", err)
+	}
+}
+
+// The ROUTER binds ipc:// endpoints too, and removes the socket file at
+// shutdown.
+func TestIPCEndpoint(t *testing.T) {
+	path := t.TempDir() + "/velo.sock"
+	rx := startNode(t, ext.NewInstanceID(), zmq.WithListen("ipc://"+path))
+	if got := string(rx.info.Address[zmq.Key]); got != "ipc://"+path {
+		t.Fatalf("advertised %q", got)
+	}
+	tx := startNode(t, ext.NewInstanceID())
+	if err := tx.tr.Register(rx.info); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.tr.Send(rx.id, ext.Frame{Type: ext.Response, Header: []byte("over ipc")}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := rx.adapter.Responses().Pop(ctxT(t))
+	if err != nil || string(f.Header) != "over ipc" {
+		t.Fatalf("%q, %v", f.Header, err)
+	}
+	rx.tr.Shutdown()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("socket file after shutdown: %v", err)
 	}
 }

@@ -322,7 +322,7 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 	probe := zmq4.NewDealer(ctx, zmq4.WithLogger(quiet), zmq4.WithDialerMaxRetries(0))
 	defer probe.Close()
 	done := make(chan error, 1)
-	go func() { done <- probe.Dial(p.endpoint) }()
+	go func() { done <- probe.Dial(guardedEndpoint(p.endpoint, t.o.maxFrameSize)) }()
 	var err error
 	select {
 	case err = <-done:

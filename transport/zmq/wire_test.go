@@ -324,3 +324,30 @@ func TestDeclaredHugeFrameClosesTheConnection(t *testing.T) {
 		t.Fatalf("the receiver kept the connection: %d, %v", n, err)
 	}
 }
+
+// The return path is guarded too: a ROUTER we dial that declares a frame
+// far above the cap is cut off (zmq4 alone would try to allocate it), and
+// the next frame dials again.
+func TestDealerRefusesDeclaredHugeFrame(t *testing.T) {
+	ep, connc, recc := zmtpPeer(t)
+	tx := startNode(t, ext.NewInstanceID(), zmq.WithMaxFrameSize(1<<20))
+	target := ext.NewInstanceID()
+	if err := tx.tr.Register(ext.PeerInfo{InstanceID: target, Address: ext.WorkerAddress{zmq.Key: []byte(ep)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.tr.Send(target, ext.Frame{Type: ext.Response, Header: []byte("h")}); err != nil {
+		t.Fatal(err)
+	}
+	rec, zc := <-recc, <-connc
+	defer zc.Close()
+	if _, err := zc.RecvMsg(); err != nil {
+		t.Fatal(err)
+	}
+	raw := rec.Conn
+	raw.Write([]byte{0x02, 0, 0, 1, 0, 0, 0, 0, 0}) // a long frame of 1 TiB
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var one [1]byte
+	if n, err := raw.Read(one[:]); n > 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the sender kept the connection: %d, %v", n, err)
+	}
+}
