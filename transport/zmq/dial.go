@@ -42,7 +42,7 @@ func (g guardedTransport) Dial(ctx context.Context, d zmqtransport.Dialer, addr 
 	if err != nil {
 		return nil, err
 	}
-	return &zmtpGuard{Conn: c, max: limit, checked: true}, nil
+	return newGuard(c, limit, true), nil
 }
 
 func (g guardedTransport) Listen(context.Context, string) (net.Listener, error) {

@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -79,7 +80,7 @@ func (r *router) accept() {
 func (r *router) serve(raw net.Conn) {
 	defer r.wg.Done()
 	defer raw.Close()
-	guard := &zmtpGuard{Conn: raw, max: uint64(r.maxFrame) + 64} // room for the type part
+	guard := newGuard(raw, uint64(r.maxFrame)+64, false) // room for the type part
 	raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	c, err := zmq4.Open(guard, null.Security(), zmq4.Router, zmq4.SocketIdentity("velo"), true, nil)
 	if err != nil {
@@ -143,24 +144,45 @@ func (r *router) close() {
 // greeting's 0xFF, so a connection that is not ZMTP is closed at once,
 // before we say anything. Every ZMTP peer sends its signature without
 // waiting for ours, so waiting for it first cannot deadlock.
+//
+// It also saves system calls: zmq4 reads each frame's header and body
+// with reads of their own (buffered here), and writes each part's header
+// and body with writes of their own, since a wrapped connection loses
+// net.Buffers' writev; the guard follows the outgoing framing too and
+// writes a whole message at once.
 type zmtpGuard struct {
 	net.Conn
 	max uint64
+	br  *bufio.Reader
 
-	checked bool   // the first byte was checked (a dialler's guard starts so: it speaks first)
-	pre     []byte // read (and scanned) before our greeting was written
+	checked bool // the first byte was checked (a dialler's guard starts so: it speaks first)
 
-	n     uint64 // bytes of the greeting read, up to 64
+	in framing
+
+	wmu  sync.Mutex // zmq4 may answer a PING from its reader while a send runs
+	out  framing
+	more bool // the last outgoing frame header had MORE set
+	wbuf []byte
+}
+
+// framing follows ZMTP frames in one direction.
+type framing struct {
+	n     uint64 // bytes of the greeting passed, up to 64
 	state int    // what the next byte is: flags, size, body
 	long  bool
+	flags byte
 	size  [8]byte
-	got   int    // bytes of the size read
+	got   int    // bytes of the size passed
 	left  uint64 // body bytes left in this frame
 }
 
 const greetingLen = 64
 
-// What the guard expects next after the greeting.
+// coalesceMax bounds what the guard holds back to write a message whole;
+// a larger message goes out in a few writes.
+const coalesceMax = 64 << 10
+
+// What the framing expects next after the greeting.
 const (
 	wantFlags = iota
 	wantSize
@@ -169,44 +191,70 @@ const (
 
 var errFraming = errors.New("zmq: connection breaks ZMTP framing or declares a frame above the cap")
 
+func newGuard(c net.Conn, max uint64, dialler bool) *zmtpGuard {
+	return &zmtpGuard{Conn: c, max: max, br: bufio.NewReaderSize(c, 32<<10), checked: dialler}
+}
+
 func (g *zmtpGuard) Write(p []byte) (int, error) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
 	if !g.checked {
 		g.checked = true
-		var one [1]byte
-		n, err := g.Conn.Read(one[:])
-		if n == 0 {
-			if err == nil {
-				err = errFraming
-			}
+		first, err := g.br.Peek(1)
+		if err != nil {
 			return 0, err
 		}
-		if err := g.scan(one[:]); err != nil {
-			return 0, err
+		if first[0] != 0xFF {
+			return 0, errFraming
 		}
-		g.pre = append(g.pre, one[0])
 	}
-	return g.Conn.Write(p)
+	if g.out.n < greetingLen {
+		g.out.scan(p, ^uint64(0), nil) // the greeting: one write of its own
+		return g.Conn.Write(p)
+	}
+	g.out.scan(p, ^uint64(0), func(flags byte) { g.more = flags&0x01 != 0 })
+	whole := g.out.state == wantFlags && !g.more
+	if !whole && len(g.wbuf)+len(p) <= coalesceMax {
+		g.wbuf = append(g.wbuf, p...)
+		return len(p), nil
+	}
+	if len(g.wbuf) == 0 {
+		return g.Conn.Write(p)
+	}
+	bufs := net.Buffers{g.wbuf, p}
+	_, err := bufs.WriteTo(g.Conn)
+	g.wbuf = g.wbuf[:0]
+	if cap(g.wbuf) > coalesceMax {
+		g.wbuf = nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func (g *zmtpGuard) Read(p []byte) (int, error) {
-	if len(g.pre) > 0 {
-		n := copy(p, g.pre)
-		g.pre = g.pre[n:]
-		return n, nil
-	}
-	n, err := g.Conn.Read(p)
-	if e := g.scan(p[:n]); e != nil {
+	n, err := g.br.Read(p)
+	if e := g.in.scanIn(p[:n], g.max); e != nil {
 		return 0, e
 	}
 	return n, err
 }
 
-func (g *zmtpGuard) scan(b []byte) error {
+// scanIn follows inbound bytes: the greeting must start with 0xFF, and no
+// frame may declare more than max.
+func (f *framing) scanIn(b []byte, max uint64) error {
+	if len(b) > 0 && f.n == 0 && b[0] != 0xFF {
+		return errFraming
+	}
+	return f.scan(b, max, nil)
+}
+
+// scan follows b through the greeting and then frame by frame, calling
+// onFlags with each frame's flags; it fails for a frame above max.
+func (g *framing) scan(b []byte, max uint64, onFlags func(byte)) error {
 	for len(b) > 0 {
 		if g.n < greetingLen {
-			if g.n == 0 && b[0] != 0xFF {
-				return errFraming
-			}
 			k := min(uint64(len(b)), greetingLen-g.n)
 			g.n += k
 			b = b[k:]
@@ -214,7 +262,10 @@ func (g *zmtpGuard) scan(b []byte) error {
 		}
 		switch g.state {
 		case wantFlags:
-			g.long, g.got = b[0]&0x02 != 0, 0
+			g.flags, g.long, g.got = b[0], b[0]&0x02 != 0, 0
+			if onFlags != nil {
+				onFlags(b[0])
+			}
 			g.state = wantSize
 			b = b[1:]
 		case wantSize:
@@ -229,13 +280,9 @@ func (g *zmtpGuard) scan(b []byte) error {
 			if g.got < need {
 				continue
 			}
-			if g.long {
-				g.left = binary.BigEndian.Uint64(g.size[:])
-			} else {
-				g.left = uint64(g.size[7])
-			}
+			g.left = binary.BigEndian.Uint64(g.size[:])
 			clear(g.size[:])
-			if g.left > g.max {
+			if g.left > max {
 				return fmt.Errorf("%w: %d bytes", errFraming, g.left)
 			}
 			g.state = inBody
