@@ -99,9 +99,10 @@ func (r *router) serve(raw net.Conn) {
 		if m.Type == zmq4.CmdMsg {
 			continue // PING (answered by zmq4) and other commands
 		}
-		// A ROUTER puts the sender's identity in front of its parts.
-		id := []byte(c.Peer.Meta["Identity"])
-		r.onMsg(c, append([][]byte{id}, m.Frames...))
+		// A ROUTER socket would put the sender's identity (READY's
+		// Identity property) in front of the parts; replies here go back
+		// on c itself, so it is not needed.
+		r.onMsg(c, m.Frames)
 	}
 }
 

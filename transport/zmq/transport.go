@@ -63,9 +63,8 @@ type peer struct {
 
 // Stats counts what the transport refused or lost.
 type Stats struct {
-	// Malformed inbound messages: not [identity, type, header, payload]
-	// on the ROUTER (or [type, header, payload] on a DEALER's return
-	// path), a type part that is not one known byte, or a frame above
+	// Malformed inbound messages: not [type, header, payload] after the
+	// sender's identity (on either end), a type part that is not one known byte, or a frame above
 	// the size cap. Each is dropped.
 	Malformed uint64
 	// DrainRefused requests refused because the node drains; each was
@@ -164,7 +163,7 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 // its own allocation, so the frame needs no owner.
 func (t *Transport) onMsg(c *zmq4.Conn, parts [][]byte) {
 	obs := t.observe()
-	_, f, ok := parseRouter(parts, t.o.maxFrameSize)
+	f, ok := parseParts(parts, t.o.maxFrameSize)
 	if !ok {
 		t.malformed.Add(1)
 		obs.Rejection(ext.RejectMalformed)

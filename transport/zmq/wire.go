@@ -11,10 +11,7 @@ import (
 // The parts of one frame on the wire, as the reference sends them from a
 // DEALER: the type byte, the velo header, the payload. A ROUTER receives
 // the sender's identity in front of them.
-const (
-	dealerParts = 3
-	routerParts = 4
-)
+const dealerParts = 3
 
 // typeBytes are the one-byte type parts, made once so a send allocates
 // none for them.
@@ -49,16 +46,6 @@ func parseParts(parts [][]byte, max int) (f ext.Frame, ok bool) {
 		return f, false
 	}
 	return ext.Frame{Type: t, Header: parts[1], Payload: parts[2]}, true
-}
-
-// parseRouter reads what a ROUTER receives: the sender's identity, then a
-// frame as parseParts reads it.
-func parseRouter(parts [][]byte, max int) (identity []byte, f ext.Frame, ok bool) {
-	if len(parts) != routerParts {
-		return nil, f, false
-	}
-	f, ok = parseParts(parts[1:], max)
-	return parts[0], f, ok
 }
 
 // Identity is the DEALER identity of lane on instance id: the 16 bytes of
