@@ -33,14 +33,14 @@ type router struct {
 	onMsg    func(c *zmq4.Conn, parts [][]byte)
 
 	mu     sync.Mutex
-	conns  map[*zmq4.Conn]struct{}
+	conns  map[net.Conn]struct{} // every accepted connection, handshaking or not
 	closed bool
 	wg     sync.WaitGroup
 }
 
 // listen binds endpoint (tcp:// or ipc://).
 func listen(endpoint string, maxFrame int, onMsg func(*zmq4.Conn, [][]byte)) (*router, error) {
-	r := &router{maxFrame: maxFrame, onMsg: onMsg, conns: map[*zmq4.Conn]struct{}{}}
+	r := &router{maxFrame: maxFrame, onMsg: onMsg, conns: map[net.Conn]struct{}{}}
 	var err error
 	if addr, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
 		r.ln, err = net.Listen("tcp", addr)
@@ -80,6 +80,10 @@ func (r *router) accept() {
 func (r *router) serve(raw net.Conn) {
 	defer r.wg.Done()
 	defer raw.Close()
+	if !r.track(raw) {
+		return
+	}
+	defer r.untrack(raw)
 	guard := newGuard(raw, uint64(r.maxFrame)+64, false) // room for the type part
 	raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	c, err := zmq4.Open(guard, null.Security(), zmq4.Router, zmq4.SocketIdentity("velo"), true, nil)
@@ -87,10 +91,6 @@ func (r *router) serve(raw net.Conn) {
 		return
 	}
 	raw.SetDeadline(time.Time{})
-	if !r.track(c) {
-		return
-	}
-	defer r.untrack(c)
 	for {
 		m, err := c.RecvMsg()
 		if err != nil {
@@ -106,7 +106,7 @@ func (r *router) serve(raw net.Conn) {
 	}
 }
 
-func (r *router) track(c *zmq4.Conn) bool {
+func (r *router) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -116,14 +116,14 @@ func (r *router) track(c *zmq4.Conn) bool {
 	return true
 }
 
-func (r *router) untrack(c *zmq4.Conn) {
+func (r *router) untrack(c net.Conn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
 }
 
-// close stops accepting, closes every connection and waits for their
-// goroutines.
+// close stops accepting, closes every connection, those still in their
+// handshake too, and waits for their goroutines.
 func (r *router) close() {
 	r.mu.Lock()
 	r.closed = true

@@ -302,6 +302,12 @@ func TestStalledGreetingHoldsUpNoOne(t *testing.T) {
 	if _, err := rx.adapter.Responses().Pop(ctx); err != nil {
 		t.Fatalf("a peer behind a stalled greeting: %v", err)
 	}
+	// Shutdown does not wait out the stalled handshake's bound.
+	start := time.Now()
+	rx.tr.Shutdown()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Shutdown took %v with a handshake stalled", d)
+	}
 }
 
 // A peer that completes the handshake and then declares a frame far above
