@@ -19,6 +19,7 @@ import (
 	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
+	zmqtr "github.com/velo-go/velo/transport/zmq"
 )
 
 // Node is one started transport with its adapter, for transport-level harnesses.
@@ -31,7 +32,8 @@ type Node struct {
 
 // NewTransport builds a transport by name: "tcp", "tls" (TCP with mutual
 // TLS 1.3, every node's certificate signed by one CA made for this
-// process), "uds", "quic", "grpc" (velo frames over a grpc-go stream) or
+// process), "uds", "quic", "grpc" (velo frames over a grpc-go stream),
+// "zmq" or
 // "nats" (through a NATS server embedded in this process, one per run).
 func NewTransport(kind string) (ext.Transport, error) {
 	switch kind {
@@ -45,6 +47,8 @@ func NewTransport(kind string) (ext.Transport, error) {
 		return quic.New()
 	case "grpc":
 		return grpctr.New()
+	case "zmq":
+		return zmqtr.New()
 	case "nats":
 		srv, err := benchNATS()
 		if err != nil {
@@ -52,7 +56,7 @@ func NewTransport(kind string) (ext.Transport, error) {
 		}
 		return natstr.New(natstr.WithURL(srv.URL()))
 	}
-	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds, quic, grpc or nats)", kind)
+	return nil, fmt.Errorf("unknown transport %q (want tcp, tls, uds, quic, grpc, zmq or nats)", kind)
 }
 
 // benchNATS is the NATS server of the "nats" transports of one run.
