@@ -47,6 +47,7 @@ func TestMemoryAndGoroutinesAt200k(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills 200,000 entries")
 	}
+	sweepersGone(t) // an earlier test's sweeper may still be on its way out
 	q, perEntry := fill200k(t, false)
 	if n := sweepers(); n != 1 {
 		t.Errorf("%d sweeper goroutines with %d entries, want 1", n, targetEntries)
