@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +36,25 @@ type Node struct {
 // process), "uds", "quic", "grpc" (velo frames over a grpc-go stream),
 // "zmq" or
 // "nats" (through a NATS server embedded in this process, one per run).
+//
+// "tcp:N", "tls:N" and "quic:N" build the transport WithLanes(N); the
+// transport-level harnesses then spread their frames over the lanes.
 func NewTransport(kind string) (ext.Transport, error) {
+	if base, n, ok := strings.Cut(kind, ":"); ok {
+		lanes, err := strconv.Atoi(n)
+		if err != nil || lanes < 1 {
+			return nil, fmt.Errorf("transport %q: want KIND:LANES with LANES ≥ 1", kind)
+		}
+		switch base {
+		case "tcp":
+			return tcp.New(append(tcpBufferOption(), tcp.WithLanes(lanes))...)
+		case "tls":
+			return tcp.New(append(tcpBufferOption(), tcp.WithTLS(benchTLS()), tcp.WithLanes(lanes))...)
+		case "quic":
+			return quic.New(quic.WithLanes(lanes))
+		}
+		return nil, fmt.Errorf("transport %q: only tcp, tls and quic take lanes", kind)
+	}
 	switch kind {
 	case "tcp":
 		return tcp.New(tcpBufferOption()...)

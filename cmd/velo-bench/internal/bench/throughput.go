@@ -59,13 +59,20 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 		}
 		return []string{"raw", "velo"}
 	}
+	armsFor := func(kind, mode string) []string {
+		arms := armsOf(mode)
+		if !rawSocket(kind) {
+			arms = arms[1:] // no socket of that kind to compare with
+		}
+		return arms
+	}
 	for rep := 0; rep < cfg.Reps; rep++ {
 		for _, size := range cfg.Sizes {
 			for _, mode := range cfg.Modes {
 				for _, kind := range rotated(kinds, rep) {
 					c := cfg
 					c.Transport = kind
-					for _, arm := range rotated(armsOf(mode), rep) {
+					for _, arm := range rotated(armsFor(kind, mode), rep) {
 						if err := throughputRun(c, arm, mode, size, params(kind, size, mode), r); err != nil {
 							return fmt.Errorf("%s %s %d over %s: %w", arm, mode, size, kind, err)
 						}
@@ -86,7 +93,7 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 				}
 			}
 			for _, kind := range kinds[1:] {
-				for _, arm := range armsOf(mode) {
+				for _, arm := range armsFor(kind, mode) {
 					v, ok1 := r.Find("throughput", arm, "frames_per_s", params(kind, size, mode))
 					b, ok2 := r.Find("throughput", arm, "frames_per_s", params(kinds[0], size, mode))
 					if ok1 && ok2 {
@@ -98,6 +105,11 @@ func Throughput(cfg ThroughputConfig, r *Report) error {
 	}
 	return nil
 }
+
+// rawSocket says whether the raw arms have a socket of this kind: tcp,
+// tls and uds do; a transport with lanes (KIND:N), QUIC, gRPC, ZeroMQ and
+// NATS do not.
+func rawSocket(kind string) bool { return kind == "tcp" || kind == "tls" || kind == "uds" }
 
 func throughputRun(cfg ThroughputConfig, arm, mode string, size int, params map[string]any, r *Report) error {
 	var frames int
@@ -218,8 +230,9 @@ func veloPipelined(kind string, size, frames int) (time.Duration, error) {
 	go func() { done <- drainMessages(ctx, b, frames, nil) }()
 	start := time.Now()
 	f := ext.Frame{Type: ext.Message, Payload: make([]byte, size)}
+	lanes := a.T.Lanes(b.ID)
 	for i := 0; i < frames; i++ {
-		out, err := a.T.Send(b.ID, f)
+		out, err := a.T.SendOnLane(b.ID, i%lanes, f)
 		if err != nil {
 			return 0, err
 		}
@@ -238,10 +251,10 @@ func veloPipelined(kind string, size, frames int) (time.Duration, error) {
 func veloPipelinedSink(kind string, size, frames int) (time.Duration, error) {
 	var got atomic.Int64
 	done := make(chan struct{})
-	target := int64(frames) + 1 // one warm-up frame
+	var target atomic.Int64 // the frames, and one warm-up frame per lane
 	sink := func(batch []ext.InboundMessage) {
 		ext.DoneAll(batch)
-		if got.Add(int64(len(batch))) == target {
+		if got.Add(int64(len(batch))) == target.Load() {
 			close(done)
 		}
 	}
@@ -254,19 +267,25 @@ func veloPipelinedSink(kind string, size, frames int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f := ext.Frame{Type: ext.Message, Payload: make([]byte, size)}
-	// Dial before the clock starts, as the raw arm's socket is connected.
-	if _, err := a.T.Send(b.ID, f); err != nil {
-		return 0, err
+	// Dial every lane before the clock starts, as the raw arm's socket is
+	// connected.
+	warmLanes := a.T.Lanes(b.ID)
+	target.Store(int64(frames + warmLanes))
+	for l := range warmLanes {
+		if _, err := a.T.SendOnLane(b.ID, l, f); err != nil {
+			return 0, err
+		}
 	}
-	for got.Load() == 0 {
+	for got.Load() < int64(warmLanes) {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
 		runtime.Gosched()
 	}
 	start := time.Now()
+	lanes := a.T.Lanes(b.ID)
 	for i := 0; i < frames; i++ {
-		out, err := a.T.Send(b.ID, f)
+		out, err := a.T.SendOnLane(b.ID, i%lanes, f)
 		if err != nil {
 			return 0, err
 		}
@@ -277,7 +296,7 @@ func veloPipelinedSink(kind string, size, frames int) (time.Duration, error) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return 0, fmt.Errorf("received %d of %d frames", got.Load()-1, frames)
+		return 0, fmt.Errorf("received %d of %d frames", got.Load()-int64(warmLanes), frames)
 	}
 	return time.Since(start), nil
 }
