@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/velo-go/velo/internal/mpread"
+	"github.com/velo-go/velo/internal/mpwrite"
 )
 
 // MaxHeaderValue and MaxEncodedHeaders bound user headers: a value of at
@@ -55,18 +56,9 @@ func EncodeHeaders(h map[string]string) ([]byte, error) {
 	return b, nil
 }
 
-// AppendStr appends s as a MessagePack str.
-func AppendStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n < 256:
-		b = append(b, 0xd9, byte(n))
-	default:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	}
-	return append(b, s...)
-}
+// AppendStr appends s as a MessagePack str (mpwrite's writer; header keys
+// and values are short, see MaxHeaderValue).
+func AppendStr(b []byte, s string) []byte { return mpwrite.AppendStr(b, s) }
 
 // DecodeHeaders reads what EncodeHeaders writes. It never panics and
 // allocates no more than the input justifies.
