@@ -59,11 +59,11 @@ func Run(t *testing.T, f Factory) {
 
 // harness holds one store and its hand-moved clock.
 type harness struct {
-	s     store.Store
-	mu    sync.Mutex
-	now   time.Time
-	ttl   time.Duration
-	ctx   context.Context
+	s      store.Store
+	mu     sync.Mutex
+	now    time.Time
+	ttl    time.Duration
+	ctx    context.Context
 	heard  *recorder
 	remote bool
 }
