@@ -3,7 +3,6 @@ package hub
 import (
 	"errors"
 	"fmt"
-	"sort"
 )
 
 // ErrGraph is matched (errors.Is) by every error of the bundle and
@@ -124,17 +123,6 @@ func topo(nodes []string, requires func(string) []string, kind string) ([]string
 		}
 	}
 	return out, nil
-}
-
-// sortedKeys is for messages and listings that must not depend on map
-// order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // validSegment: one URL segment of [a-z0-9_-], 1 to 64 bytes, so an

@@ -25,7 +25,6 @@ type Hub struct {
 	log    *slog.Logger
 	id     protocol.HubID
 	st     store.Store
-	ownSt  bool          // New made st (an InMemoryStore), so Shutdown closes it
 	veloOp []velo.Option // nil: the hub runs without velo
 	plan   *plan
 	dir    *directory // the built-in services extension
@@ -37,7 +36,6 @@ type Hub struct {
 	// waiter can give up after lock_timeout_ms or at shutdown.
 	lock     chan struct{}
 	stopping chan struct{} // closed when Shutdown starts: no new registration
-	unlocked chan struct{} // closed when Shutdown releases the lock for good
 
 	node   *velo.Node // nil without velo
 	pinned *store.Entry
@@ -54,7 +52,7 @@ type Hub struct {
 	servers     sync.WaitGroup // the two http.Server.Serve goroutines
 	// inTx is the owner whose registration transaction runs (nil: none);
 	// the heartbeat does not probe it.
-	inTx atomic.Pointer[ext.InstanceID]
+	inTx      atomic.Pointer[ext.InstanceID]
 	loops     sync.WaitGroup // heartbeat, lifecycle, continuity watch
 	loopsStop chan struct{}
 
@@ -113,10 +111,14 @@ func WithVelo(opts ...velo.Option) Option {
 }
 
 // WithBundle adds a bundle of extensions.
-func WithBundle(b Bundle) Option { return Option{func(o *options) { o.bundles = append(o.bundles, b) }} }
+func WithBundle(b Bundle) Option {
+	return Option{func(o *options) { o.bundles = append(o.bundles, b) }}
+}
 
 // WithExtension adds one extension that no bundle holds.
-func WithExtension(e Extension) Option { return Option{func(o *options) { o.exts = append(o.exts, e) }} }
+func WithExtension(e Extension) Option {
+	return Option{func(o *options) { o.exts = append(o.exts, e) }}
+}
 
 // WithLogger sends the hub's warnings to l instead of slog.Default().
 func WithLogger(l *slog.Logger) Option { return Option{func(o *options) { o.log = l }} }
