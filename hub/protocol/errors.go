@@ -29,7 +29,8 @@ const (
 	// CodeMethodNotAllowed: the path exists, the method does not.
 	CodeMethodNotAllowed ErrorCode = "method_not_allowed"
 	// CodeBusy: a registration or a removal of this instance is in
-	// progress. Retry.
+	// progress (409), or the registration lock was not free within
+	// lock_timeout_ms (503). Retry.
 	CodeBusy ErrorCode = "busy"
 	// CodeRegisterAgain: the hub removed the registration (a failure after
 	// its store write). Register again without a credential.
@@ -37,8 +38,7 @@ const (
 	// CodeRecovered: the hub restarted and holds the registration
 	// reserved. Register again presenting the credential.
 	CodeRecovered ErrorCode = "recovered"
-	// CodeUnavailable: the hub cannot serve the call now: the
-	// registration lock was not free within lock_timeout_ms, a step timed
+	// CodeUnavailable: the hub cannot serve the call now: a step timed
 	// out, the store is not Live, or the hub is shutting down.
 	CodeUnavailable ErrorCode = "unavailable"
 	// CodeInternal: a bug or a panic in the hub or an extension.

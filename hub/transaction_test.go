@@ -1,0 +1,159 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/hub/protocol"
+)
+
+// TestClientDisconnectStillRegisters: the transaction is a task of the
+// hub, so a client that closes its connection while an extension's
+// Prepare waits does not leave the owner busy; the registration commits.
+func TestClientDisconnectStillRegisters(t *testing.T) {
+	rec := newRecorder("rec")
+	gate := make(chan struct{})
+	rec.prepareGate = gate
+	h := startHub(t, testConfig(), WithExtension(rec))
+	p := fakePeer()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ctl(h)+protocol.PathInstances, bytes.NewReader(regBody(t, p, nil)))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	// Wait until the transaction holds the owner.
+	for h.auth.get(p.InstanceID) == nil {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client: %v", err)
+	}
+	rec.mu.Lock()
+	rec.prepareGate = nil
+	rec.mu.Unlock()
+	close(gate)
+	// The task commits: the owner is live, not busy.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if g := h.auth.get(p.InstanceID); g != nil && g.kind == grantLive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the registration did not commit after its client left: %+v", h.auth.get(p.InstanceID))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, ok := rec.epochOf(p.InstanceID); !ok {
+		t.Fatal("the extension did not commit")
+	}
+	// The registration holds; a claim without its credential is refused
+	// with unauthorized, not busy.
+	st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, p, nil), "")
+	wantCode(t, "claim after the lost answer", st, b, protocol.CodeUnauthorized, 401)
+}
+
+// TestPrepareFailureKeepsPrior: a re-registration whose extension fails
+// in Prepare leaves the prior registration exactly as it was: its
+// credential works, its epoch stays committed, the staged values were
+// aborted.
+func TestPrepareFailureKeepsPrior(t *testing.T) {
+	first, second := newRecorder("first"), newRecorder("second")
+	h := startHub(t, testConfig(), WithExtension(first), WithExtension(second))
+	p := fakePeer()
+	r1 := register(t, h, p, "", nil)
+	second.mu.Lock()
+	second.prepareErr = protocol.Errorf(protocol.CodeBadRequest, "second refuses")
+	second.mu.Unlock()
+	st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, p, nil), r1.Credential)
+	wantCode(t, "refused re-registration", st, b, protocol.CodeBadRequest, 400)
+	if first.aborted.Load() != 1 {
+		t.Fatalf("first's staged value was aborted %d times, want 1", first.aborted.Load())
+	}
+	if st, b := call(t, "POST", ctl(h)+protocol.HeartbeatPath(p.InstanceID), nil, r1.Credential); st != 200 {
+		t.Fatalf("prior credential after a failed prepare: %d %s", st, b)
+	}
+	if e, _ := first.epochOf(p.InstanceID); e != r1.Epoch {
+		t.Fatalf("first's committed epoch %d, want %d", e, r1.Epoch)
+	}
+	lease, err := h.Authority().Authorize(p.InstanceID, r1.Credential)
+	if err != nil || lease.Epoch != r1.Epoch {
+		t.Fatalf("authorize: %+v %v", lease, err)
+	}
+	// A plain error is internal, a timeout unavailable; neither changes
+	// the prior registration.
+	second.mu.Lock()
+	second.prepareErr = errRefused
+	second.mu.Unlock()
+	st, b = call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, p, nil), r1.Credential)
+	wantCode(t, "plain prepare error", st, b, protocol.CodeInternal, 500)
+	if _, err := h.Authority().Authorize(p.InstanceID, r1.Credential); err != nil {
+		t.Fatalf("authorize after a second failure: %v", err)
+	}
+}
+
+// TestFailureAfterWriteRegistersAgain: an extension that panics in
+// Commit fails the registration after its store write: the answer is
+// register_again, the new entry (and the prior one) is gone, every
+// extension heard on_removed, and the instance can register fresh.
+func TestFailureAfterWriteRegistersAgain(t *testing.T) {
+	rec := newRecorder("rec")
+	h := startHub(t, testConfig(), WithExtension(rec))
+	p := fakePeer()
+	r1 := register(t, h, p, "", nil)
+	rec.mu.Lock()
+	rec.commitPanic = true
+	rec.mu.Unlock()
+	st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, p, nil), r1.Credential)
+	wantCode(t, "failure after the write", st, b, protocol.CodeRegisterAgain, 409)
+	rec.waitRemoved(t, p.InstanceID)
+	if _, ok := h.Store().Get(p.InstanceID); ok {
+		t.Fatal("the entry is still in the store")
+	}
+	st, b = call(t, "GET", pub(h)+protocol.PeerByInstancePath(p.InstanceID), nil, "")
+	wantCode(t, "lookup after register_again", st, b, protocol.CodeNotFound, 404)
+	st, b = call(t, "POST", ctl(h)+protocol.HeartbeatPath(p.InstanceID), nil, r1.Credential)
+	if st != 404 && st != 409 {
+		t.Fatalf("old credential after register_again: %d %s", st, b)
+	}
+	rec.mu.Lock()
+	rec.commitPanic = false
+	rec.mu.Unlock()
+	waitFor(t, "the owner to be free", func() bool { return h.auth.get(p.InstanceID) == nil })
+	register(t, h, p, "", nil)
+}
+
+// TestLockTimeoutAnswersBusy: a registration that waits longer than
+// lock_timeout_ms for the lock answers 503 with code busy.
+func TestLockTimeoutAnswersBusy(t *testing.T) {
+	cfg := testConfig()
+	cfg.LockTimeoutMS = 50
+	h := startHub(t, cfg)
+	h.lock <- struct{}{} // hold the lock as a long registration would
+	st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), "")
+	<-h.lock
+	wantCode(t, "lock timeout", st, b, protocol.CodeBusy, 503)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+var _ = ext.InstanceID{}
