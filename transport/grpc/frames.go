@@ -133,8 +133,8 @@ func (t *FrameTransport) Listen(addr string) (ext.FrameListener, error) {
 }
 
 // Dial opens the stream's call on a connection of its own and waits for
-// the server's answer: its headers (the route was taken), or its refusal
-// (NotFound: ErrUnknownRoute).
+// the server's headers, or its refusal (NotFound: ErrUnknownRoute). A
+// route refused after the headers closes the stream (Closed).
 func (t *FrameTransport) Dial(ctx context.Context, entry []byte, route ext.StreamRoute) (ext.FrameSender, error) {
 	addr, err := tcp.DialAddr(entry)
 	if err != nil {

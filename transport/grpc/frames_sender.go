@@ -42,7 +42,8 @@ func openFrameSender(ctx context.Context, t *FrameTransport, cc *ggrpc.ClientCon
 		cancel()
 		return nil, err
 	}
-	// The headers say the server took the route; a refusal ends the call
+	// The headers say a node took the call (a Go server answers them as
+	// its node reads the route); a refusal before that ends the call
 	// without them. ctx bounds the wait by ending the call.
 	stop := context.AfterFunc(ctx, cancel)
 	md, _ := cs.Header()

@@ -212,16 +212,23 @@ func (in *frameInbound) wait(stopped <-chan struct{}) error {
 	return in.rerr
 }
 
-func (in *frameInbound) Route() (ext.StreamRoute, error) { return in.route, nil }
-
-// Recv sends the headers first (the producer's Dial waits for them: the
-// route is taken), then returns the next frame.
-func (in *frameInbound) Recv() ([]byte, error) {
+// Route answers the call's headers (the producer's Dial waits for them:
+// a node took its stream) and returns the route of its metadata.
+func (in *frameInbound) Route() (ext.StreamRoute, error) {
 	in.mu.Lock()
+	defer in.mu.Unlock()
 	if !in.header && in.how == endNone {
 		in.header = true
-		in.ss.SendHeader(nil)
+		if err := in.ss.SendHeader(nil); err != nil {
+			return ext.StreamRoute{}, err
+		}
 	}
+	return in.route, nil
+}
+
+// Recv returns the next frame.
+func (in *frameInbound) Recv() ([]byte, error) {
+	in.mu.Lock()
 	d, t := in.deadline, in.timer
 	in.mu.Unlock()
 	if d.IsZero() {
