@@ -3,6 +3,7 @@ package velo
 import (
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
 )
 
@@ -30,4 +31,14 @@ func WithStreamHeartbeat(d time.Duration) Option {
 // the VELO_MESSENGER_MUX_DISABLE environment variable).
 func WithMuxOnly() Option {
 	return Option{stream: []streaming.ManagerOption{streaming.WithMuxOnly()}}
+}
+
+// WithFrameTransport runs the node's per-stream path (the streams that do
+// not ride the mux) over ft instead of TCP, for example the gRPC frame
+// transport (grpc.NewFrameTransport). Both ends of such a stream need a
+// frame transport of the same key. It takes the place of the TLS that a
+// TCP transport built WithTLS would give the path. See
+// streaming.WithFrameTransport.
+func WithFrameTransport(ft ext.FrameTransport) Option {
+	return Option{stream: []streaming.ManagerOption{streaming.WithFrameTransport(ft)}}
 }

@@ -2,8 +2,8 @@
 //
 // A transport, frame transport or discovery backend that lives outside this
 // module depends on this package only. It holds the interfaces those plugins
-// implement (Transport, FrameTransport, PeerDiscovery, ServiceDiscovery,
-// Observability) and the value types the interfaces use: identities
+// implement (Transport; FrameTransport with its FrameListener, FrameInbound
+// and FrameSender; PeerDiscovery, ServiceDiscovery, Observability) and the value types the interfaces use: identities
 // (InstanceID, WorkerID, PeerInfo, WorkerAddress), MessageType, Frame,
 // SendOutcome, the AdmissionGate and the TransportAdapter that routes inbound
 // frames and owns the in-flight count used by graceful shutdown.

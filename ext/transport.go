@@ -93,23 +93,6 @@ func ConfirmerOf(tr Transport) (ConnConfirmer, bool) {
 	return nil, false
 }
 
-// FrameTransport carries the frames of one stream outside the messenger
-// (per-stream transports). Implemented by later work.
-type FrameTransport interface {
-	Key() TransportKey
-	// Bind opens a receiving endpoint and returns its address.
-	Bind(ctx context.Context) (endpoint []byte, frames <-chan []byte, err error)
-	// Connect opens a sender to an endpoint.
-	Connect(ctx context.Context, endpoint []byte) (FrameSender, error)
-	Shutdown()
-}
-
-// FrameSender sends stream frames in order.
-type FrameSender interface {
-	Send(ctx context.Context, frame []byte) error
-	Close() error
-}
-
 // PeerDiscovery finds the PeerInfo of an instance or worker.
 type PeerDiscovery interface {
 	// Register publishes this node's PeerInfo.

@@ -8,22 +8,22 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/mux"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // The owner's attach handlers, _anchor_attach and _mpsc_anchor_attach:
 // they find the anchor, then bind it for the mux when the producer offers
-// it (mux_attach.go) and on the per-stream path otherwise (tcppath.Bind,
-// tcppath.BindMPSC), and count the attach under the transport it took.
+// it (mux_attach.go) and on the per-stream path otherwise (framepath.Bind,
+// framepath.BindMPSC), and count the attach under the transport it took.
 
 // refusedPrefix starts every refusal that refuseAttach writes.
-var refusedPrefix = tcppath.RefusedPrefix
+var refusedPrefix = framepath.RefusedPrefix
 
 // refuseAttach is the answer of an _anchor_attach that bound nothing.
 func refuseAttach(format string, args ...any) ([]byte, error) {
-	return tcppath.RefuseAttach(format, args...)
+	return framepath.RefuseAttach(format, args...)
 }
 
 // onAttach is the _anchor_attach handler: it binds the stream for the mux
@@ -84,19 +84,19 @@ func (r *remote) mpscAttach(c *messenger.Context) ([]byte, error) {
 		return nil, err
 	}
 	if !req.Handle.IsMPSC() {
-		return tcppath.RefuseMPSCAttach("anchor %v is spsc; use _anchor_attach", req.Handle)
+		return framepath.RefuseMPSCAttach("anchor %v is spsc; use _anchor_attach", req.Handle)
 	}
 	useMux := r.mux != nil && offersMux(req.SupportedTransportKeys)
 	if !useMux && !r.tcp.Listening() {
-		return tcppath.RefuseMPSCAttach("this node serves streams only over %s", mux.WireKey)
+		return framepath.RefuseMPSCAttach("this node serves streams only over %s", mux.WireKey)
 	}
 	st := r.m.lookup(req.Handle.LocalID())
 	if st == nil || st.MPSC() == nil {
-		return tcppath.RefuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+		return framepath.RefuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
 	p, ok := st.MPSC().AddRemote(c.SenderWorkerID())
 	if !ok {
-		return tcppath.RefuseMPSCAttach("mpsc anchor %v not found", req.Handle)
+		return framepath.RefuseMPSCAttach("mpsc anchor %v not found", req.Handle)
 	}
 	if useMux {
 		return r.attachMPSCMux(st, p, c.SenderWorkerID(), req.LaneKey)
@@ -113,7 +113,7 @@ func (r *remote) attachMPSCMux(st *inlet.State, p *inlet.Remote, producer ext.Wo
 	lane, ok := r.mux.BindProducer(st, p, producer, session, r.muxAcceptWindow(), r.lanesTo(producer), key)
 	if !ok {
 		st.MPSC().EndRemote(p, droppedFrame)
-		return tcppath.RefuseMPSCAttach("node is shutting down")
+		return framepath.RefuseMPSCAttach("node is shutting down")
 	}
 	resp := wire.MPSCAttachResponse{
 		TransportKey:        mux.WireKey,

@@ -13,8 +13,8 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 	"github.com/velo-go/velo/streaming/internal/mux"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // The producer's attach to an anchor of another worker: the round trip
@@ -50,7 +50,7 @@ func attachRemote[T any](ctx context.Context, r *remote, handle wire.AnchorHandl
 
 // bindRemote makes the _anchor_attach round trip for rs, dials the
 // owner's listener and starts the pump.
-func bindRemote[T any](ctx context.Context, r *remote, rs *tcppath.Stream, owner ext.InstanceID, addr string, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
+func bindRemote[T any](ctx context.Context, r *remote, rs *framepath.Stream, owner ext.InstanceID, addr []byte, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
 	handle := rs.AnchorHandle()
 	var resp wire.AttachResponse
 	err := r.askAttach(ctx, owner, wire.AnchorAttachHandler, handle, rs.ID(), key, func(body []byte) (string, string, error) {
@@ -133,7 +133,7 @@ func openMuxMPSCSender[T any](ctx context.Context, r *remote, owner ext.Instance
 // newStream makes the producer's end of a per-stream connection to
 // handle's anchor, the sink of its Sender, and registers it, so that a
 // stop or a cancel the owner sends before its answer finds it.
-func (r *remote) newStream(handle wire.AnchorHandle) *tcppath.Stream {
+func (r *remote) newStream(handle wire.AnchorHandle) *framepath.Stream {
 	rs := r.tcp.NewStream(handle, r.ids.next())
 	r.tcp.Register(rs)
 	return rs
@@ -187,18 +187,20 @@ func (r *remote) ownerInfo(ctx context.Context, handle wire.AnchorHandle) (ext.P
 	return info, nil
 }
 
-// streamAddr is the address of the per-stream listener that owner info
-// advertises. With the mux on, an owner without a listener is fine: the
-// address is then "", and the attach must negotiate the mux.
-func (r *remote) streamAddr(handle wire.AnchorHandle, info ext.PeerInfo) (string, error) {
-	addr, err := tcppath.ListenerAddr(info, r.streamKey)
+// streamAddr is the address entry of the per-stream listener that owner
+// info advertises under this node's frame transport's key. With the mux
+// on, an owner without a listener is fine: the entry is then nil, and the
+// attach must negotiate the mux.
+func (r *remote) streamAddr(handle wire.AnchorHandle, info ext.PeerInfo) ([]byte, error) {
+	entry, err := info.Address.Lookup(ext.TransportKey(r.streamKey))
 	switch {
 	case err == nil:
-		return addr, nil
+		return entry, nil
 	case r.mux != nil:
-		return "", nil
+		return nil, nil
 	}
-	return "", fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener: %w", handle, err)
+	// A mux-only owner, or one whose frame transport is another.
+	return nil, fmt.Errorf("velo: attach %v: the owner advertises no usable per-stream listener under %q: %w", handle, r.streamKey, err)
 }
 
 // attachRequest is the _anchor_attach body for handle under session id:

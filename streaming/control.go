@@ -10,16 +10,16 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 )
 
 // The node's control handlers: those of the per-stream path, which
-// tcppath describes (stop, cancel, detach, finalize, MPSC detach and
+// framepath describes (stop, cancel, detach, finalize, MPSC detach and
 // cancel; control.rs of the reference), and the renewal of reservations,
 // which serves anchors whatever path their producers take.
 
 // unitAnswer is the answer of a handler that returns nothing.
-var unitAnswer = tcppath.UnitAnswer
+var unitAnswer = framepath.UnitAnswer
 
 // registerControl registers the control handlers of both ends, and hears
 // of lost peers.
@@ -45,7 +45,7 @@ func (r *remote) registerControl() error {
 
 // messengerHandler is h as the messenger registers it: the worker that
 // the messenger stamped the request with, and its payload.
-func messengerHandler(h tcppath.Handler) messenger.Handler {
+func messengerHandler(h framepath.Handler) messenger.Handler {
 	var opts []messenger.HandlerOption
 	if h.DrainExempt {
 		opts = append(opts, messenger.WithDrainExempt())

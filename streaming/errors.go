@@ -1,6 +1,9 @@
 package streaming
 
-import "github.com/velo-go/velo/streaming/internal/streamerr"
+import (
+	"github.com/velo-go/velo/streaming/internal/framepath"
+	"github.com/velo-go/velo/streaming/internal/streamerr"
+)
 
 // ErrSenderDropped ends a stream whose producer closed its Sender without
 // finalizing: the Dropped frame.
@@ -40,6 +43,13 @@ var ErrRemoteAttach = streamerr.ErrRemoteAttach
 // ErrAnchorKind is returned by AttachAnchor for the handle of an MPSC
 // anchor, and by AttachMPSCAnchor for the handle of an SPSC anchor.
 var ErrAnchorKind = streamerr.ErrAnchorKind
+
+// ErrTransportMismatch is returned by AttachAnchor and AttachMPSCAnchor
+// when the owner answered the attach with a per-stream transport key that
+// is not this node's frame transport (WithFrameTransport). An owner that
+// advertises no listener under this node's key at all fails the attach
+// earlier, with an error matching ext.ErrNoEndpoint.
+var ErrTransportMismatch = framepath.ErrTransportMismatch
 
 // ErrSenderClosed is returned by a Sender used after Finalize, Detach or
 // Close.

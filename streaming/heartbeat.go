@@ -7,7 +7,7 @@ import (
 )
 
 // Heartbeats and the watchdog of streams between workers. The per-stream
-// path's are in tcppath (the heartbeater of a node's producer streams,
+// path's are in framepath (the heartbeater of a node's producer streams,
 // the watchdog of each reader); the mux's in internal/mux (sweep.go,
 // watchdog.go). Both detect a silent stream alike.
 

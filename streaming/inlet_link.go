@@ -1,9 +1,9 @@
 package streaming
 
 import (
+	"github.com/velo-go/velo/streaming/internal/framepath"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/mux"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // How the Manager and the paths meet the inlet (internal/inlet), which
@@ -27,7 +27,7 @@ const _ = uint(mux.DefaultInitialCredit-inlet.PooledCredit) + uint(inlet.PooledC
 
 // A per-stream producer's egress holds as many frames as an inlet, so
 // that the two paths push back alike.
-const _ = uint(defaultCapacity-tcppath.EgressCapacity) + uint(tcppath.EgressCapacity-defaultCapacity)
+const _ = uint(defaultCapacity-framepath.EgressCapacity) + uint(framepath.EgressCapacity-defaultCapacity)
 
 // inletOwner is the Manager as the inlet's Owner. A type of its own, so
 // that Remove and CountExpired do not join the Manager's exported methods.

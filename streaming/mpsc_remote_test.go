@@ -12,7 +12,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 )
 
 // knows registers owner with each producer, as when the handle came in a
@@ -165,7 +165,7 @@ func streamGoroutines() int {
 	c := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		// By who made them, so that one not yet started counts too.
-		if strings.Contains(g, "tcppath.(*Node).serve(") || strings.Contains(g, "tcppath.(*Node).Open in goroutine") {
+		if strings.Contains(g, "framepath.(*Node).serve(") || strings.Contains(g, "framepath.(*Node).Open in goroutine") || strings.Contains(g, "tcpframe.newSender in goroutine") {
 			c++
 		}
 	}
@@ -299,7 +299,7 @@ func TestRemoteMPSCProducerNodeCloses(t *testing.T) {
 
 // blockedInSend waits until a remote sender's egress is full and a Send
 // waits for room.
-func blockedInSend(t *testing.T, rs *tcppath.Stream, sendErr <-chan error) {
+func blockedInSend(t *testing.T, rs *framepath.Stream, sendErr <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -14,9 +14,10 @@ import (
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/mux"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
+	"github.com/velo-go/velo/streaming/internal/tcpframe"
 )
 
 // Streams between workers (lib/velo/src/streaming/control.rs and
@@ -24,18 +25,21 @@ import (
 //
 // The producer asks the anchor's owner with _anchor_attach (JSON bodies
 // from package wire), offering the transport keys it can connect on:
-// "messenger-mux-v2" first when its mux is on, then "tcp-stream". An owner
-// with the mux answers the mux when offered (mux_attach.go); otherwise it
-// binds the stream on its per-stream TCP listener and answers "tcp-stream"
-// and a routing session id (attach.go). The per-stream path, its listener,
-// readers, producer connections, heartbeats and control messages, is
-// package internal/tcppath; this file is the node that ties it and the mux
-// to the Manager and its messenger.
+// "messenger-mux-v2" first when its mux is on, then its frame transport's
+// ("tcp-stream" by default). An owner with the mux answers the mux when
+// offered (mux_attach.go); otherwise it binds the stream on its per-stream
+// listener and answers its frame transport's key and a routing session id
+// (attach.go). The per-stream path, its listener, readers, producer
+// streams, heartbeats and control messages, is package
+// internal/framepath, over an ext.FrameTransport (internal/tcpframe by
+// default); this file is the node that ties it and the mux to the Manager
+// and its messenger.
 //
 // The listener's address is not in the attach answer: as in the
-// reference, it is an entry of the owner's WorkerAddress under
-// "tcp-stream", in the format of the messenger TCP transport's entry. The
-// producer reads it from the PeerInfo it registered for the owner.
+// reference, it is an entry of the owner's WorkerAddress under the frame
+// transport's key ("tcp-stream": the format of the messenger TCP
+// transport's entry). The producer reads it from the PeerInfo it
+// registered for the owner.
 
 // AcceptWindow is how long a stream bound by _anchor_attach on the
 // per-stream path waits for its producer's connection (the reference's
@@ -46,7 +50,7 @@ const AcceptWindow = 60 * time.Second
 // defaultHeartbeatInterval is the heartbeat interval this node answers an
 // attach with unless WithHeartbeatInterval says otherwise: the producer
 // beats at it, and the stream's reader ends a stream silent for
-// detectionMultiplier of them (tcppath/watchdog.go).
+// detectionMultiplier of them (framepath/watchdog.go).
 const defaultHeartbeatInterval = wire.DefaultHeartbeatIntervalMS * time.Millisecond
 
 type nodeConfig struct {
@@ -58,13 +62,14 @@ type nodeConfig struct {
 	res          ReservationConfig
 	log          *slog.Logger
 	metrics      *metrics.VeloMetrics
-	streams      tcppath.Net // the per-stream path's network
-	tls          *tls.Config // the per-stream path's TLS, nil for plain TCP
+	streams      tcpframe.Net       // the TCP frame transport's network
+	tls          *tls.Config        // the TCP frame transport's TLS, nil for plain TCP
+	frames       ext.FrameTransport // WithFrameTransport; nil: TCP
 }
 
-// WithStreamListenAddr sets the address of the per-stream TCP listener
-// ("127.0.0.1:0" unless set). Its actual address is advertised, so port 0
-// is fine.
+// WithStreamListenAddr sets the address of the per-stream listener
+// ("127.0.0.1:0" unless set), which the frame transport's Listen gets. Its
+// actual address is advertised, so port 0 is fine.
 func WithStreamListenAddr(addr string) ManagerOption {
 	return ManagerOption{func(c *nodeConfig) { c.listen = addr }}
 }
@@ -78,8 +83,21 @@ func WithStreamListenAddr(addr string) ManagerOption {
 // it, and this node opens streams only to owners that advertise
 // "tls-stream" (over the mux, which rides the messenger's transport,
 // nothing changes). velo.New sets it from a TCP transport built WithTLS.
+// A node built WithFrameTransport ignores it.
 func WithStreamTLS(cfg *tls.Config) ManagerOption {
 	return ManagerOption{func(c *nodeConfig) { c.tls = cfg }}
+}
+
+// WithFrameTransport runs the node's per-stream path over ft instead of
+// TCP: its listener is ft's (advertised under ft.Key()), the attaches it
+// serves answer ft.Key(), and the streams it opens dial with ft. Both ends
+// of a stream must use frame transports of the same key: a producer whose
+// node runs another fails its attach with a clear error (ext.ErrNoEndpoint
+// when the owner advertises no listener under its key, ErrTransportMismatch
+// when the owner answers another key). The mux, when both ends have it, is unaffected.
+// See docs/transports.md, "Frame transports for streams".
+func WithFrameTransport(ft ext.FrameTransport) ManagerOption {
+	return ManagerOption{func(c *nodeConfig) { c.frames = ft }}
 }
 
 // WithStreamLogger sends the manager's warnings to l instead of
@@ -95,7 +113,7 @@ func withAcceptWindow(d time.Duration) ManagerOption {
 
 // withStreamNet sets the per-stream path's network, for tests: an
 // in-memory one lets two nodes run inside a testing/synctest bubble.
-func withStreamNet(n tcppath.Net) ManagerOption {
+func withStreamNet(n tcpframe.Net) ManagerOption {
 	return ManagerOption{func(c *nodeConfig) { c.streams = n }}
 }
 
@@ -110,11 +128,11 @@ type remote struct {
 	m            *Manager
 	mux          *mux.Mux // nil when the mux is off
 	msg          *messenger.Messenger
-	tcp          *tcppath.Node // the per-stream path, listener or not
+	tcp          *framepath.Node // the per-stream path, listener or not
 	acceptWindow time.Duration
 	heartbeat    time.Duration // answered to attaches, and watched by readers
 	log          *slog.Logger
-	streamKey    string // the per-stream path's key: tcp-stream, or tls-stream over TLS
+	streamKey    string // the per-stream path's key: its frame transport's
 	// ids draws routing sessions and producer stream ids: random, since
 	// a peer presents them back as authority (ids.go).
 	ids *idSource
@@ -128,13 +146,14 @@ type remote struct {
 
 // NewNodeManager returns the Manager of msg's node, able to stream to and
 // from other workers. It registers the attach and control handlers and the
-// mux's batch handlers, and, unless WithMuxOnly, listens for per-stream TCP
-// connections (on 127.0.0.1:0 unless WithStreamListenAddr says otherwise)
-// and advertises the listener under "tcp-stream" in msg's address. Call it
+// mux's batch handlers, and, unless WithMuxOnly, listens for per-stream
+// streams on its frame transport (TCP unless WithFrameTransport; on
+// 127.0.0.1:0 unless WithStreamListenAddr says otherwise) and advertises
+// the listener under the transport's key ("tcp-stream") in msg's address. Call it
 // before handing out msg's PeerInfo, so that peers learn the listener.
 // Close stops it.
 func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, error) {
-	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow, streams: tcppath.TCP{}, res: DefaultReservationConfig()}
+	cfg := nodeConfig{listen: "127.0.0.1:0", acceptWindow: AcceptWindow, streams: tcpframe.TCP{}, res: DefaultReservationConfig()}
 	for _, o := range opts {
 		if o.apply != nil {
 			o.apply(&cfg)
@@ -150,14 +169,15 @@ func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, 
 	if cfg.muxOnly && (cfg.mux.Disabled || muxDisabledByEnv()) {
 		return nil, errMuxOnlyDisabled
 	}
-	key := wire.TCPStreamKey
-	if cfg.tls != nil {
-		cfg.streams, key = tcppath.TLS{Net: cfg.streams, Config: cfg.tls.Clone()}, wire.TLSStreamKey
+	ft := cfg.frames
+	if ft == nil {
+		ft = tcpframe.New(cfg.streams, cfg.tls)
 	}
-	var ln net.Listener
+	key := string(ft.Key())
+	var ln ext.FrameListener
 	if !cfg.muxOnly {
 		var err error
-		if ln, err = listenStreams(msg, cfg.streams, key, cfg.listen); err != nil {
+		if ln, err = listenStreams(msg, ft, cfg.listen); err != nil {
 			return nil, err
 		}
 	}
@@ -166,8 +186,8 @@ func NewNodeManager(msg *messenger.Messenger, opts ...ManagerOption) (*Manager, 
 		m: m, msg: msg, acceptWindow: cfg.acceptWindow, log: cfg.log,
 		heartbeat: cfg.heartbeat, ids: newIDSource(), streamKey: key,
 	}
-	r.tcp = tcppath.New(tcppath.Config{
-		Host: (*tcpHost)(r), Owner: m.owner, Listener: ln, Net: cfg.streams, Key: key,
+	r.tcp = framepath.New(framepath.Config{
+		Host: (*tcpHost)(r), Owner: m.owner, Listener: ln, Transport: ft,
 		AcceptWindow: cfg.acceptWindow, Heartbeat: cfg.heartbeat, Log: cfg.log,
 		Metrics: m.met, NextID: r.ids.next,
 	})
@@ -204,20 +224,21 @@ func (r *remote) register(cfg nodeConfig) error {
 	return err
 }
 
-// listenStreams opens the per-stream listener and advertises it under key.
-func listenStreams(msg *messenger.Messenger, sn tcppath.Net, key, addr string) (net.Listener, error) {
-	ln, ep, err := tcppath.Listen(sn, addr)
+// listenStreams opens the per-stream listener of ft and advertises it
+// under ft's key.
+func listenStreams(msg *messenger.Messenger, ft ext.FrameTransport, addr string) (ext.FrameListener, error) {
+	ln, err := ft.Listen(addr)
 	if err != nil {
 		return nil, err
 	}
-	if err := msgrx.AdvertiseAddress(msg, ext.TransportKey(key), ep); err != nil {
+	if err := msgrx.AdvertiseAddress(msg, ft.Key(), ln.Entry()); err != nil {
 		ln.Close()
 		return nil, err
 	}
 	return ln, nil
 }
 
-// streamAddr is the address of the per-stream TCP listener, or nil for a
+// streamAddr is the network address of the per-stream listener, or nil for a
 // Manager from NewManager or one built WithMuxOnly.
 func (m *Manager) streamAddr() net.Addr {
 	if m.remote == nil {

@@ -22,7 +22,7 @@ import (
 
 // signaller is the producer's side of one path: the same worker
 // (localSink, through its inlet.State), the per-stream connection
-// (tcppath.Stream) or the mux (mux.OutSlot).
+// (framepath.Stream) or the mux (mux.OutSlot).
 type signaller interface {
 	SignalCh(k inlet.SignalKind) <-chan struct{}
 	Cause() error // the first signal's cause, nil before

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/framepath"
 	"github.com/velo-go/velo/streaming/internal/mux"
-	"github.com/velo-go/velo/streaming/internal/tcppath"
 )
 
 // sink is where a producer's frames go: the one thing a Sender or an
@@ -14,7 +14,7 @@ import (
 //
 //   - the same worker (localSink, localMPSCSink): frames go straight into
 //     the anchor's inlet;
-//   - the per-stream TCP connection (tcppath.Stream): frames queue for the
+//   - the per-stream TCP connection (framepath.Stream): frames queue for the
 //     connection's egress pump;
 //   - the messenger mux (OutSlot): frames queue in a slot of a batcher.
 //
@@ -57,6 +57,6 @@ type sink interface {
 var (
 	_ sink = (*localSink)(nil)
 	_ sink = (*localMPSCSink)(nil)
-	_ sink = (*tcppath.Stream)(nil)
+	_ sink = (*framepath.Stream)(nil)
 	_ sink = (*mux.OutSlot)(nil)
 )

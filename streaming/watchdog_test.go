@@ -187,7 +187,7 @@ func heartbeaters() int {
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "tcppath.(*heartbeater).run(")
+			return strings.Count(string(buf[:n]), "framepath.(*heartbeater).run(")
 		}
 		buf = make([]byte, 2*len(buf))
 	}

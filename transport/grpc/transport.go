@@ -1,5 +1,8 @@
 // Package grpc is the gRPC messenger transport: velo frames over grpc-go,
-// in the Rust reference's format, so Go and Rust nodes mix.
+// in the Rust reference's format, so Go and Rust nodes mix. It also holds
+// the gRPC frame transport for the per-stream path of streams
+// (NewFrameTransport, key "grpc-stream"), a separate server on a listener
+// of its own.
 //
 // A node serves one bidirectional method, /velo.streaming.v1.VeloStreaming/Stream,
 // whose messages both ways are FramedData{preamble, header, payload}: one

@@ -1,13 +1,13 @@
 package inlet
 
 import (
-	"net"
+	"io"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
-// The per-stream producer's bind (tcppath's bind) as the inlet
+// The per-stream producer's bind (framepath's bind) as the inlet
 // keeps it: who may end the stream by a control message, when its
 // connection counts as come, and when it is forgotten. Every read and
 // write of the bind (extra.bind) is here, under mu.
@@ -30,7 +30,7 @@ func (st *State) TakeBindFrom(asker ext.WorkerID) (b Bind, ok bool) {
 // ConnectBind records that bind b's connection c came. It is gone when the
 // consumer cancelled or closed, or a control message ended the stream,
 // before it came: closing c is then how the producer hears of it.
-func (st *State) ConnectBind(b Bind, c net.Conn) (gone, cancelled bool) {
+func (st *State) ConnectBind(b Bind, c io.Closer) (gone, cancelled bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	cancelled = st.cancelled

@@ -3,7 +3,7 @@ package inlet
 // An anchor has at most one producer (an MPSC anchor's producers share one
 // claim: see mpsc.go). The three paths claim it here, under the inlet's
 // lock, and nowhere else: a producer on this worker (AttachAnchor), a
-// per-stream producer bound by _anchor_attach (tcppath's Bind), and
+// per-stream producer bound by _anchor_attach (framepath's Bind), and
 // a mux pre-bind minted before any producer asked (mux_ticket.go). A claim takes
 // the anchor off its unattached deadline; the undo puts it back.
 

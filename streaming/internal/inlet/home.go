@@ -1,8 +1,8 @@
 package inlet
 
 import (
+	"io"
 	"math"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -73,8 +73,8 @@ type Bind interface {
 	Producer() ext.WorkerID
 	// Proxy is the sender the bind's connection reader pushes as.
 	Proxy() *Sender
-	Conn() net.Conn
-	SetConn(c net.Conn)
+	Conn() io.Closer
+	SetConn(c io.Closer)
 	// Unpend forgets the bind's wait for its connection: one that comes
 	// later finds no bind.
 	Unpend()

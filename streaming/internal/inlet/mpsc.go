@@ -9,7 +9,7 @@ package inlet
 import (
 	"context"
 	"fmt"
-	"net"
+	"io"
 
 	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
@@ -34,9 +34,9 @@ type Remote struct {
 	// The SenderID is a counter (its values are the application's and the
 	// reference's), so a co-producer could otherwise name another's.
 	worker ext.WorkerID
-	conn   net.Conn // nil until the producer connects (ConnectRemote)
-	ctl    Signaler // where a stop request goes (_stream_stop; SetControl)
-	feed   *Feed    // its mux slot, when it came over the mux (AttachFeed)
+	conn   io.Closer // nil until the producer connects (ConnectRemote)
+	ctl    Signaler  // where a stop request goes (_stream_stop; SetControl)
+	feed   *Feed     // its mux slot, when it came over the mux (AttachFeed)
 }
 
 // ID is p's SenderID.
@@ -310,7 +310,7 @@ func (a *MPSC) RemoteEnded(p *Remote) bool {
 // ConnectRemote records p's per-stream connection c. It is false when the
 // consumer cancelled or closed, or p ended, before c came: closing c is
 // then how the producer hears of it.
-func (a *MPSC) ConnectRemote(p *Remote, c net.Conn) bool {
+func (a *MPSC) ConnectRemote(p *Remote, c io.Closer) bool {
 	st := &a.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -322,17 +322,17 @@ func (a *MPSC) ConnectRemote(p *Remote, c net.Conn) bool {
 }
 
 // RemoteConn is p's per-stream connection, or nil.
-func (a *MPSC) RemoteConn(p *Remote) net.Conn {
+func (a *MPSC) RemoteConn(p *Remote) io.Closer {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
 	return p.conn
 }
 
 // remoteConns lists the connections of the remote producers.
-func (a *MPSC) remoteConns() []net.Conn {
+func (a *MPSC) remoteConns() []io.Closer {
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
-	var cs []net.Conn
+	var cs []io.Closer
 	for _, p := range a.remotes {
 		if p.conn != nil {
 			cs = append(cs, p.conn)

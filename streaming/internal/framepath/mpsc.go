@@ -1,13 +1,12 @@
-package tcppath
+package framepath
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	"github.com/velo-go/velo/internal/frame"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
@@ -53,7 +52,7 @@ func (n *Node) BindMPSC(st *inlet.State, p *inlet.Remote, handle wire.AnchorHand
 	}
 	// A routing session of our own: producers on different workers may
 	// use the same session id.
-	key := wire.TCPPreamble{AnchorID: handle.LocalID(), SessionID: n.nextID()}
+	key := ext.StreamRoute{AnchorID: handle.LocalID(), SessionID: n.nextID()}
 	pb := &pendingBind{st: st, mpsc: p}
 	n.mu.Lock()
 	if n.closed {
@@ -85,7 +84,7 @@ func (n *Node) mpscConnectWindow() time.Duration {
 // expireMPSC drops a counted producer whose connection did not come in
 // time, unless something else ended it first (a release after a failed
 // dial, the consumer's cancel).
-func (n *Node) expireMPSC(key wire.TCPPreamble, pb *pendingBind) {
+func (n *Node) expireMPSC(key ext.StreamRoute, pb *pendingBind) {
 	if !n.takePending(key, pb) {
 		return
 	}
@@ -137,43 +136,41 @@ func (n *Node) onMPSCCancel(_ ext.WorkerID, payload []byte) ([]byte, error) {
 	return UnitAnswer, nil
 }
 
-// serveMPSC reads the connection of remote producer p into the anchor's
+// serveMPSC reads the stream of remote producer p into the anchor's
 // inlet, each frame tagged with p's SenderID, until p ends. Whatever ends
 // the read ends p alone.
-func (n *Node) serveMPSC(c net.Conn, a *inlet.MPSC, p *inlet.Remote) {
+func (n *Node) serveMPSC(in ext.FrameInbound, a *inlet.MPSC, p *inlet.Remote) {
 	defer a.EndRemote(p, inlet.DroppedFrame) // a no-op after an explicit end
-	if !a.ConnectRemote(p, c) {
-		return // closing the connection tells the producer
+	if !a.ConnectRemote(p, in) {
+		return // closing the stream tells the producer
 	}
-	fr := frame.NewReader(c, wire.MaxTCPFrame)
-	defer fr.Close()
 	var wd watchdog
-	wd.start(c, n.heartbeat)
+	wd.start(in, n.heartbeat)
 	for {
-		f, err := fr.Next()
+		f, err := in.Recv()
 		if timeout, fire := wd.expired(err); fire {
 			fireMPSC(a, p)
 			return
 		} else if timeout {
 			continue
 		}
-		if err != nil {
-			return // the connection ended with no terminal: Dropped
-		}
-		if f.Type != ext.Message || len(f.Header) != 0 {
-			msg := fmt.Sprintf("per-stream frame of type %d with a %d-byte header", f.Type, len(f.Header))
-			a.EndRemote(p, wire.AppendErrorFrame(nil, wire.KindTransportError, msg))
+		if errors.Is(err, ext.ErrMalformedStream) {
+			a.EndRemote(p, wire.AppendErrorFrame(nil, wire.KindTransportError, err.Error()))
 			return
 		}
-		if string(f.Payload) == wire.HeartbeatFrame {
+		if err != nil {
+			return // the stream ended with no terminal: Dropped
+		}
+		if string(f) == wire.HeartbeatFrame {
 			wd.frame()
 			continue
 		}
-		if end := mpscTerminal(f.Payload); end != nil {
+		if end := mpscTerminal(f); end != nil {
 			a.EndRemote(p, end)
+			in.Confirm()
 			return
 		}
-		if a.Push(context.Background(), p.Sender(), p.ID(), f.Payload) != nil {
+		if a.Push(context.Background(), p.Sender(), p.ID(), f) != nil {
 			return // cancelled, or p was ended by _mpsc_anchor_detach
 		}
 		wd.frame()
@@ -190,7 +187,7 @@ func mpscTerminal(p []byte) []byte {
 	case wire.DroppedFrame:
 		return inlet.DroppedFrame
 	}
-	if len(p) > 2 && p[0] == 0x81 && p[1] == 0xae { // {"TransportError": …}
+	if isTransportError(p) {
 		return p
 	}
 	return nil

@@ -1,4 +1,4 @@
-package tcppath
+package framepath
 
 import (
 	"sync"

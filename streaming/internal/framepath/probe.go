@@ -1,6 +1,6 @@
-package tcppath
+package framepath
 
-import "net"
+import "github.com/velo-go/velo/ext"
 
 // Counters and probes of the path. Package streaming reads the counters
 // for its Manager's hooks (internal/streamx) and its tests reach into the
@@ -24,11 +24,11 @@ func (n *Node) PendingBinds() int {
 	return len(n.pending)
 }
 
-// Conns counts the per-stream connections of both ends.
+// Conns counts the streams of both ends.
 func (n *Node) Conns() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return len(n.conns)
+	return len(n.ins) + len(n.outs)
 }
 
 // PauseHeartbeats stops (or resumes) the heartbeats of every stream of
@@ -45,8 +45,8 @@ func (n *Node) Beaten() int {
 	return len(n.hb.senders)
 }
 
-// Conn is the stream's connection, nil before it opened.
-func (s *Stream) Conn() net.Conn { return s.conn }
+// Conn is the transport's stream, nil before it opened.
+func (s *Stream) Conn() ext.FrameSender { return s.out }
 
 // WaitingForRoom reports whether a Push waits for room in the egress.
 func (s *Stream) WaitingForRoom() bool {

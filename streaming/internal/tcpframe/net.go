@@ -1,19 +1,15 @@
-package tcppath
+package tcpframe
 
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
-	"net/netip"
 	"syscall"
 
-	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/streamsock"
-	"github.com/velo-go/velo/transport/tcp"
 )
 
-// Net is how the path listens and dials: TCP unless a test sets another
+// Net is how the transport listens and dials: TCP unless a test sets another
 // (an in-memory network, so that two nodes run inside a testing/synctest
 // bubble, where a goroutine blocked on a real socket would keep the fake
 // clock from moving).
@@ -22,7 +18,7 @@ type Net interface {
 	Dial(ctx context.Context, addr string) (net.Conn, error)
 }
 
-// TCP is the path's network outside tests.
+// TCP is the transport's network outside tests.
 type TCP struct{}
 
 // Both ends set TCP_USER_TIMEOUT (streamsock.UserTimeout, on Linux), as the
@@ -68,37 +64,4 @@ func (t TLS) Dial(ctx context.Context, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return streamsock.ClientHandshake(ctx, conn, t.Config, addr, 0)
-}
-
-// Listen opens the per-stream listener on addr and returns it with the
-// entry that advertises it (under wire.TCPStreamKey, or TLSStreamKey over
-// TLS): the format of the messenger TCP transport's entry, as the
-// reference has it.
-func Listen(sn Net, addr string) (net.Listener, []byte, error) {
-	ln, err := sn.Listen(addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("velo: stream listener: %w", err)
-	}
-	ap, err := netip.ParseAddrPort(ln.Addr().String())
-	if err != nil || ap.Addr().IsUnspecified() {
-		// A wildcard address names no interface a peer could dial; the
-		// messenger TCP transport lists the interfaces then, which is not
-		// built here.
-		ln.Close()
-		return nil, nil, fmt.Errorf("velo: stream listener %s: listen on a specific address", ln.Addr())
-	}
-	ip := ap.Addr().Unmap()
-	ep := tcp.EncodeEndpoint([]tcp.Interface{{IP: ip.String(), Port: ap.Port(), PrefixLen: uint8(ip.BitLen())}})
-	return ln, ep, nil
-}
-
-// ListenerAddr is the address of the per-stream listener that an owner's
-// PeerInfo advertises under key, or an error when it advertises none that
-// this node can dial.
-func ListenerAddr(info ext.PeerInfo, key string) (string, error) {
-	ep, err := info.Address.Lookup(ext.TransportKey(key))
-	if err != nil {
-		return "", err
-	}
-	return tcp.DialAddr(ep)
 }

@@ -1,16 +1,20 @@
-// Package tcppath is the per-stream TCP path of package streaming: the
-// listener that takes one connection per stream, the reader that feeds
-// each connection's frames into its anchor's inlet, the producer's end of
-// such a connection (its queue, egress pump and watcher), the heartbeats
-// and the reader's watchdog, and the control messages that stop, cancel
-// and end the streams of this path.
+// Package framepath is the per-stream path of package streaming, over any
+// frame transport (ext.FrameTransport: TCP, TLS, gRPC or one from outside
+// this module): the listener's streams bound by attaches and waiting in
+// their accept window, the reader that feeds each inbound stream's frames
+// into its anchor's inlet under the heartbeat watchdog, the producer's end
+// of a stream (its queue and egress pump, which hands the transport what
+// queued as one batch and sees the consumer close the stream), the
+// heartbeats, MPSC producers, and the control messages that stop, cancel
+// and end the streams of this path. It is written once against the
+// interface; the transports know nothing of anchors.
 //
 // It imports neither streaming nor messenger. Package streaming owns the
 // node (its Manager, messenger, ids and mux), decides per attach whether
 // a stream takes this path or the mux, and registers the handlers this
 // package describes (Handlers); what the path needs from the node reaches
 // it through Host.
-package tcppath
+package framepath
 
 import (
 	"log/slog"
@@ -20,7 +24,6 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
-	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
@@ -43,14 +46,12 @@ type Config struct {
 	// Owner is the node's WorkerID: control messages for anchors of
 	// other workers are no-ops.
 	Owner ext.WorkerID
-	// Listener takes the per-stream connections; nil when the node serves
+	// Listener takes the inbound streams; nil when the node serves
 	// streams over the mux only (then nothing binds on this path).
-	Listener net.Listener
-	// Net dials the owners' listeners.
-	Net Net
-	// Key is the path's transport key, which attach answers carry:
-	// wire.TCPStreamKey, or wire.TLSStreamKey when Net is TLS.
-	Key string
+	Listener ext.FrameListener
+	// Transport dials the owners' listeners. Its key is the path's,
+	// which attach answers carry.
+	Transport ext.FrameTransport
 	// AcceptWindow is how long a bound stream waits for its connection.
 	AcceptWindow time.Duration
 	// Heartbeat is the interval this node answers attaches with and
@@ -64,14 +65,15 @@ type Config struct {
 }
 
 // Node is the per-stream path of one node: its listener, the streams
-// bound and waiting for their connection, the live connections of both
-// ends, and this node's producer streams by stream id.
+// bound and waiting for their connection, the live streams of both ends,
+// and this node's producer streams by stream id.
 type Node struct {
 	host         Host
 	owner        ext.WorkerID
-	ln           net.Listener
-	network      Net
-	key          string // wire.TCPStreamKey or wire.TLSStreamKey
+	ln           ext.FrameListener
+	ft           ext.FrameTransport
+	key          string // ft's key
+	maxFrame     int    // ft's largest frame
 	acceptWindow time.Duration
 	heartbeat    time.Duration
 	log          *slog.Logger
@@ -82,9 +84,10 @@ type Node struct {
 
 	mu      sync.Mutex
 	closed  bool
-	pending map[wire.TCPPreamble]*pendingBind
-	conns   map[net.Conn]struct{} // every per-stream connection, both ends
-	wg      sync.WaitGroup        // accept loop, readers, pumps, watchers, heartbeater
+	pending map[ext.StreamRoute]*pendingBind
+	ins     map[ext.FrameInbound]struct{} // the inbound streams being read
+	outs    map[ext.FrameSender]struct{}  // this node's producer streams
+	wg      sync.WaitGroup                // accept loop, readers, pumps, heartbeater
 
 	// This node's producer streams by stream id (registry.go).
 	streamsMu sync.Mutex
@@ -96,18 +99,23 @@ type Node struct {
 
 // New makes the path of one node. Start starts its goroutines.
 func New(cfg Config) *Node {
-	if cfg.Key == "" {
-		cfg.Key = wire.TCPStreamKey
-	}
 	return &Node{
-		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, network: cfg.Net, key: cfg.Key,
+		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, ft: cfg.Transport,
+		key: string(cfg.Transport.Key()), maxFrame: cfg.Transport.MaxFrameSize(),
 		acceptWindow: cfg.AcceptWindow, heartbeat: cfg.Heartbeat, log: cfg.Log,
 		met: cfg.Metrics, nextID: cfg.NextID, hb: newHeartbeater(),
-		pending: make(map[wire.TCPPreamble]*pendingBind),
-		conns:   make(map[net.Conn]struct{}),
+		pending: make(map[ext.StreamRoute]*pendingBind),
+		ins:     make(map[ext.FrameInbound]struct{}),
+		outs:    make(map[ext.FrameSender]struct{}),
 		streams: make(map[uint64]*Stream),
 	}
 }
+
+// Key is the path's transport key.
+func (n *Node) Key() string { return n.key }
+
+// MaxFrame is the largest frame the path's transport carries.
+func (n *Node) MaxFrame() int { return n.maxFrame }
 
 // Start starts the heartbeater, one for all the streams this node
 // produces, and the accept loop when there is a listener.
@@ -132,10 +140,10 @@ func (n *Node) Addr() net.Addr {
 	return n.ln.Addr()
 }
 
-// Close stops the path: it closes the listener and every per-stream
-// connection (remote producers see their stream cancelled, remote
-// consumers see ErrSenderDropped) and waits for the path's goroutines.
-// It may be called more than once.
+// Close stops the path: it closes the listener and every stream of both
+// ends (remote producers see their stream cancelled, remote consumers see
+// ErrSenderDropped) and waits for the path's goroutines. It may be called
+// more than once.
 func (n *Node) Close() {
 	n.mu.Lock()
 	first := !n.closed
@@ -144,8 +152,13 @@ func (n *Node) Close() {
 		pb.timer.Stop()
 		delete(n.pending, k)
 	}
-	for c := range n.conns {
-		c.Close()
+	var ins []ext.FrameInbound
+	var outs []ext.FrameSender
+	for in := range n.ins {
+		ins = append(ins, in)
+	}
+	for out := range n.outs {
+		outs = append(outs, out)
 	}
 	n.mu.Unlock()
 	if first {
@@ -154,27 +167,52 @@ func (n *Node) Close() {
 	if n.ln != nil {
 		n.ln.Close()
 	}
+	for _, in := range ins {
+		in.Close()
+	}
+	for _, out := range outs {
+		out.Close() // it waits for the transport's goroutines of the stream
+	}
 	n.wg.Wait()
 }
 
-// track adds a per-stream connection to the set that Close closes, and
-// counts the goroutines that will serve it. It is false once the node is
-// shut down.
-func (n *Node) track(c net.Conn, goroutines int) bool {
+// trackIn adds an inbound stream to the set that Close closes, and counts
+// its reader. It is false once the node is shut down.
+func (n *Node) trackIn(in ext.FrameInbound) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return false
 	}
-	n.conns[c] = struct{}{}
-	n.wg.Add(goroutines)
+	n.ins[in] = struct{}{}
+	n.wg.Add(1)
 	return true
 }
 
-func (n *Node) untrack(c net.Conn) {
-	c.Close()
+func (n *Node) untrackIn(in ext.FrameInbound) {
+	in.Close()
 	n.mu.Lock()
-	delete(n.conns, c)
+	delete(n.ins, in)
+	n.mu.Unlock()
+}
+
+// trackOut adds a producer stream to the set that Close closes, and
+// counts its pump. It is false once the node is shut down.
+func (n *Node) trackOut(out ext.FrameSender) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.outs[out] = struct{}{}
+	n.wg.Add(1)
+	return true
+}
+
+func (n *Node) untrackOut(out ext.FrameSender) {
+	out.Close()
+	n.mu.Lock()
+	delete(n.outs, out)
 	n.mu.Unlock()
 }
 

@@ -1,11 +1,11 @@
-package tcppath
+package framepath
 
 import (
 	"errors"
-	"net"
 	"os"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/streaming/internal/inlet"
 )
@@ -23,20 +23,20 @@ import (
 // watchdog is the silence detector of one stream's reader. It is used by
 // that reader's goroutine only.
 type watchdog struct {
-	c        net.Conn
+	in       ext.FrameInbound
 	window   time.Duration
 	last     time.Time // when the last frame was forwarded (or the stream began)
 	deadline time.Time // the connection's read deadline
 	misses   int       // dead windows since last
 }
 
-// start arms the deadline one window from now: the stream's connection
-// has just sent its preamble.
-func (w *watchdog) start(c net.Conn, window time.Duration) {
-	w.c, w.window = c, window
+// start arms the deadline one window from now: the stream has just named
+// its route.
+func (w *watchdog) start(in ext.FrameInbound, window time.Duration) {
+	w.in, w.window = in, window
 	w.last = time.Now()
 	w.deadline = w.last.Add(window)
-	c.SetReadDeadline(w.deadline)
+	in.SetReadDeadline(w.deadline)
 }
 
 // frame stamps a frame that was forwarded, moving the deadline only when
@@ -47,7 +47,7 @@ func (w *watchdog) frame() {
 	w.last, w.misses = now, 0
 	if w.deadline.Sub(now) < w.window/2 {
 		w.deadline = now.Add(w.window)
-		w.c.SetReadDeadline(w.deadline)
+		w.in.SetReadDeadline(w.deadline)
 	}
 }
 
@@ -68,7 +68,7 @@ func (w *watchdog) expired(err error) (timeout, fire bool) {
 		return true, true
 	}
 	w.deadline = w.last.Add(time.Duration(w.misses+1) * w.window)
-	w.c.SetReadDeadline(w.deadline)
+	w.in.SetReadDeadline(w.deadline)
 	return true, false
 }
 

@@ -1,8 +1,8 @@
-package tcppath
+package framepath
 
 import (
 	"fmt"
-	"net"
+	"io"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -13,9 +13,10 @@ import (
 
 // The owner's side of an attach on this path (control.rs of the
 // reference): _anchor_attach binds the stream to a routing session of the
-// owner's and answers "tcp-stream" with it; the producer then connects,
-// and the preamble it writes (anchor local id, routing session) claims the
-// bind (accept.go).
+// owner's and answers the path's transport key ("tcp-stream", ...) with
+// it; the producer then opens a stream on the owner's listener, and the
+// route it names (anchor local id, routing session) claims the bind
+// (accept.go).
 
 // RefusedPrefix starts every refusal that RefuseAttach writes: the
 // attach's counter tells a refusal from a bind by it.
@@ -43,18 +44,18 @@ type pendingBind struct {
 // keeps it as its inlet.Bind; no bind means no remote producer to signal.
 type bind struct {
 	n        *Node
-	key      wire.TCPPreamble // the bind's entry in Node.pending
+	key      ext.StreamRoute // the bind's entry in Node.pending
 	producer ext.WorkerID
 	streamID uint64 // the producer's id for the stream (CancelHandle)
 	proxy    *inlet.Sender
-	conn     net.Conn // set by the inlet once the connection came (ConnectBind); guarded by the anchor's lock
+	conn     io.Closer // the inbound stream, set by the inlet once it came (ConnectBind); guarded by the anchor's lock
 }
 
 // The inlet.Bind of the per-stream path.
 func (b *bind) Producer() ext.WorkerID { return b.producer }
 func (b *bind) Proxy() *inlet.Sender   { return b.proxy }
-func (b *bind) Conn() net.Conn         { return b.conn }
-func (b *bind) SetConn(c net.Conn)     { b.conn = c }
+func (b *bind) Conn() io.Closer        { return b.conn }
+func (b *bind) SetConn(c io.Closer)    { b.conn = c }
 func (b *bind) Signal(handler string)  { b.signal(handler) }
 func (b *bind) Unpend()                { b.n.unpend(b) }
 
@@ -85,7 +86,7 @@ func (n *Node) Bind(st *inlet.State, handle wire.AnchorHandle, producer ext.Work
 	}
 	// A routing session of our own, not the producer's session id: two
 	// producers on different workers may use the same one (control.rs).
-	key := wire.TCPPreamble{AnchorID: handle.LocalID(), SessionID: n.nextID()}
+	key := ext.StreamRoute{AnchorID: handle.LocalID(), SessionID: n.nextID()}
 	b := &bind{n: n, key: key, producer: producer, streamID: streamID, proxy: inlet.NewSender(st, true)}
 	// A stop or cancel made before this attach is sent now; the producer
 	// registered its sender before it asked, so the message cannot come
@@ -127,7 +128,7 @@ func (n *Node) Bind(st *inlet.State, handle wire.AnchorHandle, producer ext.Work
 // takePending removes pb, pending under key, and reports whether it was
 // still there: an expiry that finds it gone does nothing, since whatever
 // took it ended or claimed the bind.
-func (n *Node) takePending(key wire.TCPPreamble, pb *pendingBind) bool {
+func (n *Node) takePending(key ext.StreamRoute, pb *pendingBind) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.pending[key] != pb {
@@ -139,7 +140,7 @@ func (n *Node) takePending(key wire.TCPPreamble, pb *pendingBind) bool {
 
 // expire ends a bound stream whose connection did not arrive in the
 // accept window: the anchor sees ErrSenderDropped, as in the reference.
-func (n *Node) expire(key wire.TCPPreamble, pb *pendingBind) {
+func (n *Node) expire(key ext.StreamRoute, pb *pendingBind) {
 	if !n.takePending(key, pb) {
 		return
 	}
@@ -158,9 +159,9 @@ func (n *Node) unpend(b *bind) {
 	n.mu.Unlock()
 }
 
-// take claims the pending entry of the connection whose preamble is key,
+// take claims the pending entry of the inbound stream whose route is key,
 // or nil when no stream is bound to it.
-func (n *Node) take(key wire.TCPPreamble) *pendingBind {
+func (n *Node) take(key ext.StreamRoute) *pendingBind {
 	n.mu.Lock()
 	pb := n.pending[key]
 	delete(n.pending, key)

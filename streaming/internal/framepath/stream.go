@@ -1,11 +1,11 @@
-package tcppath
+package framepath
 
 import (
 	"context"
-	"net"
 	"sync"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/inlet"
@@ -19,16 +19,17 @@ import (
 const EgressCapacity = 256
 
 // Stream is the producer's end of a stream to an anchor of another
-// worker: the connection, the frames queued for the egress pump, and the
-// stream's end. It serves an SPSC Sender and an MPSC producer alike: the
-// owner knows which producer a connection carries, so its frames need no
-// tag.
+// worker: the transport's stream, the frames queued for the egress pump,
+// and the stream's end. It serves an SPSC Sender and an MPSC producer
+// alike: the owner knows which producer a stream carries, so its frames
+// need no tag.
 //
-// Each stream has two goroutines while it lives, both needed by the
-// blocking net.Conn API: the egress pump, which packs what is queued into
-// one write (the reference's egress_pump task), and a watcher blocked in a
-// Read, which is how a consumer's cancel is seen (the consumer closes the
-// connection and writes nothing). Its heartbeats come from the node's one
+// Each stream has one goroutine of the path while it lives, the egress
+// pump, which hands the transport what is queued as one batch (the
+// reference's egress_pump task) and watches the transport's Closed signal
+// between batches, which is how a consumer's cancel is seen (the consumer
+// closes the stream). The transport may run goroutines of its own (TCP: a
+// watcher blocked in a Read). Its heartbeats come from the node's one
 // heartbeater (heartbeat.go), not from a goroutine of its own.
 //
 // It is the sink a streaming.Sender or MPSCSender talks to on this path:
@@ -37,7 +38,7 @@ type Stream struct {
 	n         *Node
 	handle    wire.AnchorHandle
 	key       string
-	conn      net.Conn
+	out       ext.FrameSender
 	id        uint64        // the stream id in the attach's CancelHandle: the registry key
 	stopCh    chan struct{} // closed by _stream_stop only
 	cancelCh  chan struct{} // closed when the consumer cancels or the connection fails
@@ -54,7 +55,7 @@ type Stream struct {
 	why       error         // the first signal's cause (Sender.Context)
 	onFire    []func(error) // Sender.Context's cancel, run by the first signal
 	lossTimer *time.Timer   // the grace of a connection that ended before any message
-	closing   bool          // the pump closed the connection after the terminal
+	closing   bool          // the pump handed on the terminal: the stream's end is its own
 	ret       retire.Settlement
 }
 
@@ -74,8 +75,8 @@ func (s *Stream) AnchorHandle() wire.AnchorHandle { return s.handle }
 // ID is the stream id of the attach's cancel handle.
 func (s *Stream) ID() uint64 { return s.id }
 
-// Transport is the key the owner answered the attach with ("tcp-stream"),
-// "" before the stream opened.
+// Transport is the key the owner answered the attach with ("tcp-stream",
+// "grpc-stream", ...), "" before the stream opened.
 func (s *Stream) Transport() string { return s.key }
 
 // OpsMetrics is where the producer's operations are counted (nil:
@@ -92,8 +93,8 @@ func (s *Stream) Ready(context.Context) error { return nil }
 // the path's limit is refused with *streamerr.ItemTooLargeError, and the
 // stream goes on.
 func (s *Stream) Push(ctx context.Context, frame []byte) error {
-	if len(frame) > wire.MaxTCPFrame {
-		return &streamerr.ItemTooLargeError{Size: len(frame), Limit: wire.MaxTCPFrame}
+	if len(frame) > s.n.maxFrame {
+		return &streamerr.ItemTooLargeError{Size: len(frame), Limit: s.n.maxFrame}
 	}
 	waited := false // counted once per send, however long it waits
 	s.mu.Lock()
