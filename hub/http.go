@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -131,7 +132,7 @@ func (f *inflight) wait(d time.Duration) bool {
 // the hub.
 func (h *Hub) serveListener(srv *http.Server, ln net.Listener) {
 	defer h.servers.Done()
-	if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		h.log.Error("hub: listener stopped", "addr", ln.Addr(), "err", err)
 	}
 }
