@@ -32,7 +32,9 @@ func (h *Hub) instanceList() []protocol.InstanceInfo {
 		slices.Sort(info.Extensions)
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b protocol.InstanceInfo) int { return slices.Compare(a.Peer.InstanceID[:], b.Peer.InstanceID[:]) })
+	slices.SortFunc(out, func(a, b protocol.InstanceInfo) int {
+		return slices.Compare(a.Peer.InstanceID[:], b.Peer.InstanceID[:])
+	})
 	return out
 }
 
