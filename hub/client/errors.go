@@ -31,5 +31,7 @@ type NoAnswerError struct {
 	Err error
 }
 
-func (e *NoAnswerError) Error() string { return "hub client: " + e.Op + ": no answer from the hub: " + e.Err.Error() }
+func (e *NoAnswerError) Error() string {
+	return "hub client: " + e.Op + ": no answer from the hub: " + e.Err.Error()
+}
 func (e *NoAnswerError) Unwrap() error { return e.Err }
