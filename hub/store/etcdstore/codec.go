@@ -34,7 +34,10 @@ func decodeValue(b []byte) (store.Record, store.OpID, error) {
 		return store.Record{}, store.OpID{}, fmt.Errorf("etcdstore: record: %w", err)
 	}
 	var op store.OpID
-	if n, err := hex.Decode(op[:], []byte(v.Op)); err != nil || n != len(op) {
+	if len(v.Op) != 2*len(op) {
+		return store.Record{}, store.OpID{}, fmt.Errorf("etcdstore: record has a bad op id %q", v.Op)
+	}
+	if _, err := hex.Decode(op[:], []byte(v.Op)); err != nil {
 		return store.Record{}, store.OpID{}, fmt.Errorf("etcdstore: record has a bad op id %q", v.Op)
 	}
 	r := store.Record{Peer: v.Peer, Epoch: v.Epoch, Extensions: v.Extensions, Pinned: v.Pinned, Credentials: v.Credentials}

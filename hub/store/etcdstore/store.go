@@ -235,4 +235,3 @@ func (s *Store) ContinuityWatch() (store.Continuity, <-chan struct{}) { return s
 
 // Prefix is the store's key prefix.
 func (s *Store) Prefix() string { return s.cfg.prefix }
-

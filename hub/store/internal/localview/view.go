@@ -54,7 +54,12 @@ type shard[R any] struct {
 type View[R any] struct {
 	shards [shardCount]shard[R]
 	n      atomic.Int64
+	visits atomic.Int64 // items Range has visited, for tests that count work
 }
+
+// Visits is how many items Range has visited so far. A cost test reads it
+// around a write to show the write did not scan.
+func (v *View[R]) Visits() int64 { return v.visits.Load() }
 
 // New builds an empty view.
 func New[R any]() *View[R] {
@@ -131,6 +136,7 @@ func (v *View[R]) Range(f func(*Item[R]) bool) {
 	for i := range v.shards {
 		s := &v.shards[i]
 		s.mu.RLock()
+		v.visits.Add(int64(len(s.byID)))
 		for _, it := range s.byID {
 			if !f(it) {
 				s.mu.RUnlock()
