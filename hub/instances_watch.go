@@ -1,12 +1,19 @@
 package hub
 
 import (
+	"net"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/velo-go/velo/transport/tcp"
 
 	"github.com/velo-go/velo/hub/protocol"
 )
@@ -44,7 +51,7 @@ func (h *Hub) snapshot() protocol.InstancesSnapshot {
 	for i, info := range list {
 		addr := make(map[string]string, len(info.Peer.Address))
 		for k, v := range info.Peer.Address {
-			addr[string(k)] = strings.ToValidUTF8(string(v), "?")
+			addr[string(k)] = endpointText(v)
 		}
 		views[i] = protocol.InstanceView{InstanceInfo: info, Address: addr}
 	}
@@ -113,4 +120,21 @@ func writeSnapshot(w http.ResponseWriter, s protocol.InstancesSnapshot) error {
 	}
 	_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", protocol.WatchInstancesEvent, b)
 	return err
+}
+
+// endpointText spells an endpoint for people: the interface list that the
+// socket transports share (TCP, its stream listener, QUIC) as host:port
+// pairs, printable text as it is, anything else by its size.
+func endpointText(raw []byte) string {
+	if ifs, err := tcp.ParseEndpoint(raw); err == nil {
+		parts := make([]string, len(ifs))
+		for i, f := range ifs {
+			parts[i] = net.JoinHostPort(f.IP, strconv.Itoa(int(f.Port)))
+		}
+		return strings.Join(parts, ",")
+	}
+	if utf8.Valid(raw) && !strings.ContainsFunc(string(raw), func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return string(raw)
+	}
+	return fmt.Sprintf("<%d bytes>", len(raw))
 }
