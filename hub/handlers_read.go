@@ -29,24 +29,7 @@ func (h *Hub) handleHub(w http.ResponseWriter, _ *http.Request) {
 // handleList copies every record; it is for operators and the web page,
 // not a request path.
 func (h *Hub) handleList(w http.ResponseWriter, _ *http.Request) {
-	list := protocol.InstanceList{Instances: []protocol.InstanceInfo{}}
-	for _, e := range h.st.List() {
-		info := protocol.InstanceInfo{
-			Peer:               e.Peer,
-			WorkerID:           protocol.FormatWorkerID(e.Peer.WorkerID()),
-			Epoch:              e.Epoch,
-			Pinned:             e.Pinned,
-			LastSeenUnixMillis: e.Touched.UnixMilli(),
-		}
-		if g := h.auth.get(e.Peer.InstanceID); g != nil && g.kind == grantReserved {
-			info.Reserved = true
-		}
-		for name := range e.Extensions {
-			info.Extensions = append(info.Extensions, name)
-		}
-		list.Instances = append(list.Instances, info)
-	}
-	writeJSON(w, http.StatusOK, list)
+	writeJSON(w, http.StatusOK, protocol.InstanceList{Instances: h.instanceList()})
 }
 
 // The peer lookups read the store's local view: they go on while the

@@ -45,6 +45,7 @@ type Hub struct {
 	reqs                inflight // HTTP handlers running
 
 	rem removals // the removal hook's queue, drained by the lifecycle goroutine
+	chg changes  // tells the instance watchers (the page) that something changed
 
 	taskMu      sync.Mutex
 	tasksClosed bool

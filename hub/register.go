@@ -172,6 +172,7 @@ func (h *Hub) transact(req protocol.RegisterRequest, cred protocol.Credential) (
 	if err := h.onRegistered(regs); err != nil {
 		return h.failAfterWrite(owner, inc, cred != "", rec, regs, err)
 	}
+	h.chg.notify()
 	return protocol.RegisterResponse{Credential: minted, Epoch: rec.Epoch, HubID: h.id,
 		HubPeer: h.hubPeer(), Recovered: b.recovered}, nil
 }

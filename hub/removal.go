@@ -73,6 +73,7 @@ func (h *Hub) onRemoval(x store.Removal) {
 	}
 	h.auth.revoke(x.Peer.InstanceID, x.Incarnation)
 	h.rem.push(x)
+	h.chg.notify()
 }
 
 // lifecycle delivers queued removals under the registration lock until

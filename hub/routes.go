@@ -16,9 +16,13 @@ func (h *Hub) routes(control bool) *http.ServeMux {
 	mux.HandleFunc(protocol.RouteHealth, h.handleHealth)
 	mux.HandleFunc(protocol.RouteHub, h.handleHub)
 	mux.HandleFunc(protocol.RouteListInstances, h.handleList)
+	mux.HandleFunc(protocol.RouteWatchInstances, h.handleWatchInstances)
 	mux.HandleFunc(protocol.RoutePeerByInstance, h.handlePeerByInstance)
 	mux.HandleFunc(protocol.RoutePeerByWorker, h.handlePeerByWorker)
 	h.dir.routes(mux, control)
+	if !control {
+		mux.HandleFunc(protocol.RouteUI, serveUI)
+	}
 	if control {
 		mux.HandleFunc(protocol.RouteRegister, h.handleRegister)
 		mux.HandleFunc(protocol.RouteUnregister, h.handleUnregister)

@@ -115,7 +115,7 @@ func TestBadInputErrorBodies(t *testing.T) {
 		status            int
 	}{
 		{"unknown route", "GET", ctl(h) + "/v1/nothing", nil, "", protocol.CodeNotFound, 404},
-		{"root", "GET", pub(h) + "/", nil, "", protocol.CodeNotFound, 404},
+		{"root of the control listener (the page is on the public one)", "GET", ctl(h) + "/", nil, "", protocol.CodeNotFound, 404},
 		{"wrong method", "PUT", ctl(h) + protocol.PathHealth, nil, "", protocol.CodeMethodNotAllowed, 405},
 		{"unparseable register", "POST", ctl(h) + protocol.PathInstances, []byte("{not json"), "", protocol.CodeBadRequest, 400},
 		{"register with trailing data", "POST", ctl(h) + protocol.PathInstances, append(regBody(t, fakePeer(), nil), []byte("{}")...), "", protocol.CodeBadRequest, 400},

@@ -130,6 +130,7 @@ func (d *directory) joinLocked(name string, id ext.InstanceID) {
 	}
 	s.members[id] = struct{}{}
 	d.emitLocked(name, s, protocol.WatchAdded, id)
+	d.hub.chg.notify()
 }
 
 func (d *directory) leaveLocked(name string, id ext.InstanceID) {
@@ -142,6 +143,7 @@ func (d *directory) leaveLocked(name string, id ext.InstanceID) {
 	}
 	delete(s.members, id)
 	d.emitLocked(name, s, protocol.WatchRemoved, id)
+	d.hub.chg.notify()
 	d.gcLocked(name, s)
 }
 

@@ -3,6 +3,7 @@
 //
 //	velo demo
 //	velo tour
+//	velo hub --config hub.json | --demo
 //	velo bench <harness> [flags]
 //
 // It imports only the light packages (the velo core, its transports and
@@ -45,6 +46,13 @@ const usage = `usage:
   velo demo --discovery etcd|nats
                             the tour with the nodes finding each other through
                             an embedded etcd or nats-server (runs velo-bench)
+  velo hub --config hub.json
+                            serve a hub (discovery, liveness and services for
+                            a velo application; a live page at the public
+                            listener's /)
+  velo hub --demo           serve a hub on free ports, run a client against
+                            it (register, a service, a call by name,
+                            unregister) and stop
   velo bench <harness> [flags]
                             run a benchmark harness (runs velo-bench;
                             'velo bench help' lists the harnesses)`
@@ -59,6 +67,8 @@ func run(args []string) error {
 		return runDemo(args[1:])
 	case "tour":
 		return runTour(args[1:])
+	case "hub":
+		return runHub(args[1:])
 	case "bench":
 		return forwardToBench(args)
 	case "help", "-h", "--help":

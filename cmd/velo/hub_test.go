@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestHubDemo: the demo registers two nodes, calls by service name
+// through the hub, unregisters both and stops the hub.
+func TestHubDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := hubDemo(context.Background(), &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"worker registered", "caller registered", `-> "hello, hub"`, "worker unregistered", "hub stopped"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestHubConfigRefused: a config with an unknown field or a zero
+// interval is refused before anything binds.
+func TestHubConfigRefused(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"typo.json": `{"heartbeat_intervl_ms": 100}`,
+		"zero.json": `{"heartbeat_interval_ms": 0}`,
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		if err := run([]string{"hub", "--config", p}); err == nil {
+			t.Errorf("%s was accepted", name)
+		}
+	}
+	if err := run([]string{"hub"}); err == nil {
+		t.Error("velo hub without --config or --demo succeeded")
+	}
+}
