@@ -38,15 +38,18 @@ type network struct {
 }
 
 func newNetwork(o *options, id *identity) *network {
+	initial, discover := packetSize(o.maxMTU, o.cfg.Logger)
 	return &network{
 		o:  o,
 		id: id,
 		qconf: &quic.Config{
-			HandshakeIdleTimeout:  o.connectTimeout,
-			MaxIdleTimeout:        o.idleTimeout,
-			KeepAlivePeriod:       o.keepAlive,
-			MaxIncomingStreams:    1,  // one stream per connection
-			MaxIncomingUniStreams: -1, // none
+			HandshakeIdleTimeout:    o.connectTimeout,
+			MaxIdleTimeout:          o.idleTimeout,
+			KeepAlivePeriod:         o.keepAlive,
+			InitialPacketSize:       initial,
+			DisablePathMTUDiscovery: !discover,
+			MaxIncomingStreams:      1,  // one stream per connection
+			MaxIncomingUniStreams:   -1, // none
 			MaxStreamReceiveWindow: func() uint64 {
 				if o.streamWindow > 0 {
 					return uint64(o.streamWindow)

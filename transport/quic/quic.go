@@ -70,6 +70,7 @@ type options struct {
 	recvBuf         int
 	sendBuf         int
 	streamWindow    int
+	maxMTU          int // WithMaxMTU; 0: quic-go's discovery
 }
 
 // WithListenAddr sets the UDP address to bind (default "127.0.0.1:0").
