@@ -44,7 +44,8 @@ type Hub struct {
 	srvPublic, srvCtrl  *http.Server
 	reqs                inflight // HTTP handlers running
 
-	rem removals // the removal hook's queue, drained by the lifecycle goroutine
+	rem     removals // the removal hook's queue, drained by the lifecycle goroutine
+	settles settles  // writes whose outcome is unknown, settled by the lifecycle goroutine
 
 	taskMu      sync.Mutex
 	tasksClosed bool
@@ -71,14 +72,18 @@ type httpTiming struct {
 	read       time.Duration
 	idle       time.Duration
 	keepAlive  time.Duration // SSE comment interval of a service watch
+	// settleRetry is how often the lifecycle asks the store again about a
+	// write whose outcome it could not learn.
+	settleRetry time.Duration
 }
 
 func defaultTiming() httpTiming {
 	return httpTiming{
-		readHeader: 5 * time.Second,
-		read:       30 * time.Second,
-		idle:       120 * time.Second,
-		keepAlive:  protocol.WatchKeepAlive,
+		readHeader:  5 * time.Second,
+		read:        30 * time.Second,
+		idle:        120 * time.Second,
+		keepAlive:   protocol.WatchKeepAlive,
+		settleRetry: time.Second,
 	}
 }
 

@@ -10,6 +10,11 @@ import (
 	"github.com/velo-go/velo/hub/store"
 )
 
+// errUnsettled answers a registration whose write and read-back both went
+// unanswered: the owner answers busy until the hub settles it.
+var errUnsettled = protocol.Errorf(protocol.CodeUnavailable,
+	"the store answered neither the write nor its read-back: the registration is settled later; retry")
+
 // regRequest is what the HTTP handler hands to the registration task: the
 // body it read (bounded) and the credential header, if any.
 type regRequest struct {
@@ -152,12 +157,19 @@ func (h *Hub) transact(req protocol.RegisterRequest, cred protocol.Credential) (
 	if cred != "" {
 		rec.Credentials = append(rec.Credentials, cred.Digest())
 	}
-	inc, err := h.write(owner, rec, b.expect)
+	op := store.NewOpID()
+	inc, err := h.write(owner, op, rec, b.expect)
 	if err != nil {
 		abortAll(staged)
-		if errors.Is(err, errWroteUnknown) && inc != 0 {
-			// The write may have applied: settle as after a write.
+		switch {
+		case errors.Is(err, errWroteUnknown) && inc != 0:
+			// The store's view shows the write: it applied. Settle as
+			// after a write.
 			return h.failAfterWrite(owner, inc, cred != "", rec, nil, err)
+		case errors.Is(err, errWroteUnknown):
+			// Fail closed: the owner stays busy until a read-back answers.
+			h.settles.push(unsettled{owner: owner, op: op, rec: rec, b: b, presented: cred != ""})
+			return protocol.RegisterResponse{}, errUnsettled
 		}
 		h.undo(owner, b)
 		return protocol.RegisterResponse{}, err

@@ -24,7 +24,7 @@ func New(cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: o.log, id: protocol.NewHubID(), st: o.st, timing: defaultTiming(),
 		lock: make(chan struct{}, 1), stopping: make(chan struct{}), loopsStop: make(chan struct{}),
-		stopped: make(chan struct{}), rem: newRemovals()}
+		stopped: make(chan struct{}), rem: newRemovals(), settles: newSettles()}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
