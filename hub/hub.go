@@ -37,8 +37,11 @@ type Hub struct {
 	lock     chan struct{}
 	stopping chan struct{} // closed when Shutdown starts: no new registration
 
-	node   *velo.Node // nil without velo
-	pinned *store.Entry
+	node *velo.Node // nil without velo
+	// transports are the keys of the node's own address: a registrant's
+	// address must name one of them.
+	transports map[ext.TransportKey]struct{}
+	pinned     *store.Entry
 
 	lnPublic, lnControl net.Listener
 	srvPublic, srvCtrl  *http.Server

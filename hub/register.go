@@ -51,8 +51,8 @@ func (h *Hub) admit(q regRequest) (protocol.RegisterRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	if h.veloOp != nil && len(req.Peer.Address) == 0 {
-		return req, protocol.Errorf(protocol.CodeBadRequest, "register: the peer has no address")
+	if err := h.checkAddress(req.Peer); err != nil {
+		return req, err
 	}
 	for _, name := range h.cfg.RegistrationRequires {
 		if _, ok := req.Extensions[name]; !ok {
@@ -81,6 +81,29 @@ func (h *Hub) admit(q regRequest) (protocol.RegisterRequest, error) {
 		return req, protocol.Errorf(protocol.CodeUnavailable, "the hub's store is %s: no registrations", h.st.Continuity())
 	}
 	return req, nil
+}
+
+// checkAddress reads the peer's address before the lock, when the hub
+// runs velo: an address that names no transport the hub's node speaks
+// could never be registered as a velo peer, and finding that after the
+// store write would fail the registration after its write (and again on
+// each retry). Without velo the hub stores the address unread.
+func (h *Hub) checkAddress(p ext.PeerInfo) error {
+	if h.veloOp == nil {
+		return nil
+	}
+	if len(p.Address) == 0 {
+		return protocol.Errorf(protocol.CodeBadRequest, "register: the peer has no address")
+	}
+	if h.node == nil {
+		return nil
+	}
+	for k := range p.Address {
+		if _, ok := h.transports[k]; ok {
+			return nil
+		}
+	}
+	return protocol.Errorf(protocol.CodeBadRequest, "register: the peer's address names no transport this hub speaks")
 }
 
 // begin decides, under the lock, what kind of registration this is and

@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
 	"github.com/velo-go/velo/hub/store"
 )
@@ -174,6 +175,10 @@ func (h *Hub) startVelo(undo *undoStack) error {
 		h.node = nil
 	})
 	h.node = n
+	h.transports = map[ext.TransportKey]struct{}{}
+	for k := range n.PeerInfo().Address {
+		h.transports[k] = struct{}{}
+	}
 	return nil
 }
 
