@@ -147,3 +147,43 @@ func waitUnlocked(h *Hub) {
 }
 
 var _ = ext.InstanceID{}
+
+// TestLockWaiterAnswersUnavailableAtShutdown: a registration waiting for
+// the lock when Shutdown begins answers 503 unavailable while the
+// registration holding the lock still runs, and runs no step of its own
+// (its Prepare never begins); the one holding the lock finishes and
+// answers 200 before the hub stops.
+func TestLockWaiterAnswersUnavailableAtShutdown(t *testing.T) {
+	rec := newRecorder("rec")
+	gate := make(chan struct{})
+	rec.prepareGate = gate
+	h, err := New(testConfig(), WithExtension(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		st int
+		b  []byte
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	go func() { st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), ""); first <- answer{st, b} }()
+	<-rec.entered // the first holds the lock, in Prepare
+	go func() { st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), ""); second <- answer{st, b} }()
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.Shutdown(context.Background()) }()
+	a := <-second // arrives while the first is still held at the gate
+	wantCode(t, "a lock waiter at shutdown", a.st, a.b, protocol.CodeUnavailable, 503)
+	close(gate)
+	if a := <-first; a.st != 200 {
+		t.Fatalf("the registration holding the lock: %d %s", a.st, a.b)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.entered); n != 0 {
+		t.Fatalf("%d more Prepare calls began after the stop began", n)
+	}
+}
