@@ -169,9 +169,15 @@ func TestLockWaiterAnswersUnavailableAtShutdown(t *testing.T) {
 		b  []byte
 	}
 	first, second := make(chan answer, 1), make(chan answer, 1)
-	go func() { st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), ""); first <- answer{st, b} }()
+	go func() {
+		st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), "")
+		first <- answer{st, b}
+	}()
 	<-rec.entered // the first holds the lock, in Prepare
-	go func() { st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), ""); second <- answer{st, b} }()
+	go func() {
+		st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), "")
+		second <- answer{st, b}
+	}()
 	stopped := make(chan error, 1)
 	go func() { stopped <- h.Shutdown(context.Background()) }()
 	a := <-second // arrives while the first is still held at the gate
