@@ -103,7 +103,11 @@ func (h *Hub) unregister(owner ext.InstanceID, cred protocol.Credential) (err er
 	if err != nil {
 		return err
 	}
-	h.auth.revoke(owner, lease.Incarnation)
+	// No revoke before the remove: the removal hook revokes as the remove
+	// applies (before Remove returns, or later for one that timed out).
+	// A remove the store refused leaves the registration as it was, so
+	// its credential can retry the unregistration instead of answering
+	// busy for ever.
 	if !h.removeEntry(owner, lease.Incarnation) {
 		return protocol.Errorf(protocol.CodeUnavailable, "the store did not confirm the removal: retry")
 	}

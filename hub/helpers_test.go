@@ -165,6 +165,7 @@ type recorder struct {
 	removed     chan removedAt
 	prepareErr  error
 	prepareGate chan struct{} // Prepare waits for it when not nil
+	entered     chan struct{} // hears each Prepare as it begins (buffered)
 	commitPanic bool
 	committed   map[ext.InstanceID]protocol.Epoch
 	aborted     atomic.Int32
@@ -176,7 +177,8 @@ type removedAt struct {
 }
 
 func newRecorder(name string) *recorder {
-	return &recorder{name: name, removed: make(chan removedAt, 64), committed: map[ext.InstanceID]protocol.Epoch{}}
+	return &recorder{name: name, removed: make(chan removedAt, 64), entered: make(chan struct{}, 64),
+		committed: map[ext.InstanceID]protocol.Epoch{}}
 }
 
 func (r *recorder) Name() string { return r.name }
@@ -185,6 +187,10 @@ func (r *recorder) Prepare(ctx context.Context, reg *Registration) (Staged, erro
 	r.mu.Lock()
 	gate, perr := r.prepareGate, r.prepareErr
 	r.mu.Unlock()
+	select {
+	case r.entered <- struct{}{}:
+	default:
+	}
 	if gate != nil {
 		select {
 		case <-gate:

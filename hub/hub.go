@@ -37,15 +37,19 @@ type Hub struct {
 	lock     chan struct{}
 	stopping chan struct{} // closed when Shutdown starts: no new registration
 
-	node   *velo.Node // nil without velo
-	pinned *store.Entry
+	node *velo.Node // nil without velo
+	// transports are the keys of the node's own address: a registrant's
+	// address must name one of them.
+	transports map[ext.TransportKey]struct{}
+	pinned     *store.Entry
 
 	lnPublic, lnControl net.Listener
 	srvPublic, srvCtrl  *http.Server
 	reqs                inflight // HTTP handlers running
 
-	rem removals // the removal hook's queue, drained by the lifecycle goroutine
-	chg changes  // tells the instance watchers (the page) that something changed
+	rem     removals // the removal hook's queue, drained by the lifecycle goroutine
+	settles settles  // writes whose outcome is unknown, settled by the lifecycle goroutine
+	chg     changes  // tells the instance watchers (the page) that something changed
 
 	taskMu      sync.Mutex
 	tasksClosed bool
@@ -72,14 +76,18 @@ type httpTiming struct {
 	read       time.Duration
 	idle       time.Duration
 	keepAlive  time.Duration // SSE comment interval of a service watch
+	// settleRetry is how often the lifecycle asks the store again about a
+	// write whose outcome it could not learn.
+	settleRetry time.Duration
 }
 
 func defaultTiming() httpTiming {
 	return httpTiming{
-		readHeader: 5 * time.Second,
-		read:       30 * time.Second,
-		idle:       120 * time.Second,
-		keepAlive:  protocol.WatchKeepAlive,
+		readHeader:  5 * time.Second,
+		read:        30 * time.Second,
+		idle:        120 * time.Second,
+		keepAlive:   protocol.WatchKeepAlive,
+		settleRetry: time.Second,
 	}
 }
 

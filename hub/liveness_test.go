@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/velo-go/velo/hub/protocol"
@@ -29,7 +31,10 @@ func TestLostAnswerProbesFreeTheEntry(t *testing.T) {
 	if _, ok := h.Store().Get(lost.node.InstanceID()); ok {
 		t.Fatal("the unusable entry is still stored")
 	}
-	waitFor(t, "the owner to be free", func() bool { return h.auth.get(lost.node.InstanceID()) == nil })
+	waitUnlocked(h) // the delivery that ran on_removed drops the owner before it lets the lock go
+	if g := h.auth.get(lost.node.InstanceID()); g != nil {
+		t.Fatalf("the owner is not free after its removal was delivered: %+v", g)
+	}
 	lost.ok.Store(true)
 	register(t, h, lost.node.PeerInfo(), "", nil)
 	if _, ok := h.Store().Get(alive.node.InstanceID()); !ok {
@@ -49,29 +54,33 @@ func TestLostAnswerProbesFreeTheEntry(t *testing.T) {
 
 // sharedStore lets two hub runs use one InMemoryStore, as a restart on a
 // persistent store does: it installs the store's hook once and forwards
-// to the current run's hook, and Close does not close the store.
+// to the current run's hook, and Close does not close the store. The
+// store calls the forwarder from its own goroutines (the reaper, a
+// remove) while a hub installs or drops its hook, so the current hook is
+// an atomic pointer and the one install is a sync.Once.
 type sharedStore struct {
 	*store.InMemoryStore
-	hook    store.RemovalHook
-	hookSet bool
+	once    sync.Once
+	onceErr error
+	hook    atomic.Pointer[store.RemovalHook]
 }
 
 func (s *sharedStore) InstallRemovalHook(hook store.RemovalHook) ([]store.Entry, error) {
-	if !s.hookSet {
-		s.hookSet = true
-		if _, err := s.InMemoryStore.InstallRemovalHook(func(r store.Removal) {
-			if s.hook != nil {
-				s.hook(r)
+	s.once.Do(func() {
+		_, s.onceErr = s.InMemoryStore.InstallRemovalHook(func(r store.Removal) {
+			if h := s.hook.Load(); h != nil {
+				(*h)(r)
 			}
-		}); err != nil {
-			return nil, err
-		}
+		})
+	})
+	if s.onceErr != nil {
+		return nil, s.onceErr
 	}
-	s.hook = hook
+	s.hook.Store(&hook)
 	return s.List(), nil
 }
 
-func (s *sharedStore) Close(context.Context) error { s.hook = nil; return nil }
+func (s *sharedStore) Close(context.Context) error { s.hook.Store(nil); return nil }
 
 // TestRestartRecovers: a hub that starts on a store with registrations
 // reserves them. A route called with the credential answers recovered;
@@ -132,4 +141,38 @@ func TestRestartRecovers(t *testing.T) {
 	if st != 200 || json.Unmarshal(b, &si) != nil || len(si.Instances) != 1 || si.Instances[0] != p.InstanceID {
 		t.Fatalf("services after recovery: %d %s", st, b)
 	}
+}
+
+// TestSharedStoreHookSwap: a hub run installs its hook while the store
+// calls the forwarder from another goroutine (here, removes); under -race
+// this fails if the current hook is not synchronised.
+func TestSharedStoreHookSwap(t *testing.T) {
+	mem, err := store.NewInMemoryStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close(context.Background())
+	s := &sharedStore{InMemoryStore: mem}
+	var heard atomic.Int32
+	if _, err := s.InstallRemovalHook(func(store.Removal) { heard.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			p := fakePeer()
+			inc, err := mem.Put(context.Background(), store.NewOpID(), store.Record{Peer: p, Epoch: 1}, 0)
+			if err == nil {
+				_ = mem.Remove(context.Background(), p.InstanceID, inc)
+			}
+		}
+	}()
+	for range 50 {
+		if _, err := s.InstallRemovalHook(func(store.Removal) { heard.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close(context.Background())
+	}
+	<-done
 }

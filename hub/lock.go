@@ -10,8 +10,17 @@ import (
 var errStopping = protocol.Errorf(protocol.CodeUnavailable, "the hub is shutting down")
 
 // acquire takes the registration lock, waiting at most lock_timeout_ms:
-// past it the answer is 503 busy (retry). At shutdown a waiter answers
-// 503 unavailable at once.
+// past it the answer is 503 busy (retry).
+//
+// A waiter answers 503 unavailable as soon as Shutdown begins, not when
+// Shutdown lets the lock go, as the book words it. The two are the same
+// to the client and to the hub: in both the waiter gets 503 unavailable
+// and never runs a step (Shutdown holds the lock from the moment the
+// registration in progress lets it go until the end of its locked part,
+// and a waiter that wins the lock as Shutdown begins gives it back at
+// once, below), so no registration begins once the stop has begun. The
+// early answer only comes sooner, so the client can go to another hub
+// and the listener drain does not wait for it.
 func (h *Hub) acquire() (func(), error) {
 	select {
 	case <-h.stopping:

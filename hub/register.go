@@ -10,6 +10,11 @@ import (
 	"github.com/velo-go/velo/hub/store"
 )
 
+// errUnsettled answers a registration whose write and read-back both went
+// unanswered: the owner answers busy until the hub settles it.
+var errUnsettled = protocol.Errorf(protocol.CodeUnavailable,
+	"the store answered neither the write nor its read-back: the registration is settled later; retry")
+
 // regRequest is what the HTTP handler hands to the registration task: the
 // body it read (bounded) and the credential header, if any.
 type regRequest struct {
@@ -46,8 +51,8 @@ func (h *Hub) admit(q regRequest) (protocol.RegisterRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	if h.veloOp != nil && len(req.Peer.Address) == 0 {
-		return req, protocol.Errorf(protocol.CodeBadRequest, "register: the peer has no address")
+	if err := h.checkAddress(req.Peer); err != nil {
+		return req, err
 	}
 	for _, name := range h.cfg.RegistrationRequires {
 		if _, ok := req.Extensions[name]; !ok {
@@ -76,6 +81,29 @@ func (h *Hub) admit(q regRequest) (protocol.RegisterRequest, error) {
 		return req, protocol.Errorf(protocol.CodeUnavailable, "the hub's store is %s: no registrations", h.st.Continuity())
 	}
 	return req, nil
+}
+
+// checkAddress reads the peer's address before the lock, when the hub
+// runs velo: an address that names no transport the hub's node speaks
+// could never be registered as a velo peer, and finding that after the
+// store write would fail the registration after its write (and again on
+// each retry). Without velo the hub stores the address unread.
+func (h *Hub) checkAddress(p ext.PeerInfo) error {
+	if h.veloOp == nil {
+		return nil
+	}
+	if len(p.Address) == 0 {
+		return protocol.Errorf(protocol.CodeBadRequest, "register: the peer has no address")
+	}
+	if h.node == nil {
+		return nil
+	}
+	for k := range p.Address {
+		if _, ok := h.transports[k]; ok {
+			return nil
+		}
+	}
+	return protocol.Errorf(protocol.CodeBadRequest, "register: the peer's address names no transport this hub speaks")
 }
 
 // begin decides, under the lock, what kind of registration this is and
@@ -152,12 +180,19 @@ func (h *Hub) transact(req protocol.RegisterRequest, cred protocol.Credential) (
 	if cred != "" {
 		rec.Credentials = append(rec.Credentials, cred.Digest())
 	}
-	inc, err := h.write(owner, rec, b.expect)
+	op := store.NewOpID()
+	inc, err := h.write(owner, op, rec, b.expect)
 	if err != nil {
 		abortAll(staged)
-		if errors.Is(err, errWroteUnknown) && inc != 0 {
-			// The write may have applied: settle as after a write.
+		switch {
+		case errors.Is(err, errWroteUnknown) && inc != 0:
+			// The store's view shows the write: it applied. Settle as
+			// after a write.
 			return h.failAfterWrite(owner, inc, cred != "", rec, nil, err)
+		case errors.Is(err, errWroteUnknown):
+			// Fail closed: the owner stays busy until a read-back answers.
+			h.settles.push(unsettled{owner: owner, op: op, rec: rec, b: b, presented: cred != ""})
+			return protocol.RegisterResponse{}, errUnsettled
 		}
 		h.undo(owner, b)
 		return protocol.RegisterResponse{}, err

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/store"
@@ -76,21 +77,34 @@ func (h *Hub) onRemoval(x store.Removal) {
 	h.chg.notify()
 }
 
-// lifecycle delivers queued removals under the registration lock until
-// loopsStop closes. Shutdown delivers what is left itself.
+// lifecycle delivers queued removals, and settles writes whose outcome
+// was unknown (retrying every settleRetry), under the registration lock
+// until loopsStop closes. Shutdown delivers what is left itself.
 func (h *Hub) lifecycle() {
 	defer h.loops.Done()
 	for {
+		var retry <-chan time.Time
+		var t *time.Timer
+		if h.settles.pending() {
+			t = time.NewTimer(h.settleRetry())
+			retry = t.C
+		}
 		select {
 		case <-h.loopsStop:
 			return
 		case <-h.rem.signal:
+		case <-h.settles.wake:
+		case <-retry:
+		}
+		if t != nil {
+			t.Stop()
 		}
 		unlock, ok := h.acquireForever(h.loopsStop)
 		if !ok {
 			return
 		}
 		h.deliverQueued()
+		h.settlePending()
 		unlock()
 	}
 }

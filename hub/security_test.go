@@ -68,3 +68,23 @@ func TestSlowLorisIsCut(t *testing.T) {
 		t.Fatal("the hub kept the slow client's connection open")
 	}
 }
+
+// TestCredentialWordCompare: the word compare of a live credential finds
+// a difference in any byte of the text, and accepts only the same text.
+func TestCredentialWordCompare(t *testing.T) {
+	good := protocol.NewCredential()
+	g := &grant{kind: grantLive, cred: credOf(good)}
+	if !sameCredential(g, good) {
+		t.Fatal("the credential itself is refused")
+	}
+	for i := range len(good) {
+		b := []byte(good)
+		b[i] ^= 0x01
+		if sameCredential(g, protocol.Credential(b)) {
+			t.Fatalf("a credential that differs in byte %d is accepted", i)
+		}
+	}
+	if sameCredential(g, good[:len(good)-1]) || sameCredential(g, good+"A") {
+		t.Fatal("a credential of another length is accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
 	"github.com/velo-go/velo/hub/store"
 )
@@ -24,7 +25,7 @@ func New(cfg Config, opts ...Option) (*Hub, error) {
 	}
 	h := &Hub{cfg: cfg, log: o.log, id: protocol.NewHubID(), st: o.st, timing: defaultTiming(),
 		lock: make(chan struct{}, 1), stopping: make(chan struct{}), loopsStop: make(chan struct{}),
-		stopped: make(chan struct{}), rem: newRemovals()}
+		stopped: make(chan struct{}), rem: newRemovals(), settles: newSettles()}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
@@ -174,6 +175,10 @@ func (h *Hub) startVelo(undo *undoStack) error {
 		h.node = nil
 	})
 	h.node = n
+	h.transports = map[ext.TransportKey]struct{}{}
+	for k := range n.PeerInfo().Address {
+		h.transports[k] = struct{}{}
+	}
 	return nil
 }
 

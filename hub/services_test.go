@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
@@ -161,4 +162,40 @@ func TestSlowWatcherIsCut(t *testing.T) {
 	}
 	d.unsubscribe("y", keeper)
 	d.unsubscribe("x", slow)
+}
+
+// TestWatchKeepAlive: an idle watch stream over a real HTTP connection
+// carries the keep-alive comment at the configured interval (injected
+// short here), after the initial event and before any change.
+func TestWatchKeepAlive(t *testing.T) {
+	tm := defaultTiming()
+	tm.keepAlive = 10 * time.Millisecond
+	h := startHub(t, testConfig(), withTiming(tm))
+	cl := &http.Client{Timeout: 20 * time.Second}
+	resp, err := cl.Get(pub(h) + protocol.WatchServicePath("idle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	sawInitial := false
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before a keep-alive (initial seen: %v): %v", sawInitial, err)
+		}
+		if strings.HasPrefix(line, "event: "+string(protocol.WatchInitial)) {
+			sawInitial = true
+		}
+		if line == ": keep-alive\n" {
+			if !sawInitial {
+				t.Fatal("a keep-alive came before the initial event")
+			}
+			break
+		}
+		if strings.HasPrefix(line, "event: ") && !sawInitial {
+			t.Fatalf("unexpected first event %q", line)
+		}
+	}
+	h.dir.closeWatches()
 }

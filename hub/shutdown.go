@@ -60,6 +60,7 @@ func (h *Hub) stop() {
 	}
 	if locked {
 		h.deliverQueued()
+		h.settlePending() // one more try at writes whose outcome was unknown
 	}
 	for i := len(h.plan.exts) - 1; i >= 0; i-- {
 		h.shutdownExtension(h.plan.exts[i])

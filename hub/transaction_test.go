@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
@@ -31,10 +30,7 @@ func TestClientDisconnectStillRegisters(t *testing.T) {
 		}
 		done <- err
 	}()
-	// Wait until the transaction holds the owner.
-	for h.auth.get(p.InstanceID) == nil {
-		time.Sleep(time.Millisecond)
-	}
+	<-rec.entered // the transaction holds the owner and waits in Prepare
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client: %v", err)
@@ -43,16 +39,11 @@ func TestClientDisconnectStillRegisters(t *testing.T) {
 	rec.prepareGate = nil
 	rec.mu.Unlock()
 	close(gate)
-	// The task commits: the owner is live, not busy.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if g := h.auth.get(p.InstanceID); g != nil && g.kind == grantLive {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the registration did not commit after its client left: %+v", h.auth.get(p.InstanceID))
-		}
-		time.Sleep(time.Millisecond)
+	// The task commits: the owner is live, not busy. The task holds the
+	// lock until it is done, so taking the lock waits for it.
+	waitUnlocked(h)
+	if g := h.auth.get(p.InstanceID); g == nil || g.kind != grantLive {
+		t.Fatalf("the registration did not commit after its client left: %+v", g)
 	}
 	if _, ok := rec.epochOf(p.InstanceID); !ok {
 		t.Fatal("the extension did not commit")
@@ -129,7 +120,10 @@ func TestFailureAfterWriteRegistersAgain(t *testing.T) {
 	rec.mu.Lock()
 	rec.commitPanic = false
 	rec.mu.Unlock()
-	waitFor(t, "the owner to be free", func() bool { return h.auth.get(p.InstanceID) == nil })
+	// The transaction delivered the removal itself before it answered.
+	if g := h.auth.get(p.InstanceID); g != nil {
+		t.Fatalf("the owner is not free after register_again: %+v", g)
+	}
 	register(t, h, p, "", nil)
 }
 
@@ -145,15 +139,57 @@ func TestLockTimeoutAnswersBusy(t *testing.T) {
 	wantCode(t, "lock timeout", st, b, protocol.CodeBusy, 503)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+// waitUnlocked takes the registration lock and gives it back: whatever
+// held it (a transaction, a removal delivery) has finished.
+func waitUnlocked(h *Hub) {
+	h.lock <- struct{}{}
+	<-h.lock
 }
 
 var _ = ext.InstanceID{}
+
+// TestLockWaiterAnswersUnavailableAtShutdown: a registration waiting for
+// the lock when Shutdown begins answers 503 unavailable while the
+// registration holding the lock still runs, and runs no step of its own
+// (its Prepare never begins); the one holding the lock finishes and
+// answers 200 before the hub stops.
+func TestLockWaiterAnswersUnavailableAtShutdown(t *testing.T) {
+	rec := newRecorder("rec")
+	gate := make(chan struct{})
+	rec.prepareGate = gate
+	h, err := New(testConfig(), WithExtension(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Serve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		st int
+		b  []byte
+	}
+	first, second := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), "")
+		first <- answer{st, b}
+	}()
+	<-rec.entered // the first holds the lock, in Prepare
+	go func() {
+		st, b := call(t, "POST", ctl(h)+protocol.PathInstances, regBody(t, fakePeer(), nil), "")
+		second <- answer{st, b}
+	}()
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.Shutdown(context.Background()) }()
+	a := <-second // arrives while the first is still held at the gate
+	wantCode(t, "a lock waiter at shutdown", a.st, a.b, protocol.CodeUnavailable, 503)
+	close(gate)
+	if a := <-first; a.st != 200 {
+		t.Fatalf("the registration holding the lock: %d %s", a.st, a.b)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.entered); n != 0 {
+		t.Fatalf("%d more Prepare calls began after the stop began", n)
+	}
+}

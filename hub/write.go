@@ -11,15 +11,18 @@ import (
 )
 
 // errWroteUnknown: neither the write nor its read-back answered, so the
-// write may have applied. The incarnation returned with it, when not
-// zero, is an entry of this registration's epoch that the store shows.
+// write may have applied (or may still apply, until a read-back answers).
 var errWroteUnknown = errors.New("hub: the store write's outcome is unknown")
 
-// write puts rec under step_timeout_ms. An Indeterminate answer or a
-// timeout is resolved by the write's op id: a read-back that finds
-// nothing is final, the write will not apply later.
-func (h *Hub) write(owner ext.InstanceID, rec store.Record, expect store.Incarnation) (store.Incarnation, error) {
-	op := store.NewOpID()
+// write puts rec under step_timeout_ms with op as its op id. An
+// Indeterminate answer or a timeout is resolved by the op id: a read-back
+// that finds nothing is final, the write will not apply later. When the
+// read-back does not answer either, write answers errWroteUnknown, with
+// the incarnation only if the store's view already shows this write (its
+// epoch): then it applied. A view that does not show it proves nothing
+// (a remote store's view may lag), so the caller must not take that for
+// "not applied".
+func (h *Hub) write(owner ext.InstanceID, op store.OpID, rec store.Record, expect store.Incarnation) (store.Incarnation, error) {
 	d := h.cfg.stepTimeout()
 	inc, err := step(context.Background(), d, func(ctx context.Context) (store.Incarnation, error) {
 		return h.st.Put(ctx, op, rec, expect)
