@@ -123,16 +123,6 @@ func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.co
 // stream (default quic-go's 6 MiB).
 func WithStreamReceiveWindow(bytes int) Option { return func(o *options) { o.streamWindow = bytes } }
 
-// WithTeardownGrace sets how long queued frames are still written after
-// Shutdown (default 1 s).
-func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
-
-// WithMaxFrameSize bounds header plus payload (default 16 MiB).
-func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
-
-// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
-func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
-
 // WithMaxConnections bounds the inbound connections open at once (default
 // 4096). One more is closed as soon as its stream opens, and counted.
 func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConnections = n } }
@@ -141,9 +131,6 @@ func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConne
 // its connection is closed (default 30 s); it also bounds how long an
 // accepted connection may wait before opening its stream.
 func WithFrameTimeout(d time.Duration) Option { return func(o *options) { o.cfg.FrameTimeout = d } }
-
-// WithLogger sets where the transport logs (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
 
 // Transport is the QUIC messenger transport. It implements ext.Transport;
 // the node calls its methods, and an application needs only New, the

@@ -5,6 +5,8 @@ package quic
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -68,3 +70,16 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 
 // SetObservability installs the metrics handle.
 func (t *Transport) SetObservability(o ext.Observability) { t.s.SetObservability(o) }
+
+// WithTeardownGrace sets how long queued frames are still written after
+// Shutdown (default 1 s).
+func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
+
+// WithMaxFrameSize bounds header plus payload (default 16 MiB).
+func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
+
+// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
+func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
+
+// WithLogger sets where the transport logs (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }

@@ -6,9 +6,11 @@
 // shows the methods and their comments, which promoted methods of an
 // embedded type from another package would not.
 //
-// Package quic takes only the forwarding methods: its Transport type,
-// Shutdown, Closed, Stats and options are its own (quic.go), since it
-// holds more than the streamsock transport and closes its sockets itself.
+// Package quic takes the forwarding methods and the options whose text is
+// the same: its Transport type, Shutdown, Closed, Stats and the other
+// options are its own (quic.go), since it holds more than the streamsock
+// transport, closes its sockets itself and documents its own lanes and
+// limits.
 //
 // Run it through go generate in transport/tcp, transport/uds or
 // transport/quic:
