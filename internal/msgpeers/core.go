@@ -28,7 +28,7 @@ type Core struct {
 	stop    chan struct{}  // closed when the writers are to finish
 	grace   atomic.Int64   // unix nanos at which the teardown grace ends
 
-	sendFailed atomic.Uint64
+	sendFailed, drainRefused, routeFailed atomic.Uint64
 }
 
 type obsBox struct{ ext.Observability }
@@ -68,6 +68,38 @@ func (c *Core) Observe() ext.Observability { return c.obs.Load().Observability }
 
 // SendFailed counts the frames admitted but not sent.
 func (c *Core) SendFailed() uint64 { return c.sendFailed.Load() }
+
+// DrainRefused counts the requests Deliver found the node draining for.
+func (c *Core) DrainRefused() uint64 { return c.drainRefused.Load() }
+
+// RouteFailed counts the inbound frames Deliver found the node stopped for.
+func (c *Core) RouteFailed() uint64 { return c.routeFailed.Load() }
+
+// Deliver hands a well-formed inbound frame to the node: it is counted,
+// routed when it is not a request and admitted when it is. It reports
+// whether the node drains and refused the request (counted in
+// DrainRefused); the transport answers that with its own echo.
+func (c *Core) Deliver(f ext.Frame) (refused bool) {
+	obs := c.Observe()
+	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
+	if f.Type != ext.Message {
+		if !c.adapter.RouteFrame(f) {
+			c.routeFailed.Add(1)
+			obs.Rejection(ext.RejectRouteFailed)
+		}
+		return false
+	}
+	switch c.adapter.AdmitMessage(f) {
+	case ext.Draining:
+		c.drainRefused.Add(1)
+		obs.Rejection(ext.RejectDraining)
+		return true
+	case ext.Disconnected:
+		c.routeFailed.Add(1)
+		obs.Rejection(ext.RejectRouteFailed)
+	}
+	return false
+}
 
 // Closing reports whether Shutdown has begun.
 func (c *Core) Closing() bool { return c.closing.Load() }

@@ -70,8 +70,6 @@ type Transport struct {
 	closed   chan struct{}
 
 	malformed     atomic.Uint64
-	drainRefused  atomic.Uint64
-	routeFailed   atomic.Uint64
 	drainNoReturn atomic.Uint64
 	noResponders  atomic.Uint64
 }
@@ -161,10 +159,10 @@ func (t *Transport) observe() ext.Observability { return t.core.Observe() }
 func (t *Transport) Stats() Stats {
 	return Stats{
 		Malformed:    t.malformed.Load(),
-		DrainRefused: t.drainRefused.Load(),
+		DrainRefused: t.core.DrainRefused(),
 		DrainDropped: t.drainNoReturn.Load(),
 		SendFailed:   t.core.SendFailed(),
-		RouteFailed:  t.routeFailed.Load(),
+		RouteFailed:  t.core.RouteFailed(),
 		NoResponders: t.noResponders.Load(),
 	}
 }
@@ -263,7 +261,6 @@ func isNoResponders(m *natsgo.Msg) bool {
 // onMsg takes one inbound frame. nats.go gives each message its own copy
 // of the payload, so the frame needs no owner.
 func (t *Transport) onMsg(m *natsgo.Msg) {
-	obs := t.observe()
 	f, ok := parseFrame(m)
 	if !ok && isNoResponders(m) {
 		// A request we sent named our subject as its reply and found no
@@ -274,24 +271,11 @@ func (t *Transport) onMsg(m *natsgo.Msg) {
 	}
 	if !ok {
 		t.malformed.Add(1)
-		obs.Rejection(ext.RejectMalformed)
+		t.observe().Rejection(ext.RejectMalformed)
 		return
 	}
-	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-	adapter := t.core.Adapter()
-	if f.Type != ext.Message {
-		if !adapter.RouteFrame(f) {
-			t.routeFailed.Add(1)
-			obs.Rejection(ext.RejectRouteFailed)
-		}
-		return
-	}
-	switch adapter.AdmitMessage(f) {
-	case ext.Draining:
+	if t.core.Deliver(f) {
 		t.refuseDraining(m, f)
-	case ext.Disconnected:
-		t.routeFailed.Add(1)
-		obs.Rejection(ext.RejectRouteFailed)
 	}
 }
 
@@ -300,8 +284,6 @@ func (t *Transport) onMsg(m *natsgo.Msg) {
 // sender named (a Go sender names its own inbound subject). A request
 // without one is dropped, as the reference drops it.
 func (t *Transport) refuseDraining(m *natsgo.Msg, f ext.Frame) {
-	t.drainRefused.Add(1)
-	t.observe().Rejection(ext.RejectDraining)
 	if m.Reply == "" {
 		t.drainNoReturn.Add(1)
 		return

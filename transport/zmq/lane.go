@@ -138,8 +138,7 @@ func (l *lane) readBack(d *dealer) {
 			t.observe().Rejection(ext.RejectMalformed)
 			continue
 		}
-		t.observe().Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-		t.route(f)
+		t.core.Deliver(f) // not a request, so never refused
 	}
 }
 

@@ -43,10 +43,8 @@ type Transport struct {
 	shutOnce sync.Once
 	closed   chan struct{}
 
-	malformed    atomic.Uint64
-	drainRefused atomic.Uint64
-	routeFailed  atomic.Uint64
-	dials        atomic.Uint64
+	malformed atomic.Uint64
+	dials     atomic.Uint64
 }
 
 // Stats counts what the transport refused or lost.
@@ -111,9 +109,9 @@ func (t *Transport) observe() ext.Observability { return t.core.Observe() }
 func (t *Transport) Stats() Stats {
 	return Stats{
 		Malformed:    t.malformed.Load(),
-		DrainRefused: t.drainRefused.Load(),
+		DrainRefused: t.core.DrainRefused(),
 		SendFailed:   t.core.SendFailed(),
-		RouteFailed:  t.routeFailed.Load(),
+		RouteFailed:  t.core.RouteFailed(),
 		Dials:        t.dials.Load(),
 	}
 }
@@ -138,35 +136,16 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 // onMsg takes one inbound multipart message. zmq4 reads each part into
 // its own allocation, so the frame needs no owner.
 func (t *Transport) onMsg(c *zmq4.Conn, parts [][]byte) {
-	obs := t.observe()
 	f, ok := parseParts(parts, t.o.maxFrameSize)
 	if !ok {
 		t.malformed.Add(1)
-		obs.Rejection(ext.RejectMalformed)
+		t.observe().Rejection(ext.RejectMalformed)
 		return
 	}
-	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-	if f.Type != ext.Message {
-		t.route(f)
-		return
-	}
-	switch t.core.Adapter().AdmitMessage(f) {
-	case ext.Draining:
+	if t.core.Deliver(f) {
 		// The ROUTER answers the DEALER that sent the request, as the
 		// reference does; a lost echo leaves the caller to its deadline.
-		t.drainRefused.Add(1)
-		obs.Rejection(ext.RejectDraining)
 		c.SendMsg(zmq4.NewMsgFrom(echoParts(f.Header)...))
-	case ext.Disconnected:
-		t.routeFailed.Add(1)
-		obs.Rejection(ext.RejectRouteFailed)
-	}
-}
-
-func (t *Transport) route(f ext.Frame) {
-	if !t.core.Adapter().RouteFrame(f) {
-		t.routeFailed.Add(1)
-		t.observe().Rejection(ext.RejectRouteFailed)
 	}
 }
 
