@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,14 +16,43 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testnet"
 	"github.com/velo-go/velo/transport/frametransporttest"
 	vgrpc "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
+// killableFrames builds frame transports over sockets of their own,
+// which kill resets: the transport's process died.
+type killableFrames struct {
+	mu    sync.Mutex
+	socks map[ext.FrameTransport]*testnet.Sockets
+}
+
+func (k *killableFrames) new(opts ...vgrpc.FrameOption) ext.FrameTransport {
+	s := new(testnet.Sockets)
+	ft := vgrpc.NewFrameTransport(append(opts, vgrpc.WithFrameNet(s.Listen, s.Dial))...)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.socks == nil {
+		k.socks = map[ext.FrameTransport]*testnet.Sockets{}
+	}
+	k.socks[ft] = s
+	return ft
+}
+
+func (k *killableFrames) kill(ft ext.FrameTransport) {
+	k.mu.Lock()
+	s := k.socks[ft]
+	k.mu.Unlock()
+	s.Kill()
+}
+
 func TestFrameConformance(t *testing.T) {
+	var k killableFrames
 	frametransporttest.Run(t, frametransporttest.Factory{
-		New:      func(testing.TB) ext.FrameTransport { return vgrpc.NewFrameTransport() },
+		New:      func(testing.TB) ext.FrameTransport { return k.new() },
+		Kill:     k.kill,
 		Confirms: true,
 		DialRaw:  rawFrameDial,
 		Malformed: [][]byte{
