@@ -12,6 +12,7 @@ import (
 	"time"
 
 	ggrpc "google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -21,6 +22,14 @@ import (
 	vgrpc "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
 )
+
+// malformedFrames are gRPC messages that are no FramedData frame.
+var malformedFrames = [][]byte{
+	{0x1a, 0x05, 'a'}, // a payload of 5 bytes holding 1
+	{0x1b},            // field 3 as a group start, with no end
+	{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, // a tag varint over 64 bits
+	{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f},                               // a 4 GiB length with nothing behind it
+}
 
 // killableFrames builds frame transports over sockets of their own,
 // which kill resets: the transport's process died.
@@ -51,16 +60,11 @@ func (k *killableFrames) kill(ft ext.FrameTransport) {
 func TestFrameConformance(t *testing.T) {
 	var k killableFrames
 	frametransporttest.Run(t, frametransporttest.Factory{
-		New:      func(testing.TB) ext.FrameTransport { return k.new() },
-		Kill:     k.kill,
-		Confirms: true,
-		DialRaw:  rawFrameDial,
-		Malformed: [][]byte{
-			{0x1a, 0x05, 'a'}, // a payload of 5 bytes holding 1
-			{0x1b},            // field 3 as a group start, with no end
-			{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, // a tag varint over 64 bits
-			{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f},                               // a 4 GiB length with nothing behind it
-		},
+		New:       func(testing.TB) ext.FrameTransport { return k.new() },
+		Kill:      k.kill,
+		Confirms:  true,
+		DialRaw:   rawFrameDial,
+		Malformed: malformedFrames,
 	})
 }
 
@@ -86,12 +90,23 @@ func (r *rawStream) Close() error {
 }
 
 func rawFrameDial(ctx context.Context, entry []byte, route ext.StreamRoute) (io.WriteCloser, error) {
+	return rawFrameDialWith(insecure.NewCredentials())(ctx, entry, route)
+}
+
+// rawFrameDialWith is rawFrameDial over creds.
+func rawFrameDialWith(creds credentials.TransportCredentials) func(context.Context, []byte, ext.StreamRoute) (io.WriteCloser, error) {
+	return func(_ context.Context, entry []byte, route ext.StreamRoute) (io.WriteCloser, error) {
+		return rawFrame(entry, route, creds)
+	}
+}
+
+func rawFrame(entry []byte, route ext.StreamRoute, creds credentials.TransportCredentials) (io.WriteCloser, error) {
 	addr, err := tcp.DialAddr(entry)
 	if err != nil {
 		return nil, err
 	}
 	cc, err := ggrpc.NewClient("passthrough:///"+addr,
-		ggrpc.WithTransportCredentials(insecure.NewCredentials()),
+		ggrpc.WithTransportCredentials(creds),
 		ggrpc.WithDefaultCallOptions(ggrpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		return nil, err
