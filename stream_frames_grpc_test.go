@@ -244,3 +244,121 @@ func newTCPNodeNoMuxWith(t *testing.T, ft ext.FrameTransport) *velo.Node {
 	})
 	return n
 }
+
+// unconfirming wraps a frame transport whose inbound streams never end
+// until release: the consumer's node takes the whole stream, but its gRPC
+// server never ends the call (a consumer wedged after its terminal).
+type unconfirming struct {
+	ext.FrameTransport
+	release chan struct{}
+}
+
+func (u *unconfirming) Listen(addr string) (ext.FrameListener, error) {
+	ln, err := u.FrameTransport.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &unconfirmingListener{FrameListener: ln, release: u.release}, nil
+}
+
+type unconfirmingListener struct {
+	ext.FrameListener
+	release chan struct{}
+}
+
+func (l *unconfirmingListener) Accept() (ext.FrameInbound, error) {
+	in, err := l.FrameListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &unconfirmingInbound{FrameInbound: in, release: l.release}, nil
+}
+
+type unconfirmingInbound struct {
+	ext.FrameInbound
+	release chan struct{}
+	once    sync.Once
+}
+
+// Confirm and Close end the stream only once the test releases it (or
+// the node shuts down the listener, which ends every call at once).
+func (in *unconfirmingInbound) Confirm() error { return in.held() }
+func (in *unconfirmingInbound) Close() error   { return in.held() }
+
+func (in *unconfirmingInbound) held() error {
+	in.once.Do(func() {
+		go func() {
+			<-in.release
+			in.FrameInbound.Close()
+		}()
+	})
+	return nil
+}
+
+// A producer over gRPC whose consumer's server never ends the call
+// retires Discarded once the terminal ack bound passes, though the
+// consumer read every item and the end: Sent would claim a confirmation
+// that never came. The same stream with a server that confirms retires
+// Sent (TestGRPCFrameTransportStreams200InOrder).
+func TestGRPCFrameTransportUnconfirmedRetiresDiscarded(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	newNode := func(ft ext.FrameTransport) *velo.Node {
+		tr, err := tcp.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithFrameTransport(ft),
+			velo.WithMux(streaming.MuxConfig{Disabled: true}), velo.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n.Shutdown(ctx)
+		})
+		return n
+	}
+	consumer := newNode(&unconfirming{FrameTransport: grpctr.NewFrameTransport(), release: release})
+	// A short bound, so the test need not wait the 20 s default.
+	producer := newNode(grpctr.NewFrameTransport(grpctr.WithTerminalAckTimeout(200 * time.Millisecond)))
+	if err := producer.RegisterPeer(consumer.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	a, err := streaming.CreateAnchor[int](consumer.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := streaming.AttachAnchor[int](ctx, producer.Streams, a.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s.Send(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if v, err := a.Next(ctx); err != nil || v != i {
+			t.Fatalf("item %d = %d, %v", i, v, err)
+		}
+	}
+	if _, err := a.Next(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last item: %v, want io.EOF", err)
+	}
+	select {
+	case <-s.Retired():
+	case <-ctx.Done():
+		t.Fatal("the producer never retired")
+	}
+	if out := s.Outcome(); out != streaming.RetireDiscarded {
+		t.Fatalf("outcome %v, want Discarded: the server never confirmed", out)
+	}
+}
