@@ -72,7 +72,8 @@ type Node struct {
 	owner        ext.WorkerID
 	ln           ext.FrameListener
 	ft           ext.FrameTransport
-	key          string // ft's key
+	key          string               // ft's key
+	scheme       metrics.StreamScheme // key's transport_scheme label
 	maxFrame     int    // ft's largest frame
 	acceptWindow time.Duration
 	heartbeat    time.Duration
@@ -101,7 +102,8 @@ type Node struct {
 func New(cfg Config) *Node {
 	return &Node{
 		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, ft: cfg.Transport,
-		key: string(cfg.Transport.Key()), maxFrame: cfg.Transport.MaxFrameSize(),
+		key: string(cfg.Transport.Key()), scheme: cfg.Metrics.FrameScheme(string(cfg.Transport.Key())),
+		maxFrame: cfg.Transport.MaxFrameSize(),
 		acceptWindow: cfg.AcceptWindow, heartbeat: cfg.Heartbeat, log: cfg.Log,
 		met: cfg.Metrics, nextID: cfg.NextID, hb: newHeartbeater(),
 		pending: make(map[ext.StreamRoute]*pendingBind),
@@ -113,6 +115,10 @@ func New(cfg Config) *Node {
 
 // Key is the path's transport key.
 func (n *Node) Key() string { return n.key }
+
+// Scheme is the transport_scheme label of the path's operations: its
+// transport's key.
+func (n *Node) Scheme() metrics.StreamScheme { return n.scheme }
 
 // MaxFrame is the largest frame the path's transport carries.
 func (n *Node) MaxFrame() int { return n.maxFrame }
