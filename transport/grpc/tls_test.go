@@ -17,8 +17,8 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/testcert"
 	"github.com/velo-go/velo/transport/frametransporttest"
-	"github.com/velo-go/velo/transport/transporttest"
 	vgrpc "github.com/velo-go/velo/transport/grpc"
+	"github.com/velo-go/velo/transport/transporttest"
 )
 
 // mutual is the mutual-TLS config of a node called cn, signed by ca.

@@ -74,7 +74,7 @@ type Node struct {
 	ft           ext.FrameTransport
 	key          string               // ft's key
 	scheme       metrics.StreamScheme // key's transport_scheme label
-	maxFrame     int    // ft's largest frame
+	maxFrame     int                  // ft's largest frame
 	acceptWindow time.Duration
 	heartbeat    time.Duration
 	log          *slog.Logger
@@ -102,8 +102,8 @@ type Node struct {
 func New(cfg Config) *Node {
 	return &Node{
 		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, ft: cfg.Transport,
-		key: string(cfg.Transport.Key()), scheme: cfg.Metrics.FrameScheme(string(cfg.Transport.Key())),
-		maxFrame: cfg.Transport.MaxFrameSize(),
+		key: string(cfg.Transport.Key()), maxFrame: cfg.Transport.MaxFrameSize(),
+		scheme:       cfg.Metrics.FrameScheme(string(cfg.Transport.Key())),
 		acceptWindow: cfg.AcceptWindow, heartbeat: cfg.Heartbeat, log: cfg.Log,
 		met: cfg.Metrics, nextID: cfg.NextID, hb: newHeartbeater(),
 		pending: make(map[ext.StreamRoute]*pendingBind),
