@@ -57,6 +57,7 @@ type Node struct {
 
 	svc       *services // nil without WithServiceDiscovery
 	publishes bool      // New published the PeerInfo (WithDiscovery)
+	view      *nodeView // what Snapshot remembers between snapshots (a pointer: copies of a Node share it)
 }
 
 // Option configures New. Only this package makes them.
@@ -228,7 +229,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			return nil, err
 		}
 	}
-	n := &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv, publishes: cfg.Discovery != nil}
+	n := &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv, publishes: cfg.Discovery != nil, view: &nodeView{}}
 	if svcc.disc != nil {
 		n.svc = newServices(svcc, m)
 	}

@@ -146,6 +146,7 @@ type Messenger struct {
 	undeliveredFn func(ext.InstanceID, string, error)
 	peerEvents    *peerEventQueue
 	peerEventLog  logBucket
+	viewEvents    eventRing // the last peer events, for PeerViews and RecentPeerEvents (view.go)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
 	stager        atomic.Pointer[hook.Stager] // transparent staging (stager.go); nil when off

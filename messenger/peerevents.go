@@ -36,6 +36,7 @@ func (m *Messenger) onPeerConnected(id ext.InstanceID, tr ext.TransportKey, remo
 // same (peerevent_delivery.go).
 func (m *Messenger) notePeerEvent(ev peerevent.PeerEvent) {
 	m.logPeerEvent(ev)
+	m.viewEvents.record(ev)
 	m.peerEvents.push(ev)
 }
 
