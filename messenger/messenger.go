@@ -146,13 +146,16 @@ type Messenger struct {
 	undeliveredFn func(ext.InstanceID, string, error)
 	peerEvents    *peerEventQueue
 	peerEventLog  logBucket
-	viewEvents    eventRing // the last peer events, for PeerViews and RecentPeerEvents (view.go)
 	lostByPeer    sync.Map // ext.InstanceID → *atomic.Int64: admitted messages failed or discarded
 	disco         discoveryState
 	stager        atomic.Pointer[hook.Stager] // transparent staging (stager.go); nil when off
 	// life ends at teardown, with done: the parent of the fetches of staged requests.
 	life    context.Context
 	endLife context.CancelFunc
+
+	// viewEvents keeps the last peer events, for PeerViews and
+	// RecentPeerEvents (view.go).
+	viewEvents eventRing
 }
 
 // New starts the transports and returns a running messenger.
