@@ -1,6 +1,7 @@
 package velo
 
 import (
+	"bytes"
 	"reflect"
 	"sort"
 	"sync"
@@ -252,7 +253,7 @@ func counterFields(v reflect.Value) map[string]uint64 {
 
 func (n *Node) peerSnapshots(now time.Time) ([]PeerSnapshot, CallsSnapshot) {
 	views := n.m.PeerViews()
-	sort.Slice(views, func(i, j int) bool { return views[i].Instance.String() < views[j].Instance.String() })
+	sort.Slice(views, func(i, j int) bool { return bytes.Compare(views[i].Instance[:], views[j].Instance[:]) < 0 })
 	out := make([]PeerSnapshot, len(views))
 	byWorker := make(map[ext.WorkerID]*PeerSnapshot, len(views))
 	for i, v := range views {
