@@ -7,6 +7,7 @@ package messenger
 // already guard it, and keeps no record per call.
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type PeerView struct {
 	Discovered bool
 	// ConnectionsLost counts the connections lost to the peer.
 	ConnectionsLost uint64
-	// Handlers is how many handlers the peer listed in its handshake.
+	// Handlers is how many user handlers the peer listed in its
+	// handshake (velo's own, named with '_', are not counted).
 	Handlers int
 	// ConnectedSince is when the current run of connections began (the
 	// PeerConnected event); zero when not connected or not seen.
@@ -80,7 +82,11 @@ func (m *Messenger) peerView(p *peer) PeerView {
 		}
 	}
 	if h := p.handlers.Load(); h != nil {
-		v.Handlers = len(*h)
+		for name := range *h {
+			if !strings.HasPrefix(name, "_") { // velo's own are on every node
+				v.Handlers++
+			}
+		}
 	}
 	if v.Connected {
 		v.ConnectedSince = m.viewEvents.connectedSince(id)
