@@ -4,6 +4,7 @@
 //	velo demo
 //	velo tour
 //	velo hub --config hub.json | --demo
+//	velo inspect [--watch] URL
 //	velo bench <harness> [flags]
 //
 // It imports only the light packages (the velo core, its transports and
@@ -53,6 +54,10 @@ const usage = `usage:
   velo hub --demo           serve a hub on free ports, run a client against
                             it (register, a service, a call by name,
                             unregister) and stop
+  velo inspect [--watch] URL
+                            print the live view of a node that serves
+                            velo.DebugHandler at URL (peers, calls, mux,
+                            anchors, events)
   velo bench <harness> [flags]
                             run a benchmark harness (runs velo-bench;
                             'velo bench help' lists the harnesses)`
@@ -69,6 +74,8 @@ func run(args []string) error {
 		return runTour(args[1:])
 	case "hub":
 		return runHub(args[1:])
+	case "inspect":
+		return runInspect(args[1:])
 	case "bench":
 		return forwardToBench(args)
 	case "help", "-h", "--help":
