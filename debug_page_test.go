@@ -67,7 +67,7 @@ func peerCell(instance string, col int, text string) string {
 // without a reload, and so do a call in flight to it (held by its
 // handler), a stream over the mux and an anchor waiting for its producer.
 // With VELO_PAGE_SCREENSHOT set to a file name, the page is saved there
-// (docs/images/debug-velo.png comes from this).
+// (docs/img/debug-velo.png comes from this).
 func TestDebugPageFollowsTheNode(t *testing.T) {
 	ctx := browser(t)
 	n, first := node(t), node(t)
