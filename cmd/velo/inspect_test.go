@@ -188,3 +188,19 @@ func TestInspectRefusesWhatIsNotAView(t *testing.T) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// FuzzPrintView: whatever a URL answers, printing it returns an error or
+// prints; it never panics.
+func FuzzPrintView(f *testing.F) {
+	f.Add([]byte(`{"instance":"x","peers":[{"instance":"p","connected":true,"connected_since":"2026-01-02T03:04:05Z","in_flight":2}],` +
+		`"mux":[{"worker":"w","batchers":[{"lane":0,"credit":3,"window":32}],"ingress":[{"lane":1}]}],` +
+		`"anchors":{"total":1,"by_phase":{"unattached":1},"oldest":[{"id":"..ab","phase":"unattached","expires_in_s":3}]},` +
+		`"events":[{"kind":"lost","err":"boom"}]}`))
+	f.Add([]byte(`{"instance":"x","anchors":{"oldest":[{}]},"events":[{}]}`))
+	f.Add([]byte(`{"peers":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var out bytes.Buffer
+		printView(&out, body)
+	})
+}
