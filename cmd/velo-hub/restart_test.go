@@ -207,4 +207,3 @@ func getJSON(t *testing.T, ctx context.Context, url string, out any) {
 		t.Fatal(err)
 	}
 }
-
