@@ -56,7 +56,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // loadConfig reads and checks the file, and applies --embedded-etcd: a
 // memory store (the default) becomes an etcd store on the embedded
-// server, and an etcd store without endpoints gets the embedded one.
+// server, which waits for the prefix (the only hub that can hold it is
+// this one's previous run, killed: its lock expires within 10 s), and an
+// etcd store without endpoints gets the embedded one.
 func loadConfig(o options) (hubconf.File, error) {
 	data, err := os.ReadFile(o.config)
 	if err != nil {
@@ -75,7 +77,8 @@ func loadConfig(o options) (hubconf.File, error) {
 	s := &f.Store
 	switch {
 	case s.Kind == hubconf.KindMemory:
-		*s = hubconf.Store{Kind: hubconf.KindEtcd, Prefix: hubconf.DefaultPrefix, DialTimeoutMS: hubconf.DefaultDialTimeoutMS}
+		*s = hubconf.Store{Kind: hubconf.KindEtcd, Prefix: hubconf.DefaultPrefix, DialTimeoutMS: hubconf.DefaultDialTimeoutMS,
+			WaitForPrefix: true}
 	case len(s.Endpoints) > 0:
 		return hubconf.File{}, fmt.Errorf("%s: %w: store: --embedded-etcd brings its own etcd; leave store.endpoints out", o.config, hub.ErrConfig)
 	case s.TLS != nil || s.Username != "":
