@@ -11,8 +11,9 @@ import (
 )
 
 // binary is velo-hub built for this test run; the tests run it as a
-// user does, in its own process.
-var binary string
+// user does, in its own process. worker and caller are the examples of
+// the walk-through in docs/hub.md.
+var binary, worker, caller string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "velo-hub-bin-*")
@@ -20,12 +21,16 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "velo-hub")
-	// The packages are already compiled for this test binary, so this
-	// only links.
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build velo-hub: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	worker = filepath.Join(dir, "hub-worker")
+	caller = filepath.Join(dir, "hub-caller")
+	// The packages are already compiled for this test binary, so these
+	// mostly link.
+	for out, pkg := range map[string]string{binary: ".", worker: "../../examples/hub-worker", caller: "../../examples/hub-caller"} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, msg)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

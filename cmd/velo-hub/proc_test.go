@@ -18,7 +18,8 @@ import (
 type hubProc struct {
 	cmd   *exec.Cmd
 	lines chan map[string]any
-	exit  chan error
+	done  chan struct{} // closed once the process was waited for
+	err   error         // of Wait, set before done closes
 }
 
 // startProc runs velo-hub with args and --log-format json, and waits for
@@ -32,7 +33,7 @@ func startProc(t *testing.T, args ...string) (*hubProc, map[string]any) {
 // startWaiting starts velo-hub and returns at once.
 func startWaiting(t *testing.T, args ...string) *hubProc {
 	t.Helper()
-	p := &hubProc{lines: make(chan map[string]any, 64), exit: make(chan error, 1)}
+	p := &hubProc{lines: make(chan map[string]any, 64), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, append(args, "--log-format", "json", "--log-level", "debug")...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -51,12 +52,15 @@ func startWaiting(t *testing.T, args ...string) *hubProc {
 			p.lines <- m
 		}
 		close(p.lines)
-		p.exit <- p.cmd.Wait()
+		p.err = p.cmd.Wait()
+		close(p.done)
 	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		select {
+		case <-p.done:
+		default:
 			p.cmd.Process.Kill()
-			<-p.exit
+			<-p.done
 		}
 	})
 	return p
@@ -70,7 +74,7 @@ func (p *hubProc) await(t *testing.T, msg string) map[string]any {
 		select {
 		case m, ok := <-p.lines:
 			if !ok {
-				t.Fatalf("velo-hub ended before logging %q: %v", msg, <-p.exit)
+				t.Fatalf("velo-hub ended before logging %q: %v", msg, p.wait())
 			}
 			if m["msg"] == msg {
 				return m
@@ -92,7 +96,8 @@ func (p *hubProc) stop(t *testing.T) int {
 		}
 	}()
 	select {
-	case err := <-p.exit:
+	case <-p.done:
+		err := p.err
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			return ee.ExitCode()
@@ -149,3 +154,5 @@ func hubJSON(pub, ctl, veloAddr string, intervalMS int) string {
 	return fmt.Sprintf(`{"public_addr": %q, "control_addr": %q, "heartbeat_interval_ms": %d, "heartbeat_max_failures": 2,
 		"shutdown_timeout_ms": 3000, "velo": {"listen_addr": %q}}`, pub, ctl, intervalMS, veloAddr)
 }
+
+func (p *hubProc) wait() error { <-p.done; return p.err }
