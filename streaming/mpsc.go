@@ -245,6 +245,14 @@ func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandl
 func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*MPSCSender[T], error) {
 	start := m.opStart()
 	s, err := attachMPSCAnchor[T](ctx, m, handle, key, codec)
+	if m.traced {
+		var first *firstToken
+		var tr string
+		if s != nil {
+			first, tr = &s.first, s.sink.Transport()
+		}
+		m.traceAttach(ctx, "mpsc", handle, first, tr, err)
+	}
 	if handle.Owner() == m.owner { // a remote attach is counted by its owner, as in AttachAnchor
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
 	}
