@@ -237,3 +237,67 @@ func TestTraceJoinsARustTraceparent(t *testing.T) {
 		t.Fatalf("kind %v, want Server", server.SpanKind)
 	}
 }
+
+// TestTracingOffCostsNothing: between nodes without a TracerProvider, a
+// unary call whose context holds a recording span (the application traces,
+// velo does not) carries no header at all, makes no span, and allocates
+// what an untraced round trip allocated before tracing existed:
+// unaryRoundTripAllocs' measured 2 (one more under the race detector,
+// whose sync.Pool drops buffers). The traced figure is logged beside it.
+func TestTracingOffCostsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 1000 round trips")
+	}
+	const before = 2 // measured on main before tracing: see unaryRoundTripAllocs
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	// No deadline: a request without one carries no header of velo's own,
+	// so an empty map on arrival means nothing was added.
+	ctx, span := tp.Tracer("app").Start(context.Background(), "request")
+	defer span.End()
+
+	measure := func(a, b *velo.Node, traced bool) float64 {
+		seen := make(chan map[string]string, 1)
+		must(t, b.Register(velo.UnaryHandler("probe", func(c *velo.Context) ([]byte, error) {
+			h, err := c.Headers()
+			seen <- h
+			return nil, err
+		})))
+		must(t, b.Register(velo.UnaryHandler("echo64", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+		if _, err := a.Unary(ctx, b.InstanceID(), "probe", nil); err != nil {
+			t.Fatal(err)
+		}
+		switch h := recv(t, seen, "the probe's headers"); {
+		case !traced && h != nil:
+			t.Fatalf("an untraced call carried headers %v", h)
+		case traced && h["traceparent"] == "":
+			t.Fatalf("a traced call carried headers %v, no traceparent", h)
+		}
+		payload := make([]byte, 64)
+		call := func() {
+			if _, err := a.Unary(ctx, b.InstanceID(), "echo64", payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 200 {
+			call()
+		}
+		return testing.AllocsPerRun(1000, call)
+	}
+	a0, b0 := pair(t, nil, nil)
+	off := measure(a0, b0, false)
+	if n := len(spans.GetSpans()); n != 0 {
+		t.Fatalf("untraced nodes made %d spans", n)
+	}
+	a, b, _, _ := tracedPair(t)
+	on := measure(a, b, true)
+	t.Logf("allocations per unary round trip (both sides): %v tracing off, %v tracing on (in-memory SDK, always sampled)", off, on)
+	slack := 0.0
+	if raceEnabled {
+		slack = 1
+	}
+	if off > before+slack {
+		t.Fatalf("tracing off: %v allocations per round trip, want %v as before tracing", off, before)
+	}
+}
