@@ -193,13 +193,13 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
-	m.tr = tracing.New(cfg.TracerProvider, cfg.TracePropagator, m.id)
 	m.sysSeries = cfg.SystemHandlerMetrics
 	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
 	if m.disco.limit <= 0 {
 		m.disco.limit = DefaultMaxDiscoveredPeers
 	}
+	m.tr = tracing.New(cfg.TracerProvider, cfg.TracePropagator, m.id) // nil: off (tracing.go)
 	var exhausted func()
 	if m.met != nil {
 		exhausted = m.met.ResponseSlotExhausted.Inc
