@@ -129,7 +129,7 @@ func wantAttrs(t *testing.T, e sdktrace.Event, want map[attribute.Key]string) {
 	t.Helper()
 	got := map[attribute.Key]string{}
 	for _, kv := range e.Attributes {
-		got[kv.Key] = kv.Value.Emit()
+		got[kv.Key] = kv.Value.String()
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -175,4 +175,66 @@ func TestStreamTraceEventsOffByDefault(t *testing.T) {
 	if len(got) != 1 || len(got[0].Events) != 0 {
 		t.Fatalf("spans %v: want the application's one, with no event", got)
 	}
+}
+
+// TestTraceJoinsAnMPSCStream: the same events for an MPSC stream over the
+// mux: the producer's attach (kind mpsc) and first token on the engine's
+// server span, the consumer's first item on the frontend's span.
+func TestTraceJoinsAnMPSCStream(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	frontend, engine := node(t, velo.WithTracerProvider(tp)), node(t, velo.WithTracerProvider(tp))
+	if err := frontend.RegisterPeer(engine.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.Register(velo.TypedUnaryHandler("fan", func(c *velo.Context, h streaming.AnchorHandle) (int, error) {
+		s, err := streaming.AttachMPSCAnchor[int](c.Context(), engine.Streams, h)
+		if err != nil {
+			return 0, err
+		}
+		for i := range 2 {
+			if err := s.Send(c.Context(), i); err != nil {
+				return 0, err
+			}
+		}
+		return 2, s.Detach()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx, request := tp.Tracer("app").Start(ctx, "request")
+	anchor, err := streaming.CreateMPSCAnchor[int](frontend.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anchor.Close()
+	if _, err := velo.TypedUnary[int](ctx, frontend, engine.InstanceID(), "fan", anchor.Handle()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if f, err := anchor.Next(ctx); err != nil || f.Kind != streaming.MPSCItem {
+			t.Fatalf("frame %+v, %v", f, err)
+		}
+	}
+	request.End()
+	var root, server tracetest.SpanStub
+	for _, s := range spans.GetSpans() {
+		switch {
+		case s.Name == "request":
+			root = s
+		case s.Name == "velo.unary fan" && s.SpanKind == trace.SpanKindServer:
+			server = s
+		}
+	}
+	if server.SpanContext.TraceID() != root.SpanContext.TraceID() || !root.SpanContext.IsValid() {
+		t.Fatal("the server span is not in the request's trace")
+	}
+	h := anchor.Handle().String()
+	wantAttrs(t, event(t, server, "velo.stream.attach"), map[attribute.Key]string{
+		"velo.stream.kind": "mpsc", "velo.stream.handle": h, "velo.stream.transport": "messenger-mux-v2",
+	})
+	wantAttrs(t, event(t, server, "velo.stream.first_token"), map[attribute.Key]string{"velo.stream.direction": "send"})
+	wantAttrs(t, event(t, root, "velo.stream.first_token"), map[attribute.Key]string{"velo.stream.direction": "receive"})
 }

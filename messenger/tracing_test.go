@@ -55,7 +55,7 @@ func spanNames(spans *tracetest.InMemoryExporter) []string {
 func attr(s tracetest.SpanStub, key attribute.Key) (string, bool) {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false

@@ -67,9 +67,15 @@ func (f *firstToken) sent(handle AnchorHandle) {
 
 // received records a consumer's first item on ctx's span, once per
 // anchor; it is called only for an anchor that waits for its first.
-func (a *Anchor[T]) received(ctx context.Context) {
-	a.trace = anchorTraceDone
+func (a *Anchor[T]) received(ctx context.Context) { receivedFirst(ctx, &a.trace, a.Handle) }
+
+// received is Anchor.received for an MPSC anchor: its first item of any
+// producer.
+func (an *MPSCAnchor[T]) received(ctx context.Context) { receivedFirst(ctx, &an.trace, an.Handle) }
+
+func receivedFirst(ctx context.Context, state *uint8, handle func() AnchorHandle) {
+	*state = anchorTraceDone
 	if span := tracing.Recording(ctx); span != nil {
-		tracing.FirstToken(span, tracing.Received, a.Handle())
+		tracing.FirstToken(span, tracing.Received, handle())
 	}
 }
