@@ -26,11 +26,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx/hook"
 	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/internal/peerevent"
+	"github.com/velo-go/velo/internal/tracing"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -75,6 +79,15 @@ type Config struct {
 	// Logger receives the messenger's warnings (an ordered lane over its
 	// depth, requests refused for overload); nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, turns tracing on: calls to user handlers
+	// run under client spans whose context travels in the request's
+	// headers, and handlers under server spans that join it (tracing.go).
+	// Nil (the default) traces nothing and adds nothing to the wire.
+	TracerProvider trace.TracerProvider
+	// TracePropagator writes and reads the trace context in the headers;
+	// nil is W3C Trace Context (traceparent, tracestate), as the Rust
+	// reference writes it. It matters only with TracerProvider.
+	TracePropagator propagation.TextMapPropagator
 }
 
 // DefaultMaxRunningHandlers is the node's cap on running handlers unless
@@ -152,6 +165,7 @@ type Messenger struct {
 	// life ends at teardown, with done: the parent of the fetches of staged requests.
 	life    context.Context
 	endLife context.CancelFunc
+	tr      *tracing.Tracer // nil: tracing off (tracing.go)
 }
 
 // New starts the transports and returns a running messenger.
@@ -185,6 +199,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	if m.disco.limit <= 0 {
 		m.disco.limit = DefaultMaxDiscoveredPeers
 	}
+	m.tr = tracing.New(cfg.TracerProvider, cfg.TracePropagator, m.id) // nil: off (tracing.go)
 	var exhausted func()
 	if m.met != nil {
 		exhausted = m.met.ResponseSlotExhausted.Inc
@@ -413,6 +428,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	op      string
 	headers map[string]string
+	inject  map[string]string // the trace context (tracing.go)
 }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
@@ -731,6 +747,9 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 		} else if _, ok := h[msgwire.DeadlineHeader]; ok {
 			h = withoutStaging(h)
 		}
+		if co.inject != nil {
+			h = withInjected(h, co.inject)
+		}
 		if hb, err = msgwire.EncodeHeaders(h); err != nil {
 			return nil, err
 		}
@@ -739,9 +758,16 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 }
 
 func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
+	var span trace.Span
+	if m.tr != nil && tracing.Traced(handler) {
+		ctx, span, opts = m.startClientSpan(ctx, rt, handler, target, opts)
+	}
 	resp, err := m.requestOpts(ctx, target, handler, payload, rt, opts)
 	if err != nil && len(opts) > 0 {
 		nameOp(err, opts)
+	}
+	if span != nil {
+		tracing.End(span, err)
 	}
 	return resp, err
 }
@@ -963,6 +989,9 @@ func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, han
 // the handshake) moves to a goroutine of its own, so it is safe to call from
 // a callback.
 func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	if m.tr != nil && done != nil && tracing.Traced(handler) {
+		return m.tracedUnaryAsync(ctx, target, handler, payload, done, opts)
+	}
 	_, err := m.unaryAsyncCall(ctx, target, handler, payload, done, opts...)
 	return err
 }
