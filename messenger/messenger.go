@@ -2,6 +2,9 @@
 // remote instances, in four patterns (fire-and-forget, sync, unary, typed
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
+// A node may call its own instance id: the request takes the path a
+// peer's would, from admission to the answer, without a transport
+// (loopback.go).
 //
 // A handler's error reaches the caller as a *velo.RemoteError. A
 // *velo.Error (made with velo.NewError, velo.Errorf or velo.NewSentinel)
