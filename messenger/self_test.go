@@ -552,3 +552,23 @@ func TestSelfCallMetrics(t *testing.T) {
 		t.Errorf("transport frame counters moved by %v for calls no transport carried", got-frames)
 	}
 }
+
+// TestSelfIsNotAPeerToManage: the node's route to itself survives what
+// manages peers: UnregisterPeer and DiscoverAndRegisterPeer with its own
+// id leave it alone, and RegisterPeer with its own PeerInfo is refused as
+// before.
+func TestSelfIsNotAPeerToManage(t *testing.T) {
+	n := newNode(t)
+	ctx := testCtx(t)
+	must(t, n.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+	if err := n.RegisterPeer(n.PeerInfo()); err == nil {
+		t.Error("RegisterPeer with the node's own PeerInfo succeeded")
+	}
+	n.UnregisterPeer(n.InstanceID())
+	if err := n.DiscoverAndRegisterPeer(ctx, n.InstanceID()); err != nil {
+		t.Errorf("DiscoverAndRegisterPeer of itself: %v", err)
+	}
+	if resp, err := n.Unary(ctx, n.InstanceID(), "echo", []byte("x")); err != nil || string(resp) != "x" {
+		t.Errorf("a self call after all that: %q, %v", resp, err)
+	}
+}
