@@ -1,6 +1,7 @@
 package messenger_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/internal/msgrx/hook"
+	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -570,5 +573,48 @@ func TestSelfIsNotAPeerToManage(t *testing.T) {
 	}
 	if resp, err := n.Unary(ctx, n.InstanceID(), "echo", []byte("x")); err != nil || string(resp) != "x" {
 		t.Errorf("a self call after all that: %q, %v", resp, err)
+	}
+}
+
+// TestSelfViewAnswerHeldIsCopied: an asynchronous view call (which reads
+// a large answer where it arrived) to an inline handler of the node itself
+// is answered inside its send, so the answer is held and delivered after
+// the frame was released: it must be a copy, not a view of memory the
+// lender has taken back. The callback waits until the loan is idle,
+// scribbles over the lent buffer, and only then reads its answer.
+func TestSelfViewAnswerHeldIsCopied(t *testing.T) {
+	n := newNode(t)
+	want := bytes.Repeat([]byte("view"), 8<<10) // 32 KiB: over the view threshold
+	lentBuf := bytes.Clone(want)
+	loan := hook.NewLoan()
+	must(t, n.Messenger().RegisterSystem(messenger.UnaryHandler("_lend_big", func(c *messenger.Context) ([]byte, error) {
+		loan.Retain() // the handler's reference
+		c.LendAnswer(loan)
+		loan.Release() // the lender's: the answer's readers hold the rest
+		return lentBuf, nil
+	}, messenger.WithInline())))
+	got := make(chan error, 1)
+	must(t, n.Messenger().UnaryAsyncView(testCtx(t), n.InstanceID(), "_lend_big", nil, func(resp []byte, err error) {
+		if err != nil {
+			got <- err
+			return
+		}
+		select {
+		case <-loan.Idle():
+		case <-time.After(failAfter):
+			got <- errors.New("the loan never went idle")
+			return
+		}
+		for i := range lentBuf {
+			lentBuf[i] = 'x' // the lender reuses its memory
+		}
+		if !bytes.Equal(resp, want) {
+			got <- errors.New("the answer changed under the callback: it was a view of released memory")
+			return
+		}
+		got <- nil
+	}))
+	if err := recv(t, got, "the view call's answer"); err != nil {
+		t.Fatal(err)
 	}
 }
