@@ -2,6 +2,9 @@
 // remote instances, in four patterns (fire-and-forget, sync, unary, typed
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
+// A node may call its own instance id: the request takes the path a
+// peer's would, from admission to the answer, without a transport
+// (loopback.go).
 //
 // A handler's error reaches the caller as a *velo.RemoteError. A
 // *velo.Error (made with velo.NewError, velo.Errorf or velo.NewSentinel)
@@ -151,6 +154,7 @@ type Messenger struct {
 	lostCalls atomic.Int64
 	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	selfConn  ext.ConnID   // the connection id of calls to itself, which no transport stamps (loopback.go)
 	tlsConns  sync.Map     // ext.ConnID -> *tls.ConnectionState of inbound TLS connections (peertls.go)
 	hctx      handlerCtxs  // the context.Context of running handlers that asked for one (handlerctx.go)
 	// testOnChallenge sees each identity challenge this node answers (tests).
@@ -193,6 +197,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.selfConn = ext.NewConnID()
 	m.sysSeries = cfg.SystemHandlerMetrics
 	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
@@ -243,6 +248,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	addr[msgwire.ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
 	m.warnUnconfirmable()
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
+	m.peers.put(m.newSelfPeer()) // calls to itself (loopback.go)
 	m.registerSystemHandlers()
 	if err := m.startWatch(); err != nil {
 		for _, tr := range m.trs {
@@ -285,6 +291,9 @@ func (m *Messenger) advertiseAddress(key ext.TransportKey, endpoint []byte) erro
 // peerInfoOf returns the PeerInfo registered for a worker id: how a
 // subsystem finds a peer's address entries (a streaming endpoint).
 func (m *Messenger) peerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
+	if w == m.wid {
+		return m.PeerInfo(), true // its own entry has no address: this one is current
+	}
 	if p, ok := m.peers.getWorker(w); ok {
 		return p.info, true
 	}
@@ -383,8 +392,12 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 }
 
 // UnregisterPeer forgets a peer on every transport. It is cheap and
-// idempotent; a later send fails as to a peer never registered.
+// idempotent; a later send fails as to a peer never registered. This
+// node's own id is not a peer and is left alone.
 func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
+	if id == m.id {
+		return
+	}
 	m.peers.remove(id)
 	m.disco.forget(id)
 	for _, tr := range m.trs {
@@ -525,8 +538,9 @@ func (m *Messenger) postLaneOutcome(target ext.InstanceID, lane int, handler str
 	// deadline: it stays staged until the receiver has it.
 	// The proof protocol's bodies never are: they must arrive as sent, on
 	// the connection they are about, and the fetch would need the proof.
+	// Nor are those to this node itself, which cross no wire.
 	var staged string
-	if handler != proveHandler && handler != proofHandler {
+	if handler != proveHandler && handler != proofHandler && !p.loop {
 		if hb, payload, staged, err = m.stageRequest(context.Background(), msgwire.FireAndForget, payload, hb, opts); err != nil {
 			return ext.SendOutcome{}, err
 		}
@@ -781,6 +795,10 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 	if err != nil {
 		return nil, err
 	}
+	if p.loop {
+		// A call to this node itself crosses no wire: nothing to stage.
+		return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+	}
 	var staged string
 	if rt != msgwire.FireAndForget {
 		// The call returns only once the answer came or the caller gave
@@ -1033,8 +1051,10 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 		return 0, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
 	var staged string
-	if hb, payload, staged, err = m.stageRequest(ctx, msgwire.UnaryResponse, payload, hb, opts); err != nil {
-		return 0, err
+	if !ok || !p.loop { // a call to this node itself crosses no wire: nothing to stage
+		if hb, payload, staged, err = m.stageRequest(ctx, msgwire.UnaryResponse, payload, hb, opts); err != nil {
+			return 0, err
+		}
 	}
 	// unsent frees a staged payload whose request never left.
 	unsent := func(err error) error {
@@ -1124,7 +1144,14 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	}
 	id := msgwire.ResponseID{Lo: uint64(m.wid), Hi: token}
 	dl, budgeted := ctx.Deadline()
-	if _, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl)); err != nil {
+	if p.loop {
+		m.slots.holdAsync(token) // its answer may come inside Send (loopback.go)
+	}
+	_, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl))
+	if p.loop && m.slots.releaseAsync(token) {
+		err = nil // it was answered (or refused): done runs, so the call started
+	}
+	if err != nil {
 		return 0, unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that
