@@ -12,6 +12,10 @@
 // node.Unary(ctx, velo.Service("llm-worker"), ...), which picks a live
 // instance (see Service).
 //
+// A node may call itself (its own instance id, or a service it serves):
+// the call runs its own handler as a peer's call would, without a
+// transport (see docs/messaging.md, "Calls to this node itself").
+//
 // Every call that can wait takes a context; its deadline is the call's
 // timeout (ErrRequestTimeout, which also matches context.DeadlineExceeded),
 // and travels to the handler, whose Context.Context carries it and ends

@@ -33,8 +33,12 @@ type discoveryState struct {
 
 // DiscoverAndRegisterPeer looks a peer up through discovery and registers
 // it. When nothing resolves, the error matches both ErrPeerNotRegistered
-// and ext.ErrPeerNotFound.
+// and ext.ErrPeerNotFound. This node's own id needs nothing: the node
+// reaches itself without a transport.
 func (m *Messenger) DiscoverAndRegisterPeer(ctx context.Context, id ext.InstanceID) error {
+	if id == m.id {
+		return nil
+	}
 	if m.disc == nil {
 		return fmt.Errorf("%w: %s (no discovery configured)", ErrPeerNotRegistered, id)
 	}

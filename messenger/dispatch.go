@@ -5,8 +5,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/tracing"
 )
 
 // Dispatch never waits on the reader goroutine. The reader that delivered
@@ -151,12 +154,19 @@ func (r *registered) run(j job, counted bool, slab *contextSlab) {
 	c.Payload, c.Handler, c.m = j.msg.Payload, r.name, r.m
 	c.headers, c.sender, c.rtype, c.conn = j.hdr.headers, j.hdr.id.Worker(), j.hdr.rtype, j.msg.Conn
 	c.token, c.dl = j.hdr.id.Hi, j.dl
+	var span trace.Span
+	if r.m.tr != nil && !r.system {
+		span = r.m.startServerSpan(c) // tracing.go
+	}
 	var start time.Time
 	if r.met != nil {
 		r.met.running().Inc()
 		start = time.Now()
 	}
 	resp, err := r.call(c)
+	if span != nil {
+		tracing.End(span, err)
+	}
 	c.finishRun()
 	if counted {
 		r.m.endRun(r)

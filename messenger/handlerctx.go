@@ -72,7 +72,13 @@ type handlerCtxs struct {
 // open builds the context of a request and registers it. A cancel, the
 // connection's end or the shutdown that came first makes it done at once.
 func (m *Messenger) openHandlerCtx(key ctxKey, dl time.Time) *handlerCtx {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	return m.openHandlerCtxIn(context.Background(), key, dl)
+}
+
+// openHandlerCtxIn is openHandlerCtx for a context made from parent (one
+// that carries the request's server span: tracing.go).
+func (m *Messenger) openHandlerCtxIn(parent context.Context, key ctxKey, dl time.Time) *handlerCtx {
+	ctx, cancel := context.WithCancelCause(parent)
 	hc := &handlerCtx{ctx: ctx, cancel: cancel, key: key}
 	if !dl.IsZero() {
 		hc.ctx, hc.stopDL = context.WithDeadline(ctx, dl)
@@ -118,6 +124,9 @@ func (m *Messenger) endedBeforeLocked(key ctxKey) error {
 // identity gate keeps every connection that carried a request until the
 // transport says it closed.
 func (m *Messenger) connAlive(conn ext.ConnID) bool {
+	if conn == m.selfConn {
+		return true // the loopback's (loopback.go) never closes
+	}
 	m.gate.mu.Lock()
 	defer m.gate.mu.Unlock()
 	_, ok := m.gate.conns[conn]

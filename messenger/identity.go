@@ -177,10 +177,20 @@ func (m *Messenger) proves(w ext.WorkerID) bool {
 // state across the requests of one read (they share a connection).
 func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 	conn := j.msg.Conn
+	sender := j.hdr.id.Worker()
+	if sender == m.wid {
+		// Only the loopback speaks for this node (loopback.go): a request
+		// from anywhere else that claims to be its own is forged.
+		if conn == m.selfConn {
+			return gatePass
+		}
+		m.gate.mismatched.Add(1)
+		m.countFailure("identity", "claims_own_identity")
+		return gateDrop
+	}
 	if conn == 0 {
 		return gatePass
 	}
-	sender := j.hdr.id.Worker()
 	c := *cs
 	if c == nil || c.id != conn {
 		c = m.gate.connFor(conn, sender)
@@ -415,6 +425,12 @@ func (m *Messenger) onProof(j job) []job {
 // every lane to the challenger, so the one connection it asked about
 // carries them, whichever lane it is.
 func (m *Messenger) onProve(c *Context) {
+	if c.sender == m.wid {
+		// This node challenges no connection of its own (the loopback
+		// has none): a challenge in its name is forged.
+		m.countFailure("identity", "claims_own_identity")
+		return
+	}
 	if len(c.Payload) != proofBodyLen {
 		m.countFailure("identity", "bad_challenge")
 		return

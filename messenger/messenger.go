@@ -2,6 +2,9 @@
 // remote instances, in four patterns (fire-and-forget, sync, unary, typed
 // unary), with spawn or ordered dispatch, deadlines taken from the caller's
 // context, and a graceful drain. The root package velo wraps it as Node.
+// A node may call its own instance id: the request takes the path a
+// peer's would, from admission to the answer, without a transport
+// (loopback.go).
 //
 // A handler's error reaches the caller as a *velo.RemoteError. A
 // *velo.Error (made with velo.NewError, velo.Errorf or velo.NewSentinel)
@@ -26,11 +29,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx/hook"
 	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/internal/peerevent"
+	"github.com/velo-go/velo/internal/tracing"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -75,6 +82,15 @@ type Config struct {
 	// Logger receives the messenger's warnings (an ordered lane over its
 	// depth, requests refused for overload); nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, turns tracing on: calls to user handlers
+	// run under client spans whose context travels in the request's
+	// headers, and handlers under server spans that join it (tracing.go).
+	// Nil (the default) traces nothing and adds nothing to the wire.
+	TracerProvider trace.TracerProvider
+	// TracePropagator writes and reads the trace context in the headers;
+	// nil is W3C Trace Context (traceparent, tracestate), as the Rust
+	// reference writes it. It matters only with TracerProvider.
+	TracePropagator propagation.TextMapPropagator
 }
 
 // DefaultMaxRunningHandlers is the node's cap on running handlers unless
@@ -138,6 +154,7 @@ type Messenger struct {
 	lostCalls atomic.Int64
 	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	selfConn  ext.ConnID   // the connection id of calls to itself, which no transport stamps (loopback.go)
 	tlsConns  sync.Map     // ext.ConnID -> *tls.ConnectionState of inbound TLS connections (peertls.go)
 	hctx      handlerCtxs  // the context.Context of running handlers that asked for one (handlerctx.go)
 	// testOnChallenge sees each identity challenge this node answers (tests).
@@ -152,6 +169,7 @@ type Messenger struct {
 	// life ends at teardown, with done: the parent of the fetches of staged requests.
 	life    context.Context
 	endLife context.CancelFunc
+	tr      *tracing.Tracer // nil: tracing off (tracing.go)
 
 	// viewEvents keeps the last peer events, for PeerViews and
 	// RecentPeerEvents (view.go).
@@ -183,12 +201,14 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
 	}
 	m.wid = m.id.WorkerID()
+	m.selfConn = ext.NewConnID()
 	m.sysSeries = cfg.SystemHandlerMetrics
 	m.life, m.endLife = context.WithCancel(context.Background())
 	m.disco.found, m.disco.limit = map[ext.InstanceID]struct{}{}, cfg.MaxDiscoveredPeers
 	if m.disco.limit <= 0 {
 		m.disco.limit = DefaultMaxDiscoveredPeers
 	}
+	m.tr = tracing.New(cfg.TracerProvider, cfg.TracePropagator, m.id) // nil: off (tracing.go)
 	var exhausted func()
 	if m.met != nil {
 		exhausted = m.met.ResponseSlotExhausted.Inc
@@ -232,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	addr[msgwire.ProofKey] = []byte{1} // this node answers identity challenges (identity.go)
 	m.warnUnconfirmable()
 	m.info = ext.PeerInfo{InstanceID: m.id, Address: addr}
+	m.peers.put(m.newSelfPeer()) // calls to itself (loopback.go)
 	m.registerSystemHandlers()
 	if err := m.startWatch(); err != nil {
 		for _, tr := range m.trs {
@@ -274,6 +295,9 @@ func (m *Messenger) advertiseAddress(key ext.TransportKey, endpoint []byte) erro
 // peerInfoOf returns the PeerInfo registered for a worker id: how a
 // subsystem finds a peer's address entries (a streaming endpoint).
 func (m *Messenger) peerInfoOf(w ext.WorkerID) (ext.PeerInfo, bool) {
+	if w == m.wid {
+		return m.PeerInfo(), true // its own entry has no address: this one is current
+	}
 	if p, ok := m.peers.getWorker(w); ok {
 		return p.info, true
 	}
@@ -372,8 +396,12 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 }
 
 // UnregisterPeer forgets a peer on every transport. It is cheap and
-// idempotent; a later send fails as to a peer never registered.
+// idempotent; a later send fails as to a peer never registered. This
+// node's own id is not a peer and is left alone.
 func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
+	if id == m.id {
+		return
+	}
 	m.peers.remove(id)
 	m.disco.forget(id)
 	for _, tr := range m.trs {
@@ -417,6 +445,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	op      string
 	headers map[string]string
+	inject  map[string]string // the trace context (tracing.go)
 }
 
 // WithHeaders attaches headers to a call (values of at most 1 KiB, 16 KiB encoded).
@@ -513,8 +542,9 @@ func (m *Messenger) postLaneOutcome(target ext.InstanceID, lane int, handler str
 	// deadline: it stays staged until the receiver has it.
 	// The proof protocol's bodies never are: they must arrive as sent, on
 	// the connection they are about, and the fetch would need the proof.
+	// Nor are those to this node itself, which cross no wire.
 	var staged string
-	if handler != proveHandler && handler != proofHandler {
+	if handler != proveHandler && handler != proofHandler && !p.loop {
 		if hb, payload, staged, err = m.stageRequest(context.Background(), msgwire.FireAndForget, payload, hb, opts); err != nil {
 			return ext.SendOutcome{}, err
 		}
@@ -735,6 +765,9 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 		} else if _, ok := h[msgwire.DeadlineHeader]; ok {
 			h = withoutStaging(h)
 		}
+		if co.inject != nil {
+			h = withInjected(h, co.inject)
+		}
 		if hb, err = msgwire.EncodeHeaders(h); err != nil {
 			return nil, err
 		}
@@ -743,9 +776,16 @@ func (m *Messenger) prepare(handler string, opts []CallOption) (hb []byte, err e
 }
 
 func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
+	var span trace.Span
+	if m.tr != nil && tracing.Traced(handler) {
+		ctx, span, opts = m.startClientSpan(ctx, rt, handler, target, opts)
+	}
 	resp, err := m.requestOpts(ctx, target, handler, payload, rt, opts)
 	if err != nil && len(opts) > 0 {
 		nameOp(err, opts)
+	}
+	if span != nil {
+		tracing.End(span, err)
 	}
 	return resp, err
 }
@@ -758,6 +798,10 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 	p, err := m.route(ctx, target)
 	if err != nil {
 		return nil, err
+	}
+	if p.loop {
+		// A call to this node itself crosses no wire: nothing to stage.
+		return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
 	}
 	var staged string
 	if rt != msgwire.FireAndForget {
@@ -967,6 +1011,9 @@ func (m *Messenger) fireAndAwait(ctx context.Context, target ext.InstanceID, han
 // the handshake) moves to a goroutine of its own, so it is safe to call from
 // a callback.
 func (m *Messenger) UnaryAsync(ctx context.Context, target ext.InstanceID, handler string, payload []byte, done func(resp []byte, err error), opts ...CallOption) error {
+	if m.tr != nil && done != nil && tracing.Traced(handler) {
+		return m.tracedUnaryAsync(ctx, target, handler, payload, done, opts)
+	}
 	_, err := m.unaryAsyncCall(ctx, target, handler, payload, done, opts...)
 	return err
 }
@@ -1008,8 +1055,10 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 		return 0, fmt.Errorf("%w: %s", ErrPeerNotRegistered, target)
 	}
 	var staged string
-	if hb, payload, staged, err = m.stageRequest(ctx, msgwire.UnaryResponse, payload, hb, opts); err != nil {
-		return 0, err
+	if !ok || !p.loop { // a call to this node itself crosses no wire: nothing to stage
+		if hb, payload, staged, err = m.stageRequest(ctx, msgwire.UnaryResponse, payload, hb, opts); err != nil {
+			return 0, err
+		}
 	}
 	// unsent frees a staged payload whose request never left.
 	unsent := func(err error) error {
@@ -1099,7 +1148,14 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	}
 	id := msgwire.ResponseID{Lo: uint64(m.wid), Hi: token}
 	dl, budgeted := ctx.Deadline()
-	if _, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl)); err != nil {
+	if p.loop {
+		m.slots.holdAsync(token) // its answer may come inside Send (loopback.go)
+	}
+	_, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl))
+	if p.loop && m.slots.releaseAsync(token) {
+		err = nil // it was answered (or refused): done runs, so the call started
+	}
+	if err != nil {
 		return 0, unsent(m.sendError(handler, target, err))
 	}
 	// A context that can end is watched without a goroutine; one that

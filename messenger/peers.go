@@ -19,6 +19,9 @@ type peer struct {
 	// proves: the peer's address carries ProofKey, so it answers identity
 	// challenges and a connection speaking for it must prove so.
 	proves bool
+	// loop: this is the node's entry for itself, routed by loopback
+	// (loopback.go).
+	loop bool
 	// proofWindow (unix seconds) and proofCount bound the challenges
 	// answered for this peer (allowProof).
 	proofWindow atomic.Int64

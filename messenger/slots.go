@@ -249,7 +249,10 @@ func (t *slotTable) wantsView(token uint64) bool {
 	if s == nil {
 		return false
 	}
-	v := s.view
+	// A held slot (filling, or a self call's answer that came inside its
+	// send: loopback.go) keeps the reply past the frame's release, so it
+	// must get a copy.
+	v := s.view && !s.filling
 	s.mu.Unlock()
 	return v
 }

@@ -19,6 +19,7 @@ import (
 type Anchor[T any] struct {
 	st     inlet.State
 	decode func([]byte) (T, error)
+	trace  uint8 // anchorUntraced unless WithTraceEvents (tracing.go)
 }
 
 // Handle names the anchor to a producer. It is the only credential a
@@ -46,6 +47,9 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 		a.st.End(err)
 		return zero, err
 	}
+	if a.trace == anchorTraceWaiting {
+		a.received(ctx)
+	}
 	return v, nil
 }
 
@@ -65,6 +69,9 @@ func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		a.st.End(err)
 		return nil, err
+	}
+	if a.trace == anchorTraceWaiting {
+		a.received(ctx)
 	}
 	return p, nil
 }

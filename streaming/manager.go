@@ -41,6 +41,7 @@ type Manager struct {
 
 	met     *metrics.StreamingMetrics // nil: no metrics, nothing recorded
 	untrack func()                    // removes activeAnchors from the gauge's sources
+	traced  bool                      // WithTraceEvents (tracing.go)
 }
 
 // WithMetrics makes the Manager record into the Streaming family of vm
@@ -98,7 +99,7 @@ func NewManager(owner ext.WorkerID, opts ...ManagerOption) *Manager {
 // newManager is NewManager with its options applied: the reservation
 // settings and the metrics of cfg.
 func newManager(owner ext.WorkerID, cfg *nodeConfig) *Manager {
-	m := &Manager{owner: owner, res: cfg.res, met: cfg.metrics.Streaming()}
+	m := &Manager{owner: owner, res: cfg.res, met: cfg.metrics.Streaming(), traced: cfg.traced}
 	for i := range m.shards {
 		m.shards[i].m = make(map[uint64]*inlet.State)
 	}
@@ -267,6 +268,9 @@ func createAnchor[T any](m *Manager, opts []AnchorOption) (*Anchor[T], error) {
 		return nil, err
 	}
 	a := &Anchor[T]{decode: decode}
+	if m.traced {
+		a.trace = anchorTraceWaiting
+	}
 	a.st.Init(&m.home, cfg.capacity, cfg.unattached, cfg.opener) // before anyone else sees the anchor
 	if !m.register(&a.st, false) {
 		return nil, ErrManagerClosed
@@ -303,6 +307,14 @@ func AttachAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandle, o
 func attachAnchorCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*Sender[T], error) {
 	start := m.opStart()
 	s, err := attachAnchor[T](ctx, m, handle, key, codec)
+	if m.traced {
+		var first *firstToken
+		var tr string
+		if s != nil {
+			first, tr = &s.first, s.sink.Transport()
+		}
+		m.traceAttach(ctx, "spsc", handle, first, tr, err)
+	}
 	// A remote attach is counted by the owner's handler (operation
 	// "attach") and here only as its round trip (attach_rtt): the queueing
 	// query in docs/metrics.md subtracts one from the other, so the sender must not

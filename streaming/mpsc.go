@@ -82,6 +82,7 @@ type MPSCFrame[T any] struct {
 type MPSCAnchor[T any] struct {
 	a      inlet.MPSC
 	decode func([]byte) (T, error)
+	trace  uint8 // anchorUntraced unless WithTraceEvents (tracing.go)
 }
 
 // CreateMPSCAnchor makes an anchor for items of type T that accepts many
@@ -113,6 +114,9 @@ func createMPSCAnchor[T any](m *Manager, opts []AnchorOption) (*MPSCAnchor[T], e
 		return nil, err
 	}
 	an := &MPSCAnchor[T]{decode: decode}
+	if m.traced {
+		an.trace = anchorTraceWaiting
+	}
 	an.a.Init(&m.home, cfg.capacity, cfg.unattached)
 	st := an.a.State()
 	if !m.register(st, true) {
@@ -156,6 +160,9 @@ func (an *MPSCAnchor[T]) Next(ctx context.Context) (MPSCFrame[T], error) {
 			out.Kind, out.Err = MPSCBadItem, err
 		} else {
 			out.Kind, out.Item = MPSCItem, v
+			if an.trace == anchorTraceWaiting {
+				an.received(ctx)
+			}
 		}
 	case wire.KindSenderError:
 		out.Kind, out.Err = MPSCSenderError, &SenderError{Message: f.Message}
@@ -245,6 +252,14 @@ func AttachMPSCAnchor[T any](ctx context.Context, m *Manager, handle AnchorHandl
 func attachMPSCCounted[T any](ctx context.Context, m *Manager, handle wire.AnchorHandle, key *uint64, codec Codec) (*MPSCSender[T], error) {
 	start := m.opStart()
 	s, err := attachMPSCAnchor[T](ctx, m, handle, key, codec)
+	if m.traced {
+		var first *firstToken
+		var tr string
+		if s != nil {
+			first, tr = &s.first, s.sink.Transport()
+		}
+		m.traceAttach(ctx, "mpsc", handle, first, tr, err)
+	}
 	if handle.Owner() == m.owner { // a remote attach is counted by its owner, as in AttachAnchor
 		m.opDone(metrics.StreamAttach, metrics.SchemeLocal, start, err)
 	}

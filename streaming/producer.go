@@ -18,6 +18,7 @@ type producer[T any] struct {
 	sink   sink // the path to the anchor: same worker, per-stream TCP or mux
 	encode func(T) ([]byte, error)
 	lc     senderContext
+	first  firstToken // the span of its first item, with WithTraceEvents (tracing.go)
 }
 
 // Handle names the anchor this producer is attached to.
@@ -33,7 +34,7 @@ func (s *producer[T]) Send(ctx context.Context, item T) error {
 	if err != nil {
 		return err
 	}
-	return s.sink.Push(ctx, f)
+	return s.pushed(s.sink.Push(ctx, f))
 }
 
 // SendBytes puts one byte item in the stream: payload as a MessagePack
@@ -41,7 +42,15 @@ func (s *producer[T]) Send(ctx context.Context, item T) error {
 // payload once, into the frame (over the mux, straight into the slot's
 // arena); the caller keeps payload. It waits as Send does.
 func (s *producer[T]) SendBytes(ctx context.Context, payload []byte) error {
-	return s.sink.PushBytes(ctx, payload)
+	return s.pushed(s.sink.PushBytes(ctx, payload))
+}
+
+// pushed records a first item that went (firstToken) and returns err.
+func (s *producer[T]) pushed(err error) error {
+	if err == nil && s.first.span.Load() != nil {
+		s.first.sent(s.sink.AnchorHandle())
+	}
+	return err
 }
 
 // SendError puts a soft error in the stream and the stream goes on: the

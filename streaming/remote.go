@@ -65,6 +65,7 @@ type nodeConfig struct {
 	streams      tcpframe.Net       // the TCP frame transport's network
 	tls          *tls.Config        // the TCP frame transport's TLS, nil for plain TCP
 	frames       ext.FrameTransport // WithFrameTransport; nil: TCP
+	traced       bool               // WithTraceEvents (tracing.go)
 }
 
 // WithStreamListenAddr sets the address of the per-stream listener

@@ -51,7 +51,7 @@ func (s *Sender[T]) SendFrame(ctx context.Context, frame []byte) error {
 	if f.Kind != wire.KindItem {
 		return fmt.Errorf("velo: SendFrame takes an Item frame, not %v", f.Kind)
 	}
-	return s.sink.Push(ctx, frame)
+	return s.pushed(s.sink.Push(ctx, frame))
 }
 
 // Finalize ends the stream normally: the consumer reads io.EOF after every

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/hub"
 	"github.com/velo-go/velo/hub/client"
+	"github.com/velo-go/velo/internal/hubconf"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -25,7 +27,7 @@ func runHub(args []string) error {
 	flags := flag.NewFlagSet("hub", flag.ContinueOnError)
 	config := flags.String("config", "", "the hub's JSON `file` (hub.Config: public_addr, control_addr, heartbeat_interval_ms, ...)")
 	demo := flags.Bool("demo", false, "serve on free ports, run a client against the hub (register, a service, a call by name, unregister) and stop")
-	veloAddr := flags.String("velo-listen", "127.0.0.1:0", "the `address` of the hub's velo node (TCP), which probes the registrants")
+	veloAddr := flags.String("velo-listen", "", "the `address` of the hub's velo node (TCP), which probes the registrants (default: the config's velo.listen_addr, else 127.0.0.1:0)")
 	flags.Usage = func() {
 		fmt.Fprintln(flags.Output(), "usage: velo hub --config hub.json | velo hub --demo")
 		flags.PrintDefaults()
@@ -47,13 +49,23 @@ func runHub(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := hub.ParseConfig(data)
+	file, err := hubconf.Parse(data)
 	if err != nil {
 		return err
 	}
+	if file.Store.Kind != hubconf.KindMemory {
+		// velo does not link the etcd client: say where to go rather
+		// than serve a store the file did not ask for.
+		return fmt.Errorf("%s: this store needs velo-hub: go run ./cmd/velo-hub --config %s (velo hub serves only the \"memory\" store; this one is %q)",
+			*config, *config, file.Store.Kind)
+	}
+	cfg := file.Hub
+	if *veloAddr == "" {
+		*veloAddr = cmp.Or(file.Velo.ListenAddr, "127.0.0.1:0")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	h, err := serveHub(ctx, cfg, *veloAddr, nil)
+	h, err := serveHub(ctx, cfg, *veloAddr, file.Velo.AdvertiseAddr, nil)
 	if err != nil {
 		return err
 	}
@@ -65,9 +77,10 @@ func runHub(args []string) error {
 	return h.Shutdown(sctx)
 }
 
-// serveHub starts a hub with a velo node on TCP at veloAddr.
-func serveHub(ctx context.Context, cfg hub.Config, veloAddr string, log *slog.Logger) (*hub.Hub, error) {
-	tr, err := tcp.New(tcp.WithListenAddr(veloAddr))
+// serveHub starts a hub with a velo node on TCP at veloAddr, advertised
+// as advertise when that is set.
+func serveHub(ctx context.Context, cfg hub.Config, veloAddr, advertise string, log *slog.Logger) (*hub.Hub, error) {
+	tr, err := tcp.New(tcp.WithListenAddr(veloAddr), tcp.WithAdvertiseAddr(advertise))
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +107,7 @@ func hubDemo(ctx context.Context, out io.Writer) (err error) {
 	cfg := hub.DefaultConfig()
 	cfg.PublicAddr, cfg.ControlAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.HeartbeatIntervalMS = 500
-	h, err := serveHub(ctx, cfg, "127.0.0.1:0", quiet)
+	h, err := serveHub(ctx, cfg, "127.0.0.1:0", "", quiet)
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,13 @@ func TestHubConfigRefused(t *testing.T) {
 			t.Errorf("%s was accepted", name)
 		}
 	}
+	// An etcd store is velo-hub's: velo says so instead of serving
+	// registrations from memory that the file wanted kept in etcd.
+	p := filepath.Join(dir, "etcd.json")
+	os.WriteFile(p, []byte(`{"store": {"kind": "etcd", "endpoints": ["127.0.0.1:2379"]}}`), 0o644)
+	if err := run([]string{"hub", "--config", p}); err == nil || !strings.Contains(err.Error(), "needs velo-hub: go run ./cmd/velo-hub --config") {
+		t.Errorf("velo hub on an etcd store: %v", err)
+	}
 	if err := run([]string{"hub"}); err == nil {
 		t.Error("velo hub without --config or --demo succeeded")
 	}

@@ -22,6 +22,13 @@ var ErrClosed = errors.New("hub client: closed")
 // already serves; the client holds one guard per name.
 var ErrServiceHeld = errors.New("hub client: the service is already registered by this client")
 
+// ErrHubUnreachable: the request never reached the hub (connection
+// refused, no route, a name that does not resolve, the connect timeout):
+// the hub is down or the URL is wrong, and it did nothing. A call by
+// service name whose member list must come from the hub fails with it
+// too (errors.Is through velo's error).
+var ErrHubUnreachable = errors.New("hub client: the hub is unreachable")
+
 // NoAnswerError: the request may have reached the hub, but no answer of
 // the hub came back (a timeout, a connection broken after the request
 // was sent, a dropped context, or a proxy's page instead of the hub's

@@ -80,7 +80,10 @@ func (s *state) do(ctx context.Context, l listener, op, method, path string, cre
 		if sent.Load() {
 			return &NoAnswerError{Op: op, Err: err}
 		}
-		return fmt.Errorf("hub client: %s: %w", op, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("hub client: %s: %w", op, err)
+		}
+		return fmt.Errorf("hub client: %s: %w: %w", op, ErrHubUnreachable, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
