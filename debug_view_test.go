@@ -117,6 +117,9 @@ func TestDebugViewJSON(t *testing.T) {
 	if c.Instance != client.InstanceID().String() || c.Worker != client.WorkerID().String() {
 		t.Fatalf("snapshot names %s/%s", c.Instance, c.Worker)
 	}
+	if self, ok := findPeer(c, client.InstanceID().String()); !ok || !self.Self || self.Primary != "loopback" {
+		t.Fatalf("the node's own entry: %+v", self)
+	}
 	p, ok := findPeer(c, server.InstanceID().String())
 	if !ok {
 		t.Fatalf("client's view has no server peer: %+v", c.Peers)

@@ -60,12 +60,15 @@ type PeerSnapshot struct {
 	Connected bool   `json:"connected"`
 	// ConnectedSince is when the current run of connections began; absent
 	// when not connected (or connected before the events kept).
-	ConnectedSince  *time.Time `json:"connected_since,omitempty"`
-	Restarted       bool       `json:"restarted,omitempty"`
-	Discovered      bool       `json:"discovered,omitempty"`
-	ConnectionsLost uint64     `json:"connections_lost"`
-	Handlers        int        `json:"handlers"`
-	Undelivered     int64      `json:"undelivered"`
+	ConnectedSince *time.Time `json:"connected_since,omitempty"`
+	// Self marks the node's own entry: its calls to itself go on it
+	// (primary "loopback").
+	Self            bool   `json:"self,omitempty"`
+	Restarted       bool   `json:"restarted,omitempty"`
+	Discovered      bool   `json:"discovered,omitempty"`
+	ConnectionsLost uint64 `json:"connections_lost"`
+	Handlers        int    `json:"handlers"`
+	Undelivered     int64  `json:"undelivered"`
 	// InFlight counts this node's calls to the peer waiting for an
 	// answer; OldestCallSeconds how long the oldest has been seen waiting
 	// (see CallsSnapshot).
@@ -253,7 +256,12 @@ func counterFields(v reflect.Value) map[string]uint64 {
 
 func (n *Node) peerSnapshots(now time.Time) ([]PeerSnapshot, CallsSnapshot) {
 	views := n.m.PeerViews()
-	sort.Slice(views, func(i, j int) bool { return bytes.Compare(views[i].Instance[:], views[j].Instance[:]) < 0 })
+	sort.Slice(views, func(i, j int) bool { // the node itself first, then by instance
+		if views[i].Self != views[j].Self {
+			return views[i].Self
+		}
+		return bytes.Compare(views[i].Instance[:], views[j].Instance[:]) < 0
+	})
 	out := make([]PeerSnapshot, len(views))
 	byWorker := make(map[ext.WorkerID]*PeerSnapshot, len(views))
 	for i, v := range views {
@@ -277,7 +285,7 @@ func (n *Node) peerSnapshots(now time.Time) ([]PeerSnapshot, CallsSnapshot) {
 func peerSnapshot(v messenger.PeerView) PeerSnapshot {
 	p := PeerSnapshot{
 		Instance: v.Instance.String(), Worker: v.Worker.String(), Primary: string(v.Primary), Lanes: v.Lanes,
-		Handshake: v.Handshake, Connected: v.Connected, Restarted: v.Restarted, Discovered: v.Discovered,
+		Handshake: v.Handshake, Connected: v.Connected, Self: v.Self, Restarted: v.Restarted, Discovered: v.Discovered,
 		ConnectionsLost: v.ConnectionsLost, Handlers: v.Handlers, Undelivered: v.Undelivered,
 		Transports: make([]string, len(v.Transports)),
 	}

@@ -28,9 +28,12 @@ type PeerView struct {
 	Lanes      int
 	// Handshake is "none" (not run yet, or lost since), "running" or
 	// "done"; Restarted says another instance answered at its address.
-	Handshake  string
-	Restarted  bool
-	Connected  bool
+	Handshake string
+	Restarted bool
+	Connected bool
+	// Self marks the node's own entry, whose route (loopback) carries
+	// its calls to itself.
+	Self       bool
 	Discovered bool
 	// ConnectionsLost counts the connections lost to the peer.
 	ConnectionsLost uint64
@@ -61,7 +64,7 @@ func (m *Messenger) peerView(p *peer) PeerView {
 		Instance: id, Worker: p.info.WorkerID(),
 		Primary: p.primary.Key(), Lanes: p.primary.Lanes(id),
 		Restarted: p.restarted.Load(), Connected: p.connected.Load(),
-		Discovered: p.discovered.Load(), ConnectionsLost: p.epoch.Load(),
+		Discovered: p.discovered.Load(), ConnectionsLost: p.epoch.Load(), Self: p.loop,
 		Undelivered: m.Undelivered(id),
 	}
 	for _, tr := range m.trs { // m.trs is sorted by priority

@@ -131,7 +131,13 @@ func printView(w io.Writer, body []byte) error {
 	fmt.Fprintf(w, "calls in flight %d (oldest %s)  running handlers %d  rendezvous %d slots, %d bytes, %d leases\n",
 		s.Calls.InFlight, viewSecs(s.Calls.OldestCallSeconds), s.Calls.RunningHandlers, s.Rendezvous.Slots, s.Rendezvous.Bytes, s.Rendezvous.Leases)
 
-	viewSection(w, fmt.Sprintf("PEERS (%d)", len(s.Peers)))
+	others := 0
+	for _, p := range s.Peers {
+		if !p.Self {
+			others++
+		}
+	}
+	viewSection(w, fmt.Sprintf("PEERS (%d)", others))
 	t := viewTable(w, "INSTANCE", "WORKER", "PRIMARY", "LANES", "HANDSHAKE", "CONNECTED", "LOST", "IN FLIGHT", "OLDEST", "UNDELIVERED")
 	for _, p := range s.Peers {
 		conn := "no"
@@ -145,7 +151,11 @@ func printView(w io.Writer, body []byte) error {
 		if p.InFlight > 0 {
 			oldest = viewSecs(p.OldestCallSeconds)
 		}
-		viewRow(t, p.Instance, p.Worker, p.Primary, p.Lanes, p.Handshake, conn, p.ConnectionsLost, p.InFlight, oldest, p.Undelivered)
+		inst := p.Instance
+		if p.Self {
+			inst += " (this node)"
+		}
+		viewRow(t, inst, p.Worker, p.Primary, p.Lanes, p.Handshake, conn, p.ConnectionsLost, p.InFlight, oldest, p.Undelivered)
 	}
 	t.Flush()
 
