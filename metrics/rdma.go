@@ -37,6 +37,7 @@ type rdmaFamilies struct {
 	path            *prometheus.CounterVec // path, reason
 	getDuration     prometheus.Histogram
 	leasesReaped    prometheus.Counter
+	chunked         [NumRdmaPathReasons]prometheus.Counter // path="chunked", bound at Register
 }
 
 func newRdmaFamilies() rdmaFamilies {
@@ -64,22 +65,17 @@ func newRdmaFamilies() rdmaFamilies {
 			Help: "RDMA leases force-released by the owner-side reaper after their deadline passed. Always 0 in this build: no RDMA backend.",
 		}),
 	}
-	// The two kinds exist at zero, so the family shows in a scrape with
-	// its label; a registration would otherwise be the first to make one.
+	// The two kinds, and the path decisions this build records, exist at
+	// zero, so the families show in a scrape with their labels before
+	// anything records.
 	f.registrations.WithLabelValues("arena")
 	f.registrations.WithLabelValues("external")
+	for i, r := range rdmaPathReasonNames {
+		f.chunked[i] = f.path.WithLabelValues("chunked", r)
+	}
 	return f
 }
 
 func (f *rdmaFamilies) collectors() []prometheus.Collector {
 	return []prometheus.Collector{f.registeredBytes, f.registrations, f.liveRegions, f.path, f.getDuration, f.leasesReaped}
-}
-
-// chunkedPath binds the chunked-path series this build records.
-func (f *rdmaFamilies) chunkedPath() [NumRdmaPathReasons]prometheus.Counter {
-	var out [NumRdmaPathReasons]prometheus.Counter
-	for i, r := range rdmaPathReasonNames {
-		out[i] = f.path.WithLabelValues("chunked", r)
-	}
-	return out
 }

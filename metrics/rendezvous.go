@@ -85,7 +85,7 @@ func (m *VeloMetrics) Rendezvous() *RendezvousMetrics {
 		m.rv = &RendezvousMetrics{
 			opsVec: m.rvOps, durVec: m.rvDur, bytesVec: m.rvBytes,
 			active: m.rvActive, refused: m.rvRefused,
-			chunked: m.rdma.chunkedPath(),
+			chunked: m.rdma.chunked,
 		}
 	})
 	return m.rv
