@@ -178,6 +178,13 @@ func (s *memSender) Send(frames [][]byte) error {
 			return ext.ErrFrameTooLarge
 		}
 	}
+	select { // a stream that is over takes nothing, though its queue has room
+	case <-s.ended:
+		return ext.ErrStreamClosed
+	case <-s.closed:
+		return ext.ErrStreamClosed
+	default:
+	}
 	for _, f := range frames {
 		select {
 		case s.q <- append([]byte(nil), f...):

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/streaming"
 	grpctr "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
@@ -243,4 +245,191 @@ func newTCPNodeNoMuxWith(t *testing.T, ft ext.FrameTransport) *velo.Node {
 		n.Shutdown(ctx)
 	})
 	return n
+}
+
+// unconfirming wraps a frame transport whose inbound streams never end
+// until release: the consumer's node takes the whole stream, but its gRPC
+// server never ends the call (a consumer wedged after its terminal).
+type unconfirming struct {
+	ext.FrameTransport
+	release chan struct{}
+}
+
+func (u *unconfirming) Listen(addr string) (ext.FrameListener, error) {
+	ln, err := u.FrameTransport.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &unconfirmingListener{FrameListener: ln, release: u.release}, nil
+}
+
+type unconfirmingListener struct {
+	ext.FrameListener
+	release chan struct{}
+}
+
+func (l *unconfirmingListener) Accept() (ext.FrameInbound, error) {
+	in, err := l.FrameListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &unconfirmingInbound{FrameInbound: in, release: l.release}, nil
+}
+
+type unconfirmingInbound struct {
+	ext.FrameInbound
+	release chan struct{}
+	once    sync.Once
+}
+
+// Confirm and Close end the stream only once the test releases it (or
+// the node shuts down the listener, which ends every call at once).
+func (in *unconfirmingInbound) Confirm() error { return in.held() }
+func (in *unconfirmingInbound) Close() error   { return in.held() }
+
+func (in *unconfirmingInbound) held() error {
+	in.once.Do(func() {
+		go func() {
+			<-in.release
+			in.FrameInbound.Close()
+		}()
+	})
+	return nil
+}
+
+// A producer over gRPC whose consumer's server never ends the call
+// retires Discarded once the terminal ack bound passes, though the
+// consumer read every item and the end: Sent would claim a confirmation
+// that never came. The same stream with a server that confirms retires
+// Sent (TestGRPCFrameTransportStreams200InOrder).
+func TestGRPCFrameTransportUnconfirmedRetiresDiscarded(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	newNode := func(ft ext.FrameTransport) *velo.Node {
+		tr, err := tcp.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := velo.New(context.Background(), velo.WithTransport(tr), velo.WithFrameTransport(ft),
+			velo.WithMux(streaming.MuxConfig{Disabled: true}), velo.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n.Shutdown(ctx)
+		})
+		return n
+	}
+	consumer := newNode(&unconfirming{FrameTransport: grpctr.NewFrameTransport(), release: release})
+	// A short bound, so the test need not wait the 20 s default.
+	producer := newNode(grpctr.NewFrameTransport(grpctr.WithTerminalAckTimeout(200 * time.Millisecond)))
+	if err := producer.RegisterPeer(consumer.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	a, err := streaming.CreateAnchor[int](consumer.Streams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := streaming.AttachAnchor[int](ctx, producer.Streams, a.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s.Send(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if v, err := a.Next(ctx); err != nil || v != i {
+			t.Fatalf("item %d = %d, %v", i, v, err)
+		}
+	}
+	if _, err := a.Next(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last item: %v, want io.EOF", err)
+	}
+	select {
+	case <-s.Retired():
+	case <-ctx.Done():
+		t.Fatal("the producer never retired")
+	}
+	if out := s.Outcome(); out != streaming.RetireDiscarded {
+		t.Fatalf("outcome %v, want Discarded: the server never confirmed", out)
+	}
+}
+
+// grpcGoroutinesPerStream is what one open stream over the gRPC frame
+// transport costs in goroutines, both nodes together, read off a goroutine
+// profile: the path's egress pump and reader (2, as over TCP); the
+// transport's response watcher, call handler and request reader (3); and
+// grpc-go's for the client connection each stream has of its own, as in
+// the reference (its reader, writer, keep-alive, the call's context
+// watcher and three of the connection's own) and for the server's side of
+// it (reader, writer, keep-alive): 10.
+const grpcGoroutinesPerStream = 15
+
+// Open streams over the gRPC frame transport cost a fixed number of
+// goroutines each, and none once they ended: no goroutine per frame, and
+// none of the path's beyond its pump and reader (the per-stream watcher
+// of the old TCP path is gone; the pump watches the transport's Closed
+// between batches).
+func TestGRPCFrameTransportGoroutinesPerStream(t *testing.T) {
+	consumer, producer, _ := grpcFramePair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open := func() (*streaming.Anchor[int], *streaming.Sender[int]) {
+		a, err := streaming.CreateAnchor[int](consumer.Streams)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := streaming.AttachAnchor[int](ctx, producer.Streams, a.Handle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 { // the reader is up, and frames cost nothing more
+			if err := s.Send(ctx, i); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Next(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return a, s
+	}
+	// The first streams set up the messenger's connections and workers,
+	// which then park: the count is the growth from there.
+	const first, n, slack = 5, 20, 4
+	anchors := make([]*streaming.Anchor[int], 0, first+n)
+	senders := make([]*streaming.Sender[int], 0, first+n)
+	for range first {
+		a, s := open()
+		anchors, senders = append(anchors, a), append(senders, s)
+	}
+	base := runtime.NumGoroutine()
+	for range n {
+		a, s := open()
+		anchors, senders = append(anchors, a), append(senders, s)
+	}
+	got := runtime.NumGoroutine()
+	t.Logf("%d more open streams: %d goroutines over %d, %.2f per stream", n, got, base, float64(got-base)/n)
+	if want := base + grpcGoroutinesPerStream*n; got > want+slack || got < want-slack {
+		t.Fatalf("%d more open streams: %d goroutines over %d, want about %d (%d per stream)", n, got, base, want, grpcGoroutinesPerStream)
+	}
+	base -= first * grpcGoroutinesPerStream // what runs without a stream
+	for i, s := range senders {
+		s.Finalize()
+		if _, err := anchors[i].Next(ctx); !errors.Is(err, io.EOF) {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		<-s.Retired()
+		anchors[i].Close()
+	}
+	testwait.Until(t, "the ended streams' goroutines to leave", func() bool { return runtime.NumGoroutine() <= base+slack })
 }

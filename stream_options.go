@@ -37,7 +37,8 @@ func WithMuxOnly() Option {
 // not ride the mux) over ft instead of TCP, for example the gRPC frame
 // transport (grpc.NewFrameTransport). Both ends of such a stream need a
 // frame transport of the same key. It takes the place of the TLS that a
-// TCP transport built WithTLS would give the path. See
+// TCP or gRPC transport built WithTLS would give the path: a frame
+// transport has TLS of its own (grpc.WithFrameTLS). See
 // streaming.WithFrameTransport.
 func WithFrameTransport(ft ext.FrameTransport) Option {
 	return Option{stream: []streaming.ManagerOption{streaming.WithFrameTransport(ft)}}

@@ -13,6 +13,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/testcert"
 	"github.com/velo-go/velo/streaming"
+	grpctr "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -155,5 +156,38 @@ func TestAPlainProducerDoesNotStreamToATLSOwner(t *testing.T) {
 	_, err = velo.TypedUnary[int](ctx, owner, producer.InstanceID(), "generate", anchor.Handle())
 	if err == nil || !strings.Contains(err.Error(), "per-stream listener") {
 		t.Fatalf("a plain producer streaming to a TLS owner: %v, want a refused attach that names the listener", err)
+	}
+}
+
+// A node whose messenger transport is gRPC built WithTLS runs its
+// per-stream path over TCP with the same TLS, as one on TCP WithTLS does:
+// "tls-stream", never "tcp-stream", and a stream off the mux arrives.
+func TestStreamsOffTheMuxRunOverTLSWithGRPC(t *testing.T) {
+	ca := testcert.NewCA("grpc streams")
+	grpcTLS := func(cn string) ext.Transport {
+		tr, err := grpctr.New(grpctr.WithTLS(testcert.Mutual(ca, ca.Issue(cn))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	frontend := startStreamNode(t, grpcTLS("frontend"))
+	engine := startStreamNode(t, grpcTLS("engine"))
+	info := frontend.PeerInfo()
+	if _, ok := info.Address["tcp-stream"]; ok {
+		t.Fatalf("a gRPC TLS node advertises a plain per-stream listener: %v", info.Address)
+	}
+	if _, ok := info.Address["tls-stream"]; !ok {
+		t.Fatalf("no tls-stream entry in %v", info.Address)
+	}
+	if err := frontend.RegisterPeer(engine.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.RegisterPeer(info); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stream(t, frontend, engine)
+	if err != nil || got != "abc" {
+		t.Fatalf("a stream over the TLS per-stream path: %q, %v; want abc", got, err)
 	}
 }

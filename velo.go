@@ -400,7 +400,8 @@ func WithDrainExempt() HandlerOption { return messenger.WithDrainExempt() }
 func WithHeaders(h map[string]string) CallOption { return messenger.WithHeaders(h) }
 
 // streamTLS is the TLS config of the node's TLS transport of highest
-// priority (tcp.WithTLS), for its per-stream listener: streams off the
+// priority (tcp.WithTLS, grpc.WithTLS: any with a TLSConfig method), for
+// its per-stream listener: streams off the
 // mux then run under the same TLS as its messages. nil when no transport
 // speaks TLS.
 func streamTLS(trs []ext.Transport) *tls.Config {

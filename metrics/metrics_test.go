@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -268,7 +269,7 @@ func TestStreamingBindsOnFirstUse(t *testing.T) {
 		t.Errorf("create duration count = %d, want 2", n)
 	}
 	for name, want := range map[string]int{
-		"velo_streaming_backpressure_total":               int(NumStreamSchemes),
+		"velo_streaming_backpressure_total":               int(NumStreamSchemes - MaxPluginSchemes), // the built-in schemes
 		"velo_streaming_anchors_created_total":            2,
 		"velo_streaming_producer_send_backpressure_total": 1,
 		"velo_streaming_reader_pump_backpressure_total":   1,
@@ -353,5 +354,63 @@ func TestStreamingNoAllocs(t *testing.T) {
 	flushes := gather(t, reg, "velo_streaming_egress_flushes_total")[""].GetCounter().GetValue()
 	if frames != 3*1001 || flushes != 1001 {
 		t.Fatalf("frames %v, flushes %v; want %v and 1001", frames, flushes, 3*1001)
+	}
+}
+
+// FrameScheme names the built-in keys by their fixed schemes, gives the
+// key of a frame transport from outside velo a scheme labelled with it,
+// the same one each time, and folds keys past MaxPluginSchemes (and the
+// labels that are not transports) into "unknown".
+func TestFrameSchemeLabelsTheKey(t *testing.T) {
+	reg, m := mustRegister(t)
+	s := m.Streaming()
+	for key, want := range map[string]StreamScheme{
+		"tcp-stream": SchemeTCPStream, "tls-stream": SchemeTLSStream, "grpc-stream": SchemeGRPCStream,
+		"messenger-mux-v2": SchemeMux, "local": SchemeUnknown, "unknown": SchemeUnknown, "": SchemeUnknown,
+	} {
+		if got := s.FrameScheme(key); got != want {
+			t.Errorf("FrameScheme(%q) = %v, want %v", key, got, want)
+		}
+	}
+	var nilS *StreamingMetrics
+	if nilS.FrameScheme("grpc-stream") != SchemeGRPCStream || nilS.FrameScheme("mine") != SchemeUnknown {
+		t.Error("FrameScheme on nil")
+	}
+	first := s.FrameScheme("mine-0")
+	if first == SchemeUnknown || s.FrameScheme("mine-0") != first {
+		t.Fatalf("a plugin key's scheme: %v, then %v", first, s.FrameScheme("mine-0"))
+	}
+	for i := 1; i < MaxPluginSchemes; i++ {
+		if sc := s.FrameScheme(fmt.Sprint("mine-", i)); sc == SchemeUnknown || sc == first {
+			t.Fatalf("plugin key %d: %v", i, sc)
+		}
+	}
+	if sc := s.FrameScheme("one-too-many"); sc != SchemeUnknown {
+		t.Fatalf("a key past MaxPluginSchemes: %v, want SchemeUnknown", sc)
+	}
+	s.Operation(StreamAttach, first, true, time.Millisecond)
+	s.AttachRTT(first, true, time.Millisecond)
+	s.ProducerBackpressure(first)
+	s.Operation(StreamDetach, SchemeGRPCStream, true, time.Millisecond)
+	if v := gather(t, reg, "velo_streaming_anchor_operations_total")["operation=attach,outcome=success,transport_scheme=mine-0"].GetCounter().GetValue(); v != 1 {
+		t.Errorf("the plugin's attach = %v, want 1", v)
+	}
+	if v := gather(t, reg, "velo_streaming_anchor_operations_total")["operation=detach,outcome=success,transport_scheme=grpc-stream"].GetCounter().GetValue(); v != 1 {
+		t.Errorf("the grpc-stream detach = %v, want 1", v)
+	}
+	if n := gather(t, reg, "velo_streaming_anchor_attach_rtt_seconds")["outcome=success,transport_scheme=mine-0"].GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("the plugin's attach rtt = %d, want 1", n)
+	}
+	bp := gather(t, reg, "velo_streaming_backpressure_total")
+	if v := bp["transport_scheme=mine-0"].GetCounter().GetValue(); v != 1 {
+		t.Errorf("the plugin's backpressure = %v, want 1", v)
+	}
+	for _, k := range []string{"tls-stream", "grpc-stream", "mine-1"} {
+		if _, ok := bp["transport_scheme="+k]; !ok {
+			t.Errorf("no backpressure_total series for %s", k)
+		}
+	}
+	if _, ok := bp["transport_scheme=one-too-many"]; ok {
+		t.Error("a key past the bound got a series")
 	}
 }

@@ -32,7 +32,9 @@ func (o StreamOp) String() string {
 	return "unknown"
 }
 
-// StreamScheme is the transport_scheme label of the streaming families.
+// StreamScheme is the transport_scheme label of the streaming families:
+// where an operation ran, and for a stream between two workers the key of
+// the transport that carries it.
 type StreamScheme uint8
 
 const (
@@ -48,27 +50,83 @@ const (
 	// SchemeMux: a stream to or from another worker over the messenger
 	// mux ("messenger-mux-v2").
 	SchemeMux
-	NumStreamSchemes
+	// SchemeTLSStream: one TLS connection per stream ("tls-stream").
+	SchemeTLSStream
+	// SchemeGRPCStream: one gRPC call per stream ("grpc-stream").
+	SchemeGRPCStream
+	// schemePlugins is the first of MaxPluginSchemes schemes named by
+	// the keys of frame transports from outside velo (FrameScheme).
+	schemePlugins
+	NumStreamSchemes = schemePlugins + MaxPluginSchemes
 )
 
-var streamSchemeNames = [NumStreamSchemes]string{"local", "tcp-stream", "unknown", "messenger-mux-v2"}
+// MaxPluginSchemes bounds how many keys of frame transports from outside
+// velo one StreamingMetrics labels by name; a key past them counts as
+// "unknown". A node has one frame transport, so one is the usual count.
+const MaxPluginSchemes = 4
 
+var streamSchemeNames = [schemePlugins]string{"local", "tcp-stream", "unknown", "messenger-mux-v2", "tls-stream", "grpc-stream"}
+
+// String is the label of a built-in scheme. A plugin's scheme has the
+// label its StreamingMetrics gave it (FrameScheme); String says "plugin".
 func (s StreamScheme) String() string {
-	if s < NumStreamSchemes {
+	switch {
+	case s < schemePlugins:
 		return streamSchemeNames[s]
+	case s < NumStreamSchemes:
+		return "plugin"
 	}
 	return "unknown"
 }
 
-// SchemeOf maps a negotiated transport key to its scheme.
+// SchemeOf maps the key of a built-in stream transport to its scheme, and
+// any other key to SchemeUnknown (FrameScheme names a plugin's).
 func SchemeOf(key string) StreamScheme {
-	switch key {
-	case "tcp-stream":
-		return SchemeTCPStream
-	case "messenger-mux-v2":
-		return SchemeMux
+	for i, n := range streamSchemeNames {
+		if n == key && StreamScheme(i) != SchemeLocal && StreamScheme(i) != SchemeUnknown {
+			return StreamScheme(i)
+		}
 	}
 	return SchemeUnknown
+}
+
+// FrameScheme is the scheme of a node's frame transport of that key: a
+// built-in one (SchemeOf), or, for a frame transport from outside velo, a
+// scheme whose label is the key, made on first call, up to
+// MaxPluginSchemes keys (then SchemeUnknown). Call it with the key of a
+// transport this node runs, not with a key a peer sent: each new key is a
+// label set kept for the registry's life. On a nil receiver it is
+// SchemeOf(key).
+func (s *StreamingMetrics) FrameScheme(key string) StreamScheme {
+	if sc := SchemeOf(key); sc != SchemeUnknown || s == nil || key == "" || key == "local" || key == "unknown" {
+		return sc
+	}
+	s.pluginMu.Lock()
+	defer s.pluginMu.Unlock()
+	for i := range s.plugins {
+		p := s.plugins[i].Load()
+		if p == nil {
+			s.plugins[i].Store(&key)
+			sc := schemePlugins + StreamScheme(i)
+			s.backpressure[sc] = s.bpVec.WithLabelValues(key)
+			return sc
+		}
+		if *p == key {
+			return schemePlugins + StreamScheme(i)
+		}
+	}
+	return SchemeUnknown
+}
+
+// label is the transport_scheme value of sc.
+func (s *StreamingMetrics) label(sc StreamScheme) string {
+	if sc >= schemePlugins && sc < NumStreamSchemes {
+		if p := s.plugins[sc-schemePlugins].Load(); p != nil {
+			return *p
+		}
+		return "unknown"
+	}
+	return sc.String()
 }
 
 const (
@@ -80,9 +138,10 @@ var streamOutcomeNames = [2]string{"success", "error"}
 
 // StreamingMetrics is the handle of the Streaming family, from
 // VeloMetrics.Streaming. The series without labels, the kinds of
-// anchors_created_total and the schemes of backpressure_total exist, at
-// zero, once it is built. The operation and attach families are bound on
-// first use, one label set at a time: of their 7 × 2 × 4 combinations a
+// anchors_created_total and the built-in schemes of backpressure_total
+// exist, at zero, once it is built (a plugin's scheme once FrameScheme
+// made it). The operation and attach families are bound on first use, one
+// label set at a time: of their 7 × 2 × 10 combinations a
 // node meets a handful, and pre-binding them all made an idle node scrape
 // over a thousand histogram samples. A bound label set is kept in an
 // atomic pointer, so a record after the first is a load, an index and an
@@ -94,8 +153,9 @@ type StreamingMetrics struct {
 	opsVec       *prometheus.CounterVec
 	durVec       *prometheus.HistogramVec
 	rttVec       *prometheus.HistogramVec
-	created      [2]prometheus.Counter // spsc, mpsc
-	backpressure [NumStreamSchemes]prometheus.Counter
+	bpVec        *prometheus.CounterVec
+	created      [2]prometheus.Counter                // spsc, mpsc
+	backpressure [NumStreamSchemes]prometheus.Counter // nil for a plugin slot not taken
 	producerBP   prometheus.Counter
 	readerBP     prometheus.Counter
 	frames       prometheus.Counter
@@ -103,6 +163,9 @@ type StreamingMetrics struct {
 	watchdog     prometheus.Counter
 	unattached   prometheus.Counter
 	active       *activeAnchors
+
+	pluginMu sync.Mutex                               // FrameScheme's allocation
+	plugins  [MaxPluginSchemes]atomic.Pointer[string] // the keys of the plugin schemes
 }
 
 // Streaming returns the handle of the Streaming family. Every call on one
@@ -117,6 +180,7 @@ func (m *VeloMetrics) Streaming() *StreamingMetrics {
 			opsVec:     m.streamOps,
 			durVec:     m.streamOpDur,
 			rttVec:     m.streamAttachRTT,
+			bpVec:      m.streamBP,
 			producerBP: m.streamProducerBP,
 			readerBP:   m.streamReaderBP,
 			frames:     m.streamFrames,
@@ -127,8 +191,8 @@ func (m *VeloMetrics) Streaming() *StreamingMetrics {
 		}
 		s.created[0] = m.streamCreated.WithLabelValues("spsc")
 		s.created[1] = m.streamCreated.WithLabelValues("mpsc")
-		for sc := range NumStreamSchemes {
-			s.backpressure[sc] = m.streamBP.WithLabelValues(StreamScheme(sc).String())
+		for sc := range schemePlugins {
+			s.backpressure[sc] = m.streamBP.WithLabelValues(sc.String())
 		}
 		m.stream = s
 	})
@@ -150,7 +214,7 @@ func (s *StreamingMetrics) Operation(op StreamOp, sc StreamScheme, ok bool, d ti
 	oc := outcomeIndex(ok)
 	o := s.ops[op][oc][sc].Load()
 	if o == nil {
-		o = bindOp(&s.ops[op][oc][sc], s.opsVec, s.durVec, op.String(), streamOutcomeNames[oc], sc.String())
+		o = bindOp(&s.ops[op][oc][sc], s.opsVec, s.durVec, op.String(), streamOutcomeNames[oc], s.label(sc))
 	}
 	o.count.Inc()
 	o.dur.Observe(d.Seconds())
@@ -165,7 +229,7 @@ func (s *StreamingMetrics) AttachRTT(sc StreamScheme, ok bool, d time.Duration) 
 	oc := outcomeIndex(ok)
 	o := s.attachRTT[oc][sc].Load()
 	if o == nil {
-		o = bindObserver(&s.attachRTT[oc][sc], s.rttVec, streamOutcomeNames[oc], sc.String())
+		o = bindObserver(&s.attachRTT[oc][sc], s.rttVec, streamOutcomeNames[oc], s.label(sc))
 	}
 	o.obs.Observe(d.Seconds())
 }
@@ -184,7 +248,7 @@ func (s *StreamingMetrics) AnchorCreated(mpsc bool) {
 // however long it waited.
 func (s *StreamingMetrics) ProducerBackpressure(sc StreamScheme) {
 	s.producerBP.Inc()
-	if sc < NumStreamSchemes {
+	if sc < NumStreamSchemes && s.backpressure[sc] != nil {
 		s.backpressure[sc].Inc()
 	}
 }

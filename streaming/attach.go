@@ -41,7 +41,7 @@ func (r *remote) countAttach(c *messenger.Context, attach func(*messenger.Contex
 	body, err := attach(c)
 	if met := r.m.met; met != nil {
 		ok := err == nil && !bytes.HasPrefix(body, refusedPrefix)
-		sc := metrics.SchemeTCPStream
+		sc := r.tcp.Scheme()
 		if bytes.Contains(body, []byte(mux.WireKey)) {
 			sc = metrics.SchemeMux
 		}

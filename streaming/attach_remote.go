@@ -249,8 +249,12 @@ func (r *remote) countAttachRTT(start time.Time, ok bool, key string) {
 		return
 	}
 	sc := metrics.SchemeUnknown
-	if ok {
-		sc = metrics.SchemeOf(key)
+	switch {
+	case !ok:
+	case key == r.tcp.Key():
+		sc = r.tcp.Scheme()
+	default:
+		sc = metrics.SchemeOf(key) // the mux; never a label the peer chose
 	}
 	met.AttachRTT(sc, ok, time.Since(start))
 }

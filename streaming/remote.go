@@ -82,7 +82,7 @@ func WithStreamListenAddr(addr string) ManagerOption {
 // "tcp-stream", so a node that speaks the path in the clear never dials
 // it, and this node opens streams only to owners that advertise
 // "tls-stream" (over the mux, which rides the messenger's transport,
-// nothing changes). velo.New sets it from a TCP transport built WithTLS.
+// nothing changes). velo.New sets it from a TCP or gRPC transport built WithTLS.
 // A node built WithFrameTransport ignores it.
 func WithStreamTLS(cfg *tls.Config) ManagerOption {
 	return ManagerOption{func(c *nodeConfig) { c.tls = cfg }}

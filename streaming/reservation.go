@@ -136,7 +136,7 @@ func (m *Manager) RenewReservationsContext(ctx context.Context, handles ...Ancho
 		return fmt.Errorf("%w: cannot renew %d handle(s)", ErrRemoteAttach, n)
 	}
 	err := m.remote.renewRemote(ctx, byOwner)
-	m.countRenew(metrics.SchemeTCPStream, err == nil, n)
+	m.countRenew(m.remote.tcp.Scheme(), err == nil, n)
 	return err
 }
 

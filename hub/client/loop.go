@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -70,7 +71,7 @@ func (s *state) work(ctx context.Context) (again bool) {
 			}
 		}
 	}
-	if err := s.syncServices(rctx); err != nil && err != ErrNotRegistered {
+	if err := s.syncServices(rctx); err != nil && !errors.Is(err, ErrNotRegistered) {
 		s.log.Warn("hub client: service changes left for the next pass", "err", err)
 		return true
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -147,7 +148,7 @@ func (g *ServiceGuard) Unregister(ctx context.Context) error {
 		s.mu.Unlock()
 		if !closed {
 			err = s.syncServices(ctx)
-			if err == ErrNotRegistered {
+			if errors.Is(err, ErrNotRegistered) {
 				err = nil
 			}
 		}

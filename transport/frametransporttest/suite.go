@@ -51,6 +51,13 @@ type Factory struct {
 	// behind it, a message that does not decode. The listener must end
 	// such a stream promptly (Recv fails) and never hand out a frame.
 	Malformed [][]byte
+	// Kill ends everything ft holds as the death of its process would:
+	// the sockets under its listeners, the streams it accepted and those
+	// it dialed close at once (a reset where the network has one), with
+	// nothing of an orderly end said above them. The suite kills the
+	// listening transport to check that a producer sees a consumer that
+	// died, and the dialing one for the reverse. Nil skips those tests.
+	Kill func(ft ext.FrameTransport)
 }
 
 // Run runs the suite against the transports f builds.
@@ -74,6 +81,8 @@ func Run(t *testing.T, f Factory) {
 		{"producer-gone", testProducerGone},
 		{"listener-closed-with-streams-open", testShutdown},
 		{"malformed-input", testMalformed},
+		{"consumer-dies", testConsumerDies},
+		{"producer-dies", testProducerDies},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -292,13 +293,12 @@ func testConsumerClose(t *testing.T, f Factory) {
 	}
 	a.in.Close()
 	closedWithin(t, s, "the consumer's close")
-	// Sends fail from now on (one may still be taken by a buffer).
-	deadline := time.Now().Add(prompt)
-	for s.Send([][]byte{[]byte("more")}) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Send goes on succeeding after the consumer closed the stream")
+	// Once Closed is closed, every Send fails: none is taken by a buffer
+	// of a stream that is over.
+	for i := range 3 {
+		if err := s.Send([][]byte{[]byte("more")}); err == nil {
+			t.Fatalf("Send %d after Closed = nil, want an error", i)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -365,10 +365,18 @@ func testDeadline(t *testing.T, f Factory) {
 	if err != nil || string(got) != "after the deadline" {
 		t.Fatalf("Recv after a passed deadline = %q, %v: the stream must stay intact", got, err)
 	}
+	// The zero time lifts a deadline that has passed: a Recv that still
+	// honoured it would fail at once, whether the frame below reaches the
+	// stream before the Recv waits or after.
+	a.in.SetReadDeadline(time.Now().Add(-time.Second))
 	a.in.SetReadDeadline(time.Time{})
-	go func() { time.Sleep(10 * time.Millisecond); s.Send([][]byte{[]byte("no deadline")}) }()
+	sent := make(chan error, 1)
+	go func() { sent <- s.Send([][]byte{[]byte("no deadline")}) }()
 	if got, err := a.in.Recv(); err != nil || string(got) != "no deadline" {
 		t.Fatalf("Recv with no deadline = %q, %v", got, err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -450,5 +458,80 @@ func testMalformed(t *testing.T, f Factory) {
 				t.Fatalf("malformed input %x: the stream did not end", bad)
 			}
 		})
+	}
+}
+
+// killedStream is a stream that carried one frame, for the kill tests.
+func killedStream(t *testing.T, f Factory, route ext.StreamRoute) (*pair, ext.FrameSender, accepted) {
+	t.Helper()
+	p := newPair(t, f)
+	acc := p.acceptN(t, 1)
+	s := p.dialRoute(t, route)
+	a := waitAccept(t, acc)
+	if err := s.Send([][]byte{[]byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recvWithin(a.in, prompt); err != nil {
+		t.Fatal(err)
+	}
+	return p, s, a
+}
+
+// testConsumerDies kills the listening transport mid-stream: the
+// producer's stream closes, its Send fails and (with Confirms) its Finish
+// too, well before a keep-alive or retransmission timeout could say so;
+// the killed end's own Recv in progress returns.
+func testConsumerDies(t *testing.T, f Factory) {
+	if f.Kill == nil {
+		t.Skip("no Kill")
+	}
+	p, s, a := killedStream(t, f, ext.StreamRoute{AnchorID: 23, SessionID: 24})
+	reading := make(chan error, 1)
+	go func() {
+		_, err := a.in.Recv()
+		reading <- err
+	}()
+	f.Kill(p.lnT)
+	closedWithin(t, s, "the consumer's death")
+	if err := s.Send([][]byte{[]byte("after")}); err == nil {
+		t.Fatal("Send to a consumer that died = nil")
+	}
+	if f.Confirms {
+		if err := s.Finish(context.Background()); err == nil {
+			t.Fatal("Finish to a consumer that died = nil")
+		}
+	}
+	select {
+	case err := <-reading:
+		if err == nil {
+			t.Fatal("a Recv on the killed end returned a frame")
+		}
+	case <-time.After(prompt):
+		t.Fatal("a Recv on the killed end did not return")
+	}
+}
+
+// testProducerDies kills the dialing transport mid-stream: the consumer's
+// Recv fails at once (no deadline set, so only the stream's end can end
+// it), and not with io.EOF, which says the producer ended in order.
+func testProducerDies(t *testing.T, f Factory) {
+	if f.Kill == nil {
+		t.Skip("no Kill")
+	}
+	p, _, a := killedStream(t, f, ext.StreamRoute{AnchorID: 25, SessionID: 26})
+	reading := make(chan error, 1)
+	go func() {
+		_, err := a.in.Recv()
+		reading <- err
+	}()
+	f.Kill(p.dial)
+	select {
+	case err := <-reading:
+		if err == nil || errors.Is(err, io.EOF) {
+			t.Fatalf("Recv after the producer died = %v, want the stream's failure", err)
+		}
+	case <-time.After(prompt):
+		a.in.Close()
+		t.Fatalf("Recv did not fail within %v of the producer's death", prompt)
 	}
 }

@@ -2,6 +2,7 @@ package grpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,11 @@ type frameOptions struct {
 	ackTimeout  time.Duration
 	connTimeout time.Duration
 	logger      *slog.Logger
+	tls         *tls.Config // WithFrameTLS, as given
+	// listen and dial replace the network's for tests (an end whose
+	// sockets a test kills); nil: TCP.
+	listen func(addr string) (net.Listener, error)
+	dial   func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // WithTerminalAckTimeout sets how long a producer waits for the server's
@@ -88,12 +94,17 @@ func WithFrameLogger(l *slog.Logger) FrameOption {
 //
 // Messages are limited to MaxStreamFrame plus the message's few bytes of
 // framing on both ends (grpc-go's MaxRecvMsgSize and MaxSendMsgSize). The
-// transport runs in the clear: it has no TLS option yet.
+// transport runs in the clear unless built WithFrameTLS.
 type FrameTransport struct {
-	o frameOptions
+	o   frameOptions
+	tls *tls.Config // checked and cloned; nil in the clear
+	err error       // a config refused: Listen and Dial return it
 }
 
-// NewFrameTransport returns a gRPC frame transport.
+// NewFrameTransport returns a gRPC frame transport. A TLS config that
+// WithFrameTLS cannot take (no certificate, a version below 1.2) makes
+// Listen and Dial fail with the reason, so a node built with it fails to
+// start.
 func NewFrameTransport(opts ...FrameOption) *FrameTransport {
 	o := frameOptions{ackTimeout: DefaultTerminalAckTimeout, connTimeout: defaultConnTimeout}
 	for _, opt := range opts {
@@ -102,7 +113,12 @@ func NewFrameTransport(opts ...FrameOption) *FrameTransport {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	return &FrameTransport{o: o}
+	if o.listen == nil {
+		o.listen = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	t := &FrameTransport{o: o}
+	t.tls, t.err = checkTLS(o.tls)
+	return t
 }
 
 // Key is "grpc-stream".
@@ -118,7 +134,10 @@ const maxMsg = MaxStreamFrame + msgOverhead
 // Listen serves the transport's gRPC service on addr, a specific
 // interface (a wildcard names none a peer could dial).
 func (t *FrameTransport) Listen(addr string) (ext.FrameListener, error) {
-	ln, err := net.Listen("tcp", addr)
+	if t.err != nil {
+		return nil, t.err
+	}
+	ln, err := t.o.listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc-stream: listen: %w", err)
 	}
@@ -134,16 +153,22 @@ func (t *FrameTransport) Listen(addr string) (ext.FrameListener, error) {
 
 // Dial opens the stream's call on a connection of its own and waits for
 // the server's headers, or its refusal (NotFound: ErrUnknownRoute). A
-// route refused after the headers closes the stream (Closed).
+// route refused after the headers closes the stream (Closed). A
+// connection refused on trust fails with an error matching
+// ext.ErrPeerUntrusted.
 func (t *FrameTransport) Dial(ctx context.Context, entry []byte, route ext.StreamRoute) (ext.FrameSender, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
 	addr, err := tcp.DialAddr(entry)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.o.connTimeout)
 	defer cancel()
-	cc, err := ggrpc.NewClient("passthrough:///"+addr,
-		ggrpc.WithTransportCredentials(insecureCreds()),
+	creds := newClientCreds(t.tls)
+	opts := []ggrpc.DialOption{
+		ggrpc.WithTransportCredentials(creds),
 		ggrpc.WithDefaultCallOptions(
 			ggrpc.ForceCodecV2(codec{}),
 			ggrpc.MaxCallRecvMsgSize(maxMsg),
@@ -151,13 +176,17 @@ func (t *FrameTransport) Dial(ctx context.Context, entry []byte, route ext.Strea
 		),
 		ggrpc.WithConnectParams(connectParams(t.o.connTimeout)),
 		ggrpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-	)
+	}
+	if t.o.dial != nil {
+		opts = append(opts, ggrpc.WithContextDialer(t.o.dial))
+	}
+	cc, err := ggrpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("grpc-stream: %s: %w", addr, err)
 	}
 	if err := waitReady(ctx, cc); err != nil {
 		cc.Close()
-		return nil, fmt.Errorf("grpc-stream: connect %s: %w", addr, err)
+		return nil, fmt.Errorf("grpc-stream: connect %s: %w", addr, creds.explain(err))
 	}
 	s, err := openFrameSender(ctx, t, cc, route)
 	if err != nil {

@@ -63,6 +63,7 @@ type frameListener struct {
 func newFrameListener(t *FrameTransport, ln net.Listener, entry []byte) *frameListener {
 	l := &frameListener{t: t, ln: ln, entry: entry, accept: make(chan *frameInbound), closed: make(chan struct{})}
 	l.srv = ggrpc.NewServer(
+		ggrpc.Creds(serverCreds(t.tls)),
 		ggrpc.ForceServerCodecV2(codec{}),
 		ggrpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		ggrpc.MaxRecvMsgSize(maxMsg),

@@ -7,30 +7,64 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	ggrpc "google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testnet"
 	"github.com/velo-go/velo/transport/frametransporttest"
 	vgrpc "github.com/velo-go/velo/transport/grpc"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
+// malformedFrames are gRPC messages that are no FramedData frame.
+var malformedFrames = [][]byte{
+	{0x1a, 0x05, 'a'}, // a payload of 5 bytes holding 1
+	{0x1b},            // field 3 as a group start, with no end
+	{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, // a tag varint over 64 bits
+	{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f},                               // a 4 GiB length with nothing behind it
+}
+
+// killableFrames builds frame transports over sockets of their own,
+// which kill resets: the transport's process died.
+type killableFrames struct {
+	mu    sync.Mutex
+	socks map[ext.FrameTransport]*testnet.Sockets
+}
+
+func (k *killableFrames) new(opts ...vgrpc.FrameOption) ext.FrameTransport {
+	s := new(testnet.Sockets)
+	ft := vgrpc.NewFrameTransport(append(opts, vgrpc.WithFrameNet(s.Listen, s.Dial))...)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.socks == nil {
+		k.socks = map[ext.FrameTransport]*testnet.Sockets{}
+	}
+	k.socks[ft] = s
+	return ft
+}
+
+func (k *killableFrames) kill(ft ext.FrameTransport) {
+	k.mu.Lock()
+	s := k.socks[ft]
+	k.mu.Unlock()
+	s.Kill()
+}
+
 func TestFrameConformance(t *testing.T) {
+	var k killableFrames
 	frametransporttest.Run(t, frametransporttest.Factory{
-		New:      func(testing.TB) ext.FrameTransport { return vgrpc.NewFrameTransport() },
-		Confirms: true,
-		DialRaw:  rawFrameDial,
-		Malformed: [][]byte{
-			{0x1a, 0x05, 'a'}, // a payload of 5 bytes holding 1
-			{0x1b},            // field 3 as a group start, with no end
-			{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, // a tag varint over 64 bits
-			{0x1a, 0xff, 0xff, 0xff, 0xff, 0x0f},                               // a 4 GiB length with nothing behind it
-		},
+		New:       func(testing.TB) ext.FrameTransport { return k.new() },
+		Kill:      k.kill,
+		Confirms:  true,
+		DialRaw:   rawFrameDial,
+		Malformed: malformedFrames,
 	})
 }
 
@@ -56,12 +90,23 @@ func (r *rawStream) Close() error {
 }
 
 func rawFrameDial(ctx context.Context, entry []byte, route ext.StreamRoute) (io.WriteCloser, error) {
+	return rawFrameDialWith(insecure.NewCredentials())(ctx, entry, route)
+}
+
+// rawFrameDialWith is rawFrameDial over creds.
+func rawFrameDialWith(creds credentials.TransportCredentials) func(context.Context, []byte, ext.StreamRoute) (io.WriteCloser, error) {
+	return func(_ context.Context, entry []byte, route ext.StreamRoute) (io.WriteCloser, error) {
+		return rawFrame(entry, route, creds)
+	}
+}
+
+func rawFrame(entry []byte, route ext.StreamRoute, creds credentials.TransportCredentials) (io.WriteCloser, error) {
 	addr, err := tcp.DialAddr(entry)
 	if err != nil {
 		return nil, err
 	}
 	cc, err := ggrpc.NewClient("passthrough:///"+addr,
-		ggrpc.WithTransportCredentials(insecure.NewCredentials()),
+		ggrpc.WithTransportCredentials(creds),
 		ggrpc.WithDefaultCallOptions(ggrpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 	ggrpc "google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -25,10 +26,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func factory() transporttest.Factory {
+func factory(more ...vgrpc.Option) transporttest.Factory {
 	return transporttest.Factory{
 		New: func(t testing.TB, o transporttest.Options) ext.Transport {
-			var opts []vgrpc.Option
+			opts := append([]vgrpc.Option(nil), more...)
 			if o.Lanes > 0 {
 				opts = append(opts, vgrpc.WithLanes(o.Lanes))
 			}
@@ -93,12 +94,21 @@ type recvResult struct {
 }
 
 func dialRawStream(ep []byte) (net.Conn, error) {
+	return dialRawStreamWith(insecure.NewCredentials())(ep)
+}
+
+// dialRawStreamWith is dialRawStream over creds.
+func dialRawStreamWith(creds credentials.TransportCredentials) func([]byte) (net.Conn, error) {
+	return func(ep []byte) (net.Conn, error) { return dialRaw(ep, creds) }
+}
+
+func dialRaw(ep []byte, creds credentials.TransportCredentials) (net.Conn, error) {
 	addr, err := tcp.DialAddr(ep)
 	if err != nil {
 		return nil, err
 	}
 	cc, err := ggrpc.NewClient("passthrough:///"+addr,
-		ggrpc.WithTransportCredentials(insecure.NewCredentials()),
+		ggrpc.WithTransportCredentials(creds),
 		ggrpc.WithDefaultCallOptions(ggrpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		return nil, err

@@ -29,10 +29,11 @@ const (
 // leaves the peer, and the next send starts a new lane (on the same client
 // connection, which grpc-go redials with backoff).
 type lane struct {
-	t   *Transport
-	p   *peer
-	cc  *ggrpc.ClientConn // the peer's, as it was when the lane started
-	idx int
+	t     *Transport
+	p     *peer
+	cc    *ggrpc.ClientConn // the peer's, as it was when the lane started
+	creds *clientCreds      // cc's
+	idx   int
 
 	gate  *ext.AdmissionGate[ext.Frame]
 	queue []ext.Frame // guarded by the gate's lock (Accept, Drain)
@@ -54,7 +55,7 @@ type lane struct {
 }
 
 func newLane(t *Transport, p *peer, idx int) *lane {
-	l := &lane{t: t, p: p, cc: p.cc, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &lane{t: t, p: p, cc: p.cc, creds: p.creds, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.gate = ext.NewAdmissionGate[ext.Frame](l, t.o.channelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
@@ -100,7 +101,7 @@ func (l *lane) run() {
 		if l.ctx.Err() != nil {
 			err = ext.ErrConnectionClosed // our own stop ended the wait
 		}
-		err = fmt.Errorf("grpc: opening the stream to %s: %w", l.p.addr, err)
+		err = fmt.Errorf("grpc: opening the stream to %s: %w", l.p.addr, l.creds.explain(err))
 		l.lost(err)
 		l.finish(err)
 		return

@@ -23,13 +23,16 @@
 // interfaces, see tcp.Interface) under the key "grpc"; plain "host:port",
 // with or without "grpc://" or "tcp://", is read too.
 //
+// WithTLS runs both ends over TLS (mutual TLS as an option).
+//
 // Limits: the transport does not stamp inbound frames with their
 // connection (ext.Frame.Conn is 0), so the node's identity proofs do not
-// bind gRPC streams, and it has no TLS option yet.
+// bind gRPC streams, and a handler cannot read the caller's certificate.
 package grpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,6 +88,7 @@ type options struct {
 	channelBytes int
 	connTimeout  time.Duration
 	logger       *slog.Logger
+	tls          *tls.Config // WithTLS, as given
 }
 
 // WithListenAddr sets the address the gRPC server listens on (default
@@ -127,6 +131,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 type Transport struct {
 	o   options
 	log *slog.Logger
+	tls *tls.Config // WithTLS, checked and cloned; nil in the clear
 
 	adapter *ext.TransportAdapter
 	srv     *ggrpc.Server
@@ -158,6 +163,7 @@ type peer struct {
 
 	mu    sync.Mutex
 	cc    *ggrpc.ClientConn
+	creds *clientCreds // cc's
 	lanes []*lane
 	gone  bool
 }
@@ -183,8 +189,12 @@ func New(opts ...Option) (*Transport, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	tlsCfg, err := checkTLS(o.tls)
+	if err != nil {
+		return nil, err
+	}
 	t := &Transport{
-		o: o, log: o.logger.With("transport", string(Key)),
+		o: o, log: o.logger.With("transport", string(Key)), tls: tlsCfg,
 		peers: map[ext.InstanceID]*peer{}, conns: map[*ggrpc.ClientConn]struct{}{},
 		bye: make(chan struct{}), closedCh: make(chan struct{}), serveErr: make(chan error, 1),
 	}
@@ -236,6 +246,7 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 	}
 	t.adapter, t.ln = adapter, ln
 	t.srv = ggrpc.NewServer(
+		ggrpc.Creds(serverCreds(t.tls)),
 		ggrpc.ForceServerCodecV2(codec{}),
 		ggrpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		ggrpc.MaxRecvMsgSize(t.o.maxFrame+msgOverhead),
@@ -413,11 +424,11 @@ func (t *Transport) laneFor(target ext.InstanceID, idx int) (*lane, error) {
 		return nil, ext.ErrTransportClosed
 	}
 	if p.cc == nil {
-		cc, err := t.dial(p.addr)
+		cc, creds, err := t.dial(p.addr)
 		if err != nil {
 			return nil, fmt.Errorf("grpc: peer %s at %s: %w: %w", target, p.addr, ext.ErrPeerUnreachable, err)
 		}
-		p.cc = cc
+		p.cc, p.creds = cc, creds
 		t.peersMu.Lock()
 		t.conns[cc] = struct{}{}
 		t.peersMu.Unlock()
@@ -433,9 +444,10 @@ func (t *Transport) laneFor(target ext.InstanceID, idx int) (*lane, error) {
 // dial makes the peer's client connection. It does not connect yet: the
 // first stream does, and grpc-go redials a lost connection with its
 // exponential backoff (1 s base, 1.6 factor, 120 s cap, jittered).
-func (t *Transport) dial(addr string) (*ggrpc.ClientConn, error) {
-	return ggrpc.NewClient("passthrough:///"+addr,
-		ggrpc.WithTransportCredentials(insecureCreds()),
+func (t *Transport) dial(addr string) (*ggrpc.ClientConn, *clientCreds, error) {
+	creds := newClientCreds(t.tls)
+	cc, err := ggrpc.NewClient("passthrough:///"+addr,
+		ggrpc.WithTransportCredentials(creds),
 		ggrpc.WithDefaultCallOptions(
 			ggrpc.ForceCodecV2(codec{}),
 			ggrpc.MaxCallRecvMsgSize(t.o.maxFrame+msgOverhead),
@@ -446,6 +458,18 @@ func (t *Transport) dial(addr string) (*ggrpc.ClientConn, error) {
 		// from the network) while streams are open.
 		ggrpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 	)
+	return cc, creds, err
+}
+
+// TLSConfig is a copy of the config the transport serves and dials with
+// (WithTLS, with the version floor it added), or nil in the clear. A node
+// gives it to its per-stream TCP listener, so that streams off the mux
+// run under the same TLS as its messages.
+func (t *Transport) TLSConfig() *tls.Config {
+	if t.tls == nil {
+		return nil
+	}
+	return t.tls.Clone()
 }
 
 // CheckHealth reports a peer healthy when one of its lanes has an open
@@ -459,7 +483,7 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 		return fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
 	}
 	p.mu.Lock()
-	cc := p.cc
+	cc, creds := p.cc, p.creds
 	live := false
 	for _, l := range p.lanes {
 		live = live || (l != nil && l.open.Load())
@@ -472,13 +496,13 @@ func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) erro
 		// A probe of its own, closed after: the peer's connection is made
 		// by the first send, which may come from another goroutine.
 		var err error
-		if cc, err = t.dial(p.addr); err != nil {
+		if cc, creds, err = t.dial(p.addr); err != nil {
 			return fmt.Errorf("grpc: peer %s: %w: %w", target, ext.ErrPeerUnreachable, err)
 		}
 		defer cc.Close()
 	}
 	if err := waitReady(ctx, cc); err != nil {
-		return fmt.Errorf("grpc: peer %s at %s: %w: %w", target, p.addr, ext.ErrPeerUnreachable, err)
+		return fmt.Errorf("grpc: peer %s at %s: %w: %w", target, p.addr, ext.ErrPeerUnreachable, creds.explain(err))
 	}
 	return nil
 }

@@ -84,9 +84,6 @@ const (
 	// max_payload for the Velo-Type and Velo-HLen headers, the subject and
 	// the command, since max_payload bounds the whole HPUB.
 	natsOverhead = 64
-	// frameUnits is what a frame costs in its channel beyond its bytes, so
-	// a flood of empty frames is bounded too.
-	frameUnits = 64
 )
 
 func (o *options) defaults() {

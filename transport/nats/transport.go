@@ -13,6 +13,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgpeers"
 )
 
 // The NATS headers every frame carries, as the reference writes them.
@@ -57,36 +58,20 @@ type Transport struct {
 	id      ext.InstanceID
 	bound   bool
 	subject string
-	adapter *ext.TransportAdapter
 	maxSize int
-	obs     atomic.Pointer[obsBox]
 
 	dataSub, healthSub *natsgo.Subscription
 
-	mu      sync.RWMutex
-	peers   map[ext.InstanceID]*peer
-	started bool
-	closing atomic.Bool
-	writers sync.WaitGroup
-	stop    chan struct{} // closed when Shutdown begins
-	grace   atomic.Int64  // unix nanos at which the teardown grace ends
+	// core is the peer table, the lanes and the teardown grace, shared
+	// with transport/zmq; the publishing is this package's (writer.go).
+	core msgpeers.Core
 
 	shutOnce sync.Once
 	closed   chan struct{}
 
 	malformed     atomic.Uint64
-	drainRefused  atomic.Uint64
-	sendFailed    atomic.Uint64
-	routeFailed   atomic.Uint64
 	drainNoReturn atomic.Uint64
 	noResponders  atomic.Uint64
-}
-
-type obsBox struct{ ext.Observability }
-
-type peer struct {
-	subject string
-	lanes   []*lane
 }
 
 // Stats counts what the transport refused or lost.
@@ -124,13 +109,8 @@ func New(opts ...Option) (*Transport, error) {
 	if !validToken(o.cluster) {
 		return nil, fmt.Errorf("nats: cluster id %q is not a valid subject prefix", o.cluster)
 	}
-	t := &Transport{
-		o:      o,
-		peers:  map[ext.InstanceID]*peer{},
-		stop:   make(chan struct{}),
-		closed: make(chan struct{}),
-	}
-	t.obs.Store(&obsBox{ext.NopObservability{}})
+	t := &Transport{o: o, closed: make(chan struct{})}
+	t.core.Init(o.channelBytes)
 	return t, nil
 }
 
@@ -171,23 +151,18 @@ func (t *Transport) Subject() string { return t.subject }
 func (t *Transport) Conn() *natsgo.Conn { return t.nc }
 
 // SetObservability installs the metrics handle.
-func (t *Transport) SetObservability(o ext.Observability) {
-	if o == nil {
-		o = ext.NopObservability{}
-	}
-	t.obs.Store(&obsBox{o})
-}
+func (t *Transport) SetObservability(o ext.Observability) { t.core.SetObservability(o) }
 
-func (t *Transport) observe() ext.Observability { return t.obs.Load().Observability }
+func (t *Transport) observe() ext.Observability { return t.core.Observe() }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	return Stats{
 		Malformed:    t.malformed.Load(),
-		DrainRefused: t.drainRefused.Load(),
+		DrainRefused: t.core.DrainRefused(),
 		DrainDropped: t.drainNoReturn.Load(),
-		SendFailed:   t.sendFailed.Load(),
-		RouteFailed:  t.routeFailed.Load(),
+		SendFailed:   t.core.SendFailed(),
+		RouteFailed:  t.core.RouteFailed(),
 		NoResponders: t.noResponders.Load(),
 	}
 }
@@ -208,7 +183,8 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 	if !t.bound {
 		t.id = ext.NewInstanceID()
 	}
-	t.nc, t.owned, t.adapter = nc, owned, adapter
+	t.nc, t.owned = nc, owned
+	t.core.SetAdapter(adapter)
 	t.subject = InboundSubject(t.o.cluster, t.id)
 	t.maxSize = int(nc.MaxPayload()) - natsOverhead
 	if t.o.maxFrameSize > 0 && t.o.maxFrameSize < t.maxSize {
@@ -221,9 +197,7 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 		}
 		return nil, err
 	}
-	t.mu.Lock()
-	t.started = true
-	t.mu.Unlock()
+	t.core.MarkStarted()
 	return []byte(t.subject), nil
 }
 
@@ -241,11 +215,8 @@ func (t *Transport) subscribe(ctx context.Context) error {
 	}
 	// A flush is a round trip: the server has both subscriptions when it
 	// answers, so nothing sent to the advertised subject is lost.
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
-		defer cancel()
-	}
+	ctx, cancel := msgpeers.WithDefaultTimeout(ctx, healthTimeout)
+	defer cancel()
 	if err = t.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("nats: flush subscriptions: %w", err)
 	}
@@ -290,7 +261,6 @@ func isNoResponders(m *natsgo.Msg) bool {
 // onMsg takes one inbound frame. nats.go gives each message its own copy
 // of the payload, so the frame needs no owner.
 func (t *Transport) onMsg(m *natsgo.Msg) {
-	obs := t.observe()
 	f, ok := parseFrame(m)
 	if !ok && isNoResponders(m) {
 		// A request we sent named our subject as its reply and found no
@@ -301,23 +271,11 @@ func (t *Transport) onMsg(m *natsgo.Msg) {
 	}
 	if !ok {
 		t.malformed.Add(1)
-		obs.Rejection(ext.RejectMalformed)
+		t.observe().Rejection(ext.RejectMalformed)
 		return
 	}
-	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-	if f.Type != ext.Message {
-		if !t.adapter.RouteFrame(f) {
-			t.routeFailed.Add(1)
-			obs.Rejection(ext.RejectRouteFailed)
-		}
-		return
-	}
-	switch t.adapter.AdmitMessage(f) {
-	case ext.Draining:
+	if t.core.Deliver(f) {
 		t.refuseDraining(m, f)
-	case ext.Disconnected:
-		t.routeFailed.Add(1)
-		obs.Rejection(ext.RejectRouteFailed)
 	}
 }
 
@@ -326,8 +284,6 @@ func (t *Transport) onMsg(m *natsgo.Msg) {
 // sender named (a Go sender names its own inbound subject). A request
 // without one is dropped, as the reference drops it.
 func (t *Transport) refuseDraining(m *natsgo.Msg, f ext.Frame) {
-	t.drainRefused.Add(1)
-	t.observe().Rejection(ext.RejectDraining)
 	if m.Reply == "" {
 		t.drainNoReturn.Add(1)
 		return
@@ -350,61 +306,13 @@ func (t *Transport) Register(info ext.PeerInfo) error {
 	if !utf8.ValidString(subject) || !validToken(subject) {
 		return fmt.Errorf("nats: peer %v: invalid subject %q", info.InstanceID, subject)
 	}
-	t.mu.Lock()
-	if t.closing.Load() || !t.started {
-		t.mu.Unlock()
-		return ext.ErrTransportClosed
-	}
-	old := t.peers[info.InstanceID]
-	if old != nil && old.subject == subject {
-		t.mu.Unlock()
-		return nil
-	}
-	p := &peer{subject: subject}
-	for range t.o.lanes {
-		l := newLane(t, info.InstanceID, subject)
-		p.lanes = append(p.lanes, l)
-		t.writers.Add(1)
-		go l.run()
-	}
-	t.peers[info.InstanceID] = p
-	t.mu.Unlock()
-	if old != nil {
-		old.drop()
-	} else {
-		t.observe().RegisteredPeers(1)
-	}
-	return nil
+	return t.core.Register(info.InstanceID, subject, t.o.lanes, func(l *msgpeers.Lane) msgpeers.Writer {
+		return newWriter(t, l, subject)
+	})
 }
 
 // Unregister forgets a peer; what is queued for it is reported failed.
-func (t *Transport) Unregister(id ext.InstanceID) {
-	t.mu.Lock()
-	p := t.peers[id]
-	delete(t.peers, id)
-	t.mu.Unlock()
-	if p != nil {
-		p.drop()
-		t.observe().RegisteredPeers(-1)
-	}
-}
-
-// drop fails the sends waiting in the peer's gates at once, so none is
-// admitted behind the unregister, and stops its writers, which fail what
-// is queued.
-func (p *peer) drop() {
-	for _, l := range p.lanes {
-		l.goneOnce.Do(func() { close(l.gone) })
-		l.gate.Fail(ext.ErrConnectionClosed, func(f ext.Frame) { l.t.failed(l.target, f, ext.ErrConnectionClosed) })
-	}
-}
-
-func (t *Transport) peer(id ext.InstanceID) *peer {
-	t.mu.RLock()
-	p := t.peers[id]
-	t.mu.RUnlock()
-	return p
-}
+func (t *Transport) Unregister(id ext.InstanceID) { t.core.Unregister(id) }
 
 // Send sends on lane 0.
 func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
@@ -414,31 +322,11 @@ func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, e
 // SendOnLane queues f for target's subject. A frame larger than
 // MaxMessageSize is refused here with an ext.FrameTooLargeError.
 func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
-	if t.closing.Load() {
-		return ext.AdmittedOutcome, ext.ErrTransportClosed
-	}
-	p := t.peer(target)
-	if p == nil {
-		t.observe().Rejection(ext.RejectUnknownPeer)
-		return ext.AdmittedOutcome, ext.ErrPeerNotRegistered
-	}
-	if lane < 0 || lane >= len(p.lanes) {
-		return ext.AdmittedOutcome, ext.ErrLaneOutOfRange
-	}
-	if n := f.Len(); n > t.maxSize {
-		t.observe().Rejection(ext.RejectTooLarge)
-		return ext.AdmittedOutcome, &ext.FrameTooLargeError{Size: n, Max: t.maxSize}
-	}
-	return p.lanes[lane].send(f)
+	return t.core.SendOnLane(target, lane, f, t.maxSize)
 }
 
 // Lanes is the number of lanes kept to a registered peer, 0 for another.
-func (t *Transport) Lanes(target ext.InstanceID) int {
-	if p := t.peer(target); p != nil {
-		return len(p.lanes)
-	}
-	return 0
-}
+func (t *Transport) Lanes(target ext.InstanceID) int { return t.core.Lanes(target) }
 
 // MaxMessageSize is the largest header plus payload sent: the server's
 // max_payload less 64 bytes, or WithMaxFrameSize when smaller. It is read
@@ -451,19 +339,13 @@ func (t *Transport) MaxMessageSize() int { return t.maxSize }
 // that does not answer fails at the deadline. Both match
 // ext.ErrPeerUnreachable.
 func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
-	p := t.peer(target)
-	if p == nil {
-		return ext.ErrPeerNotRegistered
+	subject, err := t.core.HealthAddr(target)
+	if err != nil {
+		return err
 	}
-	if t.closing.Load() {
-		return ext.ErrTransportClosed
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
-		defer cancel()
-	}
-	if _, err := t.nc.RequestWithContext(ctx, p.subject+healthSuffix, nil); err != nil {
+	ctx, cancel := msgpeers.WithDefaultTimeout(ctx, healthTimeout)
+	defer cancel()
+	if _, err := t.nc.RequestWithContext(ctx, subject+healthSuffix, nil); err != nil {
 		return fmt.Errorf("nats: health of %v: %w: %w", target, ext.ErrPeerUnreachable, err)
 	}
 	return nil
@@ -480,18 +362,13 @@ func (t *Transport) Shutdown() {
 
 func (t *Transport) shutdown() {
 	defer close(t.closed)
-	end := time.Now().Add(t.o.teardownGrace)
-	t.grace.Store(end.UnixNano())
-	t.mu.Lock()
-	t.closing.Store(true)
-	started := t.started
-	t.mu.Unlock()
+	end, started := t.core.BeginShutdown(t.o.teardownGrace)
 	if !started {
 		return
 	}
 	t.unsubscribe()
-	close(t.stop)
-	t.writers.Wait()
+	t.core.StopWriters()
+	t.core.WaitWriters()
 	// What nats.go buffered goes to the server now; a server that is away
 	// keeps it in the reconnect buffer, which Close discards.
 	// A connection that is reconnecting holds its lock while it dials, so
@@ -507,17 +384,3 @@ func (t *Transport) shutdown() {
 
 // Closed is closed once Shutdown finished.
 func (t *Transport) Closed() <-chan struct{} { return t.closed }
-
-// pastGrace reports whether a teardown grace has ended.
-func (t *Transport) pastGrace() bool {
-	g := t.grace.Load()
-	return g != 0 && time.Now().UnixNano() > g
-}
-
-// failed reports a frame admitted but not published and lets its owner go.
-func (t *Transport) failed(target ext.InstanceID, f ext.Frame, err error) {
-	t.sendFailed.Add(1)
-	t.observe().Rejection(ext.RejectSendFailed)
-	t.adapter.ReportSendError(target, f, err)
-	f.Release()
-}

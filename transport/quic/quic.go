@@ -21,8 +21,11 @@
 // 15 s by default; see docs/transports.md.
 package quic
 
+// The forwarding methods to internal/streamsock are generated from the
+// template the TCP and Unix socket transports use.
+//go:generate go run ../../internal/streamsock/genfront quic
+
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -121,16 +124,6 @@ func WithConnectTimeout(d time.Duration) Option { return func(o *options) { o.co
 // stream (default quic-go's 6 MiB).
 func WithStreamReceiveWindow(bytes int) Option { return func(o *options) { o.streamWindow = bytes } }
 
-// WithTeardownGrace sets how long queued frames are still written after
-// Shutdown (default 1 s).
-func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.cfg.TeardownGrace = d } }
-
-// WithMaxFrameSize bounds header plus payload (default 16 MiB).
-func WithMaxFrameSize(n int) Option { return func(o *options) { o.cfg.MaxFrameSize = n } }
-
-// WithChannelBytes bounds the send channel of one (peer, lane) (default 4 MiB).
-func WithChannelBytes(n int) Option { return func(o *options) { o.cfg.ChannelBytes = n } }
-
 // WithMaxConnections bounds the inbound connections open at once (default
 // 4096). One more is closed as soon as its stream opens, and counted.
 func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConnections = n } }
@@ -139,9 +132,6 @@ func WithMaxConnections(n int) Option { return func(o *options) { o.cfg.MaxConne
 // its connection is closed (default 30 s); it also bounds how long an
 // accepted connection may wait before opening its stream.
 func WithFrameTimeout(d time.Duration) Option { return func(o *options) { o.cfg.FrameTimeout = d } }
-
-// WithLogger sets where the transport logs (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.cfg.Logger = l } }
 
 // Transport is the QUIC messenger transport. It implements ext.Transport;
 // the node calls its methods, and an application needs only New, the
@@ -153,12 +143,6 @@ type Transport struct {
 	shutOnce sync.Once
 	closed   chan struct{}
 }
-
-var (
-	_ ext.Transport     = (*Transport)(nil)
-	_ ext.OwnerRetainer = (*Transport)(nil)
-	_ ext.ConnConfirmer = (*Transport)(nil)
-)
 
 // New builds a QUIC transport and its certificate. It binds its sockets
 // when the node starts it.
@@ -204,60 +188,6 @@ func New(opts ...Option) (*Transport, error) {
 // Fingerprint is the SHA-256 digest of this transport's certificate, as
 // its address entry gives it to peers.
 func (t *Transport) Fingerprint() Fingerprint { return t.n.id.fingerprint }
-
-// RetainsOwners says that the transport holds an outbound frame's Owner
-// while it holds the frame's bytes (ext.OwnerRetainer).
-func (t *Transport) RetainsOwners() bool { return true }
-
-// ConfirmConn tells the dialer of an accepted connection that the node
-// bound it to the peer it speaks for, which lifts the dialer's fence on a
-// new connection (ext.ConnConfirmer).
-func (t *Transport) ConfirmConn(id ext.ConnID) { t.s.ConfirmConn(id) }
-
-// Key is the address key, "quic".
-func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
-
-// Priority orders transports that reach the same peer; higher wins.
-func (t *Transport) Priority() int { return t.s.Priority() }
-
-// Start binds the server sockets and returns the address entry peers dial.
-func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([]byte, error) {
-	return t.s.Start(ctx, adapter)
-}
-
-// Register learns a peer's entry (its endpoints, ports and fingerprint).
-// Nothing is dialed until the first send.
-func (t *Transport) Register(p ext.PeerInfo) error { return t.s.Register(p) }
-
-// Unregister forgets a peer and closes its connections; frames still queued
-// for it fail at once.
-func (t *Transport) Unregister(id ext.InstanceID) { t.s.Unregister(id) }
-
-// Send sends f on lane 0 without waiting for the wire.
-func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
-	return t.s.SendOnLane(target, 0, f)
-}
-
-// SendOnLane sends f on one of the ordered lanes to target without waiting
-// for the wire.
-func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
-	return t.s.SendOnLane(target, lane, f)
-}
-
-// Lanes is the number of ordered connections kept to each peer.
-func (t *Transport) Lanes(target ext.InstanceID) int { return t.s.Lanes(target) }
-
-// MaxMessageSize is the largest header plus payload sent or accepted.
-func (t *Transport) MaxMessageSize() int { return t.s.MaxMessageSize() }
-
-// CheckHealth reports a peer healthy when one of its lanes is connected,
-// and otherwise dials it once.
-func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
-	return t.s.CheckHealth(ctx, target)
-}
-
-// SetObservability installs the metrics handle.
-func (t *Transport) SetObservability(o ext.Observability) { t.s.SetObservability(o) }
 
 // closeLimit bounds the wait, after the shared transport closed, for
 // connections still waiting for their peer to take what they wrote.

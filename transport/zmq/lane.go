@@ -10,22 +10,18 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgpeers"
 )
 
-// lane is one ordered channel to a peer: an admission gate in front of a
-// queue, and a writer goroutine that sends the queue in order on the
-// lane's own DEALER socket.
+// lane is the socket half of one ordered channel to a peer: its own
+// DEALER socket, dialled when a frame is to go and none is connected. The
+// gate, the queue and the writer goroutine are msgpeers', which hands
+// each batch to WriteAll.
 type lane struct {
 	t        *Transport
-	target   ext.InstanceID
-	index    int
+	shared   *msgpeers.Lane
 	endpoint string
-	gate     *ext.AdmissionGate[ext.Frame]
-	q        []ext.Frame // the gate's sink, guarded by the gate's lock
-	wake     chan struct{}
-
-	gone     chan struct{} // closed when the peer is unregistered
-	goneOnce sync.Once
+	w        writer // used by the writer goroutine alone
 
 	// ctx ends when the lane is aborted (unregister, or the end of the
 	// teardown grace); it stops a dial in progress.
@@ -44,56 +40,18 @@ type dealer struct {
 	dead atomic.Bool
 }
 
-func newLane(t *Transport, target ext.InstanceID, index int, endpoint string) *lane {
-	l := &lane{t: t, target: target, index: index, endpoint: endpoint, wake: make(chan struct{}, 1), gone: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancel(t.ctx)
-	l.gate = ext.NewAdmissionGate[ext.Frame](l, t.o.channelBytes)
-	l.gate.OnBackpressure = func() { t.observe().SendBackpressure() }
-	return l
+func newLane(t *Transport, l *msgpeers.Lane, endpoint string) *lane {
+	zl := &lane{t: t, shared: l, endpoint: endpoint}
+	zl.w.l = zl
+	zl.ctx, zl.cancel = context.WithCancel(t.ctx)
+	return zl
 }
 
-func units(f ext.Frame) int { return f.Len() + frameUnits }
+// WriteAll sends batch in order on the lane's socket.
+func (l *lane) WriteAll(batch []ext.Frame) { l.w.sendAll(batch) }
 
-// Accept is the gate's sink: it runs with the gate's lock held.
-func (l *lane) Accept(f ext.Frame) {
-	l.q = append(l.q, f)
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (l *lane) send(f ext.Frame) (ext.SendOutcome, error) {
-	if f.Owner != nil {
-		f.Owner.Retain() // released once sent or failed
-	}
-	var out ext.SendOutcome
-	var err error
-	if f.Urgent {
-		out, err = ext.AdmittedOutcome, l.gate.SendFirst(f, units(f))
-	} else {
-		out, err = l.gate.Send(f, units(f))
-	}
-	if err != nil {
-		f.Release()
-	}
-	return out, err
-}
-
-// take moves the queue out, freeing its room in the gate.
-func (l *lane) take(prev []ext.Frame) []ext.Frame {
-	clear(prev)
-	var batch []ext.Frame
-	l.gate.Drain(func() int {
-		batch, l.q = l.q, prev[:0]
-		n := 0
-		for _, f := range batch {
-			n += units(f)
-		}
-		return n
-	})
-	return batch
-}
+// Abort is abort (msgpeers.Writer).
+func (l *lane) Abort() { l.abort() }
 
 // abort stops the lane's dials and closes its socket, which ends a send
 // blocked on a peer that does not read.
@@ -109,63 +67,10 @@ func (l *lane) abort() {
 	}
 }
 
-// run sends the lane's frames in order until the peer is unregistered or
-// the transport shuts down.
-func (l *lane) run() {
-	defer l.t.writers.Done()
-	defer l.abort()
-	w := &writer{l: l}
-	var batch []ext.Frame
-	for {
-		select {
-		case <-l.gone:
-			l.close(ext.ErrConnectionClosed, w, batch)
-			return
-		default:
-		}
-		batch = l.take(batch)
-		if len(batch) > 0 {
-			w.sendAll(batch)
-			continue
-		}
-		select {
-		case <-l.wake:
-		case <-l.gone:
-			l.close(ext.ErrConnectionClosed, w, batch)
-			return
-		case <-l.t.stop:
-			l.finish(w, batch)
-			return
-		}
-	}
-}
-
-// finish runs at shutdown: Send refuses new frames by now, so the writer
-// sends what is queued and what still waits in the gate, until both are
-// empty or the grace ends, and fails the rest.
-func (l *lane) finish(w *writer, batch []ext.Frame) {
-	for !l.t.pastGrace() {
-		batch = l.take(batch)
-		if len(batch) == 0 && l.gate.Pending() == 0 {
-			break
-		}
-		w.sendAll(batch)
-	}
-	l.close(ext.ErrTransportClosed, w, batch)
-}
-
-// close fails what waits in the gate, then sends what slipped into the
-// queue before that (within the grace, and only while the peer is
-// registered) and fails the rest.
-func (l *lane) close(err error, w *writer, batch []ext.Frame) {
-	l.gate.Fail(err, func(f ext.Frame) { l.t.failed(l.target, f, err) })
-	w.sendAll(l.take(batch))
-}
-
 // closedErr is the error of a frame the lane can no longer send.
 func (l *lane) closedErr() error {
 	select {
-	case <-l.gone:
+	case <-l.shared.Gone():
 		return ext.ErrConnectionClosed
 	default:
 		return ext.ErrTransportClosed
@@ -183,7 +88,7 @@ func (l *lane) dial() (*dealer, error) {
 			return nil, l.closedErr()
 		}
 		s := zmq4.NewDealer(l.ctx,
-			zmq4.WithID(Identity(t.id, l.index)),
+			zmq4.WithID(Identity(t.id, l.shared.Index())),
 			zmq4.WithLogger(quiet),
 			zmq4.WithDialerMaxRetries(0), // the loop here retries, and can stop
 			zmq4.WithDialerTimeout(max(time.Until(deadline), time.Millisecond)),
@@ -200,8 +105,7 @@ func (l *lane) dial() (*dealer, error) {
 			l.sock = d
 			l.mu.Unlock()
 			t.dials.Add(1)
-			t.writers.Add(1)
-			go l.readBack(d)
+			t.core.Go(func() { l.readBack(d) })
 			return d, nil
 		}
 		s.Close()
@@ -221,7 +125,6 @@ func (l *lane) dial() (*dealer, error) {
 // ShuttingDown echo) until the socket closes or its connection fails.
 func (l *lane) readBack(d *dealer) {
 	t := l.t
-	defer t.writers.Done()
 	for {
 		m, err := d.s.Recv()
 		if err != nil {
@@ -235,8 +138,7 @@ func (l *lane) readBack(d *dealer) {
 			t.observe().Rejection(ext.RejectMalformed)
 			continue
 		}
-		t.observe().Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-		t.route(f)
+		t.core.Deliver(f) // not a request, so never refused
 	}
 }
 
@@ -258,7 +160,7 @@ func (w *writer) sendAll(batch []ext.Frame) {
 		// queued behind fails too, rather than each frame waiting out a
 		// timeout of its own. The next frame dials again.
 		for j := i + 1; j < len(batch); j++ {
-			w.l.t.failed(w.l.target, batch[j], err)
+			w.l.t.core.Failed(w.l.shared.Target(), batch[j], err)
 			batch[j] = ext.Frame{}
 		}
 		return
@@ -269,14 +171,15 @@ func (w *writer) sendAll(batch []ext.Frame) {
 // when the dial failed.
 func (w *writer) send(f ext.Frame) error {
 	l, t := w.l, w.l.t
+	target := l.shared.Target()
 	select {
-	case <-l.gone:
-		t.failed(l.target, f, ext.ErrConnectionClosed)
+	case <-l.shared.Gone():
+		t.core.Failed(target, f, ext.ErrConnectionClosed)
 		return nil
 	default:
 	}
-	if t.pastGrace() {
-		t.failed(l.target, f, ext.ErrTransportClosed)
+	if t.core.PastGrace() {
+		t.core.Failed(target, f, ext.ErrTransportClosed)
 		return nil
 	}
 	if w.d != nil && w.d.dead.Load() {
@@ -285,15 +188,15 @@ func (w *writer) send(f ext.Frame) error {
 	if w.d == nil {
 		d, err := l.dial()
 		if err != nil {
-			t.failed(l.target, f, err)
+			t.core.Failed(target, f, err)
 			return err
 		}
 		w.d = d
 	}
 	if err := w.d.s.SendMulti(zmq4.NewMsgFrom(frameParts(f)...)); err != nil {
 		w.drop()
-		err = fmt.Errorf("zmq: send to %v: %w: %w", l.target, l.sendErr(), err)
-		t.failed(l.target, f, err)
+		err = fmt.Errorf("zmq: send to %v: %w: %w", target, l.sendErr(), err)
+		t.core.Failed(target, f, err)
 		return nil
 	}
 	obs := t.observe()

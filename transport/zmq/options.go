@@ -72,9 +72,6 @@ const (
 	defaultMaxFrame     = 16 << 20
 	defaultSendTimeout  = 5 * time.Second
 	defaultRetry        = 100 * time.Millisecond
-	// frameUnits is what a frame costs in its channel beyond its bytes, so
-	// a flood of empty frames is bounded too.
-	frameUnits = 64
 )
 
 func (o *options) defaults() {

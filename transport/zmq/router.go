@@ -122,8 +122,15 @@ func (r *router) untrack(c net.Conn) {
 	r.mu.Unlock()
 }
 
+// readerWait bounds how long close waits for the connection goroutines.
+// One can be blocked handing a message to a node that stopped taking them
+// (its inbound queue full): the node releases it when it closes its
+// adapter, after the transport's Shutdown, so waiting for it here would
+// never end. TCP's transport bounds the same wait.
+const readerWait = time.Second
+
 // close stops accepting, closes every connection, those still in their
-// handshake too, and waits for their goroutines.
+// handshake too, and waits up to readerWait for their goroutines.
 func (r *router) close() {
 	r.mu.Lock()
 	r.closed = true
@@ -132,7 +139,17 @@ func (r *router) close() {
 	}
 	r.mu.Unlock()
 	r.ln.Close()
-	r.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(readerWait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+	}
 	if r.ipcPath != "" {
 		os.Remove(r.ipcPath)
 	}

@@ -1,8 +1,10 @@
 package zmq_test
 
 import (
+	"context"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -122,4 +124,50 @@ func TestIPCEndpoint(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("socket file after shutdown: %v", err)
 	}
+}
+
+// A node that stopped taking requests (its inbound queue full) does not
+// hold up its transport's Shutdown: the reader blocked handing it a frame
+// is left to the adapter's close, which releases it, and Closed closes
+// within the reader bound.
+func TestShutdownIsNotHeldByAFullInboundQueue(t *testing.T) {
+	tr, err := zmq.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ext.NewInstanceID()
+	adapter := ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{MessageQueue: 1})
+	tr.BindInstance(id)
+	ep, err := tr.Start(context.Background(), adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := startNode(t, ext.NewInstanceID())
+	if err := tx.tr.Register(ext.PeerInfo{InstanceID: id, Address: ext.WorkerAddress{zmq.Key: ep}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ { // one queued, one blocked in the reader, one behind it
+		if _, err := tx.tr.Send(id, ext.Frame{Type: ext.Message, Header: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := ctxT(t)
+	for adapter.Messages().Len() < 1 { // the first is queued: the reader now blocks on the second
+		if ctx.Err() != nil {
+			t.Fatal("no request arrived")
+		}
+		runtime.Gosched()
+	}
+	done := make(chan struct{})
+	go func() {
+		tr.Shutdown()
+		<-tr.Closed()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("Shutdown waited for a reader blocked on a full inbound queue")
+	}
+	adapter.Close() // releases the blocked reader; goleak checks it ended
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgpeers"
 )
 
 // healthTimeout bounds a health check whose context has no deadline.
@@ -29,36 +30,21 @@ type Transport struct {
 	id       ext.InstanceID
 	bound    bool
 	endpoint string
-	adapter  *ext.TransportAdapter
-	obs      atomic.Pointer[obsBox]
 
 	router *router
 	ctx    context.Context // ends when the teardown grace does
 	cancel context.CancelFunc
 
-	mu      sync.RWMutex
-	peers   map[ext.InstanceID]*peer
-	started bool
-	closing atomic.Bool
-	writers sync.WaitGroup // lane writers and the DEALER readers
-	stop    chan struct{}  // closed when Shutdown begins
-	grace   atomic.Int64   // unix nanos at which the teardown grace ends
+	// core is the peer table, the lanes and the teardown grace, shared
+	// with transport/nats; its writers are the lane writers and the
+	// DEALER readers. The sockets are this package's (lane.go).
+	core msgpeers.Core
 
 	shutOnce sync.Once
 	closed   chan struct{}
 
-	malformed    atomic.Uint64
-	drainRefused atomic.Uint64
-	sendFailed   atomic.Uint64
-	routeFailed  atomic.Uint64
-	dials        atomic.Uint64
-}
-
-type obsBox struct{ ext.Observability }
-
-type peer struct {
-	endpoint string
-	lanes    []*lane
+	malformed atomic.Uint64
+	dials     atomic.Uint64
 }
 
 // Stats counts what the transport refused or lost.
@@ -92,14 +78,9 @@ func New(opts ...Option) (*Transport, error) {
 	if !validEndpoint(o.listen) {
 		return nil, fmt.Errorf("zmq: listen endpoint %q: only tcp:// and ipc:// are supported", o.listen)
 	}
-	t := &Transport{
-		o:      o,
-		peers:  map[ext.InstanceID]*peer{},
-		stop:   make(chan struct{}),
-		closed: make(chan struct{}),
-	}
+	t := &Transport{o: o, closed: make(chan struct{})}
+	t.core.Init(o.channelBytes)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.obs.Store(&obsBox{ext.NopObservability{}})
 	return t, nil
 }
 
@@ -120,22 +101,17 @@ func (t *Transport) BindInstance(id ext.InstanceID) { t.id, t.bound = id, true }
 func (t *Transport) Endpoint() string { return t.endpoint }
 
 // SetObservability installs the metrics handle.
-func (t *Transport) SetObservability(o ext.Observability) {
-	if o == nil {
-		o = ext.NopObservability{}
-	}
-	t.obs.Store(&obsBox{o})
-}
+func (t *Transport) SetObservability(o ext.Observability) { t.core.SetObservability(o) }
 
-func (t *Transport) observe() ext.Observability { return t.obs.Load().Observability }
+func (t *Transport) observe() ext.Observability { return t.core.Observe() }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	return Stats{
 		Malformed:    t.malformed.Load(),
-		DrainRefused: t.drainRefused.Load(),
-		SendFailed:   t.sendFailed.Load(),
-		RouteFailed:  t.routeFailed.Load(),
+		DrainRefused: t.core.DrainRefused(),
+		SendFailed:   t.core.SendFailed(),
+		RouteFailed:  t.core.RouteFailed(),
 		Dials:        t.dials.Load(),
 	}
 }
@@ -146,51 +122,30 @@ func (t *Transport) Start(ctx context.Context, adapter *ext.TransportAdapter) ([
 	if !t.bound {
 		t.id = ext.NewInstanceID()
 	}
-	t.adapter = adapter
+	t.core.SetAdapter(adapter)
 	r, err := listen(t.o.listen, t.o.maxFrameSize, t.onMsg)
 	if err != nil {
 		return nil, fmt.Errorf("zmq: bind %s: %w", t.o.listen, err)
 	}
 	t.router = r
 	t.endpoint = boundEndpoint(t.o.listen, r.addr())
-	t.mu.Lock()
-	t.started = true
-	t.mu.Unlock()
+	t.core.MarkStarted()
 	return []byte(t.endpoint), nil
 }
 
 // onMsg takes one inbound multipart message. zmq4 reads each part into
 // its own allocation, so the frame needs no owner.
 func (t *Transport) onMsg(c *zmq4.Conn, parts [][]byte) {
-	obs := t.observe()
 	f, ok := parseParts(parts, t.o.maxFrameSize)
 	if !ok {
 		t.malformed.Add(1)
-		obs.Rejection(ext.RejectMalformed)
+		t.observe().Rejection(ext.RejectMalformed)
 		return
 	}
-	obs.Frames(ext.Inbound, f.Type, ext.Accepted, 1, f.Len())
-	if f.Type != ext.Message {
-		t.route(f)
-		return
-	}
-	switch t.adapter.AdmitMessage(f) {
-	case ext.Draining:
+	if t.core.Deliver(f) {
 		// The ROUTER answers the DEALER that sent the request, as the
 		// reference does; a lost echo leaves the caller to its deadline.
-		t.drainRefused.Add(1)
-		obs.Rejection(ext.RejectDraining)
 		c.SendMsg(zmq4.NewMsgFrom(echoParts(f.Header)...))
-	case ext.Disconnected:
-		t.routeFailed.Add(1)
-		obs.Rejection(ext.RejectRouteFailed)
-	}
-}
-
-func (t *Transport) route(f ext.Frame) {
-	if !t.adapter.RouteFrame(f) {
-		t.routeFailed.Add(1)
-		t.observe().Rejection(ext.RejectRouteFailed)
 	}
 }
 
@@ -205,63 +160,14 @@ func (t *Transport) Register(info ext.PeerInfo) error {
 	if !validEndpoint(endpoint) {
 		return fmt.Errorf("zmq: peer %v: invalid endpoint %q (only tcp:// and ipc://)", info.InstanceID, endpoint)
 	}
-	t.mu.Lock()
-	if t.closing.Load() || !t.started {
-		t.mu.Unlock()
-		return ext.ErrTransportClosed
-	}
-	old := t.peers[info.InstanceID]
-	if old != nil && old.endpoint == endpoint {
-		t.mu.Unlock()
-		return nil
-	}
-	p := &peer{endpoint: endpoint}
-	for k := range t.o.lanes {
-		l := newLane(t, info.InstanceID, k, endpoint)
-		p.lanes = append(p.lanes, l)
-		t.writers.Add(1)
-		go l.run()
-	}
-	t.peers[info.InstanceID] = p
-	t.mu.Unlock()
-	if old != nil {
-		old.drop()
-	} else {
-		t.observe().RegisteredPeers(1)
-	}
-	return nil
+	return t.core.Register(info.InstanceID, endpoint, t.o.lanes, func(l *msgpeers.Lane) msgpeers.Writer {
+		return newLane(t, l, endpoint)
+	})
 }
 
 // Unregister forgets a peer; what is queued for it is reported failed and
 // its DEALER sockets close.
-func (t *Transport) Unregister(id ext.InstanceID) {
-	t.mu.Lock()
-	p := t.peers[id]
-	delete(t.peers, id)
-	t.mu.Unlock()
-	if p != nil {
-		p.drop()
-		t.observe().RegisteredPeers(-1)
-	}
-}
-
-// drop fails the sends waiting in the peer's gates at once, so none is
-// admitted behind the unregister, and stops its writers, closing the
-// sockets under a send that is blocked on the peer.
-func (p *peer) drop() {
-	for _, l := range p.lanes {
-		l.goneOnce.Do(func() { close(l.gone) })
-		l.gate.Fail(ext.ErrConnectionClosed, func(f ext.Frame) { l.t.failed(l.target, f, ext.ErrConnectionClosed) })
-		l.abort()
-	}
-}
-
-func (t *Transport) peer(id ext.InstanceID) *peer {
-	t.mu.RLock()
-	p := t.peers[id]
-	t.mu.RUnlock()
-	return p
-}
+func (t *Transport) Unregister(id ext.InstanceID) { t.core.Unregister(id) }
 
 // Send sends on lane 0.
 func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
@@ -271,31 +177,11 @@ func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, e
 // SendOnLane queues f for target's DEALER socket of that lane. A frame
 // larger than MaxMessageSize is refused here with an ext.FrameTooLargeError.
 func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
-	if t.closing.Load() {
-		return ext.AdmittedOutcome, ext.ErrTransportClosed
-	}
-	p := t.peer(target)
-	if p == nil {
-		t.observe().Rejection(ext.RejectUnknownPeer)
-		return ext.AdmittedOutcome, ext.ErrPeerNotRegistered
-	}
-	if lane < 0 || lane >= len(p.lanes) {
-		return ext.AdmittedOutcome, ext.ErrLaneOutOfRange
-	}
-	if n := f.Len(); n > t.o.maxFrameSize {
-		t.observe().Rejection(ext.RejectTooLarge)
-		return ext.AdmittedOutcome, &ext.FrameTooLargeError{Size: n, Max: t.o.maxFrameSize}
-	}
-	return p.lanes[lane].send(f)
+	return t.core.SendOnLane(target, lane, f, t.o.maxFrameSize)
 }
 
 // Lanes is the number of lanes kept to a registered peer, 0 for another.
-func (t *Transport) Lanes(target ext.InstanceID) int {
-	if p := t.peer(target); p != nil {
-		return len(p.lanes)
-	}
-	return 0
-}
+func (t *Transport) Lanes(target ext.InstanceID) int { return t.core.Lanes(target) }
 
 // MaxMessageSize is the largest header plus payload sent or accepted
 // (WithMaxFrameSize, 16 MiB by default).
@@ -306,23 +192,16 @@ func (t *Transport) MaxMessageSize() int { return t.o.maxFrameSize }
 // its probe's CONNECTED event. A failure, or no answer until ctx ends (5 s
 // when ctx has no deadline), matches ext.ErrPeerUnreachable.
 func (t *Transport) CheckHealth(ctx context.Context, target ext.InstanceID) error {
-	p := t.peer(target)
-	if p == nil {
-		return ext.ErrPeerNotRegistered
+	endpoint, err := t.core.HealthAddr(target)
+	if err != nil {
+		return err
 	}
-	if t.closing.Load() {
-		return ext.ErrTransportClosed
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, healthTimeout)
-		defer cancel()
-	}
+	ctx, cancel := msgpeers.WithDefaultTimeout(ctx, healthTimeout)
+	defer cancel()
 	probe := zmq4.NewDealer(ctx, zmq4.WithLogger(quiet), zmq4.WithDialerMaxRetries(0))
 	defer probe.Close()
 	done := make(chan error, 1)
-	go func() { done <- probe.Dial(guardedEndpoint(p.endpoint, t.o.maxFrameSize)) }()
-	var err error
+	go func() { done <- probe.Dial(guardedEndpoint(endpoint, t.o.maxFrameSize)) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -346,20 +225,15 @@ func (t *Transport) Shutdown() {
 
 func (t *Transport) shutdown() {
 	defer close(t.closed)
-	end := time.Now().Add(t.o.teardownGrace)
-	t.grace.Store(end.UnixNano())
-	t.mu.Lock()
-	t.closing.Store(true)
-	started := t.started
-	t.mu.Unlock()
+	end, started := t.core.BeginShutdown(t.o.teardownGrace)
 	if !started {
 		t.cancel()
 		return
 	}
 	t.router.close()
-	close(t.stop)
+	t.core.StopWriters()
 	timer := time.AfterFunc(time.Until(end), t.abortAll)
-	t.writers.Wait()
+	t.core.WaitWriters()
 	timer.Stop()
 	t.cancel()
 }
@@ -368,28 +242,8 @@ func (t *Transport) shutdown() {
 // still under way returns and its frame is reported failed.
 func (t *Transport) abortAll() {
 	t.cancel()
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for _, p := range t.peers {
-		for _, l := range p.lanes {
-			l.abort()
-		}
-	}
+	t.core.AbortAll()
 }
 
 // Closed is closed once Shutdown finished.
 func (t *Transport) Closed() <-chan struct{} { return t.closed }
-
-// pastGrace reports whether a teardown grace has ended.
-func (t *Transport) pastGrace() bool {
-	g := t.grace.Load()
-	return g != 0 && time.Now().UnixNano() > g
-}
-
-// failed reports a frame admitted but not sent and lets its owner go.
-func (t *Transport) failed(target ext.InstanceID, f ext.Frame, err error) {
-	t.sendFailed.Add(1)
-	t.observe().Rejection(ext.RejectSendFailed)
-	t.adapter.ReportSendError(target, f, err)
-	f.Release()
-}

@@ -6,7 +6,14 @@
 // shows the methods and their comments, which promoted methods of an
 // embedded type from another package would not.
 //
-// Run it through go generate in transport/tcp or transport/uds:
+// Package quic takes the forwarding methods and the options whose text is
+// the same: its Transport type, Shutdown, Closed, Stats and the other
+// options are its own (quic.go), since it holds more than the streamsock
+// transport, closes its sockets itself and documents its own lanes and
+// limits.
+//
+// Run it through go generate in transport/tcp, transport/uds or
+// transport/quic:
 //
 //	go run ../../internal/streamsock/genfront tcp
 //
@@ -30,12 +37,25 @@ const outFile = "transport_gen.go"
 type target struct {
 	Package string // package name, also the address key
 	Name    string // how the type comment names the socket kind
+	// OwnType: the package declares Transport, Shutdown, Closed, Stats and
+	// the options itself; only the forwarding methods are generated.
+	OwnType bool
+	// Start and Register end the doc comments of those methods.
+	Start, Register string
 }
+
+// Doc comment ends shared by the plain socket transports.
+const (
+	listenDoc   = "listens"
+	endpointDoc = "endpoint. Nothing is dialed until the first send."
+)
 
 // targets are the packages genfront writes for.
 var targets = map[string]target{
-	"tcp": {Package: "tcp", Name: "TCP"},
-	"uds": {Package: "uds", Name: "Unix domain socket"},
+	"tcp": {Package: "tcp", Name: "TCP", Start: listenDoc, Register: endpointDoc},
+	"uds": {Package: "uds", Name: "Unix domain socket", Start: listenDoc, Register: endpointDoc},
+	"quic": {Package: "quic", Name: "QUIC", OwnType: true, Start: "binds the server sockets",
+		Register: "entry (its endpoints, ports and fingerprint).\n// Nothing is dialed until the first send."},
 }
 
 //go:embed front.tmpl
@@ -58,7 +78,7 @@ func render(pkg string) ([]byte, error) {
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: genfront tcp|uds (writes "+outFile+" in the current directory)")
+		fmt.Fprintln(os.Stderr, "usage: genfront tcp|uds|quic (writes "+outFile+" in the current directory)")
 		os.Exit(2)
 	}
 	src, err := render(os.Args[1])

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/quic"
 	"github.com/velo-go/velo/transport/tcp"
 	"github.com/velo-go/velo/transport/uds"
 )
@@ -64,17 +65,20 @@ func TestTransportsKeepInterfaces(t *testing.T) {
 }
 
 // The exported method set is exactly ext.Transport's, RetainsOwners,
-// ConfirmConn and Stats, the same for both, plus TLSConfig for TCP alone
-// (tls.go, not generated): nothing of streamsock (Kill, say) leaks out,
-// and no method names a type from an internal package.
+// ConfirmConn and Stats, the same for all three, plus TLSConfig for TCP
+// and Fingerprint for QUIC (not generated): nothing of streamsock (Kill,
+// say) leaks out, and no method names a type from an internal package.
 func TestMethodSets(t *testing.T) {
 	common := []string{"RetainsOwners", "ConfirmConn", "Stats"}
 	iface := reflect.TypeFor[ext.Transport]()
 	for i := range iface.NumMethod() {
 		common = append(common, iface.Method(i).Name)
 	}
-	extra := map[reflect.Type][]string{reflect.TypeFor[*tcp.Transport](): {"TLSConfig"}}
-	for _, typ := range []reflect.Type{reflect.TypeFor[*tcp.Transport](), reflect.TypeFor[*uds.Transport]()} {
+	extra := map[reflect.Type][]string{
+		reflect.TypeFor[*tcp.Transport]():  {"TLSConfig"},
+		reflect.TypeFor[*quic.Transport](): {"Fingerprint"},
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[*tcp.Transport](), reflect.TypeFor[*uds.Transport](), reflect.TypeFor[*quic.Transport]()} {
 		want := append(slices.Clone(common), extra[typ]...)
 		slices.Sort(want)
 		var got []string

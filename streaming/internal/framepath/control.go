@@ -123,7 +123,7 @@ func (n *Node) onAnchorDetach(from ext.WorkerID, payload []byte) ([]byte, error)
 // does: a success when it found something to act on.
 func (n *Node) countControl(op metrics.StreamOp, start time.Time, found bool) {
 	if met := n.met; met != nil {
-		met.Operation(op, metrics.SchemeTCPStream, found, time.Since(start))
+		met.Operation(op, n.scheme, found, time.Since(start))
 	}
 }
 

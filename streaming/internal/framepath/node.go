@@ -72,8 +72,9 @@ type Node struct {
 	owner        ext.WorkerID
 	ln           ext.FrameListener
 	ft           ext.FrameTransport
-	key          string // ft's key
-	maxFrame     int    // ft's largest frame
+	key          string               // ft's key
+	scheme       metrics.StreamScheme // key's transport_scheme label
+	maxFrame     int                  // ft's largest frame
 	acceptWindow time.Duration
 	heartbeat    time.Duration
 	log          *slog.Logger
@@ -102,6 +103,7 @@ func New(cfg Config) *Node {
 	return &Node{
 		host: cfg.Host, owner: cfg.Owner, ln: cfg.Listener, ft: cfg.Transport,
 		key: string(cfg.Transport.Key()), maxFrame: cfg.Transport.MaxFrameSize(),
+		scheme:       cfg.Metrics.FrameScheme(string(cfg.Transport.Key())),
 		acceptWindow: cfg.AcceptWindow, heartbeat: cfg.Heartbeat, log: cfg.Log,
 		met: cfg.Metrics, nextID: cfg.NextID, hb: newHeartbeater(),
 		pending: make(map[ext.StreamRoute]*pendingBind),
@@ -113,6 +115,10 @@ func New(cfg Config) *Node {
 
 // Key is the path's transport key.
 func (n *Node) Key() string { return n.key }
+
+// Scheme is the transport_scheme label of the path's operations: its
+// transport's key.
+func (n *Node) Scheme() metrics.StreamScheme { return n.scheme }
 
 // MaxFrame is the largest frame the path's transport carries.
 func (n *Node) MaxFrame() int { return n.maxFrame }

@@ -82,7 +82,15 @@ func (s *Stream) Transport() string { return s.key }
 // OpsMetrics is where the producer's operations are counted (nil:
 // nowhere), under this path's scheme.
 func (s *Stream) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme) {
-	return s.n.met, metrics.SchemeOf(s.key)
+	return s.n.met, s.scheme()
+}
+
+// scheme is the path's, once the stream opened (its key is the path's).
+func (s *Stream) scheme() metrics.StreamScheme {
+	if s.key == "" {
+		return metrics.SchemeUnknown
+	}
+	return s.n.scheme
 }
 
 // Ready is nil: the per-stream attach waits for its answer.
@@ -119,7 +127,7 @@ func (s *Stream) Push(ctx context.Context, frame []byte) error {
 		if !waited {
 			waited = true
 			if met := s.n.met; met != nil {
-				met.ProducerBackpressure(metrics.SchemeOf(s.key))
+				met.ProducerBackpressure(s.scheme())
 			}
 		}
 		if s.spaceWait == nil {

@@ -2,13 +2,16 @@ package tcpframe
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/testcert"
+	"github.com/velo-go/velo/internal/testnet"
 	"github.com/velo-go/velo/transport/frametransporttest"
 	"github.com/velo-go/velo/transport/tcp"
 )
@@ -44,19 +47,49 @@ var malformed = [][]byte{
 	{0, 1, 0}, // a preamble cut short
 }
 
+// killable builds transports over sockets of their own, which Kill
+// resets: the transport's process died.
+type killable struct {
+	mu    sync.Mutex
+	socks map[ext.FrameTransport]*testnet.Sockets
+}
+
+func (k *killable) new(cfg *tls.Config) ext.FrameTransport {
+	s := new(testnet.Sockets)
+	ft := New(s, cfg)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.socks == nil {
+		k.socks = map[ext.FrameTransport]*testnet.Sockets{}
+	}
+	k.socks[ft] = s
+	return ft
+}
+
+func (k *killable) kill(ft ext.FrameTransport) {
+	k.mu.Lock()
+	s := k.socks[ft]
+	k.mu.Unlock()
+	s.Kill()
+}
+
 func TestConformanceTCP(t *testing.T) {
+	var k killable
 	frametransporttest.Run(t, frametransporttest.Factory{
-		New:       func(testing.TB) ext.FrameTransport { return New(nil, nil) },
+		New:       func(testing.TB) ext.FrameTransport { return k.new(nil) },
 		DialRaw:   rawDial,
 		Malformed: malformed,
+		Kill:      k.kill,
 	})
 }
 
 func TestConformanceTLS(t *testing.T) {
 	ca := testcert.NewCA("frames")
 	cfg := testcert.Mutual(ca, ca.Issue("node", "127.0.0.1"))
+	var k killable
 	frametransporttest.Run(t, frametransporttest.Factory{
-		New: func(testing.TB) ext.FrameTransport { return New(nil, cfg) },
+		New:  func(testing.TB) ext.FrameTransport { return k.new(cfg) },
+		Kill: k.kill,
 	})
 }
 

@@ -31,13 +31,14 @@ func newSender(conn net.Conn) *sender {
 // watch waits for the connection's end. Any return of Read is one: the
 // consumer closed it (or wrote, which it must not), or Close did. It
 // closes the connection then, so that a write blocked on a consumer that
-// is gone fails now.
+// is gone fails now, and before Closed says so: a Send that follows
+// Closed must fail, not land in the socket's buffer.
 func (s *sender) watch() {
 	defer close(s.watched)
 	var b [1]byte
 	s.conn.Read(b[:])
-	close(s.closed)
 	s.conn.Close()
+	close(s.closed)
 }
 
 // Send writes every frame of the batch in one write.
