@@ -276,6 +276,10 @@ var quietFamilies = map[string]string{
 	"velo_streaming_slot_credit_exhausted_total":      "a slot out of credit",
 	"velo_streaming_unclaimed_bind_reaped_total":      "a bind nobody claimed",
 	"velo_rendezvous_refusals_total":                  "a refused request",
+	// No RDMA backend in this build: these stay 0 (docs/metrics.md).
+	"velo_rendezvous_rdma_get_duration_seconds": "an RDMA GET",
+	"velo_rendezvous_rdma_leases_reaped_total":  "an RDMA lease past its deadline",
+	"velo_rdma_registrations_total":             "an RDMA memory registration",
 }
 
 // TestMetricsSnippetFillsEveryFamily: two nodes wired as the snippet of

@@ -76,6 +76,7 @@ type VeloMetrics struct {
 	rvActive  prometheus.Gauge
 	rvOnce    sync.Once
 	rv        *RendezvousMetrics
+	rdma      rdmaFamilies // see rdma.go
 }
 
 func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -225,6 +226,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			Name: "velo_rendezvous_active_slots",
 			Help: "Number of data slots currently staged in the rendezvous registry.",
 		}),
+		rdma: newRdmaFamilies(),
 	}
 	all := m.collectors()
 	for i, c := range all {
@@ -242,7 +244,7 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 
 // collectors are every family of m, in the order Register registers them.
 func (m *VeloMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		m.frames, m.frameBytes, m.framesWritten, m.egressWait, m.writeDuration,
 		m.rejections, m.sendBackpress, m.registeredPeer, m.activeConns,
 		m.connsDropped, m.acceptErrors,
@@ -255,7 +257,7 @@ func (m *VeloMetrics) collectors() []prometheus.Collector {
 		m.streamCreated, m.streamUnattached, m.streamActive,
 		m.muxPerBatch, m.muxCollector,
 		m.rvOps, m.rvDur, m.rvBytes, m.rvRefused, m.rvActive,
-	}
+	}, m.rdma.collectors()...)
 }
 
 // HandlerMetrics holds the messenger series that carry only the handler

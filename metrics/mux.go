@@ -58,6 +58,42 @@ const (
 
 var muxDropReasonNames = [NumMuxDropReasons]string{"stale_epoch", "generation", "unknown_slot", "closed_slot", "lane_mismatch", "slot_collision", "over_credit", "epoch_jump", "unroutable"}
 
+// MuxWakeSource indexes batcher_wakes_total: what woke a batcher's
+// goroutine. A wake that several signals coalesced into counts once, for
+// the first of them in this order.
+type MuxWakeSource uint8
+
+// The wake sources, in the order a coalesced wake is attributed.
+const (
+	// WakeOpen: a producer's open (an OpenSlot to write, or an open the
+	// owner admitted).
+	WakeOpen MuxWakeSource = iota
+	// WakeControl: coalesced control owed to the peer (credit grants taken
+	// from it, closes, stops, cancels, refusals, lane jobs). A pass that
+	// found the lane's writes held by another writer runs again on a wake
+	// of its own, counted as the source of the pass it repeats.
+	WakeControl
+	// WakeFrame: a record queued on a slot (data, a heartbeat), or a
+	// FlushBatch.
+	WakeFrame
+	// WakeDeparted: a producer that left (its Finalize, Detach or Close
+	// queued the slot's terminal record).
+	WakeDeparted
+	// WakeLinger: a timer (reply_linger, the FlushLinger window, or the
+	// retry delay after a refused batch).
+	WakeLinger
+	NumMuxWakeSources
+)
+
+var muxWakeSourceNames = [NumMuxWakeSources]string{"open", "control", "frame", "departed", "linger"}
+
+func (w MuxWakeSource) String() string {
+	if w < NumMuxWakeSources {
+		return muxWakeSourceNames[w]
+	}
+	return "unknown"
+}
+
 // MuxSnapshot is what one mux reports at a scrape: monotonic counts since
 // it started, and its gauges now.
 type MuxSnapshot struct {
@@ -76,6 +112,7 @@ type MuxSnapshot struct {
 	SlotCreditExhausted          uint64
 	UnclaimedBindReaped          uint64
 	RepliesDiscarded             uint64
+	BatcherWakes                 [NumMuxWakeSources]uint64
 
 	LiveSlots       int64
 	WithheldRecords int64
@@ -92,6 +129,9 @@ func (s *MuxSnapshot) add(o MuxSnapshot) {
 	}
 	for i := range s.RecordsDropped {
 		s.RecordsDropped[i] += o.RecordsDropped[i]
+	}
+	for i := range s.BatcherWakes {
+		s.BatcherWakes[i] += o.BatcherWakes[i]
 	}
 	s.ReaderStall += o.ReaderStall
 	s.GenerationMismatch += o.GenerationMismatch
@@ -128,7 +168,7 @@ type muxDescs struct {
 	batches, recordsSent, recordsDropped, readerStall, genMismatch *prometheus.Desc
 	controlRefused, epochDeaths, creditLost, creditReposted        *prometheus.Desc
 	seqGaps, drainVisits, holdOverflow, singletons                 *prometheus.Desc
-	creditExhausted, unclaimedReaped, repliesDiscarded             *prometheus.Desc
+	creditExhausted, unclaimedReaped, repliesDiscarded, wakes      *prometheus.Desc
 	live, withheld, staged, held                                   *prometheus.Desc
 }
 
@@ -155,6 +195,7 @@ func newMuxCollector() *muxCollector {
 			creditExhausted:  d("velo_streaming_slot_credit_exhausted_total", "Times a mux slot ran out of data credit with records waiting."),
 			unclaimedReaped:  d("velo_streaming_unclaimed_bind_reaped_total", "Mux binds reaped because no sender claimed them within the accept window."),
 			repliesDiscarded: d("velo_streaming_mux_replies_discarded_total", "Replies (credit, closes, stops) owed to a peer that could not be reached, dropped instead of retried."),
+			wakes:            d("velo_streaming_mux_batcher_wakes_total", "Wakes of the per-peer batcher goroutines, by what woke them (open, control, frame, departed, linger).", "source"),
 			live:             d("velo_streaming_mux_live_slots", "Slots the mux holds state for, both sides. Returns to zero at teardown."),
 			withheld:         d("velo_streaming_mux_withheld_records", "Records queued on egress slots that may not be sent yet (no credit)."),
 			staged:           d("velo_streaming_mux_staged_records", "Records packed into batches that are open and not yet written."),
@@ -201,7 +242,7 @@ func (c *muxCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.descs
 	for _, x := range []*prometheus.Desc{d.batches, d.recordsSent, d.recordsDropped, d.readerStall, d.genMismatch,
 		d.controlRefused, d.epochDeaths, d.creditLost, d.creditReposted, d.seqGaps, d.drainVisits, d.holdOverflow,
-		d.singletons, d.creditExhausted, d.unclaimedReaped, d.repliesDiscarded, d.live, d.withheld, d.staged, d.held} {
+		d.singletons, d.creditExhausted, d.unclaimedReaped, d.repliesDiscarded, d.wakes, d.live, d.withheld, d.staged, d.held} {
 		ch <- x
 	}
 }
@@ -222,6 +263,9 @@ func (c *muxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, n := range s.RecordsDropped {
 		counter(d.recordsDropped, n, muxDropReasonNames[i])
+	}
+	for i, n := range s.BatcherWakes {
+		counter(d.wakes, n, muxWakeSourceNames[i])
 	}
 	counter(d.readerStall, s.ReaderStall)
 	counter(d.genMismatch, s.GenerationMismatch)

@@ -45,8 +45,10 @@ func TestMuxSeriesSumAndRetire(t *testing.T) {
 	mm := vm.Mux()
 	a := MuxSnapshot{BatchesSent: 3, LiveSlots: 2, SlotCreditExhausted: 1}
 	a.RecordsSent[MuxData] = 30
+	a.BatcherWakes[WakeOpen], a.BatcherWakes[WakeLinger] = 2, 9
 	b := MuxSnapshot{BatchesSent: 4, BatchesReceived: 5, LiveSlots: 1}
 	b.RecordsDropped[DropGeneration] = 2
+	b.BatcherWakes[WakeOpen] = 1
 	stopA := mm.Report(func() MuxSnapshot { return a })
 	mm.Report(func() MuxSnapshot { return b })
 	mm.BatchSent(30)
@@ -62,6 +64,11 @@ func TestMuxSeriesSumAndRetire(t *testing.T) {
 	if got := gathered(t, reg, "velo_streaming_mux_records_dropped_total", "generation"); got != 2 {
 		t.Fatalf("dropped = %v, want 2", got)
 	}
+	for src, want := range map[string]float64{"open": 3, "control": 0, "frame": 0, "departed": 0, "linger": 9} {
+		if got := gathered(t, reg, "velo_streaming_mux_batcher_wakes_total", src); got != want {
+			t.Fatalf("wakes{source=%q} = %v, want %v", src, got, want)
+		}
+	}
 	stopA()
 	stopA() // idempotent
 	if got := gathered(t, reg, "velo_streaming_mux_batches_total", "sent"); got != 7 {
@@ -69,6 +76,9 @@ func TestMuxSeriesSumAndRetire(t *testing.T) {
 	}
 	if got := gathered(t, reg, "velo_streaming_mux_live_slots", ""); got != 1 {
 		t.Fatalf("live slots after a mux stopped = %v, want 1", got)
+	}
+	if got := gathered(t, reg, "velo_streaming_mux_batcher_wakes_total", "linger"); got != 9 {
+		t.Fatalf("linger wakes after a mux stopped = %v, want 9 (counters never go down)", got)
 	}
 	if got := gathered(t, reg, "velo_streaming_slot_credit_exhausted_total", ""); got != 1 {
 		t.Fatalf("credit exhausted = %v, want 1", got)

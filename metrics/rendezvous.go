@@ -72,6 +72,7 @@ type RendezvousMetrics struct {
 	active   prometheus.Gauge
 	// refused is bound on each refusal: refusals are off the data path.
 	refused *prometheus.CounterVec
+	chunked [NumRdmaPathReasons]prometheus.Counter // rdma_path_total{path="chunked"}
 }
 
 // Rendezvous returns the handle of the Rendezvous family (the same one on
@@ -84,6 +85,7 @@ func (m *VeloMetrics) Rendezvous() *RendezvousMetrics {
 		m.rv = &RendezvousMetrics{
 			opsVec: m.rvOps, durVec: m.rvDur, bytesVec: m.rvBytes,
 			active: m.rvActive, refused: m.rvRefused,
+			chunked: m.rdma.chunked,
 		}
 	})
 	return m.rv
@@ -128,5 +130,15 @@ func (r *RendezvousMetrics) Refused(op RvOp, why RvRefusal) {
 func (r *RendezvousMetrics) ActiveSlots(n int) {
 	if r != nil {
 		r.active.Set(float64(n))
+	}
+}
+
+// ChunkedPath counts one decision for the chunked path, for why: the
+// owner's as it answers an acquire (RdmaNoOffer), the consumer's as it
+// sends one (RdmaNotConfigured). Both series are bound when the handle is
+// built, so this is one atomic add.
+func (r *RendezvousMetrics) ChunkedPath(why RdmaPathReason) {
+	if r != nil && why < NumRdmaPathReasons {
+		r.chunked[why].Inc()
 	}
 }

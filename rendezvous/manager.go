@@ -265,6 +265,9 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Check 1 of the owner's RDMA decision: the acquire body carries no
+	// offer here, so the answer is chunked.
+	r.met.ChunkedPath(metrics.RdmaNoOffer)
 	return json.Marshal(acquireAnswer{Ready: &rd})
 }
 
@@ -465,6 +468,7 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		opts = append(opts, messenger.WithHeaders(map[string]string{LeaseHeader: strconv.FormatInt(int64(ms), 10)}))
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
+	r.met.ChunkedPath(metrics.RdmaNotConfigured) // no RDMA registry: no offer to build
 	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, append(opts, opGet)...)
 	if err != nil {
 		return nil, 0, fromRemote(err)

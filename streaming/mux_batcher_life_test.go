@@ -52,7 +52,7 @@ func TestMuxSupersededBatcherWritesNothing(t *testing.T) {
 	old.TestOnSleep = func() { slept = true }
 	old.Closes[id] = muxwire.UnknownSlot // owed from before it was taken out
 	old.Mu.Unlock()
-	old.Signal()
+	old.Signal(metrics.WakeFrame)
 	testwait.Until(t, "the old batcher's pass", func() bool {
 		old.Mu.Lock()
 		defer old.Mu.Unlock()

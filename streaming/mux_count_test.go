@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/testwait"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/mux"
 )
 
@@ -141,7 +142,7 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 	b.TestOnWake = func() {
 		if !woke {
 			woke = true
-			b.Signal()
+			b.Signal(metrics.WakeFrame)
 		}
 	}
 	b.TestOnSleep = func() {
@@ -150,7 +151,7 @@ func TestMuxBatcherOneWakePerBurst(t *testing.T) {
 		}
 	}
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeFrame)
 	testwait.Until(t, "the batcher to sleep again", func() bool {
 		b.Mu.Lock()
 		defer b.Mu.Unlock()

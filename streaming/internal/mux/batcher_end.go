@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -167,7 +168,7 @@ func (b *Batcher) Stop() {
 	}
 	b.Mu.Unlock()
 	b.EpochDeath()
-	b.Signal()
+	b.Signal(metrics.WakeControl) // the goroutine sees it stopped and ends: not counted
 	<-b.Done
 	b.lastWrites() // work queued as the goroutine ended
 }

@@ -3,11 +3,13 @@ package mux
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/retire"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
@@ -91,8 +93,14 @@ type Batcher struct {
 	freeArenas [][]byte
 	freeQueues [][][]byte
 
-	Wake chan struct{} // cap 1
-	Done chan struct{} // closed when the goroutine returns
+	Wake   chan struct{} // cap 1
+	wakeBy atomic.Uint32 // a bit per source signalled since the last wake (wake.go)
+	// rerunSrc is the source of the pass that found the lane taken
+	// (rerun): the wake that runs it again counts as that source. Guarded
+	// by mu.
+	rerunSrc metrics.MuxWakeSource
+	lastWake metrics.MuxWakeSource // the source of the running pass; the goroutine's own
+	Done     chan struct{}         // closed when the goroutine returns
 }
 
 // OutSlot is one stream of this node on the batcher: the sender's side of
@@ -212,7 +220,7 @@ func (b *Batcher) open(anchorID, session uint64, credit uint32, queued bool) (*O
 	b.Opens = append(b.Opens, s)
 	if queued {
 		b.Mu.Unlock()
-		b.Signal() // the batcher writes queued OpenSlots before any data
+		b.Signal(metrics.WakeOpen) // the batcher writes queued OpenSlots before any data
 		return s, nil
 	}
 	own := b.OwnLocked()
@@ -226,7 +234,7 @@ func (b *Batcher) open(anchorID, session uint64, credit uint32, queued bool) (*O
 		b.Release()
 		err = b.AwaitOpen(s) // posted by now: no wait
 	} else {
-		b.Signal()
+		b.Signal(metrics.WakeOpen)
 		err = b.AwaitOpen(s)
 		b.Mu.Lock()
 		b.OpenWaiters--

@@ -17,9 +17,11 @@ import (
 func (b *Batcher) run() {
 	defer close(b.Done)
 	for {
+		timer := false
 		select {
 		case <-b.Wake:
 		case <-b.lingerT.C:
+			timer = true
 			b.Mu.Lock()
 			b.lingered = b.lingerOn
 			b.Mu.Unlock()
@@ -46,7 +48,7 @@ func (b *Batcher) run() {
 		default:
 		}
 		b.Mu.Unlock()
-		b.Mx.N.BatcherWakes.Add(1)
+		b.countWake(timer)
 		b.flush()
 		b.lingerStaged()
 	}
@@ -73,7 +75,7 @@ func (b *Batcher) lingerStaged() {
 func (b *Batcher) flush() {
 	b.Mu.Lock()
 	if !b.OwnLocked() {
-		b.rerun = true
+		b.rerun, b.rerunSrc = true, b.lastWake
 		b.Mu.Unlock()
 		return
 	}

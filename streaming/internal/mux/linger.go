@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/metrics"
 )
 
 // The FlushLinger policy. A window opens when a record is staged and none
@@ -63,7 +64,7 @@ func (b *Batcher) windowEnd() {
 	b.Mu.Lock()
 	b.WindowArmed, b.windowDue = false, true
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeLinger)
 }
 
 // dataWrittenLocked closes the window after a batch that carried data,

@@ -36,10 +36,11 @@ type muxCounters struct {
 	UnclaimedReaped            atomic.Uint64
 	DrainVisits                atomic.Uint64
 	BatchSeqGaps               atomic.Uint64
-	BatcherWakes               atomic.Uint64 // wakes of the batcher goroutines
-	HoldOverflow               atomic.Uint64 // slots ended because their hold overflowed
-	RepliesDiscarded           atomic.Uint64 // replies owed to a peer that could not be reached, dropped
-	Singletons                 atomic.Uint64 // records sent alone as a staged batch
+	BatcherWakes               atomic.Uint64                            // wakes of the batcher goroutines
+	WakesBy                    [metrics.NumMuxWakeSources]atomic.Uint64 // the same wakes, by source (wake.go)
+	HoldOverflow               atomic.Uint64                            // slots ended because their hold overflowed
+	RepliesDiscarded           atomic.Uint64                            // replies owed to a peer that could not be reached, dropped
+	Singletons                 atomic.Uint64                            // records sent alone as a staged batch
 }
 
 // Mux is the messenger mux of one Manager.

@@ -8,6 +8,7 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -102,7 +103,7 @@ func (b *Batcher) ResolvePending(s *OutSlot, session uint64, credit uint32) {
 	b.Opens = append(b.Opens, s)
 	s.readyLocked()
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeOpen)
 }
 
 // openGone writes, for a pipelined attach whose stream ended before the

@@ -5,6 +5,7 @@ package mux
 
 import (
 	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/metrics"
 )
 
 // Grant adds credit the consumer returned and lists the slot again. The
@@ -25,7 +26,7 @@ func (b *Batcher) Grant(id muxwire.SlotID, delta uint32) {
 	wake := s.readyLocked()
 	b.Mu.Unlock()
 	if wake {
-		b.Signal()
+		b.Signal(metrics.WakeControl) // credit the peer granted
 	}
 }
 
@@ -39,14 +40,6 @@ func (b *Batcher) slotLocked(id muxwire.SlotID) *OutSlot {
 		return s
 	}
 	return nil
-}
-
-// Signal wakes the batcher's goroutine; a wake already pending is enough.
-func (b *Batcher) Signal() {
-	select {
-	case b.Wake <- struct{}{}:
-	default:
-	}
 }
 
 // autoFlush is true under the default policy: write at the end of every
@@ -70,7 +63,7 @@ func (b *Batcher) Kick() {
 		}
 	}
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeFrame) // FlushBatch releases queued records
 }
 
 // Reply queues a CreditUpdate for a slot the peer owns on this node's
@@ -126,7 +119,7 @@ func (b *Batcher) rejectOpen(id muxwire.SlotID, reason muxwire.CloseReason) {
 	}
 	b.Closes[id] = reason
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeControl)
 }
 
 // ReplyClose queues a CloseSlot for a slot the peer owns; it supersedes
@@ -140,7 +133,7 @@ func (b *Batcher) ReplyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
 	delete(b.Credit, id)
 	b.Closes[id] = reason
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeControl)
 }
 
 // lifecycleSignal is a stop or cancel a consumer sends its producer.
@@ -161,5 +154,5 @@ func (b *Batcher) replyLifecycle(id muxwire.SlotID, session uint64, action muxwi
 		b.signals[id] = lifecycleSignal{session, action}
 	}
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeControl)
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/streaming/internal/retire"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
@@ -61,7 +62,7 @@ func (s *OutSlot) pushFrame(ctx context.Context, frame, payload []byte, n int) e
 			}
 			b.Mu.Unlock()
 			if wake {
-				b.Signal()
+				b.Signal(metrics.WakeFrame)
 			}
 			return nil
 		}
@@ -228,7 +229,7 @@ func (s *OutSlot) terminate(frame []byte, wait bool) error {
 	urgent := !b.Awake && !wake && s.InReady // listed but the policy waits: a terminal makes its batch urgent
 	b.Mu.Unlock()
 	if wake || urgent {
-		b.Signal()
+		b.Signal(metrics.WakeDeparted) // the terminal record of a producer that left
 	}
 	return nil
 }

@@ -85,6 +85,9 @@ func (mx *Mux) Snapshot() metrics.MuxSnapshot {
 	for i := range s.RecordsDropped {
 		s.RecordsDropped[i] = n.Dropped[i].Load()
 	}
+	for i := range s.BatcherWakes {
+		s.BatcherWakes[i] = n.WakesBy[i].Load()
+	}
 	out, in := mx.LiveSlots()
 	s.LiveSlots = int64(out + in)
 	s.WithheldRecords = int64(mx.QueuedRecords())

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/metrics"
 
 	"github.com/velo-go/velo/internal/muxwire"
 )
@@ -248,6 +249,6 @@ func (b *Batcher) beat() {
 	}
 	b.Mu.Unlock()
 	if wake {
-		b.Signal()
+		b.Signal(metrics.WakeFrame) // a heartbeat record was queued
 	}
 }

@@ -17,7 +17,10 @@ package mux
 // batcher stopped), work comes late and rarely, and whoever queues it
 // writes it if the lane is free.
 
-import "github.com/velo-go/velo/internal/muxwire"
+import (
+	"github.com/velo-go/velo/internal/muxwire"
+	"github.com/velo-go/velo/metrics"
+)
 
 // laneJobKind names the control work a LaneJob carries.
 type laneJobKind uint8
@@ -110,7 +113,7 @@ func (b *Batcher) writeQueued(w jobWriter) {
 	case CallerWrites:
 		b.Release()
 	case WakeWrites:
-		b.Signal()
+		b.Signal(metrics.WakeControl) // a lane job (jobs are control: opens gone, early refusals)
 	}
 }
 
@@ -140,11 +143,11 @@ func (b *Batcher) Release() {
 		break
 	}
 	b.writing = false
-	rerun := b.rerun
+	rerun, src := b.rerun, b.rerunSrc
 	b.rerun = false
 	b.Mu.Unlock()
 	if rerun {
-		b.Signal()
+		b.Signal(src)
 	}
 }
 

@@ -2,10 +2,12 @@ package mux
 
 import (
 	"errors"
-	wire "github.com/velo-go/velo/internal/streamwire"
 	"sync"
 	"testing"
 	"time"
+
+	wire "github.com/velo-go/velo/internal/streamwire"
+	"github.com/velo-go/velo/metrics"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/muxwire"
@@ -110,7 +112,7 @@ func TestMuxControlWorkGoesToTheLaneWriter(t *testing.T) {
 		t.Errorf("a reader's job on a live batcher: %v, want the goroutine's", w)
 	}
 	b.Mu.Unlock()
-	b.Signal()
+	b.Signal(metrics.WakeFrame)
 	testwait.Until(t, "the goroutine to write it", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
