@@ -95,7 +95,13 @@ type state struct {
 	stop    chan struct{}
 	done    chan struct{}
 	recover bool // the loop should register again with the credential
+	// rejoin: the loop should register again without a credential (an
+	// HTTP heartbeat learned that the hub no longer holds the
+	// registration), unless left.
+	rejoin bool
+	left   bool // Unregister ran since the last Register: stay out
 	httpHB  bool // the loop sends HTTP heartbeats (RegisterPeer)
+	silence silence
 }
 
 // New builds a client of the hub at cfg.URL. It sends nothing until
