@@ -98,8 +98,8 @@ type state struct {
 	// rejoin: the loop should register again without a credential (an
 	// HTTP heartbeat learned that the hub no longer holds the
 	// registration), unless left.
-	rejoin bool
-	left   bool // Unregister ran since the last Register: stay out
+	rejoin  bool
+	left    bool // Unregister ran since the last Register: stay out
 	httpHB  bool // the loop sends HTTP heartbeats (RegisterPeer)
 	silence silence
 }
