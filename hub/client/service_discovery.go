@@ -94,7 +94,7 @@ func (h *HubServices) ListService(ctx context.Context, service string) ([]ext.In
 	}
 	var out protocol.ServiceInstances
 	if err := h.s.do(ctx, public, "list service", "GET", protocol.ServicePath(service), "", nil, &out); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	return out.Instances, nil
 }
@@ -124,13 +124,23 @@ func (h *HubServices) WatchService(ctx context.Context, service string) (<-chan 
 	req.Header.Set("Accept", protocol.WatchContentType)
 	resp, err := h.s.stream.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("hub client: watch %s: %w", service, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("hub client: watch %s: %w", service, err)
+		}
+		// Refused, or broken before the hub answered: either way it
+		// said nothing about the service.
+		return nil, fmt.Errorf("hub client: watch %s: %w: %w", service, ext.ErrDiscoveryUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		var b [4096]byte
 		n, _ := resp.Body.Read(b[:])
-		return nil, fmt.Errorf("hub client: watch %s: %w", service, protocol.ParseError(resp.StatusCode, b[:n]))
+		e := protocol.ParseError(resp.StatusCode, b[:n])
+		if e.Code == "" {
+			// A proxy's page: the hub did not answer.
+			return nil, fmt.Errorf("hub client: watch %s: %w: %w", service, ext.ErrDiscoveryUnavailable, e)
+		}
+		return nil, unavailable(fmt.Errorf("hub client: watch %s: %w", service, e))
 	}
 	ch := make(chan ext.ServiceEvent, 16)
 	go follow(ctx, resp, ch)
