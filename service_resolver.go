@@ -226,6 +226,7 @@ func (s *services) apply(service string, ch <-chan ext.ServiceEvent) {
 		s.mu.Unlock()
 	}
 }
+
 // register adds id to service and keeps the guard for close.
 func (s *services) register(ctx context.Context, service string, id ext.InstanceID) error {
 	var reg ext.Registration
