@@ -266,9 +266,14 @@ func (s *state) dropLocked(why string) {
 // credential: unauthorized and register_again drop the registration,
 // recovered starts a recovery.
 func (s *state) settle(err error, notFoundDrops bool) {
-	c := code(err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleLocked(err, notFoundDrops)
+}
+
+// settleLocked is settle with s.mu held.
+func (s *state) settleLocked(err error, notFoundDrops bool) {
+	c := code(err)
 	switch {
 	case c == protocol.CodeUnauthorized || c == protocol.CodeRegisterAgain:
 		s.dropLocked(string(c))

@@ -88,19 +88,22 @@ func (s *state) heartbeatHTTP(ctx context.Context) error {
 	var resp protocol.HeartbeatResponse
 	err = s.do(ctx, control, "heartbeat", "POST", protocol.HeartbeatPath(id), cred, nil, &resp)
 	if err != nil {
-		s.settle(err, true)
-		if c := code(err); c == protocol.CodeNotFound || c == protocol.CodeUnauthorized || c == protocol.CodeRegisterAgain {
-			s.mu.Lock()
-			if s.reg == nil && !s.closed && !s.left {
-				s.rejoin = true
-				s.kickLocked()
-			}
-			s.mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		// A registration that replaced the one this heartbeat presented
+		// is not what the answer is about.
+		if s.reg == nil || s.reg.cred != cred {
+			return err
+		}
+		s.settleLocked(err, true)
+		if s.reg == nil && !s.closed && !s.left {
+			s.rejoin = true
+			s.kickLocked()
 		}
 		return err
 	}
 	s.mu.Lock()
-	if s.reg != nil && !resp.HubID.IsZero() && resp.HubID != s.reg.hubID {
+	if s.reg != nil && s.reg.cred == cred && !resp.HubID.IsZero() && resp.HubID != s.reg.hubID {
 		s.recovered, s.recover = true, true
 		s.kickLocked()
 	}
