@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
@@ -147,10 +148,19 @@ func (h *HubServices) WatchService(ctx context.Context, service string) (<-chan 
 	return ch, nil
 }
 
-// follow turns the SSE stream into events until it ends.
+// watchIdle is how long a watch stream may stay silent before the client
+// takes it for broken: the hub sends a keep-alive every
+// protocol.WatchKeepAlive, so three missed ones mean a hub (or a path to
+// it) that is gone without closing the connection. A var for tests.
+var watchIdle = 3 * protocol.WatchKeepAlive
+
+// follow turns the SSE stream into events until it ends, or until it
+// stays silent for watchIdle.
 func follow(ctx context.Context, resp *http.Response, ch chan<- ext.ServiceEvent) {
 	defer close(ch)
 	defer resp.Body.Close()
+	idle := time.AfterFunc(watchIdle, func() { resp.Body.Close() })
+	defer idle.Stop()
 	send := func(ev ext.ServiceEvent) bool {
 		select {
 		case ch <- ev:
@@ -162,6 +172,7 @@ func follow(ctx context.Context, resp *http.Response, ch chan<- ext.ServiceEvent
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
+		idle.Reset(watchIdle)
 		line := sc.Text()
 		if !strings.HasPrefix(line, "data:") {
 			continue // event names repeat the data's type; comments are keep-alives
