@@ -64,6 +64,14 @@ type serviceConfig struct {
 // RegisterService publishes this node. Callers reach the instances it
 // lists through the node's peer discovery (WithDiscovery), so both
 // sides need one that shares a backend.
+//
+// While d is unavailable (its error matches ext.ErrDiscoveryUnavailable)
+// the node goes on calling a service it already knows on the last
+// instances d gave, stale but usable and with no age limit, and asks d
+// again with a backoff (100 ms doubling to 5 s; a broken watch is opened
+// again). An instance that died meanwhile is skipped once a call to it
+// fails on its connection; one that joined is seen only when d answers
+// again. A service never learned fails with d's error.
 func WithServiceDiscovery(d ext.ServiceDiscovery) Option {
 	return Option{svc: func(c *serviceConfig) { c.disc = d }}
 }

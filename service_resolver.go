@@ -24,6 +24,9 @@ type services struct {
 	// has passed since its failure (tests replace both).
 	probe      func(ctx context.Context, id ext.InstanceID) error
 	retryAfter time.Duration
+	// backoffMin and backoffMax bound the wait between two tries of a
+	// backend that is unavailable (tests shorten them).
+	backoffMin, backoffMax time.Duration
 
 	ctx    context.Context // ends the watches and probes at Shutdown
 	cancel context.CancelFunc
@@ -39,8 +42,16 @@ type services struct {
 type serviceSet struct {
 	ids      []ext.InstanceID // sorted, so that turns are stable
 	listedAt time.Time        // zero while a watch keeps ids
+	// watching: a watch keeps ids, or its goroutine is re-watching after
+	// the stream broke (ids are then the last known).
 	watching bool
-	turn     uint64
+	// stale: the backend was unavailable at the last try, and ids are
+	// what it said before. retryAt is when a listed set may ask it again,
+	// backoff the wait that led there.
+	stale   bool
+	retryAt time.Time
+	backoff time.Duration
+	turn    uint64
 }
 
 // instance is this node's view of one instance of some service.
@@ -54,6 +65,7 @@ func newServices(c serviceConfig, m *messenger.Messenger) *services {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &services{
 		disc: c.disc, picker: c.picker, retryAfter: ServiceRetryAfter, ctx: ctx, cancel: cancel,
+		backoffMin: serviceBackoffMin, backoffMax: serviceBackoffMax,
 		sets: map[string]*serviceSet{}, insts: map[ext.InstanceID]*instance{},
 	}
 	if m != nil {
@@ -66,11 +78,13 @@ func newServices(c serviceConfig, m *messenger.Messenger) *services {
 }
 
 // ids returns the current instances of service, refreshing them first
-// when nothing keeps them current.
+// when nothing keeps them current. When the backend is unavailable
+// (ext.ErrDiscoveryUnavailable) and the node has learned the instances
+// before, it answers those, and asks the backend again after a backoff.
 func (s *services) ids(ctx context.Context, service string) ([]ext.InstanceID, error) {
 	s.mu.Lock()
 	set := s.sets[service]
-	if set != nil && (set.watching || time.Since(set.listedAt) < ServiceCacheTTL) {
+	if set != nil && (set.watching || time.Since(set.listedAt) < ServiceCacheTTL || time.Now().Before(set.retryAt)) {
 		ids := set.ids
 		s.mu.Unlock()
 		return ids, nil
@@ -83,11 +97,15 @@ func (s *services) ids(ctx context.Context, service string) ([]ext.InstanceID, e
 	}
 	ids, err := s.disc.ListService(ctx, service)
 	if err != nil {
+		if ids, ok := s.keepStale(service, err); ok {
+			return ids, nil
+		}
 		return nil, fmt.Errorf("velo: service %q: list instances: %w", service, err)
 	}
 	s.mu.Lock()
 	set = s.setLocked(service, ids)
 	set.listedAt = time.Now()
+	set.fresh()
 	ids = set.ids
 	s.mu.Unlock()
 	return ids, nil
@@ -147,10 +165,11 @@ func (s *services) watch(ctx context.Context, w ext.ServiceWatcher, service stri
 	}
 	set = s.setLocked(service, first.IDs)
 	set.watching = true
+	set.fresh()
 	ids := set.ids
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.follow(service, ch, stop)
+	go s.follow(service, w, ch, stop)
 	return ids, true
 }
 
@@ -164,11 +183,30 @@ func (s *services) drain(ch <-chan ext.ServiceEvent) {
 	}()
 }
 
-// follow applies a watch's changes until it ends; then the set goes back
-// to being listed, and the next call starts a new watch.
-func (s *services) follow(service string, ch <-chan ext.ServiceEvent, stop context.CancelFunc) {
+// follow applies a watch's changes until it ends, then watches again
+// (see rewatch) and goes on; the set keeps its instances meanwhile. When
+// the backend refuses to watch for another reason than being
+// unavailable, the set goes back to being listed, and the next call
+// lists (and reports what the backend says).
+func (s *services) follow(service string, w ext.ServiceWatcher, ch <-chan ext.ServiceEvent, stop context.CancelFunc) {
 	defer s.wg.Done()
-	defer stop()
+	for {
+		s.apply(service, ch)
+		stop()
+		var ok bool
+		if ch, stop, ok = s.rewatch(service, w); !ok {
+			break
+		}
+	}
+	s.mu.Lock()
+	set := s.sets[service]
+	set.watching = false
+	set.listedAt = time.Time{}
+	s.mu.Unlock()
+}
+
+// apply applies the events of one watch stream until it ends.
+func (s *services) apply(service string, ch <-chan ext.ServiceEvent) {
 	for ev := range ch {
 		s.mu.Lock()
 		ids := slices.Clone(s.sets[service].ids)
@@ -187,11 +225,6 @@ func (s *services) follow(service string, ch <-chan ext.ServiceEvent, stop conte
 		s.setLocked(service, ids)
 		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	set := s.sets[service]
-	set.watching = false
-	set.listedAt = time.Time{}
-	s.mu.Unlock()
 }
 
 // register adds id to service and keeps the guard for close.

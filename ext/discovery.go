@@ -9,6 +9,14 @@ import (
 // for. Backends wrap it so that callers can test with errors.Is.
 var ErrPeerNotFound = errors.New("velo: peer not found through discovery")
 
+// ErrDiscoveryUnavailable: a discovery backend could not reach its source
+// of truth (no connection, no answer, or the source said it cannot serve
+// now), so it knows nothing new; it says nothing about the peers or
+// services asked for. Backends wrap it so that callers can test with
+// errors.Is: velo's service resolver then keeps using the members it last
+// learned instead of failing the call.
+var ErrDiscoveryUnavailable = errors.New("velo: discovery backend unavailable")
+
 // Registration is what a guarded registration returns. Unregister removes
 // the entry; it is safe to call more than once.
 type Registration interface {

@@ -157,6 +157,15 @@ func addrOf(l net.Listener) net.Addr {
 	return l.Addr()
 }
 
+// probeIntervalMS is the interval of the hub's probes, which a
+// registration's answer tells the registrant; 0 without velo (no probes).
+func (h *Hub) probeIntervalMS() int64 {
+	if h.node == nil {
+		return 0
+	}
+	return h.cfg.heartbeatInterval().Milliseconds()
+}
+
 // hubPeer is the hub's own velo peer, nil without velo.
 func (h *Hub) hubPeer() *ext.PeerInfo {
 	if h.node == nil {

@@ -209,7 +209,7 @@ func (h *Hub) transact(req protocol.RegisterRequest, cred protocol.Credential) (
 	}
 	h.chg.notify()
 	return protocol.RegisterResponse{Credential: minted, Epoch: rec.Epoch, HubID: h.id,
-		HubPeer: h.hubPeer(), Recovered: b.recovered}, nil
+		HubPeer: h.hubPeer(), Recovered: b.recovered, HeartbeatIntervalMS: h.probeIntervalMS()}, nil
 }
 
 // registrations builds what each extension is told, in start order, each

@@ -6,7 +6,8 @@
 // Each line is "ok <answer>" or "error <kind>: <error>", the kind found
 // with errors.Is: no-instance (velo.ErrNoInstance: no live member),
 // unreachable (velo.ErrPeerUnreachable: the member picked went away),
-// hub-unreachable (client.ErrHubUnreachable: the hub is down), timeout
+// hub-unreachable (client.ErrHubUnreachable: the hub is down and the
+// caller never learned the members; once it has, it keeps them), timeout
 // (the call's deadline), other.
 package main
 

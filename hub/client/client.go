@@ -95,7 +95,13 @@ type state struct {
 	stop    chan struct{}
 	done    chan struct{}
 	recover bool // the loop should register again with the credential
+	// rejoin: the loop should register again without a credential (an
+	// HTTP heartbeat learned that the hub no longer holds the
+	// registration), unless left.
+	rejoin  bool
+	left    bool // Unregister ran since the last Register: stay out
 	httpHB  bool // the loop sends HTTP heartbeats (RegisterPeer)
+	silence silence
 }
 
 // New builds a client of the hub at cfg.URL. It sends nothing until
@@ -260,9 +266,14 @@ func (s *state) dropLocked(why string) {
 // credential: unauthorized and register_again drop the registration,
 // recovered starts a recovery.
 func (s *state) settle(err error, notFoundDrops bool) {
-	c := code(err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.settleLocked(err, notFoundDrops)
+}
+
+// settleLocked is settle with s.mu held.
+func (s *state) settleLocked(err error, notFoundDrops bool) {
+	c := code(err)
 	switch {
 	case c == protocol.CodeUnauthorized || c == protocol.CodeRegisterAgain:
 		s.dropLocked(string(c))

@@ -46,7 +46,16 @@
 // registration, the hub restarted on a persistent store: Recovered
 // reports true and the client registers again presenting its credential,
 // which recovers the reserved entry. Every registration carries the
-// client's services, so they come back with it.
+// client's services, so they come back with it. A hub that restarted on
+// an empty (memory) store does not know the client and never probes it:
+// when no probe has come for 3 of the intervals the registration's answer
+// gave, the client sends one HTTP heartbeat; not_found, unauthorized or
+// register_again drop the registration, and the client registers again
+// from scratch by itself (until Unregister).
+//
+// While the hub is down, ErrHubUnreachable and the service reads that got
+// no answer match ext.ErrDiscoveryUnavailable, so velo's resolver keeps
+// calling a service on the members it last learned.
 //
 // # Errors
 //

@@ -2,7 +2,9 @@ package client
 
 import (
 	"errors"
+	"fmt"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
 )
 
@@ -24,10 +26,32 @@ var ErrServiceHeld = errors.New("hub client: the service is already registered b
 
 // ErrHubUnreachable: the request never reached the hub (connection
 // refused, no route, a name that does not resolve, the connect timeout):
-// the hub is down or the URL is wrong, and it did nothing. A call by
-// service name whose member list must come from the hub fails with it
-// too (errors.Is through velo's error).
-var ErrHubUnreachable = errors.New("hub client: the hub is unreachable")
+// the hub is down or the URL is wrong, and it did nothing. It matches
+// ext.ErrDiscoveryUnavailable too, so velo's service resolver keeps the
+// members it last learned; a call by service name that never learned
+// them fails with it (errors.Is through velo's error).
+var ErrHubUnreachable error = &unreachable{}
+
+// unreachable is ErrHubUnreachable's type: it unwraps to
+// ext.ErrDiscoveryUnavailable.
+type unreachable struct{}
+
+func (*unreachable) Error() string { return "hub client: the hub is unreachable" }
+func (*unreachable) Unwrap() error { return ext.ErrDiscoveryUnavailable }
+
+// unavailable marks an error of a read (a service listing or watch) that
+// got no usable answer from the hub: no answer at all, a proxy's page,
+// or the hub's own unavailable. The hub said nothing about the service,
+// so it matches ext.ErrDiscoveryUnavailable.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ext.ErrDiscoveryUnavailable) {
+		return err
+	}
+	if isNoAnswer(err) || errors.Is(err, protocol.CodeUnavailable) {
+		return fmt.Errorf("%w: %w", ext.ErrDiscoveryUnavailable, err)
+	}
+	return err
+}
 
 // NoAnswerError: the request may have reached the hub, but no answer of
 // the hub came back (a timeout, a connection broken after the request

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/hub/protocol"
@@ -50,6 +51,7 @@ func (s *state) answer(p protocol.HeartbeatProbe) protocol.HeartbeatAnswer {
 	if s.closed || s.blocked || !s.hasPeer || (!p.Instance.IsZero() && p.Instance != s.peer.InstanceID) {
 		return a
 	}
+	s.silence.heard(time.Now())
 	if s.reg != nil {
 		a.HubID = s.reg.hubID
 	}
@@ -71,8 +73,13 @@ func (s *state) answer(p protocol.HeartbeatProbe) protocol.HeartbeatAnswer {
 	return a
 }
 
-// heartbeatHTTP sends one HTTP heartbeat (RegisterPeer mode) and applies
-// what it answers.
+// heartbeatHTTP sends one HTTP heartbeat (RegisterPeer mode, or a check
+// after the hub's probes fell silent) and applies what it answers. An
+// answer that the hub does not hold this registration (not_found,
+// unauthorized, register_again) drops it and has the loop register again
+// from scratch: the registrant is alive and wants to be known, and a hub
+// that restarted on an empty store, or expired the entry, has nothing to
+// recover.
 func (s *state) heartbeatHTTP(ctx context.Context) error {
 	cred, id, err := s.credential()
 	if err != nil {
@@ -81,11 +88,22 @@ func (s *state) heartbeatHTTP(ctx context.Context) error {
 	var resp protocol.HeartbeatResponse
 	err = s.do(ctx, control, "heartbeat", "POST", protocol.HeartbeatPath(id), cred, nil, &resp)
 	if err != nil {
-		s.settle(err, true)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		// A registration that replaced the one this heartbeat presented
+		// is not what the answer is about.
+		if s.reg == nil || s.reg.cred != cred {
+			return err
+		}
+		s.settleLocked(err, true)
+		if s.reg == nil && !s.closed && !s.left {
+			s.rejoin = true
+			s.kickLocked()
+		}
 		return err
 	}
 	s.mu.Lock()
-	if s.reg != nil && !resp.HubID.IsZero() && resp.HubID != s.reg.hubID {
+	if s.reg != nil && s.reg.cred == cred && !resp.HubID.IsZero() && resp.HubID != s.reg.hubID {
 		s.recovered, s.recover = true, true
 		s.kickLocked()
 	}

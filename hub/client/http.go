@@ -63,8 +63,13 @@ func (s *state) do(ctx context.Context, l listener, op, method, path string, cre
 		}
 		body = bytes.NewReader(b)
 	}
+	// sent is about the last attempt: the transport tries a GET again on
+	// a new connection when a kept-alive one broke before any answer, and
+	// a hub that is gone then refuses the new dial (unreachable, not a
+	// lost answer). It tries a request that mutates again only when
+	// nothing of it was written.
 	var sent atomic.Bool
-	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	trace := &httptrace.ClientTrace{GetConn: func(string) { sent.Store(false) }, WroteHeaders: func() { sent.Store(true) }}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, s.url(l, path), body)
 	if err != nil {
 		return fmt.Errorf("hub client: %s: %w", op, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
@@ -41,6 +42,9 @@ func (c *HubClient) Register(ctx context.Context, node *velo.Node, payloads ...P
 	if err := c.s.installHandler(node); err != nil {
 		return err
 	}
+	c.s.mu.Lock()
+	c.s.left = false
+	c.s.mu.Unlock()
 	return c.s.register(ctx, node, node.PeerInfo(), exts)
 }
 
@@ -56,7 +60,7 @@ func (c *HubClient) RegisterPeer(ctx context.Context, peer ext.PeerInfo, payload
 		return err
 	}
 	c.s.mu.Lock()
-	c.s.httpHB = true
+	c.s.httpHB, c.s.left = true, false
 	c.s.mu.Unlock()
 	return c.s.register(ctx, nil, peer, exts)
 }
@@ -162,6 +166,9 @@ func (s *state) registered(resp protocol.RegisterResponse, names []string, prese
 	s.reg = &held{cred: resp.Credential, epoch: resp.Epoch, hubID: resp.HubID}
 	s.blocked = false
 	s.recover = false
+	s.rejoin = false
+	s.silence.registered(time.Duration(resp.HeartbeatIntervalMS)*time.Millisecond, time.Now())
+	s.kickLocked() // the loop arms its silence check for this registration
 	if !presented {
 		s.recovered = false
 	}
@@ -169,9 +176,8 @@ func (s *state) registered(resp protocol.RegisterResponse, names []string, prese
 		s.recovered = true
 	}
 	s.svc.sentWith(names)
-	if s.svc.pendingLocked() {
-		s.kickLocked() // guards changed during the call: the loop sends them
-	}
+	// Guards changed during the call are sent by the loop, which the kick
+	// above woke.
 	node, needPeer := s.node, resp.HubPeer != nil && s.hubPeerFrom != resp.HubID
 	if needPeer {
 		s.hubPeerFrom = resp.HubID
@@ -196,6 +202,9 @@ func (c *HubClient) Unregister(ctx context.Context) error {
 }
 
 func (s *state) unregister(ctx context.Context) error {
+	s.mu.Lock()
+	s.rejoin, s.left = false, true // the caller wants out: no automatic register
+	s.mu.Unlock()
 	if err := s.acquire(ctx); err != nil {
 		return fmt.Errorf("hub client: unregister: %w", err)
 	}

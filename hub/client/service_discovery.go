@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/hub/protocol"
@@ -94,7 +95,7 @@ func (h *HubServices) ListService(ctx context.Context, service string) ([]ext.In
 	}
 	var out protocol.ServiceInstances
 	if err := h.s.do(ctx, public, "list service", "GET", protocol.ServicePath(service), "", nil, &out); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	return out.Instances, nil
 }
@@ -124,23 +125,42 @@ func (h *HubServices) WatchService(ctx context.Context, service string) (<-chan 
 	req.Header.Set("Accept", protocol.WatchContentType)
 	resp, err := h.s.stream.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("hub client: watch %s: %w", service, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("hub client: watch %s: %w", service, err)
+		}
+		// Refused, or broken before the hub answered: either way it
+		// said nothing about the service.
+		return nil, fmt.Errorf("hub client: watch %s: %w: %w", service, ext.ErrDiscoveryUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		var b [4096]byte
 		n, _ := resp.Body.Read(b[:])
-		return nil, fmt.Errorf("hub client: watch %s: %w", service, protocol.ParseError(resp.StatusCode, b[:n]))
+		e := protocol.ParseError(resp.StatusCode, b[:n])
+		if e.Code == "" {
+			// A proxy's page: the hub did not answer.
+			return nil, fmt.Errorf("hub client: watch %s: %w: %w", service, ext.ErrDiscoveryUnavailable, e)
+		}
+		return nil, unavailable(fmt.Errorf("hub client: watch %s: %w", service, e))
 	}
 	ch := make(chan ext.ServiceEvent, 16)
 	go follow(ctx, resp, ch)
 	return ch, nil
 }
 
-// follow turns the SSE stream into events until it ends.
+// watchIdle is how long a watch stream may stay silent before the client
+// takes it for broken: the hub sends a keep-alive every
+// protocol.WatchKeepAlive, so three missed ones mean a hub (or a path to
+// it) that is gone without closing the connection. A var for tests.
+var watchIdle = 3 * protocol.WatchKeepAlive
+
+// follow turns the SSE stream into events until it ends, or until it
+// stays silent for watchIdle.
 func follow(ctx context.Context, resp *http.Response, ch chan<- ext.ServiceEvent) {
 	defer close(ch)
 	defer resp.Body.Close()
+	idle := time.AfterFunc(watchIdle, func() { resp.Body.Close() })
+	defer idle.Stop()
 	send := func(ev ext.ServiceEvent) bool {
 		select {
 		case ch <- ev:
@@ -152,6 +172,7 @@ func follow(ctx context.Context, resp *http.Response, ch chan<- ext.ServiceEvent
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
+		idle.Reset(watchIdle)
 		line := sc.Text()
 		if !strings.HasPrefix(line, "data:") {
 			continue // event names repeat the data's type; comments are keep-alives

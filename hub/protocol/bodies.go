@@ -38,6 +38,12 @@ type RegisterResponse struct {
 	// Recovered is true when the registration re-registered an entry the
 	// hub recovered after a restart.
 	Recovered bool `json:"recovered,omitempty"`
+	// HeartbeatIntervalMS is how often the hub probes the registration
+	// over velo; 0 (absent) when the hub runs without velo and does not
+	// probe. A registrant that hears no probe for a few intervals asks
+	// the hub with the HTTP heartbeat whether it still holds the
+	// registration (a hub that restarted on an empty store does not).
+	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms,omitempty"`
 }
 
 // HeartbeatResponse answers POST /v1/instances/{id}/heartbeat.
