@@ -70,6 +70,7 @@ type Net struct {
 	queue   transferHeap
 	seq     uint64
 	trace   []Event
+	lost    int // transfers lost or dropped after they were accepted
 	closed  bool
 	room    chan struct{} // closed when bytes in flight go down
 	sent    chan struct{} // cap 1: something was sent
@@ -103,7 +104,6 @@ type transfer struct {
 	due      time.Time
 	seq      uint64
 	refused  error // set for a refused send: only traced
-	dropped  bool  // dropped while queued (cut, kill)
 	label    string
 	index    int
 }
@@ -302,6 +302,7 @@ func (n *Net) scheduleLocked(t *transfer) {
 	t.label = n.describe(t.data)
 	n.trace = append(n.trace, Event{At: at, Kind: SendEv, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label})
 	if n.cfg.Loss > 0 && n.rng.Float64() < n.cfg.Loss {
+		n.lost++
 		n.trace = append(n.trace, Event{At: at, Kind: Loss, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label})
 		n.releaseLocked(t)
 		return
@@ -388,9 +389,11 @@ func (n *Net) takeLocked(t *transfer) Handler {
 	d := n.eps[t.dst]
 	switch {
 	case d == nil || d.dead:
+		n.lost++
 		n.trace = append(n.trace, Event{At: at, Kind: Drop, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label, Note: "destination gone"})
 		return nil
 	case n.cuts[normPair(t.src, t.dst)]:
+		n.lost++
 		// Cut drops what is queued; this one was sent after a heal and
 		// the pair was cut again.
 		n.trace = append(n.trace, Event{At: at, Kind: Drop, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label, Note: "partitioned"})
@@ -483,6 +486,7 @@ func (n *Net) dropLocked(match func(*transfer) bool, why string) {
 	for _, t := range gone {
 		heap.Remove(&n.queue, t.index)
 		n.releaseLocked(t)
+		n.lost++
 		n.trace = append(n.trace, Event{At: at, Kind: Drop, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label, Note: why})
 	}
 }
@@ -597,4 +601,21 @@ func (n *Net) Reachable(a, b string) error {
 		return ErrUnknownEndpoint
 	}
 	return n.refusalLocked(e, b)
+}
+
+// Mark adds an event of the caller's to the trace (Kind Note), at the
+// current virtual time: a harness records what its nodes did beside what
+// the fabric carried, so that a replay compares both.
+func (n *Net) Mark(who, note string) {
+	n.mu.Lock()
+	n.trace = append(n.trace, Event{At: time.Since(n.start), Kind: NoteEv, Src: who, Note: note})
+	n.mu.Unlock()
+}
+
+// Lost is the number of transfers lost or dropped after the fabric
+// accepted them: their senders were told nothing.
+func (n *Net) Lost() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lost
 }

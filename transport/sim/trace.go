@@ -21,9 +21,10 @@ const (
 	HealEv                   // a partition ended
 	KillEv                   // an endpoint died
 	LeaveEv                  // an endpoint left
+	NoteEv                   // a caller's own event (Net.Mark)
 )
 
-var kindNames = [...]string{"send", "deliver", "loss", "drop", "refuse", "cut", "heal", "kill", "leave"}
+var kindNames = [...]string{"send", "deliver", "loss", "drop", "refuse", "cut", "heal", "kill", "leave", "note"}
 
 func (k EventKind) String() string {
 	if int(k) < len(kindNames) {
