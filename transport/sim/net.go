@@ -46,9 +46,11 @@ type Config struct {
 	// unlimited. A message larger than the window goes when its lane is
 	// empty.
 	Window int
-	// Describe labels a message in the trace; nil labels it with a hash
-	// of its bytes.
-	Describe func(data []byte) string
+	// Describe labels a message from src to dst on lane in the trace; nil
+	// labels it with a hash of its bytes. It is called once per message,
+	// in the trace's order, with the Net's lock held: it must not call
+	// the Net.
+	Describe func(src, dst string, lane int, data []byte) string
 }
 
 // Handler takes a message delivered to an endpoint: from src, on lane.
@@ -170,7 +172,7 @@ func (e *Endpoint) Send(dst string, lane int, data []byte, abort <-chan struct{}
 	n.mu.Lock()
 	for {
 		if err := n.refusalLocked(e, dst); err != nil {
-			n.addLocked(&transfer{src: e.name, dst: dst, lane: lane, sentAt: time.Now(), refused: err, label: n.describe(data)})
+			n.addLocked(&transfer{src: e.name, dst: dst, lane: lane, sentAt: time.Now(), refused: err, label: n.describe(e.name, dst, lane, data)})
 			n.mu.Unlock()
 			return err
 		}
@@ -240,9 +242,9 @@ func normPair(a, b string) pairKey {
 	return pairKey{a, b}
 }
 
-func (n *Net) describe(data []byte) string {
+func (n *Net) describe(src, dst string, lane int, data []byte) string {
 	if n.cfg.Describe != nil {
-		return n.cfg.Describe(data)
+		return n.cfg.Describe(src, dst, lane, data)
 	}
 	h := fnv.New64a()
 	h.Write(data)
@@ -299,7 +301,7 @@ func (n *Net) scheduleLocked(t *transfer) {
 		n.trace = append(n.trace, Event{At: at, Kind: Refuse, Src: t.src, Dst: t.dst, Lane: t.lane, Label: t.label, Note: t.refused.Error()})
 		return
 	}
-	t.label = n.describe(t.data)
+	t.label = n.describe(t.src, t.dst, t.lane, t.data)
 	n.trace = append(n.trace, Event{At: at, Kind: SendEv, Src: t.src, Dst: t.dst, Lane: t.lane, Size: len(t.data), Label: t.label})
 	if n.cfg.Loss > 0 && n.rng.Float64() < n.cfg.Loss {
 		n.lost++

@@ -61,7 +61,7 @@ type faultPlan struct {
 
 // accept is the accept window of the harness's binds: an OpenSlot lost on
 // the way leaves its bind to expire after it.
-const simAccept = 10 * time.Second
+const simAccept = 10*time.Second + 97
 
 // giveUp is how long a producer that cannot send waits before it closes
 // its stream, as an application's request deadline would.
@@ -75,8 +75,17 @@ func newScenario(seed uint64) *scenario {
 	sc.cfg = Config{
 		InitialCredit: uint32(pick(1, 2, 3, 4, 8)),
 		AsyncOpenAck:  r.IntN(2) == 0,
-		ReplyLinger:   []time.Duration{0, 200 * time.Microsecond, 3 * time.Millisecond}[r.IntN(3)],
-		MaxBatchBytes: pick(0, 0, 300, 2000),
+		MaxBatchBytes: pick(0, 0, 600, 2000),
+		// Every period of the mux is set off its round default by a few
+		// nanoseconds of its own, so that two timers armed in one instant
+		// (a reply linger and a doorbell's floor, both from one arrival)
+		// do not fire in one instant in two goroutines, whose order the
+		// harness could not fix.
+		ReplyLinger:         []time.Duration{1_000_003, 200_011, 3_000_019}[r.IntN(3)],
+		DrainVisitFloor:     2_000_029,
+		CreditSweepInterval: 200_000_053,
+		MaxLinger:           1_900_037,
+		BatcherIdleTTL:      60*time.Second + 71,
 	}
 	switch r.IntN(4) {
 	case 0:
@@ -91,7 +100,7 @@ func newScenario(seed uint64) *scenario {
 	// Odd lengths, so that no two periodic timers of the mux fire in the
 	// same instant (a goroutine's select between two ready timers is the
 	// one choice the harness cannot order).
-	sc.heartbeat = time.Second + time.Duration(r.IntN(1000))*time.Millisecond + 317*time.Microsecond
+	sc.heartbeat = time.Second + time.Duration(r.IntN(1000))*time.Millisecond + 317_089
 	sc.latency = dur(20*time.Microsecond, 2*time.Millisecond)
 	sc.jitter = dur(0, 3*time.Millisecond)
 	if r.IntN(3) == 0 {

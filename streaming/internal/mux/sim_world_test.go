@@ -34,8 +34,9 @@ type simWorld struct {
 	streams []*simStream
 	actions actionQueue
 	nextAct uint64
-	bad     []string // invariant violations, in order
-	lossy   bool     // the fabric lost or dropped a batch after admission
+	bad     []string         // invariant violations, in order
+	lossy   bool             // the fabric lost or dropped a batch after admission
+	epochs  map[epochKey]int // each lane's epochs, numbered in the order the lane first carried them
 }
 
 // simNode is one node: its mux and its endpoint on the fabric.
@@ -55,10 +56,10 @@ func (simOwner) Remove(*inlet.State) {}
 func (simOwner) CountExpired()       {}
 
 func newSimWorld(seed uint64, sc *scenario) *simWorld {
-	w := &simWorld{seed: seed, sc: sc, rng: rand.New(rand.NewPCG(seed, 0xfeed))}
+	w := &simWorld{seed: seed, sc: sc, rng: rand.New(rand.NewPCG(seed, 0xfeed)), epochs: map[epochKey]int{}}
 	w.net = sim.NewNet(sim.Config{
 		Seed: seed, Latency: sc.latency, Jitter: sc.jitter, Bandwidth: sc.bandwidth, Loss: sc.loss,
-		Describe: describeBatch,
+		Describe: w.describeBatch,
 	})
 	for i := range sc.nodes {
 		n := &simNode{w: w, idx: i, name: fmt.Sprintf("n%d", i), wid: ext.WorkerID(i + 1)}
@@ -66,6 +67,15 @@ func newSimWorld(seed uint64, sc *scenario) *simWorld {
 		n.mx = New(sc.cfg, sc.heartbeat, n.post)
 		n.mx.Epochs.Store(uint64(i+1) << 32) // a fixed base: epochs are in the trace
 		n.mx.Log = discardLog
+		// The health check asks the fabric instead of writing an empty
+		// batch: the sweeper writes its probe while the batcher may be
+		// writing a close the same tick woke it for, and which of the
+		// two takes the lane first is the scheduler's choice, so a probe
+		// on the wire would make the trace differ between runs. A probe
+		// refused still kills the epoch.
+		n.mx.ProbePost = func(peer ext.WorkerID, _ int, _ []byte) error {
+			return w.net.Reachable(n.name, w.nodes[peer-1].name)
+		}
 		ep, err := w.net.Attach(n.name, n.recv)
 		if err != nil {
 			panic(err)
@@ -171,11 +181,17 @@ func (w *simWorld) drive(deadline time.Time, done func() bool) {
 	}
 }
 
-// describeBatch labels a batch in the trace: its header and its records,
+type epochKey struct {
+	src, dst string
+	lane     int
+	epoch    uint64
+}
+
+// describeBatch labels a batch in the trace: its epoch and its records,
 // the control records sorted (a batcher writes them from maps, in an order
 // that does not matter and is not the same twice), the data records in
 // the order written.
-func describeBatch(p []byte) string {
+func (w *simWorld) describeBatch(src, dst string, lane int, p []byte) string {
 	b, err := muxwire.Decode(p)
 	if err != nil {
 		return "malformed: " + err.Error()
@@ -212,6 +228,37 @@ func describeBatch(p []byte) string {
 			ctl = append(ctl, fmt.Sprintf("?%d%v", rec.Type, rec.Slot))
 		}
 	}
+	// Records of one slot keep their order (the per-slot order is the
+	// mux's promise); records of different slots are listed by slot,
+	// since the order in which slots became ready within one instant
+	// (a grant on the harness's goroutine, a heartbeat on the sweeper's)
+	// is the scheduler's.
+	slices.SortStableFunc(data, func(a, b string) int { return strings.Compare(slotOf(a), slotOf(b)) })
 	slices.Sort(ctl)
-	return fmt.Sprintf("e%d#%d [%s | %s]", b.Header.Epoch, b.Header.Seq, strings.Join(data, " "), strings.Join(ctl, " "))
+	// Not the batch_seq: a health check (ProbePost) takes one without a
+	// batch, and which batch_seq it takes is the scheduler's choice. Not
+	// the epoch's value either, but its ordinal on the lane: a mux hands
+	// epochs to its lanes' batchers in the order it walks a map (peer
+	// loss, close), which Go makes different every run.
+	k := epochKey{src, dst, lane, b.Header.Epoch}
+	e, ok := w.epochs[k]
+	if !ok {
+		e = len(w.epochs)
+		for o := range w.epochs {
+			if o.src == src && o.dst == dst && o.lane == lane {
+				e++
+			}
+		}
+		e -= len(w.epochs)
+		w.epochs[k] = e
+	}
+	return fmt.Sprintf("e%d [%s | %s]", e, strings.Join(data, " "), strings.Join(ctl, " "))
+}
+
+// slotOf is the slot of a record's label: between its kind letter and '#'.
+func slotOf(label string) string {
+	if i := strings.IndexByte(label, '#'); i > 0 {
+		return label[1:i]
+	}
+	return label
 }
