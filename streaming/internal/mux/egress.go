@@ -211,6 +211,7 @@ func (b *Batcher) open(anchorID, session uint64, credit uint32, queued bool) (*O
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
+	credit += testCreditSkew // zero but in the simulation's mutation test
 	s := &OutSlot{B: b, ID: id, anchorID: anchorID, Session: session, Credit: credit, window: credit, Q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
@@ -329,6 +330,13 @@ func (b *Batcher) releaseLocked(s *OutSlot) {
 	b.live--
 	b.LastUse = time.Now()
 }
+
+// testCreditSkew widens every slot's credit window past what the owner
+// granted: a deliberate break of the credit rule, for the simulation
+// harness's mutation test (sim_broken_test.go), which shows that the
+// harness catches it. It is zero everywhere else; reading it costs one
+// load per slot opened, nothing per record.
+var testCreditSkew uint32
 
 // MaxMuxRecord is the largest record the mux carries inline: one that
 // goes alone in a batch of the messenger's largest frame. A larger record
