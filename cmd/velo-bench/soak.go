@@ -35,6 +35,7 @@ func runSoak(args []string) error {
 	transport := fs.String("transport", "tcp", "tcp, quic or grpc (--faults: tcp or grpc)")
 	tierName := fs.String("tier", "ci", "ci (40 s a workload), nightly (10 min), long (2 h), test (5 s, no trend bounds)")
 	faults := fs.Bool("faults", false, "put a fault-injection proxy in front of every node: drop, reset, pause and blackhole on a seeded schedule")
+	kinds := fs.String("fault-kinds", "drop,pause,blackhole,reset", "--faults: the kinds of fault to inject")
 	seed := fs.Uint64("seed", 1, "seed of the workload and the fault schedule")
 	children := fs.Int("children", 2, "child processes, one node each (at least 2)")
 	duration := fs.Duration("duration", 0, "override the tier's duration a workload")
@@ -59,7 +60,11 @@ func runSoak(args []string) error {
 		tier.Duration = *duration
 		tier.Warmup = min(tier.Warmup, *duration/3)
 	}
-	cfg := soak.Config{Workload: workload, Transport: *transport, Tier: tier, Faults: *faults, Seed: *seed, Children: *children}
+	fk, err := soak.ParseFaultKinds(*kinds)
+	if err != nil {
+		return err
+	}
+	cfg := soak.Config{Workload: workload, Transport: *transport, Tier: tier, Faults: *faults, FaultKinds: fk, Seed: *seed, Children: *children}
 	if soak.IsTerminal(os.Stdout) {
 		cfg.Progress = os.Stdout
 	}

@@ -2,7 +2,10 @@ package soak
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -32,13 +35,28 @@ type Fault struct {
 	Hold  time.Duration // pause and blackhole: how long
 }
 
-// Plan returns n faults over proxies proxies from seed, gap the mean
-// pause between them.
-func Plan(seed uint64, n, proxies int, gap time.Duration) []Fault {
+// ParseFaultKinds reads a comma-separated list of fault kinds.
+func ParseFaultKinds(s string) ([]FaultKind, error) {
+	var out []FaultKind
+	for _, k := range strings.Split(s, ",") {
+		if !slices.Contains(faultKinds, FaultKind(k)) {
+			return nil, fmt.Errorf("unknown fault %q (want drop, pause, blackhole or reset)", k)
+		}
+		out = append(out, FaultKind(k))
+	}
+	return out, nil
+}
+
+// Plan returns n faults of kinds (nil: all four) over proxies proxies
+// from seed, gap the mean pause between them.
+func Plan(seed uint64, n, proxies int, gap time.Duration, kinds []FaultKind) []Fault {
+	if len(kinds) == 0 {
+		kinds = faultKinds
+	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	out := make([]Fault, n)
 	for i := range out {
-		f := Fault{Kind: faultKinds[r.IntN(len(faultKinds))], Proxy: r.IntN(proxies),
+		f := Fault{Kind: kinds[r.IntN(len(kinds))], Proxy: r.IntN(proxies),
 			After: gap/2 + time.Duration(r.Int64N(int64(gap)))}
 		if f.Kind == FaultPause || f.Kind == FaultBlackhole {
 			f.Hold = 300*time.Millisecond + time.Duration(r.Int64N(int64(1200*time.Millisecond)))

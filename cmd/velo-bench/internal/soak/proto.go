@@ -40,8 +40,8 @@ type msg struct {
 	Config *ChildConfig   `json:"config,omitempty"`
 	Peer   *ext.PeerInfo  `json:"peer,omitempty"`
 	Peers  []ext.PeerInfo `json:"peers,omitempty"`
-	Sample     *Tick   `json:"sample,omitempty"`
-	Report     *Ledger `json:"report,omitempty"`
+	Sample *Tick          `json:"sample,omitempty"`
+	Report *Ledger        `json:"report,omitempty"`
 }
 
 // Tick is what a child says once a second during the run.

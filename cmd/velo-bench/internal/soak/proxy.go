@@ -30,8 +30,9 @@ type Proxy struct {
 
 	wg sync.WaitGroup
 
-	// Forwarded and Discarded count bytes; Accepted connections.
-	Forwarded, Discarded, Accepted atomic.Int64
+	// Forwarded and Discarded count bytes; Accepted connections; Parked
+	// the reads held by a pause now.
+	Forwarded, Discarded, Accepted, Parked atomic.Int64
 }
 
 // link is one accepted connection and its dial to the target.
@@ -101,9 +102,12 @@ func (p *Proxy) accept() {
 		}
 		p.links[l] = struct{}{}
 		p.mu.Unlock()
-		p.wg.Add(2)
+		p.wg.Add(1)
 		go p.pump(l, l.down, l.up)
-		go p.pump(l, l.up, l.down)
+		if l.up != nil { // a link accepted into a hole has no upstream
+			p.wg.Add(1)
+			go p.pump(l, l.up, l.down)
+		}
 	}
 }
 
@@ -111,9 +115,6 @@ func (p *Proxy) accept() {
 func (p *Proxy) pump(l *link, src, dst net.Conn) {
 	defer p.wg.Done()
 	defer p.forget(l)
-	if src == nil {
-		return // the upstream half of a holed link: nothing to read
-	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -134,10 +135,13 @@ func (p *Proxy) forward(l *link, dst net.Conn, b []byte) bool {
 		resume, hole := p.resume, p.hole
 		p.mu.Unlock()
 		if resume != nil {
+			p.Parked.Add(1)
 			select {
 			case <-resume:
+				p.Parked.Add(-1)
 				continue
 			case <-l.done:
+				p.Parked.Add(-1)
 				return false
 			}
 		}

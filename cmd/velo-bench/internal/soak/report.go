@@ -71,11 +71,13 @@ func writeDetails(w io.Writer, r *WorkloadResult) {
 	}
 	if len(r.Faults) > 0 {
 		count := map[FaultKind]int{}
+		conns := 0
 		for _, f := range r.Faults {
 			count[f.Kind]++
+			conns += f.Conns
 		}
-		fmt.Fprintf(w, "%s faults: drop ×%d, reset ×%d, pause ×%d, blackhole ×%d\n", r.Name,
-			count[FaultDrop], count[FaultReset], count[FaultPause], count[FaultBlackhole])
+		fmt.Fprintf(w, "%s faults: drop ×%d, reset ×%d, pause ×%d, blackhole ×%d; %d connections cut\n", r.Name,
+			count[FaultDrop], count[FaultReset], count[FaultPause], count[FaultBlackhole], conns)
 	}
 	for _, t := range r.Trends {
 		fmt.Fprintf(w, "%s %s: %d samples after warm-up, RSS %+.3f MiB/min, goroutines %+.1f/min\n", r.Name, t.Name, t.Samples, t.RSSPerMin/mib, t.GoroutinesPerMin)

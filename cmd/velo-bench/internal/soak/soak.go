@@ -29,8 +29,10 @@ type Config struct {
 	Transport string // tcp, quic or grpc
 	Tier      Tier
 	Faults    bool
-	Seed      uint64
-	Children  int // child processes, at least 2
+	// FaultKinds limits the faults to these kinds (nil: all four).
+	FaultKinds []FaultKind
+	Seed       uint64
+	Children   int // child processes, at least 2
 	// Leak is a test switch: every handler leaks a goroutine.
 	Leak bool
 	// Progress, when set, gets a progress line redrawn each second.
@@ -226,7 +228,7 @@ func (r *run) drive(ctx context.Context) error {
 		defer close(faultsDone)
 		if r.cfg.Faults {
 			n := int(r.cfg.Tier.Duration/r.cfg.Tier.FaultGap) + 1
-			r.inject.Run(fctx, Plan(r.seed, n, len(r.proxies), r.cfg.Tier.FaultGap), r.proxies)
+			r.inject.Run(fctx, Plan(r.seed, n, len(r.proxies), r.cfg.Tier.FaultGap, r.cfg.FaultKinds), r.proxies)
 		}
 	}()
 	t := time.NewTicker(time.Second)
