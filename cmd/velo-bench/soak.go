@@ -33,7 +33,7 @@ func runSoak(args []string) error {
 	}
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	transport := fs.String("transport", "tcp", "tcp, quic or grpc (--faults: tcp or grpc)")
-	tierName := fs.String("tier", "ci", "ci (40 s a workload), nightly (10 min), long (2 h), test (5 s, no trend bounds)")
+	tierName := fs.String("tier", "ci", "ci (35 s a workload), nightly (10 min), long (2 h), test (5 s, no trend bounds)")
 	faults := fs.Bool("faults", false, "put a fault-injection proxy in front of every node: drop, reset, pause and blackhole on a seeded schedule")
 	kinds := fs.String("fault-kinds", "drop,pause,blackhole,reset", "--faults: the kinds of fault to inject")
 	seed := fs.Uint64("seed", 1, "seed of the workload and the fault schedule")

@@ -40,6 +40,7 @@ type child struct {
 	ops, items, bytes, errs atomic.Int64
 	errMu                   sync.Mutex
 	errKinds                map[string]int64
+	errFirst                map[string]string // the first message of each kind
 	total, second           Hist
 	leak                    chan struct{} // never closed: the test leak parks on it
 }
@@ -50,7 +51,7 @@ type child struct {
 func Child(in io.Reader, out io.Writer) (err error) {
 	slog.SetLogLoggerLevel(slog.LevelError)
 	c := &child{w: out, msgs: make(chan msg, 8), out: NewOutbox(), in: NewInbox(),
-		errKinds: map[string]int64{}, leak: make(chan struct{})}
+		errKinds: map[string]int64{}, errFirst: map[string]string{}, leak: make(chan struct{})}
 	ctx, fail := context.WithCancelCause(context.Background())
 	defer fail(nil)
 	go c.read(in, fail)
@@ -126,11 +127,12 @@ func (c *child) serve(ctx context.Context) error {
 	}
 	c.errMu.Lock()
 	kinds := make(map[string]int64, len(c.errKinds))
+	first := make(map[string]string, len(c.errFirst))
 	for k, v := range c.errKinds {
-		kinds[k] = v
+		kinds[k], first[k] = v, c.errFirst[k]
 	}
 	c.errMu.Unlock()
-	rep := &Ledger{Sent: c.out.Keys(), Got: c.in.Keys(), Latency: c.total.Take(), Errors: kinds,
+	rep := &Ledger{Sent: c.out.Keys(), Got: c.in.Keys(), Latency: c.total.Take(), Errors: kinds, FirstErrors: first,
 		Ops: c.ops.Load(), Items: c.items.Load(), Bytes: c.bytes.Load()}
 	if err := c.send(msg{Op: "report", Report: rep}); err != nil {
 		return err
@@ -200,6 +202,9 @@ func (c *child) fail(op string, err error) {
 		kind = op + ": timeout"
 	}
 	c.errMu.Lock()
+	if c.errKinds[kind] == 0 {
+		c.errFirst[kind] = err.Error()
+	}
 	c.errKinds[kind]++
 	c.errMu.Unlock()
 }

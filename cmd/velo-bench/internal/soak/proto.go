@@ -61,7 +61,9 @@ type Ledger struct {
 	Got     []GotKey         `json:"got"`
 	Latency *Hist            `json:"latency"`
 	Errors  map[string]int64 `json:"errors"`
-	Ops     int64            `json:"ops"`
-	Items   int64            `json:"items"`
-	Bytes   int64            `json:"bytes"`
+	// FirstErrors holds the first message of each kind of error.
+	FirstErrors map[string]string `json:"first_errors,omitempty"`
+	Ops         int64             `json:"ops"`
+	Items       int64             `json:"items"`
+	Bytes       int64             `json:"bytes"`
 }

@@ -68,6 +68,9 @@ func writeDetails(w io.Writer, r *WorkloadResult) {
 			parts[i] = fmt.Sprintf("%s ×%d", k, r.Errors[k])
 		}
 		fmt.Fprintf(w, "%s errors: %s\n", r.Name, strings.Join(parts, ", "))
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s, first: %.160s\n", k, r.FirstErrors[k])
+		}
 	}
 	if len(r.Faults) > 0 {
 		count := map[FaultKind]int{}

@@ -55,6 +55,7 @@ type WorkloadResult struct {
 	Verdict             Verdict
 	Ops, Items, Bytes   int64
 	Errors              map[string]int64
+	FirstErrors         map[string]string
 	Latency             *Hist
 	Trends              []Trend
 	Breaks              []string // trends past the bounds
@@ -129,7 +130,7 @@ func runOne(parent context.Context, cfg Config, name string, seed uint64) (*Work
 	defer fail(nil)
 	ctx, cancel := context.WithTimeout(ctx, cfg.Tier.Duration+2*time.Minute)
 	defer cancel()
-	r := &run{cfg: cfg, name: name, seed: seed, res: &WorkloadResult{Name: name, Errors: map[string]int64{}, Latency: &Hist{}, Warmup: cfg.Tier.Warmup}}
+	r := &run{cfg: cfg, name: name, seed: seed, res: &WorkloadResult{Name: name, Errors: map[string]int64{}, FirstErrors: map[string]string{}, Latency: &Hist{}, Warmup: cfg.Tier.Warmup}}
 	defer r.close()
 	if err := r.start(ctx, fail); err != nil {
 		return nil, err
@@ -313,6 +314,11 @@ func (r *run) finish(ctx context.Context) error {
 		r.res.Bytes += l.Bytes
 		for k, v := range l.Errors {
 			r.res.Errors[k] += v
+		}
+		for k, v := range l.FirstErrors {
+			if _, ok := r.res.FirstErrors[k]; !ok {
+				r.res.FirstErrors[k] = v
+			}
 		}
 		if l.Latency != nil {
 			r.res.Latency.Merge(l.Latency)

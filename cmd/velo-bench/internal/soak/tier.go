@@ -32,7 +32,7 @@ var tiers = map[string]Tier{
 	// test: the end-to-end test's few seconds; too short for trends.
 	"test": {Name: "test", Duration: 5 * time.Second, Warmup: 2 * time.Second, FaultGap: 700 * time.Millisecond, Rates: defaultRates},
 	// ci: three workloads in well under three minutes.
-	"ci": {Name: "ci", Duration: 40 * time.Second, Warmup: 15 * time.Second, FaultGap: 3 * time.Second, Rates: defaultRates, Bounds: &ciBounds},
+	"ci": {Name: "ci", Duration: 35 * time.Second, Warmup: 12 * time.Second, FaultGap: 3 * time.Second, Rates: defaultRates, Bounds: &ciBounds},
 	// nightly: ten minutes a workload; the longer fit allows a tighter bound.
 	"nightly": {Name: "nightly", Duration: 10 * time.Minute, Warmup: time.Minute, FaultGap: 5 * time.Second, Rates: defaultRates,
 		Bounds: &Bounds{RSSPerMin: 2 * mib, GoroutinesPerMin: 5}},
