@@ -111,6 +111,8 @@ func fmtDur(d time.Duration) string {
 		return "-"
 	case d < time.Millisecond:
 		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2gs", d.Seconds())
 	default:
 		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 	}

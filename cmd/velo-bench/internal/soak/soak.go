@@ -51,20 +51,19 @@ type Point struct {
 
 // WorkloadResult is what one workload showed.
 type WorkloadResult struct {
-	Name                string
-	Verdict             Verdict
-	Ops, Items, Bytes   int64
-	Errors              map[string]int64
-	FirstErrors         map[string]string
-	Latency             *Hist
-	Trends              []Trend
-	Breaks              []string // trends past the bounds
-	Faults              []Window
-	Series              []Point
-	Elapsed             time.Duration
-	Warmup              time.Duration
-	runStart            time.Time
-	judged, faultsEnded bool
+	Name              string
+	Verdict           Verdict
+	Ops, Items, Bytes int64
+	Errors            map[string]int64
+	FirstErrors       map[string]string
+	Latency           *Hist
+	Trends            []Trend
+	Breaks            []string // trends past the bounds
+	Faults            []Window
+	Series            []Point
+	Elapsed           time.Duration
+	Warmup            time.Duration
+	runStart          time.Time
 }
 
 // Failed says whether the workload failed a check.
@@ -337,7 +336,6 @@ func (r *run) finish(ctx context.Context) error {
 		t := TrendOf(p.name, r.samples[i], r.cfg.Tier.Warmup)
 		r.res.Trends = append(r.res.Trends, t)
 		if b := r.cfg.Tier.Bounds; b != nil {
-			r.res.judged = true
 			if what := t.Breaks(*b); what != "" {
 				r.res.Breaks = append(r.res.Breaks, p.name+" "+what)
 			}

@@ -2,7 +2,6 @@ package soak
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -223,10 +222,4 @@ func (c *child) fire(ctx context.Context, p ext.InstanceID, f *fireSeq, r *rand.
 	}
 	c.items.Add(1)
 	c.bytes.Add(int64(len(item)))
-}
-
-// jsonSize is for the byte counters of typed requests.
-func jsonSize(v any) int64 {
-	b, _ := json.Marshal(v)
-	return int64(len(b))
 }
