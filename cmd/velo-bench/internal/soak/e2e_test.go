@@ -78,3 +78,23 @@ func trends(res []*WorkloadResult) [][]Trend {
 	}
 	return out
 }
+
+// A silent loss across the processes (a test switch makes the receiving
+// handler forget every 100th unary item it still answers) fails the run
+// with the items counted as lost.
+func TestSoakFindsASilentLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	tier, _ := TierByName("test")
+	tier.Duration = 3 * time.Second
+	res, err := Run(context.Background(), Config{Workload: "messenger", Transport: "tcp", Tier: tier,
+		Seed: 3, Children: 2, Lose: true, spawn: testSpawn})
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("run: %v, want ErrFailed", err)
+	}
+	v := res[0].Verdict
+	if v.Lost[KindUnary] == 0 || v.Lost[KindFire] != 0 {
+		t.Fatalf("lost %v, want unary items only", v.Lost)
+	}
+}

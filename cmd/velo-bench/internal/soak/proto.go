@@ -31,6 +31,9 @@ type ChildConfig struct {
 	AdvertiseAddr string `json:"advertise,omitempty"`
 	// Leak, a test switch, leaks one goroutine per request handled.
 	Leak bool `json:"leak,omitempty"`
+	// Lose, a test switch, makes the unary handler forget every 100th
+	// item it answers: a silent loss the oracle must find.
+	Lose bool `json:"lose,omitempty"`
 }
 
 // msg is one line of the protocol.

@@ -35,6 +35,8 @@ type Config struct {
 	Children   int // child processes, at least 2
 	// Leak is a test switch: every handler leaks a goroutine.
 	Leak bool
+	// Lose is a test switch: the unary handler forgets some items.
+	Lose bool
 	// Progress, when set, gets a progress line redrawn each second.
 	Progress io.Writer
 	// spawn starts a child (tests start the test binary); nil re-executes
@@ -153,7 +155,7 @@ func (r *run) start(ctx context.Context, fail context.CancelCauseFunc) error {
 		}
 		r.procs = append(r.procs, p)
 		cc := ChildConfig{Workload: r.name, Transport: r.cfg.Transport, Index: i, Seed: r.seed,
-			Timeout: 3 * time.Second, Rate: r.cfg.Tier.Rates[r.name], Leak: r.cfg.Leak}
+			Timeout: 3 * time.Second, Rate: r.cfg.Tier.Rates[r.name], Leak: r.cfg.Leak, Lose: r.cfg.Lose}
 		if r.cfg.Faults {
 			if err := r.proxied(&cc); err != nil {
 				return err
@@ -349,6 +351,8 @@ func (r *run) finish(ctx context.Context) error {
 func (r *run) close() {
 	for _, p := range r.procs {
 		p.leaving.Store(true)
+		// A child still waiting for the driver reads EOF and ends.
+		p.stdin.Close()
 		select {
 		case <-p.exited:
 		case <-time.After(10 * time.Second):

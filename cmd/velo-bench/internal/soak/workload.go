@@ -33,7 +33,9 @@ func (c *child) register() error {
 			if err != nil {
 				return nil, err
 			}
-			c.in.Got(key, seq, intact)
+			if !c.cfg.Lose || seq%100 != 99 {
+				c.in.Got(key, seq, intact)
+			}
 			return []byte("ok"), nil
 		}),
 		velo.FireHandler(handlerFire, func(vc *velo.Context) {
