@@ -82,6 +82,10 @@ func (p *proc) read(stdout io.Reader, fail context.CancelCauseFunc) {
 		case "error":
 			fail(fmt.Errorf("%s: %s", p.name, m.Err))
 		case "sample":
+			if m.Sample == nil {
+				fail(fmt.Errorf("%s: a sample without figures", p.name))
+				continue
+			}
 			p.tickMu.Lock()
 			p.tick, p.ticked = *m.Sample, true
 			p.tickMu.Unlock()
