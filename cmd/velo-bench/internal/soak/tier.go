@@ -26,7 +26,7 @@ var defaultRates = map[string]int{"messenger": 600, "stream": 60, "rendezvous": 
 // a fault makes it re-dial, and its RSS settles within the warm-up; one
 // goroutine leaked per request climbs by tens of thousands a minute (and
 // 8 KiB of stack each, hundreds of MiB a minute).
-var ciBounds = Bounds{RSSPerMin: 24 * mib, GoroutinesPerMin: 60}
+var ciBounds = Bounds{RSSPerMin: 16 * mib, GoroutinesPerMin: 60}
 
 var tiers = map[string]Tier{
 	// test: the end-to-end test's few seconds; too short for trends.
