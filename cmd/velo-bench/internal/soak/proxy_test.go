@@ -45,6 +45,8 @@ func proxied(t *testing.T) (*Proxy, net.Conn) {
 	}
 	t.Cleanup(func() { c.Close() })
 	echo(t, c, "hello")
+	// The echo can reach the client before the proxy counts it.
+	until(t, "the hello counted both ways", func() bool { return p.Forwarded.Load() == 10 })
 	return p, c
 }
 
