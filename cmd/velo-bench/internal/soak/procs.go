@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The driver's end of the children (the protocol is in proto.go): this
@@ -27,6 +28,8 @@ type proc struct {
 	stdin  io.WriteCloser
 	msgs   chan msg
 	exited chan struct{}
+	// exitErr is the child's exit status, once exited is closed.
+	exitErr error
 	// leaving is set once the driver said exit: the exit is no failure.
 	leaving atomic.Bool
 
@@ -93,10 +96,10 @@ func (p *proc) read(stdout io.Reader, fail context.CancelCauseFunc) {
 			p.msgs <- m
 		}
 	}
-	err := p.cmd.Wait()
+	p.exitErr = p.cmd.Wait()
 	close(p.exited)
 	if !p.leaving.Load() {
-		fail(fmt.Errorf("%s exited early: %v", p.name, err))
+		fail(fmt.Errorf("%s exited early: %v", p.name, p.exitErr))
 	}
 }
 
@@ -112,7 +115,13 @@ func (p *proc) send(m msg) error {
 		return err
 	}
 	if _, err := p.stdin.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("%s: %w", p.name, err)
+		// A broken pipe most likely means the child is gone: say so.
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited early: %v", p.name, p.exitErr)
+		case <-time.After(time.Second):
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
 	}
 	return nil
 }
