@@ -79,8 +79,8 @@ func writeDetails(w io.Writer, r *WorkloadResult) {
 			count[f.Kind]++
 			conns += f.Conns
 		}
-		fmt.Fprintf(w, "%s faults: drop ×%d, reset ×%d, pause ×%d, blackhole ×%d; %d connections cut\n", r.Name,
-			count[FaultDrop], count[FaultReset], count[FaultPause], count[FaultBlackhole], conns)
+		fmt.Fprintf(w, "%s faults: drop ×%d, reset ×%d, pause ×%d, blackhole ×%d; %d connections cut; the proxies took %d connections and forwarded %.1f MiB\n", r.Name,
+			count[FaultDrop], count[FaultReset], count[FaultPause], count[FaultBlackhole], conns, r.ProxiedConns, float64(r.ProxiedBytes)/mib)
 	}
 	for _, t := range r.Trends {
 		fmt.Fprintf(w, "%s %s: %d samples after warm-up, RSS %+.3f MiB/min, goroutines %+.1f/min\n", r.Name, t.Name, t.Samples, t.RSSPerMin/mib, t.GoroutinesPerMin)

@@ -62,10 +62,13 @@ type WorkloadResult struct {
 	Trends            []Trend
 	Breaks            []string // trends past the bounds
 	Faults            []Window
-	Series            []Point
-	Elapsed           time.Duration
-	Warmup            time.Duration
-	runStart          time.Time
+	// ProxiedConns and ProxiedBytes are what went through the proxies:
+	// proof that the peers reached each other only through them.
+	ProxiedConns, ProxiedBytes int64
+	Series                     []Point
+	Elapsed                    time.Duration
+	Warmup                     time.Duration
+	runStart                   time.Time
 }
 
 // Failed says whether the workload failed a check.
@@ -251,6 +254,10 @@ func (r *run) drive(ctx context.Context) error {
 	for _, p := range r.proxies {
 		p.Resume()
 		p.Unhole()
+	}
+	for _, p := range r.proxies {
+		r.res.ProxiedConns += p.Accepted.Load()
+		r.res.ProxiedBytes += p.Forwarded.Load()
 	}
 	r.res.Elapsed = time.Since(begin)
 	r.res.Faults = r.inject.Windows()
