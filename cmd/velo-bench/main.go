@@ -31,6 +31,11 @@ func main() {
 const usage = `usage:
   velo-bench <harness> [flags]   run a benchmark harness (also: velo bench <harness>)
   velo-bench <harness> -h        flags of a harness
+  velo-bench soak messenger|stream|rendezvous|all [--transport tcp|quic|grpc]
+                 [--tier ci|nightly|long] [--faults]
+                                 the soak driver: nodes in child processes, an oracle
+                                 for every item, RSS and goroutine trends, a fault
+                                 proxy (also: velo soak ...)
   velo-bench demo [--discovery etcd|nats]
                                  the tour of call patterns between two nodes, with
                                  the nodes finding each other through an embedded
@@ -72,6 +77,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "demo":
 		return runDemo(args[1:])
+	case "soak":
+		return runSoak(args[1:])
 	case "help", "-h", "--help":
 		fmt.Println(usage)
 		return nil

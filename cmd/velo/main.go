@@ -60,7 +60,12 @@ const usage = `usage:
                             anchors, events)
   velo bench <harness> [flags]
                             run a benchmark harness (runs velo-bench;
-                            'velo bench help' lists the harnesses)`
+                            'velo bench help' lists the harnesses)
+  velo soak messenger|stream|rendezvous|all [--transport tcp|quic|grpc]
+            [--tier ci|nightly|long] [--faults]
+                            the soak driver: nodes in child processes, every
+                            message and token checked, RSS and goroutine
+                            trends, a fault proxy (runs velo-bench)`
 
 func run(args []string) error {
 	if len(args) == 0 {
@@ -76,7 +81,7 @@ func run(args []string) error {
 		return runHub(args[1:])
 	case "inspect":
 		return runInspect(args[1:])
-	case "bench":
+	case "bench", "soak":
 		return forwardToBench(args)
 	case "help", "-h", "--help":
 		fmt.Println(usage)
