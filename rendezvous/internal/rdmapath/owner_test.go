@@ -55,7 +55,10 @@ func TestOwnerChecks(t *testing.T) {
 	noBackend := func(w *world) { w.backend = false }
 	kill := func(w *world) { w.disabled = true }
 	heap := func(w *world) { w.region = nil }
-	small := func(w *world) { w.len = DefaultMinBytes - 1; w.region = fakeRegion{d: Descriptor{Backend: 1, Addr: 1, Len: DefaultMinBytes - 1, Rkey: []byte{1}}} }
+	small := func(w *world) {
+		w.len = DefaultMinBytes - 1
+		w.region = fakeRegion{d: Descriptor{Backend: 1, Addr: 1, Len: DefaultMinBytes - 1, Rkey: []byte{1}}}
+	}
 	otherBackend := func(w *world) { w.offer = &Offer{Backends: []string{"nixl"}} }
 	drain := func(w *world) { w.draining = true }
 	gone := func(w *world) { w.region = fakeRegion{err: errors.New("deregistered")} }
