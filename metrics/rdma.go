@@ -11,23 +11,68 @@ import "github.com/prometheus/client_golang/prometheus"
 // registered so that dashboards and alerts written for the reference find
 // them. The one decision this build does make is the path: every transfer
 // takes the chunked path, and velo_rendezvous_rdma_path_total says so, with
-// the reason each side records (see RendezvousMetrics.ChunkedPath).
+// the reason each side records (see RendezvousMetrics.PathDecision).
 
-// RdmaPathReason is the reason label of velo_rendezvous_rdma_path_total
-// for path="chunked" that this build can record.
+// RdmaPathReason is the reason label of velo_rendezvous_rdma_path_total:
+// the book's reasons, as the owner and the consumer record them (see
+// RendezvousMetrics.PathDecision). RdmaOK is the only reason of
+// path="rdma"; every other reason is path="chunked".
 type RdmaPathReason uint8
 
 const (
 	// RdmaNoOffer: the owner answered an acquire that carried no RDMA
-	// offer (the acquire body this build speaks has no offer field).
+	// offer, or one naming a backend it does not serve; or the consumer
+	// made none because the owner is not on an RDMA-capable transport.
 	RdmaNoOffer RdmaPathReason = iota
-	// RdmaNotConfigured: the consumer has no RDMA registry, so it sent no
-	// offer.
+	// RdmaNotConfigured: this side has no RDMA registry.
 	RdmaNotConfigured
+	// RdmaKillSwitch: the RDMA path is switched off on this side.
+	RdmaKillSwitch
+	// RdmaNotPinned: the slot is not in registered memory, or its
+	// staging is gone and no descriptor encodes.
+	RdmaNotPinned
+	// RdmaBelowMin: the payload is under rdma_min_bytes.
+	RdmaBelowMin
+	// RdmaDraining: the owner is draining.
+	RdmaDraining
+	// RdmaDecodeError: the consumer refused the owner's descriptor.
+	RdmaDecodeError
+	// RdmaPoolExhausted: no registered memory (a staging or a GET
+	// destination) was to be had.
+	RdmaPoolExhausted
+	// RdmaGetFailed: the GET failed.
+	RdmaGetFailed
+	// RdmaBudget: the registered-bytes budget is spent (staging).
+	RdmaBudget
+	// RdmaOK: path="rdma" (the owner sent a descriptor; the consumer's
+	// GET completed).
+	RdmaOK
 	NumRdmaPathReasons
 )
 
-var rdmaPathReasonNames = [NumRdmaPathReasons]string{"no_offer", "not_configured"}
+var rdmaPathReasonNames = [NumRdmaPathReasons]string{
+	"no_offer", "not_configured", "kill_switch", "not_pinned", "below_min", "draining",
+	"decode_error", "pool_exhausted", "get_failed", "budget", "ok",
+}
+
+// numEagerReasons: the reasons this build records today (no_offer,
+// not_configured) exist at zero from the start; the rest bind on first use.
+const numEagerReasons = 2
+
+func (r RdmaPathReason) String() string {
+	if r < NumRdmaPathReasons {
+		return rdmaPathReasonNames[r]
+	}
+	return "unknown"
+}
+
+// Path is the path label a reason belongs to.
+func (r RdmaPathReason) Path() string {
+	if r == RdmaOK {
+		return "rdma"
+	}
+	return "chunked"
+}
 
 // rdmaFamilies are the six RDMA families.
 type rdmaFamilies struct {
@@ -37,7 +82,7 @@ type rdmaFamilies struct {
 	path            *prometheus.CounterVec // path, reason
 	getDuration     prometheus.Histogram
 	leasesReaped    prometheus.Counter
-	chunked         [NumRdmaPathReasons]prometheus.Counter // path="chunked", bound at Register
+	eager           [numEagerReasons]prometheus.Counter // path="chunked", bound at Register
 }
 
 func newRdmaFamilies() rdmaFamilies {
@@ -70,8 +115,9 @@ func newRdmaFamilies() rdmaFamilies {
 	// anything records.
 	f.registrations.WithLabelValues("arena")
 	f.registrations.WithLabelValues("external")
-	for i, r := range rdmaPathReasonNames {
-		f.chunked[i] = f.path.WithLabelValues("chunked", r)
+	for i := range f.eager {
+		r := RdmaPathReason(i)
+		f.eager[i] = f.path.WithLabelValues(r.Path(), r.String())
 	}
 	return f
 }

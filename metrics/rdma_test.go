@@ -41,3 +41,40 @@ func TestRdmaFamiliesAndChunkedPath(t *testing.T) {
 		t.Errorf("ChunkedPath: %v allocs, want 0", n)
 	}
 }
+
+// Every reason lands on its own series with the book's label values:
+// path="rdma" for ok only, path="chunked" for the rest, and a reason that
+// binds lazily is a zero-allocation add after its first record.
+func TestRdmaPathDecisionLabels(t *testing.T) {
+	_, m := mustRegister(t)
+	rv := m.Rendezvous()
+	want := map[RdmaPathReason][2]string{
+		RdmaNoOffer: {"chunked", "no_offer"}, RdmaNotConfigured: {"chunked", "not_configured"},
+		RdmaKillSwitch: {"chunked", "kill_switch"}, RdmaNotPinned: {"chunked", "not_pinned"},
+		RdmaBelowMin: {"chunked", "below_min"}, RdmaDraining: {"chunked", "draining"},
+		RdmaDecodeError: {"chunked", "decode_error"}, RdmaPoolExhausted: {"chunked", "pool_exhausted"},
+		RdmaGetFailed: {"chunked", "get_failed"}, RdmaBudget: {"chunked", "budget"},
+		RdmaOK: {"rdma", "ok"},
+	}
+	if len(want) != int(NumRdmaPathReasons) {
+		t.Fatalf("table has %d reasons, the type %d", len(want), NumRdmaPathReasons)
+	}
+	for why, lv := range want {
+		for i := 0; i <= int(why); i++ {
+			rv.PathDecision(why)
+		}
+		if got := testutil.ToFloat64(m.rdma.path.WithLabelValues(lv[0], lv[1])); got != float64(why)+1 {
+			t.Errorf("%s: path_total{%s,%s} = %v, want %v", why, lv[0], lv[1], got, float64(why)+1)
+		}
+	}
+	rv.ChunkedPath(RdmaOK) // not a chunked reason: ignored
+	if got := testutil.ToFloat64(m.rdma.path.WithLabelValues("rdma", "ok")); got != float64(RdmaOK)+1 {
+		t.Errorf("ChunkedPath(RdmaOK) moved path_total{rdma,ok} to %v", got)
+	}
+	if got := testutil.ToFloat64(m.rdma.path.WithLabelValues("chunked", "ok")); got != 0 {
+		t.Errorf("path_total{chunked,ok} = %v, want 0", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { rv.PathDecision(RdmaGetFailed) }); n != 0 {
+		t.Errorf("PathDecision(lazy): %v allocs, want 0", n)
+	}
+}

@@ -72,7 +72,9 @@ type RendezvousMetrics struct {
 	active   prometheus.Gauge
 	// refused is bound on each refusal: refusals are off the data path.
 	refused *prometheus.CounterVec
-	chunked [NumRdmaPathReasons]prometheus.Counter // rdma_path_total{path="chunked"}
+	eager   [numEagerReasons]prometheus.Counter               // rdma_path_total, bound at build
+	paths   [NumRdmaPathReasons]atomic.Pointer[counterSeries] // the rest, bound on first use
+	pathVec *prometheus.CounterVec
 }
 
 // Rendezvous returns the handle of the Rendezvous family (the same one on
@@ -85,7 +87,7 @@ func (m *VeloMetrics) Rendezvous() *RendezvousMetrics {
 		m.rv = &RendezvousMetrics{
 			opsVec: m.rvOps, durVec: m.rvDur, bytesVec: m.rvBytes,
 			active: m.rvActive, refused: m.rvRefused,
-			chunked: m.rdma.chunked,
+			eager: m.rdma.eager, pathVec: m.rdma.path,
 		}
 	})
 	return m.rv
@@ -133,12 +135,31 @@ func (r *RendezvousMetrics) ActiveSlots(n int) {
 	}
 }
 
-// ChunkedPath counts one decision for the chunked path, for why: the
-// owner's as it answers an acquire (RdmaNoOffer), the consumer's as it
-// sends one (RdmaNotConfigured). Both series are bound when the handle is
-// built, so this is one atomic add.
+// ChunkedPath counts one decision for the chunked path, for why (RdmaOK
+// is not a chunked reason and is ignored here).
 func (r *RendezvousMetrics) ChunkedPath(why RdmaPathReason) {
-	if r != nil && why < NumRdmaPathReasons {
-		r.chunked[why].Inc()
+	if why != RdmaOK {
+		r.PathDecision(why)
 	}
+}
+
+// PathDecision counts one path decision of velo_rendezvous_rdma_path_total:
+// path="rdma",reason="ok" for RdmaOK, path="chunked" with the reason
+// otherwise. The owner records as it answers an acquire, the consumer as
+// it builds its offer, after a failure and when a GET completes. The
+// series this build records today are bound when the handle is built; the
+// others on their first record. Either way a record is an atomic add.
+func (r *RendezvousMetrics) PathDecision(why RdmaPathReason) {
+	if r == nil || why >= NumRdmaPathReasons {
+		return
+	}
+	if why < numEagerReasons {
+		r.eager[why].Inc()
+		return
+	}
+	s := r.paths[why].Load()
+	if s == nil {
+		s = bindCounter(&r.paths[why], r.pathVec, why.Path(), why.String())
+	}
+	s.c.Inc()
 }

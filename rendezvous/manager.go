@@ -71,10 +71,11 @@ type Config struct {
 // Manager is one node's rendezvous: the owner's store and handlers, and
 // the consumer's calls.
 type Manager struct {
-	m   *messenger.Messenger
-	cfg Config
-	st  *store
-	met *metrics.RendezvousMetrics
+	m     *messenger.Messenger
+	cfg   Config
+	st    *store
+	met   *metrics.RendezvousMetrics
+	paths paths // the path decision of every transfer; see path.go
 
 	staged, fetched atomic.Int64 // transparent payloads staged here, and fetched by this node
 
@@ -265,10 +266,7 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Check 1 of the owner's RDMA decision: the acquire body carries no
-	// offer here, so the answer is chunked.
-	r.met.ChunkedPath(metrics.RdmaNoOffer)
-	return json.Marshal(acquireAnswer{Ready: &rd})
+	return json.Marshal(r.answerAcquire(&rd))
 }
 
 // leaseTimeout is the deadline an acquire asks for (LeaseHeader), 0 for none.
@@ -468,7 +466,7 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		opts = append(opts, messenger.WithHeaders(map[string]string{LeaseHeader: strconv.FormatInt(int64(ms), 10)}))
 	}
 	body, _ := json.Marshal(handleRequest{Handle: h})
-	r.met.ChunkedPath(metrics.RdmaNotConfigured) // no RDMA registry: no offer to build
+	tr := r.beginTransfer()
 	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, append(opts, opGet)...)
 	if err != nil {
 		return nil, 0, fromRemote(err)
@@ -478,11 +476,11 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
 		return nil, 0, fmt.Errorf("rendezvous: decode the acquire answer: %w", err)
 	}
-	if ans.Rdma != nil {
+	if err := tr.Answer(ans.Rdma != nil); err != nil {
 		// This node made no RDMA offer, so an RDMA answer is the owner's fault.
 		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: ans.Rdma.LeaseID})
 		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
-		return nil, 0, errors.New("rendezvous: the owner answered RDMA to an acquire that made no offer")
+		return nil, 0, err
 	}
 	rd := ans.Ready
 	if max >= 0 && rd.TotalLen > uint64(max) {
@@ -502,6 +500,7 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		}
 		return nil, 0, err
 	}
+	tr.Done()
 	return dst.bytes(), rd.LeaseID, nil
 }
 
