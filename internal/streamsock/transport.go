@@ -22,8 +22,8 @@ type peer struct {
 	endpoint []byte
 	lanes    []atomic.Pointer[lane]
 	stats    []laneCounters // one per lane slot (lanestats.go)
-	mu       sync.Mutex  // serializes lane creation
-	gone     atomic.Bool // unregistered or replaced
+	mu       sync.Mutex     // serializes lane creation
+	gone     atomic.Bool    // unregistered or replaced
 	// fenced: the peer holds unproven connections, so each new lane to it
 	// starts fenced (fence.go).
 	fenced bool
