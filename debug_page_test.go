@@ -62,10 +62,18 @@ func peerCell(instance string, col int, text string) string {
 		instance, col-1, text)
 }
 
+// laneCell is a script that is true once the lanes row named by lane
+// (instance/transport/index) has text in its col-th cell (from 1).
+func laneCell(lane string, col int, text string) string {
+	return fmt.Sprintf(`(() => { const r = document.querySelector('tr[data-lane="%s"]'); return !!r && r.children[%d].textContent === %q; })()`,
+		lane, col-1, text)
+}
+
 // TestDebugPageFollowsTheNode opens a node's page in headless chromium:
 // the registered peer's row is there; a second peer that joins appears
 // without a reload, and so do a call in flight to it (held by its
-// handler), a stream over the mux and an anchor waiting for its producer.
+// handler), a stream over the mux, its lane 0 connected in the lanes
+// table and an anchor waiting for its producer.
 // With VELO_PAGE_SCREENSHOT set to a file name, the page is saved there
 // (docs/img/debug-velo.png comes from this).
 func TestDebugPageFollowsTheNode(t *testing.T) {
@@ -143,6 +151,7 @@ func TestDebugPageFollowsTheNode(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-mux="`+second.WorkerID().String()+`/egress/0"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-phase="unattached"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-event="greeted"]`)),
+		chromedp.Poll[chromedp.Void](laneCell(second.InstanceID().String()+"/tcp/0", 4, "yes")), // connected
 	)
 	if err != nil {
 		t.Fatalf("the page did not follow the node: %v", err)

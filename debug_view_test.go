@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/streaming"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // getSnapshot reads a node's view the way a tool does: over HTTP, as JSON.
@@ -249,5 +252,67 @@ func TestDebugHandlerServesPageAndRefusesWrites(t *testing.T) {
 	resp.Body.Close()
 	if resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf(".json path: %s", resp.Header.Get("Content-Type"))
+	}
+}
+
+// TestDebugViewLanes: a client with two TCP lanes to a server; a frame
+// sent on lane 1 shows on lane 1 of the server's peer entry in the JSON
+// (one frame, its bytes, a last write, connected to the server's
+// address), while lane 0 carries the handshake and the call.
+func TestDebugViewLanes(t *testing.T) {
+	server := node(t)
+	tr, err := tcp.New(tcp.WithLanes(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := velo.New(context.Background(), velo.WithTransport(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdownWithin(client, 5*time.Second) })
+	if err := client.RegisterPeer(server.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Register(velo.UnaryHandler("ping", func(*velo.Context) ([]byte, error) { return nil, nil })); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := client.Unary(ctx, server.InstanceID(), "ping", nil); err != nil {
+		t.Fatal(err)
+	}
+	view := httptest.NewServer(velo.DebugHandler(client))
+	defer view.Close()
+	if p, _ := findPeer(getSnapshot(t, view.URL), server.InstanceID().String()); len(p.LaneStats) != 2 || p.LaneStats[1].FramesWritten != 0 || p.LaneStats[1].Connected {
+		t.Fatalf("before lane 1 is used: %+v", p.LaneStats)
+	}
+	// A stray response: the server drops it, and nothing else uses lane 1.
+	stray := ext.Frame{Type: ext.Response, Header: []byte("stray"), Payload: []byte("lane one")}
+	if _, err := tr.SendOnLane(server.InstanceID(), 1, stray); err != nil {
+		t.Fatal(err)
+	}
+	var lanes []velo.LaneSnapshot
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		p, _ := findPeer(getSnapshot(t, view.URL), server.InstanceID().String())
+		lanes = p.LaneStats
+		if len(lanes) == 2 && lanes[1].FramesWritten == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lane 1 never showed its frame: %+v", lanes)
+		}
+		runtime.Gosched()
+	}
+	l0, l1 := lanes[0], lanes[1]
+	if l1.Transport != "tcp" || l1.Lane != 1 || !l1.Connected || l1.BytesWritten < uint64(stray.Len()) || l1.LastWrite == nil || l1.QueuedFrames != 0 {
+		t.Fatalf("lane 1: %+v", l1)
+	}
+	host := strings.TrimPrefix(l1.Remote, "127.0.0.1:")
+	if host == l1.Remote || host == "" {
+		t.Fatalf("lane 1 remote %q is not the server's loopback socket", l1.Remote)
+	}
+	if l0.Lane != 0 || !l0.Connected || l0.FramesWritten < 2 || l0.Remote != l1.Remote {
+		t.Fatalf("lane 0 (handshake and call): %+v", l0)
 	}
 }

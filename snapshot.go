@@ -55,6 +55,9 @@ type PeerSnapshot struct {
 	Transports []string `json:"transports"`
 	Primary    string   `json:"primary"`
 	Lanes      int      `json:"lanes"`
+	// LaneStats are the lanes to the peer of each of those transports
+	// that reports them, the primary's first (see LaneSnapshot).
+	LaneStats []LaneSnapshot `json:"lane_stats,omitempty"`
 	// Handshake is "none", "running" or "done".
 	Handshake string `json:"handshake"`
 	Connected bool   `json:"connected"`
@@ -200,8 +203,9 @@ func (n *Node) Snapshot() Snapshot {
 	defer n.view.mu.Unlock()
 	now := time.Now()
 	s := Snapshot{Instance: n.InstanceID().String(), Worker: n.WorkerID().String(), Taken: now}
-	s.Transports = transportSnapshots(n.m.Transports())
-	s.Peers, s.Calls = n.peerSnapshots(now)
+	trs := n.m.Transports()
+	s.Transports = transportSnapshots(trs)
+	s.Peers, s.Calls = n.peerSnapshots(now, laneStatsers(trs))
 	s.Mux = n.muxSnapshots(s.Peers)
 	s.Anchors = n.anchorSnapshot(now)
 	rv := n.Rendezvous.View()
@@ -254,7 +258,7 @@ func counterFields(v reflect.Value) map[string]uint64 {
 	return out
 }
 
-func (n *Node) peerSnapshots(now time.Time) ([]PeerSnapshot, CallsSnapshot) {
+func (n *Node) peerSnapshots(now time.Time, lanes map[ext.TransportKey]ext.LaneStatser) ([]PeerSnapshot, CallsSnapshot) {
 	views := n.m.PeerViews()
 	sort.Slice(views, func(i, j int) bool { // the node itself first, then by instance
 		if views[i].Self != views[j].Self {
@@ -266,6 +270,9 @@ func (n *Node) peerSnapshots(now time.Time) ([]PeerSnapshot, CallsSnapshot) {
 	byWorker := make(map[ext.WorkerID]*PeerSnapshot, len(views))
 	for i, v := range views {
 		out[i] = peerSnapshot(v)
+		if !v.Self {
+			out[i].LaneStats = laneSnapshots(lanes, v.Instance, primaryFirst(v.Primary, v.Transports))
+		}
 		byWorker[v.Worker] = &out[i]
 	}
 	calls := CallsSnapshot{RunningHandlers: n.m.RunningHandlers()}

@@ -159,6 +159,27 @@ func printView(w io.Writer, body []byte) error {
 	}
 	t.Flush()
 
+	viewSection(w, "LANES")
+	t = viewTable(w, "PEER", "TRANSPORT", "LANE", "CONNECTED", "REMOTE", "FRAMES", "BYTES", "QUEUED", "WAITING", "LAST WRITE", "RECONNECTS")
+	for _, p := range s.Peers {
+		for _, l := range p.LaneStats {
+			conn, last := "no", "-"
+			if l.Connected {
+				conn = "yes"
+			}
+			if l.LastWrite != nil {
+				last = l.LastWrite.Format(time.TimeOnly)
+			}
+			remote := l.Remote
+			if remote == "" {
+				remote = "-"
+			}
+			viewRow(t, p.Instance, l.Transport, l.Lane, conn, remote, l.FramesWritten, l.BytesWritten,
+				fmt.Sprintf("%d/%dB", l.QueuedFrames, l.QueuedBytes), l.Waiting, last, l.Reconnects)
+		}
+	}
+	t.Flush()
+
 	viewSection(w, "MUX")
 	t = viewTable(w, "PEER", "SIDE", "LANE", "STATE", "LIVE", "CREDIT", "STARVED", "WITHHELD", "HELD", "BUDGET")
 	for _, m := range s.Mux {

@@ -37,8 +37,9 @@ func inspectNode(t *testing.T) *velo.Node {
 
 // TestInspectPrintsTheView: `velo inspect` against a real node's debug
 // handler prints its peer (greeted, with the call held in its handler in
-// flight), the mux batcher of a stream to it, an anchor waiting for its
-// producer, and the peer events.
+// flight), its lane 0 (connected, with frames written), the mux batcher
+// of a stream to it, an anchor waiting for its producer, and the peer
+// events.
 func TestInspectPrintsTheView(t *testing.T) {
 	n, peer := inspectNode(t), inspectNode(t)
 	if err := n.RegisterPeer(peer.PeerInfo()); err != nil {
@@ -110,9 +111,24 @@ func TestInspectPrintsTheView(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
+	if f := laneLine(text, peer.InstanceID().String(), "0"); len(f) < 11 || f[1] != "tcp" || f[3] != "yes" || f[5] == "0" || f[9] == "-" {
+		t.Errorf("lane 0 to the peer: %q; want tcp, connected, frames written and a last write:\n%s", f, text)
+	}
 	if egress := lineWith(text, "egress"); !strings.Contains(egress, "live") || !strings.Contains(egress, "/32") {
 		t.Errorf("mux line %q: no live batcher with its credit window", egress)
 	}
+}
+
+// laneLine returns the fields of the LANES row of instance's lane.
+func laneLine(text, instance, lane string) []string {
+	_, rest, _ := strings.Cut(text, "\nLANES\n")
+	rest, _, _ = strings.Cut(rest, "\n\n")
+	for _, l := range strings.Split(rest, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == instance && f[2] == lane {
+			return f
+		}
+	}
+	return nil
 }
 
 func lineWith(text, s string) string {

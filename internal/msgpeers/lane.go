@@ -2,6 +2,7 @@ package msgpeers
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -10,7 +11,7 @@ import (
 // goroutine calls WriteAll; Abort may come from any goroutine.
 type Writer interface {
 	// WriteAll sends batch in order, reports each frame it could not send
-	// with Core.Failed, releases each one it sent, and zeroes every entry.
+	// with Lane.Failed, releases each one it sent, and zeroes every entry.
 	// It checks Lane.Gone and Core.PastGrace per frame.
 	WriteAll(batch []ext.Frame)
 	// Abort ends a send under way, if the wire can; it is called when the
@@ -32,6 +33,13 @@ type Lane struct {
 
 	gone     chan struct{} // closed when the peer is unregistered
 	goneOnce sync.Once
+
+	// Counted once per batch handed to the Writer (handed*, lastWrite)
+	// and once per frame it fails (failed*, rare): see stats.go.
+	handedFrames, handedBytes atomic.Uint64
+	failedFrames, failedBytes atomic.Uint64
+	lastWrite                 atomic.Int64 // unix nanos
+	takenBytes                int          // of the last take: the writer goroutine's alone
 }
 
 func newLane(c *Core, target ext.InstanceID, index int) *Lane {
@@ -89,6 +97,7 @@ func (l *Lane) take(prev []ext.Frame) []ext.Frame {
 		for _, f := range batch {
 			n += units(f)
 		}
+		l.takenBytes = n - FrameUnits*len(batch)
 		return n
 	})
 	return batch
@@ -109,7 +118,7 @@ func (l *Lane) run() {
 		}
 		batch = l.take(batch)
 		if len(batch) > 0 {
-			l.w.WriteAll(batch)
+			l.writeAll(batch)
 			continue
 		}
 		select {
@@ -133,7 +142,7 @@ func (l *Lane) finish(batch []ext.Frame) {
 		if len(batch) == 0 && l.gate.Pending() == 0 {
 			break
 		}
-		l.w.WriteAll(batch)
+		l.writeAll(batch)
 	}
 	l.close(ext.ErrTransportClosed, batch)
 }
@@ -143,5 +152,5 @@ func (l *Lane) finish(batch []ext.Frame) {
 // registered) and fails the rest.
 func (l *Lane) close(err error, batch []ext.Frame) {
 	l.gate.Fail(err, func(f ext.Frame) { l.c.Failed(l.target, f, err) })
-	l.w.WriteAll(l.take(batch))
+	l.writeAll(l.take(batch))
 }

@@ -34,8 +34,12 @@ func (w *fakeWriter) WriteAll(batch []ext.Frame) {
 	for i, f := range batch {
 		select {
 		case <-w.l.Gone():
-			w.c.Failed(w.l.Target(), f, ext.ErrConnectionClosed)
+			w.l.Failed(f, ext.ErrConnectionClosed)
 		default:
+			if f.Payload[0] == failMe {
+				w.l.Failed(f, errTestWrite)
+				break
+			}
 			w.mu.Lock()
 			w.sent = append(w.sent, f.Payload[0])
 			w.mu.Unlock()
@@ -46,6 +50,11 @@ func (w *fakeWriter) WriteAll(batch []ext.Frame) {
 }
 
 func (w *fakeWriter) Abort() { w.aborted.Add(1) }
+
+// failMe marks a frame the fakeWriter fails with errTestWrite.
+const failMe = 0xff
+
+var errTestWrite = errors.New("test writer: refused")
 
 // newCore is a started Core whose send errors go to failed.
 func newCore(t *testing.T, failed func(error)) *Core {

@@ -67,6 +67,7 @@ func (l *lane) flushInline() {
 	written := l.writeNow(b.segs[:n], obs)
 	end := monotonic()
 	done := firstUnwritten(b.segs[:n], written)
+	l.ctr.wrote(framesIn(b.segs[:done]), written, end)
 	b.written(obs, done)
 	rest := restAfter(b.segs, done, written)
 	var failed []segment

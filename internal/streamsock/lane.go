@@ -65,6 +65,7 @@ type lane struct {
 	peer *peer
 	idx  int
 	gate *ext.AdmissionGate[outFrame]
+	ctr  *laneCounters // the slot's, shared with the lanes before and after this one
 
 	// Guarded by the gate's lock: Accept and the writer's take run under it.
 	segs   []segment
@@ -125,7 +126,7 @@ type lane struct {
 // lane that finished in the meantime would stay stored, dead, and refuse
 // every later send to that peer.
 func newLane(t *Transport, p *peer, idx int) *lane {
-	l := &lane{t: t, peer: p, idx: idx, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	l := &lane{t: t, peer: p, idx: idx, ctr: &p.stats[idx], wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
 	if p.fenced {
@@ -342,7 +343,9 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 		// Stay under the kernel's iovec limit per call.
 		n := min(len(segs), maxSegmentsPerWrite)
 		l.vec = l.vec[:0]
+		frames := 0
 		for i := range segs[:n] {
+			frames += segs[i].frames
 			buf, payload := segs[i].unwritten()
 			l.vec = append(l.vec, buf)
 			if payload != nil {
@@ -367,13 +370,24 @@ func (l *lane) write(conn net.Conn, segs []segment, obs ext.Observability) (int,
 			// Record how far the stopping segment got, so the failure
 			// report skips the frames the kernel already took.
 			done := firstUnwritten(segs[:n], written)
+			l.ctr.wrote(framesIn(segs[:done]), written, monotonic())
 			restAfter(segs[:n], done, written)
 			return base + done, err
 		}
+		l.ctr.wrote(frames, written, monotonic())
 		segs = segs[n:]
 		base += n
 	}
 	return 0, nil
+}
+
+// framesIn counts the frames of segs.
+func framesIn(segs []segment) int {
+	n := 0
+	for i := range segs {
+		n += segs[i].frames
+	}
+	return n
 }
 
 // maxSegmentsPerWrite keeps one writev under IOV_MAX (1024) buffers.
@@ -424,6 +438,7 @@ func (l *lane) dial() (net.Conn, error) {
 	l.connMu.Lock()
 	l.conn = conn
 	l.connMu.Unlock()
+	l.ctr.dials.Add(1)
 	l.t.obs().ActiveConnections(1)
 	if sc, ok := conn.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {

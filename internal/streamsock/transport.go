@@ -21,8 +21,9 @@ type peer struct {
 	id       ext.InstanceID
 	endpoint []byte
 	lanes    []atomic.Pointer[lane]
-	mu       sync.Mutex  // serializes lane creation
-	gone     atomic.Bool // unregistered or replaced
+	stats    []laneCounters // one per lane slot (lanestats.go)
+	mu       sync.Mutex     // serializes lane creation
+	gone     atomic.Bool    // unregistered or replaced
 	// fenced: the peer holds unproven connections, so each new lane to it
 	// starts fenced (fence.go).
 	fenced bool
@@ -216,7 +217,7 @@ func (t *Transport) Register(p ext.PeerInfo) error {
 	for k, v := range old {
 		next[k] = v
 	}
-	next[p.InstanceID] = &peer{id: p.InstanceID, endpoint: append([]byte(nil), ep...), lanes: make([]atomic.Pointer[lane], t.cfg.Lanes), fenced: fences(p.Address)}
+	next[p.InstanceID] = &peer{id: p.InstanceID, endpoint: append([]byte(nil), ep...), lanes: make([]atomic.Pointer[lane], t.cfg.Lanes), stats: make([]laneCounters, t.cfg.Lanes), fenced: fences(p.Address)}
 	t.peers.Store(&next)
 	return nil
 }

@@ -107,6 +107,7 @@ func (l *lane) run() {
 		return
 	}
 	l.open.Store(true)
+	l.p.stats[l.idx].streams.Add(1)
 	l.t.adapter.ReportPeerConnected(l.p.id, Key, l.p.addr)
 	readerDone := make(chan struct{})
 	l.t.wg.Add(1)
@@ -141,13 +142,17 @@ func (l *lane) write(stream ggrpc.ClientStream, readerDone <-chan struct{}) erro
 			}
 			continue
 		}
+		ctr := &l.p.stats[l.idx]
+		bytes := 0
 		for i, f := range batch {
 			if l.mode.Load() == aborted {
+				ctr.wrote(i, bytes)
 				l.reportAll(batch[i:], ext.ErrConnectionClosed)
 				return ext.ErrConnectionClosed
 			}
 			out := AppendFramedData(make([]byte, 0, framedSize(f)), f)
 			if err := stream.SendMsg(&message{out: out}); err != nil {
+				ctr.wrote(i, bytes)
 				// SendMsg says io.EOF when the stream ended; the reader
 				// gets its status and reports the loss. Wait for it, so
 				// the failed frames carry the loss as their cause, but not
@@ -164,8 +169,10 @@ func (l *lane) write(stream ggrpc.ClientStream, readerDone <-chan struct{}) erro
 				return err
 			}
 			l.t.obs().FramesWritten(f.Type, 1)
+			bytes += len(out)
 			f.Release()
 		}
+		ctr.wrote(len(batch), bytes)
 		clear(batch)
 	}
 }

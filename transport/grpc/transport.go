@@ -165,6 +165,7 @@ type peer struct {
 	cc    *ggrpc.ClientConn
 	creds *clientCreds // cc's
 	lanes []*lane
+	stats []laneCounters // one per lane slot, kept across its streams (lanestats.go)
 	gone  bool
 }
 
@@ -299,7 +300,7 @@ func (t *Transport) Register(p ext.PeerInfo) error {
 		t.peersMu.Unlock()
 		return nil
 	}
-	t.peers[p.InstanceID] = &peer{id: p.InstanceID, ep: append([]byte(nil), ep...), addr: addr, lanes: make([]*lane, t.o.lanes)}
+	t.peers[p.InstanceID] = &peer{id: p.InstanceID, ep: append([]byte(nil), ep...), addr: addr, lanes: make([]*lane, t.o.lanes), stats: make([]laneCounters, t.o.lanes)}
 	t.peersMu.Unlock()
 	if ok {
 		t.closePeer(cur)

@@ -328,6 +328,14 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 // Lanes is the number of lanes kept to a registered peer, 0 for another.
 func (t *Transport) Lanes(target ext.InstanceID) int { return t.core.Lanes(target) }
 
+// LaneStats reports each lane to target (ext.LaneStatser): whether the
+// NATS connection is up, the peer's subject, the frames and bytes (headers
+// and payloads) published and what is queued. Nil for a peer not
+// registered.
+func (t *Transport) LaneStats(target ext.InstanceID) []ext.LaneStats {
+	return t.core.LaneStats(target)
+}
+
 // MaxMessageSize is the largest header plus payload sent: the server's
 // max_payload less 64 bytes, or WithMaxFrameSize when smaller. It is read
 // from the server at Start (0 before).

@@ -34,6 +34,10 @@ func newWriter(t *Transport, l *msgpeers.Lane, subject string) *writer {
 // and that wait ends on the lane's Gone or the grace.
 func (w *writer) Abort() {}
 
+// LinkState says whether the NATS connection is up, and the peer's
+// subject (msgpeers.LinkStater).
+func (w *writer) LinkState() (bool, string) { return w.t.nc.IsConnected(), w.subject }
+
 // WriteAll publishes batch in order.
 func (w *writer) WriteAll(batch []ext.Frame) {
 	for i := range batch {
@@ -50,12 +54,12 @@ func (w *writer) publish(f ext.Frame) {
 	l, t := w.l, w.t
 	select {
 	case <-l.Gone():
-		t.core.Failed(l.Target(), f, ext.ErrConnectionClosed)
+		l.Failed(f, ext.ErrConnectionClosed)
 		return
 	default:
 	}
 	if t.core.PastGrace() {
-		t.core.Failed(l.Target(), f, ext.ErrTransportClosed)
+		l.Failed(f, ext.ErrTransportClosed)
 		return
 	}
 	w.hdr[HeaderType] = typeValues[f.Type]
@@ -76,7 +80,7 @@ func (w *writer) publish(f ext.Frame) {
 		w.buf = nil // a large frame's scratch does not stay with the lane
 	}
 	if err != nil {
-		t.core.Failed(l.Target(), f, err)
+		l.Failed(f, err)
 		return
 	}
 	obs := t.observe()

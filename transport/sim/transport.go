@@ -227,6 +227,13 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 // Lanes is the number of lanes kept to a registered peer, 0 for another.
 func (t *Transport) Lanes(target ext.InstanceID) int { return t.core.Lanes(target) }
 
+// LaneStats reports each lane to target (ext.LaneStatser): the frames
+// and bytes handed to the fabric and what is queued. Nil for a peer not
+// registered.
+func (t *Transport) LaneStats(target ext.InstanceID) []ext.LaneStats {
+	return t.core.LaneStats(target)
+}
+
 // MaxMessageSize is the largest header plus payload sent.
 func (t *Transport) MaxMessageSize() int { return t.o.maxFrameSize }
 
@@ -301,7 +308,7 @@ func (w *laneWriter) WriteAll(batch []ext.Frame) {
 			}
 		}
 		if err != nil {
-			t.core.Failed(w.l.Target(), f, err)
+			w.l.Failed(f, err)
 			continue
 		}
 		t.core.Observe().Frames(ext.Outbound, f.Type, ext.Accepted, 1, f.Len())

@@ -34,6 +34,11 @@ func (t *Transport) RetainsOwners() bool { return true }
 // new connection (ext.ConnConfirmer).
 func (t *Transport) ConfirmConn(id ext.ConnID) { t.s.ConfirmConn(id) }
 
+// LaneStats reports each lane to peer: connected or not, the remote
+// address, frames and bytes written, what is queued, the last write and
+// reconnects (ext.LaneStatser). Nil for a peer not registered.
+func (t *Transport) LaneStats(peer ext.InstanceID) []ext.LaneStats { return t.s.LaneStats(peer) }
+
 // Key is the address key, "tcp" ("tls" with WithTLS).
 func (t *Transport) Key() ext.TransportKey { return t.s.Key() }
 

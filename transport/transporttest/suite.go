@@ -21,7 +21,9 @@
 // The suite checks per-lane order, large frames, many peers, admission
 // (pending sends resolve in order), the drain echo, frames written across
 // teardown, unregister failing queued frames, oversized frames, unknown
-// peers, and that our own shutdown reports no peer lost. With the optional
+// peers, that our own shutdown reports no peer lost, and, for a transport
+// that reports its lanes (ext.LaneStatser), that each lane counts its own
+// frames. With the optional
 // hooks it also checks that a malformed frame closes only its connection
 // (DialRaw) and that a peer that dies is reported lost, once, within
 // 100 ms (Kill). A transport that goes through a broker sets Brokered to
@@ -123,4 +125,5 @@ func Run(t *testing.T, f Factory) {
 	t.Run("APeerThatDiesIsReportedLostOnce", func(t *testing.T) { testPeerLost(t, f) })
 	t.Run("OurOwnShutdownReportsNoPeerLost", func(t *testing.T) { testOwnShutdownNoLoss(t, f) })
 	t.Run("OwnersRetainedWhileTheirBytesAreUsed", func(t *testing.T) { testOwnersRetained(t, f) })
+	t.Run("LaneStatsCountEachLane", func(t *testing.T) { testLaneStats(t, f) })
 }

@@ -47,6 +47,14 @@ func newLane(t *Transport, l *msgpeers.Lane, endpoint string) *lane {
 	return zl
 }
 
+// LinkState says whether the lane holds a live socket, and its endpoint
+// (msgpeers.LinkStater).
+func (l *lane) LinkState() (bool, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sock != nil && !l.sock.dead.Load(), l.endpoint
+}
+
 // WriteAll sends batch in order on the lane's socket.
 func (l *lane) WriteAll(batch []ext.Frame) { l.w.sendAll(batch) }
 
@@ -160,7 +168,7 @@ func (w *writer) sendAll(batch []ext.Frame) {
 		// queued behind fails too, rather than each frame waiting out a
 		// timeout of its own. The next frame dials again.
 		for j := i + 1; j < len(batch); j++ {
-			w.l.t.core.Failed(w.l.shared.Target(), batch[j], err)
+			w.l.shared.Failed(batch[j], err)
 			batch[j] = ext.Frame{}
 		}
 		return
@@ -174,12 +182,12 @@ func (w *writer) send(f ext.Frame) error {
 	target := l.shared.Target()
 	select {
 	case <-l.shared.Gone():
-		t.core.Failed(target, f, ext.ErrConnectionClosed)
+		l.shared.Failed(f, ext.ErrConnectionClosed)
 		return nil
 	default:
 	}
 	if t.core.PastGrace() {
-		t.core.Failed(target, f, ext.ErrTransportClosed)
+		l.shared.Failed(f, ext.ErrTransportClosed)
 		return nil
 	}
 	if w.d != nil && w.d.dead.Load() {
@@ -188,7 +196,7 @@ func (w *writer) send(f ext.Frame) error {
 	if w.d == nil {
 		d, err := l.dial()
 		if err != nil {
-			t.core.Failed(target, f, err)
+			l.shared.Failed(f, err)
 			return err
 		}
 		w.d = d
@@ -196,7 +204,7 @@ func (w *writer) send(f ext.Frame) error {
 	if err := w.d.s.SendMulti(zmq4.NewMsgFrom(frameParts(f)...)); err != nil {
 		w.drop()
 		err = fmt.Errorf("zmq: send to %v: %w: %w", target, l.sendErr(), err)
-		t.core.Failed(target, f, err)
+		l.shared.Failed(f, err)
 		return nil
 	}
 	obs := t.observe()

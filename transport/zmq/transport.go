@@ -183,6 +183,14 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 // Lanes is the number of lanes kept to a registered peer, 0 for another.
 func (t *Transport) Lanes(target ext.InstanceID) int { return t.core.Lanes(target) }
 
+// LaneStats reports each lane to target (ext.LaneStatser): whether its
+// DEALER socket is connected, the peer's endpoint, the frames and bytes
+// (headers and payloads) sent and what is queued. Nil for a peer not
+// registered.
+func (t *Transport) LaneStats(target ext.InstanceID) []ext.LaneStats {
+	return t.core.LaneStats(target)
+}
+
 // MaxMessageSize is the largest header plus payload sent or accepted
 // (WithMaxFrameSize, 16 MiB by default).
 func (t *Transport) MaxMessageSize() int { return t.o.maxFrameSize }
