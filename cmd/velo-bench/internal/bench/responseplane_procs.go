@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,11 +44,14 @@ type rpProc struct {
 
 // rpProcs are the children of one arm's rep.
 type rpProcs struct {
-	cfg     ResponsePlaneConfig
-	arm     string
-	fail    context.CancelCauseFunc
-	fronts  []*rpProc
-	engines []*rpProc
+	cfg  ResponsePlaneConfig
+	arm  string
+	fail context.CancelCauseFunc
+	// died is closed when the first child exits early (diedOnce).
+	died     chan struct{}
+	diedOnce sync.Once
+	fronts   []*rpProc
+	engines  []*rpProc
 }
 
 func (ps *rpProcs) all() []*rpProc {
@@ -91,15 +95,36 @@ func (ps *rpProcs) start(role string, index int) (*rpProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", p.name, err)
 	}
-	go p.read(stdout, ps.fail)
+	go p.read(stdout, ps)
 	cfg := ps.cfg
 	cfg.Samples = nil
 	return p, p.send(rpMsg{Op: "config", Config: &cfg})
 }
 
+// childDeathGrace is how long a child's error waits before it fails the
+// run: a child that crashes breaks its peers' connections, and their
+// errors (a broken pipe) can reach the parent before the crash does. The
+// crash is the cause to report.
+const childDeathGrace = 250 * time.Millisecond
+
+// failSoon fails the run with err unless a child exits early within
+// childDeathGrace; that exit is then the run's cause.
+func (ps *rpProcs) failSoon(err error) {
+	go func() {
+		t := time.NewTimer(childDeathGrace)
+		defer t.Stop()
+		select {
+		case <-ps.died:
+		case <-t.C:
+		}
+		ps.fail(err)
+	}()
+}
+
 // read hands the child's lines to p.msgs until it exits. An error line,
 // or an exit before the parent asked for one, fails the run.
-func (p *rpProc) read(stdout io.Reader, fail context.CancelCauseFunc) {
+func (p *rpProc) read(stdout io.Reader, ps *rpProcs) {
+	fail := ps.fail
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	for sc.Scan() {
@@ -108,7 +133,7 @@ func (p *rpProc) read(stdout io.Reader, fail context.CancelCauseFunc) {
 			continue // not a protocol line
 		}
 		if m.Op == "error" {
-			fail(fmt.Errorf("%s: %s", p.name, m.Err))
+			ps.failSoon(fmt.Errorf("%s: %s", p.name, m.Err))
 			continue
 		}
 		select {
@@ -121,6 +146,7 @@ func (p *rpProc) read(stdout io.Reader, fail context.CancelCauseFunc) {
 	close(p.exited)
 	if !p.leaving.Load() {
 		fail(fmt.Errorf("%s exited early: %v", p.name, p.exitErr))
+		ps.diedOnce.Do(func() { close(ps.died) })
 	}
 }
 
@@ -203,7 +229,7 @@ func responsePlaneProcsRun(cfg ResponsePlaneConfig, arm string, params map[strin
 	defer cancel()
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	ps := &rpProcs{cfg: cfg, arm: arm, fail: fail}
+	ps := &rpProcs{cfg: cfg, arm: arm, fail: fail, died: make(chan struct{})}
 	defer func() {
 		ps.stop(err == nil)
 		if err == nil {
