@@ -148,6 +148,10 @@ func TestAPeerThatShutsDownInOrderIsReportedAsAShutdown(t *testing.T) {
 	losses := recordLosses(tx.a)
 	rx.t.Shutdown()
 	<-rx.t.Closed()
+	// The lane aborts its connection before it reports the loss (so
+	// nothing is written into a half-closed socket), and it can retire in
+	// between: wait for the report itself, not only for the lanes to go.
+	losses.waitFirst(t)
 	waitLanesGone(t, tx, rx.id)
 	losses.check(t, rx.id, 1)
 	if !errors.Is(losses.errs[0], ext.ErrPeerShutdown) {
