@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/velo-go/velo/internal/embedded"
+
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/hub"
 	"github.com/velo-go/velo/hub/store/etcdstore"
@@ -26,13 +28,17 @@ func serve(o options, f hubconf.File, log *slog.Logger) error {
 	ctx, stopSignals := onSignals(log)
 	defer stopSignals()
 	if o.embeddedEtcd != "" {
-		e, err := startEmbeddedEtcd(o.embeddedEtcd, o.etcdAddr)
+		// A single-box trial: etcd's own timings, its data kept in the
+		// directory, so a hub restarted on it recovers its registrations.
+		e, err := embedded.StartEtcdWith(embedded.EtcdConfig{
+			Dir: o.embeddedEtcd, Name: "velo-hub", ClientAddr: o.etcdAddr, ReadyTimeout: time.Minute,
+		})
 		if err != nil {
 			return err
 		}
-		defer e.stop()
-		f.Store.Endpoints = []string{e.endpoint}
-		log.Info("velo-hub: embedded etcd serving", "dir", o.embeddedEtcd, "endpoint", e.endpoint)
+		defer e.Stop()
+		f.Store.Endpoints = []string{e.Endpoint()}
+		log.Info("velo-hub: embedded etcd serving", "dir", o.embeddedEtcd, "endpoint", e.Endpoint())
 	}
 	opts := []hub.Option{hub.WithLogger(log)}
 	var st *etcdstore.Store
