@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestSecondSignalExitsAtOnce: a request that holds the control listener
@@ -20,7 +23,19 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := fmt.Fprint(conn, "POST /v1/instances HTTP/1.1\r\nHost: hub\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+	// Expect: 100-continue makes the hub say when its handler starts to
+	// read the body: only then is the request in flight for certain (one
+	// still in the listen backlog at the signal is dropped with the
+	// listener, and the stop does not wait for it).
+	if _, err := fmt.Fprint(conn, "POST /v1/instances HTTP/1.1\r\nHost: hub\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("the hub answered %q (%v), want 100 Continue", line, err)
+	}
+	if _, err := fmt.Fprint(conn, "{"); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
