@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +20,10 @@ type RendezvousConfig struct {
 	Bytes int      // bytes moved per size and rep (at least MinIters transfers)
 	Reps  int      // repetitions
 	Arms  []string // raw, get, unary
+	// Path is the get arm's path: "chunked" (the default, plain TCP
+	// nodes) or "rdma" (UCX beside TCP on both nodes, the owner staging
+	// with RegisterDataPinned; needs a build with the ucx tag).
+	Path string
 }
 
 // Rendezvous measures a payload moved by handle, in MiB/s and in process
@@ -45,7 +50,7 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 		cfg.Reps = 1
 	}
 	ctx := context.Background()
-	a, b, err := rvPair(ctx)
+	a, b, err := rvPair(ctx, cfg.Path)
 	if err != nil {
 		return err
 	}
@@ -62,7 +67,7 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 		for i := range payload {
 			payload[i] = byte(i)
 		}
-		params := map[string]any{"payload_bytes": size, "transfers": iters}
+		params := map[string]any{"payload_bytes": size, "transfers": iters, "path": cmp.Or(cfg.Path, "chunked")}
 		for rep := 0; rep < cfg.Reps; rep++ {
 			for _, arm := range rotated(cfg.Arms, rep) {
 				var d, cpu time.Duration
@@ -70,7 +75,7 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 				case "raw":
 					d, cpu, err = raw.run(payload, iters)
 				case "get":
-					d, cpu, err = rvGet(ctx, a, b, payload, iters)
+					d, cpu, err = rvGet(ctx, a, b, payload, iters, cfg.Path == "rdma")
 				case "unary":
 					d, cpu, err = rvUnary(ctx, a, b, payload, iters)
 				default:
@@ -102,9 +107,17 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 	return nil
 }
 
-// rvPair starts the consumer a and the owner b; a serves "sink".
-func rvPair(ctx context.Context) (a, b *velo.Node, err error) {
+// rvPair starts the consumer a and the owner b; a serves "sink". With
+// path "rdma" both have UCX beside TCP and an RDMA registry.
+func rvPair(ctx context.Context, path string) (a, b *velo.Node, err error) {
 	start := func() (*velo.Node, error) {
+		switch path {
+		case "", "chunked":
+		case "rdma":
+			return rvNode(ctx, nil, 1)
+		default:
+			return nil, fmt.Errorf("unknown path %q (want chunked or rdma)", path)
+		}
 		tr, err := NewTransport("tcp")
 		if err != nil {
 			return nil, err
@@ -143,8 +156,12 @@ func rvPair(ctx context.Context) (a, b *velo.Node, err error) {
 
 // rvGet: a pulls a payload that b staged, iters times. It returns the
 // wall time and the process CPU time of the Gets alone.
-func rvGet(ctx context.Context, a, b *velo.Node, payload []byte, iters int) (wall, cpu time.Duration, err error) {
-	h := b.Rendezvous.RegisterData(payload)
+func rvGet(ctx context.Context, a, b *velo.Node, payload []byte, iters int, pinned bool) (wall, cpu time.Duration, err error) {
+	stage := b.Rendezvous.RegisterData
+	if pinned {
+		stage = b.Rendezvous.RegisterDataPinned
+	}
+	h := stage(payload)
 	for i := 0; i < iters; i++ {
 		cpu0, t0 := processCPU(), time.Now()
 		got, lease, err := a.Rendezvous.Get(ctx, h)
