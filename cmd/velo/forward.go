@@ -128,7 +128,11 @@ func buildBench(root, dir string, lookPath func(string) (string, error)) (string
 	fmt.Fprintf(os.Stderr, "velo: no %s installed; building it from %s (go build ./cmd/velo-bench):\n"+
 		"velo: minutes the first time (etcd, nats-server, grpc-go, gonum), seconds once cached.\n"+
 		"velo: `go install ./cmd/velo-bench` skips this step.\n", benchName, root)
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/velo-bench")
+	args := []string{"build", "-o", out}
+	if buildTags != "" { // a velo built with -tags ucx builds a velo-bench with UCX
+		args = append(args, "-tags", buildTags)
+	}
+	cmd := exec.Command(goBin, append(args, "./cmd/velo-bench")...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
