@@ -439,4 +439,3 @@ func (s *store) heldBytes() (int64, int) {
 	defer s.mu.Unlock()
 	return s.held, len(s.slots)
 }
-
