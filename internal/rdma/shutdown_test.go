@@ -229,3 +229,82 @@ func TestReleaseRacesShutdown(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown's drain waits for a registration in progress (a staging whose
+// map is under way), refuses new ones meanwhile, and then sweeps the
+// arena that map produced: the admitted staging succeeds but has lost its
+// key, and nothing stays mapped.
+func TestShutdownWaitsForMapInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, b := newReg(t, small())
+		proceed := make(chan struct{})
+		b.OnMap(func() { <-proceed })
+		staged := make(chan *rdma.Staging, 1)
+		go func() {
+			s, _ := r.StagePinned([]byte("admitted before the gate"))
+			staged <- s
+		}()
+		synctest.Wait() // parked in Map
+		done := make(chan error, 1)
+		go func() { done <- r.Shutdown(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Shutdown returned (%v) with a map in progress", err)
+		default:
+		}
+		if s, why := r.StagePinned([]byte("late")); s != nil || why != metrics.RdmaDraining {
+			t.Fatalf("a staging during the drain: %v %v", s, why)
+		}
+		close(proceed)
+		if err := <-done; err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if b.LiveMappings() != 0 {
+			t.Fatal("the arena mapped during the drain was not swept")
+		}
+		s := <-staged
+		if s == nil {
+			t.Fatal("the admitted staging failed")
+		}
+		if _, _, _, _, err := s.Remote(); !errors.Is(err, rdma.ErrDeregistered) {
+			t.Fatalf("Remote: %v", err)
+		}
+		s.Release()
+	})
+}
+
+// When the drain runs out while a map is still in progress, the sweep
+// goes ahead; the map that finishes afterwards finds the registry swept,
+// unmaps its arena at once and fails its staging (draining). Nothing is
+// left mapped with no tracking entry.
+func TestMapFinishingAfterForcedSweep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := small()
+		cfg.ShutdownTimeout = time.Second
+		r, b := newReg(t, cfg)
+		proceed := make(chan struct{})
+		b.OnMap(func() { <-proceed })
+		type res struct {
+			s   *rdma.Staging
+			why metrics.RdmaPathReason
+		}
+		staged := make(chan res, 1)
+		go func() {
+			s, why := r.StagePinned([]byte("straggler"))
+			staged <- res{s, why}
+		}()
+		synctest.Wait()
+		if err := r.Shutdown(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		close(proceed)
+		got := <-staged
+		if got.s != nil || got.why != metrics.RdmaDraining {
+			t.Fatalf("straggler: %v %v", got.s, got.why)
+		}
+		if b.LiveMappings() != 0 || b.Maps() != 1 || r.Stats().RegisteredBytes != 0 {
+			t.Fatalf("live %d maps %d, %+v", b.LiveMappings(), b.Maps(), r.Stats())
+		}
+	})
+}
