@@ -33,6 +33,7 @@ type Backend struct {
 	dead       bool
 	parked     int
 	parkedCh   chan struct{} // closed and replaced whenever parked changes
+	onMap      func()
 
 	gets, maps, unmaps atomic.Int64
 }
@@ -86,6 +87,12 @@ func (b *Backend) Reachable(owner ext.WorkerID) bool {
 func (b *Backend) Map(base unsafe.Pointer, n int) (rdma.Mapping, error) {
 	if base == nil || n <= 0 {
 		return nil, fmt.Errorf("rdmatest: map of %d bytes at %p: bad range", n, base)
+	}
+	b.mu.Lock()
+	hook := b.onMap
+	b.mu.Unlock()
+	if hook != nil {
+		hook()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

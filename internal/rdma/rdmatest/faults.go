@@ -24,6 +24,15 @@ func (b *Backend) FailUnmaps(n int) {
 	b.mu.Unlock()
 }
 
+// OnMap makes f run at the start of every Map, before anything is
+// recorded, in the mapping goroutine: a test can hold a map in progress
+// there. nil removes it.
+func (b *Backend) OnMap(f func()) {
+	b.mu.Lock()
+	b.onMap = f
+	b.mu.Unlock()
+}
+
 // BlockGets parks every GET this backend runs, and every GET that reads
 // one of its mappings, until ReleaseGets, Kill, or the GET's ctx ends.
 // A parked GET has not touched memory yet: an Unmap does not wait for
