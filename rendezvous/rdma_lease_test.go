@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,8 +143,12 @@ func TestRDMADrainingAnswersChunked(t *testing.T) {
 	owner, consumer, om, _, _, cb := rdmaPair(t, velo.RdmaRendezvousConfig{}, velo.RdmaRendezvousConfig{})
 	want := pattern(1 << 20)
 	h := owner.Rendezvous.RegisterDataPinned(want)
+	ctx := testCtx(t)
+	if err := msgrx.Handshake(consumer.Messenger(), ctx, owner.InstanceID()); err != nil {
+		t.Fatal(err) // a draining node greets no one new
+	}
 	owner.BeginDrain()
-	b, _, err := consumer.Rendezvous.Get(testCtx(t), h)
+	b, _, err := consumer.Rendezvous.Get(ctx, h)
 	if err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("get: %d bytes, %v", len(b), err)
 	}
@@ -153,11 +158,14 @@ func TestRDMADrainingAnswersChunked(t *testing.T) {
 	wantPaths(t, "owner", om, map[string]float64{"draining": 1})
 }
 
-// A chunked pull of a pinned slot admitted before the owner's shutdown
-// finishes after the registry has unmapped everything: the slot was
-// copied to plain memory first. The pull is held open by a request the
-// owner admitted before the shutdown (the messenger drains it last).
-func TestRDMAShutdownFinishesChunkedPullOfPinnedSlot(t *testing.T) {
+// Chunked pulls of pinned slots admitted before the owner's shutdown
+// finish after the registry has unmapped everything: the slots were
+// copied to plain memory first. One slot is in the pool, one in a region
+// the caller registered (whose copy gate refuses reads once the registry
+// shuts down, so without the copy its pull fails). The pulls are held
+// open by a request the owner admitted before the shutdown, which the
+// messenger drains last.
+func TestRDMAShutdownFinishesChunkedPullsOfPinnedSlots(t *testing.T) {
 	owner, _, ob := rdmaNode(t, velo.RdmaRendezvousConfig{})
 	m := bareConsumer(t, owner)
 	ctx := testCtx(t)
@@ -172,24 +180,44 @@ func TestRDMAShutdownFinishesChunkedPullOfPinnedSlot(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	want := pattern(4*rendezvous.ChunkSize + 9)
-	h := owner.Rendezvous.RegisterDataPinned(want)
-	if md, _ := owner.Rendezvous.Metadata(ctx, h); !md.Pinned {
-		t.Fatal("the slot is not pinned")
+	const n = 4*rendezvous.ChunkSize + 9
+	want := pattern(n)
+	pooled := owner.Rendezvous.RegisterDataPinned(want)
+	g, err := owner.Rendezvous.RegisterOwned(bytes.Clone(want))
+	if err != nil {
+		t.Fatal(err)
 	}
-	a := handAcquire(t, ctx, m, owner.InstanceID(), h, false)
-	if a.Ready == nil || a.Ready.ChunkCount != 5 {
-		t.Fatalf("answer %+v", a)
+	inRegion, err := owner.Rendezvous.RegisterDataInRegion(g, 0, n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	pull := func(i uint32) []byte {
-		body, _ := json.Marshal(map[string]any{"transfer_id": a.Ready.TransferID, "chunk_index": i})
+	type pull struct {
+		h        rendezvous.DataHandle
+		transfer uint64
+		got      []byte
+	}
+	var pulls []*pull
+	for _, h := range []rendezvous.DataHandle{pooled, inRegion} {
+		if md, _ := owner.Rendezvous.Metadata(ctx, h); !md.Pinned {
+			t.Fatal("the slot is not pinned")
+		}
+		a := handAcquire(t, ctx, m, owner.InstanceID(), h, false)
+		if a.Ready == nil || a.Ready.ChunkCount != 5 {
+			t.Fatalf("answer %+v", a)
+		}
+		pulls = append(pulls, &pull{h: h, transfer: a.Ready.TransferID})
+	}
+	chunk := func(p *pull, i uint32) {
+		body, _ := json.Marshal(map[string]any{"transfer_id": p.transfer, "chunk_index": i})
 		b, err := m.Unary(ctx, owner.InstanceID(), rendezvous.HandlerPull, body)
 		if err != nil {
-			t.Fatalf("pull %d: %v", i, err)
+			t.Fatalf("pull %d of %s: %v", i, p.h, err)
 		}
-		return b
+		p.got = append(p.got, b...)
 	}
-	got := pull(0)
+	for _, p := range pulls {
+		chunk(p, 0)
+	}
 	held := make(chan error, 1)
 	go func() { _, err := m.Unary(ctx, owner.InstanceID(), "hold", nil); held <- err }()
 	<-entered
@@ -203,14 +231,16 @@ func TestRDMAShutdownFinishesChunkedPullOfPinnedSlot(t *testing.T) {
 		shut.Store(true)
 	}()
 	waitFor(t, "the registry to unmap everything", func() bool { return ob.Maps() > 0 && ob.LiveMappings() == 0 })
-	if md, _ := owner.Rendezvous.Metadata(ctx, h); md.Pinned {
-		t.Fatal("the slot is pinned after the sweep")
-	}
-	for i := uint32(1); i < 5; i++ {
-		got = append(got, pull(i)...)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("the pull across the shutdown got other bytes")
+	for _, p := range pulls {
+		if md, _ := owner.Rendezvous.Metadata(ctx, p.h); md.Pinned {
+			t.Fatal("a slot is pinned after the sweep")
+		}
+		for i := uint32(1); i < 5; i++ {
+			chunk(p, i)
+		}
+		if !bytes.Equal(p.got, want) {
+			t.Fatalf("the pull of %s across the shutdown got other bytes", p.h)
+		}
 	}
 	if shut.Load() {
 		t.Fatal("the shutdown finished before the held request")
@@ -218,4 +248,30 @@ func TestRDMAShutdownFinishesChunkedPullOfPinnedSlot(t *testing.T) {
 	close(release)
 	<-shutDone
 	<-held
+}
+
+// A caller that gives up while its GET runs gets its ctx's error at once;
+// the GET keeps the pool buffer until the backend answers, and only then
+// is the lease detached (the owner must not let the memory go under a
+// GET that still reads it).
+func TestRDMAAbandonedGetDetachesAtCompletion(t *testing.T) {
+	owner, consumer, _, _, ob, _ := rdmaPair(t, velo.RdmaRendezvousConfig{}, velo.RdmaRendezvousConfig{})
+	h := owner.Rendezvous.RegisterDataPinned(pattern(1 << 20))
+	ob.BlockGets()
+	t.Cleanup(ob.ReleaseGets)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	res := make(chan error, 1)
+	go func() { _, _, err := consumer.Rendezvous.Get(ctx, h); res <- err }()
+	if err := ob.WaitParked(testCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("get: %v, want context.Canceled", err)
+	}
+	if l := owner.Rendezvous.View().Leases; l != 1 {
+		t.Fatalf("%d leases while the abandoned GET still runs, want 1", l)
+	}
+	ob.ReleaseGets()
+	waitFor(t, "the lease's detach after the GET", func() bool { return owner.Rendezvous.View().Leases == 0 })
 }
