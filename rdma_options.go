@@ -108,3 +108,7 @@ func (n *Node) shutdownRDMA(ctx context.Context) {
 		n.rdmaLog.Warn("velo: the RDMA registry's shutdown sweep did not drain", "err", err)
 	}
 }
+
+// ErrRdmaNotConfigured: an RDMA-only call (RegisterDataInRegion,
+// RegisterExternalMemory, RegisterOwned) on a node built without WithRDMA.
+var ErrRdmaNotConfigured = rendezvous.ErrRdmaNotConfigured
