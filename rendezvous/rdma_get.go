@@ -163,13 +163,14 @@ func (r *Manager) waitGet(ctx context.Context, target ext.InstanceID, h DataHand
 		tick = t.C
 	}
 	lost, cancelled := op.lost, ctx.Done()
+	gaveUp := false // ctx ended while the GET wrote into the caller's buffer
 	for {
 		select {
 		case err := <-op.done:
 			if err == nil {
 				r.met.RdmaGetDuration(time.Since(start))
 			}
-			if cancelled == nil { // the caller's ctx ended while we waited for its buffer
+			if gaveUp {
 				r.post(target, HandlerDetach, lease)
 				return nil, fmt.Errorf("rendezvous: RDMA GET: %w", context.Cause(ctx))
 			}
@@ -185,7 +186,7 @@ func (r *Manager) waitGet(ctx context.Context, target ext.InstanceID, h DataHand
 			return errOwnerLost, nil
 		case <-cancelled:
 			if pb == nil {
-				cancelled, tick = nil, nil
+				cancelled, tick, gaveUp = nil, nil, true
 				continue
 			}
 			op.abandon(func() { r.post(target, HandlerDetach, lease) })
