@@ -69,6 +69,12 @@ func TestRDMAGetMovesThePinnedSlot(t *testing.T) {
 	if n := histogramCount(cm, "velo_rendezvous_rdma_get_duration_seconds"); n != 1 {
 		t.Errorf("GET durations observed: %d", n)
 	}
+	// The owner reads its own pinned slot from memory.
+	if own, l, err := owner.Rendezvous.Get(ctx, h); err != nil || !bytes.Equal(own, want) {
+		t.Fatalf("the owner's own get: %d bytes, %v", len(own), err)
+	} else if err := owner.Rendezvous.Detach(ctx, h, l); err != nil {
+		t.Fatal(err)
+	}
 	if err := consumer.Rendezvous.Release(ctx, h, lease); err != nil {
 		t.Fatal(err)
 	}
