@@ -29,7 +29,7 @@ func (f fakeRDMA) RDMA() rdma.Backend { return f.be }
 var testPool = velo.RdmaPoolConfig{InitialArenaBytes: 8 << 20, MaxArenaBytes: 32 << 20, DedicatedArenaMin: 16 << 20, RegisteredBytesBudget: 64 << 20}
 
 // rdmaNode is a node over TCP with the RDMA path over a fake backend.
-func rdmaNode(t *testing.T, rc velo.RdmaRendezvousConfig, opts ...velo.Option) (*velo.Node, *prometheus.Registry, *rdmatest.Backend) {
+func rdmaNode(t testing.TB, rc velo.RdmaRendezvousConfig, opts ...velo.Option) (*velo.Node, *prometheus.Registry, *rdmatest.Backend) {
 	t.Helper()
 	be := rdmatest.New()
 	n, reg := newNode(t, append(opts, velo.WithRDMA(fakeRDMA{be}, velo.RdmaConfig{Rendezvous: rc, Pool: testPool}))...)
@@ -39,7 +39,7 @@ func rdmaNode(t *testing.T, rc velo.RdmaRendezvousConfig, opts ...velo.Option) (
 
 // rdmaPair is an owner and a consumer that know each other on TCP and on
 // the fake backend's "transport".
-func rdmaPair(t *testing.T, orc, crc velo.RdmaRendezvousConfig) (owner, consumer *velo.Node, om, cm *prometheus.Registry, ob, cb *rdmatest.Backend) {
+func rdmaPair(t testing.TB, orc, crc velo.RdmaRendezvousConfig) (owner, consumer *velo.Node, om, cm *prometheus.Registry, ob, cb *rdmatest.Backend) {
 	t.Helper()
 	owner, om, ob = rdmaNode(t, orc)
 	consumer, cm, cb = rdmaNode(t, crc)
@@ -49,7 +49,7 @@ func rdmaPair(t *testing.T, orc, crc velo.RdmaRendezvousConfig) (owner, consumer
 	return
 }
 
-func introduce(t *testing.T, a, b *velo.Node) {
+func introduce(t testing.TB, a, b *velo.Node) {
 	t.Helper()
 	if err := a.RegisterPeer(b.PeerInfo()); err != nil {
 		t.Fatal(err)
