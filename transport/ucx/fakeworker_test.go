@@ -39,10 +39,10 @@ type fakeWorker struct {
 	net  *fakeNet
 	addr []byte
 
-	qmu   sync.Mutex
-	qcond sync.Cond
-	tasks []func()
-	qdone bool
+	qmu    sync.Mutex
+	qcond  sync.Cond
+	tasks  []func()
+	qdone  bool
 	exited chan struct{}
 
 	mu       sync.Mutex

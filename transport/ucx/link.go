@@ -34,8 +34,8 @@ type link struct {
 type epRef struct {
 	id       endpointID
 	l        *link
-	inflight atomic.Int64 // sends posted and not done
-	gets     atomic.Int64 // GETs posted and not done
+	inflight atomic.Int64  // sends posted and not done
+	gets     atomic.Int64  // GETs posted and not done
 	failed   chan struct{} // closed once UCX failed the endpoint
 	failErr  error         // why, set before failed closes
 	gone     atomic.Bool   // detached from its link: failed, reaped or closed

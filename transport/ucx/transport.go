@@ -56,9 +56,9 @@ type Transport struct {
 	pings   map[uint64]chan struct{}
 	pingSeq atomic.Uint64
 
-	posted  atomic.Int64  // frames posted and not done, for the teardown
-	drained chan struct{} // signalled when posted reaches zero while drainWait
-	drainWait atomic.Bool // Shutdown waits for posted to reach zero
+	posted    atomic.Int64  // frames posted and not done, for the teardown
+	drained   chan struct{} // signalled when posted reaches zero while drainWait
+	drainWait atomic.Bool   // Shutdown waits for posted to reach zero
 
 	started   atomic.Bool
 	closing   atomic.Bool // endpoint errors from here on are our own doing
