@@ -295,13 +295,6 @@ func (ep *fakeEP) fail() {
 	ep.cond.Broadcast()
 }
 
-// idle reports whether nothing is queued or being delivered.
-func (ep *fakeEP) idle() bool {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	return len(ep.q) == 0 && !ep.busy
-}
-
 // setHold makes this worker's sends wait (on) or go again (off).
 func (w *fakeWorker) setHold(on bool) {
 	w.mu.Lock()
