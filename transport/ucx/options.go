@@ -25,6 +25,7 @@ type options struct {
 	channelBytes  int
 	teardownGrace time.Duration
 	inboxBytes    int
+	noPeerErrors  bool
 }
 
 // Defaults and bounds.
@@ -95,6 +96,13 @@ func WithChannelBytes(n int) Option { return func(o *options) { o.channelBytes =
 // WithTeardownGrace bounds how long Shutdown keeps sending frames already
 // admitted (default 1 s). What is left after it is reported failed.
 func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.teardownGrace = d } }
+
+// WithoutPeerErrors creates endpoints without UCX's peer error handling.
+// UCX 1.13's shared-memory transports (UCX_TLS=sm,self) have none, so
+// endpoints over them can be created only so; the price is that a dead
+// peer is never detected (nothing is reported lost, and what waits on it
+// waits for its own deadline).
+func WithoutPeerErrors() Option { return func(o *options) { o.noPeerErrors = true } }
 
 func (o *options) defaults() error {
 	switch {
