@@ -47,6 +47,10 @@ func newLink(t *Transport, remote endpoint, peer ext.InstanceID) *link {
 	return l
 }
 
+// remoteName names the far end's worker by its incarnation, for the
+// node's peer events and lane views.
+func (l *link) remoteName() string { return fmt.Sprintf("ucx:%016x", l.remote.incarnation) }
+
 // who names the link's far end in errors.
 func (l *link) who() string {
 	if l.peer.IsZero() {
@@ -100,7 +104,7 @@ func (l *link) acquire(sends, gets int64) (*epRef, error) {
 		l.cur = r
 		l.mu.Unlock()
 		if !l.peer.IsZero() {
-			l.t.core.Adapter().ReportPeerConnected(l.peer, Key, "")
+			l.t.core.Adapter().ReportPeerConnected(l.peer, Key, l.remoteName())
 		}
 	}
 }
@@ -118,6 +122,7 @@ func (l *link) dial() (*epRef, error) {
 		t.w.CloseEndpoint(id)
 		return nil, fmt.Errorf("ucx: endpoint to %s: %w: %w", l.who(), ext.ErrPeerUnreachable, early)
 	}
+	t.core.Observe().ActiveConnections(1)
 	l.stampNow()
 	r.inflight.Add(1)
 	if err := t.w.SendAM(id, AMIDBase+uint16(kindHello), t.helloHeader, t.helloBody, func(error) { r.sendDone() }); err != nil {
@@ -149,6 +154,7 @@ func (r *epRef) detach() bool {
 		return false
 	}
 	l := r.l
+	l.t.core.Observe().ActiveConnections(-1)
 	l.mu.Lock()
 	if l.cur == r {
 		l.cur = nil

@@ -64,6 +64,7 @@ func (l *link) reapIfIdle(now int64, timeout time.Duration) bool {
 	l.cur = nil
 	l.mu.Unlock()
 	t := l.t
+	t.core.Observe().ActiveConnections(-1)
 	t.epMu.Lock()
 	delete(t.eps, r.id)
 	t.epMu.Unlock()

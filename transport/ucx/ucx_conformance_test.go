@@ -3,6 +3,8 @@
 package ucx
 
 import (
+	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -55,3 +57,26 @@ var kill = func() func(ext.Transport) {
 	}
 	return func(tr ext.Transport) { tr.(*Transport).closeWorker() }
 }()
+
+// A header that UCX's AM header limit cannot take is refused at Send, as
+// too large, before anything reaches the wire; one that fits goes.
+func TestHeaderOverAMLimitRefused(t *testing.T) {
+	a := startNode(t, newReal(t))
+	b := startNode(t, newReal(t))
+	a.register(t, b)
+	if a.tr.maxHeader <= incLen {
+		t.Fatalf("the worker reports an AM header limit of %d", a.tr.maxHeader)
+	}
+	big := ext.Frame{Type: ext.Event, Header: make([]byte, a.tr.maxHeader-incLen+1)}
+	if _, err := a.tr.Send(b.id, big); !errors.Is(err, ext.ErrFrameTooLarge) {
+		t.Fatalf("a header over the limit: %v", err)
+	}
+	fits := ext.Frame{Type: ext.Event, Header: make([]byte, a.tr.maxHeader-incLen)}
+	if _, err := a.tr.Send(b.id, fits); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.adapter.Events().Pop(context.Background())
+	if err != nil || len(f.Header) != len(fits.Header) {
+		t.Fatalf("the largest header: %d bytes, %v", len(f.Header), err)
+	}
+}

@@ -47,7 +47,7 @@ func (w *writer) LinkState() (bool, string) {
 	w.link.mu.Lock()
 	up := w.link.cur != nil
 	w.link.mu.Unlock()
-	return up, fmt.Sprintf("ucx:%016x", w.link.remote.incarnation)
+	return up, w.link.remoteName()
 }
 
 // WriteAll posts batch in order.
