@@ -16,6 +16,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/transport/tcp"
 )
 
 // childEnv makes the test binary run as a node process (runNodeChild).
@@ -196,5 +197,49 @@ func TestNodesOverUCXAndAKilledPeer(t *testing.T) {
 	// The bound is loose for a shared machine; the call's deadline is 30 s.
 	if took > 5*time.Second {
 		t.Fatalf("the call failed %v after the kill", took)
+	}
+}
+
+// Two nodes with TCP beside UCX: with UCX's priority above TCP's the
+// calls go over UCX (its lane counts them), and UCX's RDMA backend reaches
+// the peer.
+func TestNodesWithTCPBeside(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var nodes [2]*velo.Node
+	var trs [2]*Transport
+	for i := range nodes {
+		tcpTr, err := tcp.New(tcp.WithListenAddr("127.0.0.1:0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs[i] = newReal(t, WithPriority(300))
+		n, err := velo.New(ctx, velo.WithTransport(tcpTr), velo.WithTransport(trs[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Shutdown(context.Background())
+		n.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil }))
+		nodes[i] = n
+	}
+	a, b := nodes[0], nodes[1]
+	if err := a.RegisterPeer(b.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.RegisterPeer(a.PeerInfo()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		want := fmt.Sprintf("call %d", i)
+		if got, err := a.Unary(ctx, b.InstanceID(), "echo", []byte(want)); err != nil || string(got) != want {
+			t.Fatalf("call %d: %q, %v", i, got, err)
+		}
+	}
+	st := trs[0].LaneStats(b.InstanceID())
+	if len(st) == 0 || st[0].FramesWritten < 20 {
+		t.Fatalf("UCX lane to the peer: %+v, want the 20 calls", st)
+	}
+	if !trs[0].RDMA().Reachable(b.InstanceID().WorkerID()) {
+		t.Fatal("the peer is not reachable by RDMA")
 	}
 }
