@@ -130,25 +130,25 @@ func (g *AdmissionGate[T]) Send(item T, units int) (SendOutcome, error) {
 // sends, in order, while they fit.
 func (g *AdmissionGate[T]) Drain(take func() int) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.used -= take()
-	var resolved []*Admission
 	for g.head < len(g.pending) {
 		p := &g.pending[g.head]
 		if !g.fits(p.item, p.units) {
 			break
 		}
 		g.admitLocked(p.item, p.units)
-		resolved = append(resolved, p.adm)
+		// Resolve under the lock: once it is released, a new Send can be
+		// admitted straight into the sink, and it must not be seen admitted
+		// while an earlier send's admission still looks pending. A close
+		// never blocks, and wakes its waiters only after the unlock anyway.
+		close(p.adm.done)
 		*p = pendingItem[T]{}
 		g.head++
 	}
 	if g.head == len(g.pending) {
 		g.pending = g.pending[:0]
 		g.head = 0
-	}
-	g.mu.Unlock()
-	for _, a := range resolved {
-		close(a.done)
 	}
 }
 

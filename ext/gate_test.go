@@ -483,3 +483,42 @@ func TestGateConcurrentProducersKeepOrder(t *testing.T) {
 	}
 	t.Logf("%d of %d sends waited in the gate", pendingSends.Load(), producers*perProd)
 }
+
+// A send admitted straight into the sink must never be seen while an
+// earlier send's admission still looks pending: the transport conformance
+// suite checks exactly this, from the sender's side, while the consumer
+// drains concurrently.
+func TestGateNoSendAdmittedAheadOfAnEarlierAdmissionsSignal(t *testing.T) {
+	s := newSliceSink()
+	g := ext.NewAdmissionGate[unitItem](s, 4)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-s.wake:
+			}
+			g.Drain(s.takeN(1, nil))
+			select {
+			case s.wake <- struct{}{}: // keep draining what is left
+			default:
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	var last *ext.Admission
+	for i := 0; i < 5000; i++ {
+		o := mustSend(t, g, i, 1)
+		if a := o.Admission(); a != nil {
+			last = a
+			continue
+		}
+		if last != nil && !closedNow(last.Done()) {
+			t.Fatalf("send %d admitted while an earlier admission is unresolved", i)
+		}
+	}
+}

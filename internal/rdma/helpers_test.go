@@ -32,6 +32,8 @@ func small() rdma.Config {
 // quietLog drops the registry's warnings, which some tests provoke.
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+func newFake() *rdmatest.Backend { return rdmatest.New() }
+
 // newReg builds a registry over a fresh fake, shut down at cleanup.
 func newReg(t *testing.T, cfg rdma.Config) (*rdma.Registry, *rdmatest.Backend) {
 	t.Helper()

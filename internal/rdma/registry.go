@@ -3,6 +3,7 @@ package rdma
 import (
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,9 +54,23 @@ const maxArenaBytes = (1 << 31) * granuleBytes
 // register, the registered-bytes budget over both, and the shutdown sweep
 // that unmaps all of it.
 //
-// Locks: mu guards the pool, the budget and the sets of registrations.
-// A registration's gate (see registration) is taken after mu is released,
-// never while it is held; Backend calls run with neither held.
+// Lifecycle. A pooled arena is mapped by the staging or destination that
+// first needs room (never by StageMapped), lives until the shutdown sweep
+// or, with ArenaReclaimAfter, until it has been empty that long; a
+// dedicated arena lives exactly as long as its one allocation. An external
+// region lives from RegisterExternal or RegisterOwned to its Unregister or
+// the sweep. Memory is only ever unmapped from the process after the
+// backend confirmed the unmap and nothing in it is held; a refused unmap
+// leaks, on purpose, until AfterBackendClose.
+//
+// Goroutines: none of its own, except the reclamation timer's callback
+// (only while an empty arena could be reclaimed) and one per dropped
+// RegionGuard while its background deregistration runs.
+//
+// Locks, in order: grow (one pool growth at a time, held across its map),
+// then mu (the pool, the budget and the sets of registrations; never held
+// across a Backend call), then a registration's gate (never taken with mu
+// held).
 type Registry struct {
 	b   Backend
 	cfg Config
@@ -86,6 +101,8 @@ type Registry struct {
 	leakedArenas  []*arena
 	leakedRegions []*RegionGuard
 
+	leak *leakWatch
+
 	copyHook  func() // tests: runs inside a region copy, under its gate
 	latchHook func() // tests: runs before a region's latch
 }
@@ -99,7 +116,9 @@ func NewRegistry(b Backend, cfg Config, met *metrics.RendezvousMetrics) *Registr
 		arenas:  map[*arena]struct{}{},
 		regions: map[*RegionGuard]struct{}{},
 		forced:  make(chan struct{}),
+		leak:    &leakWatch{log: cfg.Log},
 	}
+	runtime.AddCleanup(r, (*leakWatch).collected, r.leak)
 	return r
 }
 
@@ -171,6 +190,21 @@ func (r *Registry) Stats() Stats {
 func (r *Registry) accountLocked(bytes int64, maps int) {
 	r.registered += bytes
 	r.mappings += maps
+	r.leak.mappings.Store(int64(r.mappings))
 	r.met.RdmaRegisteredBytes(r.registered)
 	r.met.RdmaLiveRegions(r.mappings)
+}
+
+// leakWatch outlives a Registry that is dropped without Shutdown, to say
+// that its registrations leak: their pages stay mapped and pinned, since
+// freeing what the backend may still pin is the one thing worse.
+type leakWatch struct {
+	mappings atomic.Int64
+	log      *slog.Logger
+}
+
+func (w *leakWatch) collected() {
+	if n := w.mappings.Load(); n > 0 {
+		w.log.Error("rdma: registry dropped without Shutdown; its registrations leak", "mappings", n)
+	}
 }

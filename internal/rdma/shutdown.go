@@ -67,7 +67,15 @@ func (r *Registry) drain(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	for _, g := range regions {
-		done = done && g.flight.wait(ctx)
+		if !done {
+			break
+		}
+		select {
+		case <-g.flight.zeroCh:
+		case <-g.done: // unregistered meanwhile, after its own drain
+		case <-ctx.Done():
+			done = false
+		}
 	}
 	if done {
 		return nil

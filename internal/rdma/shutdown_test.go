@@ -308,3 +308,32 @@ func TestMapFinishingAfterForcedSweep(t *testing.T) {
 		}
 	})
 }
+
+// A region whose own Unregister gave up on a held staging does not hold
+// Shutdown's drain: once it is unregistered, the drain moves on.
+func TestShutdownSkipsRegionUnregisteredMeanwhile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := small()
+		cfg.ShutdownTimeout = time.Hour
+		r, _ := newReg(t, cfg)
+		g, _ := r.RegisterOwned(make([]byte, 100))
+		s, _ := r.StageInRegion(g, 0, 10)
+		unreg := make(chan rdma.DrainResult, 1)
+		go func() {
+			res, _ := g.Unregister(time.Second)
+			unreg <- res
+		}()
+		synctest.Wait()
+		start := time.Now()
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("Shutdown waited %v for a region already unregistered", d)
+		}
+		if res := <-unreg; res != rdma.DrainTimedOut {
+			t.Fatalf("Unregister: %v", res)
+		}
+		s.Release()
+	})
+}

@@ -245,3 +245,28 @@ func FuzzSuballoc(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSuballoc is an alloc and a free in a half-full, fragmented
+// 1 GiB arena (262144 granules).
+func BenchmarkSuballoc(b *testing.B) {
+	s := newSuballoc(1 << 18)
+	var live []uint32
+	for i := 0; ; i++ {
+		off, ok := s.alloc(uint32(1 + i%37))
+		if !ok || s.free < s.total/2 {
+			break
+		}
+		live = append(live, off)
+	}
+	for i := 0; i < len(live); i += 2 {
+		s.release(live[i])
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		off, ok := s.alloc(uint32(1 + i%16))
+		if !ok {
+			b.Fatal("full")
+		}
+		s.release(off)
+	}
+}

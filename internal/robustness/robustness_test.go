@@ -226,8 +226,12 @@ func TestShutdownUnderLoadLosesNothing(t *testing.T) {
 			t.Errorf("a call in flight got %v, want an answer or ErrShuttingDown", c.err)
 		}
 	}
-	if latest > promptly {
-		t.Errorf("the last call in flight ended %v after the shutdown finished, want at most %v", latest, promptly)
+	// The bound covers the last of 32 callers, each of which must be
+	// scheduled to take its answer and read the clock: on two cores under
+	// -race, beside other test binaries, that alone took 101 ms once in CI.
+	// A call left waiting on a node that is gone would wait failAfter.
+	if bound := 2 * promptly; latest > bound {
+		t.Errorf("the last call in flight ended %v after the shutdown finished, want at most %v", latest, bound)
 	}
 	if r := ran.Load(); answered != r {
 		t.Errorf("%d handler runs but %d answers: admitted requests were lost", r, answered)
