@@ -33,6 +33,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/events"
@@ -40,6 +41,7 @@ import (
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/msgwire"
+	"github.com/velo-go/velo/internal/rdma"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
 	"github.com/velo-go/velo/rendezvous"
@@ -62,6 +64,10 @@ type Node struct {
 	svc       *services // nil without WithServiceDiscovery
 	publishes bool      // New published the PeerInfo (WithDiscovery)
 	view      *nodeView // what Snapshot remembers between snapshots (a pointer: copies of a Node share it)
+
+	rdmaReg  *rdma.Registry // nil without WithRDMA
+	rdmaLog  *slog.Logger
+	rdmaDown *sync.Once // the RDMA half of Shutdown runs once
 }
 
 // Option configures New. Only this package makes them.
@@ -70,6 +76,7 @@ type Option struct {
 	stream []streaming.ManagerOption
 	rv     func(*rendezvous.Config)
 	svc    func(*serviceConfig)
+	rdma   *rdmaOption
 }
 
 // WithStagedFetchTimeout bounds how long this node fetches a staged request
@@ -175,7 +182,14 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	var sopts []streaming.ManagerOption
 	var rvc rendezvous.Config
 	var svcc serviceConfig
+	var rdmaOpt *rdmaOption
 	for _, o := range opts {
+		if o.rdma != nil {
+			if rdmaOpt != nil {
+				return nil, errRDMATwice
+			}
+			rdmaOpt = o.rdma
+		}
 		if o.svc != nil {
 			o.svc(&svcc)
 		}
@@ -190,6 +204,11 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if cfg.Logger != nil {
 		sopts = append(sopts, streaming.WithStreamLogger(cfg.Logger))
 	}
+	if rdmaOpt != nil {
+		if err := applyRDMA(rdmaOpt, &cfg); err != nil {
+			return nil, err
+		}
+	}
 	if c := streamTLS(cfg.Transports); c != nil {
 		sopts = append(sopts, streaming.WithStreamTLS(c))
 	}
@@ -197,9 +216,16 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var reg *rdma.Registry
+	if rdmaOpt != nil {
+		reg = newRegistry(rdmaOpt, cfg.Metrics, &rvc)
+	}
 	stopNow := func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
+		if reg != nil {
+			_ = reg.Shutdown(ctx) // nothing is registered yet: nothing to drain
+		}
 		m.Shutdown(ctx)
 	}
 	// Before PeerInfo is handed out: the stream listener is an entry of
@@ -233,7 +259,10 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			return nil, err
 		}
 	}
-	n := &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv, publishes: cfg.Discovery != nil, view: &nodeView{}}
+	n := &Node{m: m, Events: ev, Streams: streams, Rendezvous: rv, publishes: cfg.Discovery != nil, view: &nodeView{}, rdmaReg: reg, rdmaLog: cfg.Logger, rdmaDown: &sync.Once{}}
+	if n.rdmaLog == nil {
+		n.rdmaLog = slog.Default()
+	}
 	if svcc.disc != nil {
 		n.svc = newServices(svcc, m)
 	}
@@ -247,9 +276,15 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 // the transports stop, the remote event waits still pending fail, and the
 // streams stop (streaming.Manager.Close). It
 // returns ctx's error when ctx cut the drain short; an already done ctx
-// stops without draining.
+// stops without draining. With WithRDMA, the registered memory is let go
+// before the transports stop, under the same ctx: pinned slots are copied
+// to plain memory, so pulls already admitted finish, then the registry
+// unmaps everything (see WithRDMA).
 func (n *Node) Shutdown(ctx context.Context) error {
 	werr := n.withdrawServices(ctx)
+	if n.rdmaReg != nil {
+		n.rdmaDown.Do(func() { n.shutdownRDMA(ctx) })
+	}
 	err := n.m.Shutdown(ctx)
 	if n.svc != nil {
 		n.svc.close()
@@ -265,8 +300,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 // BeginDrain refuses new requests (their callers fail fast with
 // ErrShuttingDown) while accepted work, answers and drain-exempt handlers
-// go on. Call Shutdown to finish.
-func (n *Node) BeginDrain() { n.m.BeginDrain() }
+// go on; rendezvous acquires are answered chunked (the RDMA path's reason
+// draining). Call Shutdown to finish.
+func (n *Node) BeginDrain() {
+	n.m.BeginDrain()
+	n.Rendezvous.BeginDrain()
+}
 
 // Done is closed once Shutdown has finished.
 func (n *Node) Done() <-chan struct{} { return n.m.Done() }

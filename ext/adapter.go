@@ -63,6 +63,11 @@ type AdapterConfig struct {
 	// returns. A sink that blocks holds back its connection's reader, which
 	// pushes back on that sender only.
 	OnMessages func(batch []InboundMessage)
+	// OnMessagesHandoff is OnMessages for a sink that may run a request on
+	// the reader goroutine itself: h, when not nil, can pass the reading of
+	// the connection to another goroutine first (see Handoff). It replaces
+	// OnMessages when both are set.
+	OnMessagesHandoff func(batch []InboundMessage, h Handoff)
 	// OnFrame, when set, receives response, ack, event and shutdown frames
 	// directly on the reader goroutine instead of their queues. The frame is
 	// the sink's to release.
@@ -89,7 +94,7 @@ type AdapterConfig struct {
 // streams (message, response, event, shutdown) and the admission step that
 // owns the in-flight count.
 type TransportAdapter struct {
-	onMessages func([]InboundMessage)
+	onMessages func([]InboundMessage, Handoff)
 	onFrame    func(Frame)
 	exempt     func(Frame) bool
 	connClosed func(ConnID)
@@ -116,7 +121,7 @@ func NewTransportAdapter(state *ShutdownState, cfg AdapterConfig) *TransportAdap
 		cfg.OtherQueue = 1 << 16
 	}
 	return &TransportAdapter{
-		onMessages: cfg.OnMessages,
+		onMessages: sinkOf(cfg),
 		onFrame:    cfg.OnFrame,
 		exempt:     cfg.DrainExempt,
 		connClosed: cfg.OnConnClosed,
@@ -153,7 +158,7 @@ func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 			return Disconnected
 		}
 		one := [1]InboundMessage{{Frame: f, Guard: g}}
-		a.onMessages(one[:])
+		a.onMessages(one[:], nil)
 		return Admitted
 	}
 	if err := a.messages.Push(InboundMessage{Frame: f, Guard: g}); err != nil {
@@ -177,7 +182,7 @@ func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
 	for i, f := range frames {
 		msgs[i].Frame = f
 	}
-	outcome, _ := a.deliver(msgs)
+	outcome, _ := a.deliver(msgs, nil)
 	return outcome
 }
 
@@ -193,6 +198,15 @@ func (a *TransportAdapter) AdmitMessages(frames []Frame) AdmitOutcome {
 // returned slice holds only the refused ones, in order, for the caller to
 // echo.
 func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []InboundMessage) {
+	return a.AdmitBatchHandoff(msgs, nil)
+}
+
+// AdmitBatchHandoff is AdmitBatch from a reader that offers h to the sink
+// (AdapterConfig.OnMessagesHandoff): the sink may take the reader's role
+// away for the rest of the connection. A reader must offer it only where
+// it would read next, with nothing of its own left to do for the
+// connection, and must check after the call whether it still reads.
+func (a *TransportAdapter) AdmitBatchHandoff(msgs []InboundMessage, h Handoff) (AdmitOutcome, []InboundMessage) {
 	if !a.state.tryAcquireN(len(msgs)) {
 		refused := msgs[:0]
 		for _, m := range msgs {
@@ -205,12 +219,12 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 		clear(msgs[len(refused):])
 		return Draining, refused
 	}
-	return a.deliver(msgs)
+	return a.deliver(msgs, h)
 }
 
 // deliver hands admitted requests (their units already taken) to the sink
 // or the queue, setting their guards.
-func (a *TransportAdapter) deliver(msgs []InboundMessage) (AdmitOutcome, []InboundMessage) {
+func (a *TransportAdapter) deliver(msgs []InboundMessage, h Handoff) (AdmitOutcome, []InboundMessage) {
 	for i := range msgs {
 		msgs[i].Guard = InFlightGuard{s: a.state}
 	}
@@ -220,7 +234,7 @@ func (a *TransportAdapter) deliver(msgs []InboundMessage) (AdmitOutcome, []Inbou
 			clear(msgs)
 			return Disconnected, msgs[:0]
 		}
-		a.onMessages(msgs)
+		a.onMessages(msgs, h)
 		clear(msgs)
 		return Admitted, msgs[:0]
 	}

@@ -91,8 +91,9 @@ func (r *registered) dispatch(j job) {
 // a read of many small requests is one hand-off, not one per request.
 // Requests of other modes go on at once, after what was gathered.
 type spawnBatch struct {
-	r   *registered
-	seg *jobSeg
+	r       *registered
+	seg     *jobSeg
+	flushed bool // a segment went to a pool already
 }
 
 func (b *spawnBatch) dispatch(r *registered, j job) {
@@ -118,7 +119,24 @@ func (b *spawnBatch) flush() {
 	if b.seg != nil {
 		b.r.pool.submitSeg(b.r, b.seg)
 		b.r, b.seg = nil, nil
+		b.flushed = true
 	}
+}
+
+// finish ends a read's batch. When the read brought one spawn request and
+// the reader offers its role (h), the request runs right here, once the
+// connection is handed to another reader (spawnPool.tryInline): no worker
+// is woken in front of it. Otherwise what was gathered goes to its pool.
+func (b *spawnBatch) finish(h ext.Handoff) {
+	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
+		if b.r.pool.tryInline(b.r, s.jobs[s.head], h) {
+			s.jobs[s.head] = job{}
+			freeSeg(s)
+			b.r, b.seg = nil, nil
+			return
+		}
+	}
+	b.flush()
 }
 
 // contextSlab gives a goroutine that runs many requests (a spawn worker)
@@ -581,13 +599,14 @@ func (l *orderedLane) refuse(jobs []job) {
 type spawnPool struct {
 	mu        sync.Mutex
 	q         jobQueue
-	max       int  // MaxConcurrent; 0: unbounded
-	running   int  // workers inside the handler
-	searching int  // workers woken or started that have not taken a request yet (0 or 1)
-	parked    int  // workers waiting on wake
-	starved   bool // in the node's starved list (see endRun)
-	workers   int  // live workers, for tests
-	handoffs  int  // workers woken or started, for tests
+	max       int          // MaxConcurrent; 0: unbounded
+	running   int          // workers inside the handler
+	searching int          // workers woken or started that have not taken a request yet (0 or 1)
+	parked    int          // workers waiting on wake
+	starved   bool         // in the node's starved list (see endRun)
+	workers   int          // live workers, for tests
+	handoffs  int          // workers woken or started, for tests
+	inline    atomic.Int64 // requests run on a reader (tryInline), for tests
 	wake      chan struct{}
 	onPark    func() // test seam: runs as a worker parks
 }
@@ -740,6 +759,50 @@ func (p *spawnPool) work(r *registered) {
 		r.run(j, true, &slab)
 	}
 }
+
+// tryInline runs j on the calling reader goroutine, after the reader
+// handed its connection on with h, as one of the pool's workers would:
+// counted in running and under the node's cap. It does nothing and
+// reports false when the pool is busy (requests wait, or a worker runs or
+// is on its way: under WithMaxConcurrent that also keeps the limit), or
+// when the reader could not hand off; the caller then queues j.
+func (p *spawnPool) tryInline(r *registered, j job, h ext.Handoff) bool {
+	p.mu.Lock()
+	select {
+	case <-r.m.done:
+		p.mu.Unlock()
+		r.refuse(j, ErrShuttingDown)
+		return true
+	default:
+	}
+	if p.q.n > 0 || p.running > 0 || p.searching > 0 {
+		// Busy: a worker is running, or coming, and takes the request
+		// with those queued (a stream of one-way messages stays on it);
+		// on a reader it would cost a hand-off each, not save one.
+		p.mu.Unlock()
+		return false
+	}
+	p.running++ // held while the hand-off runs, so no worker takes the place
+	p.mu.Unlock()
+	ok := h.Handoff()
+	if ok {
+		p.inline.Add(1)
+		r.m.startRun(r)
+		slab := slabs.Get().(*contextSlab)
+		r.run(j, true, slab)
+		slabs.Put(slab)
+	}
+	p.mu.Lock()
+	p.running--
+	a := p.needWorkerLocked(r) // a request queued behind the place this run held
+	p.mu.Unlock()
+	p.act(r, a)
+	return ok
+}
+
+// slabs holds the Context blocks of requests run on readers (tryInline),
+// which, unlike a worker, keep none of their own.
+var slabs = sync.Pool{New: func() any { return new(contextSlab) }}
 
 // refuseAll answers requests still queued at teardown with ErrShuttingDown:
 // a worker leaving must not strand a request's guard.

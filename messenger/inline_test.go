@@ -19,7 +19,7 @@ func TestInlineRunsOnTheConnectionReader(t *testing.T) {
 	must(t, server.Register(velo.FireHandler("in", func(c *velo.Context) {
 		buf := make([]byte, 4096)
 		stack := string(buf[:runtime.Stack(buf, false)])
-		onReader <- strings.Contains(stack, "streamsock.(*Transport).serve")
+		onReader <- strings.Contains(stack, "streamsock.(*reader).lead")
 		log.add(c)
 	}, velo.WithInline())))
 	for _, c := range callers {

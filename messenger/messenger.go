@@ -220,12 +220,12 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	empty := map[string]*registered{}
 	m.handlers.Store(&empty)
 	m.adapter = ext.NewTransportAdapter(m.state, ext.AdapterConfig{
-		OnMessages:   m.onMessages,
-		OnFrame:      m.onFrame,
-		PayloadInto:  m.payloadInto,
-		DrainExempt:  m.drainExempt,
-		OnConnClosed: m.onConnClosed,
-		OnConnTLS:    m.onConnTLS,
+		OnMessagesHandoff: m.onMessages,
+		OnFrame:           m.onFrame,
+		PayloadInto:       m.payloadInto,
+		DrainExempt:       m.drainExempt,
+		OnConnClosed:      m.onConnClosed,
+		OnConnTLS:         m.onConnTLS,
 	})
 	m.adapter.SetSendErrorHandler(m.onSendError)
 	m.adapter.SetPeerLostHandler(m.onPeerLost)
@@ -1171,10 +1171,10 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 }
 
 // onMessages receives admitted requests on a transport's reader goroutine.
-func (m *Messenger) onMessages(batch []ext.InboundMessage) {
+func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 	hs := *m.handlers.Load()
 	var spawned spawnBatch
-	defer spawned.flush()
+	defer spawned.finish(h)
 	var cs *connState // the batch's connection (one read: one connection)
 	var at arrival    // the batch's arrival (one read: one time)
 	for _, msg := range batch {

@@ -2,16 +2,14 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// The RDMA families of the Rendezvous and RDMA chapter. This build has no
-// RDMA backend (the UCX transport is not ported), so nothing registers
-// memory, answers an acquire with a descriptor or runs a GET: the
-// registration gauges, velo_rdma_registrations_total,
-// velo_rendezvous_rdma_get_duration_seconds and
-// velo_rendezvous_rdma_leases_reaped_total stay at zero. They are
-// registered so that dashboards and alerts written for the reference find
-// them. The one decision this build does make is the path: every transfer
-// takes the chunked path, and velo_rendezvous_rdma_path_total says so, with
-// the reason each side records (see RendezvousMetrics.PathDecision).
+// The RDMA families of the Rendezvous and RDMA chapter. They move on a
+// node built with an RDMA backend (velo.WithRDMA, the UCX transport under
+// build tag ucx); on any other node they stay at zero, and are registered
+// anyway so that dashboards and alerts written for the reference find
+// them. Every node makes the path decision, so
+// velo_rendezvous_rdma_path_total always moves, with the reason each side
+// records (see RendezvousMetrics.PathDecision); the GET's duration and the
+// reaped leases are recorded by RdmaGetDuration and LeasesReaped.
 
 // RdmaPathReason is the reason label of velo_rendezvous_rdma_path_total:
 // the book's reasons, as the owner and the consumer record them (see
@@ -55,7 +53,7 @@ var rdmaPathReasonNames = [NumRdmaPathReasons]string{
 	"decode_error", "pool_exhausted", "get_failed", "budget", "ok",
 }
 
-// numEagerReasons: the reasons this build records today (no_offer,
+// numEagerReasons: the reasons every node records (no_offer,
 // not_configured) exist at zero from the start; the rest bind on first use.
 const numEagerReasons = 2
 
@@ -89,25 +87,25 @@ func newRdmaFamilies() rdmaFamilies {
 	f := rdmaFamilies{
 		registeredBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "velo_rdma_registered_bytes",
-			Help: "Bytes currently registered for RDMA (arena pool plus external regions). Always 0 in this build: no RDMA backend.",
+			Help: "Bytes currently registered for RDMA (arena pool plus external regions). 0 without an RDMA backend.",
 		}),
 		registrations: counterVec("velo_rdma_registrations_total",
-			"RDMA memory registrations performed by Velo. Always 0 in this build: no RDMA backend.", "kind"),
+			"RDMA memory registrations performed by Velo. 0 without an RDMA backend.", "kind"),
 		liveRegions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "velo_rdma_live_regions",
-			Help: "Memory regions the RDMA backend currently holds registered. Always 0 in this build: no RDMA backend.",
+			Help: "Memory regions the RDMA backend currently holds registered. 0 without an RDMA backend.",
 		}),
 		path: counterVec("velo_rendezvous_rdma_path_total",
 			"Rendezvous path decisions, by the path chosen and the reason. Owner and consumer both record, so one transfer can count more than once.",
 			"path", "reason"),
 		getDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "velo_rendezvous_rdma_get_duration_seconds",
-			Help:    "Duration of the RDMA GET inside a rendezvous get, excluding the acquire round trip. Empty in this build: no RDMA backend.",
+			Help:    "Duration of the completed RDMA GETs inside rendezvous gets, excluding the acquire round trip. Empty without an RDMA backend.",
 			Buckets: latencyBuckets,
 		}),
 		leasesReaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "velo_rendezvous_rdma_leases_reaped_total",
-			Help: "RDMA leases force-released by the owner-side reaper after their deadline passed. Always 0 in this build: no RDMA backend.",
+			Help: "RDMA leases force-released by the owner-side reaper after their deadline passed. 0 without an RDMA backend.",
 		}),
 	}
 	// The two kinds, and the path decisions this build records, exist at

@@ -75,6 +75,8 @@ type RendezvousMetrics struct {
 	eager   [numEagerReasons]prometheus.Counter               // rdma_path_total, bound at build
 	paths   [NumRdmaPathReasons]atomic.Pointer[counterSeries] // the rest, bound on first use
 	pathVec *prometheus.CounterVec
+	rdma    *rdmaFamilies  // the other RDMA families (rdma_get.go)
+	reg     *rdmaRegSeries // the registry's series (rdma_registry.go)
 }
 
 // Rendezvous returns the handle of the Rendezvous family (the same one on
@@ -88,6 +90,7 @@ func (m *VeloMetrics) Rendezvous() *RendezvousMetrics {
 			opsVec: m.rvOps, durVec: m.rvDur, bytesVec: m.rvBytes,
 			active: m.rvActive, refused: m.rvRefused,
 			eager: m.rdma.eager, pathVec: m.rdma.path,
+			reg: newRdmaRegSeries(&m.rdma), rdma: &m.rdma,
 		}
 	})
 	return m.rv

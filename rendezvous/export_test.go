@@ -68,3 +68,10 @@ func StageLent(r *Manager, payload []byte) (handle DataHandle, withdraw func()) 
 	}
 	return h, withdraw
 }
+
+// Reaping reports whether the RDMA lease reaper runs.
+func Reaping(r *Manager) bool {
+	r.st.mu.Lock()
+	defer r.st.mu.Unlock()
+	return r.st.reaping
+}

@@ -3,8 +3,11 @@
 // owner in ChunkSize pieces over ordinary messenger calls (_rv_acquire,
 // then _rv_pull per chunk) and ends its lease with _rv_detach or
 // _rv_release. The owner decides the path of each transfer in its answer
-// to _rv_acquire; this node answers chunked, the path that works on every
-// transport.
+// to _rv_acquire: chunked, the path that works on every transport, or,
+// on a node with an RDMA registry (Config.Registry) and a slot staged in
+// registered memory (RegisterDataPinned), an RDMA descriptor that the
+// consumer reads with one GET. A consumer whose GET fails falls back to
+// the chunked path once.
 //
 // Manager also implements msgrx.Stager: the messenger stages any
 // request payload above Threshold and the receiver fetches it before the
@@ -26,8 +29,10 @@ import (
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
 	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/rdma"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/rendezvous/internal/rdmapath"
 )
 
 // DefaultThreshold is the payload size above which the messenger stages.
@@ -66,6 +71,10 @@ type Config struct {
 	PayloadMax int64
 	// Metrics, when set, receives the Rendezvous family.
 	Metrics *metrics.VeloMetrics
+	// Registry, when set, turns the RDMA path on (velo.WithRDMA builds it).
+	Registry *rdma.Registry
+	// RDMA tunes the RDMA path; it has no effect without Registry.
+	RDMA RdmaRendezvousConfig
 }
 
 // Manager is one node's rendezvous: the owner's store and handlers, and
@@ -75,7 +84,8 @@ type Manager struct {
 	cfg   Config
 	st    *store
 	met   *metrics.RendezvousMetrics
-	paths paths // the path decision of every transfer; see path.go
+	paths paths     // the path decision of every transfer; see path.go
+	rdma  *rdmaSide // the RDMA path; nil without a registry (rdma.go)
 
 	staged, fetched atomic.Int64 // transparent payloads staged here, and fetched by this node
 
@@ -133,9 +143,18 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	}
 	r := &Manager{m: m, cfg: cfg, st: newStore(), met: cfg.Metrics.Rendezvous()}
 	r.st.self = m.WorkerID()
+	if err := r.setupRDMA(cfg); err != nil {
+		return nil, err
+	}
 	// A lost peer's leases would keep their slots staged, and count against
-	// its bound, until their deadlines (Get asks for none).
-	msgrx.OnPeerLost(m, func(peer ext.InstanceID, _ error) { r.st.dropHolder(peer.WorkerID()) })
+	// its bound, until their deadlines (Get asks for none). A GET from it
+	// would wait for the backend to notice.
+	msgrx.OnPeerLost(m, func(peer ext.InstanceID, _ error) {
+		r.st.dropHolder(peer.WorkerID())
+		if r.rdma != nil {
+			r.rdma.gets.lose(peer.WorkerID())
+		}
+	})
 	if r.met != nil {
 		r.st.onCount = r.met.ActiveSlots
 		r.st.onExpire = func(n int) {
@@ -167,7 +186,8 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	return r, nil
 }
 
-// Close stops the sweep. Staged slots stay until the process lets them go.
+// Close stops the sweep and the RDMA lease reaper. Staged slots stay until
+// the process lets them go.
 func (r *Manager) Close() { r.st.close() }
 
 // Transparent reports how many request payloads the messenger staged on
@@ -254,19 +274,39 @@ func (r *Manager) onAcquire(c *messenger.Context) ([]byte, error) {
 		(*f)()
 	}
 	start := time.Now()
-	h, err := r.decodeHandle(metrics.RvAcquire, c.Payload)
-	var rd ready
+	req, err := r.decodeAcquire(c.Payload)
+	h := req.Handle
+	var ans acquireAnswer
 	if err == nil {
-		var v verdict
-		if rd, v = r.st.acquire(h.Lo, leaseTimeout(c), c.SenderWorkerID()); v != done {
+		rd, hold, v := r.st.acquireSlot(h.Lo, leaseTimeout(c), c.SenderWorkerID(), r.rdma != nil)
+		switch {
+		case v != done:
 			err = r.refuse(metrics.RvAcquire, v, h.String())
+		default:
+			var ok bool
+			if ans, ok = r.answerAcquire(&rd, req.Rdma, hold); !ok {
+				err = r.refuse(metrics.RvAcquire, notFound, h.String())
+			}
 		}
 	}
 	r.met.Op(metrics.RvAcquire, err == nil, start)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(r.answerAcquire(&rd))
+	return json.Marshal(ans)
+}
+
+// decodeAcquire reads an acquire request and checks the handle is ours.
+func (r *Manager) decodeAcquire(b []byte) (acquireRequest, error) {
+	var req acquireRequest
+	err := decode(b, &req)
+	if err == nil {
+		err = r.mine(req.Handle)
+	}
+	if err != nil {
+		r.met.Refused(metrics.RvAcquire, metrics.RvMalformed)
+	}
+	return req, err
 }
 
 // leaseTimeout is the deadline an acquire asks for (LeaseHeader), 0 for none.
@@ -465,24 +505,35 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 		ms := (leaseTimeout + time.Millisecond - 1) / time.Millisecond
 		opts = append(opts, messenger.WithHeaders(map[string]string{LeaseHeader: strconv.FormatInt(int64(ms), 10)}))
 	}
-	body, _ := json.Marshal(handleRequest{Handle: h})
-	tr := r.beginTransfer()
-	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, append(opts, opGet)...)
-	if err != nil {
-		return nil, 0, fromRemote(err)
+	tr := r.beginTransfer(h.Owner())
+	var rd *ready
+	// At most two acquires: one with the offer, and after a failed RDMA
+	// answer one without, which the Transfer makes the last.
+	for rd == nil {
+		ans, err := r.acquire(ctx, target, h, tr.Offer(), opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := tr.Answer(ans.Rdma != nil); err != nil {
+			// No offer went with this acquire, so an RDMA answer is the owner's fault.
+			r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: ans.Rdma.LeaseID})
+			r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
+			return nil, 0, err
+		}
+		if ans.Ready != nil {
+			rd = ans.Ready
+			break
+		}
+		b, fellBack, err := r.getRDMA(ctx, target, h, ans.Rdma, max, into, &tr)
+		if fellBack {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		tr.Done()
+		return b, ans.Rdma.LeaseID, nil
 	}
-	var ans acquireAnswer
-	if err := json.Unmarshal(raw, &ans); err != nil {
-		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
-		return nil, 0, fmt.Errorf("rendezvous: decode the acquire answer: %w", err)
-	}
-	if err := tr.Answer(ans.Rdma != nil); err != nil {
-		// This node made no RDMA offer, so an RDMA answer is the owner's fault.
-		r.post(target, HandlerDetach, leaseRequest{Handle: h, LeaseID: ans.Rdma.LeaseID})
-		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
-		return nil, 0, err
-	}
-	rd := ans.Ready
 	if max >= 0 && rd.TotalLen > uint64(max) {
 		r.post(target, HandlerRelease, leaseRequest{Handle: h, LeaseID: rd.LeaseID})
 		r.met.Refused(metrics.RvGet, metrics.RvTooLarge)
@@ -502,6 +553,25 @@ func (r *Manager) get(ctx context.Context, h DataHandle, leaseTimeout time.Durat
 	}
 	tr.Done()
 	return dst.bytes(), rd.LeaseID, nil
+}
+
+// acquire sends one _rv_acquire, with offer when not nil, and decodes the answer.
+func (r *Manager) acquire(ctx context.Context, target ext.InstanceID, h DataHandle, offer *rdmapath.Offer, opts []messenger.CallOption) (acquireAnswer, error) {
+	req := acquireRequest{Handle: h}
+	if offer != nil {
+		req.Rdma = &rdmaOffer{Backends: offer.Backends}
+	}
+	body, _ := json.Marshal(req)
+	raw, err := r.m.Unary(ctx, target, HandlerAcquire, body, append(opts, opGet)...)
+	if err != nil {
+		return acquireAnswer{}, fromRemote(err)
+	}
+	var ans acquireAnswer
+	if err := json.Unmarshal(raw, &ans); err != nil {
+		r.met.Refused(metrics.RvGet, metrics.RvBadAnswer)
+		return acquireAnswer{}, fmt.Errorf("rendezvous: decode the acquire answer: %w", err)
+	}
+	return ans, nil
 }
 
 // checkedSink checks the numbers of an answer and makes its destination.
@@ -785,9 +855,19 @@ func (r *Manager) PayloadMax() int64 { return r.cfg.PayloadMax }
 // Stage implements msgrx.Stager: a copy, since the call may return
 // before the receiver fetched (fire-and-forget and asynchronous calls),
 // and the caller reuses its buffer once the call returns.
+//
+// On an RDMA node the copy goes to registered memory when an arena is
+// mapped already (it never maps one: a send must not stall on a
+// registration), so that the receiver can GET it; else to plain memory,
+// with the reason recorded (pool_exhausted when no arena is mapped).
 func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
 	r.staged.Add(1)
 	stageCopies.Add(1)
+	if r.rdma != nil {
+		if st := r.stagePinned(payload, r.rdma.reg.StageMapped); st != nil {
+			return r.registered(r.st.addStaged(st, ttl), len(payload)).String(), nil
+		}
+	}
 	return r.register(bytes.Clone(payload), ttl).String(), nil
 }
 

@@ -1,37 +1,65 @@
 package rendezvous
 
-import "github.com/velo-go/velo/rendezvous/internal/rdmapath"
+import (
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/rendezvous/internal/rdmapath"
+)
 
 // The path decision of every transfer is made here and only here, on both
 // roles, by the rules of package rdmapath: the owner's eight checks as it
 // answers an acquire, the consumer's offer as it sends one, and the
-// consumer's fallback to chunked exactly once. This build has no RDMA
-// backend, so both sides hold rdmapath's zero values and every transfer is
-// chunked, recorded as no_offer (owner) and not_configured (consumer).
-// An RDMA backend fills paths in at New and supplies the slot's Region,
-// the offer's place in the acquire body and the GET.
+// consumer's fallback to chunked exactly once (get, with Transfer). A
+// Manager without an RDMA registry holds rdmapath's zero values, so every
+// transfer is chunked, recorded as no_offer (owner) and not_configured
+// (consumer); with one, setupRDMA fills them in.
 type paths struct {
 	owner    rdmapath.Owner
 	consumer rdmapath.Consumer
 }
 
 // answerAcquire decides the owner's answer to one acquire that took the
-// lease rd names. The acquire body this build decodes carries no offer,
-// and no slot here is in registered memory (Region is nil), so Decide
-// never returns ok and the answer is always Ready; with a backend, an ok
-// becomes the Rdma answer with the descriptor and the lease deadline.
-func (r *Manager) answerAcquire(rd *ready) acquireAnswer {
-	var offer *rdmapath.Offer
-	_, why := r.paths.owner.Decide(offer, rdmapath.SlotFacts{Len: rd.TotalLen}, nil)
+// lease rd names, with the consumer's offer (nil: none) and a hold on the
+// slot's staging (nil: the slot is in plain memory), which it ends. On ok
+// the lease becomes an RDMA lease with the configured deadline, before
+// the answer goes out; a lease already gone (its slot's time-to-live)
+// refuses the acquire as not found.
+func (r *Manager) answerAcquire(rd *ready, offer *rdmaOffer, hold *pinHold) (acquireAnswer, bool) {
+	var o *rdmapath.Offer
+	if offer != nil {
+		o = &rdmapath.Offer{Backends: offer.Backends}
+	}
+	facts := rdmapath.SlotFacts{Len: rd.TotalLen}
+	if hold != nil {
+		facts.Region = stagingRegion{st: hold.st, code: r.rdma.code}
+	}
+	desc, why := r.paths.owner.Decide(o, facts, nil)
+	r.st.unpin(hold)
+	if why == metrics.RdmaOK {
+		lease := r.paths.owner.LeaseTimeout
+		if !r.st.armRDMA(rd.LeaseID, lease) {
+			return acquireAnswer{}, false
+		}
+		r.met.PathDecision(why)
+		ms := uint64((lease + time.Millisecond - 1) / time.Millisecond)
+		return acquireAnswer{Rdma: &rdmaAnswer{LeaseID: rd.LeaseID, Descriptor: desc, LeaseTimeoutMS: ms}}, true
+	}
 	r.met.PathDecision(why)
-	return acquireAnswer{Ready: rd}
+	return acquireAnswer{Ready: rd}, true
 }
 
 // beginTransfer builds the consumer's offer for one get, from local facts
-// only, and records its reason when there is none. Whether the owner is
-// on the backend's transport is a question for that backend; with none,
-// the offer stops at not_configured before asking it.
-func (r *Manager) beginTransfer() rdmapath.Transfer {
-	offer, why := r.paths.consumer.Offer(nil)
+// only, and records its reason when there is none: the owner must be
+// registered here on the backend's transport, since the GET rides this
+// node's own endpoint to it.
+func (r *Manager) beginTransfer(owner ext.WorkerID) rdmapath.Transfer {
+	var onBackend func(key string) bool
+	if r.rdma != nil {
+		be := r.rdma.be
+		onBackend = func(key string) bool { return key == be.Name() && be.Reachable(owner) }
+	}
+	offer, why := r.paths.consumer.Offer(onBackend)
 	return rdmapath.Begin(r.met, offer, why) // r.met may be nil: its methods are nil-safe
 }

@@ -85,7 +85,7 @@ func TestUnaskedRdmaAnswer(t *testing.T) {
 	detached := make(chan uint64, 1)
 	hs := []messenger.Handler{
 		messenger.UnaryHandler(rendezvous.HandlerAcquire, func(*messenger.Context) ([]byte, error) {
-			return json.Marshal(map[string]any{"Rdma": map[string]any{"lease_id": 42, "descriptor": []byte{1, 1, 0}, "lease_timeout_ms": 30000}})
+			return json.Marshal(map[string]any{"Rdma": map[string]any{"lease_id": 42, "descriptor": []int{1, 1, 0}, "lease_timeout_ms": 30000}})
 		}),
 		messenger.FireHandler(rendezvous.HandlerDetach, func(c *messenger.Context) {
 			var req struct {

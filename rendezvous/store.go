@@ -19,10 +19,12 @@ const sweepEvery = 100 * time.Millisecond
 // slot is one staged payload on its owner.
 type slot struct {
 	data      []byte
+	size      int // bytes staged: len(data), or the staging's
 	refcount  uint32
 	readLocks uint32
 	expires   time.Time   // zero: no time-to-live
 	lent      *msgrx.Loan // data is the caller's, lent (registerLent), until withdraw; nil when the store owns it
+	pinned                // registered memory instead of data (store_pinned.go)
 }
 
 // lease is one consumer's read lock on a slot, with the one transfer its
@@ -36,6 +38,7 @@ type lease struct {
 	chunkCount uint32
 	timeout    time.Duration // 0: no deadline
 	deadline   time.Time
+	rdma       bool // answered with a descriptor: its deadline is the reaper's, not the sweep's
 }
 
 // store holds the owner's staged slots and the leases on them. One mutex:
@@ -56,16 +59,29 @@ type store struct {
 	draw      func() uint64        // the id source: rng, or a test's
 	rng       *rand.ChaCha8        // a CSPRNG seeded from crypto/rand; used under mu
 	held      int64                // bytes in slots
-	deadlines int                  // slots with a TTL plus leases with a deadline
+	deadlines int                  // slots with a TTL plus chunked leases with a deadline
+	rdmaLive  int                  // RDMA leases: each has a deadline, the reaper's
 
-	// The sweep goroutine runs only while deadlines > 0.
-	sweeping bool
-	closed   bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	onExpire func(n int) // metrics: slots and leases the sweep ended
-	onCount  func(slots int)
-	now      func() time.Time
+	// The sweep goroutine runs only while deadlines > 0, the reaper only
+	// while rdmaLive > 0 (store_timers.go).
+	sweeping  bool
+	reaping   bool
+	reapEvery time.Duration
+	closed    bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	onExpire  func(n int) // metrics: slots and leases the sweep ended
+	onReap    func(n int) // metrics: RDMA leases the reaper ended
+	onCount   func(slots int)
+	now       func() time.Time
+
+	// Stagings let go under mu, released by unlock once mu is free:
+	// giving registered memory back may take the registry's own locks.
+	pending []stagingMem
+	// retiredBusy counts stagings let go while a copy out of them ran;
+	// idle (L is &mu) is signalled as each is released.
+	retiredBusy int
+	idle        sync.Cond
 }
 
 func newStore() *store {
@@ -73,10 +89,21 @@ func newStore() *store {
 	crand.Read(seed[:]) // never fails (crypto/rand, Go 1.24 and later)
 	s := &store{
 		slots: map[uint64]*slot{}, leases: map[uint64]*lease{}, transfers: map[uint64]uint64{}, byHolder: map[ext.WorkerID]int{},
-		rng: rand.NewChaCha8(seed), stop: make(chan struct{}), now: time.Now,
+		rng: rand.NewChaCha8(seed), stop: make(chan struct{}), now: time.Now, reapEvery: sweepEvery,
 	}
 	s.draw = s.rng.Uint64
+	s.idle.L = &s.mu
 	return s
+}
+
+// unlock releases mu, then the stagings let go under it.
+func (s *store) unlock() {
+	rel := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, st := range rel {
+		st.Release()
+	}
 }
 
 // newIDLocked draws an id that is not 0 (0 names nothing on the wire) and
@@ -94,7 +121,9 @@ func (s *store) leaseTaken(id uint64) bool    { _, ok := s.leases[id]; return ok
 func (s *store) transferTaken(id uint64) bool { _, ok := s.transfers[id]; return ok }
 
 // register stages data (kept, not copied) with refcount 1.
-func (s *store) register(data []byte, ttl time.Duration) uint64 { return s.add(data, ttl, nil) }
+func (s *store) register(data []byte, ttl time.Duration) uint64 {
+	return s.add(&slot{data: data, size: len(data)}, ttl)
+}
 
 // registerLent stages the caller's data itself, with refcount 1, until
 // withdraw. Its loan counts the chunks served from it that the transport
@@ -102,20 +131,21 @@ func (s *store) register(data []byte, ttl time.Duration) uint64 { return s.add(d
 // while the slot is staged, so while the lender's reference is held.
 func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *msgrx.Loan) {
 	l := msgrx.NewLoan()
-	return s.add(data, ttl, l), l
+	return s.add(&slot{data: data, size: len(data), lent: l}, ttl), l
 }
 
-func (s *store) add(data []byte, ttl time.Duration, lent *msgrx.Loan) uint64 {
+// add stages sl with refcount 1.
+func (s *store) add(sl *slot, ttl time.Duration) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.newIDLocked(s.slotTaken)
-	sl := &slot{data: data, refcount: 1, lent: lent}
+	sl.refcount = 1
 	if ttl > 0 {
 		sl.expires = s.now().Add(ttl)
 		s.addDeadlineLocked()
 	}
 	s.slots[id] = sl
-	s.held += int64(len(data))
+	s.held += int64(sl.size)
 	s.countLocked()
 	return id
 }
@@ -126,7 +156,7 @@ func (s *store) add(data []byte, ttl time.Duration, lent *msgrx.Loan) uint64 {
 // an id drawn again since names another slot, which stays.
 func (s *store) withdraw(id uint64, l *msgrx.Loan) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	sl, ok := s.slots[id]
 	if !ok || sl.lent != l {
 		return
@@ -154,28 +184,36 @@ func (s *store) metadata(id uint64) (Metadata, bool) {
 	if !ok {
 		return Metadata{}, false
 	}
-	return Metadata{TotalLen: uint64(len(sl.data)), Refcount: sl.refcount}, true
+	return Metadata{TotalLen: uint64(sl.size), Refcount: sl.refcount, Pinned: sl.staging != nil}, true
 }
 
 // acquire takes a read lock for holder and opens the chunked transfer.
 // The registration is checked here, at every acquire.
 func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (ready, verdict) {
+	rd, _, v := s.acquireSlot(id, timeout, holder, false)
+	return rd, v
+}
+
+// acquireSlot is acquire that, with pin set, also returns the slot's
+// staging held against release (see pin), or nil for a slot in plain
+// memory; the caller ends a hold it got with unpin.
+func (s *store) acquireSlot(id uint64, timeout time.Duration, holder ext.WorkerID, pin bool) (ready, *pinHold, verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl, ok := s.slots[id]
 	if !ok {
-		return ready{}, notFound
+		return ready{}, nil, notFound
 	}
 	if holder != s.self && (s.byHolder[holder] >= MaxLeasesPerPeer || len(s.leases) >= MaxLeases) {
 		// A handle is a capability, but what its holder may keep open on
 		// this node is bounded: each lease keeps its slot staged.
-		return ready{}, tooManyLeases
+		return ready{}, nil, tooManyLeases
 	}
 	s.byHolder[holder]++
 	sl.readLocks++
 	lid := s.newIDLocked(s.leaseTaken)
 	tid := s.newIDLocked(s.transferTaken)
-	n := uint64(len(sl.data))
+	n := uint64(sl.size)
 	l := &lease{local: id, transferID: tid, holder: holder, chunkSize: ChunkSize, chunkCount: uint32((n + ChunkSize - 1) / ChunkSize)}
 	if timeout > 0 {
 		l.timeout, l.deadline = timeout, s.now().Add(timeout)
@@ -183,7 +221,11 @@ func (s *store) acquire(id uint64, timeout time.Duration, holder ext.WorkerID) (
 	}
 	s.leases[lid] = l
 	s.transfers[tid] = lid
-	return ready{LeaseID: lid, TransferID: tid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, done
+	var hold *pinHold
+	if pin {
+		hold = s.pinLocked(sl)
+	}
+	return ready{LeaseID: lid, TransferID: tid, TotalLen: n, ChunkSize: l.chunkSize, ChunkCount: l.chunkCount}, hold, done
 }
 
 // verdict is what the store made of a request that names a lease or a
@@ -214,28 +256,44 @@ const (
 // the chunk any more; nil otherwise.
 func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *msgrx.Loan, verdict) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	b, lent, hold, v := s.takeLocked(transferID, idx, asker)
+	s.mu.Unlock()
+	if hold != nil {
+		// A pinned slot: its chunk is copied out of registered memory,
+		// with the store unlocked, while the hold keeps the staging.
+		b, v = s.readPinned(hold, b)
+	}
+	return b, lent, v
+}
+
+// takeLocked finds chunk idx. For a pinned slot it returns a hold on the
+// staging and, in place of the bytes, a buffer of the chunk's length at
+// the chunk's offset within the staging's capacity (see readPinned).
+func (s *store) takeLocked(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *msgrx.Loan, *pinHold, verdict) {
 	lid, ok := s.transfers[transferID]
 	if !ok {
-		return nil, nil, notFound
+		return nil, nil, nil, notFound
 	}
 	l := s.leases[lid]
 	if l.holder != asker {
-		return nil, nil, notHolder
+		return nil, nil, nil, notHolder
 	}
 	sl := s.slots[l.local]
 	if sl == nil || idx >= l.chunkCount {
-		return nil, nil, notFound
+		return nil, nil, nil, notFound
 	}
 	if l.timeout > 0 {
 		l.deadline = s.now().Add(l.timeout)
 	}
+	off := uint64(idx) * uint64(l.chunkSize)
+	end := min(off+uint64(l.chunkSize), uint64(sl.size))
+	if sl.staging != nil {
+		return make([]byte, end-off), nil, s.pinLockedAt(sl, int64(off)), done
+	}
 	if sl.lent != nil {
 		sl.lent.Retain()
 	}
-	off := uint64(idx) * uint64(l.chunkSize)
-	end := min(off+uint64(l.chunkSize), uint64(len(sl.data)))
-	return sl.data[off:end:end], sl.lent, done
+	return sl.data[off:end:end], sl.lent, nil, done
 }
 
 // leaseLocked finds lease lid on slot id for asker.
@@ -280,7 +338,7 @@ func (s *store) ref(id uint64) bool {
 // changes nothing, so it cannot strand the slot it names or another.
 func (s *store) endLease(id, lid uint64, deref bool, asker ext.WorkerID) verdict {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	l, v := s.leaseLocked(id, lid, asker)
 	if v != done {
 		return v
@@ -301,7 +359,7 @@ func (s *store) endLease(id, lid uint64, deref bool, asker ext.WorkerID) verdict
 // unref drops one reference with no lease (the sender's Discard).
 func (s *store) unref(id uint64) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	sl, ok := s.slots[id]
 	if !ok {
 		return false
@@ -329,7 +387,7 @@ func (s *store) releaseLeaseLocked(lid uint64, l *lease) {
 // release will come) and reports how many.
 func (s *store) dropHolder(holder ext.WorkerID) int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.byHolder[holder] == 0 {
 		return 0
 	}
@@ -349,7 +407,10 @@ func (s *store) dropLeaseLocked(lid uint64, l *lease) {
 		delete(s.byHolder, l.holder)
 	}
 	delete(s.transfers, l.transferID)
-	if l.timeout > 0 {
+	switch {
+	case l.rdma:
+		s.rdmaLive--
+	case l.timeout > 0:
 		s.deadlines--
 	}
 }
@@ -362,9 +423,12 @@ func (s *store) maybeFreeLocked(id uint64, sl *slot) {
 
 func (s *store) freeLocked(id uint64, sl *slot) {
 	delete(s.slots, id)
-	s.held -= int64(len(sl.data))
+	s.held -= int64(sl.size)
 	if !sl.expires.IsZero() {
 		s.deadlines--
+	}
+	if sl.staging != nil {
+		s.retireLocked(sl)
 	}
 	s.countLocked()
 }
@@ -374,79 +438,4 @@ func (s *store) heldBytes() (int64, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.held, len(s.slots)
-}
-
-// addDeadlineLocked counts a deadline and starts the sweep if none runs.
-func (s *store) addDeadlineLocked() {
-	s.deadlines++
-	if !s.sweeping && !s.closed {
-		s.sweeping = true
-		s.wg.Add(1)
-		go s.sweep()
-	}
-}
-
-// sweep ends slots past their time-to-live (with every lease on them) and
-// leases past their deadline, every sweepEvery, and exits once nothing
-// has a deadline.
-func (s *store) sweep() {
-	defer s.wg.Done()
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		if !s.sweepOnce() {
-			return
-		}
-	}
-}
-
-// sweepOnce runs one pass; false when the sweep should exit.
-func (s *store) sweepOnce() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	ended := 0
-	for lid, l := range s.leases {
-		if l.timeout > 0 && now.After(l.deadline) {
-			s.releaseLeaseLocked(lid, l)
-			ended++
-		}
-	}
-	for id, sl := range s.slots {
-		if !sl.expires.IsZero() && now.After(sl.expires) {
-			for lid, l := range s.leases {
-				if l.local == id {
-					s.dropLeaseLocked(lid, l)
-				}
-			}
-			s.freeLocked(id, sl)
-			ended++
-		}
-	}
-	if ended > 0 && s.onExpire != nil {
-		s.onExpire(ended)
-	}
-	if s.deadlines <= 0 || s.closed {
-		s.sweeping = false
-		return false
-	}
-	return true
-}
-
-// close stops the sweep and waits for it.
-func (s *store) close() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.closed = true
-	close(s.stop)
-	s.mu.Unlock()
-	s.wg.Wait()
 }

@@ -84,11 +84,23 @@ type Metadata struct {
 	Pinned   bool   `json:"pinned"`
 }
 
-// handleRequest is the body of _rv_metadata, _rv_acquire and _rv_ref.
-// An acquire may grow an RDMA offer later; without it the owner answers
-// chunked.
+// handleRequest is the body of _rv_metadata and _rv_ref.
 type handleRequest struct {
 	Handle DataHandle `json:"handle"`
+}
+
+// acquireRequest is the body of _rv_acquire: the handle and, when the
+// consumer can GET, its RDMA offer. No offer is written as no field at
+// all, so the body of a consumer that offers nothing is the one it always
+// was, and an owner that knows no offer ignores the field.
+type acquireRequest struct {
+	Handle DataHandle `json:"handle"`
+	Rdma   *rdmaOffer `json:"rdma,omitempty"`
+}
+
+// rdmaOffer is the book's RdmaOffer: the backends the consumer can GET with.
+type rdmaOffer struct {
+	Backends []string `json:"backends"`
 }
 
 // leaseRequest is the body of _rv_detach, _rv_release and _rv_lease_renew.
@@ -112,12 +124,14 @@ type ready struct {
 	ChunkCount uint32 `json:"chunk_count"`
 }
 
-// rdmaAnswer is the RDMA answer of _rv_acquire. This node never offers
-// RDMA, so it only decodes one in order to refuse it by name.
+// rdmaAnswer is the RDMA answer of _rv_acquire: the lease, the binary
+// descriptor of the staged bytes (see rdmapath.Descriptor) and the lease's
+// deadline in milliseconds. A missing lease_timeout_ms is 0, no deadline,
+// which is what an owner from before the field meant.
 type rdmaAnswer struct {
-	LeaseID        uint64 `json:"lease_id"`
-	Descriptor     []byte `json:"-"`
-	LeaseTimeoutMS uint64 `json:"lease_timeout_ms"`
+	LeaseID        uint64    `json:"lease_id"`
+	Descriptor     byteArray `json:"descriptor"`
+	LeaseTimeoutMS uint64    `json:"lease_timeout_ms"`
 }
 
 // acquireAnswer is the externally tagged enum {"Ready": {...}} or
@@ -133,8 +147,12 @@ func (a acquireAnswer) MarshalJSON() ([]byte, error) {
 		return json.Marshal(struct {
 			Ready *ready `json:"Ready"`
 		}{a.Ready})
+	case a.Rdma != nil:
+		return json.Marshal(struct {
+			Rdma *rdmaAnswer `json:"Rdma"`
+		}{a.Rdma})
 	default:
-		return nil, errors.New("rendezvous: this node answers chunked only")
+		return nil, errors.New("rendezvous: an acquire answer with no variant")
 	}
 }
 

@@ -23,6 +23,13 @@ func TestGoldenBodies(t *testing.T) {
 		{"pull", pullRequest{TransferID: 7, ChunkIndex: 3}, `{"transfer_id":7,"chunk_index":3}`},
 		{"release", leaseRequest{Handle: DataHandle{Hi: 1, Lo: 2}, LeaseID: 9}, `{"handle":{"hi":1,"lo":2},"lease_id":9}`},
 		{"max handle", DataHandle{Hi: ^uint64(0), Lo: ^uint64(0)}, `{"hi":18446744073709551615,"lo":18446744073709551615}`},
+		// An acquire without an offer is the body it always was.
+		{"acquire", acquireRequest{Handle: DataHandle{Hi: 1, Lo: 2}}, `{"handle":{"hi":1,"lo":2}}`},
+		{"acquire with an offer", acquireRequest{Handle: DataHandle{Hi: 1, Lo: 2}, Rdma: &rdmaOffer{Backends: []string{"ucx"}}},
+			`{"handle":{"hi":1,"lo":2},"rdma":{"backends":["ucx"]}}`},
+		{"rdma", acquireAnswer{Rdma: &rdmaAnswer{LeaseID: 5, Descriptor: byteArray{1, 1, 0, 255}, LeaseTimeoutMS: 30000}},
+			`{"Rdma":{"lease_id":5,"descriptor":[1,1,0,255],"lease_timeout_ms":30000}}`},
+		{"rdma, empty descriptor", acquireAnswer{Rdma: &rdmaAnswer{LeaseID: 5}}, `{"Rdma":{"lease_id":5,"descriptor":[],"lease_timeout_ms":0}}`},
 	}
 	for _, c := range cases {
 		got, err := json.Marshal(c.v)
@@ -41,8 +48,21 @@ func TestDecodeAnswers(t *testing.T) {
 		t.Fatalf("ready: %+v %v", a, err)
 	}
 	a = acquireAnswer{}
-	if err := json.Unmarshal([]byte(`{"Rdma":{"lease_id":5,"descriptor":[1,2,3],"lease_timeout_ms":30000}}`), &a); err != nil || a.Rdma == nil || a.Rdma.LeaseID != 5 || a.Rdma.LeaseTimeoutMS != 30000 {
+	if err := json.Unmarshal([]byte(`{"Rdma":{"lease_id":5,"descriptor":[1,2,3],"lease_timeout_ms":30000}}`), &a); err != nil || a.Rdma == nil || a.Rdma.LeaseID != 5 || a.Rdma.LeaseTimeoutMS != 30000 || string(a.Rdma.Descriptor) != "\x01\x02\x03" {
 		t.Fatalf("rdma: %+v %v", a, err)
+	}
+	// An owner from before lease_timeout_ms: 0, no deadline.
+	a = acquireAnswer{}
+	if err := json.Unmarshal([]byte(`{"Rdma":{"lease_id":5,"descriptor":[ 0 , 255 ]}}`), &a); err != nil || a.Rdma == nil || a.Rdma.LeaseTimeoutMS != 0 || string(a.Rdma.Descriptor) != "\x00\xff" {
+		t.Fatalf("rdma without a timeout: %+v %v", a, err)
+	}
+	// The offer is optional on the owner's side too.
+	var ar acquireRequest
+	if err := decode([]byte(`{"handle":{"hi":1,"lo":2}}`), &ar); err != nil || ar.Rdma != nil {
+		t.Fatalf("acquire without an offer: %+v %v", ar, err)
+	}
+	if err := decode([]byte(`{"handle":{"hi":1,"lo":2},"rdma":{"backends":["ucx","nixl"]}}`), &ar); err != nil || ar.Rdma == nil || len(ar.Rdma.Backends) != 2 {
+		t.Fatalf("acquire with an offer: %+v %v", ar, err)
 	}
 	// A later field is ignored: default means what the protocol did before.
 	a = acquireAnswer{}
@@ -106,6 +126,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"handle":{"hi":1,"lo":2}}`, `{"handle":{"hi":1,"lo":2},"lease_id":9}`, `{"transfer_id":7,"chunk_index":3}`,
 		`{"Ready":{"lease_id":1,"transfer_id":2,"total_len":3,"chunk_size":524288,"chunk_count":1}}`,
 		`{"Rdma":{"lease_id":5,"descriptor":[1,2,3],"lease_timeout_ms":30000}}`,
+		`{"Rdma":{"lease_id":5,"descriptor":[256]}}`, `{"handle":{"hi":1,"lo":2},"rdma":{"backends":["ucx"]}}`,
 		`{"total_len":1024,"refcount":1,"pinned":false}`, `null`, `{`,
 	} {
 		f.Add([]byte(s))
@@ -119,6 +140,8 @@ func FuzzDecodeBodies(f *testing.F) {
 		_ = decode(b, &pr)
 		var md Metadata
 		_ = decode(b, &md)
+		var ar acquireRequest
+		_ = decode(b, &ar)
 		var a acquireAnswer
 		if json.Unmarshal(b, &a) == nil {
 			if (a.Ready == nil) == (a.Rdma == nil) {

@@ -66,9 +66,15 @@ type Transport struct {
 	shutOnce sync.Once
 	stop     chan struct{} // closed at shutdown: ends the accept loop's backoff
 	closedCh chan struct{}
-	wg       sync.WaitGroup // writers and readers of every connection
+	wg       sync.WaitGroup // writers, and every accepted connection until its reading ends
 	writers  sync.WaitGroup // the lane writers alone: the goodbye waits for them
 	acceptWG sync.WaitGroup
+
+	// Readers that handed their connection on (leader.go) wait here for
+	// one to lead; parked counts them.
+	followers chan *connRead
+	parked    atomic.Int32
+	handoffs  atomic.Uint64 // connections handed from one reader to another, for tests
 
 	// testWriteHook, when set by a test, sees the segments of every write call.
 	testWriteHook func([]segment)
@@ -93,7 +99,7 @@ func New(n Network, cfg Config) (*Transport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{})}
+	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{}), followers: make(chan *connRead)}
 	t.life, t.endLife = context.WithCancel(context.Background())
 	t.log = cfg.Logger.With("transport", string(cfg.Key))
 	empty := map[ext.InstanceID]*peer{}
@@ -595,45 +601,69 @@ func temporary(err error) bool {
 // straight into one batch and admitted together: one queue operation per
 // read rather than per frame.
 func (t *Transport) serve(conn net.Conn) {
-	defer t.wg.Done()
-	defer func() {
-		closeConn(conn)
-		t.accepted.Delete(conn)
-		t.inbound.Add(-1)
-		t.obs().ActiveConnections(-1)
-	}()
 	state, ok := t.handshake(conn)
 	if !ok {
+		t.connEnded(conn)
 		return
 	}
 	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
-	defer r.Close()
 	r.Conn = ext.NewConnID()
 	r.Direct = t.payloadInto
-	defer t.adapter.ConnClosed(r.Conn) // after the last frame was handed over
-	t.adapter.ConnTLS(r.Conn, state)   // before the first
+	t.adapter.ConnTLS(r.Conn, state) // before the first frame
 	t.byConn.Store(r.Conn, conn)
-	defer t.byConn.Delete(r.Conn)
-	var in inbound
+	rd := &reader{t: t, st: &connRead{conn: conn, r: r}}
+	if rd.lead() {
+		rd.follow()
+	}
+}
+
+// connEnded is the end of an accepted connection, on whichever goroutine
+// reads it last. wg counts connections being read, not the goroutines
+// that read them (leader.go).
+func (t *Transport) connEnded(conn net.Conn) {
+	closeConn(conn)
+	t.accepted.Delete(conn)
+	t.inbound.Add(-1)
+	t.obs().ActiveConnections(-1)
+	t.wg.Done()
+}
+
+// readLoop reads one accepted connection until it ends or until the sink
+// takes the reading role away from rd (reader.Handoff); it reports which:
+// true when rd handed the connection to another goroutine.
+func (rd *reader) readLoop() bool {
+	t, st, in := rd.t, rd.st, &rd.in
+	conn, r := st.conn, st.r
 	for {
 		f, err := r.Next()
 		for err == nil {
 			if f.Type == ext.Message {
 				in.msgs = append(in.msgs, ext.InboundMessage{Frame: f})
-			} else if !in.flush(t, conn) || !t.routeInbound(f, conn) {
-				return
+			} else if !in.flush(t, conn, nil) || !t.routeInbound(f, conn) {
+				return false
 			}
 			var ok bool
 			if in.msgs, f, ok, err = r.AppendMessages(in.msgs); !ok && err == nil {
 				break
 			}
 		}
-		if !in.flush(t, conn) {
-			return
+		// The read's last batch: the next step is a read, so the sink may
+		// take over this goroutine (err is handled first: an ending
+		// connection offers nothing).
+		var h ext.Handoff
+		if err == nil {
+			h = rd
+		}
+		ok := in.flush(t, conn, h)
+		if rd.st == nil {
+			return true // another goroutine reads conn now: nothing here is ours
+		}
+		if !ok {
+			return false
 		}
 		if err != nil {
 			t.noteReadError(err, conn)
-			return
+			return false
 		}
 	}
 }
@@ -663,7 +693,7 @@ type inbound struct {
 
 // flush admits the gathered requests. Refused ones are echoed back as
 // ShuttingDown in one write. It returns false when the connection should close.
-func (in *inbound) flush(t *Transport, conn net.Conn) bool {
+func (in *inbound) flush(t *Transport, conn net.Conn, h ext.Handoff) bool {
 	if len(in.msgs) == 0 {
 		return true
 	}
@@ -683,7 +713,7 @@ func (in *inbound) flush(t *Transport, conn net.Conn) bool {
 	for i := range in.msgs {
 		bytes += in.msgs[i].Len()
 	}
-	outcome, spare := t.adapter.AdmitBatch(in.msgs)
+	outcome, spare := t.adapter.AdmitBatchHandoff(in.msgs, h)
 	ok := true
 	switch outcome {
 	case ext.Admitted:

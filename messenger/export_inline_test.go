@@ -1,0 +1,14 @@
+package messenger
+
+// SpawnCounts is how many of handler's requests ran on a reader after it
+// handed its connection on (inline), and how many pool workers were woken
+// or started for it (wakes).
+func (m *Messenger) SpawnCounts(handler string) (inline int64, wakes int) {
+	r := (*m.handlers.Load())[handler]
+	if r == nil {
+		return 0, 0
+	}
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	return r.pool.inline.Load(), r.pool.handoffs
+}

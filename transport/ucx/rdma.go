@@ -1,0 +1,81 @@
+package ucx
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/rdma"
+)
+
+// RDMA is the transport's backend for the rendezvous RDMA path: memory
+// registration on this transport's worker, and one-sided GETs through the
+// owner's endpoint (created if needed). A GET keeps the endpoint from
+// the idle reaper until it completes.
+func (t *Transport) RDMA() rdma.Backend { return rdmaBackend{t} }
+
+type rdmaBackend struct{ t *Transport }
+
+// Name is "ucx", the transport's key.
+func (b rdmaBackend) Name() string { return string(Key) }
+
+// Map registers n bytes at base with the worker.
+func (b rdmaBackend) Map(base unsafe.Pointer, n int) (rdma.Mapping, error) {
+	m, err := b.t.w.Map(base, n)
+	if err != nil {
+		return nil, fmt.Errorf("ucx: map %d bytes: %w", n, err)
+	}
+	return m, nil
+}
+
+// Reachable reports whether owner is registered on this transport.
+func (b rdmaBackend) Reachable(owner ext.WorkerID) bool {
+	t := b.t
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byWorker[owner] != nil
+}
+
+// Get reads len(dst) bytes at addr of owner's memory into dst. Every
+// failure matches rdma.ErrGetFailed. When ctx ends first, Get returns
+// (the error also matches ctx.Err()), but the GET itself cannot be
+// recalled: UCX may write dst until it completes or the transport shuts
+// down, so the caller must not reuse dst after such an error.
+func (b rdmaBackend) Get(ctx context.Context, owner ext.WorkerID, addr uint64, rkey []byte, dst []byte) error {
+	t := b.t
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", rdma.ErrGetFailed, err)
+	}
+	t.mu.RLock()
+	p := t.byWorker[owner]
+	t.mu.RUnlock()
+	if p == nil {
+		return fmt.Errorf("%w: owner %v is not registered on ucx: %w", rdma.ErrGetFailed, owner, ext.ErrPeerNotRegistered)
+	}
+	if t.core.Closing() {
+		return fmt.Errorf("%w: %w", rdma.ErrGetFailed, ext.ErrTransportClosed)
+	}
+	r, err := p.link.acquire(0, 1)
+	if err != nil {
+		return fmt.Errorf("%w: %w", rdma.ErrGetFailed, err)
+	}
+	// The worker's Get would abandon its wait at ctx's end, and then the
+	// reaper could not know when the GET completed: so it waits for the
+	// completion here, and the caller's ctx is watched beside it.
+	res := make(chan error, 1)
+	go func() {
+		err := t.w.Get(context.WithoutCancel(ctx), r.id, addr, rkey, dst)
+		r.getDone()
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("%w: from %v: %w", rdma.ErrGetFailed, p.id, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: abandoned, the GET runs on: %w", rdma.ErrGetFailed, ctx.Err())
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !ucx
+
+package ucx
+
+const builtWithUCX = false
