@@ -1,0 +1,39 @@
+//go:build ucx
+
+package bench
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/transport/ucx"
+)
+
+// rvNode builds a node as the book deploys the RDMA path: TCP for the
+// control plane and UCX beside it, with an RDMA registry whose
+// rdma_min_bytes is minBytes. UCX_TLS and UCX_NET_DEVICES come from the
+// environment. reg, when not nil, gets the node's metrics.
+func rvNode(ctx context.Context, reg *prometheus.Registry, minBytes int) (*velo.Node, error) {
+	tcp, err := NewTransport("tcp")
+	if err != nil {
+		return nil, err
+	}
+	u, err := ucx.New()
+	if err != nil {
+		return nil, err
+	}
+	opts := []velo.Option{
+		velo.WithTransport(tcp),
+		velo.WithRDMA(u, velo.RdmaConfig{Rendezvous: velo.RdmaRendezvousConfig{MinBytes: int64(minBytes)}}),
+	}
+	if reg != nil {
+		m, err := metrics.Register(reg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, velo.WithMetrics(m))
+	}
+	return velo.New(ctx, opts...)
+}
