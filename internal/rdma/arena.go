@@ -25,13 +25,13 @@ type arena struct {
 	// unmapWhenFree: retired with allocations still live (backendMem
 	// only); the last free runs the unmap (under Registry.mu).
 	unmapWhenFree bool
-	size       int64
-	dedicated  bool
-	sub        *suballoc // pooled arenas only
-	live       int       // allocations not yet released (under Registry.mu)
-	emptySince time.Time // when live last fell to zero (pooled)
-	unmapOK    bool      // the backend confirmed the unmap (under Registry.mu)
-	freed      bool      // munmap claimed (under Registry.mu)
+	size          int64
+	dedicated     bool
+	sub           *suballoc // pooled arenas only
+	live          int       // allocations not yet released (under Registry.mu)
+	emptySince    time.Time // when live last fell to zero (pooled)
+	unmapOK       bool      // the backend confirmed the unmap (under Registry.mu)
+	freed         bool      // munmap claimed (under Registry.mu)
 }
 
 // alloc is the private free token of one allocation: a staging or a
