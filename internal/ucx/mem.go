@@ -149,6 +149,7 @@ func (l *loop) tryUnmaps() {
 	}
 	clear(l.unmaps[len(kept):])
 	l.unmaps = kept
+	l.w.stats.unmapsWait.Store(int64(len(kept)))
 }
 
 // getsInto reports whether an outstanding GET writes into m.
