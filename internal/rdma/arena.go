@@ -21,13 +21,17 @@ import (
 type arena struct {
 	registration
 	mem        []byte
-	size       int64
-	dedicated  bool
-	sub        *suballoc // pooled arenas only
-	live       int       // allocations not yet released (under Registry.mu)
-	emptySince time.Time // when live last fell to zero (pooled)
-	unmapOK    bool      // the backend confirmed the unmap (under Registry.mu)
-	freed      bool      // munmap claimed (under Registry.mu)
+	backendMem bool // the backend allocated mem (Allocator): its unmap frees it
+	// unmapWhenFree: retired with allocations still live (backendMem
+	// only); the last free runs the unmap (under Registry.mu).
+	unmapWhenFree bool
+	size          int64
+	dedicated     bool
+	sub           *suballoc // pooled arenas only
+	live          int       // allocations not yet released (under Registry.mu)
+	emptySince    time.Time // when live last fell to zero (pooled)
+	unmapOK       bool      // the backend confirmed the unmap (under Registry.mu)
+	freed         bool      // munmap claimed (under Registry.mu)
 }
 
 // alloc is the private free token of one allocation: a staging or a
@@ -49,6 +53,14 @@ func granules(n int) uint32 { return uint32((int64(n) + granuleBytes - 1) / gran
 // budget; it runs with no lock held, since a map costs time linear in
 // its size.
 func (r *Registry) mapArena(size int64, dedicated bool) (*arena, error) {
+	if al, ok := r.b.(Allocator); ok {
+		base, m, err := al.Alloc(int(size))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMapFailed, err)
+		}
+		mem := unsafe.Slice((*byte)(base), int(size))
+		return r.newArena(m, mem, size, dedicated, true), nil
+	}
 	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: mmap of %d bytes: %w", size, err)
@@ -58,11 +70,15 @@ func (r *Registry) mapArena(size int64, dedicated bool) (*arena, error) {
 		_ = unix.Munmap(mem) // never registered: ours to free
 		return nil, fmt.Errorf("%w: %w", ErrMapFailed, err)
 	}
-	a := &arena{registration: newRegistration(m, r.gen.Add(1)), mem: mem, size: size, dedicated: dedicated}
+	return r.newArena(m, mem, size, dedicated, false), nil
+}
+
+func (r *Registry) newArena(m Mapping, mem []byte, size int64, dedicated, backendMem bool) *arena {
+	a := &arena{registration: newRegistration(m, r.gen.Add(1)), mem: mem, size: size, dedicated: dedicated, backendMem: backendMem}
 	if !dedicated {
 		a.sub = newSuballoc(uint32(size / granuleBytes))
 	}
-	return a, nil
+	return a
 }
 
 // adoptLocked enters a freshly mapped arena in the registry, reconciling
@@ -103,6 +119,26 @@ func (r *Registry) claimArenaLocked(a *arena) bool {
 // nothing in them is still held.
 func (r *Registry) retireArena(a *arena) error {
 	a.latch()
+	if a.backendMem && r.deferUnmap(a) {
+		return nil
+	}
+	return r.unmapArena(a)
+}
+
+// deferUnmap: the unmap of memory the backend allocated frees it, so it
+// waits for the last allocation in it (a GET may still be writing a
+// destination) and free runs it then. It reports whether it deferred.
+func (r *Registry) deferUnmap(a *arena) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a.live == 0 {
+		return false
+	}
+	a.unmapWhenFree = true
+	return true
+}
+
+func (r *Registry) unmapArena(a *arena) error {
 	err := a.mapping.Unmap()
 	r.mu.Lock()
 	a.state = stateGone
@@ -138,6 +174,9 @@ func (a *arena) claimFreeLocked() bool {
 }
 
 func (r *Registry) munmap(a *arena) {
+	if a.backendMem {
+		return // the backend's unmap freed it
+	}
 	if err := unix.Munmap(a.mem); err != nil {
 		r.log.Error("rdma: munmap of an arena", "bytes", a.size, "err", err)
 	}
@@ -153,7 +192,7 @@ func (r *Registry) free(al alloc) {
 	if a.sub != nil {
 		a.sub.release(al.off)
 	}
-	retire, munmap := false, false
+	retire, munmap, unmap := false, false, false
 	switch {
 	case a.state == stateLive && a.dedicated:
 		retire = r.claimArenaLocked(a)
@@ -162,12 +201,17 @@ func (r *Registry) free(al alloc) {
 			a.emptySince = time.Now()
 			r.armReclaimLocked()
 		}
+	case a.unmapWhenFree && a.live == 0:
+		a.unmapWhenFree, unmap = false, true
 	default:
 		munmap = a.claimFreeLocked()
 	}
 	r.mu.Unlock()
 	if retire {
 		_ = r.retireArena(a) // a refusal is logged; the caller can do nothing about it
+	}
+	if unmap {
+		_ = r.unmapArena(a) // the retirement deferred to the last free
 	}
 	if munmap {
 		r.munmap(a)

@@ -36,6 +36,18 @@ type Backend interface {
 	Get(ctx context.Context, owner ext.WorkerID, addr uint64, rkey []byte, dst []byte) error
 }
 
+// Allocator is a Backend that can allocate registered memory itself. The
+// registry takes its arenas from it when the backend has it: memory UCX
+// allocates (UCP_MEM_MAP_ALLOCATE) is what its shared-memory transports
+// can hand a peer on the same host to read directly, with no work on the
+// owner's side, where memory it only registers is read by emulation
+// through the owner's progress loop.
+type Allocator interface {
+	// Alloc allocates and registers n bytes. The Mapping's Unmap ends the
+	// registration and frees the memory.
+	Alloc(n int) (base unsafe.Pointer, m Mapping, err error)
+}
+
 // Mapping is one registration.
 type Mapping interface {
 	// PackKey packs a fresh remote key for one descriptor.

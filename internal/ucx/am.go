@@ -107,14 +107,20 @@ func (w *Worker) SendAM(ep EndpointID, id uint16, header, data []byte, done func
 	o := &op{kind: opSend, ep: ep, done: done}
 	o.pinBytes(header)
 	o.pinBytes(data)
-	err := w.submit(context.Background(), func(l *loop) { l.postSend(o, id, header, data) })
+	err := w.submit(context.Background(), func(l *loop) { l.post(o, id, header, data, flagEager) })
 	if err != nil {
 		o.pin.Unpin()
 	}
 	return err
 }
 
-func (l *loop) postSend(o *op, id uint16, header, data []byte) {
+// The send flags: velo sends eager; rendezvous only through a test seam.
+const (
+	flagEager = C.UCP_AM_SEND_FLAG_EAGER
+	flagRndv  = C.UCP_AM_SEND_FLAG_RNDV
+)
+
+func (l *loop) post(o *op, id uint16, header, data []byte, flags C.uint32_t) {
 	ep, err := l.usable(o.ep)
 	if err != nil {
 		o.pin.Unpin()
@@ -126,7 +132,7 @@ func (l *loop) postSend(o *op, id uint16, header, data []byte) {
 	l.track(o)
 	var req unsafe.Pointer
 	st := C.vu_am_send(ep.h, C.uint(id), bytesPtr(header), C.size_t(len(header)),
-		bytesPtr(data), C.size_t(len(data)), C.UCP_AM_SEND_FLAG_EAGER, C.uintptr_t(o.id), &req)
+		bytesPtr(data), C.size_t(len(data)), flags, C.uintptr_t(o.id), &req)
 	switch st {
 	case statusInProgress: // the callback answers
 	case statusOK: // completed inline: the callback will not run

@@ -57,3 +57,7 @@ func errOf(kind error, call string, st ucsStatus, failed, closing bool) error {
 	}
 	return statusError(kind, call, st)
 }
+
+// The pre-parse's memory-type bound is this UCX's: a negative constant
+// converted to uint fails the build if they differ.
+const _ = uint(memTypeLast-C.UCS_MEMORY_TYPE_LAST) + uint(C.UCS_MEMORY_TYPE_LAST-memTypeLast)

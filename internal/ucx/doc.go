@@ -46,6 +46,25 @@
 // to UCX is padded with 0xFF. The framing check cannot tell a stale key
 // from a live one.
 //
+// # UCX 1.13 facts the binding lives with
+//
+// UCX 1.13's shared-memory transports have no peer failure handler:
+// with UCX_TLS=sm,self, Connect fails unless Config.NoPeerErrors is set,
+// and then a lost peer is never detected.
+//
+// Over tcp, which has no native RMA lane, UCX emulates a GET with Active
+// Messages that the owner's worker answers. If the consumer's endpoint
+// fails while the owner answers such a request, UCX 1.13 aborts the
+// owner's process (ucs_fatal "unexpected error: Endpoint timeout" in
+// ucp_get_req_handler). The binding cannot intercept it: an owner over
+// tcp is exposed while a consumer that dies has GETs in flight to it.
+//
+// A Close that gives up on operations (a hung peer) leaves their UCX
+// requests and keys to ucp_worker_destroy, which frees them and warns
+// that objects were not returned to its memory pools.
+//
+// UCX_MEM_EVENTS is read when libucm loads; the binding does not set it.
+//
 // # What this package does not do
 //
 // Unmap cannot see a peer's GETs into the region, so it does not wait for

@@ -14,6 +14,13 @@ import (
 	"unsafe"
 )
 
+// rkeyPad is appended to a key before ucp_ep_rkey_unpack sees it.
+// ucp_ep_rkey_unpack takes no length; UCX builds whose unpack reads a
+// trailer after the memory-domain entries read a system-device byte and
+// distance entries until 0xFF (unknown device), so the padding ends any
+// such walk inside memory the binding owns.
+const rkeyPad = 8
+
 // Get reads len(dst) bytes at remoteAddr of the peer behind ep, with the
 // peer's packed key rkey, into dst. The key is checked here (ErrBadRkey:
 // empty, over MaxRkeyLen, not framed as a packed key), unpacked on the

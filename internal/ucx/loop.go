@@ -98,6 +98,7 @@ func (l *loop) run() {
 			continue
 		}
 		if !idle && time.Since(last) < l.w.cfg.Spin {
+			st.spins.Add(1)
 			continue
 		}
 		switch l.park() {

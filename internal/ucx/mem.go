@@ -21,6 +21,7 @@ import (
 type Mem struct {
 	w        *Worker
 	base     uintptr
+	ptr      unsafe.Pointer // base as a pointer
 	n        int
 	effBase  uintptr
 	effLen   int
@@ -39,7 +40,7 @@ func (w *Worker) Map(base unsafe.Pointer, n int) (*Mem, error) {
 	if base == nil || n <= 0 {
 		return nil, fmt.Errorf("ucx: Map of %d bytes at %p", n, base)
 	}
-	m := &Mem{w: w, base: uintptr(base), n: n}
+	m := &Mem{w: w, base: uintptr(base), ptr: base, n: n}
 	m.pin.Pin(base) // does nothing for memory Go does not own
 	m2, err := call(w, func(l *loop) (*Mem, error) { return m, l.mapMem(m, base) })
 	if err != nil {
@@ -48,6 +49,31 @@ func (w *Worker) Map(base unsafe.Pointer, n int) (*Mem, error) {
 	}
 	return m2, nil
 }
+
+// Alloc allocates n bytes with UCX (UCP_MEM_MAP_ALLOCATE) and maps them.
+// UCX picks the memory domain that allocates: with its shared-memory
+// transports, a peer on the host then reads the memory directly (its GET
+// is a copy out of a segment it attached), with no work on this side,
+// where memory from Map is read by emulation that this worker's progress
+// loop answers. Unmap frees the memory.
+func (w *Worker) Alloc(n int) (*Mem, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("ucx: Alloc of %d bytes", n)
+	}
+	m := &Mem{w: w, n: n}
+	return call(w, func(l *loop) (*Mem, error) {
+		if err := l.mapMem(m, nil); err != nil {
+			return nil, err
+		}
+		m.ptr = C.vu_mem_addr(m.h)
+		m.base = uintptr(m.ptr)
+		return m, nil
+	})
+}
+
+// Base is the first byte of the region: what Map was given, or what
+// Alloc allocated.
+func (m *Mem) Base() unsafe.Pointer { return m.ptr }
 
 func (l *loop) mapMem(m *Mem, base unsafe.Pointer) error {
 	if l.closing {
@@ -149,6 +175,7 @@ func (l *loop) tryUnmaps() {
 	}
 	clear(l.unmaps[len(kept):])
 	l.unmaps = kept
+	l.w.stats.unmapsWait.Store(int64(len(kept)))
 }
 
 // getsInto reports whether an outstanding GET writes into m.

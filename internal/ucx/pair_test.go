@@ -4,6 +4,7 @@ package ucx
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -80,3 +81,15 @@ func wait[T any](t testing.TB, ch <-chan T, what string) T {
 // waitBound is far above any wait a passing test makes on a loaded
 // 2-core machine under -race.
 const waitBound = 20 * time.Second
+
+// waitUntil yields until cond holds, failing the test after waitBound.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
+}

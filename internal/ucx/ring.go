@@ -169,3 +169,10 @@ func (r *ring) shut() {
 	_ = unix.Close(r.bell)
 	r.bell = -1
 }
+
+// isParked reports whether the loop is parked (for tests).
+func (r *ring) isParked() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parked
+}

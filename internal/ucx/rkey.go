@@ -11,16 +11,9 @@ import (
 // adds a few bytes per memory domain.
 const MaxRkeyLen = 1024
 
-// rkeyPad is appended to a key before ucp_ep_rkey_unpack sees it.
-// ucp_ep_rkey_unpack takes no length; UCX builds whose unpack reads a
-// trailer after the memory-domain entries read a system-device byte and
-// distance entries until 0xFF (unknown device), so the padding ends any
-// such walk inside memory the binding owns.
-const rkeyPad = 8
-
 // memTypeLast is UCS_MEMORY_TYPE_LAST of UCX 1.13 (host, CUDA, CUDA
 // managed, ROCm, ROCm managed). UCX indexes tables by a key's memory type,
-// so a larger one must not reach it. A test checks it against the header.
+// so a larger one must not reach it. cgo.go checks it against the header at compile time.
 const memTypeLast = 5
 
 // checkRkey checks the framing of a key packed by ucp_rkey_pack:

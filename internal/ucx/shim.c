@@ -221,10 +221,15 @@ ucs_status_t vu_mem_map(ucp_context_h ctx, void *base, size_t n,
     ucs_status_t st;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                   UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    p.address = base;
-    p.length  = n;
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.length     = n;
+    if (base != NULL) {
+        p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+        p.address     = base;
+    } else { /* UCX allocates: a memory domain that can share it with a peer */
+        p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        p.flags       = UCP_MEM_MAP_ALLOCATE;
+    }
     st = ucp_mem_map(ctx, &p, out);
     if (st != UCS_OK) {
         return st;
@@ -273,4 +278,16 @@ unsigned vu_progress(ucp_worker_h w, unsigned budget)
 ucs_status_t vu_request_status(void *req)
 {
     return ucp_request_check_status(req);
+}
+
+void *vu_mem_addr(ucp_mem_h mem)
+{
+    ucp_mem_attr_t attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    if (ucp_mem_query(mem, &attr) != UCS_OK) {
+        return NULL;
+    }
+    return attr.address;
 }

@@ -28,6 +28,7 @@ ucs_status_t vu_am_send(ucp_ep_h ep, unsigned id, const void *header,
                         uint32_t flags, uintptr_t op, void **req);
 ucs_status_t vu_get(ucp_ep_h ep, void *dst, size_t n, uint64_t raddr,
                     ucp_rkey_h rkey, uintptr_t op, void **req);
+void *vu_mem_addr(ucp_mem_h mem);
 ucs_status_t vu_mem_map(ucp_context_h ctx, void *base, size_t n,
                         ucp_mem_h *out, uintptr_t *eff_base, size_t *eff_len);
 ucs_status_t vu_rkey_pack(ucp_context_h ctx, ucp_mem_h mem, void *buf,

@@ -84,6 +84,7 @@ type Worker struct {
 // Stats are the progress thread's counts, for tests and diagnostics.
 type Stats struct {
 	Iterations  uint64 // passes of the progress loop
+	Spins       uint64 // passes spent in the spin window after activity
 	Parks       uint64 // times it parked in poll(2)
 	Wakeups     uint64 // parks that ended with a file descriptor ready
 	Doorbells   uint64 // times a submitter rang the eventfd
@@ -91,11 +92,12 @@ type Stats struct {
 	Posted      uint64 // operations handed to UCX
 	Inflight    int64  // operations posted to UCX and not yet answered
 	EndpointErr uint64 // endpoint error handler calls
+	UnmapsWait  int64  // Unmaps parked on this worker's GETs
 }
 
 type counters struct {
-	iterations, parks, wakeups, rndvRefused, endpointErr, posted atomic.Uint64
-	inflight                                                     atomic.Int64
+	iterations, spins, parks, wakeups, rndvRefused, endpointErr, posted atomic.Uint64
+	inflight, unmapsWait                                                atomic.Int64
 }
 
 // NewWorker starts a worker: a UCX context with Active Messages, RMA and
@@ -164,6 +166,7 @@ func (w *Worker) Stats() Stats {
 	w.ring.mu.Unlock()
 	return Stats{
 		Iterations:  s.iterations.Load(),
+		Spins:       s.spins.Load(),
 		Parks:       s.parks.Load(),
 		Wakeups:     s.wakeups.Load(),
 		Doorbells:   bells,
@@ -171,6 +174,7 @@ func (w *Worker) Stats() Stats {
 		Posted:      s.posted.Load(),
 		Inflight:    s.inflight.Load(),
 		EndpointErr: s.endpointErr.Load(),
+		UnmapsWait:  s.unmapsWait.Load(),
 	}
 }
 

@@ -13,9 +13,33 @@ import (
 // registration on this transport's worker, and one-sided GETs through the
 // owner's endpoint (created if needed). A GET keeps the endpoint from
 // the idle reaper until it completes.
-func (t *Transport) RDMA() rdma.Backend { return rdmaBackend{t} }
+//
+// Over UCX the registry's arenas are memory UCX allocates (rdma.Allocator):
+// with UCX's shared-memory transports a consumer on the same host reads
+// such memory straight out of a segment it attaches, where memory that
+// is only registered is read by emulation that the owner's progress
+// goroutine answers.
+func (t *Transport) RDMA() rdma.Backend {
+	if _, ok := t.w.(memAllocator); ok {
+		return allocBackend{rdmaBackend{t}}
+	}
+	return rdmaBackend{t}
+}
 
 type rdmaBackend struct{ t *Transport }
+
+// allocBackend is rdmaBackend over a worker that allocates memory.
+type allocBackend struct{ rdmaBackend }
+
+// Alloc allocates and registers n bytes with the worker; the mapping's
+// Unmap frees them.
+func (b allocBackend) Alloc(n int) (unsafe.Pointer, rdma.Mapping, error) {
+	base, m, err := b.t.w.(memAllocator).Alloc(n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ucx: allocate %d bytes: %w", n, err)
+	}
+	return base, m, nil
+}
 
 // Name is "ucx", the transport's key.
 func (b rdmaBackend) Name() string { return string(Key) }

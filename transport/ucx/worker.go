@@ -34,6 +34,12 @@ type amWorker interface {
 	Close() error
 }
 
+// memAllocator is an optional interface of a worker: memory it allocates
+// and registers itself, freed by the mapping's Unmap.
+type memAllocator interface {
+	Alloc(n int) (unsafe.Pointer, memMapping, error)
+}
+
 // memMapping is one memory registration of a worker; it is the shape of
 // rdma.Mapping, which it satisfies.
 type memMapping interface {

@@ -67,6 +67,14 @@ func (u ucxWorker) Map(base unsafe.Pointer, n int) (memMapping, error) {
 	return ucxMem{m}, nil
 }
 
+func (u ucxWorker) Alloc(n int) (unsafe.Pointer, memMapping, error) {
+	m, err := u.w.Alloc(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Base(), ucxMem{m}, nil
+}
+
 func (u ucxWorker) Get(ctx context.Context, ep endpointID, remoteAddr uint64, rkey []byte, dst []byte) error {
 	return u.w.Get(ctx, ucx.EndpointID(ep), remoteAddr, rkey, dst)
 }
