@@ -13,14 +13,10 @@ import (
 // registration on this transport's worker, and one-sided GETs through the
 // owner's endpoint (created if needed). A GET keeps the endpoint from
 // the idle reaper until it completes.
-//
-// Over UCX the registry's arenas are memory UCX allocates (rdma.Allocator):
-// with UCX's shared-memory transports a consumer on the same host reads
-// such memory straight out of a segment it attaches, where memory that
-// is only registered is read by emulation that the owner's progress
-// goroutine answers.
+// With WithAllocatedArenas the registry's arenas are memory UCX allocates
+// (the backend is an rdma.Allocator).
 func (t *Transport) RDMA() rdma.Backend {
-	if _, ok := t.w.(memAllocator); ok {
+	if _, ok := t.w.(memAllocator); ok && t.o.allocArenas {
 		return allocBackend{rdmaBackend{t}}
 	}
 	return rdmaBackend{t}

@@ -60,3 +60,47 @@ func TestRDMAGetUCX(t *testing.T) {
 		t.Fatalf("a GET from an owner that shut down: %v", err)
 	}
 }
+
+// With WithAllocatedArenas the backend allocates (rdma.Allocator) and
+// without it it does not; memory it allocated is read by a peer's GET
+// byte for byte, and its Unmap frees it.
+func TestRDMAAllocatedArenasUCX(t *testing.T) {
+	plain := newReal(t)
+	_, allocates := plain.RDMA().(rdma.Allocator)
+	plain.Shutdown()
+	if allocates {
+		t.Fatal("the backend allocates without WithAllocatedArenas")
+	}
+	a := startNode(t, newReal(t))
+	b := startNode(t, newReal(t, WithAllocatedArenas()))
+	a.register(t, b)
+	al, ok := b.tr.RDMA().(rdma.Allocator)
+	if !ok {
+		t.Fatal("WithAllocatedArenas: the backend does not allocate")
+	}
+	const n = 1 << 20
+	base, m, err := al.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := unsafe.Slice((*byte)(base), n)
+	for i := range mem {
+		mem[i] = byte(i * 13)
+	}
+	key, err := m.PackKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dst := make([]byte, n)
+	if err := a.tr.RDMA().Get(ctx, b.id.WorkerID(), uint64(uintptr(base)), key, dst); err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+	if !bytes.Equal(dst, mem) {
+		t.Fatal("the GET's bytes differ from the owner's")
+	}
+	if err := m.Unmap(); err != nil {
+		t.Fatal(err)
+	}
+}
