@@ -13,7 +13,7 @@ func init() {
 	extraHarnesses["rendezvous"] = func(fs *flag.FlagSet, r *bench.Report, reps *int) func() error {
 		sizes := fs.String("sizes", "64KiB,1MiB,16MiB,64MiB", "payload sizes (KiB and MiB suffixes)")
 		perSize := fs.Int("mib", 512, "MiB moved per size, arm and rep (at least 3 transfers)")
-		arms := fs.String("arms", "", "arms to run (default raw,get,unary; with --procs rdma,chunked,perftest)")
+		arms := fs.String("arms", "", "arms to run (default raw,get,unary; with --procs rdma,rdma-shm,chunked,perftest)")
 		path := fs.String("path", "chunked", "the path of the get arm in one process: chunked, or rdma (two nodes with UCX beside TCP; needs -tags ucx)")
 		procs := fs.Bool("procs", false, "owner and consumer as two child processes over UCX beside TCP, with ucx_perftest's ucp_get as the floor (needs -tags ucx)")
 		child := fs.String(bench.RendezvousChildFlag, "", "internal: serve as a child of a --procs run")
@@ -30,7 +30,7 @@ func init() {
 				ns = append(ns, n)
 			}
 			if *procs {
-				a := "rdma,chunked,perftest"
+				a := "rdma,rdma-shm,chunked,perftest"
 				if *arms != "" {
 					a = *arms
 				}

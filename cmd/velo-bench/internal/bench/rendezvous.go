@@ -114,7 +114,7 @@ func rvPair(ctx context.Context, path string) (a, b *velo.Node, err error) {
 		switch path {
 		case "", "chunked":
 		case "rdma":
-			return rvNode(ctx, nil, 1)
+			return rvNode(ctx, nil, 1, false)
 		default:
 			return nil, fmt.Errorf("unknown path %q (want chunked or rdma)", path)
 		}

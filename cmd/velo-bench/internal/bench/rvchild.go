@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,9 @@ import (
 	"github.com/velo-go/velo/rendezvous"
 )
 
+// errNoUCX: the RDMA arms need a velo-bench built with the ucx tag.
+var errNoUCX = errors.New("this velo-bench was built without UCX: build it with `go build -tags ucx ./cmd/velo-bench` (needs libucx-dev)")
+
 // rvChild is one process of a --procs rendezvous run.
 type rvChild struct {
 	node *velo.Node
@@ -17,9 +21,9 @@ type rvChild struct {
 	buf  []byte // the consumer's destination, reused across transfers
 }
 
-func newRVChild(minBytes int) (*rvChild, error) {
+func newRVChild(minBytes int, alloc bool) (*rvChild, error) {
 	reg := prometheus.NewRegistry()
-	n, err := rvNode(context.Background(), reg, minBytes)
+	n, err := rvNode(context.Background(), reg, minBytes, alloc)
 	if err != nil {
 		return nil, err
 	}

@@ -4,13 +4,14 @@ package bench
 
 import (
 	"context"
-	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/velo-go/velo"
 )
 
-// errNoUCX: the RDMA arms need a velo-bench built with the ucx tag.
-var errNoUCX = errors.New("this velo-bench was built without UCX: build it with `go build -tags ucx ./cmd/velo-bench` (needs libucx-dev)")
+// ucxBuilt reports whether this build has UCX.
+const ucxBuilt = false
 
-func rvNode(context.Context, *prometheus.Registry, int) (*velo.Node, error) { return nil, errNoUCX }
+func rvNode(context.Context, *prometheus.Registry, int, bool) (*velo.Node, error) {
+	return nil, errNoUCX
+}

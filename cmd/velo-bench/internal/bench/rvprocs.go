@@ -23,6 +23,9 @@ import (
 //
 //   - rdma: the owner stages with RegisterDataPinned and answers each
 //     acquire with a descriptor; the consumer GETs.
+//   - rdma-shm: rdma with arenas UCX allocates (ucx.WithAllocatedArenas):
+//     over shared memory the GET then reads the owner's segment with no
+//     work on the owner's side, at the cost of attaching it per GET.
 //   - chunked: the same binary, configuration and pinned staging, with the
 //     owner's rdma_min_bytes above the payload, so it answers below_min
 //     and the consumer pulls 512 KiB chunks. Only the path differs.
@@ -38,20 +41,24 @@ import (
 // a --procs rendezvous run; its value is the role.
 const RendezvousChildFlag = "rv-child"
 
+// rvChildEnv also names the role of a child, for a test binary, which
+// takes no harness arguments (TestMain reads it).
+const rvChildEnv = "VELO_BENCH_RV_CHILD"
+
 // rvMsg is one line of the protocol between the parent and a child.
 type rvMsg struct {
-	Op      string          `json:"op"`
-	Peer    json.RawMessage `json:"peer,omitempty"`
-	Handle  string          `json:"handle,omitempty"`
-	Size    int             `json:"size,omitempty"`
-	Iters   int             `json:"iters,omitempty"`
-	MinB    int             `json:"min_bytes,omitempty"`
-	CPUNS   int64           `json:"cpu_ns,omitempty"`
-	WallNS  int64           `json:"wall_ns,omitempty"`
-	Pinned  bool            `json:"pinned,omitempty"`
-	Paths   map[string]int  `json:"paths,omitempty"`
-	Err     string          `json:"err,omitempty"`
-	Mapping int64           `json:"registered_bytes,omitempty"`
+	Op     string          `json:"op"`
+	Peer   json.RawMessage `json:"peer,omitempty"`
+	Handle string          `json:"handle,omitempty"`
+	Size   int             `json:"size,omitempty"`
+	Iters  int             `json:"iters,omitempty"`
+	MinB   int             `json:"min_bytes,omitempty"`
+	CPUNS  int64           `json:"cpu_ns,omitempty"`
+	WallNS int64           `json:"wall_ns,omitempty"`
+	Pinned bool            `json:"pinned,omitempty"`
+	Paths  map[string]int  `json:"paths,omitempty"`
+	Err    string          `json:"err,omitempty"`
+	Alloc  bool            `json:"alloc,omitempty"`
 }
 
 // rvProc is one running child.
@@ -69,7 +76,7 @@ func startRVChild(ctx context.Context, role string, env []string) (*rvProc, erro
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe, "rendezvous", "--"+RendezvousChildFlag, role)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), rvChildEnv+"="+role), env...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = rpSysProcAttr()
 	w, err := cmd.StdinPipe()
@@ -135,7 +142,7 @@ type rvPairProcs struct{ owner, consumer *rvProc }
 
 // startRVPair starts the pair of an arm and introduces them to each other;
 // minBytes is the owner's rdma_min_bytes.
-func startRVPair(ctx context.Context, minBytes int) (*rvPairProcs, error) {
+func startRVPair(ctx context.Context, minBytes int, alloc bool) (*rvPairProcs, error) {
 	owner, err := startRVChild(ctx, "owner", nil)
 	if err != nil {
 		return nil, err
@@ -146,10 +153,10 @@ func startRVPair(ctx context.Context, minBytes int) (*rvPairProcs, error) {
 		return nil, err
 	}
 	pp := &rvPairProcs{owner, consumer}
-	o, err := owner.ask(ctx, rvMsg{Op: "start", MinB: minBytes})
+	o, err := owner.ask(ctx, rvMsg{Op: "start", MinB: minBytes, Alloc: alloc})
 	if err == nil {
 		var c rvMsg
-		if c, err = consumer.ask(ctx, rvMsg{Op: "start", MinB: minBytes}); err == nil {
+		if c, err = consumer.ask(ctx, rvMsg{Op: "start", MinB: minBytes, Alloc: alloc}); err == nil {
 			if _, err = owner.ask(ctx, rvMsg{Op: "peer", Peer: c.Peer}); err == nil {
 				_, err = consumer.ask(ctx, rvMsg{Op: "peer", Peer: o.Peer})
 			}
@@ -278,17 +285,20 @@ func RendezvousProcs(cfg RendezvousProcsConfig, r *Report) error {
 	maxSize := slices.Max(cfg.Sizes)
 	for _, arm := range cfg.Arms {
 		var min int
+		alloc := false
 		switch arm {
 		case "rdma":
 			min = 1
+		case "rdma-shm":
+			min, alloc = 1, true
 		case "chunked":
 			min = maxSize + 1
 		case "perftest":
 			continue
 		default:
-			return fmt.Errorf("unknown arm %q (want rdma, chunked, perftest)", arm)
+			return fmt.Errorf("unknown arm %q (want rdma, rdma-shm, chunked, perftest)", arm)
 		}
-		pp, err := startRVPair(ctx, min)
+		pp, err := startRVPair(ctx, min, alloc)
 		if err != nil {
 			return fmt.Errorf("%s pair: %w", arm, err)
 		}
@@ -316,7 +326,7 @@ func RendezvousProcs(cfg RendezvousProcsConfig, r *Report) error {
 				// transfer the owner answered chunked (below_min) counts
 				// nothing on the consumer's side.
 				want := 0
-				if arm == "rdma" {
+				if arm == "rdma" || arm == "rdma-shm" {
 					want = iters
 				}
 				if got := res.paths["rdma"]; got != want {
@@ -340,9 +350,11 @@ func rvProcsRatios(r *Report, params map[string]any) {
 			r.Ratio(rendezvousHarness, num+"/"+den, name, a, b, params)
 		}
 	}
-	ratio("rdma", "chunked", "throughput_mib_per_s", "throughput_ratio")
-	ratio("rdma", "perftest", "throughput_mib_per_s", "throughput_ratio")
-	ratio("rdma", "chunked", "owner_cpu_us_per_mib", "owner_cpu_us_per_mib_ratio")
+	for _, arm := range []string{"rdma", "rdma-shm"} {
+		ratio(arm, "chunked", "throughput_mib_per_s", "throughput_ratio")
+		ratio(arm, "perftest", "throughput_mib_per_s", "throughput_ratio")
+		ratio(arm, "chunked", "owner_cpu_us_per_mib", "owner_cpu_us_per_mib_ratio")
+	}
 }
 
 // RendezvousChild serves as one child of a --procs run.
@@ -370,7 +382,7 @@ func RendezvousChild(role string, in io.Reader, out io.Writer) error {
 		var a rvMsg
 		var err error
 		if m.Op == "start" {
-			c, err = newRVChild(m.MinB)
+			c, err = newRVChild(m.MinB, m.Alloc)
 			if err == nil {
 				a.Peer, err = json.Marshal(c.node.PeerInfo())
 			}
