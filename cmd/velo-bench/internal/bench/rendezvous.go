@@ -2,11 +2,14 @@ package bench
 
 import (
 	"cmp"
+
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/internal/msgrx"
@@ -50,7 +53,8 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 		cfg.Reps = 1
 	}
 	ctx := context.Background()
-	a, b, err := rvPair(ctx, cfg.Path)
+	areg := prometheus.NewRegistry() // the consumer's path decisions
+	a, b, err := rvPair(ctx, cfg.Path, areg)
 	if err != nil {
 		return err
 	}
@@ -75,7 +79,12 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 				case "raw":
 					d, cpu, err = raw.run(payload, iters)
 				case "get":
-					d, cpu, err = rvGet(ctx, a, b, payload, iters, cfg.Path == "rdma")
+					rdma := cfg.Path == "rdma"
+					p0 := rvPaths(areg)["rdma"]
+					d, cpu, err = rvGet(ctx, a, b, payload, iters, rdma)
+					if n := rvPaths(areg)["rdma"] - p0; err == nil && rdma && n < iters {
+						err = fmt.Errorf("%d of %d gets took the RDMA path", n, iters)
+					}
 				case "unary":
 					d, cpu, err = rvUnary(ctx, a, b, payload, iters)
 				default:
@@ -109,12 +118,17 @@ func Rendezvous(cfg RendezvousConfig, r *Report) error {
 
 // rvPair starts the consumer a and the owner b; a serves "sink". With
 // path "rdma" both have UCX beside TCP and an RDMA registry.
-func rvPair(ctx context.Context, path string) (a, b *velo.Node, err error) {
+func rvPair(ctx context.Context, path string, areg *prometheus.Registry) (a, b *velo.Node, err error) {
+	first := true
 	start := func() (*velo.Node, error) {
+		reg := (*prometheus.Registry)(nil)
+		if first {
+			reg, first = areg, false
+		}
 		switch path {
 		case "", "chunked":
 		case "rdma":
-			return rvNode(ctx, nil, 1, false)
+			return rvNode(ctx, reg, 1, false)
 		default:
 			return nil, fmt.Errorf("unknown path %q (want chunked or rdma)", path)
 		}

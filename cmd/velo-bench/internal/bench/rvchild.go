@@ -117,9 +117,12 @@ func (c *rvChild) get(ctx context.Context, m rvMsg) (rvMsg, error) {
 // paths reads this node's velo_rendezvous_rdma_path_total by path: the
 // consumer records ok when a GET completes and a chunked reason when it
 // pulls chunks.
-func (c *rvChild) paths() map[string]int {
+func (c *rvChild) paths() map[string]int { return rvPaths(c.reg) }
+
+// rvPaths reads velo_rendezvous_rdma_path_total from reg by path.
+func rvPaths(reg *prometheus.Registry) map[string]int {
 	out := map[string]int{}
-	mfs, err := c.reg.Gather()
+	mfs, err := reg.Gather()
 	if err != nil {
 		return out
 	}
