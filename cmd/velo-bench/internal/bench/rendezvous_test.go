@@ -12,7 +12,7 @@ func TestRendezvousFigures(t *testing.T) {
 	if err := Rendezvous(cfg, &r); err != nil {
 		t.Fatal(err)
 	}
-	params := map[string]any{"payload_bytes": 1 << 20, "transfers": 3}
+	params := map[string]any{"payload_bytes": 1 << 20, "transfers": 3, "path": "chunked"}
 	for _, arm := range cfg.Arms {
 		for _, metric := range []string{"throughput_mib_per_s", "cpu_us_per_mib"} {
 			f, ok := r.Find(rendezvousHarness, arm, metric, params)
