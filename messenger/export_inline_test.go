@@ -12,3 +12,15 @@ func (m *Messenger) SpawnCounts(handler string) (inline int64, wakes int) {
 	defer r.pool.mu.Unlock()
 	return r.pool.inline.Load(), r.pool.handoffs
 }
+
+// SpawnIdle reports whether handler's pool has nothing queued, running or
+// on its way: what a lone request must find to run on its reader.
+func (m *Messenger) SpawnIdle(handler string) bool {
+	r := (*m.handlers.Load())[handler]
+	if r == nil {
+		return false
+	}
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	return r.pool.q.n == 0 && r.pool.running == 0 && r.pool.searching == 0
+}
