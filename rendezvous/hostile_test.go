@@ -162,19 +162,7 @@ func newLiar(t *testing.T, stated uint64) *liar { return newHonestLiar(t, stated
 
 func newHonestLiar(t *testing.T, stated uint64, honest uint32) *liar {
 	t.Helper()
-	tr, err := tcp.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	m := bareMessenger(t)
 	l := &liar{m: m, stated: stated, honest: honest, ended: make(chan string, 8)}
 	full := make([]byte, rendezvous.ChunkSize)
 	const chunk = rendezvous.ChunkSize
@@ -376,4 +364,25 @@ func TestTransparentFetchFromALiar(t *testing.T) {
 		t.Fatal("the handler ran on a payload that never arrived")
 	default:
 	}
+}
+
+// bareMessenger is a messenger over TCP with no rendezvous manager, for a
+// peer that speaks the rendezvous protocol by hand; it shuts down at
+// cleanup.
+func bareMessenger(t *testing.T) *messenger.Messenger {
+	t.Helper()
+	tr, err := tcp.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m
 }

@@ -10,13 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/velo-go/velo"
-	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/internal/rdma"
 	"github.com/velo-go/velo/internal/rdma/rdmatest"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
-	"github.com/velo-go/velo/transport/tcp"
 )
 
 // fakeRDMA is an RDMA transport that is only its backend: the messages
@@ -95,19 +93,7 @@ type hostileOwner struct {
 
 func newHostileOwner(t *testing.T, answer func(n int) any) *hostileOwner {
 	t.Helper()
-	tr, err := tcp.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	m := bareMessenger(t)
 	h := &hostileOwner{m: m}
 	hs := []messenger.Handler{
 		messenger.UnaryHandler(rendezvous.HandlerAcquire, func(c *messenger.Context) ([]byte, error) {

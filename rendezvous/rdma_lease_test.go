@@ -14,25 +14,12 @@ import (
 	"github.com/velo-go/velo/internal/msgrx"
 	"github.com/velo-go/velo/messenger"
 	"github.com/velo-go/velo/rendezvous"
-	"github.com/velo-go/velo/transport/tcp"
 )
 
 // bareConsumer is a messenger that speaks the rendezvous protocol by hand.
 func bareConsumer(t *testing.T, owner *velo.Node) *messenger.Messenger {
 	t.Helper()
-	tr, err := tcp.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := messenger.New(context.Background(), messenger.Config{Transports: []ext.Transport{tr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		m.Shutdown(ctx)
-	})
+	m := bareMessenger(t)
 	if err := m.RegisterPeer(owner.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
