@@ -1231,7 +1231,7 @@ func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawn
 		msg.Done()
 		return
 	}
-	if hdr.handler[0] != '_' && !m.greetedBy(hdr.id.Worker()) {
+	if hdr.handler[0] != '_' && !spawned.greetedBy(m, hdr.id.Worker()) {
 		m.countFailure("dispatch", "not_greeted")
 		m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
 		msg.Done()
