@@ -186,7 +186,7 @@ func TestBatchDeadlinesAreEachAlone(t *testing.T) {
 	for _, vs := range [][]string{
 		{"1000000 " + w, "1000000 " + w, "1000001 " + w, "999999 " + w, "1000000 " + w},
 		{"1000000 " + w, "1000000 " + wall(2*time.Second), "1000000 " + w},
-		{"1000000 " + w, "2000000 " + w, "900000 " + w, "1030000 " + w}, // the caller's deadline, then the budget less the bound
+		{"1000000 " + w, "2000000 " + w, "900000 " + w, "1030000 " + w},   // the caller's deadline, then the budget less the bound
 		{"1000000 " + w, "1000000 " + w[:len(w)-1] + "x", "1000000 " + w}, // a malformed wall of the same length
 		{"1000000 " + w, "1000000", "1000000 " + w, "5 " + w},
 		{"1000000 " + w, "1000000 ", "1000000 " + w, "x " + w, "1000000 " + w},
@@ -225,5 +225,45 @@ func TestBatchDeadlineAllocs(t *testing.T) {
 	var at arrival
 	if n := testing.AllocsPerRun(100, func() { headerDeadlineAt(hb, &at) }); n != 0 {
 		t.Fatalf("%v allocations per deadline, want 0", n)
+	}
+}
+
+// TestRememberedDigitsAreTheSameBytes: a request buffer that remembers
+// the digits of the last deadline it wrote writes the bytes a fresh one
+// writes, through the same deadline again (the same time left, then less
+// as the clock moves), a new one, an old one back, one past the digits a
+// wall may have, and none.
+func TestRememberedDigitsAreTheSameBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		var dd deadlineDigits
+		for i, dl := range []time.Time{
+			now.Add(time.Second), now.Add(time.Second), now.Add(2 * time.Second), now.Add(time.Second),
+			now.Add(time.Second + time.Microsecond), time.UnixMicro(1e16), {}, now.Add(time.Second),
+			time.UnixMicro(1e15 - 1), time.UnixMicro(1e15),
+		} {
+			if i == 2 || i == 8 {
+				time.Sleep(time.Microsecond) // less time left, the same wall
+			}
+			id := ResponseID{Lo: 7, Hi: uint64(i)}
+			want := appendRequestHeaderDeadline(nil, UnaryResponse, id, "h", nil, dl)
+			if got := appendRequestHeaderDigits(nil, UnaryResponse, id, "h", nil, dl, &dd); !bytes.Equal(got, want) {
+				t.Fatalf("deadline %d (%v): %x, want %x", i, dl, got, want)
+			}
+		}
+	})
+}
+
+// TestPooledRequestWithDeadlineAllocs: a small request with a deadline is
+// built in a pooled buffer with no allocation.
+func TestPooledRequestWithDeadlineAllocs(t *testing.T) {
+	p := &peer{retains: true}
+	dl := time.Now().Add(time.Minute)
+	payload := make([]byte, 64)
+	if n := testing.AllocsPerRun(100, func() {
+		f := pooledRequestFrame(p, FireAndForget, ResponseID{Lo: 1}, "sink", nil, payload, dl)
+		f.Release()
+	}); n != 0 {
+		t.Fatalf("%v allocations per request, want 0", n)
 	}
 }

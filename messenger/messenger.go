@@ -696,7 +696,7 @@ func pooledRequestFrame(p *peer, rt msgwire.ResponseType, id msgwire.ResponseID,
 	}
 	sb := sendBufs.Get().(*sendBuf)
 	sb.refs.Store(1)
-	buf := appendRequestHeaderDeadline(sb.b[:0], rt, id, handler, hb, dl)
+	buf := appendRequestHeaderDigits(sb.b[:0], rt, id, handler, hb, dl, &sb.digits)
 	hlen = len(buf)
 	buf = append(buf, payload...)
 	sb.b = buf
@@ -710,8 +710,9 @@ const sendBufSize = 4 << 10
 // sendBuf is a pooled request buffer, an ext.Owner: it goes back to the
 // pool when the last reference is released.
 type sendBuf struct {
-	refs atomic.Int32
-	b    []byte
+	refs   atomic.Int32
+	b      []byte
+	digits deadlineDigits // of the last deadline written in b (budget.go)
 }
 
 var sendBufs = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, sendBufSize)} }}
