@@ -150,3 +150,120 @@ func TestPooledRequestFrameLivesWhileRetained(t *testing.T) {
 		t.Fatal("a request larger than a pooled buffer was pooled")
 	}
 }
+
+// arrivalAt is an arrival whose clock read t.
+func arrivalAt(t time.Time) arrival {
+	return arrival{t: t, us: t.UnixNano() / 1e3, frac: time.Duration(t.UnixNano() % 1e3)}
+}
+
+// batchDeadlines checks that the values vs, read one after the other in
+// one batch that arrived at now, each give the deadline it gives alone in
+// a batch of its own.
+func batchDeadlines(t *testing.T, now time.Time, vs []string) {
+	t.Helper()
+	batch := arrivalAt(now)
+	for i, v := range vs {
+		hb, err := EncodeHeaders(map[string]string{DeadlineHeader: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone := arrivalAt(now)
+		want := headerDeadlineAt(hb, &alone)
+		if got := headerDeadlineAt(hb, &batch); !got.Equal(want) || got.IsZero() != want.IsZero() {
+			t.Fatalf("request %d (%q) of %q: deadline %v in the batch, %v alone", i, v, vs, got, want)
+		}
+	}
+}
+
+// TestBatchDeadlinesAreEachAlone: what a batch remembers of its last
+// deadline (lastDeadline) changes no request's deadline: the same wall
+// with other budgets, a new wall, a malformed value or one without a wall
+// in between, and budgets on either side of the skew bound.
+func TestBatchDeadlinesAreEachAlone(t *testing.T) {
+	now := time.Unix(1_780_000_000, 123_456_789)
+	wall := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).UnixMicro(), 10) }
+	w := wall(time.Second)
+	for _, vs := range [][]string{
+		{"1000000 " + w, "1000000 " + w, "1000001 " + w, "999999 " + w, "1000000 " + w},
+		{"1000000 " + w, "1000000 " + wall(2*time.Second), "1000000 " + w},
+		{"1000000 " + w, "2000000 " + w, "900000 " + w, "1030000 " + w},   // the caller's deadline, then the budget less the bound
+		{"1000000 " + w, "1000000 " + w[:len(w)-1] + "x", "1000000 " + w}, // a malformed wall of the same length
+		{"1000000 " + w, "1000000", "1000000 " + w, "5 " + w},
+		{"1000000 " + w, "1000000 ", "1000000 " + w, "x " + w, "1000000 " + w},
+		{"1000000 " + w, "1000000 0" + w[1:], "1000000 " + w}, // the same wall in other digits
+		{"1000000 " + wall(0), "1000000 " + wall(-time.Hour), "1000000 " + wall(time.Hour)},
+		{"999999999999999 9999999999999999", "999999999999999 9999999999999999", "1 9999999999999999"},
+	} {
+		batchDeadlines(t, now, vs)
+	}
+}
+
+// FuzzBatchDeadlines: any three values read in one batch give the
+// deadlines they give alone.
+func FuzzBatchDeadlines(f *testing.F) {
+	now := time.Unix(1_780_000_000, 123_456_789)
+	w := strconv.FormatInt(now.Add(time.Second).UnixMicro(), 10)
+	f.Add("1000000 "+w, "999999 "+w, "2000000 "+w)
+	f.Add("1000000 "+w, "1000000 0"+w, "1000000 "+w+"0")
+	f.Add("1000000", "1000000 ", "1000000 "+w)
+	f.Add("0 0", "0 1", "0 00")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		if !validUTF8(a, b, c) || len(a) > 64 || len(b) > 64 || len(c) > 64 {
+			return // headers are UTF-8 (EncodeHeaders refuses others), and no deadline is longer
+		}
+		batchDeadlines(t, now, []string{a, b, c})
+	})
+}
+
+// TestBatchDeadlineAllocs: reading the deadlines of a batch allocates
+// nothing, as reading one does.
+func TestBatchDeadlineAllocs(t *testing.T) {
+	hb, err := EncodeHeaders(map[string]string{DeadlineHeader: "1000000 " + strconv.FormatInt(time.Now().Add(time.Second).UnixMicro(), 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at arrival
+	if n := testing.AllocsPerRun(100, func() { headerDeadlineAt(hb, &at) }); n != 0 {
+		t.Fatalf("%v allocations per deadline, want 0", n)
+	}
+}
+
+// TestRememberedDigitsAreTheSameBytes: a request buffer that remembers
+// the digits of the last deadline it wrote writes the bytes a fresh one
+// writes, through the same deadline again (the same time left, then less
+// as the clock moves), a new one, an old one back, one past the digits a
+// wall may have, and none.
+func TestRememberedDigitsAreTheSameBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		var dd deadlineDigits
+		for i, dl := range []time.Time{
+			now.Add(time.Second), now.Add(time.Second), now.Add(2 * time.Second), now.Add(time.Second),
+			now.Add(time.Second + time.Microsecond), time.UnixMicro(1e16), {}, now.Add(time.Second),
+			time.UnixMicro(1e15 - 1), time.UnixMicro(1e15),
+		} {
+			if i == 2 || i == 8 {
+				time.Sleep(time.Microsecond) // less time left, the same wall
+			}
+			id := ResponseID{Lo: 7, Hi: uint64(i)}
+			want := appendRequestHeaderDeadline(nil, UnaryResponse, id, "h", nil, dl)
+			if got := appendRequestHeaderDigits(nil, UnaryResponse, id, "h", nil, dl, &dd); !bytes.Equal(got, want) {
+				t.Fatalf("deadline %d (%v): %x, want %x", i, dl, got, want)
+			}
+		}
+	})
+}
+
+// TestPooledRequestWithDeadlineAllocs: a small request with a deadline is
+// built in a pooled buffer with no allocation.
+func TestPooledRequestWithDeadlineAllocs(t *testing.T) {
+	p := &peer{retains: true}
+	dl := time.Now().Add(time.Minute)
+	payload := make([]byte, 64)
+	if n := testing.AllocsPerRun(100, func() {
+		f := pooledRequestFrame(p, FireAndForget, ResponseID{Lo: 1}, "sink", nil, payload, dl)
+		f.Release()
+	}); n != 0 {
+		t.Fatalf("%v allocations per request, want 0", n)
+	}
+}

@@ -94,6 +94,26 @@ type spawnBatch struct {
 	r       *registered
 	seg     *jobSeg
 	flushed bool // a segment went to a pool already
+	// greeted is the sender last found greeted in this read (when
+	// isGreeted): a read's requests mostly come from one sender, and the
+	// greeted set's lookup (a sync.Map, its key boxed and hashed) was a
+	// fiftieth of the cost of a small message. The set only loses a
+	// worker when the peer table evicts it, so a read that saw it greeted
+	// may go on as if all of its requests came a moment earlier.
+	greeted   ext.WorkerID
+	isGreeted bool
+}
+
+// greetedBy is m.greetedBy(w), looked up once per sender in a read.
+func (b *spawnBatch) greetedBy(m *Messenger, w ext.WorkerID) bool {
+	if b.isGreeted && b.greeted == w {
+		return true
+	}
+	if !m.greetedBy(w) {
+		return false
+	}
+	b.greeted, b.isGreeted = w, true
+	return true
 }
 
 func (b *spawnBatch) dispatch(r *registered, j job) {

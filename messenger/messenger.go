@@ -696,7 +696,7 @@ func pooledRequestFrame(p *peer, rt msgwire.ResponseType, id msgwire.ResponseID,
 	}
 	sb := sendBufs.Get().(*sendBuf)
 	sb.refs.Store(1)
-	buf := appendRequestHeaderDeadline(sb.b[:0], rt, id, handler, hb, dl)
+	buf := appendRequestHeaderDigits(sb.b[:0], rt, id, handler, hb, dl, &sb.digits)
 	hlen = len(buf)
 	buf = append(buf, payload...)
 	sb.b = buf
@@ -710,8 +710,9 @@ const sendBufSize = 4 << 10
 // sendBuf is a pooled request buffer, an ext.Owner: it goes back to the
 // pool when the last reference is released.
 type sendBuf struct {
-	refs atomic.Int32
-	b    []byte
+	refs   atomic.Int32
+	b      []byte
+	digits deadlineDigits // of the last deadline written in b (budget.go)
 }
 
 var sendBufs = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, sendBufSize)} }}
@@ -813,23 +814,40 @@ func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, hand
 			return nil, err
 		}
 		if withdraw != nil {
-			defer withdraw()
-			return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+			return m.requestLentPayload(ctx, p, target, handler, payload, rt, hb, withdraw)
 		}
 	} else if hb, payload, staged, err = m.stageRequest(ctx, rt, payload, hb, opts); err != nil {
 		return nil, err
 	}
 	if staged != "" {
-		// Until a transport admits the request, nobody else can free it.
-		sent := false
-		defer func() {
-			if !sent {
-				m.loadStager().Discard(staged)
-			}
-		}()
-		return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, &sent)
+		return m.requestStagedPayload(ctx, p, target, handler, payload, rt, hb, staged)
 	}
 	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+}
+
+// The defers of a call's rarer paths live in functions of their own: a
+// function with more returns and defers than the compiler inlines the
+// defers of runs the runtime's deferreturn at every exit, whether a defer
+// ran or not, which was a seventieth of a fire-and-forget message's cost.
+
+// requestLentPayload is requestPrepared for a payload lent to the stager,
+// withdrawn once the call ends.
+func (m *Messenger) requestLentPayload(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, withdraw func()) ([]byte, error) {
+	defer withdraw()
+	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, nil)
+}
+
+// requestStagedPayload is requestPrepared for a payload staged as staged,
+// discarded unless a transport admitted the request: until then nobody
+// else can free it.
+func (m *Messenger) requestStagedPayload(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, staged string) ([]byte, error) {
+	sent := false
+	defer func() {
+		if !sent {
+			m.loadStager().Discard(staged)
+		}
+	}()
+	return m.requestPrepared(ctx, p, target, handler, payload, rt, hb, &sent)
 }
 
 // needsHello reports whether a request to handler must wait for this
@@ -850,40 +868,16 @@ func needsHello(handler string, rt msgwire.ResponseType) bool {
 // requestPrepared sends a request whose headers and payload are final and
 // waits for what rt asks for. *sent is set once a transport admitted it.
 func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, sent *bool) ([]byte, error) {
-	var err error
 	if needsHello(handler, rt) {
 		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
 		}
 	}
-	id := msgwire.ResponseID{Lo: uint64(m.wid)}
-	var idx uint32
 	if rt != msgwire.FireAndForget {
-		var token uint64
-		if idx, token, err = m.slots.acquire(ctx, target.WorkerID()); err != nil {
-			return nil, err
-		}
-		defer m.slots.release(idx)
-		// The wait for a slot can outlast the connection the handshake
-		// ran on: a call to a user handler greets again if it was lost.
-		if !strings.HasPrefix(handler, "_") && !p.helloOK.Load() {
-			if err := m.ensureHello(ctx, p); err != nil {
-				return nil, err
-			}
-		}
-		// Shutdown fails the busy slots after it sets stopped: a call that
-		// took its slot too late for that sees stopped here instead.
-		if m.stopped.Load() {
-			return nil, ErrShuttingDown
-		}
-		id.Hi = token
-		if m.met != nil {
-			m.met.PendingResponses.Inc()
-			defer m.met.PendingResponses.Dec()
-		}
+		return m.requestAnswered(ctx, p, target, handler, payload, rt, hb, sent)
 	}
-	dl, budgeted := ctx.Deadline() // it travels with the request (budget.go)
-	f := pooledRequestFrame(p, rt, id, handler, hb, payload, dl)
+	dl, _ := ctx.Deadline() // it travels with the request (budget.go)
+	f := pooledRequestFrame(p, rt, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload, dl)
 	out, err := p.primary.Send(target, f)
 	f.Release() // the caller's reference: the transport holds its own
 	if err != nil {
@@ -892,14 +886,55 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 	if sent != nil {
 		*sent = true
 	}
-	if rt == msgwire.FireAndForget {
-		if err := out.Wait(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctxErr(ctx) // ErrRequestTimeout, as Unary says it
-			}
+	if err := out.Wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxErr(ctx) // ErrRequestTimeout, as Unary says it
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+// requestAnswered is requestPrepared for a request that waits for an
+// answer (an ack or a response) in a slot of its own.
+func (m *Messenger) requestAnswered(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, sent *bool) ([]byte, error) {
+	idx, token, err := m.slots.acquire(ctx, target.WorkerID())
+	if err != nil {
+		return nil, err
+	}
+	defer m.slots.release(idx)
+	return m.requestInSlot(ctx, p, target, handler, payload, rt, hb, sent, idx, token)
+}
+
+// requestInSlot is requestAnswered once the call holds slot idx, whose
+// generation is token.
+func (m *Messenger) requestInSlot(ctx context.Context, p *peer, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, hb []byte, sent *bool, idx uint32, token uint64) ([]byte, error) {
+	// The wait for a slot can outlast the connection the handshake
+	// ran on: a call to a user handler greets again if it was lost.
+	if !strings.HasPrefix(handler, "_") && !p.helloOK.Load() {
+		if err := m.ensureHello(ctx, p); err != nil {
 			return nil, err
 		}
-		return nil, nil
+	}
+	// Shutdown fails the busy slots after it sets stopped: a call that
+	// took its slot too late for that sees stopped here instead.
+	if m.stopped.Load() {
+		return nil, ErrShuttingDown
+	}
+	id := msgwire.ResponseID{Lo: uint64(m.wid), Hi: token}
+	if m.met != nil {
+		m.met.PendingResponses.Inc()
+		defer m.met.PendingResponses.Dec()
+	}
+	dl, budgeted := ctx.Deadline() // it travels with the request (budget.go)
+	f := pooledRequestFrame(p, rt, id, handler, hb, payload, dl)
+	_, err := p.primary.Send(target, f)
+	f.Release() // the caller's reference: the transport holds its own
+	if err != nil {
+		return nil, m.sendError(handler, target, err)
+	}
+	if sent != nil {
+		*sent = true
 	}
 	r, err := m.slots.wait(ctx, idx)
 	if err != nil {
@@ -1231,7 +1266,7 @@ func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawn
 		msg.Done()
 		return
 	}
-	if hdr.handler[0] != '_' && !m.greetedBy(hdr.id.Worker()) {
+	if hdr.handler[0] != '_' && !spawned.greetedBy(m, hdr.id.Worker()) {
 		m.countFailure("dispatch", "not_greeted")
 		m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
 		msg.Done()
