@@ -123,8 +123,9 @@ func startOwnerChild(t *testing.T, size int) (*exec.Cmd, ownerCard) {
 // deadline (2 min), and the fallback to chunks runs at most once: the
 // GET's failure (UCX fails the endpoint to the dead worker, or TCP loses
 // the peer first) counts get_failed once, the fallback's acquire cannot
-// reach the owner, and Get returns that acquire's error, which matches
-// velo.ErrPeerUnreachable.
+// reach the owner, and Get returns that acquire's error: the messenger's
+// new handshake with the lost peer fails, with velo.ErrPeerUnreachable
+// (no rendezvous sentinel: the owner never answered).
 //
 // Only the owner is killed: over UCX tcp, UCX 1.13 aborts the owner's
 // process when the consumer's endpoint fails while the owner answers an
