@@ -286,6 +286,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.rdmaDown.Do(func() { n.shutdownRDMA(ctx) })
 	}
 	err := n.m.Shutdown(ctx)
+	if n.rdmaReg != nil {
+		// The transports are down: registrations the sweep could not end
+		// are ended with them (see rdma.Registry.AfterBackendClose).
+		n.rdmaReg.AfterBackendClose()
+	}
 	if n.svc != nil {
 		n.svc.close()
 	}

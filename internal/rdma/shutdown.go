@@ -116,12 +116,12 @@ func (r *Registry) sweep(ctx context.Context) []error {
 			res = Drained
 		default:
 		}
-		if err := r.retireRegion(g, res); err != nil {
+		if err := bounded(ctx, func() error { return r.retireRegion(g, res) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for _, a := range arenas {
-		if err := r.retireArena(a); err != nil {
+		if err := bounded(ctx, func() error { return r.retireArena(a) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -133,6 +133,23 @@ func (r *Registry) sweep(ctx context.Context) []error {
 		}
 	}
 	return errs
+}
+
+// bounded runs one unmap, waiting for it no longer than ctx. A backend's
+// unmap can wait for its own GETs into the memory (the UCX binding does),
+// and a GET to a peer that died can stay unanswered until the transport
+// closes, which comes after the sweep: so the sweep moves on, and the
+// unmap finishes in the background when the transport's close answers the
+// GET.
+func bounded(ctx context.Context, unmap func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- unmap() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("rdma: shutdown: an unmap is still waiting (a GET into its memory is outstanding); it finishes when the transport closes: %w", ctx.Err())
+	}
 }
 
 // AfterBackendClose settles what the sweep could not. The node calls it

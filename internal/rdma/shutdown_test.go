@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/internal/rdma"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/metrics"
 )
 
@@ -336,4 +337,30 @@ func TestShutdownSkipsRegionUnregisteredMeanwhile(t *testing.T) {
 		}
 		s.Release()
 	})
+}
+
+// An unmap that waits (a backend's own GET into the memory, unanswered
+// until its transport closes) does not hold the sweep past its ctx:
+// Shutdown returns with an error that says so, and the unmap finishes
+// when the backend lets it go.
+func TestShutdownDoesNotWaitPastItsContextForAnUnmap(t *testing.T) {
+	r, b := newReg(t, small())
+	s, why := r.StagePinned(pattern(31, 64*1024))
+	if s == nil {
+		t.Fatal(why)
+	}
+	s.Release()
+	release := b.HoldUnmaps()
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := r.Shutdown(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with an unmap held: %v, want DeadlineExceeded", err)
+	}
+	if b.LiveMappings() != 1 {
+		t.Fatalf("%d live mappings while the unmap is held, want 1", b.LiveMappings())
+	}
+	release()
+	testwait.Until(t, "the held unmap to finish", func() bool { return b.LiveMappings() == 0 })
 }

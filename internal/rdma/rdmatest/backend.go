@@ -28,6 +28,7 @@ type Backend struct {
 	failGets   int
 	failMaps   int
 	failUnmaps int
+	unmapHold  chan struct{} // HoldUnmaps: every Unmap waits for it
 	blocked    chan struct{} // non-nil while GETs park; closed by ReleaseGets
 	killed     chan struct{} // closed by Kill
 	dead       bool

@@ -1,6 +1,9 @@
 package rdmatest
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // FailGets makes the next n GETs this backend runs fail.
 func (b *Backend) FailGets(n int) {
@@ -22,6 +25,26 @@ func (b *Backend) FailUnmaps(n int) {
 	b.mu.Lock()
 	b.failUnmaps = n
 	b.mu.Unlock()
+}
+
+// HoldUnmaps makes every Unmap wait, before it does anything, until the
+// returned release is called: a real backend's unmap that waits for a GET
+// of its own into the memory, one the transport answers only when it
+// closes.
+func (b *Backend) HoldUnmaps() (release func()) {
+	ch := make(chan struct{})
+	b.mu.Lock()
+	b.unmapHold = ch
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.unmapHold = nil
+			b.mu.Unlock()
+			close(ch)
+		})
+	}
 }
 
 // OnMap makes f run at the start of every Map, before anything is

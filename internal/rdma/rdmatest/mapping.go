@@ -64,6 +64,11 @@ func (m *mapping) EffectiveRange() (uintptr, int) {
 func (m *mapping) Unmap() error {
 	b := m.b
 	b.mu.Lock()
+	if hold := b.unmapHold; hold != nil {
+		b.mu.Unlock()
+		<-hold
+		b.mu.Lock()
+	}
 	if b.failUnmaps > 0 {
 		b.failUnmaps--
 		b.mu.Unlock()
