@@ -18,7 +18,8 @@ import (
 // pays one copy of firstGrowth bytes. The factor trades the two: at 4
 // (and 1 MiB first) a 64 MiB get copied 21 MiB and cleared 85 MiB on its
 // way, which cost about a fifth of its CPU; at 16 it copies 4 MiB and
-// clears 68.
+// clears 68, or 64 when its first buffer is one an earlier get grew out
+// of (firstBuffers).
 //
 // A chunk reaches the sink one of two ways: copied out of the transport's
 // read buffer (write), or read by the transport straight from the socket
@@ -32,6 +33,7 @@ type sink struct {
 	total int        // the stated size
 	fixed bool       // buf is the caller's: no growth, no lock
 	fills int        // regions handed out and still being filled
+	first *[]byte    // buf is this pooled first buffer (see firstBuffers), until it grows
 	idle  sync.Cond  // signalled when fills drops to 0; L is &mu
 }
 
@@ -54,6 +56,16 @@ func allocDest(n int) []byte {
 	fetchAllocs.Add(1)
 	fetchAllocBytes.Add(int64(n))
 	return make([]byte, 0, n)
+}
+
+// takeFirst gives a first buffer, reused when one is pooled; a new one
+// counts as a destination allocated.
+func takeFirst() *[]byte {
+	if p, ok := firstBuffers.Get().(*[]byte); ok {
+		return p
+	}
+	b := allocDest(firstGrowth)[:firstGrowth]
+	return &b
 }
 
 // write puts p at off; off+len(p) is within the stated size (the caller
@@ -104,12 +116,34 @@ func (s *sink) fillDone() {
 	s.mu.Unlock()
 }
 
+// firstBuffers holds first buffers (firstGrowth bytes) that a sink grew
+// out of. A payload longer than firstGrowth is never returned in its
+// first buffer, whose bytes are all copied into the grown one and then
+// dropped: reusing it saves clearing firstGrowth bytes per such get (a
+// make clears what it gives), a sixteenth of a 64 MiB get's clearing and
+// a fifth of a 16 MiB one's. A reused buffer holds an earlier payload's
+// bytes, and none of them can reach a caller: bytes is only given once
+// every chunk, each of its exact length, has been written, so every byte
+// of the payload is its own, and the grown buffer is what it gives.
+var firstBuffers sync.Pool // *[]byte of length firstGrowth
+
 // reachLocked makes buf long enough for a chunk ending at end, growing it
 // (see sink) when it is not; no region is being filled when it grows.
 func (s *sink) reachLocked(end int) {
 	if end > cap(s.buf) {
-		grown := allocDest(min(max(end, firstGrowth, growFactor*cap(s.buf)), s.total))
-		s.buf = append(grown, s.buf...)
+		n := min(max(end, firstGrowth, growFactor*cap(s.buf)), s.total)
+		if s.buf == nil && n == firstGrowth && s.total > firstGrowth {
+			s.first = takeFirst()
+			s.buf = (*s.first)[:0]
+		} else {
+			s.buf = append(allocDest(n), s.buf...)
+			if s.first != nil {
+				// No region of it is being filled (growth waits for that)
+				// and nothing else holds it: its bytes are in buf now.
+				firstBuffers.Put(s.first)
+				s.first = nil
+			}
+		}
 	}
 	if end > len(s.buf) {
 		s.buf = s.buf[:end]

@@ -62,6 +62,7 @@ func (r *Reader) tryDirect() (handled bool, err error) {
 	// The bytes read past the buffer count in the stream's offset.
 	r.base += int64(n - k)
 	r.start = r.end
+	r.peek = true
 	done(nil)
 	return true, nil
 }

@@ -40,6 +40,15 @@ const (
 	// minReadRoom is the least free space a read is made into, so reads do
 	// not shrink to a trickle at the end of a chunk.
 	minReadRoom = 4 << 10
+	// directPeek bounds the first read after a payload that went to
+	// Direct. Large payloads come in runs (a transfer's chunks), and a read
+	// of the usual size would take up to maxReadChunk of the next payload
+	// into the buffer, to be copied out again once Direct takes it: a
+	// quarter of every 512 KiB chunk. One read this small holds the next
+	// frame's preamble and header, so the rest of its payload goes straight
+	// to its place; it costs at most one more read when small frames
+	// follow instead.
+	directPeek = 4 << 10
 )
 
 // Reader splits a byte stream into frames without copying them out.
@@ -67,6 +76,7 @@ type Reader struct {
 	// (see DirectFunc). Set it before the first Next.
 	Direct    DirectFunc
 	declined  int64 // 1 + the offset of the frame Direct last turned down
+	peek      bool  // the last frame went to Direct: the next read is at most directPeek
 	directMin int   // the smallest payload offered to Direct; 0 is DirectMin (tests lower it)
 }
 
@@ -190,9 +200,17 @@ func (r *Reader) fill() error {
 		r.chunk, r.buf, r.start, r.end = nc, nc.buf, 0, have
 		room = len(r.buf) - have
 	}
-	n, err := r.r.Read(r.buf[r.end:])
+	dst := r.buf[r.end:]
+	peeked := r.peek && room > directPeek
+	if peeked {
+		dst = dst[:directPeek]
+	}
+	r.peek = false
+	n, err := r.r.Read(dst)
 	r.end += n
 	switch {
+	case peeked:
+		// A read cut short on purpose says nothing of the sender's pace.
 	case n == room:
 		// The sender is ahead of us: read more at a time.
 		r.size = min(2*r.size, maxReadChunk)
