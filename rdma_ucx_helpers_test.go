@@ -4,11 +4,11 @@ package velo_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	ucxtls "github.com/velo-go/velo/internal/ucx"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,33 +24,14 @@ import (
 // with TCP for the control plane and UCX beside it, and backends wrapped
 // to break or watch what the real one does.
 
-// sharedMemoryOnly reports whether UCX_TLS names only UCX's shared-memory
-// and loopback transports, where UCX 1.13 has no peer error handling.
-func sharedMemoryOnly() bool {
-	tls := os.Getenv("UCX_TLS")
-	if tls == "" {
-		return false
-	}
-	for _, t := range strings.Split(tls, ",") {
-		switch strings.TrimPrefix(strings.TrimSpace(t), "^") {
-		case "sm", "shm", "self", "cma", "posix", "sysv", "knem", "xpmem":
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // newUCX is a UCX transport over UCX_TLS, tcp when the environment names
 // none. Over shared memory only, its endpoints have no peer error
 // handling (UCX 1.13 creates none there): TCP then sees a dead peer.
-func newUCX() (*ucx.Transport, error) {
-	opts := []ucx.Option{ucx.WithTLS("tcp")}
-	if sharedMemoryOnly() {
-		opts = append(opts, ucx.WithoutPeerErrors())
-	}
-	return ucx.New(opts...)
-}
+func newUCX() (*ucx.Transport, error) { return ucx.New(ucx.WithTLS("tcp")) }
+
+// sharedMemoryOnly reports whether the environment's UCX_TLS names only
+// shared memory, where UCX 1.13 never fails a GET to a dead owner.
+func sharedMemoryOnly() bool { return ucxtls.EnvSharedMemoryOnly() }
 
 // ucxRDMA is the UCX transport with another RDMA backend: the real one
 // wrapped. It is still the UCX transport for messages.

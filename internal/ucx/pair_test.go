@@ -3,9 +3,7 @@
 package ucx
 
 import (
-	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 )
@@ -25,20 +23,7 @@ func newWorker(t testing.TB) *Worker {
 // shmOnly reports whether UCX_TLS names only shared-memory transports,
 // which cannot detect a lost peer: the workers of the tests then run
 // without peer error handling, and the tests of a lost peer skip.
-func shmOnly() bool {
-	tls, ok := os.LookupEnv("UCX_TLS")
-	if !ok {
-		return false
-	}
-	for _, tl := range strings.Split(tls, ",") {
-		switch strings.TrimPrefix(tl, "^") {
-		case "sm", "shm", "self", "posix", "sysv", "mm", "cma", "knem", "xpmem":
-		default:
-			return false
-		}
-	}
-	return true
-}
+func shmOnly() bool { return EnvSharedMemoryOnly() }
 
 // needPeerErrors skips a test of a lost peer over shared memory.
 func needPeerErrors(t testing.TB) {

@@ -41,11 +41,7 @@ func runNodeChild() {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
 	}
-	opts := []Option{WithTLS("tcp")}
-	if !peerErrors() {
-		opts = append(opts, WithoutPeerErrors())
-	}
-	tr, err := New(opts...)
+	tr, err := New(WithTLS("tcp"))
 	if err != nil {
 		fail(err)
 	}

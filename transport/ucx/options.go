@@ -2,7 +2,10 @@ package ucx
 
 import (
 	"fmt"
+	"os"
 	"time"
+
+	ucxtls "github.com/velo-go/velo/internal/ucx"
 
 	"github.com/velo-go/velo/ext"
 )
@@ -100,10 +103,23 @@ func WithTeardownGrace(d time.Duration) Option { return func(o *options) { o.tea
 
 // WithoutPeerErrors creates endpoints without UCX's peer error handling.
 // UCX 1.13's shared-memory transports (UCX_TLS=sm,self) have none, so
-// endpoints over them can be created only so; the price is that a dead
-// peer is never detected (nothing is reported lost, and what waits on it
-// waits for its own deadline).
+// endpoints over them can be created only so, and the transport turns it
+// on by itself when the UCX_TLS in force (the environment's, else
+// WithTLS's) names only those. The price is that a dead peer is never
+// detected (nothing is reported lost, and what waits on it waits for its
+// own deadline, or for a TCP transport beside it to see the loss).
 func WithoutPeerErrors() Option { return func(o *options) { o.noPeerErrors = true } }
+
+// peerErrorsOff reports whether endpoints go without peer error handling:
+// asked for, or forced by a UCX_TLS that names only shared memory (the
+// environment's wins over WithTLS, as in UCX).
+func (o *options) peerErrorsOff() bool {
+	tls := os.Getenv("UCX_TLS")
+	if tls == "" {
+		tls = o.tls
+	}
+	return o.noPeerErrors || ucxtls.SharedMemoryOnly(tls)
+}
 
 // WithAllocatedArenas makes the RDMA registry's arenas memory that UCX
 // allocates (UCP_MEM_MAP_ALLOCATE) rather than memory velo maps and UCX

@@ -5,9 +5,9 @@ package ucx
 import (
 	"context"
 	"errors"
-	"os"
-	"strings"
 	"testing"
+
+	ucxtls "github.com/velo-go/velo/internal/ucx"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/transport/transporttest"
@@ -17,11 +17,7 @@ import (
 // environment's UCX_TLS says otherwise.
 func newReal(t testing.TB, opts ...Option) *Transport {
 	t.Helper()
-	base := []Option{WithTLS("tcp")}
-	if !peerErrors() {
-		base = append(base, WithoutPeerErrors())
-	}
-	tr, err := New(append(base, opts...)...)
+	tr, err := New(append([]Option{WithTLS("tcp")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +27,7 @@ func newReal(t testing.TB, opts ...Option) *Transport {
 // peerErrors reports whether the UCX transports in use detect a lost peer:
 // UCX 1.13's shared-memory ones (UCX_TLS=sm,self) do not, and endpoints
 // over them are made without peer error handling.
-func peerErrors() bool {
-	tls, set := os.LookupEnv("UCX_TLS")
-	return !set || strings.Contains(tls, "tcp") || strings.Contains(tls, "rc") || strings.Contains(tls, "ud") || tls == "all"
-}
+func peerErrors() bool { return !ucxtls.EnvSharedMemoryOnly() }
 
 // The conformance suite on real UCX workers in one process. Kill closes
 // the worker at once, with none of the transport's teardown: its

@@ -22,7 +22,7 @@ func New(opts ...Option) (*Transport, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	w, err := ucx.NewWorker(ucx.Config{TLS: o.tls, NetDevices: o.netDevices, Spin: o.spin, NoPeerErrors: o.noPeerErrors})
+	w, err := ucx.NewWorker(ucx.Config{TLS: o.tls, NetDevices: o.netDevices, Spin: o.spin, NoPeerErrors: o.peerErrorsOff()})
 	if err != nil {
 		return nil, fmt.Errorf("ucx: worker: %w", err)
 	}

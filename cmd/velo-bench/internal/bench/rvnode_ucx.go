@@ -4,8 +4,6 @@ package bench
 
 import (
 	"context"
-	"os"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/velo-go/velo"
@@ -26,13 +24,7 @@ func rvNode(ctx context.Context, reg *prometheus.Registry, minBytes int, alloc b
 	if err != nil {
 		return nil, err
 	}
-	var uopts []ucx.Option
-	if sharedMemoryOnly(os.Getenv("UCX_TLS")) {
-		// UCX 1.13's shared-memory transports have no peer error
-		// handling, so endpoints over them exist only without it; the
-		// TCP control plane still sees a dead peer.
-		uopts = append(uopts, ucx.WithoutPeerErrors())
-	}
+	var uopts []ucx.Option // over shared memory only, ucx.New turns peer errors off itself
 	if alloc {
 		uopts = append(uopts, ucx.WithAllocatedArenas())
 	}
@@ -52,20 +44,4 @@ func rvNode(ctx context.Context, reg *prometheus.Registry, minBytes int, alloc b
 		opts = append(opts, velo.WithMetrics(m))
 	}
 	return velo.New(ctx, opts...)
-}
-
-// sharedMemoryOnly reports whether a UCX_TLS list names only UCX's
-// shared-memory and loopback transports.
-func sharedMemoryOnly(tls string) bool {
-	if tls == "" {
-		return false
-	}
-	for _, t := range strings.Split(tls, ",") {
-		switch strings.TrimPrefix(strings.TrimSpace(t), "^") {
-		case "sm", "shm", "self", "cma", "posix", "sysv", "knem", "xpmem":
-		default:
-			return false
-		}
-	}
-	return true
 }
