@@ -26,8 +26,9 @@
 // UCX_TLS=rc_mlx5,ud_mlx5,self and UCX_NET_DEVICES=mlx5_0:1; an RC-only
 // list cannot wire up). UCX_TLS=tcp needs no hardware and is what the
 // tests use. UCX 1.13's shared-memory transports (UCX_TLS=sm,self) have no
-// peer error handling: use them with WithoutPeerErrors, and no peer is
-// then reported lost.
+// peer error handling: when the UCX_TLS in force names only those, the
+// transport creates its endpoints without it (as WithoutPeerErrors asks),
+// and no peer is then reported lost.
 //
 // # How it works
 //
