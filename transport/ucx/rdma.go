@@ -80,6 +80,14 @@ func (b rdmaBackend) Get(ctx context.Context, owner ext.WorkerID, addr uint64, r
 	if err != nil {
 		return fmt.Errorf("%w: %w", rdma.ErrGetFailed, err)
 	}
+	if ctx.Done() == nil { // nothing to watch (rendezvous passes such a ctx): wait here
+		err := t.w.Get(ctx, r.id, addr, rkey, dst)
+		r.getDone()
+		if err != nil {
+			return fmt.Errorf("%w: from %v: %w", rdma.ErrGetFailed, p.id, err)
+		}
+		return nil
+	}
 	// The worker's Get would abandon its wait at ctx's end, and then the
 	// reaper could not know when the GET completed: so it waits for the
 	// completion here, and the caller's ctx is watched beside it.
