@@ -307,6 +307,18 @@ func deadlineValue(hb []byte) ([]byte, bool) {
 	return lookupHeader(hb, msgwire.DeadlineHeader)
 }
 
+// onlyDeadline reports whether the header map hb holds the deadline entry
+// and nothing else, as a call with a deadline and no headers of its own
+// sends it: such a request cannot be staged, which spares the search for
+// the staging key.
+func onlyDeadline(hb []byte) bool {
+	if len(hb) < 1+len(deadlineKey)+2 || hb[0] != 0x81 || !bytes.HasPrefix(hb[1:], deadlineKey) {
+		return false
+	}
+	val := hb[1+len(deadlineKey):]
+	return val[0] == 0xd9 && int(val[1]) == len(val)-2
+}
+
 // parseDecimal reads 1 to max (at most 19) decimal digits and nothing
 // else, eight at a time where it can.
 func parseDecimal(b []byte, max int) (uint64, bool) {

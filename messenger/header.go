@@ -70,6 +70,11 @@ func parseRequestHeader(b []byte) (requestHeader, error) {
 	return h, nil
 }
 
+// len is the size of the header that h was parsed from: parseRequestHeader
+// takes nothing but these parts, so appendRequestHeader writes it again
+// byte for byte.
+func (h *requestHeader) len() int { return fixedHeaderLen + len(h.handler) + 2 + len(h.headers) }
+
 // Response outcomes.
 const (
 	outcomeOK  = 0
