@@ -194,7 +194,18 @@ type lastDeadline struct {
 	absOK bool          // abs is exact; false: it is at least absBound
 	d     time.Duration // the last budget handed out
 	dl    time.Time     // and the deadline it gave; zero: none yet
+	// The whole value that gave dl, as the request carried it. Requests
+	// sent back to back carry the same one as often as not (the time left
+	// moves by a microsecond every few of them), and the same value in
+	// one batch comes to the same deadline: a byte comparison spares the
+	// parse.
+	val  [deadlineValueMax]byte
+	nval uint8 // 0: none remembered
 }
+
+// deadlineValueMax is the longest deadline value a caller writes: two
+// numbers of at most 15 and 16 digits and a space.
+const deadlineValueMax = 15 + 1 + 16
 
 // absBound is the bound the remembered distance is computed under: above
 // every budget a request can carry, so that for any budget d the distance
@@ -243,6 +254,22 @@ func headerDeadlineAt(hb []byte, at *arrival) time.Time {
 	if !ok {
 		return time.Time{}
 	}
+	last := &at.last
+	if n := int(last.nval); n != 0 && len(v) == n && string(v) == string(last.val[:n]) {
+		return last.dl
+	}
+	dl := deadlineOf(v, at)
+	if !dl.IsZero() && len(v) <= len(last.val) {
+		last.nval = uint8(copy(last.val[:], v))
+	} else {
+		last.nval = 0
+	}
+	return dl
+}
+
+// deadlineOf is the handler's deadline for the deadline value v, of a
+// request that arrived at at.
+func deadlineOf(v []byte, at *arrival) time.Time {
 	a, rest := v, []byte(nil)
 	if i := bytes.IndexByte(v, ' '); i >= 0 { // not bytes.Cut: its search for a one-byte separator costs more than the scan
 		a, rest = v[:i], v[i+1:]

@@ -1,0 +1,70 @@
+package messenger
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestJobSize holds a request's job to the size it was cut to: a job is
+// copied into its queue segment by the reader and out of it by a worker,
+// so every byte of it is paid twice per request. It was 216 bytes (the
+// whole inbound message and the parsed header side by side).
+func TestJobSize(t *testing.T) {
+	if n := unsafe.Sizeof(job{}); n > 160 {
+		t.Fatalf("a job is %d bytes, want at most 160", n)
+	}
+}
+
+// countingOwner is a read buffer that counts how it is released.
+type countingOwner struct {
+	calls atomic.Int64 // Release and ReleaseN calls
+	units atomic.Int64 // references released
+}
+
+func (o *countingOwner) Retain()  {}
+func (o *countingOwner) Release() { o.ReleaseN(1) }
+func (o *countingOwner) ReleaseN(n int) {
+	o.calls.Add(1)
+	o.units.Add(int64(n))
+}
+
+// TestSpawnWorkerReleasesInBatches: a worker that runs a burst of requests
+// read into one buffer releases them a run at a time (doneBatch), not one
+// atomic update of the buffer and one of the drain's count per request;
+// every reference still goes back, and the drain still ends.
+func TestSpawnWorkerReleasesInBatches(t *testing.T) {
+	const reads, perRead = 50, 64
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var ran atomic.Int64
+	r := m.newRegistered(FireHandler("burst", func(*Context) { ran.Add(1) }), false)
+	owner := &countingOwner{}
+	for range reads {
+		var b spawnBatch
+		for range perRead {
+			j := fireJob(t, st)
+			j.owner = owner
+			b.dispatch(r, &j)
+		}
+		b.flush()
+	}
+	drained(t, st, "the burst")
+	if n := ran.Load(); n != reads*perRead {
+		t.Fatalf("%d requests ran, want %d", n, reads*perRead)
+	}
+	// A worker releases a run's guards, then its buffer: the drain may
+	// end between the two.
+	for deadline := time.Now().Add(10 * time.Second); owner.units.Load() != reads*perRead; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d buffer references released", owner.units.Load(), reads*perRead)
+		}
+		runtime.Gosched()
+	}
+	calls := owner.calls.Load()
+	t.Logf("%d requests released in %d calls", reads*perRead, calls)
+	if calls > reads*perRead/8 {
+		t.Fatalf("%d releases for %d requests of one buffer: not batched", calls, reads*perRead)
+	}
+}
