@@ -9,6 +9,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/internal/tracing"
 )
 
@@ -33,11 +34,6 @@ type job struct {
 	hdr     requestHeader
 	dl      time.Time     // the caller's deadline, read on arrival; zero without one (budget.go)
 	at      time.Duration // when it was queued on an ordered lane, as monoNow has it (metrics only)
-}
-
-// newJob is the job of an admitted request whose header parsed as hdr.
-func newJob(msg *ext.InboundMessage, hdr requestHeader) job {
-	return job{payload: msg.Payload, owner: msg.Owner, guard: msg.Guard, conn: msg.Conn, hdr: hdr}
 }
 
 // done releases the request's in-flight guard and its read buffer, as
@@ -147,7 +143,33 @@ func (b *spawnBatch) greetedBy(m *Messenger, w ext.WorkerID) bool {
 	return true
 }
 
+// slot is where the reader builds its next job: the free slot of the
+// segment being gathered, where a request to the same handler as the one
+// before it stays (dispatch), or scratch when there is none. A slot that
+// dispatch does not keep is written over by the next job, and cleared
+// with the segment (jobSeg.dirty).
+func (b *spawnBatch) slot(scratch *job) *job {
+	s := b.seg
+	if s == nil || s.tail == segJobs {
+		return scratch
+	}
+	s.dirty = max(s.dirty, s.tail+1)
+	return &s.jobs[s.tail]
+}
+
 func (b *spawnBatch) dispatch(r *registered, j *job) {
+	if s := b.seg; s != nil && s.tail < segJobs && j == &s.jobs[s.tail] {
+		// Built in place (slot): kept where it is if it goes with the
+		// segment's requests, else moved out first, as the segment may
+		// go to its pool below.
+		if b.r == r && (r.system || !r.m.overCap()) {
+			s.tail++
+			return
+		}
+		moved := *j
+		*j = job{}
+		j = &moved
+	}
 	if r.opts.mode != modeSpawn {
 		b.flush()
 		r.dispatch(*j)
@@ -277,7 +299,7 @@ func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *do
 	if c.lent != nil {
 		r.m.replyLent(j.hdr, resp, err, c.lent)
 		c.lent.Release() // the handler's reference: the transport holds its own
-	} else {
+	} else if j.hdr.rtype != msgwire.FireAndForget { // nothing goes back: spare the header's copy
 		r.m.replyOwned(j.hdr, resp, err, j.owner)
 	}
 	// The guard goes last: the drain waits until the reply is admitted.
@@ -953,6 +975,7 @@ const segJobs = 64
 type jobSeg struct {
 	jobs       [segJobs]job
 	head, tail int
+	dirty      int // the slots a reader may have written, queued or not (spawnBatch.slot): at least tail
 	next       *jobSeg
 }
 
@@ -964,8 +987,8 @@ func newSeg() *jobSeg { return segPool.Get().(*jobSeg) }
 // once, rather than one by one as they are taken: one bulk clear of what
 // was used costs less than a typed store per request.
 func freeSeg(s *jobSeg) {
-	clear(s.jobs[:s.tail])
-	s.head, s.tail, s.next = 0, 0, nil
+	clear(s.jobs[:max(s.tail, s.dirty)])
+	s.head, s.tail, s.dirty, s.next = 0, 0, 0, nil
 	segPool.Put(s)
 }
 
@@ -1015,8 +1038,8 @@ func (q *jobQueue) popInto(dst *job) {
 			q.dropHead()
 		} else {
 			// The queue is empty: its last segment starts over, cleared.
-			clear(s.jobs[:s.tail])
-			s.head, s.tail = 0, 0
+			clear(s.jobs[:max(s.tail, s.dirty)])
+			s.head, s.tail, s.dirty = 0, 0, 0
 		}
 	}
 }

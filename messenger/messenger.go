@@ -1212,43 +1212,48 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 	defer spawned.finish(h)
 	var cs *connState // the batch's connection (one read: one connection)
 	var at arrival    // the batch's arrival (one read: one time)
+	var scratch job   // where a job is built when no segment has room
 	for i := range batch {
 		msg := &batch[i]
 		if m.met != nil {
 			m.met.InboundDequeued.Inc()
 		}
-		hdr, err := parseRequestHeader(msg.Header)
-		if err != nil {
+		// The job is built where it will most likely be queued: the next
+		// slot of the segment being gathered (spawnBatch.slot).
+		j := spawned.slot(&scratch)
+		*j = job{payload: msg.Payload, owner: msg.Owner, guard: msg.Guard, conn: msg.Conn}
+		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
 			// Without a header there is nobody to answer: count and drop.
 			m.countFailure("decode", "malformed_header")
+			*j = job{}
 			msg.Done()
 			continue
 		}
-		j := newJob(msg, hdr)
+		hdr := &j.hdr
 		if len(hdr.headers) != 0 {
 			j.dl = headerDeadlineAt(hdr.headers, &at) // on arrival: the transit is spent
 		}
 		switch string(hdr.handler) {
 		case proofHandler:
-			for _, held := range m.onProof(j) {
+			for _, held := range m.onProof(*j) {
 				m.dispatchOne(hs, &held, &spawned)
 			}
 			continue
 		case proveHandler: // a challenge binds nothing: see identity.go
-			m.dispatchOne(hs, &j, &spawned)
+			m.dispatchOne(hs, j, &spawned)
 			continue
 		}
-		switch m.admit(&j, &cs) {
+		switch m.admit(j, &cs) {
 		case gateHeld:
 			continue
 		case gateDrop:
 			j.done()
 			continue
 		case gateRefuse:
-			m.refuseIdentity(j)
+			m.refuseIdentity(*j)
 			continue
 		}
-		m.dispatchOne(hs, &j, &spawned)
+		m.dispatchOne(hs, j, &spawned)
 	}
 }
 

@@ -68,3 +68,51 @@ func TestSpawnWorkerReleasesInBatches(t *testing.T) {
 		t.Fatalf("%d releases for %d requests of one buffer: not batched", calls, reads*perRead)
 	}
 }
+
+// TestReaderBuildsJobsInPlace: the reader builds a request's job in the
+// segment it is queued in (spawnBatch.slot), so a read of requests to one
+// handler copies each job once, by the worker, not also from the reader's
+// stack into the segment. A slot written and not kept (a request held for
+// its connection's proof, say) is cleared with its segment.
+func TestReaderBuildsJobsInPlace(t *testing.T) {
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	block := make(chan struct{})
+	r := m.newRegistered(FireHandler("burst", func(*Context) { <-block }), false)
+	var b spawnBatch
+	var scratch job
+	first := b.slot(&scratch)
+	if first != &scratch {
+		t.Fatal("the first job of a read went into a segment that is not there yet")
+	}
+	*first = fireJob(t, st)
+	b.dispatch(r, first)
+	for i := 1; i < 10; i++ {
+		j := b.slot(&scratch)
+		if j != &b.seg.jobs[i] {
+			t.Fatalf("job %d was not built in its segment's slot", i)
+		}
+		*j = fireJob(t, st)
+		b.dispatch(r, j)
+		if b.seg.tail != i+1 || &b.seg.jobs[i] != j {
+			t.Fatalf("job %d was moved: tail %d", i, b.seg.tail)
+		}
+	}
+	// A slot written and then not dispatched (held, dropped): not queued.
+	left := b.slot(&scratch)
+	left.payload = []byte("not queued")
+	seg := b.seg
+	if seg.tail != 10 || seg.dirty != 11 {
+		t.Fatalf("tail %d dirty %d, want 10 and 11", seg.tail, seg.dirty)
+	}
+	close(block)
+	b.flush()
+	drained(t, st, "the read")
+	// The queue ran empty: its last segment started over, cleared up to
+	// the slot that was written and not kept.
+	r.pool.mu.Lock()
+	stale := seg.jobs[10].payload
+	r.pool.mu.Unlock()
+	if stale != nil {
+		t.Fatal("a segment kept a job that was never queued")
+	}
+}
