@@ -78,7 +78,14 @@ func (l *lastDecimal) appendDecimal(dst []byte, x uint64) []byte {
 	if l == nil {
 		return appendDecimal(dst, x)
 	}
-	if l.n == 0 || l.x != x {
+	switch {
+	case l.n != 0 && l.x == x:
+	case l.n != 0 && x < l.x && l.x-x <= l.x%10:
+		// A little less time left than the last request had, most often:
+		// only the last digit goes down, and no digit before it.
+		l.digits[l.n-1] -= byte(l.x - x)
+		l.x = x
+	default:
 		l.x, l.n = x, uint8(copy(l.digits[:], appendDecimal(l.digits[:0], x)))
 	}
 	return append(dst, l.digits[:l.n]...)

@@ -2,6 +2,7 @@ package messenger
 
 import (
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,24 @@ func TestReaderBuildsJobsInPlace(t *testing.T) {
 	r.pool.mu.Unlock()
 	if stale != nil {
 		t.Fatal("a segment kept a job that was never queued")
+	}
+}
+
+// TestRememberedDecimalCountsDown: the digits of a number a little below
+// the last one are had by lowering its last digit (lastDecimal), and are
+// the digits strconv writes, across tens, hundreds and the last digit.
+func TestRememberedDecimalCountsDown(t *testing.T) {
+	var l lastDecimal
+	for _, start := range []uint64{100_000_007, 1_000, 19, 1} {
+		for x := start; x+200_000 > start; {
+			got := string(l.appendDecimal(nil, x))
+			if want := strconv.FormatUint(x, 10); got != want {
+				t.Fatalf("after %d: %q, want %q", start, got, want)
+			}
+			if x < 3 {
+				break
+			}
+			x -= uint64(x%3 + 1) // steps of 1 to 3
+		}
 	}
 }
