@@ -32,8 +32,9 @@ func newFirePipe(t testing.TB) *firePipe {
 // send sends n messages and waits until the handler saw them all.
 func (p *firePipe) send(t testing.TB, n int) {
 	want := p.seen.Load() + int64(n)
+	target := p.b.InstanceID()
 	for range n {
-		if err := p.a.Send(p.ctx, p.b.InstanceID(), "sink", p.payload); err != nil {
+		if err := p.a.Send(p.ctx, target, "sink", p.payload); err != nil {
 			t.Fatal(err)
 		}
 	}
