@@ -33,6 +33,16 @@ func (g InFlightGuard) Release() {
 	}
 }
 
+// ReleaseN gives back n units of the guard's state at once, for a
+// consumer that holds n guards equal to g (the same ShutdownState) and is
+// done with them all: one atomic update instead of n. n <= 0, or the zero
+// guard, does nothing.
+func (g InFlightGuard) ReleaseN(n int) {
+	if g.s != nil && n > 0 {
+		g.s.releaseN(int64(n))
+	}
+}
+
 // TryAcquire takes a guard unless the drain has begun. The guard is taken
 // first and the flag read second; see the type comment.
 func (s *ShutdownState) TryAcquire() (InFlightGuard, bool) {

@@ -78,7 +78,14 @@ func (l *lastDecimal) appendDecimal(dst []byte, x uint64) []byte {
 	if l == nil {
 		return appendDecimal(dst, x)
 	}
-	if l.n == 0 || l.x != x {
+	switch {
+	case l.n != 0 && l.x == x:
+	case l.n != 0 && x < l.x && l.x-x <= l.x%10:
+		// A little less time left than the last request had, most often:
+		// only the last digit goes down, and no digit before it.
+		l.digits[l.n-1] -= byte(l.x - x)
+		l.x = x
+	default:
 		l.x, l.n = x, uint8(copy(l.digits[:], appendDecimal(l.digits[:0], x)))
 	}
 	return append(dst, l.digits[:l.n]...)
@@ -194,7 +201,18 @@ type lastDeadline struct {
 	absOK bool          // abs is exact; false: it is at least absBound
 	d     time.Duration // the last budget handed out
 	dl    time.Time     // and the deadline it gave; zero: none yet
+	// The whole value that gave dl, as the request carried it. Requests
+	// sent back to back carry the same one as often as not (the time left
+	// moves by a microsecond every few of them), and the same value in
+	// one batch comes to the same deadline: a byte comparison spares the
+	// parse.
+	val  [deadlineValueMax]byte
+	nval uint8 // 0: none remembered
 }
+
+// deadlineValueMax is the longest deadline value a caller writes: two
+// numbers of at most 15 and 16 digits and a space.
+const deadlineValueMax = 15 + 1 + 16
 
 // absBound is the bound the remembered distance is computed under: above
 // every budget a request can carry, so that for any budget d the distance
@@ -243,6 +261,22 @@ func headerDeadlineAt(hb []byte, at *arrival) time.Time {
 	if !ok {
 		return time.Time{}
 	}
+	last := &at.last
+	if n := int(last.nval); n != 0 && len(v) == n && string(v) == string(last.val[:n]) {
+		return last.dl
+	}
+	dl := deadlineOf(v, at)
+	if !dl.IsZero() && len(v) <= len(last.val) {
+		last.nval = uint8(copy(last.val[:], v))
+	} else {
+		last.nval = 0
+	}
+	return dl
+}
+
+// deadlineOf is the handler's deadline for the deadline value v, of a
+// request that arrived at at.
+func deadlineOf(v []byte, at *arrival) time.Time {
 	a, rest := v, []byte(nil)
 	if i := bytes.IndexByte(v, ' '); i >= 0 { // not bytes.Cut: its search for a one-byte separator costs more than the scan
 		a, rest = v[:i], v[i+1:]
@@ -305,6 +339,18 @@ func deadlineValue(hb []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return lookupHeader(hb, msgwire.DeadlineHeader)
+}
+
+// onlyDeadline reports whether the header map hb holds the deadline entry
+// and nothing else, as a call with a deadline and no headers of its own
+// sends it: such a request cannot be staged, which spares the search for
+// the staging key.
+func onlyDeadline(hb []byte) bool {
+	if len(hb) < 1+len(deadlineKey)+2 || hb[0] != 0x81 || !bytes.HasPrefix(hb[1:], deadlineKey) {
+		return false
+	}
+	val := hb[1+len(deadlineKey):]
+	return val[0] == 0xd9 && int(val[1]) == len(val)-2
 }
 
 // parseDecimal reads 1 to max (at most 19) decimal digits and nothing

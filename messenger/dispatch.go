@@ -9,6 +9,7 @@ import (
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
+	"github.com/velo-go/velo/internal/msgwire"
 	"github.com/velo-go/velo/internal/tracing"
 )
 
@@ -20,13 +21,39 @@ import (
 // under WithMaxConcurrent) or refuses at once (ErrLaneFull, ErrOverloaded);
 // only WithInline runs on the reader, by its own contract.
 
-// job is one admitted request on its way to its handler.
+// job is one admitted request on its way to its handler. It holds only
+// what the dispatch and the handler use of the inbound message (not its
+// type, its raw header nor its urgency): a job is copied into a queue
+// segment and out again, so its size is paid per request (160 bytes
+// against the 216 of the message and the parsed header side by side).
 type job struct {
-	msg ext.InboundMessage
-	hdr requestHeader
-	at  time.Time // when it was queued on an ordered lane (metrics only)
-	dl  time.Time // the caller's deadline, read on arrival; zero without one (budget.go)
+	payload []byte
+	owner   ext.Owner // the read buffer that payload and hdr alias; nil: none
+	guard   ext.InFlightGuard
+	conn    ext.ConnID
+	hdr     requestHeader
+	dl      time.Time     // the caller's deadline, read on arrival; zero without one (budget.go)
+	at      time.Duration // when it was queued on an ordered lane, as monoNow has it (metrics only)
 }
+
+// done releases the request's in-flight guard and its read buffer, as
+// ext.InboundMessage.Done does.
+func (j *job) done() {
+	j.guard.Release()
+	if j.owner != nil {
+		j.owner.Release()
+	}
+}
+
+// len is the request's size on the wire less the frame's preamble, as
+// ext.Frame.Len has it.
+func (j *job) len() int { return j.hdr.len() + len(j.payload) }
+
+// monoEpoch and monoNow give the time on the monotonic clock as one word:
+// a job's queueing time is only ever subtracted from a later one.
+var monoEpoch = time.Now()
+
+func monoNow() time.Duration { return time.Since(monoEpoch) }
 
 // registered is a handler as the messenger runs it.
 type registered struct {
@@ -69,9 +96,9 @@ func (r *registered) dispatch(j job) {
 		select {
 		case <-r.m.done: // teardown refuses what is left, as the other modes do
 			r.m.reply(j.hdr, r.name, nil, ErrShuttingDown)
-			j.msg.Done()
+			j.done()
 		default:
-			r.run(j, false, nil) // the reader goroutine runs it: no hand-off
+			r.run(&j, false, nil) // the reader goroutine runs it: no hand-off
 		}
 	default:
 		if !r.system && r.m.overCap() {
@@ -116,21 +143,47 @@ func (b *spawnBatch) greetedBy(m *Messenger, w ext.WorkerID) bool {
 	return true
 }
 
-func (b *spawnBatch) dispatch(r *registered, j job) {
+// slot is where the reader builds its next job: the free slot of the
+// segment being gathered, where a request to the same handler as the one
+// before it stays (dispatch), or scratch when there is none. A slot that
+// dispatch does not keep is written over by the next job, and cleared
+// with the segment (jobSeg.dirty).
+func (b *spawnBatch) slot(scratch *job) *job {
+	s := b.seg
+	if s == nil || s.tail == segJobs {
+		return scratch
+	}
+	s.dirty = max(s.dirty, s.tail+1)
+	return &s.jobs[s.tail]
+}
+
+func (b *spawnBatch) dispatch(r *registered, j *job) {
+	if s := b.seg; s != nil && s.tail < segJobs && j == &s.jobs[s.tail] {
+		// Built in place (slot): kept where it is if it goes with the
+		// segment's requests, else moved out first, as the segment may
+		// go to its pool below.
+		if b.r == r && (r.system || !r.m.overCap()) {
+			s.tail++
+			return
+		}
+		moved := *j
+		*j = job{}
+		j = &moved
+	}
 	if r.opts.mode != modeSpawn {
 		b.flush()
-		r.dispatch(j)
+		r.dispatch(*j)
 		return
 	}
 	if !r.system && r.m.overCap() {
-		r.m.refuseOverloaded(j, r.name)
+		r.m.refuseOverloaded(*j, r.name)
 		return
 	}
 	if b.r != r || b.seg.tail == segJobs {
 		b.flush()
 		b.r, b.seg = r, newSeg()
 	}
-	b.seg.jobs[b.seg.tail] = j
+	b.seg.jobs[b.seg.tail] = *j
 	b.seg.tail++
 }
 
@@ -149,8 +202,7 @@ func (b *spawnBatch) flush() {
 // is woken in front of it. Otherwise what was gathered goes to its pool.
 func (b *spawnBatch) finish(h ext.Handoff) {
 	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
-		if b.r.pool.tryInline(b.r, s.jobs[s.head], h) {
-			s.jobs[s.head] = job{}
+		if b.r.pool.tryInline(b.r, &s.jobs[s.head], h) {
 			freeSeg(s)
 			b.r, b.seg = nil, nil
 			return
@@ -182,15 +234,21 @@ func (s *contextSlab) next() *Context {
 // A counted run (startRun) ends before the answer goes: a caller that
 // sends its next request on the answer must find the place free. The
 // Context comes from slab when there is one.
-func (r *registered) run(j job, counted bool, slab *contextSlab) {
+func (r *registered) run(j *job, counted bool, slab *contextSlab) {
+	r.runBatched(j, counted, slab, nil)
+}
+
+// runBatched is run for a worker that releases the requests it ran in
+// batches (rel); a nil rel releases each at once.
+func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *doneBatch) {
 	var c *Context
 	if slab != nil {
 		c = slab.next()
 	} else {
 		c = new(Context)
 	}
-	c.Payload, c.Handler, c.m = j.msg.Payload, r.name, r.m
-	c.headers, c.sender, c.rtype, c.conn = j.hdr.headers, j.hdr.id.Worker(), j.hdr.rtype, j.msg.Conn
+	c.Payload, c.Handler, c.m = j.payload, r.name, r.m
+	c.headers, c.sender, c.rtype, c.conn = j.hdr.headers, j.hdr.id.Worker(), j.hdr.rtype, j.conn
 	c.token, c.dl = j.hdr.id.Hi, j.dl
 	var span trace.Span
 	if r.m.tr != nil && !r.system {
@@ -217,7 +275,7 @@ func (r *registered) run(j job, counted bool, slab *contextSlab) {
 		r.m.endRun(r)
 	}
 	if r.met != nil {
-		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.msg.Payload), len(resp))
+		r.met.observe(j.hdr.rtype, err, time.Since(start), len(j.payload), len(resp))
 	}
 	if err != nil && c.pastDeadline(err) {
 		// The handler gave up at the caller's deadline, which the
@@ -228,7 +286,7 @@ func (r *registered) run(j job, counted bool, slab *contextSlab) {
 		if c.lent != nil {
 			c.lent.Release()
 		}
-		j.msg.Done()
+		rel.done(j)
 		return
 	}
 	if err != nil {
@@ -241,11 +299,67 @@ func (r *registered) run(j job, counted bool, slab *contextSlab) {
 	if c.lent != nil {
 		r.m.replyLent(j.hdr, resp, err, c.lent)
 		c.lent.Release() // the handler's reference: the transport holds its own
-	} else {
-		r.m.replyOwned(j.hdr, resp, err, j.msg.Owner)
+	} else if j.hdr.rtype != msgwire.FireAndForget { // nothing goes back: spare the header's copy
+		r.m.replyOwned(j.hdr, resp, err, j.owner)
 	}
 	// The guard goes last: the drain waits until the reply is admitted.
-	j.msg.Done()
+	rel.done(j)
+}
+
+// doneBatch gathers the releases of the requests that one spawn worker ran
+// back to back: their guards share the transport's shutdown state and
+// their payloads mostly a read buffer, so a run of them is released with
+// one atomic update of each (ext.DoneAll does the same for a batch)
+// instead of two per request. A run is let go when the next request's
+// guard or buffer differs, every maxDoneBatch requests, and before the
+// worker parks or leaves: the drain never waits on a worker with nothing
+// to run, and a read buffer goes back to its pool at the latest once the
+// queue is empty. A worker that runs a long handler holds those of the
+// requests before it meanwhile, which delays nothing: the drain waits for
+// that handler anyway.
+type doneBatch struct {
+	guard  ext.InFlightGuard
+	owner  ext.Owner
+	n      int // requests gathered, all with guard
+	owners int // of them, those with owner (the rest have none)
+}
+
+// maxDoneBatch bounds the requests a worker holds unreleased.
+const maxDoneBatch = 64
+
+// done releases j, or gathers it into the batch. A nil b releases at once.
+func (b *doneBatch) done(j *job) {
+	if b == nil {
+		j.done()
+		return
+	}
+	if b.n > 0 && (j.guard != b.guard || (j.owner != nil && b.owners > 0 && j.owner != b.owner) || b.n == maxDoneBatch) {
+		b.flush()
+	}
+	b.guard = j.guard
+	b.n++
+	if j.owner != nil {
+		b.owner = j.owner
+		b.owners++
+	}
+}
+
+// flush releases what was gathered.
+func (b *doneBatch) flush() {
+	if b.n == 0 {
+		return
+	}
+	b.guard.ReleaseN(b.n)
+	if b.owners > 0 {
+		if rn, ok := b.owner.(interface{ ReleaseN(int) }); ok {
+			rn.ReleaseN(b.owners)
+		} else {
+			for range b.owners {
+				b.owner.Release()
+			}
+		}
+	}
+	*b = doneBatch{}
 }
 
 // call runs the function; a panic becomes an error for the caller.
@@ -261,7 +375,7 @@ func (r *registered) call(c *Context) (resp []byte, err error) {
 // refuse answers a request that will not run with err and releases it.
 func (r *registered) refuse(j job, err error) {
 	r.m.reply(j.hdr, r.name, nil, err)
-	j.msg.Done()
+	j.done()
 }
 
 // ---- the node's cap on running handlers ----
@@ -345,7 +459,7 @@ func (m *Messenger) refuseOverloaded(j job, handler string) {
 			"metric", `velo_messenger_dispatch_failures_total{reason="overloaded"}`)
 	}
 	m.reply(j.hdr, handler, nil, ErrOverloaded)
-	j.msg.Done()
+	j.done()
 }
 
 // logLimiter lets a log line through at most once per logEvery.
@@ -446,7 +560,7 @@ func (l *orderedLane) push(j job) {
 		}
 	}
 	if r.met != nil {
-		j.at = time.Now()
+		j.at = monoNow()
 		r.met.lane().depth.Inc()
 	}
 	l.depth.Add(1)
@@ -539,10 +653,10 @@ func (l *orderedLane) runOne(j job) bool {
 	if r.met != nil {
 		ls := r.met.lane()
 		ls.depth.Dec()
-		ls.wait.Observe(time.Since(j.at).Seconds())
+		ls.wait.Observe((monoNow() - j.at).Seconds())
 	}
 	r.m.startRun(r) // counted while it runs, never held back: the lane is one goroutine
-	r.run(j, true, nil)
+	r.run(&j, true, nil)
 	return true
 }
 
@@ -730,6 +844,8 @@ func (p *spawnPool) act(r *registered, a spawnAction) {
 func (p *spawnPool) work(r *registered) {
 	searching, ran := true, false
 	var slab contextSlab
+	var j job // the request being run, copied out of its segment once
+	var rel doneBatch
 	for {
 		p.mu.Lock()
 		if searching {
@@ -745,6 +861,7 @@ func (p *spawnPool) work(r *registered) {
 			p.workers--
 			left := p.q.takeAll()
 			p.mu.Unlock()
+			rel.flush()
 			p.refuseAll(r, left)
 			return
 		default:
@@ -753,6 +870,7 @@ func (p *spawnPool) work(r *registered) {
 			if p.parked >= maxParked {
 				p.workers--
 				p.mu.Unlock()
+				rel.flush()
 				return
 			}
 			if p.wake == nil {
@@ -760,6 +878,8 @@ func (p *spawnPool) work(r *registered) {
 			}
 			p.parked++
 			p.mu.Unlock()
+			rel.flush()
+			j = job{} // a parked worker pins no request's memory
 			if p.onPark != nil {
 				p.onPark()
 			}
@@ -776,14 +896,14 @@ func (p *spawnPool) work(r *registered) {
 				return
 			}
 		}
-		j := p.q.pop()
+		p.q.popInto(&j)
 		p.running++
 		ran = true
 		r.m.startRun(r)
 		a := p.needWorkerLocked(r)
 		p.mu.Unlock()
 		p.act(r, a)
-		r.run(j, true, &slab)
+		r.runBatched(&j, true, &slab, &rel)
 	}
 }
 
@@ -793,12 +913,12 @@ func (p *spawnPool) work(r *registered) {
 // reports false when the pool is busy (requests wait, or a worker runs or
 // is on its way: under WithMaxConcurrent that also keeps the limit), or
 // when the reader could not hand off; the caller then queues j.
-func (p *spawnPool) tryInline(r *registered, j job, h ext.Handoff) bool {
+func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 	p.mu.Lock()
 	select {
 	case <-r.m.done:
 		p.mu.Unlock()
-		r.refuse(j, ErrShuttingDown)
+		r.refuse(*j, ErrShuttingDown)
 		return true
 	default:
 	}
@@ -855,6 +975,7 @@ const segJobs = 64
 type jobSeg struct {
 	jobs       [segJobs]job
 	head, tail int
+	dirty      int // the slots a reader may have written, queued or not (spawnBatch.slot): at least tail
 	next       *jobSeg
 }
 
@@ -862,9 +983,12 @@ var segPool = sync.Pool{New: func() any { return new(jobSeg) }}
 
 func newSeg() *jobSeg { return segPool.Get().(*jobSeg) }
 
-// freeSeg returns an emptied segment (its jobs zeroed as they were taken).
+// freeSeg returns an emptied segment. Its jobs are zeroed here, all at
+// once, rather than one by one as they are taken: one bulk clear of what
+// was used costs less than a typed store per request.
 func freeSeg(s *jobSeg) {
-	s.head, s.tail, s.next = 0, 0, nil
+	clear(s.jobs[:max(s.tail, s.dirty)])
+	s.head, s.tail, s.dirty, s.next = 0, 0, 0, nil
 	segPool.Put(s)
 }
 
@@ -893,18 +1017,31 @@ func (q *jobQueue) link(s *jobSeg) {
 
 // pop takes the oldest job; the queue must not be empty.
 func (q *jobQueue) pop() job {
+	var j job
+	q.popInto(&j)
+	return j
+}
+
+// popInto is pop into *dst, one copy of the job. Its slot is cleared when
+// its segment is freed (freeSeg), which is soon: the segment is dropped
+// once its last job is taken.
+func (q *jobQueue) popInto(dst *job) {
 	for q.head.head == q.head.tail {
 		q.dropHead()
 	}
 	s := q.head
-	j := s.jobs[s.head]
-	s.jobs[s.head] = job{}
+	*dst = s.jobs[s.head]
 	s.head++
 	q.n--
-	if s.head == s.tail && (s.tail == segJobs || s != q.tail) {
-		q.dropHead()
+	if s.head == s.tail {
+		if s.tail == segJobs || s != q.tail {
+			q.dropHead()
+		} else {
+			// The queue is empty: its last segment starts over, cleared.
+			clear(s.jobs[:max(s.tail, s.dirty)])
+			s.head, s.tail, s.dirty = 0, 0, 0
+		}
 	}
-	return j
 }
 
 func (q *jobQueue) dropHead() {

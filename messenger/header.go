@@ -41,34 +41,47 @@ func appendRequestHeader(dst []byte, rt msgwire.ResponseType, id msgwire.Respons
 // parseRequestHeader decodes a request header without allocating.
 func parseRequestHeader(b []byte) (requestHeader, error) {
 	var h requestHeader
+	err := parseRequestHeaderInto(b, &h)
+	return h, err
+}
+
+// parseRequestHeaderInto is parseRequestHeader into *h, for a reader that
+// builds the request's job where it is queued. On error *h holds part of
+// the header.
+func parseRequestHeaderInto(b []byte, h *requestHeader) error {
 	if len(b) < fixedHeaderLen {
-		return h, fmt.Errorf("%w: %d bytes", msgwire.ErrMalformedHeader, len(b))
+		return fmt.Errorf("%w: %d bytes", msgwire.ErrMalformedHeader, len(b))
 	}
 	if b[0] != headerSchema {
-		return h, fmt.Errorf("%w: schema %d", msgwire.ErrMalformedHeader, b[0])
+		return fmt.Errorf("%w: schema %d", msgwire.ErrMalformedHeader, b[0])
 	}
 	h.rtype = msgwire.ResponseType(b[1])
 	if h.rtype > msgwire.UnaryResponse {
-		return h, fmt.Errorf("%w: response type %d", msgwire.ErrMalformedHeader, b[1])
+		return fmt.Errorf("%w: response type %d", msgwire.ErrMalformedHeader, b[1])
 	}
 	h.id = msgwire.ReadResponseID(b[2:])
 	n := int(binary.LittleEndian.Uint16(b[18:]))
 	rest := b[20:]
 	if n > len(rest) || n > maxHandlerName {
-		return h, fmt.Errorf("%w: handler name of %d bytes", msgwire.ErrMalformedHeader, n)
+		return fmt.Errorf("%w: handler name of %d bytes", msgwire.ErrMalformedHeader, n)
 	}
 	h.handler, rest = rest[:n], rest[n:]
 	if len(rest) < 2 {
-		return h, fmt.Errorf("%w: no headers length", msgwire.ErrMalformedHeader)
+		return fmt.Errorf("%w: no headers length", msgwire.ErrMalformedHeader)
 	}
 	m := int(binary.LittleEndian.Uint16(rest))
 	rest = rest[2:]
 	if m != len(rest) || m > msgwire.MaxEncodedHeaders {
-		return h, fmt.Errorf("%w: headers of %d bytes in %d", msgwire.ErrMalformedHeader, m, len(rest))
+		return fmt.Errorf("%w: headers of %d bytes in %d", msgwire.ErrMalformedHeader, m, len(rest))
 	}
 	h.headers = rest
-	return h, nil
+	return nil
 }
+
+// len is the size of the header that h was parsed from: parseRequestHeader
+// takes nothing but these parts, so appendRequestHeader writes it again
+// byte for byte.
+func (h *requestHeader) len() int { return fixedHeaderLen + len(h.handler) + 2 + len(h.headers) }
 
 // Response outcomes.
 const (

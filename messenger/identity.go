@@ -175,8 +175,8 @@ func (m *Messenger) proves(w ext.WorkerID) bool {
 
 // admit decides what happens to request j. cs caches the connection's
 // state across the requests of one read (they share a connection).
-func (m *Messenger) admit(j job, cs **connState) gateVerdict {
-	conn := j.msg.Conn
+func (m *Messenger) admit(j *job, cs **connState) gateVerdict {
+	conn := j.conn
 	sender := j.hdr.id.Worker()
 	if sender == m.wid {
 		// Only the loopback speaks for this node (loopback.go): a request
@@ -228,7 +228,7 @@ func (m *Messenger) admit(j job, cs **connState) gateVerdict {
 		}
 	}
 	// connProving
-	size := j.msg.Len() + heldOverhead
+	size := j.len() + heldOverhead
 	if len(c.held) > 0 && (len(c.held) >= maxHeldFrames || c.heldBytes+size > maxHeldBytes) {
 		m.countFailure("identity", "held_over_bound")
 		if m.holdWarn.allow() {
@@ -270,27 +270,27 @@ type heldReq struct {
 // against maxHeldBytes.
 const heldOverhead = 64
 
-func detach(j job) heldReq {
-	f := j.msg.Frame
-	buf := make([]byte, 0, len(f.Header)+len(f.Payload))
-	buf = append(append(buf, f.Header...), f.Payload...)
-	f.Release()
-	return heldReq{buf: buf, hlen: len(f.Header), guard: j.msg.Guard, conn: f.Conn, dl: j.dl}
+func detach(j *job) heldReq {
+	h := &j.hdr
+	buf := make([]byte, 0, j.len())
+	buf = appendRequestHeader(buf, h.rtype, h.id, string(h.handler), h.headers) // the header as it came (requestHeader.len)
+	hlen := len(buf)
+	buf = append(buf, j.payload...)
+	if j.owner != nil {
+		j.owner.Release()
+	}
+	return heldReq{buf: buf, hlen: hlen, guard: j.guard, conn: j.conn, dl: j.dl}
 }
 
 // job rebuilds the request. Its header parsed before it was held, so it
 // parses again over the copy.
 func (h heldReq) job() (job, bool) {
-	msg := ext.InboundMessage{
-		Frame: ext.Frame{Type: ext.Message, Header: h.buf[:h.hlen:h.hlen], Payload: h.buf[h.hlen:], Conn: h.conn},
-		Guard: h.guard,
-	}
-	hdr, err := parseRequestHeader(msg.Header)
+	hdr, err := parseRequestHeader(h.buf[:h.hlen:h.hlen])
 	if err != nil {
-		msg.Done()
+		h.guard.Release()
 		return job{}, false
 	}
-	return job{msg: msg, hdr: hdr, dl: h.dl}, true
+	return job{payload: h.buf[h.hlen:], guard: h.guard, conn: h.conn, hdr: hdr, dl: h.dl}, true
 }
 
 // jobs rebuilds held requests, in order.
@@ -385,21 +385,21 @@ func (m *Messenger) refuseHeld(held []heldReq) {
 func (m *Messenger) refuseIdentity(j job) {
 	m.gate.refused.Add(1)
 	m.reply(j.hdr, string(j.hdr.handler), nil, msgerr.ErrIdentityUnproven)
-	j.msg.Done()
+	j.done()
 }
 
 // onProof handles a _velo_proof request that arrived on its connection. It
 // returns the requests the proof releases, in arrival order, for the caller
 // to dispatch before anything read after the proof.
 func (m *Messenger) onProof(j job) []job {
-	defer j.msg.Done()
-	p := j.msg.Payload
-	if j.msg.Conn == 0 || len(p) != proofBodyLen || ext.ConnID(binary.BigEndian.Uint64(p)) != j.msg.Conn {
+	defer j.done()
+	p := j.payload
+	if j.conn == 0 || len(p) != proofBodyLen || ext.ConnID(binary.BigEndian.Uint64(p)) != j.conn {
 		m.countFailure("identity", "bad_proof")
 		return nil
 	}
 	m.gate.mu.Lock()
-	c := m.gate.conns[j.msg.Conn]
+	c := m.gate.conns[j.conn]
 	m.gate.mu.Unlock()
 	if c == nil {
 		return nil

@@ -28,7 +28,7 @@ func TestPushToLaneStoppedAtTeardownIsRefused(t *testing.T) {
 		if !ok {
 			t.Fatal("the test's shutdown state refused a request")
 		}
-		push(job{msg: ext.InboundMessage{Guard: g}, hdr: requestHeader{rtype: FireAndForget, id: ResponseID{Lo: 7}}})
+		push(job{guard: g, hdr: requestHeader{rtype: FireAndForget, id: ResponseID{Lo: 7}}})
 	}
 	send(r.dispatch)
 	select {

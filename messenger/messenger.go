@@ -1212,25 +1212,31 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 	defer spawned.finish(h)
 	var cs *connState // the batch's connection (one read: one connection)
 	var at arrival    // the batch's arrival (one read: one time)
-	for _, msg := range batch {
+	var scratch job   // where a job is built when no segment has room
+	for i := range batch {
+		msg := &batch[i]
 		if m.met != nil {
 			m.met.InboundDequeued.Inc()
 		}
-		hdr, err := parseRequestHeader(msg.Header)
-		if err != nil {
+		// The job is built where it will most likely be queued: the next
+		// slot of the segment being gathered (spawnBatch.slot).
+		j := spawned.slot(&scratch)
+		*j = job{payload: msg.Payload, owner: msg.Owner, guard: msg.Guard, conn: msg.Conn}
+		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
 			// Without a header there is nobody to answer: count and drop.
 			m.countFailure("decode", "malformed_header")
+			*j = job{}
 			msg.Done()
 			continue
 		}
-		j := job{msg: msg, hdr: hdr}
+		hdr := &j.hdr
 		if len(hdr.headers) != 0 {
 			j.dl = headerDeadlineAt(hdr.headers, &at) // on arrival: the transit is spent
 		}
 		switch string(hdr.handler) {
 		case proofHandler:
-			for _, held := range m.onProof(j) {
-				m.dispatchOne(hs, held, &spawned)
+			for _, held := range m.onProof(*j) {
+				m.dispatchOne(hs, &held, &spawned)
 			}
 			continue
 		case proveHandler: // a challenge binds nothing: see identity.go
@@ -1241,10 +1247,10 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 		case gateHeld:
 			continue
 		case gateDrop:
-			msg.Done()
+			j.done()
 			continue
 		case gateRefuse:
-			m.refuseIdentity(j)
+			m.refuseIdentity(*j)
 			continue
 		}
 		m.dispatchOne(hs, j, &spawned)
@@ -1252,8 +1258,9 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 }
 
 // dispatchOne runs or queues one request whose sender the gate accepted.
-func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawnBatch) {
-	hdr, msg := j.hdr, j.msg
+// The job is copied where it is queued: *j is the caller's to reuse after.
+func (m *Messenger) dispatchOne(hs map[string]*registered, j *job, spawned *spawnBatch) {
+	hdr := &j.hdr
 	// A read is mostly requests to one handler: the one gathered last is
 	// a byte comparison away, cheaper than hashing the name.
 	r := spawned.r
@@ -1262,20 +1269,22 @@ func (m *Messenger) dispatchOne(hs map[string]*registered, j job, spawned *spawn
 	}
 	if r == nil {
 		m.countFailure("dispatch", "unknown_handler")
-		m.replyUnknownHandler(hdr)
-		msg.Done()
+		m.replyUnknownHandler(*hdr)
+		j.done()
 		return
 	}
 	if hdr.handler[0] != '_' && !spawned.greetedBy(m, hdr.id.Worker()) {
 		m.countFailure("dispatch", "not_greeted")
-		m.reply(hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
-		msg.Done()
+		m.reply(*hdr, r.name, nil, fmt.Errorf("%w: worker %s never greeted instance %s", ErrPeerRestarted, hdr.id.Worker(), m.id))
+		j.done()
 		return
 	}
-	if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
-		// The payload is a handle: fetch it first, off the reader.
-		go m.resolveStaged(r, j, handle, budget, rest)
-		return
+	if len(hdr.headers) != 0 && !onlyDeadline(hdr.headers) {
+		if handle, budget, rest, ok := stagedHandle(hdr.headers); ok {
+			// The payload is a handle: fetch it first, off the reader.
+			go m.resolveStaged(r, *j, handle, budget, rest)
+			return
+		}
 	}
 	spawned.dispatch(r, j)
 }

@@ -28,7 +28,7 @@ func fireJob(t *testing.T, st *ext.ShutdownState) job {
 	if !ok {
 		t.Fatal("the test's shutdown state refused a request")
 	}
-	return job{msg: ext.InboundMessage{Guard: g}, hdr: requestHeader{rtype: FireAndForget}}
+	return job{guard: g, hdr: requestHeader{rtype: FireAndForget}}
 }
 
 func drained(t *testing.T, st *ext.ShutdownState, what string) {
@@ -53,7 +53,8 @@ func TestSpawnBurstReusesWorkers(t *testing.T) {
 	for range reads {
 		var b spawnBatch
 		for range perRead {
-			b.dispatch(r, fireJob(t, st))
+			j := fireJob(t, st)
+			b.dispatch(r, &j)
 		}
 		b.flush()
 	}
@@ -161,9 +162,9 @@ func TestSpawnReadNeverWaitsBehindABlockedHandler(t *testing.T) {
 	for range n {
 		j := fireJob(t, st)
 		if first {
-			j.msg.Payload, first = []byte("block"), false
+			j.payload, first = []byte("block"), false
 		}
-		b.dispatch(r, j)
+		b.dispatch(r, &j)
 	}
 	b.flush()
 	select {

@@ -30,7 +30,7 @@ func TestSpawnRequestAtTeardownIsRunOrRefused(t *testing.T) {
 		}
 		st := ext.NewShutdownState()
 		g, _ := st.TryAcquire()
-		r.dispatch(job{msg: ext.InboundMessage{Guard: g}, hdr: requestHeader{rtype: FireAndForget}})
+		r.dispatch(job{guard: g, hdr: requestHeader{rtype: FireAndForget}})
 		select {
 		case <-parked:
 		case <-time.After(10 * time.Second):
@@ -39,7 +39,7 @@ func TestSpawnRequestAtTeardownIsRunOrRefused(t *testing.T) {
 		g2, _ := st.TryAcquire()
 		st.BeginDrain() // WaitForDrain below hears the last release
 		go close(m.done)
-		r.dispatch(job{msg: ext.InboundMessage{Guard: g2}, hdr: requestHeader{rtype: FireAndForget}})
+		r.dispatch(job{guard: g2, hdr: requestHeader{rtype: FireAndForget}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := st.WaitForDrain(ctx)
 		cancel()

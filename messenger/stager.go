@@ -164,7 +164,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 			// The caller's own timer has fired already; a reply could
 			// only replace its timeout with another error.
 			m.countFailure("dispatch", "staged_fetch_budget")
-			j.msg.Done()
+			j.done()
 		case timedOut:
 			m.countFailure("dispatch", "staged_fetch_timeout")
 			r.refuse(j, fmt.Errorf("%w (%v): %v", msgerr.ErrStagedFetchTimeout, st.FetchTimeout(), err))
@@ -180,7 +180,7 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 		return
 	}
 	j.hdr.headers = hb
-	j.msg.Frame.Payload = payload
+	j.payload = payload // the read buffer stays the owner: the header lives in it
 	r.dispatch(j)
 }
 
