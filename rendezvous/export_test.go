@@ -75,3 +75,6 @@ func Reaping(r *Manager) bool {
 	defer r.st.mu.Unlock()
 	return r.st.reaping
 }
+
+// AllocDest is allocDest: a fetch destination of capacity n.
+func AllocDest(n int) []byte { return allocDest(n) }
