@@ -160,5 +160,5 @@ func (s *sink) bytes() []byte {
 	if s.buf == nil {
 		s.buf = allocDest(s.total)
 	}
-	return s.buf[:s.total]
+	return s.buf[:s.total:s.total] // capped: nothing past the payload is reachable
 }
