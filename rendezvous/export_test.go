@@ -78,3 +78,7 @@ func Reaping(r *Manager) bool {
 
 // AllocDest is allocDest: a fetch destination of capacity n.
 func AllocDest(n int) []byte { return allocDest(n) }
+
+// UnclearedDestinations reports whether this build skips clearing fetch
+// destinations (nozero.go) or clears them (nozero_other.go).
+const UnclearedDestinations = unclearedDestinations

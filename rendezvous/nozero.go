@@ -1,3 +1,5 @@
+//go:build !go1.27
+
 package rendezvous
 
 import "unsafe"
@@ -14,10 +16,16 @@ import "unsafe"
 // modules reach by linkname (go.dev/issue/67401), and the runtime keeps
 // it reachable for them on purpose (its //go:linkname mallocgc). A nil
 // type allocates memory without pointers, which the collector never
-// scans, so stale bytes in it are only bytes.
+// scans, so stale bytes in it are only bytes. The linker checks the
+// name, not the signature, so this file builds only with the Go release
+// it was checked against (1.26); a newer one takes nozero_other.go, which
+// clears, until someone checks mallocgc there and moves the bound.
 //
 //go:linkname mallocgc runtime.mallocgc
 func mallocgc(size uintptr, typ unsafe.Pointer, needzero bool) unsafe.Pointer
+
+// unclearedDestinations says this build skips the clear (a test seam).
+const unclearedDestinations = true
 
 // makeUncleared returns a slice of length 0 and capacity n whose bytes
 // hold whatever the memory held before. The caller must write every byte

@@ -16,6 +16,9 @@ import (
 // -race), so of twenty tries at least one must show a stale byte; a
 // destination made with make (cleared) never does.
 func TestDestinationIsNotCleared(t *testing.T) {
+	if !rendezvous.UnclearedDestinations {
+		t.Skip("this Go release clears destinations (nozero_other.go)")
+	}
 	const n = 8 << 20
 	for range 20 {
 		poison := make([]byte, n)
