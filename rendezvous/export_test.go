@@ -75,3 +75,10 @@ func Reaping(r *Manager) bool {
 	defer r.st.mu.Unlock()
 	return r.st.reaping
 }
+
+// AllocDest is allocDest: a fetch destination of capacity n.
+func AllocDest(n int) []byte { return allocDest(n) }
+
+// UnclearedDestinations reports whether this build skips clearing fetch
+// destinations (nozero.go) or clears them (nozero_other.go).
+const UnclearedDestinations = unclearedDestinations

@@ -327,10 +327,12 @@ func leaseTimeout(c *messenger.Context) time.Duration {
 }
 
 func (r *Manager) onPull(c *messenger.Context) ([]byte, error) {
-	var req pullRequest
-	if err := decode(c.Payload, &req); err != nil {
-		r.met.Refused(metrics.RvPull, metrics.RvMalformed)
-		return nil, err
+	req, ok := parsePullRequest(c.Payload)
+	if !ok {
+		if err := decode(c.Payload, &req); err != nil {
+			r.met.Refused(metrics.RvPull, metrics.RvMalformed)
+			return nil, err
+		}
 	}
 	b, lent, v := r.st.take(req.TransferID, req.ChunkIndex, c.SenderWorkerID())
 	r.met.Op(metrics.RvPull, v == done, time.Time{})
@@ -645,7 +647,7 @@ func (r *Manager) pullAll(ctx context.Context, target ext.InstanceID, rd *ready,
 		next++
 		inFlight++
 		mu.Unlock()
-		body, _ := json.Marshal(pullRequest{TransferID: rd.TransferID, ChunkIndex: i})
+		body := appendPullRequest(make([]byte, 0, 64), rd.TransferID, i)
 		off := uint64(i) * uint64(rd.ChunkSize)
 		want := min(uint64(rd.ChunkSize), rd.TotalLen-off)
 		// given is set on the reader that asks into, before the answer is

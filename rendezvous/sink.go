@@ -16,10 +16,10 @@ import (
 // (plus the chunks in flight). An honest payload up to firstGrowth is
 // written once into one buffer; one up to growFactor*firstGrowth (64 MiB)
 // pays one copy of firstGrowth bytes. The factor trades the two: at 4
-// (and 1 MiB first) a 64 MiB get copied 21 MiB and cleared 85 MiB on its
-// way, which cost about a fifth of its CPU; at 16 it copies 4 MiB and
-// clears 68, or 64 when its first buffer is one an earlier get grew out
-// of (firstBuffers).
+// (and 1 MiB first) a 64 MiB get copied 21 MiB and allocated 85 MiB on
+// its way; at 16 it copies 4 MiB and allocates 68, or 64 when its first
+// buffer is one an earlier get grew out of (firstBuffers). Buffers are
+// not cleared (allocDest): a get writes every byte it gives.
 //
 // A chunk reaches the sink one of two ways: copied out of the transport's
 // read buffer (write), or read by the transport straight from the socket
@@ -51,11 +51,13 @@ func newSink(total int, into []byte) (*sink, error) {
 	return s, nil
 }
 
-// allocDest makes an empty destination of capacity n (counted: a test seam).
+// allocDest makes an empty destination of capacity n (counted: a test
+// seam). Its memory is not cleared (makeUncleared): every caller writes
+// all of the bytes it gives out.
 func allocDest(n int) []byte {
 	fetchAllocs.Add(1)
 	fetchAllocBytes.Add(int64(n))
-	return make([]byte, 0, n)
+	return makeUncleared(n)
 }
 
 // takeFirst gives a first buffer, reused when one is pooled; a new one
@@ -119,12 +121,12 @@ func (s *sink) fillDone() {
 // firstBuffers holds first buffers (firstGrowth bytes) that a sink grew
 // out of. A payload longer than firstGrowth is never returned in its
 // first buffer, whose bytes are all copied into the grown one and then
-// dropped: reusing it saves clearing firstGrowth bytes per such get (a
-// make clears what it gives), a sixteenth of a 64 MiB get's clearing and
-// a fifth of a 16 MiB one's. A reused buffer holds an earlier payload's
-// bytes, and none of them can reach a caller: bytes is only given once
-// every chunk, each of its exact length, has been written, so every byte
-// of the payload is its own, and the grown buffer is what it gives.
+// dropped: reusing it saves allocating firstGrowth bytes per such get. A
+// reused buffer holds an earlier payload's bytes (as a new one, not
+// cleared, holds whatever its memory held), and none of them can reach a
+// caller: bytes is only given once every chunk, each of its exact length,
+// has been written, so every byte of the payload is its own, and the
+// grown buffer is what it gives.
 var firstBuffers sync.Pool // *[]byte of length firstGrowth
 
 // reachLocked makes buf long enough for a chunk ending at end, growing it
@@ -158,5 +160,5 @@ func (s *sink) bytes() []byte {
 	if s.buf == nil {
 		s.buf = allocDest(s.total)
 	}
-	return s.buf[:s.total]
+	return s.buf[:s.total:s.total] // capped: nothing past the payload is reachable
 }
