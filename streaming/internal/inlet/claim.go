@@ -123,6 +123,7 @@ func (st *State) ClaimPrebind(bd Prebind) Claim {
 	}
 	st.setPrebindLocked(bd)
 	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
+	st.makeWaitLocked()
 	return Claimed
 }
 

@@ -121,6 +121,20 @@ func (st *State) wakeChanLocked() chan struct{} {
 	return nil
 }
 
+// makeWaitLocked makes the consumer's wake channel ahead of its first
+// wait, for an anchor that a mux slot is about to feed: its ticket was
+// minted (ClaimPrebind) or its slot opens (AttachFeed). Made at that
+// first wait instead, it was the one allocation of the consumer's read
+// loop, and a serving frontend's goroutine per request grew its young
+// stack for it (the allocator's frames on top of Next's did not fit): the
+// copy of the stack, and the unwinding it takes, cost as much as the
+// channel. An unattached anchor does not pay for it.
+func (st *State) makeWaitLocked() {
+	if st.dataWait == nil {
+		st.dataWait = make(chan struct{}, 1)
+	}
+}
+
 // waitDataLocked returns the channel a consumer waits on for a frame or
 // the end, and counts it as waiting until doneWaitingLocked.
 func (st *State) waitDataLocked() chan struct{} {
@@ -362,16 +376,63 @@ func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome
 func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 	st.mu.Lock()
 	for {
-		if st.endErr != nil {
-			err := st.endErr
-			st.passOnLocked()
+		b, err := st.takeLocked(ctx)
+		if err != nil {
 			st.mu.Unlock()
 			return wire.Frame{}, err
 		}
+		f, skip, err := st.readLocked(b)
+		if skip {
+			continue
+		}
+		st.mu.Unlock()
+		if err != nil {
+			st.home.Owner.Remove(st)
+		}
+		return f, err
+	}
+}
+
+// PopBytes is Pop for a consumer of byte items (NextBytes): a token, the
+// frame of a binary item, comes back as its payload, aliasing the frame,
+// with f zero. Any other frame comes back as Pop returns it, with a nil
+// payload.
+func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
+	st.mu.Lock()
+	for {
+		b, err := st.takeLocked(ctx)
+		if err != nil {
+			st.mu.Unlock()
+			return nil, wire.Frame{}, err
+		}
+		if p, ok := wire.BytesItemPayload(b); ok {
+			st.mu.Unlock()
+			return p, wire.Frame{}, nil
+		}
+		f, skip, err := st.readLocked(b)
+		if skip {
+			continue
+		}
+		st.mu.Unlock()
+		if err != nil {
+			st.home.Owner.Remove(st)
+		}
+		return nil, f, err
+	}
+}
+
+// takeLocked takes the next frame off the inlet, waiting for one, and
+// counts its take (its room, its credit). It returns the error that ended
+// the stream, again, or ctx's. The caller holds mu.
+func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
+	for {
+		if st.endErr != nil {
+			st.passOnLocked()
+			return nil, st.endErr
+		}
 		if st.q.n == 0 {
 			if err := st.waitLocked(ctx); err != nil {
-				st.mu.Unlock()
-				return wire.Frame{}, err
+				return nil, err
 			}
 			continue
 		}
@@ -381,29 +442,33 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 		if st.feed != nil {
 			st.feed.took(len(b))
 		}
-		f, err := wire.DecodeFrame(b)
-		if err != nil {
-			err = &streamerr.ItemError{Err: err}
-		} else {
-			switch f.Kind {
-			case wire.KindItem, wire.KindSenderError:
-				st.mu.Unlock()
-				return f, nil
-			case wire.KindHeartbeat, wire.KindDetached:
-				continue
-			case wire.KindFinalized:
-				err = io.EOF
-			case wire.KindDropped:
-				err = streamerr.ErrSenderDropped
-			case wire.KindTransportError:
-				err = &streamerr.TransportError{Message: f.Message}
-			}
-		}
-		st.endLocked(err)
-		st.mu.Unlock()
-		st.home.Owner.Remove(st)
-		return wire.Frame{}, err
+		return b, nil
 	}
+}
+
+// readLocked reads a frame that takeLocked took: an item or a soft error
+// for the consumer, a frame to skip, or the end of the stream, which it
+// makes (the caller then removes the anchor from the registry, past mu).
+func (st *State) readLocked(b []byte) (f wire.Frame, skip bool, err error) {
+	f, err = wire.DecodeFrame(b)
+	if err != nil {
+		err = &streamerr.ItemError{Err: err}
+	} else {
+		switch f.Kind {
+		case wire.KindItem, wire.KindSenderError:
+			return f, false, nil
+		case wire.KindHeartbeat, wire.KindDetached:
+			return wire.Frame{}, true, nil
+		case wire.KindFinalized:
+			err = io.EOF
+		case wire.KindDropped:
+			err = streamerr.ErrSenderDropped
+		case wire.KindTransportError:
+			err = &streamerr.TransportError{Message: f.Message}
+		}
+	}
+	st.endLocked(err)
+	return wire.Frame{}, false, err
 }
 
 // End ends the stream with err on the consumer's side (an item that does
