@@ -72,9 +72,12 @@ func (ip *IngressPeer) ReconcileDirty() {
 		return
 	}
 	// Replies are queued under the table's lock (the batcher's lock nests
-	// in it, as on the arrival path), so no list of grants is built.
+	// in it, as on the arrival path), all under one lock of the batcher:
+	// the list of them is the table's, reused.
 	ip.Mu.Lock()
 	defer ip.Mu.Unlock()
+	cs := ip.replies[:0]
+	var sent uint64
 	for _, s := range ds {
 		d := s.TakeDrained() // clears the listing first: a take after it lists the slot again
 		if d == 0 || ip.slotLocked(s.id) != s {
@@ -88,9 +91,14 @@ func (ip *IngressPeer) ReconcileDirty() {
 			continue
 		}
 		s.Held += d
-		ip.mx.N.CreditSent.Add(uint64(d))
-		b.Reply(s.id, d)
+		sent += uint64(d)
+		cs = append(cs, SlotCredit{s.id, d})
 	}
+	if len(cs) > 0 {
+		ip.mx.N.CreditSent.Add(sent)
+		b.ReplyAll(cs)
+	}
+	ip.replies = cs[:0]
 }
 
 // returnSpare keeps ds as the next dirty buffer, unless another visit
