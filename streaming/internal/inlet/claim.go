@@ -123,7 +123,6 @@ func (st *State) ClaimPrebind(bd Prebind) Claim {
 	}
 	st.setPrebindLocked(bd)
 	st.disarmLocked() // the accept window is the only limit on an unclaimed bind
-	st.makeWaitLocked()
 	return Claimed
 }
 

@@ -99,7 +99,6 @@ func (st *State) AttachFeed(f *Feed, p *Remote, credit uint32, prebind Prebind) 
 		// Size the inlet once instead of growing it record by record.
 		st.q.reserve(int(credit) + 2)
 	}
-	st.makeWaitLocked()
 	if prebind != nil && st.prebindLocked() == prebind { // the ticket's producer claims the pre-bind
 		st.setPrebindLocked(nil)
 		st.attached = true

@@ -121,20 +121,6 @@ func (st *State) wakeChanLocked() chan struct{} {
 	return nil
 }
 
-// makeWaitLocked makes the consumer's wake channel ahead of its first
-// wait, for an anchor that a mux slot is about to feed: its ticket was
-// minted (ClaimPrebind) or its slot opens (AttachFeed). Made at that
-// first wait instead, it was the one allocation of the consumer's read
-// loop, and a serving frontend's goroutine per request grew its young
-// stack for it (the allocator's frames on top of Next's did not fit): the
-// copy of the stack, and the unwinding it takes, cost as much as the
-// channel. An unattached anchor does not pay for it.
-func (st *State) makeWaitLocked() {
-	if st.dataWait == nil {
-		st.dataWait = make(chan struct{}, 1)
-	}
-}
-
 // waitDataLocked returns the channel a consumer waits on for a frame or
 // the end, and counts it as waiting until doneWaitingLocked.
 func (st *State) waitDataLocked() chan struct{} {
