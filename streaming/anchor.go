@@ -58,17 +58,18 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 // no copy. Everything other than an item behaves as in Next. An item that
 // is not a binary ends the stream with an *ItemError.
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
-	f, err := a.st.Pop(ctx)
+	p, f, err := a.st.PopBytes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if f.Kind == wire.KindSenderError {
+	switch f.Kind {
+	case wire.KindSenderError:
 		return nil, &SenderError{Message: f.Message}
-	}
-	p, err := bytesPayload(f.Item)
-	if err != nil {
-		a.st.End(err)
-		return nil, err
+	case wire.KindItem: // an item that is not a token's frame (PopBytes took that)
+		if p, err = bytesPayload(f.Item); err != nil {
+			a.st.End(err)
+			return nil, err
+		}
 	}
 	if a.trace == anchorTraceWaiting {
 		a.received(ctx)

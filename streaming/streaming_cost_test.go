@@ -158,3 +158,25 @@ func BenchmarkSameWorkerRecord(b *testing.B) {
 		a.NextBytes(ctx)
 	}
 }
+
+// BenchmarkNextBytesRun is a consumer taking a run of 32 tokens that
+// wait in its inlet, as a mux stream's consumer does after a wake. It
+// reports the cost per token of the take alone.
+func BenchmarkNextBytesRun(b *testing.B) {
+	m := newTestManager(b)
+	a, s := newPair[[]byte](b, m)
+	ctx := context.Background()
+	const run = 32
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for range run {
+			s.SendBytes(ctx, benchPayload)
+		}
+		b.StartTimer()
+		for range run {
+			a.NextBytes(ctx)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*run), "ns/token")
+}

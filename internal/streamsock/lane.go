@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -148,7 +149,7 @@ func (l *lane) Accept(f outFrame) {
 		n := len(l.segs)
 		if n > 0 && l.segs[n-1].payload == nil && len(l.segs[n-1].buf) < maxBatchBytes {
 			s := &l.segs[n-1]
-			s.buf = frame.Append(s.buf, f.Frame)
+			s.buf = frame.Append(growSegment(s.buf, f.Len()), f.Frame)
 			s.frames++
 		} else {
 			l.segs = append(l.segs, segment{buf: frame.Append(l.takeFree(), f.Frame), frames: 1})
@@ -173,6 +174,21 @@ func (l *lane) Accept(f outFrame) {
 			l.wakeWriterLocked()
 		}
 	}
+}
+
+// growSegment makes room for a frame of n bytes in a coalescing buffer.
+// One that must grow goes at once to the most a segment holds (frames are
+// added while it holds less than maxBatchBytes, each at most
+// CoalesceThreshold): grown by append's quarter steps from takeFree's
+// 64 KiB instead, a buffer was copied and made anew a dozen times on its
+// way there, and a busy lane does that with each of the buffers it keeps
+// (a mux response plane's fresh lanes allocated a third of their bytes
+// so).
+func growSegment(buf []byte, n int) []byte {
+	if cap(buf)-len(buf) >= n {
+		return buf
+	}
+	return slices.Grow(buf, max(n, maxBatchBytes+frame.CoalesceThreshold-len(buf)))
 }
 
 func (l *lane) wakeWriterLocked() {

@@ -233,6 +233,21 @@ func decodeBytesItem(b []byte) (Frame, bool) {
 	return Frame{Kind: KindItem, Item: v}, true
 }
 
+// BytesItemPayload returns the payload of b when b is the frame that
+// AppendBytesItem writes (a token), aliasing b; ok is false for any other
+// frame, which DecodeFrame then reads. A consumer that reads bytes takes a
+// token with it in one step, not a Frame and then its binary.
+func BytesItemPayload(b []byte) (payload []byte, ok bool) {
+	f, ok := decodeBytesItem(b)
+	if !ok {
+		return nil, false
+	}
+	if f.Item[0] == 0xc4 {
+		return f.Item[2:], true
+	}
+	return f.Item[3:], true
+}
+
 func decodeFrame(b []byte) (Frame, error) {
 	// The four sentinels by comparison first.
 	switch string(b) {

@@ -362,16 +362,63 @@ func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome
 func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 	st.mu.Lock()
 	for {
-		if st.endErr != nil {
-			err := st.endErr
-			st.passOnLocked()
+		b, err := st.takeLocked(ctx)
+		if err != nil {
 			st.mu.Unlock()
 			return wire.Frame{}, err
 		}
+		f, skip, err := st.readLocked(b)
+		if skip {
+			continue
+		}
+		st.mu.Unlock()
+		if err != nil {
+			st.home.Owner.Remove(st)
+		}
+		return f, err
+	}
+}
+
+// PopBytes is Pop for a consumer of byte items (NextBytes): a token, the
+// frame of a binary item, comes back as its payload, aliasing the frame,
+// with f zero. Any other frame comes back as Pop returns it, with a nil
+// payload.
+func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
+	st.mu.Lock()
+	for {
+		b, err := st.takeLocked(ctx)
+		if err != nil {
+			st.mu.Unlock()
+			return nil, wire.Frame{}, err
+		}
+		if p, ok := wire.BytesItemPayload(b); ok {
+			st.mu.Unlock()
+			return p, wire.Frame{}, nil
+		}
+		f, skip, err := st.readLocked(b)
+		if skip {
+			continue
+		}
+		st.mu.Unlock()
+		if err != nil {
+			st.home.Owner.Remove(st)
+		}
+		return nil, f, err
+	}
+}
+
+// takeLocked takes the next frame off the inlet, waiting for one, and
+// counts its take (its room, its credit). It returns the error that ended
+// the stream, again, or ctx's. The caller holds mu.
+func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
+	for {
+		if st.endErr != nil {
+			st.passOnLocked()
+			return nil, st.endErr
+		}
 		if st.q.n == 0 {
 			if err := st.waitLocked(ctx); err != nil {
-				st.mu.Unlock()
-				return wire.Frame{}, err
+				return nil, err
 			}
 			continue
 		}
@@ -381,29 +428,33 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 		if st.feed != nil {
 			st.feed.took(len(b))
 		}
-		f, err := wire.DecodeFrame(b)
-		if err != nil {
-			err = &streamerr.ItemError{Err: err}
-		} else {
-			switch f.Kind {
-			case wire.KindItem, wire.KindSenderError:
-				st.mu.Unlock()
-				return f, nil
-			case wire.KindHeartbeat, wire.KindDetached:
-				continue
-			case wire.KindFinalized:
-				err = io.EOF
-			case wire.KindDropped:
-				err = streamerr.ErrSenderDropped
-			case wire.KindTransportError:
-				err = &streamerr.TransportError{Message: f.Message}
-			}
-		}
-		st.endLocked(err)
-		st.mu.Unlock()
-		st.home.Owner.Remove(st)
-		return wire.Frame{}, err
+		return b, nil
 	}
+}
+
+// readLocked reads a frame that takeLocked took: an item or a soft error
+// for the consumer, a frame to skip, or the end of the stream, which it
+// makes (the caller then removes the anchor from the registry, past mu).
+func (st *State) readLocked(b []byte) (f wire.Frame, skip bool, err error) {
+	f, err = wire.DecodeFrame(b)
+	if err != nil {
+		err = &streamerr.ItemError{Err: err}
+	} else {
+		switch f.Kind {
+		case wire.KindItem, wire.KindSenderError:
+			return f, false, nil
+		case wire.KindHeartbeat, wire.KindDetached:
+			return wire.Frame{}, true, nil
+		case wire.KindFinalized:
+			err = io.EOF
+		case wire.KindDropped:
+			err = streamerr.ErrSenderDropped
+		case wire.KindTransportError:
+			err = &streamerr.TransportError{Message: f.Message}
+		}
+	}
+	st.endLocked(err)
+	return wire.Frame{}, false, err
 }
 
 // End ends the stream with err on the consumer's side (an item that does

@@ -16,7 +16,11 @@ func (r *ring) push(b []byte) {
 	if r.n == len(r.buf) {
 		r.resize(max(4, 2*len(r.buf)))
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = b
+	i := r.head + r.n
+	if i >= len(r.buf) {
+		i -= len(r.buf) // head < len and n < len: one wrap at most, and no division
+	}
+	r.buf[i] = b
 	r.n++
 }
 
@@ -74,7 +78,9 @@ func isDetached(b []byte) bool { return SameFrame(b, DetachedFrame) }
 func (r *ring) pop() []byte {
 	b := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head = (r.head + 1) % len(r.buf)
+	if r.head++; r.head == len(r.buf) {
+		r.head = 0
+	}
 	r.n--
 	return b
 }

@@ -20,19 +20,19 @@ func (ip *IngressPeer) markDirty(s *InSlot) {
 	due := ip.lastVisit.Add(ip.mx.Cfg.DrainVisitFloor)
 	ip.dirtyMu.Unlock()
 	if first {
-		ip.mx.ringAt(due)
+		ip.mx.ringAt(ip, due)
 	}
 }
 
-// ringAt asks for a doorbell visit of a peer whose visit floor ends at
+// ringAt asks for a doorbell visit of ip, whose visit floor ends at
 // due. A floor that has passed rings the bell, which wakes the sweeper.
 // One still running arms the sweeper's floor timer instead: waking the
 // sweeper only for it to wait out the floor cost a goroutine switch per
 // forward pass and peer, and the next batch from the peer (the arrival
 // path) usually returns the credit before the floor ends.
-func (mx *Mux) ringAt(due time.Time) {
+func (mx *Mux) ringAt(ip *IngressPeer, due time.Time) {
 	if d := time.Until(due); d > 0 {
-		mx.armFloor(due, d)
+		mx.armFloor(ip, due, d)
 		return
 	}
 	select {
@@ -41,15 +41,50 @@ func (mx *Mux) ringAt(due time.Time) {
 	}
 }
 
-// armFloor makes the sweeper's floor timer fire by due (d from now), unless
-// it is set to fire earlier.
-func (mx *Mux) armFloor(due time.Time, d time.Duration) {
+// armFloor makes the sweeper's floor timer fire by due (d from now), the
+// end of ip's floor, unless it is set to fire earlier.
+func (mx *Mux) armFloor(ip *IngressPeer, due time.Time, d time.Duration) {
 	mx.FloorMu.Lock()
+	mx.floors[ip] = due
 	if mx.FloorAt.IsZero() || due.Before(mx.FloorAt) {
 		mx.FloorAt = due
 		mx.floorT.Reset(d)
 	}
 	mx.FloorMu.Unlock()
+}
+
+// visitedFloor takes ip's floor off the timer once a visit returned its
+// credit (most often the arrival path: a batch from the peer returns the
+// credit of the takes since the last one). The next take arms it again,
+// for the floor after this visit. Left as it was, the timer woke the
+// sweeper only for the doorbell to find the floor moved on and arm it
+// again: with batches arriving more often than DrainVisitFloor (a forward
+// pass per millisecond against a floor of 2 ms), a wake of the sweeper per
+// floor that returned nothing. The timer moves to the earliest floor of
+// the peers still waiting, or stops.
+func (mx *Mux) visitedFloor(ip *IngressPeer) {
+	mx.FloorMu.Lock()
+	defer mx.FloorMu.Unlock()
+	due, ok := mx.floors[ip]
+	if !ok {
+		return
+	}
+	delete(mx.floors, ip)
+	if !due.Equal(mx.FloorAt) {
+		return // the timer is set for another peer's floor
+	}
+	var next time.Time
+	for _, d := range mx.floors {
+		if next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	mx.FloorAt = next
+	if next.IsZero() {
+		mx.floorT.Stop()
+		return
+	}
+	mx.floorT.Reset(max(time.Until(next), 0))
 }
 
 // ReconcileDirty returns the credit of every dirty slot of the peer.
@@ -67,14 +102,18 @@ func (ip *IngressPeer) ReconcileDirty() {
 	ip.dirty, ip.spare = ip.spare, nil
 	ip.dirtyMu.Unlock()
 	defer ip.returnSpare(ds)
+	ip.mx.visitedFloor(ip)
 	b, err := ip.mx.replyBatcher(ip.peer, ip.lane)
 	if err != nil {
 		return
 	}
 	// Replies are queued under the table's lock (the batcher's lock nests
-	// in it, as on the arrival path), so no list of grants is built.
+	// in it, as on the arrival path), all under one lock of the batcher:
+	// the list of them is the table's, reused.
 	ip.Mu.Lock()
 	defer ip.Mu.Unlock()
+	cs := ip.replies[:0]
+	var sent uint64
 	for _, s := range ds {
 		d := s.TakeDrained() // clears the listing first: a take after it lists the slot again
 		if d == 0 || ip.slotLocked(s.id) != s {
@@ -88,9 +127,14 @@ func (ip *IngressPeer) ReconcileDirty() {
 			continue
 		}
 		s.Held += d
-		ip.mx.N.CreditSent.Add(uint64(d))
-		b.Reply(s.id, d)
+		sent += uint64(d)
+		cs = append(cs, SlotCredit{s.id, d})
 	}
+	if len(cs) > 0 {
+		ip.mx.N.CreditSent.Add(sent)
+		b.ReplyAll(cs)
+	}
+	ip.replies = cs[:0]
 }
 
 // returnSpare keeps ds as the next dirty buffer, unless another visit

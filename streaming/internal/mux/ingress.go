@@ -61,11 +61,14 @@ type IngressPeer struct {
 	// stream took (aside.go); nil while there are none.
 	aside map[muxwire.SlotID]*InSlot
 
-	run dataRun // the records being handed on together (ingress_run.go)
+	run    dataRun   // the records being handed on together (ingress_run.go)
+	credit creditRun // the grants being applied together (ingress_batch.go)
 	// Early holds size refusals of staged records whose OpenSlot has not
 	// been applied yet, oldest first, at most maxEarlyRefusals
 	// (early_refusal.go).
 	Early []earlyRefusal
+
+	replies []SlotCredit // ReconcileDirty's list of grants, reused; under mu
 
 	dirtyMu   sync.Mutex
 	dirty     []*InSlot

@@ -70,6 +70,7 @@ func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		mx.N.Dropped[why].Add(uint64(n))
 		return nil
 	}
+	ip.credit.looked = false // a batcher found for the last batch may have gone since
 	recs := batch.Records()
 	for {
 		rec, ok := recs.Next()
@@ -86,9 +87,16 @@ func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 			continue
 		}
 		ip.flushRunLocked(&rep) // what came before this record, first
+		if rec.Type == muxwire.CreditUpdate {
+			ip.creditLocked(rec)
+			continue
+		}
+		ip.flushCreditLocked()
 		ip.applyLocked(rec, &rep)
 	}
 	ip.flushRunLocked(&rep)
+	ip.flushCreditLocked()
+	ip.credit.b = nil // pins no batcher between batches
 	ip.Mu.Unlock()
 	ip.send(rep)
 	ip.ReconcileDirty() // the arrival path: credit rides back with this batch's wake
@@ -202,13 +210,6 @@ func (ip *IngressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 				b.CloseByPeer(rec.Slot)
 			}
 		}
-	case muxwire.CreditUpdate:
-		if b := ip.mx.ExistingBatcher(ip.peer, ip.lane); b != nil {
-			ip.mx.N.CreditReceived.Add(uint64(rec.Credit()))
-			b.Grant(rec.Slot, rec.Credit())
-		} else {
-			ip.mx.controlRefused()
-		}
 	case muxwire.LifecycleSlot:
 		if b := ip.mx.ExistingBatcher(ip.peer, ip.lane); b != nil {
 			session, action := rec.Lifecycle()
@@ -219,6 +220,49 @@ func (ip *IngressPeer) applyLocked(rec muxwire.Record, rep *replies) {
 			s.delivered = true
 		}
 	}
+}
+
+// creditRun gathers the CreditUpdates that follow one another in a
+// batch, to grant them together (Batcher.GrantAll): one lookup of the
+// batcher they are for per batch, one lock of it and one count per run,
+// where each record took the mux's lock, the batcher's and a shared
+// counter. A consumer's node returns the credit of every stream of a
+// forward pass in one batch, so a run is a grant per stream. It is
+// used under the table's mu.
+type creditRun struct {
+	b      *Batcher // the lane's batcher, once looked up for this batch
+	looked bool
+	grants []SlotCredit
+}
+
+// creditLocked adds a CreditUpdate to the run.
+func (ip *IngressPeer) creditLocked(rec muxwire.Record) {
+	r := &ip.credit
+	if !r.looked {
+		r.b, r.looked = ip.mx.ExistingBatcher(ip.peer, ip.lane), true
+	}
+	if r.b == nil {
+		ip.mx.controlRefused()
+		return
+	}
+	r.grants = append(r.grants, SlotCredit{rec.Slot, rec.Credit()})
+}
+
+// flushCreditLocked grants the run, before the record that ends it is
+// applied: a close or a stop that follows credit in a batch still comes
+// after it.
+func (ip *IngressPeer) flushCreditLocked() {
+	r := &ip.credit
+	if len(r.grants) == 0 {
+		return
+	}
+	var sum uint64
+	for _, g := range r.grants {
+		sum += uint64(g.Delta)
+	}
+	ip.mx.N.CreditReceived.Add(sum)
+	r.b.GrantAll(r.grants)
+	r.grants = r.grants[:0]
 }
 
 // openLocked claims the bind an OpenSlot names and opens its slot. An

@@ -35,6 +35,7 @@ type muxCounters struct {
 	Dropped                    [metrics.NumMuxDropReasons]atomic.Uint64
 	UnclaimedReaped            atomic.Uint64
 	DrainVisits                atomic.Uint64
+	FloorFires                 atomic.Uint64 // the doorbell's floor timer woke the sweeper
 	BatchSeqGaps               atomic.Uint64
 	BatcherWakes               atomic.Uint64                            // wakes of the batcher goroutines
 	WakesBy                    [metrics.NumMuxWakeSources]atomic.Uint64 // the same wakes, by source (wake.go)
@@ -110,9 +111,12 @@ type Mux struct {
 	// The doorbell's floor timer (ringAt): it fires when the visit floor
 	// of a peer with drained slots ends; floorAt is when, zero while it is
 	// not set. floorMu is a leaf.
-	FloorMu  sync.Mutex
-	floorT   *time.Timer
-	FloorAt  time.Time
+	FloorMu sync.Mutex
+	floorT  *time.Timer
+	FloorAt time.Time
+	// floors holds the end of the floor of each peer the timer waits for
+	// (armFloor), so that a visit can take its own off (visitedFloor).
+	floors   map[*IngressPeer]time.Time
 	sweeping sync.WaitGroup
 	N        muxCounters
 }
@@ -129,6 +133,7 @@ func New(cfg Config, heartbeat time.Duration, post func(ext.WorkerID, int, []byt
 		Bell:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		floorT:   time.NewTimer(time.Hour),
+		floors:   make(map[*IngressPeer]time.Time),
 	}
 	mx.floorT.Stop()
 	mx.Epochs.Store(randomEpochBase())
@@ -226,6 +231,7 @@ func (mx *Mux) PeerLost(peer ext.WorkerID) {
 		if k.Peer == peer {
 			delete(mx.Ingress, k)
 			ips = append(ips, ip)
+			mx.visitedFloor(ip) // nobody visits it any more; FloorMu is a leaf
 		}
 	}
 	if len(bs) > 0 {

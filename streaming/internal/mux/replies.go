@@ -13,17 +13,36 @@ import (
 // would lift it there is a liar's (or a repeat), counted in
 // control_refused, and cannot let this side send past the window.
 func (b *Batcher) Grant(id muxwire.SlotID, delta uint32) {
+	b.GrantAll([]SlotCredit{{id, delta}})
+}
+
+// SlotCredit is credit for one slot: a grant from the peer, or a reply
+// owed to it.
+type SlotCredit struct {
+	ID    muxwire.SlotID
+	Delta uint32
+}
+
+// GrantAll is Grant for the CreditUpdates of one batch, under one lock of
+// the batcher and with at most one wake: a consumer returns credit for
+// every stream of a forward pass at once, so a batch of replies holds a
+// grant for each of them.
+func (b *Batcher) GrantAll(gs []SlotCredit) {
+	wake := false
 	b.Mu.Lock()
-	s := b.slotLocked(id)
-	if s == nil || s.Life.Closed() {
-		b.refuseLocked(id)
-		b.Mu.Unlock()
-		return
+	for _, g := range gs {
+		s := b.slotLocked(g.ID)
+		if s == nil || s.Life.Closed() {
+			b.refuseLocked(g.ID)
+			continue
+		}
+		if s.clampCreditLocked(g.Delta) {
+			b.Mx.controlRefused()
+		}
+		if s.readyLocked() {
+			wake = true
+		}
 	}
-	if s.clampCreditLocked(delta) {
-		b.Mx.controlRefused()
-	}
-	wake := s.readyLocked()
 	b.Mu.Unlock()
 	if wake {
 		b.Signal(metrics.WakeControl) // credit the peer granted
@@ -70,14 +89,23 @@ func (b *Batcher) Kick() {
 // ingress. Replies coalesce per slot; a batch of only replies waits up to
 // reply_linger for company.
 func (b *Batcher) Reply(id muxwire.SlotID, delta uint32) {
+	b.ReplyAll([]SlotCredit{{id, delta}})
+}
+
+// ReplyAll is Reply for the credit of many slots, under one lock of the
+// batcher: a credit return visits every dirty slot of a peer, one per
+// stream of the last forward pass.
+func (b *Batcher) ReplyAll(cs []SlotCredit) {
 	b.Mu.Lock()
 	if b.handedOnLocked() {
-		b.handOn(func(nb *Batcher) { nb.Reply(id, delta) })
+		b.handOn(func(nb *Batcher) { nb.ReplyAll(cs) })
 		return
 	}
 	b.used = true
-	if _, closing := b.Closes[id]; !closing {
-		b.Credit[id] += delta
+	for _, c := range cs {
+		if _, closing := b.Closes[c.ID]; !closing {
+			b.Credit[c.ID] += c.Delta
+		}
 	}
 	if !b.lingerOn && !b.Awake {
 		b.startLingerLocked()

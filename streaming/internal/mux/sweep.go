@@ -30,8 +30,10 @@ func (mx *Mux) sweep() {
 		case <-mx.Bell:
 			mx.Doorbell()
 		case <-mx.floorT.C:
+			mx.N.FloorFires.Add(1)
 			mx.FloorMu.Lock()
 			mx.FloorAt = time.Time{}
+			clear(mx.floors) // the doorbell arms again for the peers it skips
 			mx.FloorMu.Unlock()
 			mx.Doorbell()
 		case now := <-walk.C:
@@ -53,7 +55,7 @@ func (mx *Mux) Doorbell() {
 		due := ip.lastVisit.Add(mx.Cfg.DrainVisitFloor)
 		ip.dirtyMu.Unlock()
 		if d := due.Sub(now); d > 0 {
-			mx.armFloor(due, d)
+			mx.armFloor(ip, due, d)
 			continue
 		}
 		mx.N.DrainVisits.Add(1)
