@@ -360,23 +360,8 @@ func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome
 // heartbeats and Detached (the anchor waits for the next producer) and
 // turns terminals into errors: io.EOF for Finalized.
 func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
-	st.mu.Lock()
-	for {
-		b, err := st.takeLocked(ctx)
-		if err != nil {
-			st.mu.Unlock()
-			return wire.Frame{}, err
-		}
-		f, skip, err := st.readLocked(b)
-		if skip {
-			continue
-		}
-		st.mu.Unlock()
-		if err != nil {
-			st.home.Owner.Remove(st)
-		}
-		return f, err
-	}
+	_, f, err := st.pop(ctx, false)
+	return f, err
 }
 
 // PopBytes is Pop for a consumer of byte items (NextBytes): a token, the
@@ -384,6 +369,12 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 // with f zero. Any other frame comes back as Pop returns it, with a nil
 // payload.
 func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
+	return st.pop(ctx, true)
+}
+
+// pop is Pop and PopBytes in one loop; bytesFirst says whether a binary
+// item's payload is taken straight off its frame without decoding it.
+func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wire.Frame, err error) {
 	st.mu.Lock()
 	for {
 		b, err := st.takeLocked(ctx)
@@ -391,9 +382,11 @@ func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, er
 			st.mu.Unlock()
 			return nil, wire.Frame{}, err
 		}
-		if p, ok := wire.BytesItemPayload(b); ok {
-			st.mu.Unlock()
-			return p, wire.Frame{}, nil
+		if bytesFirst {
+			if p, ok := wire.BytesItemPayload(b); ok {
+				st.mu.Unlock()
+				return p, wire.Frame{}, nil
+			}
 		}
 		f, skip, err := st.readLocked(b)
 		if skip {
