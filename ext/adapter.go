@@ -269,15 +269,7 @@ func DoneAll(msgs []InboundMessage) {
 		for j < len(msgs) && msgs[j].Owner == o {
 			j++
 		}
-		if o != nil {
-			if rn, ok := o.(interface{ ReleaseN(int) }); ok {
-				rn.ReleaseN(j - i)
-			} else {
-				for k := i; k < j; k++ {
-					o.Release()
-				}
-			}
-		}
+		ReleaseOwnerN(o, j-i)
 		i = j
 	}
 }

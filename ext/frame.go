@@ -100,6 +100,23 @@ type Owner interface {
 	Release()
 }
 
+// ReleaseOwnerN releases n references to o at once: with one call when o
+// counts them in bulk (a ReleaseN(int) method, as the stream transports'
+// read buffers have), else with n calls of Release. A nil o or n <= 0 does
+// nothing.
+func ReleaseOwnerN(o Owner, n int) {
+	if o == nil || n <= 0 {
+		return
+	}
+	if rn, ok := o.(interface{ ReleaseN(int) }); ok {
+		rn.ReleaseN(n)
+		return
+	}
+	for range n {
+		o.Release()
+	}
+}
+
 // OwnerRetainer is a transport that retains the Owner of an outbound frame
 // for as long as it keeps the frame's slices after Send returns, and
 // releases it when done. A sender hands such a transport a pooled buffer

@@ -118,3 +118,30 @@ func TestNopObservability(t *testing.T) {
 	o.WriteDuration(0)
 	o.EgressQueueWait(0)
 }
+
+// bulkOwner counts its references in bulk, as a stream transport's read
+// buffer does.
+type bulkOwner struct {
+	countingOwner
+	bulk []int
+}
+
+func (o *bulkOwner) ReleaseN(n int) { o.bulk = append(o.bulk, n) }
+
+func TestReleaseOwnerN(t *testing.T) {
+	var plain countingOwner
+	ext.ReleaseOwnerN(&plain, 3)
+	if got := plain.releases.Load(); got != 3 {
+		t.Fatalf("an owner without ReleaseN: %d releases, want 3", got)
+	}
+	var bulk bulkOwner
+	ext.ReleaseOwnerN(&bulk, 5)
+	if len(bulk.bulk) != 1 || bulk.bulk[0] != 5 || bulk.releases.Load() != 0 {
+		t.Fatalf("an owner with ReleaseN: bulk %v and %d single releases, want one ReleaseN(5)", bulk.bulk, bulk.releases.Load())
+	}
+	ext.ReleaseOwnerN(nil, 2)    // nothing to release
+	ext.ReleaseOwnerN(&plain, 0) // nothing either
+	if got := plain.releases.Load(); got != 3 {
+		t.Fatalf("n = 0 released %d more", got-3)
+	}
+}

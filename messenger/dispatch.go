@@ -350,15 +350,7 @@ func (b *doneBatch) flush() {
 		return
 	}
 	b.guard.ReleaseN(b.n)
-	if b.owners > 0 {
-		if rn, ok := b.owner.(interface{ ReleaseN(int) }); ok {
-			rn.ReleaseN(b.owners)
-		} else {
-			for range b.owners {
-				b.owner.Release()
-			}
-		}
-	}
+	ext.ReleaseOwnerN(b.owner, b.owners)
 	*b = doneBatch{}
 }
 
