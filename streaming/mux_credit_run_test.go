@@ -31,13 +31,7 @@ func TestMuxCreditBatchGrantsEachStream(t *testing.T) {
 			return cr == c-2 && q == 0
 		})
 	}
-	cb := cmx.ExistingBatcher(producer.msg.WorkerID(), 0)
-	if cb == nil {
-		t.Fatal("the consumer has no batcher to the producer")
-	}
-	cb.Mu.Lock()
-	epoch := cb.Epoch
-	cb.Mu.Unlock()
+	epoch := batcherEpoch(t, cmx, producer.msg.WorkerID())
 	last := ids[n-1]
 	forge(t, pmx, consumer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
 		for i, id := range ids {

@@ -38,6 +38,19 @@ func openedStream(t *testing.T, producer, consumer *remoteNode) (*Anchor[[]byte]
 	return a, s
 }
 
+// batcherEpoch is the epoch of mx's lane-0 batcher towards peer: a batch
+// forged with it passes as one from mx's node.
+func batcherEpoch(t *testing.T, mx *mux.Mux, peer ext.WorkerID) uint64 {
+	t.Helper()
+	b := mx.ExistingBatcher(peer, 0)
+	if b == nil {
+		t.Fatal("no batcher to the peer")
+	}
+	b.Mu.Lock()
+	defer b.Mu.Unlock()
+	return b.Epoch
+}
+
 // forge hands mx one batch of lane 0 from sender, built by add.
 func forge(t *testing.T, mx *mux.Mux, sender ext.WorkerID, epoch uint64, add func(enc *muxwire.Encoder)) {
 	t.Helper()
@@ -155,13 +168,7 @@ func TestMuxForgedCreditCannotRaiseTheWindow(t *testing.T) {
 	pmx, cmx := muxOf(t, producer), muxOf(t, consumer)
 	// The consumer's own epoch towards the producer: the forged batches
 	// pass as the consumer's.
-	cb := cmx.ExistingBatcher(producer.msg.WorkerID(), 0)
-	if cb == nil {
-		t.Fatal("the consumer has no batcher to the producer")
-	}
-	cb.Mu.Lock()
-	epoch := cb.Epoch
-	cb.Mu.Unlock()
+	epoch := batcherEpoch(t, cmx, producer.msg.WorkerID())
 	refused := pmx.N.ControlRefused.Load()
 	forge(t, pmx, consumer.msg.WorkerID(), epoch, func(enc *muxwire.Encoder) {
 		enc.CreditUpdate(id, 0, math.MaxUint32)
