@@ -37,6 +37,19 @@ func FuzzDecodeFrame(f *testing.F) {
 				t.Fatalf("% x: fast path %+v, general reader %+v, %v", b, fast, slow, serr)
 			}
 		}
+		if p, ok := BytesItemPayload(b); ok {
+			// A token's payload is the binary's bytes, the tail of b: written
+			// again as a token, it reads back the same.
+			if !bytes.Equal(p, b[len(b)-len(p):]) {
+				t.Fatalf("% x: payload % x is not the frame's tail", b, p)
+			}
+			again, ok := BytesItemPayload(AppendBytesItem(nil, p))
+			if !ok || !bytes.Equal(again, p) {
+				t.Fatalf("% x: payload % x reads back as % x, %v", b, p, again, ok)
+			}
+		} else if _, fast := decodeBytesItem(b); fast {
+			t.Fatalf("% x: the token fast path reads it, BytesItemPayload does not", b)
+		}
 		term := IsTerminalFrame(b)
 		if err != nil {
 			if term {
