@@ -3,6 +3,7 @@ package queuetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,10 +59,18 @@ func testCompeting(t *testing.T, h Harness) {
 			}
 		})
 	}
+	// The sends are waited for before the test ends: a receiver can see the
+	// last item before its Send has returned, and the test's context, which
+	// the Send runs under, ends with the test.
+	sent := make(chan error, 1)
 	go func() {
 		for i := range n {
-			must(t, tx.Send(Ctx(t), Job{0, i}))
+			if err := tx.Send(Ctx(t), Job{0, i}); err != nil {
+				sent <- fmt.Errorf("send %d: %w", i, err)
+				return
+			}
 		}
+		sent <- nil
 	}()
 	got := map[int]bool{}
 	for len(got) < n {
@@ -75,6 +84,7 @@ func testCompeting(t *testing.T, h Harness) {
 			t.Fatalf("got %d of %d items", len(got), n)
 		}
 	}
+	must(t, <-sent)
 	cancel()
 	wg.Wait()
 }
