@@ -229,3 +229,38 @@ func TestEntryWithoutLockIsLive(t *testing.T) {
 	}
 	discoverytest.MustList(t, fs.NewServices(path), "llm", id)
 }
+
+// TestWatchSeesRegistrationBeforeFullRead: a watch whose full reads are
+// an hour apart still reports a registration, because it stats the file
+// between full reads and reads it at once when it changed.
+func TestWatchSeesRegistrationBeforeFullRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.json")
+	watcher := fs.NewServices(path)
+	watcher.PollInterval = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := watcher.WatchService(ctx, "llm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := <-ch; first.Kind != ext.ServiceInitial || len(first.IDs) != 0 {
+		t.Fatalf("first event %+v, want an empty initial listing", first)
+	}
+	id := ext.NewInstanceID()
+	registrant := fs.NewServices(path)
+	if err := registrant.RegisterService(ctx, "llm", id); err != nil {
+		t.Fatal(err)
+	}
+	defer registrant.UnregisterService(context.Background(), "llm", id)
+	select {
+	case ev := <-ch:
+		if ev.Kind != ext.ServiceAdded || len(ev.IDs) != 1 || ev.IDs[0] != id {
+			t.Fatalf("event %+v, want %s added", ev, id)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch did not report the registration before its next full read")
+	}
+	cancel()
+	for range ch { // the watch's goroutine ends with ctx
+	}
+}

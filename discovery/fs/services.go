@@ -22,14 +22,16 @@ const DefaultPollInterval = 2 * time.Second
 
 // Services is service discovery on one JSON file. It implements
 // ext.ServiceDiscovery, ext.ServiceRegistrar, ext.ServiceLister and
-// ext.ServiceWatcher (by reading the file every PollInterval).
+// ext.ServiceWatcher (by reading the file at once when a stat every
+// 100 ms says it changed, and every PollInterval anyway).
 type Services struct {
 	f jsonFile
 
 	mu   sync.Mutex
 	held map[serviceKey]func() // the liveness locks of this process's entries
-	// PollInterval is how often a watch reads the file; set it before
-	// the first watch. Zero means DefaultPollInterval.
+	// PollInterval is how often a watch reads the whole file even when it
+	// did not change, which is how it sees a registrant that died; set it
+	// before the first watch. Zero means DefaultPollInterval.
 	PollInterval time.Duration
 }
 
@@ -124,6 +126,8 @@ func (d *Services) ListServices(context.Context) ([]string, error) {
 // WatchService reports the instances of service, then each change seen
 // when the file is read again. One goroutine per watch, ended by ctx.
 func (d *Services) WatchService(ctx context.Context, service string) (<-chan ext.ServiceEvent, error) {
+	state := &fileState{path: d.f.path}
+	state.changed() // before the listing: a write after it is a change
 	first, err := d.ListService(ctx, service)
 	if err != nil {
 		return nil, err
@@ -134,20 +138,28 @@ func (d *Services) WatchService(ctx context.Context, service string) (<-chan ext
 	}
 	ch := make(chan ext.ServiceEvent, 16)
 	ch <- ext.ServiceEvent{Kind: ext.ServiceInitial, IDs: first}
-	go d.poll(ctx, service, first, every, ch)
+	go d.poll(ctx, service, first, state, every, ch)
 	return ch, nil
 }
 
-func (d *Services) poll(ctx context.Context, service string, known []ext.InstanceID, every time.Duration, ch chan<- ext.ServiceEvent) {
+// poll reads the file when a stat says it changed, and every full
+// interval anyway: a registrant that died leaves the file as it was, and
+// only a full read sees that its liveness lock was dropped.
+func (d *Services) poll(ctx context.Context, service string, known []ext.InstanceID, state *fileState, every time.Duration, ch chan<- ext.ServiceEvent) {
 	defer close(ch)
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(checkEvery(every))
 	defer tick.Stop()
+	lastRead := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		if !state.changed() && time.Since(lastRead) < every {
+			continue
+		}
+		lastRead = time.Now()
 		now, err := d.ListService(ctx, service)
 		if err != nil {
 			continue // a bad read now says nothing about the next one
