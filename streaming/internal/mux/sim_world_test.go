@@ -100,6 +100,18 @@ func (n *simNode) recv(src string, lane int, data []byte) {
 	if err := n.mx.HandleBatch(ext.WorkerID(from+1), lane, data); err != nil {
 		n.w.violate("%s: batch from %s refused: %v", n.name, src, err)
 	}
+	// The batch is the handler's only until it returns: the messenger then
+	// releases the read buffer it lives in, and the transport reads the
+	// next frames into it. Poisoned here, a record that an inlet kept
+	// without copying it out reads garbage, and checkItem sees that.
+	poison(data)
+}
+
+// poison overwrites a released buffer, as a transport's next read would.
+func poison(b []byte) {
+	for i := range b {
+		b[i] = 0xa5
+	}
 }
 
 func (w *simWorld) violate(format string, args ...any) {
