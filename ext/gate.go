@@ -93,6 +93,11 @@ type AdmissionGate[T any] struct {
 	// OnBackpressure, when set, is called (outside the lock) for each send
 	// that had to wait in the FIFO.
 	OnBackpressure func()
+	// OnWait, when set, is called with the lock held for each item that
+	// goes to wait in the FIFO, before Send returns: a sink that copies
+	// what it accepts at once can take its hold on an item's memory only
+	// for the items that outlive their Send this way.
+	OnWait func(item *T)
 }
 
 // NewAdmissionGate makes a gate in front of sink.
@@ -118,6 +123,9 @@ func (g *AdmissionGate[T]) Send(item T, units int) (SendOutcome, error) {
 	}
 	adm := &Admission{done: make(chan struct{})}
 	g.pending = append(g.pending, pendingItem[T]{item: item, units: units, adm: adm})
+	if g.OnWait != nil {
+		g.OnWait(&g.pending[len(g.pending)-1].item)
+	}
 	g.mu.Unlock()
 	if g.OnBackpressure != nil {
 		g.OnBackpressure()

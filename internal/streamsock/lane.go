@@ -18,10 +18,31 @@ import (
 )
 
 // outFrame is a frame on its way to the writer, with the time it was sent
-// (only read when metrics are on).
+// (only read when metrics are on). held: the transport holds a reference
+// on the frame's Owner (retained when the frame went to wait in the gate).
+// A small frame admitted at once is copied within Send and never held: a
+// pooled request buffer then costs no atomic updates in the transport.
 type outFrame struct {
 	ext.Frame
 	stamp time.Duration
+	held  bool
+}
+
+// hold takes the transport's reference on a frame that is kept past its
+// Send (the gate's OnWait).
+func (f *outFrame) hold() {
+	if f.Owner != nil && !f.held {
+		f.Owner.Retain()
+		f.held = true
+	}
+}
+
+// release lets go of the transport's reference, if it holds one.
+func (f *outFrame) release() {
+	if f.held {
+		f.held = false
+		f.Release()
+	}
 }
 
 func units(f ext.Frame) int { return frame.PreambleLen + f.Len() }
@@ -130,6 +151,7 @@ func newLane(t *Transport, p *peer, idx int) *lane {
 	l := &lane{t: t, peer: p, idx: idx, ctr: &p.stats[idx], wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	l.gate = ext.NewAdmissionGate[outFrame](l, t.cfg.ChannelBytes)
 	l.gate.OnBackpressure = func() { t.obs().SendBackpressure() }
+	l.gate.OnWait = (*outFrame).hold
 	if p.fenced {
 		l.raiseFence()
 	}
@@ -154,9 +176,12 @@ func (l *lane) Accept(f outFrame) {
 		} else {
 			l.segs = append(l.segs, segment{buf: frame.Append(l.takeFree(), f.Frame), frames: 1})
 		}
-		// Copied: the sender's reference can go.
-		f.Release()
+		// Copied: a reference the transport held can go (the sender's
+		// is the sender's, when this runs within its Send).
+		f.release()
 	} else {
+		// The payload stays in place: the segment holds a reference.
+		f.hold()
 		l.segs = append(l.segs, segment{buf: frame.AppendPrefix(l.takeFree(), f.Frame), payload: f.Payload, owner: f.Owner, frames: 1})
 	}
 	l.units += units(f.Frame)
@@ -630,7 +655,7 @@ func (l *lane) finish(conn net.Conn, err error) {
 	l.gate.Fail(ext.ErrConnectionClosed, func(f outFrame) {
 		l.t.obs().Rejection(ext.RejectSendFailed)
 		l.t.adapter.ReportSendError(l.peer.id, f.Frame, l.because(err))
-		f.Release()
+		f.release()
 	})
 	l.gate.Drain(func() int {
 		l.inlineOK, l.dead = false, true

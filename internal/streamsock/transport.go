@@ -288,13 +288,12 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	}
 	box := t.obsv.Load()
 	obs := box.Observability
-	of := outFrame{Frame: f}
 	// The frame may wait in the gate or the queue after the caller lets go
-	// of a pooled inbound buffer it lives in: hold a reference until the
-	// writer is done with it.
-	if f.Owner != nil {
-		f.Owner.Retain()
-	}
+	// of a pooled buffer it lives in: the lane holds a reference on its
+	// Owner then (outFrame.hold), until the writer is done with it. One
+	// copied within this call needs none: the caller's lasts until it
+	// returns.
+	of := outFrame{Frame: f}
 	if box.enabled {
 		of.stamp = monotonic()
 	}
@@ -303,13 +302,11 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	for try := 0; ; try++ {
 		p, ok := t.lookup(target)
 		if !ok {
-			f.Release()
 			obs.Rejection(ext.RejectUnknownPeer)
 			return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
 		}
 		l := t.laneFor(p, lane)
 		if l == nil {
-			f.Release()
 			if p.gone.Load() {
 				obs.Rejection(ext.RejectUnknownPeer)
 				return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
@@ -334,7 +331,6 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 		}
 		if try == 1 || !errors.Is(err, ext.ErrConnectionClosed) {
 			obs.Frames(ext.Outbound, f.Type, ext.Rejected, 1, f.Len())
-			f.Release()
 			return ext.SendOutcome{}, err
 		}
 	}
