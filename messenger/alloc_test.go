@@ -24,7 +24,7 @@ import (
 // server:
 //  2. reply: the reply header buffer;
 //  3. run: the handler Context, whose address the handler gets, one in
-//     sixteen calls only: a spawn worker takes them from a block of its
+//     64 calls only: a spawn worker takes them from a block of its
 //     own (contextSlab); an inline or ordered handler's is one each.
 //
 // The request is built in a pooled buffer (pooledRequestFrame), which TCP

@@ -575,7 +575,7 @@ func TestSpawnContextsOutliveTheirRun(t *testing.T) {
 		kept = append(kept, c)
 		return nil, nil
 	})))
-	const calls = 50 // three blocks and some
+	const calls = 200 // three blocks and some
 	for range calls {
 		if _, err := a.Unary(ctx, b.InstanceID(), "keep", nil); err != nil {
 			t.Fatal(err)

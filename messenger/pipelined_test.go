@@ -57,3 +57,32 @@ func BenchmarkFirePipelined(b *testing.B) {
 	b.ResetTimer()
 	p.send(b, b.N)
 }
+
+// firePipelinedAllocsPer64 is the most allocations 64 pipelined
+// fire-and-forget messages may make, sender and receiver together: the
+// request is built in a pooled buffer that TCP copies within Send, the
+// reader builds jobs in pooled segments, and a spawn worker takes its
+// Contexts 64 to a block (contextSlab), so about one block per 64
+// messages, and one of slack for what the nodes' loops allocate now and
+// then. With blocks of 16 it was 4 and more.
+const firePipelinedAllocsPer64 = 2
+
+// TestFirePipelinedAllocs counts the allocations of pipelined
+// fire-and-forget messages, as the throughput harness sends them.
+func TestFirePipelinedAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 64000 messages")
+	}
+	if raceEnabled {
+		// sync.Pool drops what is put back now and then (raceEnabled):
+		// over many messages, that is most of what gets counted.
+		t.Skip("the race detector's pools allocate afresh")
+	}
+	p := newFirePipe(t)
+	p.send(t, 10000)
+	allocs := testing.AllocsPerRun(100, func() { p.send(t, 64*10) }) / 10
+	t.Logf("allocations per 64 messages (both sides): %v", allocs)
+	if allocs > firePipelinedAllocsPer64 {
+		t.Errorf("allocations per 64 pipelined messages: %v, want at most %d", allocs, firePipelinedAllocsPer64)
+	}
+}

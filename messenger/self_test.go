@@ -422,7 +422,7 @@ func inFlightAtShutdown(t *testing.T, caller, server *velo.Node, budget time.Dur
 // selfUnaryAllocs bounds the allocations of one unary self call of a
 // 64-byte payload to a spawn-mode handler that echoes it: the copy of the
 // answer the caller keeps (onFrame), the reply header, and one Context in
-// sixteen (contextSlab); the request is built in a pooled buffer, which
+// 64 (contextSlab); the request is built in a pooled buffer, which
 // the loopback retains until the handler is done. One of slack, as for
 // the remote round trip (unaryRoundTripAllocs).
 const selfUnaryAllocs = 3
