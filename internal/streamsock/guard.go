@@ -33,6 +33,7 @@ type stallGuard struct {
 	began   time.Time // when that frame was first seen half-received; zero between frames
 	armed   time.Time // the read deadline set on conn; zero when none
 	hook    func(n int)
+	acks    ackDelayer // accepted TCP connections only (delayack.go)
 }
 
 // newStallGuard wraps conn and makes the frame reader that reads through it.
@@ -53,8 +54,11 @@ func (g *stallGuard) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := g.conn.Read(p)
-		if n > 0 && g.hook != nil {
-			g.hook(n)
+		if n > 0 {
+			g.acks.read()
+			if g.hook != nil {
+				g.hook(n)
+			}
 		}
 		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err

@@ -602,7 +602,9 @@ func (t *Transport) serve(conn net.Conn) {
 		t.connEnded(conn)
 		return
 	}
-	_, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
+	g, r := newStallGuard(conn, t.cfg.MaxFrameSize, t.cfg.FrameTimeout, t.testReadHook)
+	g.acks = newAckDelayer(conn)
+	g.acks.read() // before the first frame arrives
 	r.Conn = ext.NewConnID()
 	r.Direct = t.payloadInto
 	t.adapter.ConnTLS(r.Conn, state) // before the first frame
