@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"sync"
 	"time"
@@ -252,9 +251,6 @@ func startChildProfile(path string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	// 1 kHz rather than the default 100 Hz: a child spends a few hundred
-	// milliseconds of CPU in a short run. (The runtime warns once on stderr.)
-	runtime.SetCPUProfileRate(1000)
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
 		return nil, err
