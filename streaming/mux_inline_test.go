@@ -106,3 +106,57 @@ func TestMuxInlineFlushParkedBatchDoesNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An attach whose OpenSlot is queued while an inline flush holds the lane
+// is written by the batcher's goroutine after it (that post may wait for
+// admission, and FlushBatch never blocks): the attach returns, and its
+// stream carries tokens.
+func TestMuxAttachDuringInlineFlushOpens(t *testing.T) {
+	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
+	a, s := muxStream(t, producer, consumer)
+	mx := muxOf(t, producer)
+	b := s.slot().B
+	posted := mx.PostOwnedNoWait
+	attached := make(chan error, 1)
+	var a2 *Anchor[[]byte]
+	var s2 *Sender[[]byte]
+	once := false
+	mx.PostOwnedNoWait = func(p ext.WorkerID, lane int, batch []byte, o ext.Owner) (*ext.Admission, error) {
+		if !once {
+			once = true
+			var err error
+			if a2, err = CreateAnchor[[]byte](consumer.sm); err != nil {
+				t.Error(err)
+			}
+			go func() {
+				var err error
+				s2, err = AttachAnchor[[]byte](context.Background(), producer.sm, a2.Handle())
+				attached <- err
+			}()
+			testwait.Until(t, "the attach's OpenSlot to be queued for the lane's owner", func() bool {
+				b.Mu.Lock()
+				defer b.Mu.Unlock()
+				return b.OpenWaiters > 0 && len(b.Opens) > 0
+			})
+		}
+		return posted(p, lane, batch, o)
+	}
+	ctx := context.Background()
+	if err := s.SendBytes(ctx, token(0)); err != nil {
+		t.Fatal(err)
+	}
+	producer.sm.FlushBatch()
+	if !once {
+		t.Fatal("the flush did not post inline")
+	}
+	if err := <-attached; err != nil {
+		t.Fatal(err)
+	}
+	readTokens(t, a, 0, 1, 5*time.Second)
+	if err := s2.SendBytes(ctx, token(7)); err != nil {
+		t.Fatal(err)
+	}
+	producer.sm.FlushBatch()
+	readTokens(t, a2, 7, 1, 5*time.Second)
+	s2.Close()
+}

@@ -114,6 +114,10 @@ func (b *Batcher) flushOwned(inline bool) {
 			break
 		}
 	}
+	if inline {
+		b.releaseInline()
+		return
+	}
 	b.Release()
 }
 

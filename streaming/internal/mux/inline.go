@@ -17,7 +17,10 @@ package mux
 // batcher's goroutine would and then goes on. That is rare: a congested
 // peer, or a record larger than a batch.
 
-import "github.com/velo-go/velo/ext"
+import (
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/metrics"
+)
 
 // inlineLocked takes the lane's writes for an inline flush if it may: the
 // batcher's goroutine lives and is asleep, the lane is free, something is
@@ -68,4 +71,27 @@ func (b *Batcher) finishInline(batch []byte, tag string, ob *batchBuf, adm *ext.
 		b.Release()
 	}
 	b.lingerStaged()
+}
+
+// releaseInline lets go of the writes an inline flush took. Work queued
+// for the owner meanwhile (an attach's OpenSlot, a lane job) is written by
+// paths that may wait for admission, so it is left to the batcher's
+// goroutine, woken for it; only once that goroutine is gone does the
+// caller write it, as any queuer then would.
+func (b *Batcher) releaseInline() {
+	b.Mu.Lock()
+	queued := len(b.jobs) > 0 || (b.OpenWaiters > 0 && len(b.Opens) > 0)
+	if !queued || b.goneLocked() {
+		b.Mu.Unlock()
+		b.Release()
+		return
+	}
+	b.writing = false
+	src := metrics.WakeControl
+	if b.rerun {
+		src = b.rerunSrc
+	}
+	b.rerun = false
+	b.Mu.Unlock()
+	b.Signal(src)
 }
