@@ -219,7 +219,7 @@ func (mx *Mux) FlushAll() {
 	// would otherwise write its pass's terminals without its tokens, and
 	// the tokens in a second batch.
 	for _, b := range bs {
-		b.release()
+		b.releasePass()
 	}
 	for _, b := range bs {
 		b.flushNow()

@@ -66,17 +66,17 @@ func (b *Batcher) slotLocked(id muxwire.SlotID) *OutSlot {
 func (b *Batcher) autoFlush() bool { return b.Mx.Cfg.Flush == FlushAuto }
 
 // Kick is FlushBatch for this batcher: what is staged is written now,
-// whatever the policy (release, then flushNow).
+// whatever the policy (releasePass, then flushNow).
 func (b *Batcher) Kick() {
-	b.release()
+	b.releasePass()
 	b.flushNow()
 }
 
-// release is the first half of FlushBatch: under FlushManual it releases
+// releasePass is the first half of FlushBatch: under FlushManual it releases
 // exactly what each slot holds now; records staged after the call wait for
 // the next one, so one call is one pass. It looks at every slot of the
 // batcher, once per call.
-func (b *Batcher) release() {
+func (b *Batcher) releasePass() {
 	b.Mu.Lock()
 	defer b.Mu.Unlock()
 	if b.autoFlush() {
