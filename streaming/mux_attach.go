@@ -63,6 +63,7 @@ func (r *remote) startMux(cfg MuxConfig, met *metrics.VeloMetrics) error {
 	mx.ProbePost = r.probeBatch
 	mx.PostTagged = r.postBatchTagged
 	mx.PostOwned = r.postBatchOwned
+	mx.PostOwnedNoWait = r.postBatchOwnedNoWait
 	mx.StagesAbove = msgrx.StagingThreshold(r.msg)
 	mx.Routable = func(peer ext.WorkerID) bool {
 		_, ok := msgrx.InstanceOf(r.msg, peer)
@@ -139,6 +140,21 @@ func (r *remote) postBatchOwned(peer ext.WorkerID, lane int, batch []byte, owner
 		return fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
 	}
 	return admitted(msgrx.PostLaneOwned(r.msg, inst, lane, muxwire.HandlerName(lane), batch, owner))
+}
+
+// postBatchOwnedNoWait is postBatchOwned that returns a batch's pending
+// admission instead of waiting for it: FlushBatch, which writes on its
+// caller's goroutine, never blocks.
+func (r *remote) postBatchOwnedNoWait(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) (*ext.Admission, error) {
+	inst, ok := msgrx.InstanceOf(r.msg, peer)
+	if !ok {
+		return nil, fmt.Errorf("%w: worker %v", messenger.ErrPeerNotRegistered, peer)
+	}
+	out, err := msgrx.PostLaneOwned(r.msg, inst, lane, muxwire.HandlerName(lane), batch, owner)
+	if err != nil {
+		return nil, err
+	}
+	return out.Admission(), nil
 }
 
 // offersMux says whether an attach request names this build's mux.

@@ -34,6 +34,7 @@ func init() {
 		duration := fs.Duration("duration", 5*time.Second, "closed loop: the measured window")
 		engineProcs := fs.Int("engine-procs", 0, "--procs: spread the engines over this many child processes, an equal share of nodes each (0: one per engine)")
 		frontendProcs := fs.Int("frontend-procs", 0, "--procs: spread the frontends over this many child processes, an equal share each (0: one per frontend)")
+		childProfile := fs.String("child-cpuprofile", "", "--procs: every child writes a CPU profile of its life to PREFIX.<arm>.<role><index>.<pid> (100 Hz: a short run gives few samples; perf record -g over the parent sees the children too)")
 		shape := fs.String("shape", "", "a preset for the flags not given: serving is an LLM serving shape, --procs --concurrency 2048 --engines 16 --engine-procs 4 --max-batch 128 --tokens 64 --pass-delay-ms 5")
 		// The role of a --procs child: set by the parent, left out of -h.
 		role := fs.String("rp-role", "", "")
@@ -58,7 +59,7 @@ func init() {
 				MaxBatch: *maxBatch, Tokens: *tokens, PassDelay: time.Duration(*delay * float64(time.Millisecond)),
 				Flush: *flush, LingerUS: *linger, OnComplete: *onComplete, AtBytes: *atBytes, FrontendFlush: *frontFlush, InitialCredit: uint32(*credit), Lanes: *lanes, Reps: *reps, Timeout: *timeout,
 				Procs: *procs, Concurrency: *concurrency, Warmup: *warmup, Duration: *duration,
-				EngineProcs: *engineProcs, FrontendProcs: *frontendProcs,
+				EngineProcs: *engineProcs, FrontendProcs: *frontendProcs, ChildCPUProfile: *childProfile,
 			}
 			if *plotPath != "" {
 				// Refuse a bad extension before the run, not after it.

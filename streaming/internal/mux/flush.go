@@ -80,7 +80,15 @@ func (b *Batcher) flush() {
 		return
 	}
 	b.Mu.Unlock()
-	defer b.Release()
+	b.flushOwned(false)
+}
+
+// flushOwned is flush for a caller that owns the lane's writes: it builds
+// and posts batches until nothing is left, and lets the writes go. With
+// inline (FlushBatch on the caller's goroutine, inline.go) it posts
+// without waiting for admission; a batch that would wait hands the rest
+// of the flush, and the writes, to a goroutine of its own.
+func (b *Batcher) flushOwned(inline bool) {
 	for {
 		ob := b.TakeBuf()
 		batch, _, retired, opened, more := b.Build(ob)
@@ -89,41 +97,64 @@ func (b *Batcher) flush() {
 			break
 		}
 		ob.set(batch)
-		err := b.Mx.sendOwned(b.peer, b.Lane, batch, b.takeSingletonTag(), ob)
-		ob.Release()
-		b.settleCredit(err)
-		if len(opened) > 0 {
-			b.Mu.Lock()
-			b.openedLocked(opened, err)
-			b.Mu.Unlock()
-		}
-		keepList(&b.openedBuf, opened)
-		if err != nil {
-			for _, s := range retired {
-				s.retire(retire.Discarded)
+		tag := b.takeSingletonTag()
+		var err error
+		if inline {
+			adm, perr, posted := b.postNoWait(batch, tag, ob)
+			if !posted || adm != nil {
+				go b.finishInline(batch, tag, ob, adm, retired, opened, more)
+				return
 			}
-			keepList(&b.retiredBuf, retired)
-			b.postRefused(err)
-			// No build ran after the refused one, so nothing marked the
-			// batcher asleep: with awake left true, no later send would
-			// wake it. What the refused batch left (the rest of a cut
-			// batch, re-posted replies) goes when the retry delay armed
-			// here ends, not on a wake of its own: a lane that goes on
-			// refusing must not be retried in a loop.
-			b.Mu.Lock()
-			b.Awake = false
-			b.retryLaterLocked()
-			b.Mu.Unlock()
-			return
+			err = perr
+		} else {
+			err = b.Mx.sendOwned(b.peer, b.Lane, batch, tag, ob)
 		}
-		for _, s := range retired {
-			s.retire(retire.Sent)
-		}
-		keepList(&b.retiredBuf, retired)
-		if !more {
+		ob.Release()
+		if !b.settlePost(err, retired, opened) || !more {
 			break
 		}
 	}
+	if inline {
+		b.releaseInline()
+		return
+	}
+	b.Release()
+}
+
+// settlePost settles a posted batch (err: refused): the credit and
+// closes it carried, the opens it wrote, the slots it retired. It reports
+// whether the flush may go on.
+func (b *Batcher) settlePost(err error, retired, opened []*OutSlot) bool {
+	b.settleCredit(err)
+	if len(opened) > 0 {
+		b.Mu.Lock()
+		b.openedLocked(opened, err)
+		b.Mu.Unlock()
+	}
+	keepList(&b.openedBuf, opened)
+	if err != nil {
+		for _, s := range retired {
+			s.retire(retire.Discarded)
+		}
+		keepList(&b.retiredBuf, retired)
+		b.postRefused(err)
+		// No build ran after the refused one, so nothing marked the
+		// batcher asleep: with awake left true, no later send would
+		// wake it. What the refused batch left (the rest of a cut
+		// batch, re-posted replies) goes when the retry delay armed
+		// here ends, not on a wake of its own: a lane that goes on
+		// refusing must not be retried in a loop.
+		b.Mu.Lock()
+		b.Awake = false
+		b.retryLaterLocked()
+		b.Mu.Unlock()
+		return false
+	}
+	for _, s := range retired {
+		s.retire(retire.Sent)
+	}
+	keepList(&b.retiredBuf, retired)
+	return true
 }
 
 // keepList keeps the array of a batch's list of retired or opened slots

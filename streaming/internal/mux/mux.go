@@ -39,6 +39,7 @@ type muxCounters struct {
 	BatchSeqGaps               atomic.Uint64
 	BatcherWakes               atomic.Uint64                            // wakes of the batcher goroutines
 	WakesBy                    [metrics.NumMuxWakeSources]atomic.Uint64 // the same wakes, by source (wake.go)
+	InlineFlushes              atomic.Uint64                            // FlushBatch calls that wrote on the caller's goroutine (inline.go)
 	HoldOverflow               atomic.Uint64                            // slots ended because their hold overflowed
 	RepliesDiscarded           atomic.Uint64                            // replies owed to a peer that could not be reached, dropped
 	Singletons                 atomic.Uint64                            // records sent alone as a staged batch
@@ -67,6 +68,11 @@ type Mux struct {
 	PostOwned func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) error
 	// PostTagged is post with a _mux_slot header; nil: post.
 	PostTagged func(peer ext.WorkerID, lane int, batch []byte, tag string) error
+	// PostOwnedNoWait is PostOwned that does not wait for admission: a
+	// batch parked in the transport's admission gate comes back as its
+	// pending admission. FlushBatch writes inline with it (inline.go); nil:
+	// FlushBatch wakes the batcher's goroutine instead.
+	PostOwnedNoWait func(peer ext.WorkerID, lane int, batch []byte, owner ext.Owner) (*ext.Admission, error)
 	// AbandonCall gives up on the attach request that token names
 	// (msgrx.AbandonToken); nil: there is none to give up on.
 	AbandonCall func(token uint64, err error) bool
@@ -208,8 +214,15 @@ func (mx *Mux) FlushAll() {
 		bs = append(bs, b)
 	}
 	mx.Mu.Unlock()
+	// Every batcher's pass is released before any is written: an inline
+	// write takes a while, and a batcher that a terminal woke meanwhile
+	// would otherwise write its pass's terminals without its tokens, and
+	// the tokens in a second batch.
 	for _, b := range bs {
-		b.Kick()
+		b.releasePass()
+	}
+	for _, b := range bs {
+		b.flushNow()
 	}
 }
 
@@ -343,6 +356,12 @@ func (mx *Mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, 
 	if err != nil {
 		return err
 	}
+	mx.countSent(batch, tag)
+	return nil
+}
+
+// countSent counts a batch the transport took.
+func (mx *Mux) countSent(batch []byte, tag string) {
 	if tag != "" && mx.StagesAbove > 0 && len(batch) > mx.StagesAbove {
 		mx.N.Singletons.Add(1)
 	}
@@ -352,7 +371,6 @@ func (mx *Mux) sendOwned(peer ext.WorkerID, lane int, batch []byte, tag string, 
 	if mx.Met != nil {
 		mx.Met.BatchSent(n)
 	}
-	return nil
 }
 
 // budgetFor is the byte budget that every lane to peer shares.

@@ -65,23 +65,42 @@ func (b *Batcher) slotLocked(id muxwire.SlotID) *OutSlot {
 // wake. Under Manual, data waits for FlushBatch.
 func (b *Batcher) autoFlush() bool { return b.Mx.Cfg.Flush == FlushAuto }
 
-// Kick is FlushBatch for this batcher: the next wake writes what is
-// staged, whatever the policy.
-//
-// Under FlushManual it releases exactly what each slot holds now: records
-// staged after the call wait for the next one, so one call is one pass.
-// It looks at every slot of the batcher, once per call.
+// Kick is FlushBatch for this batcher: what is staged is written now,
+// whatever the policy (releasePass, then flushNow).
 func (b *Batcher) Kick() {
+	b.releasePass()
+	b.flushNow()
+}
+
+// releasePass is the first half of FlushBatch: under FlushManual it releases
+// exactly what each slot holds now; records staged after the call wait for
+// the next one, so one call is one pass. It looks at every slot of the
+// batcher, once per call.
+func (b *Batcher) releasePass() {
 	b.Mu.Lock()
-	if !b.autoFlush() {
-		for _, s := range b.slots {
-			if s != nil && !s.Life.Closed() && len(s.Q) > 0 {
-				s.Flushable = len(s.Q)
-				s.readyLocked()
-			}
+	defer b.Mu.Unlock()
+	if b.autoFlush() {
+		return
+	}
+	for _, s := range b.slots {
+		if s != nil && !s.Life.Closed() && len(s.Q) > 0 {
+			s.Flushable = len(s.Q)
+			s.readyLocked()
 		}
 	}
+}
+
+// flushNow is the second half: the caller writes what was released when
+// the lane is free (inline.go), else the batcher's next wake does.
+func (b *Batcher) flushNow() {
+	b.Mu.Lock()
+	inline := b.inlineLocked()
 	b.Mu.Unlock()
+	if inline {
+		b.flushOwned(true)
+		b.lingerStaged() // as after a wake's pass
+		return
+	}
 	b.Signal(metrics.WakeFrame) // FlushBatch releases queued records
 }
 

@@ -9,8 +9,9 @@ package mux
 // queued work is left without a writer.
 //
 // The batcher's goroutine is the usual owner. A synchronous attach, the
-// close's goodbye and the sweep's probe write inline when the lane is
-// free, as they did under a write lock, to save a wake; control work that
+// close's goodbye, the sweep's probe and FlushBatch (inline.go) write
+// inline when the lane is free, as they did under a write lock, to save a
+// wake; control work that
 // comes from a reader (the messenger's callbacks, ingress) never writes
 // inline while the goroutine lives, so a reader neither waits for a
 // writer nor posts itself. Once the goroutine is gone (the mux closed, the

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -113,6 +114,10 @@ type ResponsePlaneConfig struct {
 	// the frontends over that many child processes, each holding an equal
 	// share of nodes; 0 is one process per engine, resp. per frontend.
 	EngineProcs, FrontendProcs int
+	// ChildCPUProfile (Procs only), when set, makes every child write a
+	// CPU profile of its whole life to ChildCPUProfile.<arm>.<role><index>.<pid>
+	// (the pid tells the reps apart).
+	ChildCPUProfile string
 }
 
 // engineProcs is the number of engine children of a Procs run.
@@ -174,6 +179,9 @@ func (c ResponsePlaneConfig) Validate() error {
 	}
 	if c.EngineProcs < 0 || c.FrontendProcs < 0 {
 		return errors.New("engine and frontend processes must not be negative")
+	}
+	if c.ChildCPUProfile != "" && !c.Procs {
+		return errors.New("child CPU profiles need procs mode")
 	}
 	if (c.EngineProcs != 0 || c.FrontendProcs != 0) && !c.Procs {
 		return errors.New("engine and frontend processes need procs mode")
@@ -466,7 +474,8 @@ type rpResult struct {
 	// their sum).
 	procs               bool
 	frontCPU, engineCPU time.Duration
-	writes              uint64 // write system calls of both sides
+	writes              uint64     // write system calls of both sides
+	engineSys           rpSyscalls // procs: the engines' system calls and switches
 	// wakes are the velo arms' counters (counting); muxed says whether
 	// the batcher's apply.
 	wakes           rpWakes
@@ -488,6 +497,14 @@ func addRPResult(r *Report, cfg ResponsePlaneConfig, arm string, params map[stri
 	}
 	if res.writes > 0 {
 		r.Add(responsePlaneHarness, arm, "tokens_per_write", "ratio", tokens/float64(res.writes), params)
+	}
+	if res.procs {
+		// Counts of the engines' processes per token: what the sending side
+		// pays the kernel, unlike CPU time unmoved by a busy machine.
+		es := res.engineSys
+		r.Add(responsePlaneHarness, arm, "engine_writes_per_token", "ratio", float64(es.Writes)/tokens, params)
+		r.Add(responsePlaneHarness, arm, "engine_reads_per_token", "ratio", float64(es.Reads)/tokens, params)
+		r.Add(responsePlaneHarness, arm, "engine_vol_switches_per_token", "ratio", float64(es.VolSwitches)/tokens, params)
 	}
 	if res.counting {
 		w := res.wakes
@@ -528,6 +545,42 @@ func addQuantiles(r *Report, arm, prefix, unit string, div float64, ns []int64, 
 // file is missing. In-process both ends of every arm live in this
 // process, so a delta counts the writes of frontends and engines, control
 // included; under --procs each child counts its own.
+// rpSyscalls are a process's system calls that move bytes and its
+// voluntary context switches (a thread that slept: a futex or poll wait).
+type rpSyscalls struct {
+	Reads       uint64 `json:"reads"`
+	Writes      uint64 `json:"writes"`
+	VolSwitches uint64 `json:"vol_switches"`
+}
+
+func (s rpSyscalls) sub(o rpSyscalls) rpSyscalls {
+	return rpSyscalls{Reads: s.Reads - o.Reads, Writes: s.Writes - o.Writes, VolSwitches: s.VolSwitches - o.VolSwitches}
+}
+
+func (s rpSyscalls) add(o rpSyscalls) rpSyscalls {
+	return rpSyscalls{Reads: s.Reads + o.Reads, Writes: s.Writes + o.Writes, VolSwitches: s.VolSwitches + o.VolSwitches}
+}
+
+// takeSyscalls reads this process's counters (Linux; zeros elsewhere).
+func takeSyscalls() rpSyscalls {
+	var s rpSyscalls
+	if b, err := os.ReadFile("/proc/self/io"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscr:"); ok {
+				s.Reads, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+				s.Writes, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.VolSwitches = uint64(ru.Nvcsw)
+	}
+	return s
+}
+
 func writeSyscalls() uint64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -28,10 +30,11 @@ type rpSnap struct {
 	cpu    time.Duration
 	writes uint64
 	wakes  rpWakes
+	sys    rpSyscalls
 }
 
 func takeSnap(wc rpWakeCounter) rpSnap {
-	s := rpSnap{cpu: processCPU(), writes: writeSyscalls()}
+	s := rpSnap{cpu: processCPU(), writes: writeSyscalls(), sys: takeSyscalls()}
 	if wc != nil {
 		s.wakes = wc.wakes()
 	}
@@ -41,6 +44,7 @@ func takeSnap(wc rpWakeCounter) rpSnap {
 // fill puts the counters of the window from s0 to s into rep.
 func (s rpSnap) fill(rep *rpChildReport, s0 rpSnap) {
 	rep.CPUNS, rep.Writes, rep.Wakes = int64(s.cpu-s0.cpu), s.writes-s0.writes, s.wakes.sub(s0.wakes)
+	rep.Sys = s.sys.sub(s0.sys)
 }
 
 // rpChild is one child's end of the protocol.
@@ -86,6 +90,13 @@ func ResponsePlaneChild(role string, index int, arm string, in io.Reader, out io
 	c.cfg = *m.Config
 	if err := c.cfg.Validate(); err != nil {
 		return err
+	}
+	if c.cfg.ChildCPUProfile != "" {
+		stop, err := startChildProfile(fmt.Sprintf("%s.%s.%s%d.%d", c.cfg.ChildCPUProfile, arm, role, index, os.Getpid()))
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	switch role {
 	case "frontend":
@@ -231,4 +242,18 @@ func registerPeer(n *velo.Node, p *ext.PeerInfo) error {
 		return errors.New("no PeerInfo in its hello")
 	}
 	return n.RegisterPeer(*p)
+}
+
+// startChildProfile starts a CPU profile of this child into path; stop
+// ends it and closes the file.
+func startChildProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -379,6 +379,7 @@ func procsResult(cfg ResponsePlaneConfig, arm string, fronts, engines []rpMsg) (
 		attaches += rep.Attaches
 		res.engineCPU += time.Duration(rep.CPUNS)
 		res.writes += rep.Writes
+		res.engineSys = res.engineSys.add(rep.Sys)
 		res.wakes = res.wakes.add(rep.Wakes)
 	}
 	if read != n || served != n {

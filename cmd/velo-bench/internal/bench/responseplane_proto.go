@@ -66,6 +66,9 @@ type rpChildReport struct {
 	CPUNS  int64   `json:"cpu_ns"`
 	Writes uint64  `json:"writes"`
 	Wakes  rpWakes `json:"wakes"`
+	// Sys is the process's read and write system calls and context
+	// switches over the window.
+	Sys rpSyscalls `json:"sys"`
 	// Requests: a frontend's responses read whole, an engine's requests
 	// served to their last token.
 	Requests int `json:"requests"`
