@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -72,6 +73,10 @@ func runServer() {
 		}
 	}()
 	bufio.NewReader(os.Stdin).ReadString('\n') // until the parent closes stdin
+	// The event must outlive the test: one the collector finds unreachable
+	// is poisoned as dropped (events.Manager's safety net), and a waiter
+	// then sees that instead of the loss of this process.
+	runtime.KeepAlive(ev)
 	os.Exit(0)
 }
 
