@@ -360,7 +360,12 @@ func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome
 // heartbeats and Detached (the anchor waits for the next producer) and
 // turns terminals into errors: io.EOF for Finalized.
 func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
-	_, f, err := st.pop(ctx, false)
+	st.mu.Lock()
+	if err := st.awaitLocked(ctx); err != nil {
+		st.mu.Unlock()
+		return wire.Frame{}, err
+	}
+	_, f, err := st.popLocked(ctx, false)
 	return f, err
 }
 
@@ -368,14 +373,34 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 // frame of a binary item, comes back as its payload, aliasing the frame,
 // with f zero. Any other frame comes back as Pop returns it, with a nil
 // payload.
+//
+// Pop and PopBytes wait in their own frame (awaitLocked is inlined), not
+// in popLocked's: a consumer parked for its next frame is where most of a
+// busy anchor host's goroutines sit, and every GC cycle unwinds and scans
+// each of their stacks. TestParkedConsumerFrames counts what is on them.
 func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
-	return st.pop(ctx, true)
+	st.mu.Lock()
+	if err := st.awaitLocked(ctx); err != nil {
+		st.mu.Unlock()
+		return nil, wire.Frame{}, err
+	}
+	return st.popLocked(ctx, true)
 }
 
-// pop is Pop and PopBytes in one loop; bytesFirst says whether a binary
-// item's payload is taken straight off its frame without decoding it.
-func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wire.Frame, err error) {
-	st.mu.Lock()
+// awaitLocked waits until the inlet holds a frame or the stream has
+// ended, or ctx ends (its error is returned). The caller holds mu, and
+// holds it again on return.
+func (st *State) awaitLocked(ctx context.Context) (err error) {
+	for err == nil && st.q.n == 0 && st.endErr == nil {
+		err = st.waitLocked(ctx)
+	}
+	return err
+}
+
+// popLocked is Pop and PopBytes in one loop, from the caller's lock, which
+// it releases; bytesFirst says whether a binary item's payload is taken
+// straight off its frame without decoding it.
+func (st *State) popLocked(ctx context.Context, bytesFirst bool) (payload []byte, f wire.Frame, err error) {
 	for {
 		b, err := st.takeLocked(ctx)
 		if err != nil {
@@ -404,25 +429,20 @@ func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wi
 // counts its take (its room, its credit). It returns the error that ended
 // the stream, again, or ctx's. The caller holds mu.
 func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
-	for {
-		if st.endErr != nil {
-			st.passOnLocked()
-			return nil, st.endErr
-		}
-		if st.q.n == 0 {
-			if err := st.waitLocked(ctx); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		b := st.q.pop()
-		st.passOnLocked()
-		st.wakeSpace()
-		if st.feed != nil {
-			st.feed.took(len(b))
-		}
-		return b, nil
+	if err := st.awaitLocked(ctx); err != nil {
+		return nil, err
 	}
+	if st.endErr != nil {
+		st.passOnLocked()
+		return nil, st.endErr
+	}
+	b := st.q.pop()
+	st.passOnLocked()
+	st.wakeSpace()
+	if st.feed != nil {
+		st.feed.took(len(b))
+	}
+	return b, nil
 }
 
 // readLocked reads a frame that takeLocked took: an item or a soft error
