@@ -9,12 +9,13 @@ import (
 	"time"
 )
 
-// A consumer parked in NextBytes waits in PopBytes's own frame: the
-// library puts three frames on its stack (NextBytes, PopBytes, waitLocked),
-// not five (the pop loop and its take used to sit between them). An anchor
-// host keeps a goroutine per request parked there, and every GC cycle
-// unwinds and scans each of those stacks. Both kinds of wait are counted:
-// the first ones select on the context, later ones receive alone.
+// A consumer parked in NextBytes waits in NextBytes's own frame: the
+// library puts three frames on its stack (NextBytes, Await, waitLocked),
+// not five (PopBytes, the pop loop and its take used to sit between
+// them). An anchor host keeps a goroutine per request parked there, and
+// every GC cycle unwinds and scans each of those stacks. Both kinds of
+// wait are counted: the first ones select on the context, later ones
+// receive alone.
 func TestParkedConsumerFrames(t *testing.T) {
 	m := newTestManager(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,7 +87,6 @@ func parkedLibraryFrames(t *testing.T) int {
 		// Not this test's function; and an inlined call, printed with
 		// "(...)", takes no frame of its own.
 		if lib && !strings.Contains(line, ".Test") && !strings.HasSuffix(line, "(...)") {
-
 			n++
 		}
 	}

@@ -16,6 +16,8 @@ package inlet
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -365,26 +367,89 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 		st.mu.Unlock()
 		return wire.Frame{}, err
 	}
-	_, f, err := st.popLocked(ctx, false)
-	return f, err
+	return st.popLocked(ctx)
 }
 
-// PopBytes is Pop for a consumer of byte items (NextBytes): a token, the
-// frame of a binary item, comes back as its payload, aliasing the frame,
-// with f zero. Any other frame comes back as Pop returns it, with a nil
-// payload.
-//
-// Pop and PopBytes wait in their own frame (awaitLocked is inlined), not
-// in popLocked's: a consumer parked for its next frame is where most of a
-// busy anchor host's goroutines sit, and every GC cycle unwinds and scans
-// each of their stacks. TestParkedConsumerFrames counts what is on them.
-func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
-	st.mu.Lock()
-	if err := st.awaitLocked(ctx); err != nil {
-		st.mu.Unlock()
-		return nil, wire.Frame{}, err
+// PopBytes is Pop for a consumer of byte items (NextBytes, which runs
+// this loop in its own frame): a binary item comes back as its payload,
+// aliasing its frame. A soft error comes back as a *SenderError, and an
+// item that is not a binary ends the stream with an *ItemError.
+func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
+	p, err := st.TryPopBytes()
+	for err == ErrEmpty {
+		if err = st.Await(ctx); err == nil {
+			p, err = st.TryPopBytes()
+		}
 	}
-	return st.popLocked(ctx, true)
+	return p, err
+}
+
+// ErrEmpty is what TryPopBytes returns when the inlet holds no frame and
+// the stream has not ended: wait with Await, then try again.
+var ErrEmpty = errors.New("inlet: nothing to take")
+
+// TryPopBytes is PopBytes without the wait. With Await it lets NextBytes
+// wait in its own frame, and its two results fit in registers: a consumer
+// parked for its next frame is where most of a busy anchor host's
+// goroutines sit, every GC cycle unwinds and scans each of their stacks,
+// and the frames of the take and the wait (results that did not fit the
+// registers, the pop loop under them) grew each such goroutine's stack
+// past its first 2 KiB. TestParkedConsumerFrames and
+// TestParkedConsumerStack count both.
+func (st *State) TryPopBytes() ([]byte, error) {
+	st.mu.Lock()
+	for {
+		b, err := st.takeLocked(nil)
+		if err != nil {
+			st.mu.Unlock()
+			return nil, err
+		}
+		if p, ok := wire.BytesItemPayload(b); ok {
+			st.mu.Unlock()
+			return p, nil
+		}
+		if p, done, err := st.readBytesLocked(b); done {
+			return p, err
+		}
+	}
+}
+
+// errNotBinary is the end of a byte stream that carried another item.
+var errNotBinary = fmt.Errorf("%w: the item is not a MessagePack binary", wire.ErrMalformed)
+
+// readBytesLocked reads for TryPopBytes a frame that is not a token's: a
+// binary of another width, a soft error, a frame to skip (done false: mu
+// is still held) or the end of the stream. Otherwise it releases mu.
+func (st *State) readBytesLocked(b []byte) (p []byte, done bool, err error) {
+	f, skip, err := st.readLocked(b)
+	switch {
+	case skip:
+		return nil, false, nil
+	case err != nil: // the end, which readLocked made
+	case f.Kind == wire.KindSenderError:
+		st.mu.Unlock()
+		return nil, true, &streamerr.SenderError{Message: f.Message}
+	default:
+		var ok bool
+		if p, ok = f.ItemBytes(); !ok {
+			err = &streamerr.ItemError{Err: errNotBinary}
+			st.endLocked(err)
+		}
+	}
+	st.mu.Unlock()
+	if err != nil {
+		st.home.Owner.Remove(st)
+	}
+	return p, true, err
+}
+
+// Await waits until the inlet holds a frame or the stream has ended, or
+// ctx ends (its error is returned).
+func (st *State) Await(ctx context.Context) error {
+	st.mu.Lock()
+	err := st.awaitLocked(ctx)
+	st.mu.Unlock()
+	return err
 }
 
 // awaitLocked waits until the inlet holds a frame or the stream has
@@ -397,21 +462,13 @@ func (st *State) awaitLocked(ctx context.Context) (err error) {
 	return err
 }
 
-// popLocked is Pop and PopBytes in one loop, from the caller's lock, which
-// it releases; bytesFirst says whether a binary item's payload is taken
-// straight off its frame without decoding it.
-func (st *State) popLocked(ctx context.Context, bytesFirst bool) (payload []byte, f wire.Frame, err error) {
+// popLocked is Pop's loop, from the caller's lock, which it releases.
+func (st *State) popLocked(ctx context.Context) (wire.Frame, error) {
 	for {
 		b, err := st.takeLocked(ctx)
 		if err != nil {
 			st.mu.Unlock()
-			return nil, wire.Frame{}, err
-		}
-		if bytesFirst {
-			if p, ok := wire.BytesItemPayload(b); ok {
-				st.mu.Unlock()
-				return p, wire.Frame{}, nil
-			}
+			return wire.Frame{}, err
 		}
 		f, skip, err := st.readLocked(b)
 		if skip {
@@ -421,15 +478,20 @@ func (st *State) popLocked(ctx context.Context, bytesFirst bool) (payload []byte
 		if err != nil {
 			st.home.Owner.Remove(st)
 		}
-		return nil, f, err
+		return f, err
 	}
 }
 
-// takeLocked takes the next frame off the inlet, waiting for one, and
-// counts its take (its room, its credit). It returns the error that ended
-// the stream, again, or ctx's. The caller holds mu.
+// takeLocked takes the next frame off the inlet, waiting for one (with a
+// nil ctx, returning ErrEmpty instead), and counts its take (its room, its
+// credit). It returns the error that ended the stream, again, or ctx's.
+// The caller holds mu.
 func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
-	if err := st.awaitLocked(ctx); err != nil {
+	if ctx == nil {
+		if st.q.n == 0 && st.endErr == nil {
+			return nil, ErrEmpty
+		}
+	} else if err := st.awaitLocked(ctx); err != nil {
 		return nil, err
 	}
 	if st.endErr != nil {
