@@ -399,7 +399,7 @@ var ErrEmpty = errors.New("inlet: nothing to take")
 func (st *State) TryPopBytes() ([]byte, error) {
 	st.mu.Lock()
 	for {
-		b, err := st.takeLocked(nil)
+		b, err := st.takeNowLocked()
 		if err != nil {
 			st.mu.Unlock()
 			return nil, err
@@ -482,21 +482,25 @@ func (st *State) popLocked(ctx context.Context) (wire.Frame, error) {
 	}
 }
 
-// takeLocked takes the next frame off the inlet, waiting for one (with a
-// nil ctx, returning ErrEmpty instead), and counts its take (its room, its
-// credit). It returns the error that ended the stream, again, or ctx's.
-// The caller holds mu.
+// takeLocked takes the next frame off the inlet, waiting for one, and
+// counts its take (its room, its credit). It returns the error that ended
+// the stream, again, or ctx's. The caller holds mu.
 func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
-	if ctx == nil {
-		if st.q.n == 0 && st.endErr == nil {
-			return nil, ErrEmpty
-		}
-	} else if err := st.awaitLocked(ctx); err != nil {
+	if err := st.awaitLocked(ctx); err != nil {
 		return nil, err
 	}
+	return st.takeNowLocked()
+}
+
+// takeNowLocked is takeLocked without the wait: it returns ErrEmpty when
+// the inlet holds no frame and the stream has not ended.
+func (st *State) takeNowLocked() ([]byte, error) {
 	if st.endErr != nil {
 		st.passOnLocked()
 		return nil, st.endErr
+	}
+	if st.q.n == 0 {
+		return nil, ErrEmpty
 	}
 	b := st.q.pop()
 	st.passOnLocked()
