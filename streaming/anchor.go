@@ -60,11 +60,12 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
 	// inlet.State.PopBytes, with its wait here in this frame (see
 	// TryPopBytes).
-	p, err := a.st.TryPopBytes()
-	for err == inlet.ErrEmpty {
-		if err = a.st.Await(ctx); err == nil {
-			p, err = a.st.TryPopBytes()
+	p, empty, err := a.st.TryPopBytes()
+	for empty {
+		if err = a.st.Await(ctx); err != nil {
+			return nil, err
 		}
+		p, empty, err = a.st.TryPopBytes()
 	}
 	if err != nil {
 		return nil, err

@@ -16,7 +16,6 @@ package inlet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -375,41 +374,44 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 // aliasing its frame. A soft error comes back as a *SenderError, and an
 // item that is not a binary ends the stream with an *ItemError.
 func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
-	p, err := st.TryPopBytes()
-	for err == ErrEmpty {
-		if err = st.Await(ctx); err == nil {
-			p, err = st.TryPopBytes()
+	p, empty, err := st.TryPopBytes()
+	for empty {
+		if err = st.Await(ctx); err != nil {
+			return nil, err
 		}
+		p, empty, err = st.TryPopBytes()
 	}
 	return p, err
 }
 
-// ErrEmpty is what TryPopBytes returns when the inlet holds no frame and
-// the stream has not ended: wait with Await, then try again.
-var ErrEmpty = errors.New("inlet: nothing to take")
-
-// TryPopBytes is PopBytes without the wait. With Await it lets NextBytes
-// wait in its own frame, and its two results fit in registers: a consumer
+// TryPopBytes is PopBytes without the wait: empty says that the inlet
+// holds no frame and the stream has not ended (wait with Await, then try
+// again). With Await it lets NextBytes wait in its own frame, and its
+// results fit in registers: a consumer
 // parked for its next frame is where most of a busy anchor host's
 // goroutines sit, every GC cycle unwinds and scans each of their stacks,
 // and the frames of the take and the wait (results that did not fit the
 // registers, the pop loop under them) grew each such goroutine's stack
 // past its first 2 KiB. TestParkedConsumerFrames and
 // TestParkedConsumerStack count both.
-func (st *State) TryPopBytes() ([]byte, error) {
+func (st *State) TryPopBytes() (payload []byte, empty bool, err error) {
 	st.mu.Lock()
 	for {
+		if st.q.n == 0 && st.endErr == nil {
+			st.mu.Unlock()
+			return nil, true, nil
+		}
 		b, err := st.takeNowLocked()
 		if err != nil {
 			st.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		}
 		if p, ok := wire.BytesItemPayload(b); ok {
 			st.mu.Unlock()
-			return p, nil
+			return p, false, nil
 		}
 		if p, done, err := st.readBytesLocked(b); done {
-			return p, err
+			return p, false, err
 		}
 	}
 }
@@ -492,15 +494,12 @@ func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
 	return st.takeNowLocked()
 }
 
-// takeNowLocked is takeLocked without the wait: it returns ErrEmpty when
-// the inlet holds no frame and the stream has not ended.
+// takeNowLocked is takeLocked once the inlet holds a frame or the stream
+// has ended.
 func (st *State) takeNowLocked() ([]byte, error) {
 	if st.endErr != nil {
 		st.passOnLocked()
 		return nil, st.endErr
-	}
-	if st.q.n == 0 {
-		return nil, ErrEmpty
 	}
 	b := st.q.pop()
 	st.passOnLocked()
