@@ -58,18 +58,17 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 // no copy. Everything other than an item behaves as in Next. An item that
 // is not a binary ends the stream with an *ItemError.
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
-	p, f, err := a.st.PopBytes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	switch f.Kind {
-	case wire.KindSenderError:
-		return nil, &SenderError{Message: f.Message}
-	case wire.KindItem: // an item that is not a token's frame (PopBytes took that)
-		if p, err = bytesPayload(f.Item); err != nil {
-			a.st.End(err)
+	// inlet.State.PopBytes, with its wait here in this frame (see
+	// TryPopBytes).
+	p, empty, err := a.st.TryPopBytes()
+	for empty {
+		if err = a.st.Await(ctx); err != nil {
 			return nil, err
 		}
+		p, empty, err = a.st.TryPopBytes()
+	}
+	if err != nil {
+		return nil, err
 	}
 	if a.trace == anchorTraceWaiting {
 		a.received(ctx)

@@ -61,3 +61,24 @@ func BenchmarkAdd200k(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/targetEntries, "ns/entry")
 	b.ReportMetric(perEntry, "B/entry-live")
 }
+
+// BenchmarkRemoveOldest: anchors attach in the order they were made, so
+// the entry an attach removes is the oldest, at the top of its heap, and
+// the one moved into its place sifts down the whole depth. The queue holds
+// 40,000 entries (an anchor host with that many requests waiting); each op
+// removes the oldest and adds a new one.
+func BenchmarkRemoveOldest(b *testing.B) {
+	const n = 40_000
+	q := New(0, func(uint64) {})
+	defer q.Close()
+	at := time.Now().Add(2 * time.Hour)
+	for k := range uint64(n) {
+		q.Add(k, at.Add(time.Duration(k)))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for k := uint64(0); b.Loop(); k++ {
+		q.Remove(k)
+		q.Add(k+n, at.Add(time.Duration(k+n)))
+	}
+}

@@ -181,20 +181,18 @@ func scanJSONValue(b []byte, i int) int {
 		}
 		return len(b)
 	}
-	for i < len(b) && !bytesContain(",}] \t\n\r", b[i]) {
+	for i < len(b) && !endsScalar(b[i]) {
 		i++
 	}
 	return i
 }
 
-func bytesContain(set string, c byte) bool {
-	for j := 0; j < len(set); j++ {
-		if set[j] == c {
-			return true
-		}
-	}
-	return false
-}
+// endsScalar says whether c ends a number or literal: one load from a
+// table, not a search of a set, since handles and session ids are
+// numbers of up to 20 digits and every attach scans several of them.
+func endsScalar(c byte) bool { return scalarEnd[c] }
+
+var scalarEnd = [256]bool{',': true, '}': true, ']': true, ' ': true, '\t': true, '\n': true, '\r': true}
 
 // jsonKey reads a quoted key; only a key with escapes pays for a decode.
 func jsonKey(q []byte) (string, error) {

@@ -16,6 +16,7 @@ package inlet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 
@@ -360,33 +361,116 @@ func (st *State) Terminate(s *Sender, frame []byte, detach bool) (retire.Outcome
 // heartbeats and Detached (the anchor waits for the next producer) and
 // turns terminals into errors: io.EOF for Finalized.
 func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
-	_, f, err := st.pop(ctx, false)
-	return f, err
-}
-
-// PopBytes is Pop for a consumer of byte items (NextBytes): a token, the
-// frame of a binary item, comes back as its payload, aliasing the frame,
-// with f zero. Any other frame comes back as Pop returns it, with a nil
-// payload.
-func (st *State) PopBytes(ctx context.Context) (payload []byte, f wire.Frame, err error) {
-	return st.pop(ctx, true)
-}
-
-// pop is Pop and PopBytes in one loop; bytesFirst says whether a binary
-// item's payload is taken straight off its frame without decoding it.
-func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wire.Frame, err error) {
 	st.mu.Lock()
+	if err := st.awaitLocked(ctx); err != nil {
+		st.mu.Unlock()
+		return wire.Frame{}, err
+	}
+	return st.popLocked(ctx)
+}
+
+// PopBytes is Pop for a consumer of byte items (NextBytes, which runs
+// this loop in its own frame): a binary item comes back as its payload,
+// aliasing its frame. A soft error comes back as a *SenderError, and an
+// item that is not a binary ends the stream with an *ItemError.
+func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
+	p, empty, err := st.TryPopBytes()
+	for empty {
+		if err = st.Await(ctx); err != nil {
+			return nil, err
+		}
+		p, empty, err = st.TryPopBytes()
+	}
+	return p, err
+}
+
+// TryPopBytes is PopBytes without the wait: empty says that the inlet
+// holds no frame and the stream has not ended (wait with Await, then try
+// again). With Await it lets NextBytes wait in its own frame, and its
+// results fit in registers: a consumer
+// parked for its next frame is where most of a busy anchor host's
+// goroutines sit, every GC cycle unwinds and scans each of their stacks,
+// and the frames of the take and the wait (results that did not fit the
+// registers, the pop loop under them) grew each such goroutine's stack
+// past its first 2 KiB. TestParkedConsumerFrames and
+// TestParkedConsumerStack count both.
+func (st *State) TryPopBytes() (payload []byte, empty bool, err error) {
+	st.mu.Lock()
+	for {
+		if st.q.n == 0 && st.endErr == nil {
+			st.mu.Unlock()
+			return nil, true, nil
+		}
+		b, err := st.takeNowLocked()
+		if err != nil {
+			st.mu.Unlock()
+			return nil, false, err
+		}
+		if p, ok := wire.BytesItemPayload(b); ok {
+			st.mu.Unlock()
+			return p, false, nil
+		}
+		if p, done, err := st.readBytesLocked(b); done {
+			return p, false, err
+		}
+	}
+}
+
+// errNotBinary is the end of a byte stream that carried another item.
+var errNotBinary = fmt.Errorf("%w: the item is not a MessagePack binary", wire.ErrMalformed)
+
+// readBytesLocked reads for TryPopBytes a frame that is not a token's: a
+// binary of another width, a soft error, a frame to skip (done false: mu
+// is still held) or the end of the stream. Otherwise it releases mu.
+func (st *State) readBytesLocked(b []byte) (p []byte, done bool, err error) {
+	f, skip, err := st.readLocked(b)
+	switch {
+	case skip:
+		return nil, false, nil
+	case err != nil: // the end, which readLocked made
+	case f.Kind == wire.KindSenderError:
+		st.mu.Unlock()
+		return nil, true, &streamerr.SenderError{Message: f.Message}
+	default:
+		var ok bool
+		if p, ok = f.ItemBytes(); !ok {
+			err = &streamerr.ItemError{Err: errNotBinary}
+			st.endLocked(err)
+		}
+	}
+	st.mu.Unlock()
+	if err != nil {
+		st.home.Owner.Remove(st)
+	}
+	return p, true, err
+}
+
+// Await waits until the inlet holds a frame or the stream has ended, or
+// ctx ends (its error is returned).
+func (st *State) Await(ctx context.Context) error {
+	st.mu.Lock()
+	err := st.awaitLocked(ctx)
+	st.mu.Unlock()
+	return err
+}
+
+// awaitLocked waits until the inlet holds a frame or the stream has
+// ended, or ctx ends (its error is returned). The caller holds mu, and
+// holds it again on return.
+func (st *State) awaitLocked(ctx context.Context) (err error) {
+	for err == nil && st.q.n == 0 && st.endErr == nil {
+		err = st.waitLocked(ctx)
+	}
+	return err
+}
+
+// popLocked is Pop's loop, from the caller's lock, which it releases.
+func (st *State) popLocked(ctx context.Context) (wire.Frame, error) {
 	for {
 		b, err := st.takeLocked(ctx)
 		if err != nil {
 			st.mu.Unlock()
-			return nil, wire.Frame{}, err
-		}
-		if bytesFirst {
-			if p, ok := wire.BytesItemPayload(b); ok {
-				st.mu.Unlock()
-				return p, wire.Frame{}, nil
-			}
+			return wire.Frame{}, err
 		}
 		f, skip, err := st.readLocked(b)
 		if skip {
@@ -396,7 +480,7 @@ func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wi
 		if err != nil {
 			st.home.Owner.Remove(st)
 		}
-		return nil, f, err
+		return f, err
 	}
 }
 
@@ -404,25 +488,26 @@ func (st *State) pop(ctx context.Context, bytesFirst bool) (payload []byte, f wi
 // counts its take (its room, its credit). It returns the error that ended
 // the stream, again, or ctx's. The caller holds mu.
 func (st *State) takeLocked(ctx context.Context) ([]byte, error) {
-	for {
-		if st.endErr != nil {
-			st.passOnLocked()
-			return nil, st.endErr
-		}
-		if st.q.n == 0 {
-			if err := st.waitLocked(ctx); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		b := st.q.pop()
-		st.passOnLocked()
-		st.wakeSpace()
-		if st.feed != nil {
-			st.feed.took(len(b))
-		}
-		return b, nil
+	if err := st.awaitLocked(ctx); err != nil {
+		return nil, err
 	}
+	return st.takeNowLocked()
+}
+
+// takeNowLocked is takeLocked once the inlet holds a frame or the stream
+// has ended.
+func (st *State) takeNowLocked() ([]byte, error) {
+	if st.endErr != nil {
+		st.passOnLocked()
+		return nil, st.endErr
+	}
+	b := st.q.pop()
+	st.passOnLocked()
+	st.wakeSpace()
+	if st.feed != nil {
+		st.feed.took(len(b))
+	}
+	return b, nil
 }
 
 // readLocked reads a frame that takeLocked took: an item or a soft error

@@ -69,7 +69,7 @@ func TestIngressCopiesDataBatchOnce(t *testing.T) {
 		handle(data[next])
 		next++
 		for range perBatch {
-			if _, _, err := st.PopBytes(simDone); err != nil {
+			if _, err := st.PopBytes(simDone); err != nil {
 				t.Fatal(err)
 			}
 		}
