@@ -106,7 +106,7 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		// Owed, in the batch being posted, or posted already: the close
 		// is urgent, so the successor may have written both.
 		nb.Mu.Lock()
-		credit := nb.Credit[id] + nb.Flying[id]
+		credit := nb.Credit[id] + nb.FlyingCreditLocked(id)
 		_, closeOwed := nb.Closes[id+256]
 		_, flying := nb.FlyingCloses[id+256]
 		nb.Mu.Unlock()

@@ -66,7 +66,7 @@ type Batcher struct {
 	unpublished   int                                    // queued bytes not yet added to the peer's budget (budgetAddLocked)
 	Budget        *peerBudget                            // the peer's byte budget, shared by its lanes
 	Credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
-	Flying        map[muxwire.SlotID]uint32              // credit in the batch being posted: owed again if it is refused
+	Flying        []SlotCredit                           // credit in the batch being posted, a slot once: owed again if it is refused
 	FlyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
 	flyingSignals map[muxwire.SlotID]lifecycleSignal     // stops and cancels in the batch being posted
 	Closes        map[muxwire.SlotID]muxwire.CloseReason // CloseSlot replies owed for the peer's slots
@@ -155,7 +155,6 @@ func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
 		Mx: mx, peer: peer, Lane: lane, Budget: mx.budgetFor(peer),
 		Epoch:         mx.Epochs.Add(1),
 		Credit:        make(map[muxwire.SlotID]uint32),
-		Flying:        make(map[muxwire.SlotID]uint32),
 		FlyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
 		Closes:        make(map[muxwire.SlotID]muxwire.CloseReason),

@@ -200,7 +200,7 @@ func (b *Batcher) settleCredit(err error) {
 			b.discardRejectsLocked()
 		}
 	}
-	clear(b.Flying)
+	b.Flying = b.Flying[:0]
 	clear(b.FlyingCloses)
 	clear(b.flyingSignals)
 }
@@ -236,10 +236,10 @@ func (b *Batcher) retryLaterLocked() {
 }
 
 func (b *Batcher) owePostedLocked() {
-	for id, d := range b.Flying {
-		if _, closing := b.Closes[id]; !closing {
-			b.Credit[id] += d
-			b.Mx.N.CreditReposted.Add(uint64(d))
+	for _, f := range b.Flying {
+		if _, closing := b.Closes[f.ID]; !closing {
+			b.Credit[f.ID] += f.Delta
+			b.Mx.N.CreditReposted.Add(uint64(f.Delta))
 		}
 	}
 	for id, reason := range b.FlyingCloses {
@@ -315,14 +315,7 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 		delete(b.signals, id)
 		b.flyingSignals[id] = sg
 	}
-	for id, d := range b.Credit {
-		if full(muxwire.CreditUpdateBodyLen) {
-			break
-		}
-		enc.CreditUpdate(id, 0, d)
-		delete(b.Credit, id)
-		b.Flying[id] += d
-	}
+	b.takeCreditLocked(&enc, full)
 	if b.lingerOn {
 		b.lingerT.Stop()
 		b.lingerOn, b.lingered = false, false
@@ -380,6 +373,41 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 	b.seq++
 	b.lastLen = enc.Len()
 	return enc.Batch(), enc.Count(), retired, opened, more || len(b.Ready) > 0 && data
+}
+
+// takeCreditLocked writes the owed credit that fits into enc and moves
+// it to b.Flying. A frontend owes credit on every stream of a forward
+// pass, and most often all of it fits: the map is then cleared at once,
+// not a delete per slot, and the flying credit is a list, not a second
+// map, since a batch names each slot once.
+func (b *Batcher) takeCreditLocked(enc *muxwire.Encoder, full func(int) bool) {
+	from := len(b.Flying)
+	all := true
+	for id, d := range b.Credit {
+		if full(muxwire.CreditUpdateBodyLen) {
+			all = false
+			break
+		}
+		enc.CreditUpdate(id, 0, d)
+		b.Flying = append(b.Flying, SlotCredit{id, d})
+	}
+	if all {
+		clear(b.Credit)
+		return
+	}
+	for _, f := range b.Flying[from:] {
+		delete(b.Credit, f.ID)
+	}
+}
+
+// FlyingCreditLocked is the credit for id in the batch being posted.
+func (b *Batcher) FlyingCreditLocked(id muxwire.SlotID) uint32 {
+	for _, f := range b.Flying {
+		if f.ID == id {
+			return f.Delta
+		}
+	}
+	return 0
 }
 
 // takeOpensLocked writes the queued OpenSlots that fit into enc and

@@ -121,8 +121,9 @@ func (b *Batcher) ReplyAll(cs []SlotCredit) {
 		return
 	}
 	b.used = true
+	closes := len(b.Closes) > 0 // most often none: no lookup per slot
 	for _, c := range cs {
-		if _, closing := b.Closes[c.ID]; !closing {
+		if !closes || !b.closingLocked(c.ID) {
 			b.Credit[c.ID] += c.Delta
 		}
 	}
@@ -130,6 +131,12 @@ func (b *Batcher) ReplyAll(cs []SlotCredit) {
 		b.startLingerLocked()
 	}
 	b.Mu.Unlock()
+}
+
+// closingLocked says whether a close is owed for id: it supersedes credit.
+func (b *Batcher) closingLocked(id muxwire.SlotID) bool {
+	_, ok := b.Closes[id]
+	return ok
 }
 
 // startLingerLocked opens a reply_linger window. The batcher's goroutine
