@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -122,11 +123,15 @@ func TestUnregisterWaitsForReadAt(t *testing.T) {
 		}
 		s, _ := r.StageInRegion(g, 0, len(buf))
 		inCopy, proceed := make(chan struct{}), make(chan struct{})
+		// The first copy stops until the test lets it go. It must block on
+		// the send: a select with a default let a reader that got here
+		// before the test's receive copy on, and the test then waited on
+		// inCopy for ever (a synctest deadlock).
+		var first atomic.Bool
 		rdma.SetCopyHook(r, func() {
-			select {
-			case inCopy <- struct{}{}:
+			if first.CompareAndSwap(false, true) {
+				inCopy <- struct{}{}
 				<-proceed
-			default:
 			}
 		})
 		read := make(chan []byte)
