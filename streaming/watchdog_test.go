@@ -145,7 +145,13 @@ func TestWatchdogSilentConnection(t *testing.T) {
 // flow is not dropped over ten windows, and Next never returns a
 // heartbeat: the next thing it returns is the next item.
 func TestHeartbeatKeepsIdleStreamAlive(t *testing.T) {
-	producer, consumer := hbNodes(t, nil)
+	// A window three times testWindow, as in TestHeartbeatGoroutinePerManager:
+	// this test asserts that a live stream is not dropped, and with 50 ms a
+	// loaded 2-core machine once went three windows without running the
+	// heartbeater, so the watchdog rightly fired. Detection itself is
+	// tested at testWindow by the tests above.
+	const window = 3 * testWindow
+	producer, consumer := hbNodesEvery(t, nil, window)
 	a, err := CreateAnchor[[]byte](consumer.sm)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +166,7 @@ func TestHeartbeatKeepsIdleStreamAlive(t *testing.T) {
 		t.Fatalf("Next = %q, %v", v, err)
 	}
 	beats := producer.sm.remote.tcp.Heartbeats()
-	if v, err := nextItemWithin(t, a, 10*testWindow); !errors.Is(err, context.DeadlineExceeded) {
+	if v, err := nextItemWithin(t, a, 10*window); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("idle stream over 10 windows: Next = %q, %v; want nothing", v, err)
 	}
 	if got := producer.sm.remote.tcp.Heartbeats() - beats; got < 5 {
