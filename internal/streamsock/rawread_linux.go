@@ -6,6 +6,8 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Reads without entering the scheduler's system-call state.
@@ -110,4 +112,21 @@ func unwrapOp(err error) error {
 		return op.Err
 	}
 	return err
+}
+
+// writeFd writes p to a non-blocking socket with one raw write call, for
+// the reason rawReader reads with raw calls: a write that enters the
+// syscall state wakes a deeply sleeping sysmon as a read does. The inline
+// writer (inline.go) uses it for a batch that is one buffer. Writes over
+// rawReadMax go through unix.Write.
+func writeFd(fd uintptr, p []byte) (int, error) {
+	if len(p) == 0 || len(p) > rawReadMax {
+		return unix.Write(int(fd), p)
+	}
+	raceWrite(fd, p)
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
 }
