@@ -31,8 +31,9 @@ import (
 // the P from a goroutine in a raw call, and a read into a large
 // destination (a rendezvous payload, read in place) may copy for longer.
 
-// rawReadMax is the largest read made raw.
-const rawReadMax = 256 << 10
+// rawReadMax is the largest read or write made raw: the frame reader's
+// largest buffer (frame.maxReadChunk), above the mux's largest batch.
+const rawReadMax = 128 << 10
 
 // rawReader reads a TCP or Unix socket with raw read calls.
 type rawReader struct {
