@@ -142,7 +142,7 @@ func (l *lane) writeNow(segs []segment, obs ext.Observability) int64 {
 func (l *lane) writev(fd uintptr) bool {
 	for {
 		if len(l.ivec) == 1 {
-			l.wn, l.werr = writeFd(fd, l.ivec[0])
+			l.wn, l.werr = unix.Write(int(fd), l.ivec[0])
 		} else {
 			l.wn, l.werr = unix.Writev(int(fd), l.ivec)
 		}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Reads without entering the scheduler's system-call state.
@@ -22,8 +20,7 @@ import (
 // tick doubles up to 10 ms. A read that wakes a reader between two forward passes of
 // a producer (a batch of credit replies) paid that on every arrival: on an
 // engine at one pass per millisecond, 3.6 sysmon ticks per pass, 1.2 with
-// raw reads, 0.7 with raw writes too (writeFd). A raw read has none of
-// it and skips the enter and exit too; it still waits on the poller as the
+// raw reads. A raw read has none of it and skips the enter and exit too; it still waits on the poller as the
 // net package does, since the callback of syscall.RawConn.Read runs the
 // read and says when to wait.
 //
@@ -31,8 +28,8 @@ import (
 // the P from a goroutine in a raw call, and a read into a large
 // destination (a rendezvous payload, read in place) may copy for longer.
 
-// rawReadMax is the largest read or write made raw: the frame reader's
-// largest buffer (frame.maxReadChunk), above the mux's largest batch.
+// rawReadMax is the largest read made raw: the frame reader's largest
+// buffer (frame.maxReadChunk), above the mux's largest batch.
 const rawReadMax = 128 << 10
 
 // rawReader reads a TCP or Unix socket with raw read calls.
@@ -114,21 +111,4 @@ func unwrapOp(err error) error {
 		return op.Err
 	}
 	return err
-}
-
-// writeFd writes p to a non-blocking socket with one raw write call, for
-// the reason rawReader reads with raw calls: a write that enters the
-// syscall state wakes a deeply sleeping sysmon as a read does. The inline
-// writer (inline.go) uses it for a batch that is one buffer. Writes over
-// rawReadMax go through unix.Write.
-func writeFd(fd uintptr, p []byte) (int, error) {
-	if len(p) == 0 || len(p) > rawReadMax {
-		return unix.Write(int(fd), p)
-	}
-	raceWrite(fd, p)
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
 }

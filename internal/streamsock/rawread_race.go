@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // raceRead tells the race detector what a raw read did, as the syscall
@@ -21,11 +19,3 @@ func raceRead(fd uintptr, p []byte) {
 
 // raceBuild says the race detector is on.
 const raceBuild = true
-
-// raceWrite tells the race detector what a raw write will do, as package
-// unix's write does: p is read, and the write comes after what the writer
-// did before (a zero-byte write through package unix releases that edge).
-func raceWrite(fd uintptr, p []byte) {
-	unix.Write(int(fd), p[:0])
-	runtime.RaceReadRange(unsafe.Pointer(&p[0]), len(p))
-}
