@@ -296,11 +296,14 @@ func TestDebugViewLanes(t *testing.T) {
 	for {
 		p, _ := findPeer(getSnapshot(t, view.URL), server.InstanceID().String())
 		lanes = p.LaneStats
-		if len(lanes) == 2 && lanes[1].FramesWritten == 1 {
+		// A lane counts a frame once its write returns, which may be
+		// after the peer's answer arrived: lane 0 may show the call a
+		// moment after the call returned.
+		if len(lanes) == 2 && lanes[1].FramesWritten == 1 && lanes[0].FramesWritten >= 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lane 1 never showed its frame: %+v", lanes)
+			t.Fatalf("the lanes never showed their frames: %+v", lanes)
 		}
 		runtime.Gosched()
 	}

@@ -3,6 +3,7 @@ package streamsock
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -27,6 +28,7 @@ var errStalled = errors.New("a frame stayed half-received past the frame timeout
 // wasted wake-up, and is then cleared.
 type stallGuard struct {
 	conn    net.Conn
+	src     io.Reader // conn, or a raw reader of its socket (rawread_linux.go)
 	r       *frame.Reader
 	timeout time.Duration
 	frame   int64     // stream offset of the frame in progress that began is for
@@ -38,7 +40,7 @@ type stallGuard struct {
 
 // newStallGuard wraps conn and makes the frame reader that reads through it.
 func newStallGuard(conn net.Conn, maxFrame int, timeout time.Duration, hook func(int)) (*stallGuard, *frame.Reader) {
-	g := &stallGuard{conn: conn, timeout: timeout, hook: hook}
+	g := &stallGuard{conn: conn, src: newConnReader(conn), timeout: timeout, hook: hook}
 	g.r = frame.NewReader(g, maxFrame)
 	return g, g.r
 }
@@ -53,7 +55,7 @@ func (g *stallGuard) Read(p []byte) (int, error) {
 		}
 	}
 	for {
-		n, err := g.conn.Read(p)
+		n, err := g.src.Read(p)
 		if n > 0 {
 			g.acks.read()
 			if g.hook != nil {
