@@ -709,11 +709,14 @@ func pooledRequestFrame(p *peer, rt msgwire.ResponseType, id msgwire.ResponseID,
 // deadline, no headers of its own: a caller's run of messages under one
 // context) finds that header still there, since nothing writes a pooled
 // buffer but this: only the time left is written again, in place, unless
-// its digits grew or shrank in number. Encoding the whole header anew was
+// its digits grew or shrank in number; without a deadline, nothing is. Encoding the whole header anew was
 // a seventh of a fire-and-forget message's cost to send.
 func (s *sendBuf) header(rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb []byte, dl time.Time) []byte {
 	h := &s.last
 	if h.n != 0 && len(hb) == 0 && dl == h.dl && rt == h.rt && id == h.id && handler == h.handler {
+		if dl.IsZero() {
+			return s.b[:h.n] // no deadline: nothing changes, and no clock is read
+		}
 		digits := s.digits.left.n
 		s.digits.left.appendDecimal(s.b[:h.leftAt], budgetMicros(dl))
 		if s.digits.left.n == digits {
@@ -723,8 +726,8 @@ func (s *sendBuf) header(rt msgwire.ResponseType, id msgwire.ResponseID, handler
 	s.encodes++
 	buf := appendRequestHeaderDigits(s.b[:0], rt, id, handler, hb, dl, &s.digits)
 	*h = lastHeader{}
-	if len(hb) == 0 && !dl.IsZero() && cap(buf) == cap(s.b) {
-		// The deadline entry is the map's only one: its value's first
+	if len(hb) == 0 && cap(buf) == cap(s.b) {
+		// A deadline entry is the map's only one: its value's first
 		// number starts right after the key and the str8's two bytes.
 		*h = lastHeader{n: len(buf), leftAt: fixedHeaderLen + len(handler) + 2 + 1 + len(deadlineKey) + 2, rt: rt, id: id, handler: handler, dl: dl}
 	}

@@ -36,3 +36,15 @@ func BenchmarkPeerGet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPooledRequestFrameNoDeadline is BenchmarkPooledRequestFrame
+// for a caller whose context has no deadline.
+func BenchmarkPooledRequestFrameNoDeadline(b *testing.B) {
+	p := &peer{retains: true}
+	payload := make([]byte, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		f := pooledRequestFrame(p, FireAndForget, ResponseID{Lo: 1}, "sink", nil, payload, time.Time{})
+		f.Release()
+	}
+}
