@@ -98,7 +98,7 @@ func appendRequestHeaderDigits(dst []byte, rt msgwire.ResponseType, id msgwire.R
 	if dl.IsZero() || !ok || n+1 > 0xffff || len(hb)+deadlineEntryMax > msgwire.MaxEncodedHeaders {
 		return appendRequestHeader(dst, rt, id, handler, hb)
 	}
-	left := min(max(time.Until(dl), 0), maxBudget)
+	left := budgetMicros(dl)
 	dst = append(dst, headerSchema, byte(rt))
 	dst = id.AppendLE(dst)
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(handler)))
@@ -118,7 +118,7 @@ func appendRequestHeaderDigits(dst []byte, rt msgwire.ResponseType, id msgwire.R
 	if dd != nil {
 		lastLeft, lastWall = &dd.left, &dd.wall
 	}
-	dst = lastLeft.appendDecimal(dst, uint64(left/time.Microsecond)) // maxBudget: 15 digits
+	dst = lastLeft.appendDecimal(dst, left) // maxBudget: 15 digits
 	if wall := dl.UnixMicro(); wall >= 0 && wall < 1e16 {
 		dst = lastWall.appendDecimal(append(dst, ' '), uint64(wall))
 	}
@@ -126,6 +126,12 @@ func appendRequestHeaderDigits(dst []byte, rt msgwire.ResponseType, id msgwire.R
 	dst = append(dst, body...)
 	binary.LittleEndian.PutUint16(dst[lenAt:], uint16(len(dst)-start))
 	return dst
+}
+
+// budgetMicros is the time left until dl in whole microseconds (rounded
+// down), within [0, maxBudget]: the first number of the deadline entry.
+func budgetMicros(dl time.Time) uint64 {
+	return uint64(min(max(time.Until(dl), 0), maxBudget) / time.Microsecond)
 }
 
 // appendDecimal appends x in decimal, eight digits at a time below 1e16

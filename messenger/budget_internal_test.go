@@ -267,3 +267,65 @@ func TestPooledRequestWithDeadlineAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per request, want 0", n)
 	}
 }
+
+// TestPooledHeaderIsReused: a pooled request buffer that sends the same
+// handler under the same deadline again writes only the time left, and
+// its bytes are those of a fresh encoding every time: while the clock
+// stands, with less time left by a microsecond (the same number of
+// digits), and across a change in their number, which encodes anew.
+func TestPooledHeaderIsReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sb := sendBufs.New().(*sendBuf)
+		sb.refs.Store(1)
+		dl := time.Now().Add(10*time.Second + 3*time.Microsecond)
+		id := ResponseID{Lo: 9}
+		check := func(what string) {
+			t.Helper()
+			want := appendRequestHeaderDeadline(nil, FireAndForget, id, "sink", nil, dl)
+			if got := sb.header(FireAndForget, id, "sink", nil, dl); !bytes.Equal(got, want) {
+				t.Fatalf("%s: %x, want %x", what, got, want)
+			}
+		}
+		for range 100 {
+			check("the clock standing")
+		}
+		for range 3 {
+			time.Sleep(time.Microsecond)
+			check("a microsecond less")
+		}
+		if sb.encodes != 1 {
+			t.Fatalf("%d headers encoded whole for 103 requests under one deadline, want 1", sb.encodes)
+		}
+		time.Sleep(time.Microsecond) // 9,999,999 us left: a digit fewer
+		check("a digit fewer")
+		check("again")
+		if sb.encodes != 2 {
+			t.Fatalf("%d headers encoded whole after the digits shrank, want 2", sb.encodes)
+		}
+		// Anything else differing encodes anew.
+		want := appendRequestHeaderDeadline(nil, FireAndForget, id, "other", nil, dl)
+		if got := sb.header(FireAndForget, id, "other", nil, dl); !bytes.Equal(got, want) {
+			t.Fatalf("another handler: %x, want %x", got, want)
+		}
+		hb, _ := EncodeHeaders(map[string]string{"k": "v"})
+		want = appendRequestHeaderDeadline(nil, FireAndForget, id, "other", hb, dl)
+		if got := sb.header(FireAndForget, id, "other", hb, dl); !bytes.Equal(got, want) {
+			t.Fatalf("with headers: %x, want %x", got, want)
+		}
+		// Without a deadline, the header is the same bytes every time.
+		want = appendRequestHeaderDeadline(nil, FireAndForget, id, "other", nil, time.Time{})
+		for range 10 {
+			if got := sb.header(FireAndForget, id, "other", nil, time.Time{}); !bytes.Equal(got, want) {
+				t.Fatalf("no deadline: %x, want %x", got, want)
+			}
+		}
+		if sb.encodes != 5 {
+			t.Fatalf("%d headers encoded whole, want 5", sb.encodes)
+		}
+		// And a deadline after none is written in full.
+		check("a deadline again")
+		if sb.encodes != 6 {
+			t.Fatalf("%d headers encoded whole, want 6", sb.encodes)
+		}
+	})
+}

@@ -696,11 +696,52 @@ func pooledRequestFrame(p *peer, rt msgwire.ResponseType, id msgwire.ResponseID,
 	}
 	sb := sendBufs.Get().(*sendBuf)
 	sb.refs.Store(1)
-	buf := appendRequestHeaderDigits(sb.b[:0], rt, id, handler, hb, dl, &sb.digits)
+	buf := sb.header(rt, id, handler, hb, dl)
 	hlen = len(buf)
+	// sb.b keeps its array (frames here fit its capacity): only the
+	// bytes are written, so no pointer is stored per request.
 	buf = append(buf, payload...)
-	sb.b = buf
 	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:len(buf):len(buf)], Owner: sb}
+}
+
+// header writes a request header at the start of s.b and returns it. A
+// request like the last one built in s (the same handler, response id and
+// deadline, no headers of its own: a caller's run of messages under one
+// context) finds that header still there, since nothing writes a pooled
+// buffer but this: only the time left is written again, in place, unless
+// its digits grew or shrank in number; without a deadline, nothing is. Encoding the whole header anew was
+// a seventh of a fire-and-forget message's cost to send.
+func (s *sendBuf) header(rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb []byte, dl time.Time) []byte {
+	h := &s.last
+	if h.n != 0 && len(hb) == 0 && dl == h.dl && rt == h.rt && id == h.id && handler == h.handler {
+		if dl.IsZero() {
+			return s.b[:h.n] // no deadline: nothing changes, and no clock is read
+		}
+		digits := s.digits.left.n
+		s.digits.left.appendDecimal(s.b[:h.leftAt], budgetMicros(dl))
+		if s.digits.left.n == digits {
+			return s.b[:h.n]
+		}
+	}
+	s.encodes++
+	buf := appendRequestHeaderDigits(s.b[:0], rt, id, handler, hb, dl, &s.digits)
+	*h = lastHeader{}
+	if len(hb) == 0 && cap(buf) == cap(s.b) {
+		// A deadline entry is the map's only one: its value's first
+		// number starts right after the key and the str8's two bytes.
+		*h = lastHeader{n: len(buf), leftAt: fixedHeaderLen + len(handler) + 2 + 1 + len(deadlineKey) + 2, rt: rt, id: id, handler: handler, dl: dl}
+	}
+	return buf
+}
+
+// lastHeader is what the last header written in a sendBuf was made of.
+type lastHeader struct {
+	n       int // its length; 0: nothing to reuse
+	leftAt  int // where the digits of the time left start
+	rt      msgwire.ResponseType
+	id      msgwire.ResponseID
+	handler string
+	dl      time.Time
 }
 
 // sendBufSize is the capacity of a pooled request buffer, and so the
@@ -710,9 +751,11 @@ const sendBufSize = 4 << 10
 // sendBuf is a pooled request buffer, an ext.Owner: it goes back to the
 // pool when the last reference is released.
 type sendBuf struct {
-	refs   atomic.Int32
-	b      []byte
-	digits deadlineDigits // of the last deadline written in b (budget.go)
+	refs    atomic.Int32
+	b       []byte         // its array is never replaced
+	digits  deadlineDigits // of the last deadline written in b (budget.go)
+	last    lastHeader     // the header at the start of b
+	encodes int            // headers encoded whole, for tests
 }
 
 var sendBufs = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, sendBufSize)} }}
