@@ -87,8 +87,17 @@ func (r *AttachRequest) AppendJSON(dst []byte) []byte {
 
 // DecodeAttachRequest reads the body of _anchor_attach or
 // _mpsc_anchor_attach. handle, session_id and stream_cancel_handle are
-// required.
+// required. A body in the form AppendJSON writes is read in one pass
+// (json_canonical.go).
 func DecodeAttachRequest(b []byte) (AttachRequest, error) {
+	if r, ok := canonicalAttachRequest(b); ok {
+		return r, nil
+	}
+	return decodeAttachRequest(b)
+}
+
+// decodeAttachRequest is DecodeAttachRequest for a body in any form.
+func decodeAttachRequest(b []byte) (AttachRequest, error) {
 	var r AttachRequest
 	var have [3]bool
 	err := jsonObject(b, "attach request", func(key string, val json.RawMessage) error {
@@ -269,8 +278,17 @@ func decodeEnum(b []byte, what string) (variant string, body json.RawMessage, re
 	return "", nil, "", malformed("%s: unknown variant %.40q", what, variant)
 }
 
-// DecodeAttachResponse reads the answer of _anchor_attach.
+// DecodeAttachResponse reads the answer of _anchor_attach. An Ok answer
+// in the form AppendJSON writes is read in one pass (json_canonical.go).
 func DecodeAttachResponse(b []byte) (AttachResponse, error) {
+	if r, ok := canonicalAttachResponse(b); ok {
+		return r, nil
+	}
+	return decodeAttachResponse(b)
+}
+
+// decodeAttachResponse is DecodeAttachResponse for a body in any form.
+func decodeAttachResponse(b []byte) (AttachResponse, error) {
 	variant, body, reason, err := decodeEnum(b, "attach response")
 	if err != nil {
 		return AttachResponse{}, err

@@ -26,6 +26,12 @@ import (
 // in lower-case hex), everything else as it is. Invalid UTF-8 becomes
 // U+FFFD, as a Rust String cannot hold it.
 func appendJSONString(dst []byte, s string) []byte {
+	if plainJSONString(s) {
+		// Transport keys and most reasons: one copy, not a byte at a time.
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	const hexDigits = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
@@ -65,6 +71,17 @@ func appendJSONString(dst []byte, s string) []byte {
 		i++
 	}
 	return append(dst, '"')
+}
+
+// plainJSONString says whether s is printable ASCII with no quote or
+// backslash: a string that serde_json writes as it is.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func appendJSONField(dst []byte, first bool, name string) []byte {
