@@ -63,6 +63,9 @@ func appendRequestHeaderDeadline(dst []byte, rt msgwire.ResponseType, id msgwire
 // the entry (the clock's reading is most of the rest).
 type deadlineDigits struct {
 	left, wall lastDecimal
+	// leftAt is where left's digits start in the header last written with
+	// these digits, or 0 when it had no deadline entry.
+	leftAt int
 }
 
 // lastDecimal is one number's digits, as appendDecimal wrote them.
@@ -94,6 +97,10 @@ func (l *lastDecimal) appendDecimal(dst []byte, x uint64) []byte {
 // appendRequestHeaderDigits is appendRequestHeaderDeadline that takes the
 // digits from dd where it holds them (nil: nothing remembered).
 func appendRequestHeaderDigits(dst []byte, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb []byte, dl time.Time, dd *deadlineDigits) []byte {
+	dst0 := dst
+	if dd != nil {
+		dd.leftAt = 0
+	}
 	n, body, ok := mapEntries(hb)
 	if dl.IsZero() || !ok || n+1 > 0xffff || len(hb)+deadlineEntryMax > msgwire.MaxEncodedHeaders {
 		return appendRequestHeader(dst, rt, id, handler, hb)
@@ -117,6 +124,7 @@ func appendRequestHeaderDigits(dst []byte, rt msgwire.ResponseType, id msgwire.R
 	var lastLeft, lastWall *lastDecimal
 	if dd != nil {
 		lastLeft, lastWall = &dd.left, &dd.wall
+		dd.leftAt = valAt - len(dst0)
 	}
 	dst = lastLeft.appendDecimal(dst, left) // maxBudget: 15 digits
 	if wall := dl.UnixMicro(); wall >= 0 && wall < 1e16 {

@@ -726,10 +726,8 @@ func (s *sendBuf) header(rt msgwire.ResponseType, id msgwire.ResponseID, handler
 	s.encodes++
 	buf := appendRequestHeaderDigits(s.b[:0], rt, id, handler, hb, dl, &s.digits)
 	*h = lastHeader{}
-	if len(hb) == 0 && cap(buf) == cap(s.b) {
-		// A deadline entry is the map's only one: its value's first
-		// number starts right after the key and the str8's two bytes.
-		*h = lastHeader{n: len(buf), leftAt: fixedHeaderLen + len(handler) + 2 + 1 + len(deadlineKey) + 2, rt: rt, id: id, handler: handler, dl: dl}
+	if len(hb) == 0 && cap(buf) == cap(s.b) && (dl.IsZero() || s.digits.leftAt != 0) {
+		*h = lastHeader{n: len(buf), leftAt: s.digits.leftAt, rt: rt, id: id, handler: handler, dl: dl}
 	}
 	return buf
 }
