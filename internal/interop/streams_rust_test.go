@@ -507,7 +507,7 @@ func streamChecks(ctx context.Context, t *testing.T, g *velo.Node, rs *rustPeer,
 			seen = append(seen, e)
 		}
 		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "hb3"})
-		check(t, "an idle rust mpsc producer is not dropped", ok && strings.Join(seen, "|") == "rs-0|Detached" && streamx.WatchdogFirings(sm2) == 0, seen, nil)
+		check(t, "an idle rust mpsc producer is not dropped", ok && strings.Join(seen, "|") == "rs-0|Detached" && streamx.WatchdogFirings(sm2) == 0, []any{seen, d}, nil)
 	})
 }
 
@@ -565,7 +565,7 @@ func muxPeerChecks(ctx context.Context, t *testing.T, g *velo.Node, path string)
 			seen = append(seen, e)
 		}
 		ok, d = rs.do(map[string]any{"cmd": "job_wait", "job": "x3"})
-		check(t, "rust mpsc producer with mux-v1 offered", ok && strings.Join(seen, "|") == "m0|m1|Detached", seen, nil)
+		check(t, "rust mpsc producer with mux-v1 offered", ok && strings.Join(seen, "|") == "m0|m1|Detached", []any{seen, d}, nil)
 
 		h = rustAnchor(t, rs, "x4", map[string]any{"mpsc": true})
 		ms, err := streaming.AttachMPSCAnchor[[]byte](ctx, g.Streams, h)
