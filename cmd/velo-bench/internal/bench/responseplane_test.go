@@ -36,7 +36,7 @@ func TestResponsePlaneTiny(t *testing.T) {
 					}
 				}
 			}
-			for _, arm := range []string{"mux/grpc", "mux/per-stream"} {
+			for _, arm := range []string{"mux/grpc", "mux/per-stream", "mux/raw", "mux-zero-rtt/raw"} {
 				var found bool
 				for _, f := range r.Figures {
 					found = found || (f.Arm == arm && f.Metric == "cpu_us_per_token_ratio")
