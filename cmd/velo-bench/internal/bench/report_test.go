@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -61,5 +62,37 @@ func TestRoundKeepsSmallRatios(t *testing.T) {
 		if got := round(c.in); got != c.want {
 			t.Errorf("round(%v) = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// countingWriter counts the Write calls made on it.
+type countingWriter struct {
+	writes, bytes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	w.bytes += len(p)
+	return len(p), nil
+}
+
+// TestWriteTableWritesOnce checks that the table goes out in one write
+// per tableBuffer of output, not one per cell: on os.Stdout each Write is
+// a system call, and a bench run's `strace -c` counts them.
+func TestWriteTableWritesOnce(t *testing.T) {
+	var r Report
+	params := map[string]any{"a": 1, "b": "x"}
+	for i := range 300 {
+		r.Add("h", "arm", "metric_"+strconv.Itoa(i), "us", float64(i), params)
+	}
+	var w countingWriter
+	if err := r.WriteTable(&w); err != nil {
+		t.Fatal(err)
+	}
+	if want := w.bytes/tableBuffer + 1; w.writes > want {
+		t.Errorf("%d writes for %d bytes, want at most %d", w.writes, w.bytes, want)
+	}
+	if w.bytes < 300*20 {
+		t.Errorf("only %d bytes for 300 rows", w.bytes)
 	}
 }
