@@ -259,8 +259,11 @@ func (m *Manager) FlushBatch() {
 }
 
 // offeredKeys are the transports this node's producers offer, the mux
-// first.
+// first. The list is shared once the node is built: read it, never write.
 func (r *remote) offeredKeys() []string {
+	if r.offered != nil {
+		return r.offered
+	}
 	if r.mux != nil {
 		return []string{mux.WireKey, r.streamKey}
 	}

@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -52,6 +53,12 @@ func (r *remote) canPipeline(owner ext.InstanceID) bool {
 	return r.lanesTo(owner.WorkerID()) == 1
 }
 
+// attachBodies are the buffers pipelined attaches encode their requests
+// in: the messenger copies a request's body into its frame before
+// UnaryAsync returns (callers may reuse it), so a body need not be an
+// allocation of every stream's.
+var attachBodies = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
 // attachPipelined opens a pending slot for handle, sends the attach
 // request, and returns the Sender without waiting for the answer.
 func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID, handle wire.AnchorHandle, encode func(T) ([]byte, error), key *uint64) (*Sender[T], error) {
@@ -68,12 +75,15 @@ func attachPipelined[T any](ctx context.Context, r *remote, owner ext.InstanceID
 	// stream, and callers commonly cancel it as AttachAnchor returns. The
 	// call has no deadline of its own; expirePending bounds the wait.
 	start := r.m.opStart()
-	call, err := msgrx.UnaryAsyncCall(r.msg, context.Background(), owner, wire.AnchorAttachHandler, req.AppendJSON(make([]byte, 0, 256)), func(body []byte, err error) {
+	body := attachBodies.Get().(*[]byte)
+	*body = req.AppendJSON((*body)[:0])
+	call, err := msgrx.UnaryAsyncCall(r.msg, context.Background(), owner, wire.AnchorAttachHandler, *body, func(body []byte, err error) {
 		if err != nil {
 			msgerr.NameOp(err, "stream attach")
 		}
 		r.answerPending(s, owner, start, body, err)
 	})
+	attachBodies.Put(body) // the messenger copied the body into its frame
 	if err != nil {
 		err = fmt.Errorf("velo: attach %v: %w", handle, err)
 		b.FailPending(s, err)

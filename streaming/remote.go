@@ -134,6 +134,10 @@ type remote struct {
 	heartbeat    time.Duration // answered to attaches, and watched by readers
 	log          *slog.Logger
 	streamKey    string // the per-stream path's key: its frame transport's
+	// offered is offeredKeys once register has run (the mux is fixed
+	// then): every attach request names them, and a list made per
+	// attach was an allocation of each.
+	offered []string
 	// ids draws routing sessions and producer stream ids: random, since
 	// a peer presents them back as authority (ids.go).
 	ids *idSource
@@ -221,6 +225,9 @@ func (r *remote) register(cfg nodeConfig) error {
 	}
 	if err == nil {
 		err = msgrx.RegisterSystem(r.msg, messenger.UnaryHandler(wire.MPSCAnchorAttachHandler, r.onMPSCAttach, messenger.WithInline())) // as _anchor_attach
+	}
+	if err == nil {
+		r.offered = r.offeredKeys()
 	}
 	return err
 }

@@ -1,0 +1,69 @@
+package streaming
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestMuxAttachStreamAllocs counts the allocations of one whole response
+// stream over a warm mux whose producer attaches with _anchor_attach
+// (pipelined: the owner answered the mux before): the anchor, the attach
+// round trip, 64 tokens of 40 bytes, Finalize and the reads to io.EOF, on
+// both nodes. Twenty-one today; twenty-two before the attach request was
+// encoded in a pooled buffer and the offered transport keys were made
+// once per node instead of once per attach. The zero-RTT stream of
+// TestMuxZeroRTTStreamAllocs skips the round trip and pays thirteen.
+func TestMuxAttachStreamAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers on purpose: the count relies on a pooled request body")
+	}
+	producer, consumer := muxNodes(t, MuxConfig{})
+	learnOwner(t, producer, consumer)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tok := make([]byte, 40)
+	stream := func() {
+		a, err := CreateAnchor[[]byte](consumer.sm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := AttachAnchor[[]byte](ctx, producer.sm, a.Handle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.slot().Answered == nil {
+			t.Fatal("the attach waited: this test counts a pipelined one")
+		}
+		for range 64 {
+			if err := s.SendBytes(ctx, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Finalize(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			if _, err := a.NextBytes(ctx); err != nil {
+				break
+			}
+			n++
+		}
+		if n != 64 {
+			t.Fatalf("read %d tokens, want 64", n)
+		}
+		s.Close()
+		a.Close()
+	}
+	for range 50 { // warm: connections, batch buffers, free slots, arenas, pools
+		stream()
+	}
+	allocs := testing.AllocsPerRun(200, stream)
+	t.Logf("allocations per attached stream of 64 tokens: %.1f", allocs)
+	// No slack: AllocsPerRun rounds down, so 21 plus a stray buffer that
+	// grows inside the 200 runs still reads 21, and a return to 22 fails.
+	if allocs > 21 {
+		t.Errorf("%.1f allocations per stream, want at most 21", allocs)
+	}
+}

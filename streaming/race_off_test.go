@@ -1,0 +1,5 @@
+//go:build !race
+
+package streaming
+
+const raceEnabled = false
