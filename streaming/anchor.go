@@ -58,20 +58,28 @@ func (a *Anchor[T]) Next(ctx context.Context) (T, error) {
 // no copy. Everything other than an item behaves as in Next. An item that
 // is not a binary ends the stream with an *ItemError.
 func (a *Anchor[T]) NextBytes(ctx context.Context) ([]byte, error) {
-	// inlet.State.PopBytes, with its wait here in this frame (see
-	// TryPopBytes).
-	p, empty, err := a.st.TryPopBytes()
-	for empty {
-		if err = a.st.Await(ctx); err != nil {
-			return nil, err
+	return nextBytes(ctx, &a.st, &a.trace)
+}
+
+// nextBytes is NextBytes, out of the generic method so that the method is
+// a call the compiler inlines into each instantiation: a consumer parked
+// for its next frame has one library frame on its stack, this one, which
+// makes the wait itself (inlet.State.PopBytesOrWait says why).
+func nextBytes(ctx context.Context, st *inlet.State, trace *uint8) ([]byte, error) {
+	p, w, done, fast, err := st.PopBytesOrWait(ctx)
+	for w != nil {
+		if done == nil {
+			<-w
+		} else {
+			inlet.SelectWait(w, done)
 		}
-		p, empty, err = a.st.TryPopBytes()
+		p, w, done, fast, err = st.PopBytesAfterWait(ctx, fast)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if a.trace == anchorTraceWaiting {
-		a.received(ctx)
+	if *trace == anchorTraceWaiting {
+		receivedFirst(ctx, trace, st.Handle)
 	}
 	return p, nil
 }

@@ -185,6 +185,7 @@ func (m *Manager) Close() error {
 	for _, st := range live {
 		st.Cancel(true)
 	}
+	m.home.CloseWatches() // every anchor left its consumer's context's watch
 	m.stopRemote()
 	if m.untrack != nil {
 		m.untrack() // idempotent

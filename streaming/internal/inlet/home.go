@@ -36,7 +36,8 @@ type Home struct {
 	// Forever.
 	Deadlines *deadline.Queue
 
-	wakes atomic.Uint64 // consumers woken from a wait for a frame
+	wakes   atomic.Uint64 // consumers woken from a wait for a frame
+	watches watches       // the lone consumers' context watches (watch.go)
 }
 
 // Wakes counts the times a consumer waiting for a frame was woken.

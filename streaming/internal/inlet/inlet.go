@@ -60,6 +60,7 @@ type State struct {
 	fastWaiting bool
 	watchFired  bool
 	selects     uint8
+	watchAt     int32 // this anchor's index in watch.members (watch.go), under the Home's watches.mu
 
 	mu        sync.Mutex
 	q         ring
@@ -88,12 +89,11 @@ type State struct {
 	feed *Feed
 	// watchDone is the Done channel of the lone consumer's context
 	// (selects, above, counts the waits that selected on it so far). Once
-	// watched (unwatch set), its end wakes a fast waiter (waitLocked);
-	// watchFired says it ended, and unwatch takes the watch off it.
-	// Contexts are told apart by their Done channels: a context type need
-	// not be comparable.
+	// watched (watch set), its end wakes a fast waiter (waitLocked);
+	// watchFired says it ended. Contexts are told apart by their Done
+	// channels: a context type need not be comparable.
 	watchDone <-chan struct{}
-	unwatch   func() bool
+	watch     *ctxWatch // the Home's watch of that context (watch.go), once joined
 }
 
 // wakeData wakes one waiting consumer. The caller holds mu. The channel holds one token and
@@ -145,39 +145,72 @@ func (st *State) Depth() int {
 // is returned). The caller holds mu; it is released while waiting and
 // held again on return. A wake may find nothing: the caller checks again.
 //
-// The usual consumer is alone and passes the same context every time.
-// From its third wait on, it waits on dataWait with a plain receive: a
+// The usual consumer is alone and passes the same context every time. It
+// waits on dataWait with a plain receive once its context is watched: a
 // select that also watches ctx.Done costs twice as much, and every
 // consumer under one context shares (and contends for) that Done
-// channel's lock. Its context is watched instead, once per anchor and
-// context, by context.AfterFunc; that costs about two selects, so a
-// stream that waits once or twice never pays it. A second consumer
-// waiting at the same time selects.
+// channel's lock. The watch (watch.go) is one context.AfterFunc per
+// context and Home, shared by the anchors that wait under that context: a
+// consumer joins it at its first wait once two anchors have waited under
+// the context, and a stream with a context of its own makes its watch at
+// its third wait (an AfterFunc costs about two selects, so such a stream
+// that waits once or twice never pays it). A second consumer waiting at
+// the same time selects.
 func (st *State) waitLocked(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
+	w, done, fast, err := st.beginWaitLocked(ctx)
+	if w == nil {
 		return err
 	}
-	done := ctx.Done()
+	st.mu.Unlock()
+	if done == nil {
+		<-w
+	} else {
+		SelectWait(w, done)
+	}
+	st.mu.Lock()
+	return st.endWaitLocked(ctx, fast)
+}
+
+// beginWaitLocked starts a consumer's wait (waitLocked): it returns the
+// channel to wait on, and done, ctx's Done channel, when the wait must
+// also select on it (nil for the fast wait and for a context that never
+// ends). fast says it is the fast wait: endWaitLocked needs it. When ctx
+// has ended already there is no wait: w is nil and err is ctx's. The
+// caller holds mu and releases it for the wait.
+func (st *State) beginWaitLocked(ctx context.Context) (w, done <-chan struct{}, fast bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, false, err
+	}
+	done = ctx.Done()
 	if st.fastWaiting && st.watchFired {
 		// This consumer took the wake that the fast waiter's ended
 		// context sent: hand it on.
 		st.wakeData()
 	}
-	w := st.waitDataLocked()
-	fast := done != nil && st.waiters == 1 && st.watchingLocked(ctx, done)
+	w = st.waitDataLocked()
+	fast = done != nil && st.waiters == 1 && st.watchingLocked(ctx, done)
 	if fast {
 		st.fastWaiting = true
+		done = nil
 	}
-	st.mu.Unlock()
-	if fast || done == nil {
-		<-w
-	} else {
-		select {
-		case <-w:
-		case <-done:
-		}
+	return w, done, fast, nil
+}
+
+// SelectWait waits for a wake on w or for done to close. It is a frame
+// of its own so that the select's cases do not sit in the frame of every
+// consumer's fast wait, which parks on w alone.
+//
+//go:noinline
+func SelectWait(w, done <-chan struct{}) {
+	select {
+	case <-w:
+	case <-done:
 	}
-	st.mu.Lock()
+}
+
+// endWaitLocked ends a wait that beginWaitLocked started, once the caller
+// holds mu again: ctx's error when it ended meanwhile.
+func (st *State) endWaitLocked(ctx context.Context, fast bool) error {
 	st.doneWaitingLocked()
 	if fast {
 		st.fastWaiting = false
@@ -197,50 +230,28 @@ func (st *State) waitLocked(ctx context.Context) error {
 }
 
 // watchAfterSelects is how many waits of the lone consumer select on the
-// same context before it is watched.
+// same context before it is watched, when no other anchor of the Home
+// shares that context (watch.go).
 const watchAfterSelects = 2
 
 // watchingLocked reports whether the lone consumer's context ctx (whose
-// Done channel is done) is watched, watching it once it has been waited
-// on watchAfterSelects times.
+// Done channel is done) is watched, joining or making the Home's watch of
+// it when one is due (watchLocked).
 func (st *State) watchingLocked(ctx context.Context, done <-chan struct{}) bool {
 	if st.watchDone != done {
 		st.unwatchLocked()
 		st.watchDone = done
 	}
-	if st.unwatch == nil {
-		if st.selects < watchAfterSelects {
-			st.selects++
-			return false
-		}
-		st.watchLocked(ctx, done)
-	}
-	return true
+	return st.watch != nil || st.watchLocked(ctx, done)
 }
 
-// watchLocked makes the end of ctx (whose Done channel is done) wake a
-// fast waiter.
-func (st *State) watchLocked(ctx context.Context, done <-chan struct{}) {
-	st.watchFired = false
-	st.unwatch = context.AfterFunc(ctx, func() {
-		st.mu.Lock()
-		if st.watchDone == done {
-			st.watchFired = true
-			if st.fastWaiting {
-				st.wakeData()
-			}
-		}
-		st.mu.Unlock()
-	})
-}
-
-// unwatchLocked takes the watch off the consumer's context, so that a
-// long-lived context does not keep ended anchors reachable.
+// unwatchLocked takes the anchor off its consumer's context's watch, so
+// that a long-lived context does not keep ended anchors reachable.
 func (st *State) unwatchLocked() {
-	if st.unwatch != nil {
-		st.unwatch()
+	if st.watch != nil {
+		st.leaveWatchLocked()
 	}
-	st.unwatch, st.watchDone, st.watchFired, st.selects = nil, nil, false, 0
+	st.watch, st.watchDone, st.watchFired, st.selects = nil, nil, false, 0
 }
 
 // passOnLocked wakes another waiting consumer when there is more for it:
@@ -374,52 +385,93 @@ func (st *State) Pop(ctx context.Context) (wire.Frame, error) {
 // aliasing its frame. A soft error comes back as a *SenderError, and an
 // item that is not a binary ends the stream with an *ItemError.
 func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
-	p, empty, err := st.TryPopBytes()
-	for empty {
-		if err = st.Await(ctx); err != nil {
-			return nil, err
+	p, w, done, fast, err := st.PopBytesOrWait(ctx)
+	for w != nil {
+		if done == nil {
+			<-w
+		} else {
+			SelectWait(w, done)
 		}
-		p, empty, err = st.TryPopBytes()
+		p, w, done, fast, err = st.PopBytesAfterWait(ctx, fast)
 	}
 	return p, err
 }
 
-// TryPopBytes is PopBytes without the wait: empty says that the inlet
-// holds no frame and the stream has not ended (wait with Await, then try
-// again). With Await it lets NextBytes wait in its own frame, and its
-// results fit in registers: a consumer
-// parked for its next frame is where most of a busy anchor host's
-// goroutines sit, every GC cycle unwinds and scans each of their stacks,
-// and the frames of the take and the wait (results that did not fit the
-// registers, the pop loop under them) grew each such goroutine's stack
-// past its first 2 KiB. TestParkedConsumerFrames and
+// PopBytesOrWait is PopBytes up to its wait: it takes the next frame, or,
+// when the inlet holds none and the stream has not ended, starts a wait
+// (beginWaitLocked) that the caller makes in its own frame: on w alone
+// when done is nil, else with SelectWait; then it calls PopBytesAfterWait
+// with fast. With w nil, p and err are the outcome.
+//
+// The wait is the caller's so that a consumer parked for its next frame,
+// where most of a busy anchor host's goroutines sit, has the library's
+// frames between it and the runtime's receive down to NextBytes's: every
+// GC cycle unwinds and scans each of their stacks, and the frames of a
+// wait under Await and waitLocked (and a select's cases in them) pushed a
+// consumer of a few frames of its own past its first 2 KiB of stack, so
+// that each grew its stack at its first wait. TestParkedConsumerFrames and
 // TestParkedConsumerStack count both.
-func (st *State) TryPopBytes() (payload []byte, empty bool, err error) {
+func (st *State) PopBytesOrWait(ctx context.Context) (p []byte, w, done <-chan struct{}, fast bool, err error) {
 	st.mu.Lock()
+	return st.popBytesOrWaitLocked(ctx)
+}
+
+// PopBytesAfterWait ends the wait that PopBytesOrWait (or an earlier
+// PopBytesAfterWait) started, then goes on as PopBytesOrWait does: the
+// wake may find nothing, and a new wait starts.
+func (st *State) PopBytesAfterWait(ctx context.Context, fast bool) (p []byte, w, done <-chan struct{}, fast2 bool, err error) {
+	st.mu.Lock()
+	if err := st.endWaitLocked(ctx, fast); err != nil {
+		st.mu.Unlock()
+		return nil, nil, nil, false, err
+	}
+	return st.popBytesOrWaitLocked(ctx)
+}
+
+// popBytesOrWaitLocked is PopBytesOrWait from the caller's lock, which it
+// releases.
+func (st *State) popBytesOrWaitLocked(ctx context.Context) (p []byte, w, done <-chan struct{}, fast bool, err error) {
 	for {
 		if st.q.n == 0 && st.endErr == nil {
+			w, done, fast, err = st.beginWaitLocked(ctx)
 			st.mu.Unlock()
-			return nil, true, nil
+			return nil, w, done, fast, err
 		}
 		b, err := st.takeNowLocked()
 		if err != nil {
 			st.mu.Unlock()
-			return nil, false, err
+			return nil, nil, nil, false, err
 		}
 		if p, ok := wire.BytesItemPayload(b); ok {
 			st.mu.Unlock()
-			return p, false, nil
+			return p, nil, nil, false, nil
+		}
+		if string(b) == wire.FinalizedFrame {
+			return nil, nil, nil, false, st.finalizedLocked()
 		}
 		if p, done, err := st.readBytesLocked(b); done {
-			return p, false, err
+			return p, nil, nil, false, err
 		}
 	}
+}
+
+// finalizedLocked ends the stream at its Finalized terminal, as
+// readBytesLocked does, and releases mu. The usual end is read here
+// without a decode: the frames of readBytesLocked, readLocked and the
+// decoder are the deepest a consumer's stack went, and pushed a consumer
+// of a few frames of its own past its first 2 KiB of stack at the end of
+// every stream.
+func (st *State) finalizedLocked() error {
+	st.endLocked(io.EOF)
+	st.mu.Unlock()
+	st.home.Owner.Remove(st)
+	return io.EOF
 }
 
 // errNotBinary is the end of a byte stream that carried another item.
 var errNotBinary = fmt.Errorf("%w: the item is not a MessagePack binary", wire.ErrMalformed)
 
-// readBytesLocked reads for TryPopBytes a frame that is not a token's: a
+// readBytesLocked reads for popBytesOrWaitLocked a frame that is not a token's: a
 // binary of another width, a soft error, a frame to skip (done false: mu
 // is still held) or the end of the stream. Otherwise it releases mu.
 func (st *State) readBytesLocked(b []byte) (p []byte, done bool, err error) {
@@ -443,15 +495,6 @@ func (st *State) readBytesLocked(b []byte) (p []byte, done bool, err error) {
 		st.home.Owner.Remove(st)
 	}
 	return p, true, err
-}
-
-// Await waits until the inlet holds a frame or the stream has ended, or
-// ctx ends (its error is returned).
-func (st *State) Await(ctx context.Context) error {
-	st.mu.Lock()
-	err := st.awaitLocked(ctx)
-	st.mu.Unlock()
-	return err
 }
 
 // awaitLocked waits until the inlet holds a frame or the stream has

@@ -97,7 +97,7 @@ func TestNextWakesWhenItsContextEnds(t *testing.T) {
 		t.Fatal("Next after Finalize returned no error")
 	}
 	a.st.mu.Lock()
-	left := a.st.unwatch != nil
+	left := a.st.watch != nil
 	a.st.mu.Unlock()
 	if left {
 		t.Fatal("an ended anchor still watches its consumer's context")
@@ -169,8 +169,8 @@ func TestNextWithEndedContextDoesNotWait(t *testing.T) {
 	}
 	a.st.mu.Lock()
 	defer a.st.mu.Unlock()
-	if a.st.waiters != 0 || a.st.unwatch != nil {
-		t.Fatalf("waiters %d, watch set %v after an ended context", a.st.waiters, a.st.unwatch != nil)
+	if a.st.waiters != 0 || a.st.watch != nil {
+		t.Fatalf("waiters %d, watch set %v after an ended context", a.st.waiters, a.st.watch != nil)
 	}
 }
 
