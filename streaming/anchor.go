@@ -76,6 +76,9 @@ func nextBytes(ctx context.Context, st *inlet.State, trace *uint8) ([]byte, erro
 		p, w, done, fast, err = st.PopBytesAfterWait(ctx, fast)
 	}
 	if err != nil {
+		if errors.Is(err, inlet.ErrFinalized) {
+			err = st.ForgetFinalized()
+		}
 		return nil, err
 	}
 	if *trace == anchorTraceWaiting {

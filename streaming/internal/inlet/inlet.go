@@ -16,6 +16,7 @@ package inlet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -394,6 +395,9 @@ func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
 		}
 		p, w, done, fast, err = st.PopBytesAfterWait(ctx, fast)
 	}
+	if err != nil && errors.Is(err, ErrFinalized) {
+		err = st.ForgetFinalized()
+	}
 	return p, err
 }
 
@@ -401,7 +405,8 @@ func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
 // when the inlet holds none and the stream has not ended, starts a wait
 // (beginWaitLocked) that the caller makes in its own frame: on w alone
 // when done is nil, else with SelectWait; then it calls PopBytesAfterWait
-// with fast. With w nil, p and err are the outcome.
+// with fast. With w nil, p and err are the outcome; ErrFinalized stands
+// for io.EOF and asks for ForgetFinalized.
 //
 // The wait is the caller's so that a consumer parked for its next frame,
 // where most of a busy anchor host's goroutines sit, has the library's
@@ -447,7 +452,9 @@ func (st *State) popBytesOrWaitLocked(ctx context.Context) (p []byte, w, done <-
 			return p, nil, nil, false, nil
 		}
 		if string(b) == wire.FinalizedFrame {
-			return nil, nil, nil, false, st.finalizedLocked()
+			st.endLocked(io.EOF)
+			st.mu.Unlock()
+			return nil, nil, nil, false, ErrFinalized
 		}
 		if p, done, err := st.readBytesLocked(b); done {
 			return p, nil, nil, false, err
@@ -455,15 +462,21 @@ func (st *State) popBytesOrWaitLocked(ctx context.Context) (p []byte, w, done <-
 	}
 }
 
-// finalizedLocked ends the stream at its Finalized terminal, as
-// readBytesLocked does, and releases mu. The usual end is read here
-// without a decode: the frames of readBytesLocked, readLocked and the
-// decoder are the deepest a consumer's stack went, and pushed a consumer
-// of a few frames of its own past its first 2 KiB of stack at the end of
-// every stream.
-func (st *State) finalizedLocked() error {
-	st.endLocked(io.EOF)
-	st.mu.Unlock()
+// ErrFinalized is what PopBytesOrWait and PopBytesAfterWait return, in
+// place of io.EOF, for a stream they have just ended at its Finalized
+// terminal: the caller then calls ForgetFinalized, which takes the anchor
+// out of the registry and returns io.EOF. The usual end is read so,
+// without a decode and with the registry's removal in the caller's frame:
+// the frames of readBytesLocked, readLocked and the decoder, or of the
+// removal under popBytesOrWaitLocked, were the deepest a consumer's stack
+// went, and pushed a consumer of a few frames of its own past its first
+// 2 KiB of stack at the end of every stream.
+var ErrFinalized = errors.New("inlet: finalized, not yet forgotten")
+
+// ForgetFinalized takes a stream that ended with ErrFinalized out of the
+// registry, as readBytesLocked does at other ends, and returns the end
+// the consumer sees, io.EOF.
+func (st *State) ForgetFinalized() error {
 	st.home.Owner.Remove(st)
 	return io.EOF
 }
