@@ -277,6 +277,9 @@ func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *do
 	// the heap by a GB in a run of staged calls, and every fetch then
 	// wrote fresh memory: a page fault per 4 KiB.
 	c.Payload = nil
+	if j.hdr.fetched && !r.system {
+		r.m.recycleFetched(j.payload, resp)
+	}
 	if counted {
 		r.m.endRun(r)
 	}

@@ -19,7 +19,11 @@ const (
 
 // requestHeader is the decoded active-message header.
 type requestHeader struct {
-	rtype   msgwire.ResponseType
+	rtype msgwire.ResponseType
+	// fetched is not on the wire: the request's payload is its staged
+	// payload, fetched into a buffer of its own (resolveStaged). Here it
+	// takes the padding after rtype, and a job stays within its size.
+	fetched bool
 	id      msgwire.ResponseID
 	handler []byte // aliases the frame
 	headers []byte // raw MessagePack map, aliases the frame

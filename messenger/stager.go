@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
@@ -181,7 +182,31 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 	}
 	j.hdr.headers = hb
 	j.payload = payload // the read buffer stays the owner: the header lives in it
+	j.hdr.fetched = true
 	r.dispatch(j)
+}
+
+// recycleFetched gives a staged request's fetched payload back to the
+// stager (hook.Recycler) once its handler has returned: a Context's
+// Payload is the handler's only until then, and nothing else of the
+// messenger keeps it. An answer that shares the payload's memory (an echo)
+// is still to be written, so that payload is left to the collector.
+func (m *Messenger) recycleFetched(payload, resp []byte) {
+	if len(payload) == 0 || overlaps(payload, resp) {
+		return
+	}
+	if rc, ok := m.loadStager().(hook.Recycler); ok {
+		rc.Recycle(payload)
+	}
+}
+
+// overlaps says whether a and b share memory, up to their capacities.
+func overlaps(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(cap(b)) && pb < pa+uintptr(cap(a))
 }
 
 // stagingThreshold is the payload size above which this node stages what

@@ -82,3 +82,21 @@ func AllocDest(n int) []byte { return allocDest(n) }
 // UnclearedDestinations reports whether this build skips clearing fetch
 // destinations (nozero.go) or clears them (nozero_other.go).
 const UnclearedDestinations = unclearedDestinations
+
+// SpentGiven is how many fetched payloads were given back (Recycle).
+func SpentGiven() int64 { return spentGiven.Load() }
+
+// SpentTaken is how many fetches wrote into a given-back payload.
+func SpentTaken() int64 { return spentTaken.Load() }
+
+// SpentHeld is how many given-back payloads are kept now.
+func SpentHeld() int {
+	n := 0
+	for i := range spentDests {
+		l := &spentDests[i]
+		l.mu.Lock()
+		n += len(l.bufs)
+		l.mu.Unlock()
+	}
+	return n
+}

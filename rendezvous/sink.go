@@ -18,7 +18,7 @@ import (
 // pays one copy of firstGrowth bytes. The factor trades the two: at 4
 // (and 1 MiB first) a 64 MiB get copied 21 MiB and allocated 85 MiB on
 // its way; at 16 it copies 4 MiB and allocates 68, or 64 when its first
-// buffer is one an earlier get grew out of (firstBuffers). Buffers are
+// buffer is one an earlier get grew out of (given back, spent.go). Buffers are
 // not cleared (allocDest): a get writes every byte it gives.
 //
 // A chunk reaches the sink one of two ways: copied out of the transport's
@@ -33,7 +33,7 @@ type sink struct {
 	total int        // the stated size
 	fixed bool       // buf is the caller's: no growth, no lock
 	fills int        // regions handed out and still being filled
-	first *[]byte    // buf is this pooled first buffer (see firstBuffers), until it grows
+	first bool       // buf is a first buffer, given back when the sink grows out of it
 	idle  sync.Cond  // signalled when fills drops to 0; L is &mu
 }
 
@@ -60,14 +60,13 @@ func allocDest(n int) []byte {
 	return makeUncleared(n)
 }
 
-// takeFirst gives a first buffer, reused when one is pooled; a new one
-// counts as a destination allocated.
-func takeFirst() *[]byte {
-	if p, ok := firstBuffers.Get().(*[]byte); ok {
-		return p
+// takeFirst gives an empty first buffer, one given back (see reachLocked)
+// when there is one; a new one counts as a destination allocated.
+func takeFirst() []byte {
+	if b := takeSpent(firstGrowth); b != nil {
+		return b
 	}
-	b := allocDest(firstGrowth)[:firstGrowth]
-	return &b
+	return allocDest(firstGrowth)
 }
 
 // write puts p at off; off+len(p) is within the stated size (the caller
@@ -118,32 +117,26 @@ func (s *sink) fillDone() {
 	s.mu.Unlock()
 }
 
-// firstBuffers holds first buffers (firstGrowth bytes) that a sink grew
-// out of. A payload longer than firstGrowth is never returned in its
-// first buffer, whose bytes are all copied into the grown one and then
-// dropped: reusing it saves allocating firstGrowth bytes per such get. A
-// reused buffer holds an earlier payload's bytes (as a new one, not
-// cleared, holds whatever its memory held), and none of them can reach a
-// caller: bytes is only given once every chunk, each of its exact length,
-// has been written, so every byte of the payload is its own, and the
-// grown buffer is what it gives.
-var firstBuffers sync.Pool // *[]byte of length firstGrowth
-
 // reachLocked makes buf long enough for a chunk ending at end, growing it
 // (see sink) when it is not; no region is being filled when it grows.
 func (s *sink) reachLocked(end int) {
+	if s.buf == nil {
+		// A buffer given back (spent.go) costs nothing new, so it may
+		// hold the whole stated size from the first chunk.
+		s.buf = takeSpent(s.total)
+	}
 	if end > cap(s.buf) {
 		n := min(max(end, firstGrowth, growFactor*cap(s.buf)), s.total)
 		if s.buf == nil && n == firstGrowth && s.total > firstGrowth {
-			s.first = takeFirst()
-			s.buf = (*s.first)[:0]
+			s.buf, s.first = takeFirst(), true
 		} else {
-			s.buf = append(allocDest(n), s.buf...)
-			if s.first != nil {
+			old := s.buf
+			s.buf = append(allocDest(n), old...)
+			if s.first {
 				// No region of it is being filled (growth waits for that)
 				// and nothing else holds it: its bytes are in buf now.
-				firstBuffers.Put(s.first)
-				s.first = nil
+				putSpent(old)
+				s.first = false
 			}
 		}
 	}

@@ -47,6 +47,14 @@ type Stager interface {
 	FetchTimeout() time.Duration
 }
 
+// Recycler is a Stager that takes back a payload that Fetch returned,
+// once nothing reads or writes it any more, for a later Fetch to write
+// into: memory the process has faulted in already, where a new buffer of
+// tens of MiB mostly takes a page fault per 4 KiB as it is written.
+type Recycler interface {
+	Recycle(payload []byte)
+}
+
 // Lender is a Stager that can also stage a payload without copying it.
 // Stage must copy, because most calls return before their receiver has
 // fetched (fire-and-forget, asynchronous calls) and the caller may reuse
