@@ -100,3 +100,9 @@ func SpentHeld() int {
 	}
 	return n
 }
+
+// SpentRefused is how many payloads Recycle refused as borrowed memory.
+func SpentRefused() int64 { return spentRefused.Load() }
+
+// BorrowedListed is how many slots and orphans the borrowed list holds.
+func BorrowedListed() int64 { return borrowed.n.Load() }

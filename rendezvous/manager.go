@@ -215,6 +215,11 @@ func (r *Manager) register(data []byte, ttl time.Duration) DataHandle {
 	return r.registered(r.st.register(data, ttl), len(data))
 }
 
+// registerCopy is register for a copy made for the store.
+func (r *Manager) registerCopy(data []byte, ttl time.Duration) DataHandle {
+	return r.registered(r.st.registerOwned(data, ttl), len(data))
+}
+
 // registered counts a slot just staged and names it.
 func (r *Manager) registered(id uint64, n int) DataHandle {
 	r.met.Op(metrics.RvRegister, true, time.Time{})
@@ -870,7 +875,7 @@ func (r *Manager) Stage(payload []byte, ttl time.Duration) (string, error) {
 			return r.registered(r.st.addStaged(st, ttl), len(payload)).String(), nil
 		}
 	}
-	return r.register(bytes.Clone(payload), ttl).String(), nil
+	return r.registerCopy(bytes.Clone(payload), ttl).String(), nil
 }
 
 var _ msgrx.Lender = (*Manager)(nil)

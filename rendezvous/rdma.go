@@ -122,7 +122,7 @@ func (r *Manager) RegisterDataPinned(data []byte) DataHandle {
 			return r.registered(r.st.addStaged(st, 0), len(data))
 		}
 	}
-	return r.register(bytes.Clone(data), 0)
+	return r.registerCopy(bytes.Clone(data), 0)
 }
 
 // stagePinned stages data with stage, or returns nil (recording why)

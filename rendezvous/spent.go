@@ -70,8 +70,18 @@ func spentClass(n int) int { return bits.Len(uint(n)) - 1 }
 // Recycle gives back a payload that Get or Fetch returned, once nothing
 // reads or writes it any more: a later fetch may write into it. It takes
 // payloads of minSpent bytes and more; smaller ones, and nil, are
-// dropped.
-func (r *Manager) Recycle(payload []byte) { putSpent(payload) }
+// dropped, and so is one that a slot of any store still reads (a handler
+// staged it again by reference, see borrowed).
+func (r *Manager) Recycle(payload []byte) {
+	if cap(payload) < minSpent {
+		return
+	}
+	if isBorrowed(payload) {
+		spentRefused.Add(1)
+		return
+	}
+	putSpent(payload)
+}
 
 func putSpent(b []byte) {
 	if cap(b) < minSpent {

@@ -24,6 +24,8 @@ type slot struct {
 	readLocks uint32
 	expires   time.Time   // zero: no time-to-live
 	lent      *msgrx.Loan // data is the caller's, lent (registerLent), until withdraw; nil when the store owns it
+	borrowed  bool        // data is the caller's memory (register, registerLent): listed in borrowed
+	cut       bool        // the store ended a lease on it (its TTL or the lease's deadline passed)
 	pinned                // registered memory instead of data (store_pinned.go)
 }
 
@@ -122,6 +124,14 @@ func (s *store) transferTaken(id uint64) bool { _, ok := s.transfers[id]; return
 
 // register stages data (kept, not copied) with refcount 1.
 func (s *store) register(data []byte, ttl time.Duration) uint64 {
+	sl := &slot{data: data, size: len(data)}
+	borrow(sl)
+	return s.add(sl, ttl)
+}
+
+// registerOwned is register for data that the store's caller made for it
+// (a copy): no one else holds it.
+func (s *store) registerOwned(data []byte, ttl time.Duration) uint64 {
 	return s.add(&slot{data: data, size: len(data)}, ttl)
 }
 
@@ -131,7 +141,9 @@ func (s *store) register(data []byte, ttl time.Duration) uint64 {
 // while the slot is staged, so while the lender's reference is held.
 func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *msgrx.Loan) {
 	l := msgrx.NewLoan()
-	return s.add(&slot{data: data, size: len(data), lent: l}, ttl), l
+	sl := &slot{data: data, size: len(data), lent: l}
+	borrow(sl)
+	return s.add(sl, ttl), l
 }
 
 // add stages sl with refcount 1.
@@ -423,6 +435,7 @@ func (s *store) maybeFreeLocked(id uint64, sl *slot) {
 
 func (s *store) freeLocked(id uint64, sl *slot) {
 	delete(s.slots, id)
+	unborrow(sl, sl.cut)
 	s.held -= int64(sl.size)
 	if !sl.expires.IsZero() {
 		s.deadlines--
