@@ -106,3 +106,6 @@ func SpentRefused() int64 { return spentRefused.Load() }
 
 // BorrowedListed is how many slots and orphans the borrowed list holds.
 func BorrowedListed() int64 { return borrowed.n.Load() }
+
+// GrownBytes is how many bytes growing destinations copied.
+func GrownBytes() int64 { return grownBytes.Load() }

@@ -119,6 +119,11 @@ var ErrSizeMismatch error = msgerr.NewSentinel(msgerr.DataLoss, "rendezvous_size
 // capacity of those buffers in bytes.
 var fetchAllocs, fetchAllocBytes atomic.Int64
 
+// grownBytes counts the bytes a growing destination copied into its new
+// buffer (a test seam, as fetchAllocs): the one copy of a byte in this
+// process beside the kernel's.
+var grownBytes atomic.Int64
+
 // directChunks counts chunks a transport read straight into their place
 // (a test seam, as fetchAllocs).
 var directChunks atomic.Int64

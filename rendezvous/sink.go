@@ -132,6 +132,7 @@ func (s *sink) reachLocked(end int) {
 		} else {
 			old := s.buf
 			s.buf = append(allocDest(n), old...)
+			grownBytes.Add(int64(len(old)))
 			if s.first {
 				// No region of it is being filled (growth waits for that)
 				// and nothing else holds it: its bytes are in buf now.
