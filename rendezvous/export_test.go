@@ -109,3 +109,15 @@ func BorrowedListed() int64 { return borrowed.n.Load() }
 
 // GrownBytes is how many bytes growing destinations copied.
 func GrownBytes() int64 { return grownBytes.Load() }
+
+// DropSpent lets go of every given-back buffer, for a test that counts
+// allocations from a known start.
+func DropSpent() {
+	for i := range spentDests {
+		l := &spentDests[i]
+		l.mu.Lock()
+		clear(l.bufs)
+		l.bufs = l.bufs[:0]
+		l.mu.Unlock()
+	}
+}
