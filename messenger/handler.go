@@ -16,7 +16,11 @@ import (
 // (Context), and the messenger, so the handler can send messages of its own.
 // A *Context is valid until the handler returns.
 type Context struct {
-	// Payload is valid until the handler returns; copy what you keep.
+	// Payload is valid until the handler returns; copy what you keep. That
+	// includes a Payload handed to something that holds it by reference
+	// after the handler returns (a goroutine, streaming's SendFrame): a
+	// large staged payload's memory is reused by a later fetch. Staging it
+	// again with velo (Send, Unary, RegisterData) is safe.
 	Payload []byte
 	// Handler is the name the request was sent to.
 	Handler string
