@@ -69,6 +69,7 @@ type msgResult struct {
 	el     time.Duration
 	lat    []time.Duration // per call; nil in the pipelined mode
 	writes int             // write calls of a raw windowed sender (rawWindow), for its tests
+	cpu    time.Duration   // the process's CPU over the timed part (pipelined mode only)
 }
 
 type msgArmFunc func(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (msgResult, error)
@@ -154,6 +155,9 @@ func MsgThroughput(cfg MsgThroughputConfig, r *Report) error {
 				}
 				if mode == "pipelined" {
 					r.Add("throughput", arm, "msgs_per_s", "per_s", float64(n)/res.el.Seconds(), params)
+					if res.cpu > 0 {
+						r.Add("throughput", arm, "cpu_ns_per_msg", "ns", float64(res.cpu.Nanoseconds())/float64(n), params)
+					}
 					continue
 				}
 				r.Add("throughput", arm, "calls_per_s", "per_s", float64(n)/res.el.Seconds(), params)
@@ -374,14 +378,14 @@ func veloMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 	if err := msgWait(ctx, warmed, "the warm-up messages"); err != nil {
 		return msgResult{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	if err := send(n); err != nil {
 		return msgResult{}, err
 	}
 	if err := msgWait(ctx, done, fmt.Sprintf("the handler to see %d messages (saw %d)", total, seen.Load())); err != nil {
 		return msgResult{}, err
 	}
-	return msgResult{el: time.Since(start)}, nil
+	return msgResult{el: time.Since(start), cpu: processCPU() - cpu0}, nil
 }
 
 // ---- raw arm ----
@@ -472,7 +476,7 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 	case <-ctx.Done():
 		return msgResult{}, fmt.Errorf("waiting for the warm-up frames: %w", ctx.Err())
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	if err := send(n); err != nil {
 		return msgResult{}, err
 	}
@@ -484,7 +488,7 @@ func rawMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (m
 	case <-ctx.Done():
 		return msgResult{}, fmt.Errorf("waiting for the server to count %d frames: %w", n, ctx.Err())
 	}
-	return msgResult{el: time.Since(start)}, nil
+	return msgResult{el: time.Since(start), cpu: processCPU() - cpu0}, nil
 }
 
 // ---- grpc arm ----
@@ -529,11 +533,11 @@ func grpcMsg(ctx context.Context, cfg MsgThroughputConfig, mode string, n int) (
 	if err := grpcSinkStream(ctx, cc, payload, warmup); err != nil {
 		return msgResult{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	if err := grpcSinkStream(ctx, cc, payload, n); err != nil {
 		return msgResult{}, err
 	}
-	return msgResult{el: time.Since(start)}, nil
+	return msgResult{el: time.Since(start), cpu: processCPU() - cpu0}, nil
 }
 
 const grpcSinkMethod = "/velo.bench.Sink/Sink"
