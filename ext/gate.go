@@ -110,6 +110,15 @@ func NewAdmissionGate[T any](sink GateSink[T], capacity int) *AdmissionGate[T] {
 
 // Send admits item or queues it. It returns the gate's failure once Fail was called.
 func (g *AdmissionGate[T]) Send(item T, units int) (SendOutcome, error) {
+	return g.SendRef(&item, units)
+}
+
+// SendRef is Send for an item the caller keeps: the gate reads *item
+// during the call and copies it only into the sink or the FIFO, never
+// keeps the pointer. A large item (a frame: eleven words) passed by value
+// through Send, its checks and its admission was copied once per call on
+// the way, which was a tenth of a small message's cost to send.
+func (g *AdmissionGate[T]) SendRef(item *T, units int) (SendOutcome, error) {
 	g.mu.Lock()
 	if g.failed != nil {
 		err := g.failed
@@ -122,7 +131,7 @@ func (g *AdmissionGate[T]) Send(item T, units int) (SendOutcome, error) {
 		return AdmittedOutcome, nil
 	}
 	adm := &Admission{done: make(chan struct{})}
-	g.pending = append(g.pending, pendingItem[T]{item: item, units: units, adm: adm})
+	g.pending = append(g.pending, pendingItem[T]{item: *item, units: units, adm: adm})
 	if g.OnWait != nil {
 		g.OnWait(&g.pending[len(g.pending)-1].item)
 	}
@@ -142,10 +151,10 @@ func (g *AdmissionGate[T]) Drain(take func() int) {
 	g.used -= take()
 	for g.head < len(g.pending) {
 		p := &g.pending[g.head]
-		if !g.fits(p.item, p.units) {
+		if !g.fits(&p.item, p.units) {
 			break
 		}
-		g.admitLocked(p.item, p.units)
+		g.admitLocked(&p.item, p.units)
 		// Resolve under the lock: once it is released, a new Send can be
 		// admitted straight into the sink, and it must not be seen admitted
 		// while an earlier send's admission still looks pending. A close
@@ -162,7 +171,7 @@ func (g *AdmissionGate[T]) Drain(take func() int) {
 
 // fits reports whether an item of units may enter the sink now. The lock
 // is held.
-func (g *AdmissionGate[T]) fits(item T, units int) bool {
+func (g *AdmissionGate[T]) fits(item *T, units int) bool {
 	if g.used != 0 && g.used+units > g.capacity {
 		return false
 	}
@@ -171,19 +180,19 @@ func (g *AdmissionGate[T]) fits(item T, units int) bool {
 	}
 	// A fence, like the capacity, lets a first item through whatever its
 	// size, so nothing is refused for being large.
-	c := g.fenceCost(item, units)
+	c := g.fenceCost(*item, units)
 	return c == 0 || !g.fenceUsed || c <= g.fenceLeft
 }
 
-func (g *AdmissionGate[T]) admitLocked(item T, units int) {
+func (g *AdmissionGate[T]) admitLocked(item *T, units int) {
 	g.used += units
 	if g.fenced {
-		if c := g.fenceCost(item, units); c > 0 {
+		if c := g.fenceCost(*item, units); c > 0 {
 			g.fenceUsed = true
 			g.fenceLeft -= min(c, g.fenceLeft)
 		}
 	}
-	g.sink.Accept(item)
+	g.sink.Accept(*item)
 }
 
 // Fence caps what the gate admits from now on at budget in total, each

@@ -522,3 +522,30 @@ func TestGateNoSendAdmittedAheadOfAnEarlierAdmissionsSignal(t *testing.T) {
 		}
 	}
 }
+
+// SendRef keeps no pointer to the caller's item: what it admits or queues
+// is a copy, so the caller may reuse its item (a pooled frame) the moment
+// SendRef returns.
+func TestSendRefCopiesTheItem(t *testing.T) {
+	s := newSliceSink()
+	g := ext.NewAdmissionGate[unitItem](s, 10)
+	it := unitItem{id: 1, units: 8}
+	if out, err := g.SendRef(&it, it.units); err != nil || !out.Admitted() {
+		t.Fatalf("first send: %v, admitted %v", err, out.Admitted())
+	}
+	it = unitItem{id: 2, units: 8} // over the capacity: it waits
+	out, err := g.SendRef(&it, it.units)
+	if err != nil || out.Admitted() {
+		t.Fatalf("second send: %v, admitted %v", err, out.Admitted())
+	}
+	it = unitItem{id: 99, units: 1} // the caller reuses its item
+	var taken []int
+	g.Drain(s.takeN(-1, &taken))
+	if err := out.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.Drain(s.takeN(-1, &taken))
+	if !slices.Equal(taken, []int{1, 2}) {
+		t.Fatalf("the sink got %v, want [1 2]", taken)
+	}
+}

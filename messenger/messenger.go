@@ -389,7 +389,11 @@ func (m *Messenger) RegisterPeer(info ext.PeerInfo) error {
 	_, proves := info.Address[msgwire.ProofKey]
 	r, ok := primary.(ext.OwnerRetainer)
 	retains := ok && r.RetainsOwners()
-	if old := m.peers.put(&peer{info: info, primary: primary, proves: proves, retains: retains}); old != nil && old.primary != primary {
+	np := &peer{info: info, primary: primary, proves: proves, retains: retains}
+	if ref, ok := primary.(ext.FrameRefSender); ok && retains {
+		np.ref = ref
+	}
+	if old := m.peers.put(np); old != nil && old.primary != primary {
 		old.primary.Unregister(info.InstanceID)
 	}
 	return nil
@@ -690,18 +694,47 @@ func requestFrameDeadline(rt msgwire.ResponseType, id msgwire.ResponseID, handle
 // request costs no allocation (one per message was a twentieth of a
 // fire-and-forget message's cost, with the collector's share).
 func pooledRequestFrame(p *peer, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time) ext.Frame {
-	hlen := fixedHeaderLen + len(handler) + 2 + len(hb) + deadlineEntryMax
-	if !p.retains || hlen+len(payload) > sendBufSize {
+	if !p.retains || !fitsSendBuf(handler, hb, payload) {
 		return requestFrameDeadline(rt, id, handler, hb, payload, dl)
 	}
 	sb := sendBufs.Get().(*sendBuf)
-	sb.refs.Store(1)
-	buf := sb.header(rt, id, handler, hb, dl)
-	hlen = len(buf)
-	// sb.b keeps its array (frames here fit its capacity): only the
+	sb.fill(rt, id, handler, hb, payload, dl)
+	return sb.f
+}
+
+// fitsSendBuf reports whether a request is sure to fit a sendBuf.
+func fitsSendBuf(handler string, hb, payload []byte) bool {
+	return fixedHeaderLen+len(handler)+2+len(hb)+deadlineEntryMax+len(payload) <= sendBufSize
+}
+
+// fill writes a request into s, which holds the caller's reference, and
+// points s.f at it.
+func (s *sendBuf) fill(rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time) {
+	s.refs.Store(1)
+	buf := s.header(rt, id, handler, hb, dl)
+	hlen := len(buf)
+	// s.b keeps its array (frames here fit its capacity): only the
 	// bytes are written, so no pointer is stored per request.
 	buf = append(buf, payload...)
-	return ext.Frame{Type: ext.Message, Header: buf[:hlen:hlen], Payload: buf[hlen:len(buf):len(buf)], Owner: sb}
+	s.f.Header, s.f.Payload = buf[:hlen:hlen], buf[hlen:len(buf):len(buf)]
+}
+
+// sendRequest builds a request and hands it to p's transport. A small one
+// to a transport that takes frames by pointer (ext.FrameRefSender) is
+// built in a pooled buffer and passed as a pointer to the frame that
+// buffer holds: no copy of the frame on the way down.
+func sendRequest(p *peer, target ext.InstanceID, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time) (ext.SendOutcome, error) {
+	if p.ref != nil && fitsSendBuf(handler, hb, payload) {
+		sb := sendBufs.Get().(*sendBuf)
+		sb.fill(rt, id, handler, hb, payload, dl)
+		out, err := p.ref.SendRef(target, &sb.f)
+		sb.Release() // the caller's reference: the transport holds its own
+		return out, err
+	}
+	f := pooledRequestFrame(p, rt, id, handler, hb, payload, dl)
+	out, err := p.primary.Send(target, f)
+	f.Release() // the caller's reference: the transport holds its own
+	return out, err
 }
 
 // header writes a request header at the start of s.b and returns it. A
@@ -751,12 +784,17 @@ const sendBufSize = 4 << 10
 type sendBuf struct {
 	refs    atomic.Int32
 	b       []byte         // its array is never replaced
+	f       ext.Frame      // the request in b, its Owner s (fill)
 	digits  deadlineDigits // of the last deadline written in b (budget.go)
 	last    lastHeader     // the header at the start of b
 	encodes int            // headers encoded whole, for tests
 }
 
-var sendBufs = sync.Pool{New: func() any { return &sendBuf{b: make([]byte, 0, sendBufSize)} }}
+var sendBufs = sync.Pool{New: func() any {
+	s := &sendBuf{b: make([]byte, 0, sendBufSize)}
+	s.f = ext.Frame{Type: ext.Message, Owner: s}
+	return s
+}}
 
 func (s *sendBuf) Retain() {
 	if s.refs.Add(1) <= 1 {
@@ -918,9 +956,7 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 		return m.requestAnswered(ctx, p, target, handler, payload, rt, hb, sent)
 	}
 	dl, _ := ctx.Deadline() // it travels with the request (budget.go)
-	f := pooledRequestFrame(p, rt, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload, dl)
-	out, err := p.primary.Send(target, f)
-	f.Release() // the caller's reference: the transport holds its own
+	out, err := sendRequest(p, target, rt, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload, dl)
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}
@@ -968,9 +1004,7 @@ func (m *Messenger) requestInSlot(ctx context.Context, p *peer, target ext.Insta
 		defer m.met.PendingResponses.Dec()
 	}
 	dl, budgeted := ctx.Deadline() // it travels with the request (budget.go)
-	f := pooledRequestFrame(p, rt, id, handler, hb, payload, dl)
-	_, err := p.primary.Send(target, f)
-	f.Release() // the caller's reference: the transport holds its own
+	_, err := sendRequest(p, target, rt, id, handler, hb, payload, dl)
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}

@@ -16,6 +16,9 @@ type peer struct {
 	// bytes (ext.OwnerRetainer), so a request may be built in a pooled
 	// buffer (pooledRequestFrame).
 	retains bool
+	// ref is primary when it also takes frames by pointer and retains
+	// owners (sendRequest); nil otherwise.
+	ref ext.FrameRefSender
 	// proves: the peer's address carries ProofKey, so it answers identity
 	// challenges and a connection speaking for it must prove so.
 	proves bool

@@ -275,6 +275,12 @@ func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, e
 // SendOnLane puts f on the send channel of (target, lane). It never waits
 // for the wire; a full channel gives a Pending outcome.
 func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ext.SendOutcome, error) {
+	return t.SendOnLaneRef(target, lane, &f)
+}
+
+// SendOnLaneRef is SendOnLane for a frame the caller keeps (ext.FrameRefSender):
+// *f is read during the call and copied once, where the lane keeps it.
+func (t *Transport) SendOnLaneRef(target ext.InstanceID, lane int, f *ext.Frame) (ext.SendOutcome, error) {
 	if t.closing.Load() {
 		return ext.SendOutcome{}, ext.ErrTransportClosed
 	}
@@ -293,7 +299,7 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 	// Owner then (outFrame.hold), until the writer is done with it. One
 	// copied within this call needs none: the caller's lasts until it
 	// returns.
-	of := outFrame{Frame: f}
+	of := outFrame{Frame: *f}
 	if box.enabled {
 		of.stamp = monotonic()
 	}
@@ -317,7 +323,7 @@ func (t *Transport) SendOnLane(target ext.InstanceID, lane int, f ext.Frame) (ex
 		var err error
 		if f.Urgent {
 			err = l.gate.SendFirst(of, frame.PreambleLen+size)
-		} else if out, err = l.gate.Send(of, frame.PreambleLen+size); err == nil && !out.Admitted() && l.gate.Fenced() {
+		} else if out, err = l.gate.SendRef(&of, frame.PreambleLen+size); err == nil && !out.Admitted() && l.gate.Fenced() {
 			t.fenceWaits.Add(1)
 		}
 		if err == nil {

@@ -12,9 +12,10 @@ import (
 )
 
 var (
-	_ ext.Transport     = (*Transport)(nil)
-	_ ext.OwnerRetainer = (*Transport)(nil)
-	_ ext.ConnConfirmer = (*Transport)(nil)
+	_ ext.Transport      = (*Transport)(nil)
+	_ ext.OwnerRetainer  = (*Transport)(nil)
+	_ ext.ConnConfirmer  = (*Transport)(nil)
+	_ ext.FrameRefSender = (*Transport)(nil)
 )
 
 // RetainsOwners says that the transport holds an outbound frame's Owner
@@ -53,6 +54,12 @@ func (t *Transport) Unregister(id ext.InstanceID) { t.s.Unregister(id) }
 // Send sends f on lane 0 without waiting for the wire.
 func (t *Transport) Send(target ext.InstanceID, f ext.Frame) (ext.SendOutcome, error) {
 	return t.s.SendOnLane(target, 0, f)
+}
+
+// SendRef is Send for a frame the caller keeps: *f is read during the
+// call and not kept (ext.FrameRefSender).
+func (t *Transport) SendRef(target ext.InstanceID, f *ext.Frame) (ext.SendOutcome, error) {
+	return t.s.SendOnLaneRef(target, 0, f)
 }
 
 // SendOnLane sends f on one of the ordered lanes to target without waiting

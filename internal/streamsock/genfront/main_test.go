@@ -65,11 +65,11 @@ func TestTransportsKeepInterfaces(t *testing.T) {
 }
 
 // The exported method set is exactly ext.Transport's, RetainsOwners,
-// ConfirmConn, Stats and LaneStats, the same for all three, plus TLSConfig for TCP
+// ConfirmConn, SendRef (ext.FrameRefSender), Stats and LaneStats, the same for all three, plus TLSConfig for TCP
 // and Fingerprint for QUIC (not generated): nothing of streamsock (Kill,
 // say) leaks out, and no method names a type from an internal package.
 func TestMethodSets(t *testing.T) {
-	common := []string{"RetainsOwners", "ConfirmConn", "Stats", "LaneStats"}
+	common := []string{"RetainsOwners", "ConfirmConn", "SendRef", "Stats", "LaneStats"}
 	iface := reflect.TypeFor[ext.Transport]()
 	for i := range iface.NumMethod() {
 		common = append(common, iface.Method(i).Name)
