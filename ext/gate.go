@@ -142,6 +142,29 @@ func (g *AdmissionGate[T]) SendRef(item *T, units int) (SendOutcome, error) {
 	return SendOutcome{pending: adm}, nil
 }
 
+// AdmitNow admits an item of units at once, if it may enter the sink
+// without waiting (nothing waits ahead of it, it fits, and no fence is up),
+// by running accept with the gate's lock held: accept puts it into the
+// sink itself. It reports false and runs nothing otherwise; the caller
+// then sends it with Send. A sink that can take an item straight from the
+// caller's memory spares the copy of the item into Send and on to Accept.
+func (g *AdmissionGate[T]) AdmitNow(units int, accept func()) (bool, error) {
+	g.mu.Lock()
+	if g.failed != nil {
+		err := g.failed
+		g.mu.Unlock()
+		return false, err
+	}
+	if g.head != len(g.pending) || g.fenced || (g.used != 0 && g.used+units > g.capacity) {
+		g.mu.Unlock()
+		return false, nil
+	}
+	g.used += units
+	accept()
+	g.mu.Unlock()
+	return true, nil
+}
+
 // Drain runs take with the gate's lock held. take removes items from the
 // sink and returns how many units it removed; the gate then admits waiting
 // sends, in order, while they fit.

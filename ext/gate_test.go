@@ -549,3 +549,53 @@ func TestSendRefCopiesTheItem(t *testing.T) {
 		t.Fatalf("the sink got %v, want [1 2]", taken)
 	}
 }
+
+// AdmitNow admits only what Send would admit at once (nothing waits ahead,
+// it fits, no fence), running accept under the gate's lock; anything else
+// is left to Send, which keeps the order: an item that could fit still
+// goes behind one that waits.
+func TestAdmitNow(t *testing.T) {
+	s := newSliceSink()
+	g := ext.NewAdmissionGate[unitItem](s, 10)
+	accept := func(id, units int) func() {
+		return func() { s.Accept(unitItem{id: id, units: units}) }
+	}
+	if ok, err := g.AdmitNow(8, accept(1, 8)); !ok || err != nil {
+		t.Fatalf("an item that fits: admitted %v, %v", ok, err)
+	}
+	if ok, _ := g.AdmitNow(8, accept(2, 8)); ok {
+		t.Fatal("an item past the capacity was admitted at once")
+	}
+	out, err := g.Send(unitItem{id: 2, units: 8}, 8) // waits
+	if err != nil || out.Admitted() {
+		t.Fatalf("second send: %v, admitted %v", err, out.Admitted())
+	}
+	var taken []int
+	g.Drain(s.takeN(1, &taken)) // room for 2, which is admitted in the drain
+	if err := out.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := g.AdmitNow(1, accept(3, 1)); !ok {
+		t.Fatal("a small item that fits beside 2 was not admitted")
+	}
+	g.Drain(s.takeN(-1, &taken))
+	if !slices.Equal(taken, []int{1, 2, 3}) {
+		t.Fatalf("the sink got %v, want [1 2 3]", taken)
+	}
+	// Behind a waiting item, a fitting one is not admitted at once.
+	g.Send(unitItem{id: 4, units: 10}, 10)
+	g.Send(unitItem{id: 5, units: 10}, 10) // waits behind 4
+	if ok, _ := g.AdmitNow(0, accept(6, 0)); ok {
+		t.Fatal("an item went ahead of one waiting")
+	}
+	g.Fence(100, func(unitItem, int) int { return 1 })
+	g.Drain(s.takeN(-1, nil))
+	g.Drain(s.takeN(-1, nil))
+	if ok, _ := g.AdmitNow(1, accept(7, 1)); ok {
+		t.Fatal("an item was admitted at once past a fence")
+	}
+	g.Fail(errors.New("down"), nil)
+	if ok, err := g.AdmitNow(1, accept(8, 1)); ok || err == nil {
+		t.Fatalf("a failed gate: admitted %v, err %v", ok, err)
+	}
+}

@@ -62,6 +62,11 @@ func AppendPrefix(dst []byte, f ext.Frame) []byte {
 
 // Append appends the whole encoded frame, growing dst at most once.
 func Append(dst []byte, f ext.Frame) []byte {
+	return AppendRef(dst, &f)
+}
+
+// AppendRef is Append for a frame passed by pointer: *f is only read.
+func AppendRef(dst []byte, f *ext.Frame) []byte {
 	n := len(dst)
 	total := n + PreambleLen + len(f.Header) + len(f.Payload)
 	dst = slices.Grow(dst, total-n)[:total]

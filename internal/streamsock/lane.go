@@ -167,14 +167,7 @@ func (l *lane) start() {
 // Accept puts an admitted frame on the queue. It runs under the gate's lock.
 func (l *lane) Accept(f outFrame) {
 	if f.Len() <= frame.CoalesceThreshold {
-		n := len(l.segs)
-		if n > 0 && l.segs[n-1].payload == nil && len(l.segs[n-1].buf) < maxBatchBytes {
-			s := &l.segs[n-1]
-			s.buf = frame.Append(growSegment(s.buf, f.Len()), f.Frame)
-			s.frames++
-		} else {
-			l.segs = append(l.segs, segment{buf: frame.Append(l.takeFree(), f.Frame), frames: 1})
-		}
+		l.appendSmall(&f.Frame)
 		// Copied: a reference the transport held can go (the sender's
 		// is the sender's, when this runs within its Send).
 		f.release()
@@ -183,10 +176,38 @@ func (l *lane) Accept(f outFrame) {
 		f.hold()
 		l.segs = append(l.segs, segment{buf: frame.AppendPrefix(l.takeFree(), f.Frame), payload: f.Payload, owner: f.Owner, frames: 1})
 	}
-	l.units += units(f.Frame)
+	l.queued(&f.Frame, f.stamp)
+}
+
+// acceptSmall is Accept for a small frame read from the sender's memory
+// within its Send (gate.AdmitNow): it is copied into the batch here, so
+// no reference is taken and no outFrame is made. It runs under the
+// gate's lock.
+func (l *lane) acceptSmall(f *ext.Frame) {
+	l.appendSmall(f)
+	l.queued(f, 0)
+}
+
+// appendSmall copies a small frame into the last coalescing segment, or a
+// new one. The gate's lock is held.
+func (l *lane) appendSmall(f *ext.Frame) {
+	n := len(l.segs)
+	if n > 0 && l.segs[n-1].payload == nil && len(l.segs[n-1].buf) < maxBatchBytes {
+		s := &l.segs[n-1]
+		s.buf = frame.AppendRef(growSegment(s.buf, f.Len()), f)
+		s.frames++
+	} else {
+		l.segs = append(l.segs, segment{buf: frame.AppendRef(l.takeFree(), f), frames: 1})
+	}
+}
+
+// queued counts a frame put on the queue and sees that someone writes it.
+// The gate's lock is held.
+func (l *lane) queued(f *ext.Frame, stamp time.Duration) {
+	l.units += frame.PreambleLen + f.Len()
 	l.counts[f.Type]++
-	if f.stamp != 0 {
-		l.stamps = append(l.stamps, f.stamp)
+	if stamp != 0 {
+		l.stamps = append(l.stamps, stamp)
 	}
 	if l.idle {
 		l.idle = false

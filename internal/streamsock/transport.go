@@ -294,13 +294,24 @@ func (t *Transport) SendOnLaneRef(target ext.InstanceID, lane int, f *ext.Frame)
 	}
 	box := t.obsv.Load()
 	obs := box.Observability
+	if !f.Urgent && !box.enabled && size <= frame.CoalesceThreshold {
+		return t.sendSmall(target, lane, f, obs)
+	}
+	return t.sendQueued(target, lane, f, obs, box.enabled)
+}
+
+// sendQueued is SendOnLaneRef through the lane's gate, which admits the
+// frame or queues it; stamped: observability is on, so the frame's wait
+// is timed.
+func (t *Transport) sendQueued(target ext.InstanceID, lane int, f *ext.Frame, obs ext.Observability, stamped bool) (ext.SendOutcome, error) {
+	size := len(f.Header) + len(f.Payload)
 	// The frame may wait in the gate or the queue after the caller lets go
 	// of a pooled buffer it lives in: the lane holds a reference on its
 	// Owner then (outFrame.hold), until the writer is done with it. One
 	// copied within this call needs none: the caller's lasts until it
 	// returns.
 	of := outFrame{Frame: *f}
-	if box.enabled {
+	if stamped {
 		of.stamp = monotonic()
 	}
 	// A lane that died between the lookup and the send refuses it; the
@@ -327,7 +338,7 @@ func (t *Transport) SendOnLaneRef(target ext.InstanceID, lane int, f *ext.Frame)
 			t.fenceWaits.Add(1)
 		}
 		if err == nil {
-			if box.enabled {
+			if stamped {
 				obs.Frames(ext.Outbound, f.Type, ext.Accepted, 1, size)
 			}
 			if l.claimed.Load() {
@@ -340,6 +351,34 @@ func (t *Transport) SendOnLaneRef(target ext.InstanceID, lane int, f *ext.Frame)
 			return ext.SendOutcome{}, err
 		}
 	}
+}
+
+// sendSmall is SendOnLaneRef for a small frame that is not urgent, with
+// observability off: when the lane's gate admits it at once, it is copied
+// from *f straight into the lane's batch (lane.acceptSmall) under the
+// gate's lock, and no outFrame is made; a copy of the eleven-word frame
+// into Send, and from there into Accept, stalled on the bytes the sender
+// had just stored. Otherwise it takes the common path.
+func (t *Transport) sendSmall(target ext.InstanceID, lane int, f *ext.Frame, obs ext.Observability) (ext.SendOutcome, error) {
+	p, ok := t.lookup(target)
+	if !ok {
+		obs.Rejection(ext.RejectUnknownPeer)
+		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
+	}
+	if l := t.laneFor(p, lane); l != nil {
+		admitted, err := l.gate.AdmitNow(frame.PreambleLen+len(f.Header)+len(f.Payload), func() { l.acceptSmall(f) })
+		if admitted {
+			if l.claimed.Load() {
+				l.flushInline()
+			}
+			return ext.AdmittedOutcome, nil
+		}
+		if err != nil && !errors.Is(err, ext.ErrConnectionClosed) {
+			obs.Frames(ext.Outbound, f.Type, ext.Rejected, 1, f.Len())
+			return ext.SendOutcome{}, err
+		}
+	}
+	return t.sendQueued(target, lane, f, obs, false)
 }
 
 // lookup finds a registered peer, trying the one-entry cache first.
