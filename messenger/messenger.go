@@ -1296,7 +1296,7 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 		// The job is built where it will most likely be queued: the next
 		// slot of the segment being gathered (spawnBatch.slot).
 		j := spawned.slot(&scratch)
-		*j = job{payload: msg.Payload, owner: msg.Owner, guard: msg.Guard, conn: msg.Conn}
+		initJob(j, msg)
 		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
 			// Without a header there is nobody to answer: count and drop.
 			m.countFailure("decode", "malformed_header")
@@ -1330,6 +1330,20 @@ func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 		}
 		m.dispatchOne(hs, j, &spawned)
 	}
+}
+
+// initJob starts the job of msg in *j, a slot that may hold a job not
+// kept: every field but the header, which the parse writes whole. Field by
+// field, not *j = job{...}: the literal was built on the stack and copied
+// over in 16-byte loads of the 8-byte stores just made, which stalled on
+// them (a tenth of the reader's cost per message).
+func initJob(j *job, msg *ext.InboundMessage) {
+	j.payload = msg.Payload
+	j.owner = msg.Owner
+	j.guard = msg.Guard
+	j.conn = msg.Conn
+	j.dl = time.Time{}
+	j.at = 0
 }
 
 // dispatchOne runs or queues one request whose sender the gate accepted.

@@ -1,12 +1,15 @@
 package messenger
 
 import (
+	"reflect"
 	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/velo-go/velo/ext"
 )
 
 // TestJobSize holds a request's job to the size it was cut to: a job is
@@ -134,5 +137,28 @@ func TestRememberedDecimalCountsDown(t *testing.T) {
 			}
 			x -= uint64(x%3 + 1) // steps of 1 to 3
 		}
+	}
+}
+
+// TestInitJobOverwritesAStaleSlot: a reader builds a job in a slot that
+// may still hold one it did not keep (spawnBatch.slot); initJob and the
+// header's parse between them write every field, so the job is what a
+// fresh one would be.
+func TestInitJobOverwritesAStaleSlot(t *testing.T) {
+	hdr := appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 7, Hi: 9}, "sink", nil)
+	msg := ext.InboundMessage{Frame: ext.Frame{Header: hdr, Payload: []byte("payload"), Conn: 3}}
+	stale := job{payload: []byte("old"), owner: &countingOwner{}, conn: 99, dl: time.Now(), at: 5,
+		hdr: requestHeader{rtype: UnaryResponse, handler: []byte("old"), headers: []byte{0x81}}}
+	j := stale
+	initJob(&j, &msg)
+	if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
+		t.Fatal(err)
+	}
+	want := job{payload: msg.Payload, conn: msg.Conn}
+	if err := parseRequestHeaderInto(msg.Header, &want.hdr); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(j, want) {
+		t.Fatalf("job %+v, want %+v", j, want)
 	}
 }
