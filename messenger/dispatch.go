@@ -857,15 +857,16 @@ func (p *spawnPool) work(r *registered) {
 			p.running--
 			ran = false
 		}
-		select {
-		case <-r.m.done:
+		// Teardown sets stopped just before it closes done, so this sees
+		// it as early as a look at done would; a load of a flag costs
+		// less than a receive that may not block, once per request.
+		if r.m.stopped.Load() {
 			p.workers--
 			left := p.q.takeAll()
 			p.mu.Unlock()
 			rel.flush()
 			p.refuseAll(r, left)
 			return
-		default:
 		}
 		if p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
 			if p.parked >= maxParked {

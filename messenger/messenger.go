@@ -1782,7 +1782,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	// Withdrawn after the drain, not before: a peer that watches
 	// discovery fails its calls to this node when the entry goes.
 	m.unpublish()
-	m.stopped.Store(true) // 3. teardown
+	m.stopped.Store(true) // 3. teardown; before done closes: spawn workers read it (spawnPool.work)
 	close(m.done)         // ordered lanes stop; their queued requests are refused
 	m.closeGate()         // requests still waiting for a proof are refused
 	m.endLife()           // fetches of staged requests stop

@@ -17,7 +17,8 @@ func poolNode(t *testing.T, maxRuns int) (*Messenger, *ext.ShutdownState) {
 		select {
 		case <-m.done:
 		default:
-			close(m.done) // parked workers leave
+			m.stopped.Store(true) // as teardown does, first
+			close(m.done)         // parked workers leave
 		}
 	})
 	return m, ext.NewShutdownState()
