@@ -38,7 +38,10 @@ func TestSpawnRequestAtTeardownIsRunOrRefused(t *testing.T) {
 		}
 		g2, _ := st.TryAcquire()
 		st.BeginDrain() // WaitForDrain below hears the last release
-		go func() { m.stopped.Store(true); close(m.done) }() // as teardown does
+		go func() {     // as teardown does: stopped, then done
+			m.stopped.Store(true)
+			close(m.done)
+		}()
 		r.dispatch(job{guard: g2, hdr: requestHeader{rtype: FireAndForget}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := st.WaitForDrain(ctx)
