@@ -37,6 +37,13 @@ func (m *Messenger) loadStager() hook.Stager {
 // theirs, plus the staging keys), the payload to send and the handle, ""
 // when nothing was staged. The stager keeps a copy of the payload: the
 // call may return before the receiver has fetched it.
+// wouldStage reports whether stage would stage payload now: a stager is
+// set and the payload is above its threshold.
+func (m *Messenger) wouldStage(payload []byte) bool {
+	st := m.loadStager()
+	return st != nil && len(payload) > st.Threshold()
+}
+
 func (m *Messenger) stageRequest(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
 	hb, payload, handle, _, err := m.stage(ctx, rt, payload, hb, opts, false)
 	return hb, payload, handle, err
