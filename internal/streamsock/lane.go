@@ -44,8 +44,6 @@ func (f *outFrame) release() {
 	}
 }
 
-func units(f ext.Frame) int { return frame.PreambleLen + f.Len() }
-
 // segment is one write, or two for a large frame: a run of coalesced small
 // frames, or the preamble and header of one large frame with its payload
 // kept in place (never copied).
