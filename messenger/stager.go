@@ -32,11 +32,6 @@ func (m *Messenger) loadStager() hook.Stager {
 	return nil
 }
 
-// stageRequest replaces a payload over the stager's threshold by a handle.
-// It returns the headers to send (the caller's, without any _rv key of
-// theirs, plus the staging keys), the payload to send and the handle, ""
-// when nothing was staged. The stager keeps a copy of the payload: the
-// call may return before the receiver has fetched it.
 // wouldStage reports whether stage would stage payload now: a stager is
 // set and the payload is above its threshold.
 func (m *Messenger) wouldStage(payload []byte) bool {
@@ -44,6 +39,11 @@ func (m *Messenger) wouldStage(payload []byte) bool {
 	return st != nil && len(payload) > st.Threshold()
 }
 
+// stageRequest replaces a payload over the stager's threshold by a handle.
+// It returns the headers to send (the caller's, without any _rv key of
+// theirs, plus the staging keys), the payload to send and the handle, ""
+// when nothing was staged. The stager keeps a copy of the payload: the
+// call may return before the receiver has fetched it.
 func (m *Messenger) stageRequest(ctx context.Context, rt msgwire.ResponseType, payload []byte, hb []byte, opts []CallOption) ([]byte, []byte, string, error) {
 	hb, payload, handle, _, err := m.stage(ctx, rt, payload, hb, opts, false)
 	return hb, payload, handle, err
