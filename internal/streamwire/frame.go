@@ -210,27 +210,38 @@ func DecodeFrame(b []byte) (Frame, error) {
 // a binary filling the rest of b. It says false for anything else, which
 // decodeFrame then reads (and decodes the same way if it is one of these).
 func decodeBytesItem(b []byte) (Frame, bool) {
-	const prefix = "\x81\xa4Item"
-	if len(b) < len(prefix)+2 || string(b[:len(prefix)]) != prefix {
+	if tokenPayloadAt(b) == 0 {
 		return Frame{}, false
 	}
-	v := b[len(prefix):]
-	var n, hdr int
+	return Frame{Kind: KindItem, Item: b[len(tokenPrefix):]}, true
+}
+
+// tokenPrefix is how the frame that AppendBytesItem writes begins: a map
+// of one entry, the key "Item".
+const tokenPrefix = "\x81\xa4Item"
+
+// tokenPayloadAt is where the payload of b starts when b is the frame
+// that AppendBytesItem writes (decodeBytesItem), or 0 when it is not. It
+// is the one reading of that frame for decodeBytesItem and for
+// BytesItemPayload, which a consumer calls per token: reading the payload
+// off a Frame that decodeBytesItem returned copied the Frame out of a call
+// and read its binary's header twice, a third of an inlet's take.
+func tokenPayloadAt(b []byte) int {
+	if len(b) < len(tokenPrefix)+2 || string(b[:len(tokenPrefix)]) != tokenPrefix {
+		return 0
+	}
+	v := b[len(tokenPrefix):]
 	switch v[0] {
 	case 0xc4:
-		n, hdr = int(v[1]), 2
-	case 0xc5:
-		if len(v) < 3 {
-			return Frame{}, false
+		if 2+int(v[1]) == len(v) {
+			return len(tokenPrefix) + 2
 		}
-		n, hdr = int(v[1])<<8|int(v[2]), 3
-	default:
-		return Frame{}, false
+	case 0xc5:
+		if len(v) >= 3 && 3+(int(v[1])<<8|int(v[2])) == len(v) {
+			return len(tokenPrefix) + 3
+		}
 	}
-	if hdr+n != len(v) {
-		return Frame{}, false
-	}
-	return Frame{Kind: KindItem, Item: v}, true
+	return 0
 }
 
 // BytesItemPayload returns the payload of b when b is the frame that
@@ -238,14 +249,11 @@ func decodeBytesItem(b []byte) (Frame, bool) {
 // frame, which DecodeFrame then reads. A consumer that reads bytes takes a
 // token with it in one step, not a Frame and then its binary.
 func BytesItemPayload(b []byte) (payload []byte, ok bool) {
-	f, ok := decodeBytesItem(b)
-	if !ok {
+	at := tokenPayloadAt(b)
+	if at == 0 {
 		return nil, false
 	}
-	if f.Item[0] == 0xc4 {
-		return f.Item[2:], true
-	}
-	return f.Item[3:], true
+	return b[at:], true
 }
 
 func decodeFrame(b []byte) (Frame, error) {
