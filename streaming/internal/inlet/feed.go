@@ -19,7 +19,8 @@ type Slot interface {
 	Peer() ext.WorkerID
 	// MarkDirty lists the slot for a credit return: the consumer took a
 	// record and the slot was not listed yet. It is called once per
-	// return, not per record, with no inlet lock held.
+	// return, not per record, under the inlet's lock (the consumer's
+	// take): what it locks must be leaves.
 	MarkDirty()
 	// RequestStop sends the producer a graceful stop.
 	RequestStop()
