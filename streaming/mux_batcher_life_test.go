@@ -88,7 +88,7 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		old.Reply(id, 5)
 		old.ReplyClose(id+256, muxwire.UnknownSlot)
 		old.Mu.Lock()
-		left := len(old.Credit) + len(old.Closes)
+		left := old.Credit.Len() + len(old.Closes)
 		old.Mu.Unlock()
 		if left != 0 {
 			t.Fatalf("%d replies left on the batcher taken out (lost %v)", left, lost)
@@ -106,7 +106,7 @@ func TestMuxReplyToAnEvictedBatcherGoesToItsSuccessor(t *testing.T) {
 		// Owed, in the batch being posted, or posted already: the close
 		// is urgent, so the successor may have written both.
 		nb.Mu.Lock()
-		credit := nb.Credit[id] + nb.FlyingCreditLocked(id)
+		credit := nb.Credit.Get(id) + nb.FlyingCreditLocked(id)
 		_, closeOwed := nb.Closes[id+256]
 		_, flying := nb.FlyingCloses[id+256]
 		nb.Mu.Unlock()
@@ -132,7 +132,7 @@ func TestMuxReplyingBatcherIsNotIdle(t *testing.T) {
 	id, _ := muxwire.NewSlotID(3, 0)
 	b.Reply(id, 1)
 	b.Mu.Lock()
-	clear(b.Credit) // written since, say
+	b.Credit.Clear() // written since, say
 	b.LastUse = time.Now().Add(-time.Hour)
 	b.Mu.Unlock()
 	now := time.Now()

@@ -151,7 +151,7 @@ func (b *Batcher) IdleLocked(now time.Time, ttl time.Duration) bool {
 	if b.used {
 		b.used, b.LastUse = false, now
 	}
-	return b.live == 0 && len(b.Credit) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && now.Sub(b.LastUse) >= ttl
+	return b.live == 0 && b.Credit.Len() == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && now.Sub(b.LastUse) >= ttl
 }
 
 // Stop ends the batcher's goroutine and fails its slots.

@@ -65,7 +65,7 @@ type Batcher struct {
 	qBytes        int                                    // bytes queued on every slot of this batcher (AtBytes)
 	unpublished   int                                    // queued bytes not yet added to the peer's budget (budgetAddLocked)
 	Budget        *peerBudget                            // the peer's byte budget, shared by its lanes
-	Credit        map[muxwire.SlotID]uint32              // CreditUpdate replies owed for the peer's slots
+	Credit        CreditOwed                             // CreditUpdate replies owed for the peer's slots
 	Flying        []SlotCredit                           // credit in the batch being posted, a slot once: owed again if it is refused
 	FlyingCloses  map[muxwire.SlotID]muxwire.CloseReason // closes in the batch being posted
 	flyingSignals map[muxwire.SlotID]lifecycleSignal     // stops and cancels in the batch being posted
@@ -154,7 +154,6 @@ func newBatcher(mx *Mux, peer ext.WorkerID, lane int) *Batcher {
 	b := &Batcher{
 		Mx: mx, peer: peer, Lane: lane, Budget: mx.budgetFor(peer),
 		Epoch:         mx.Epochs.Add(1),
-		Credit:        make(map[muxwire.SlotID]uint32),
 		FlyingCloses:  make(map[muxwire.SlotID]muxwire.CloseReason),
 		flyingSignals: make(map[muxwire.SlotID]lifecycleSignal),
 		Closes:        make(map[muxwire.SlotID]muxwire.CloseReason),

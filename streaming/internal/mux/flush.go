@@ -224,7 +224,7 @@ func (b *Batcher) postedRejectsLocked() {
 // wake after retryDelayLocked, on the reply linger's timer, and none while
 // nothing is owed.
 func (b *Batcher) retryLaterLocked() {
-	owed := len(b.Credit) + len(b.Closes) + len(b.signals) + len(b.Opens)
+	owed := b.Credit.Len() + len(b.Closes) + len(b.signals) + len(b.Opens)
 	if owed == 0 || b.State.Stopped() {
 		return
 	}
@@ -238,14 +238,14 @@ func (b *Batcher) retryLaterLocked() {
 func (b *Batcher) owePostedLocked() {
 	for _, f := range b.Flying {
 		if _, closing := b.Closes[f.ID]; !closing {
-			b.Credit[f.ID] += f.Delta
+			b.Credit.Add(f.ID, f.Delta)
 			b.Mx.N.CreditReposted.Add(uint64(f.Delta))
 		}
 	}
 	for id, reason := range b.FlyingCloses {
 		if _, ok := b.Closes[id]; !ok {
 			b.Closes[id] = reason
-			delete(b.Credit, id)
+			b.Credit.Delete(id)
 		}
 	}
 	for id, sg := range b.flyingSignals {
@@ -284,7 +284,7 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 	}
 	data := b.autoFlush() || b.lingerReadyLocked()
 	lingerDone := !b.lingerOn || b.lingered
-	if !data && len(b.Opens) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && !(len(b.Credit) > 0 && lingerDone) && !b.hasUrgentLocked() {
+	if !data && len(b.Opens) == 0 && len(b.Closes) == 0 && len(b.signals) == 0 && !(b.Credit.Len() > 0 && lingerDone) && !b.hasUrgentLocked() {
 		b.Awake = false
 		b.sleptLocked()
 		return nil, 0, nil, nil, false
@@ -358,7 +358,7 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 	if enc.Count() > beforeData {
 		b.dataWrittenLocked()
 	}
-	more = cut || len(b.Opens) > 0 || len(b.Closes) > 0 || len(b.Credit) > 0 || len(b.signals) > 0
+	more = cut || len(b.Opens) > 0 || len(b.Closes) > 0 || b.Credit.Len() > 0 || len(b.signals) > 0
 	if !more {
 		if len(b.Ready) == 0 || !data {
 			b.Awake = false
@@ -377,27 +377,20 @@ func (b *Batcher) Build(ob *batchBuf) (batch []byte, records int, retired, opene
 
 // takeCreditLocked writes the owed credit that fits into enc and moves
 // it to b.Flying. A frontend owes credit on every stream of a forward
-// pass, and most often all of it fits: the map is then cleared at once,
-// not a delete per slot, and the flying credit is a list, not a second
-// map, since a batch names each slot once.
+// pass, and most often all of it fits: the owed list then moves to the
+// flying list whole and is cleared at once; a batch names each slot once.
 func (b *Batcher) takeCreditLocked(enc *muxwire.Encoder, full func(int) bool) {
-	from := len(b.Flying)
-	all := true
-	for id, d := range b.Credit {
+	owed := b.Credit.All()
+	for n, c := range owed {
 		if full(muxwire.CreditUpdateBodyLen) {
-			all = false
-			break
+			b.Flying = append(b.Flying, owed[:n]...)
+			b.Credit.dropFirst(n)
+			return
 		}
-		enc.CreditUpdate(id, 0, d)
-		b.Flying = append(b.Flying, SlotCredit{id, d})
+		enc.CreditUpdate(c.ID, 0, c.Delta)
 	}
-	if all {
-		clear(b.Credit)
-		return
-	}
-	for _, f := range b.Flying[from:] {
-		delete(b.Credit, f.ID)
-	}
+	b.Flying = append(b.Flying, owed...)
+	b.Credit.Clear()
 }
 
 // FlyingCreditLocked is the credit for id in the batch being posted.

@@ -81,12 +81,12 @@ func (b *Batcher) retryDelayLocked() time.Duration {
 // discardOwedLocked drops every reply the batcher owes the peer, counted:
 // the peer cannot be reached, or refused it too many times.
 func (b *Batcher) discardOwedLocked() {
-	n := len(b.Credit) + len(b.Closes) + len(b.signals)
+	n := b.Credit.Len() + len(b.Closes) + len(b.signals)
 	var credit uint64
-	for _, d := range b.Credit {
-		credit += uint64(d)
+	for _, c := range b.Credit.All() {
+		credit += uint64(c.Delta)
 	}
-	clear(b.Credit)
+	b.Credit.Clear()
 	clear(b.Closes)
 	clear(b.signals)
 	clear(b.rejected)

@@ -124,7 +124,7 @@ func (b *Batcher) ReplyAll(cs []SlotCredit) {
 	closes := len(b.Closes) > 0 // most often none: no lookup per slot
 	for _, c := range cs {
 		if !closes || !b.closingLocked(c.ID) {
-			b.Credit[c.ID] += c.Delta
+			b.Credit.Add(c.ID, c.Delta)
 		}
 	}
 	if !b.lingerOn && !b.Awake {
@@ -184,7 +184,7 @@ func (b *Batcher) ReplyClose(id muxwire.SlotID, reason muxwire.CloseReason) {
 		b.handOn(func(nb *Batcher) { nb.ReplyClose(id, reason) })
 		return
 	}
-	delete(b.Credit, id)
+	b.Credit.Delete(id)
 	b.Closes[id] = reason
 	b.Mu.Unlock()
 	b.Signal(metrics.WakeControl)

@@ -150,9 +150,8 @@ func (mx *Mux) evictIdle(now time.Time) {
 // fresh batcher, so that eviction loses nothing.
 func (mx *Mux) HandBack(b *Batcher) {
 	b.Mu.Lock()
-	closes, credit, signals := b.Closes, b.Credit, b.signals
+	closes, credit, signals := b.Closes, b.Credit.take(), b.signals
 	b.Closes = map[muxwire.SlotID]muxwire.CloseReason{}
-	b.Credit = map[muxwire.SlotID]uint32{}
 	b.signals = map[muxwire.SlotID]lifecycleSignal{}
 	b.Mu.Unlock()
 	if len(closes)+len(credit)+len(signals) == 0 {
@@ -169,8 +168,8 @@ func (mx *Mux) HandBack(b *Batcher) {
 	for id, reason := range closes {
 		nb.ReplyClose(id, reason)
 	}
-	for id, d := range credit {
-		nb.Reply(id, d)
+	for _, c := range credit {
+		nb.Reply(c.ID, c.Delta)
 	}
 	for id, sg := range signals {
 		nb.replyLifecycle(id, sg.session, sg.action)
