@@ -80,7 +80,7 @@ func (e *Encoder) Data(slot SlotID, seq uint32, body []byte) error {
 	if err := e.admit(len(body)); err != nil {
 		return err
 	}
-	e.buf = append(e.header(Data, slot, seq, len(body)), body...)
+	copy(e.record(Data, slot, seq, len(body)), body)
 	return nil
 }
 
@@ -95,10 +95,9 @@ func (e *Encoder) DataSpace(slot SlotID, seq uint32, n int) ([]byte, error) {
 	if err := e.admit(n); err != nil {
 		return nil, err
 	}
-	b := e.header(Data, slot, seq, n)
-	at := len(b)
-	e.buf = grow(b, n)
-	return e.buf[at : at+n : at+n], nil
+	b := e.record(Data, slot, seq, n)
+	clear(b) // a reused buffer: a caller that fills less must not send an old batch's bytes
+	return b[:n:n], nil
 }
 
 // OpenSlot appends the attach handshake for slot.
@@ -106,8 +105,9 @@ func (e *Encoder) OpenSlot(slot SlotID, seq uint32, anchorID, sessionID uint64) 
 	if err := e.admit(OpenSlotBodyLen); err != nil {
 		return err
 	}
-	b := e.header(OpenSlot, slot, seq, OpenSlotBodyLen)
-	e.buf = be.AppendUint64(be.AppendUint64(b, anchorID), sessionID)
+	b := e.record(OpenSlot, slot, seq, OpenSlotBodyLen)
+	be.PutUint64(b, anchorID)
+	be.PutUint64(b[8:], sessionID)
 	return nil
 }
 
@@ -119,7 +119,7 @@ func (e *Encoder) CloseSlot(slot SlotID, seq uint32, reason CloseReason) error {
 	if err := e.admit(CloseSlotBodyLen); err != nil {
 		return err
 	}
-	e.buf = append(e.header(CloseSlot, slot, seq, CloseSlotBodyLen), byte(reason))
+	e.record(CloseSlot, slot, seq, CloseSlotBodyLen)[0] = byte(reason)
 	return nil
 }
 
@@ -128,7 +128,7 @@ func (e *Encoder) CreditUpdate(slot SlotID, seq uint32, delta uint32) error {
 	if err := e.admit(CreditUpdateBodyLen); err != nil {
 		return err
 	}
-	e.buf = be.AppendUint32(e.header(CreditUpdate, slot, seq, CreditUpdateBodyLen), delta)
+	be.PutUint32(e.record(CreditUpdate, slot, seq, CreditUpdateBodyLen), delta)
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (e *Encoder) SlotHeartbeat(slot SlotID, seq uint32) error {
 	if err := e.admit(SlotHeartbeatBodyLen); err != nil {
 		return err
 	}
-	e.buf = e.header(SlotHeartbeat, slot, seq, SlotHeartbeatBodyLen)
+	e.record(SlotHeartbeat, slot, seq, SlotHeartbeatBodyLen)
 	return nil
 }
 
@@ -153,8 +153,9 @@ func (e *Encoder) LifecycleSlot(slot SlotID, seq uint32, sessionID uint64, actio
 	if err := e.admit(LifecycleSlotBodyLen); err != nil {
 		return err
 	}
-	b := e.header(LifecycleSlot, slot, seq, LifecycleSlotBodyLen)
-	e.buf = append(be.AppendUint64(b, sessionID), byte(action))
+	b := e.record(LifecycleSlot, slot, seq, LifecycleSlotBodyLen)
+	be.PutUint64(b, sessionID)
+	b[8] = byte(action)
 	return nil
 }
 
@@ -172,28 +173,23 @@ func (e *Encoder) admit(n int) error {
 	return nil
 }
 
-// header returns e's buffer with a record header appended, and counts the
-// record in the batch header. The caller appends the body to what it
-// returns and stores the result in e.buf once: e lives in the heap, and
-// each store of its buffer's pointer while the GC marks is a write
-// barrier (five per record when every append stored it, a third of the
-// batcher's write barriers in the response-plane bench).
-func (e *Encoder) header(t RecordType, slot SlotID, seq uint32, n int) []byte {
-	b := append(e.buf, byte(t))
-	b = be.AppendUint32(b, uint32(slot))
-	b = be.AppendUint32(b, seq)
-	b = be.AppendUint32(b, uint32(n))
+// record appends a record header and room for its body of n bytes,
+// counts the record in the batch header, and returns the body for the
+// caller to fill whole (its bytes are not zeroed). The buffer grows once
+// and is stored once per record: e.buf is a pointer, and each store of
+// it is a write barrier while the GC runs (four appends per header were a
+// fifth of building a credit batch).
+func (e *Encoder) record(t RecordType, slot SlotID, seq uint32, n int) []byte {
+	b := slices.Grow(e.buf, RecordHeaderLen+n)
+	at := len(b)
+	b = b[:at+RecordHeaderLen+n]
+	h := b[at : at+RecordHeaderLen]
+	h[0] = byte(t)
+	be.PutUint32(h[1:], uint32(slot))
+	be.PutUint32(h[5:], seq)
+	be.PutUint32(h[9:], uint32(n))
 	e.count++
 	be.PutUint16(b[e.start+2:], e.count)
-	return b
-}
-
-// grow extends b by n zero bytes, allocating only when the capacity is
-// short. Zeroing matters when a buffer is reused: a caller that fills less
-// than it asked for must not put an old batch's bytes on the wire.
-func grow(b []byte, n int) []byte {
-	b = slices.Grow(b, n)
-	b = b[:len(b)+n]
-	clear(b[len(b)-n:])
-	return b
+	e.buf = b
+	return b[at+RecordHeaderLen:]
 }
