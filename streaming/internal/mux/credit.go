@@ -16,12 +16,13 @@ import (
 func (ip *IngressPeer) markDirty(s *InSlot) {
 	ip.dirtyMu.Lock()
 	ip.dirty = append(ip.dirty, s)
-	first := len(ip.dirty) == 1
+	if len(ip.dirty) > 1 {
+		ip.dirtyMu.Unlock()
+		return // listed since the last visit: the first take rang already
+	}
 	due := ip.lastVisit.Add(ip.mx.Cfg.DrainVisitFloor)
 	ip.dirtyMu.Unlock()
-	if first {
-		ip.mx.ringAt(ip, due)
-	}
+	ip.mx.ringAt(ip, due)
 }
 
 // ringAt asks for a doorbell visit of ip, whose visit floor ends at
