@@ -95,6 +95,7 @@ func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 		ip.applyLocked(rec, &rep)
 	}
 	ip.flushRunLocked(&rep)
+	ip.run.releaseLocked()
 	ip.flushCreditLocked()
 	ip.credit.b = nil // pins no batcher between batches
 	ip.Mu.Unlock()

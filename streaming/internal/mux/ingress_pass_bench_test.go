@@ -146,3 +146,25 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestIngressLetsGoOfBatchBodies: once a batch is applied, the ingress
+// table holds no slice of it (its runs' bodies are cleared once per
+// batch, not run by run, and must still all be cleared).
+func TestIngressLetsGoOfBatchBodies(t *testing.T) {
+	p := newFrontPass(t, 16)
+	for range 3 {
+		p.step()
+	}
+	ip, _ := p.mx.IngressFor(frontPeer, p.lane)
+	ip.Mu.Lock()
+	defer ip.Mu.Unlock()
+	bodies := ip.run.bodies[:cap(ip.run.bodies)]
+	if len(bodies) == 0 {
+		t.Fatal("no run was gathered")
+	}
+	for i, b := range bodies {
+		if b != nil {
+			t.Fatalf("bodies[%d] still holds %d bytes of the last batch", i, len(b))
+		}
+	}
+}
