@@ -59,7 +59,7 @@ func parseRequestHeaderInto(b []byte, h *requestHeader) error {
 	if b[0] != headerSchema {
 		return fmt.Errorf("%w: schema %d", msgwire.ErrMalformedHeader, b[0])
 	}
-	h.rtype = msgwire.ResponseType(b[1])
+	h.rtype, h.fetched = msgwire.ResponseType(b[1]), false // fetched: set by resolveStaged only
 	if h.rtype > msgwire.UnaryResponse {
 		return fmt.Errorf("%w: response type %d", msgwire.ErrMalformedHeader, b[1])
 	}

@@ -192,7 +192,7 @@ func (l *lane) appendSmall(f *ext.Frame) {
 	n := len(l.segs)
 	if n > 0 && l.segs[n-1].payload == nil && len(l.segs[n-1].buf) < maxBatchBytes {
 		s := &l.segs[n-1]
-		s.buf = frame.AppendRef(growSegment(s.buf, f.Len()), f)
+		s.buf = frame.AppendRef(growSegment(s.buf, frame.PreambleLen+f.Len()), f)
 		s.frames++
 	} else {
 		l.segs = append(l.segs, segment{buf: frame.AppendRef(l.takeFree(), f), frames: 1})
