@@ -1,6 +1,8 @@
 package messenger
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,5 +74,30 @@ func TestRequestFrameOwnsItsPayload(t *testing.T) {
 		if cap(f.Header) != len(f.Header) {
 			t.Fatalf("%d bytes: an append to the header could overwrite the payload", n)
 		}
+	}
+}
+
+// TestSendErrorAfterGoodbyeIsShuttingDown: a request that a lane failed
+// because its peer shut down in order (the lane's error says so) fails
+// with ErrShuttingDown even before the node heard of the loss and marked
+// the peer draining. A lane that dies after a goodbye fails its queued
+// frames before it reports the loss, so the order is the usual one.
+func TestSendErrorAfterGoodbyeIsShuttingDown(t *testing.T) {
+	m, _ := internalPair(t)
+	got := make(chan error, 1)
+	token, ok := m.slots.acquireAsync(1, "h", func(_ []byte, err error) { got <- err }, false, nil)
+	if !ok {
+		t.Fatal("no slot")
+	}
+	f := requestFrame(UnaryResponse, ResponseID{Lo: uint64(m.wid), Hi: token}, "h", nil, []byte("x"))
+	lost := fmt.Errorf("writev: use of closed network connection: %w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
+	m.onSendError(ext.NewInstanceID(), f, lost)
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrShuttingDown) {
+			t.Fatalf("got %v, want an error that matches ErrShuttingDown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the callback never ran")
 	}
 }

@@ -510,10 +510,24 @@ func (m *Messenger) sendPlain(ctx context.Context, target ext.InstanceID, handle
 // peer had said it was shutting down, the error also matches
 // ErrShuttingDown: that refusal is its shutdown, not a fault.
 func (m *Messenger) sendError(handler string, target ext.InstanceID, err error) error {
-	if _, ok := m.draining.Load(target.WorkerID()); ok {
+	if m.refusedByShutdown(target, err) {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
 	}
 	return fmt.Errorf("velo: send %q to %s: %w", handler, target, err)
+}
+
+// refusedByShutdown says whether a request that a transport refused or
+// could not write to target met the target's orderly shutdown: the peer
+// said it was going (draining), or the transport's error says so itself.
+// The second matters because a lane that dies after a goodbye fails its
+// queued frames at once, and the node may hear of the loss (and mark the
+// peer draining) only after: a request failed then never reached the
+// peer, which admits nothing after its goodbye.
+func (m *Messenger) refusedByShutdown(target ext.InstanceID, err error) bool {
+	if _, ok := m.draining.Load(target.WorkerID()); ok {
+		return true
+	}
+	return errors.Is(err, ext.ErrPeerShutdown)
 }
 
 // systemOnly refuses a user handler name in the calls that skip the
@@ -1498,7 +1512,7 @@ func (m *Messenger) onSendError(target ext.InstanceID, f ext.Frame, err error) {
 	// caller's Send: an asynchronous callback must not run there (nor inside
 	// its own UnaryAsync), so the failure is delivered from a goroutine of
 	// its own. Send failures are rare.
-	if _, ok := m.draining.Load(target.WorkerID()); ok {
+	if m.refusedByShutdown(target, err) {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err) // the peer said it was going
 	}
 	token, r := hdr.id.Hi, reply{err: fmt.Errorf("velo: request to %q was not sent: %w", hdr.handler, err)}
