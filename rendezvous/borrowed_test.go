@@ -5,19 +5,6 @@ import (
 	"time"
 )
 
-// noOrphans empties the orphan list, which is the process's, for a test
-// that counts orphans, and again when it ends.
-func noOrphans(t *testing.T) {
-	drop := func() {
-		borrowed.mu.Lock()
-		defer borrowed.mu.Unlock()
-		borrowed.n.Add(-int64(len(borrowed.orphans)))
-		borrowed.orphans = nil
-	}
-	drop()
-	t.Cleanup(drop)
-}
-
 // A payload staged by reference is borrowed while its slot lives, and no
 // longer once its receiver released it; any part of it counts.
 func TestBorrowedWhileStaged(t *testing.T) {
@@ -43,12 +30,63 @@ func TestBorrowedWhileStaged(t *testing.T) {
 	}
 }
 
+// takeHeld takes chunks [0, n) of transfer tid as a transport would hold
+// them: each with its loan reference, released by the returned func.
+func takeHeld(t *testing.T, s *store, tid uint64, n uint32) []func() {
+	t.Helper()
+	var rel []func()
+	for i := range n {
+		chunk, loan, v := s.take(tid, i, 7)
+		if v != done || loan == nil || len(chunk) == 0 {
+			t.Fatalf("take %d: verdict %d, loan %v", i, v, loan)
+		}
+		rel = append(rel, loan.Release)
+	}
+	return rel
+}
+
+// A receiver that gave up after some chunks were served (they may still
+// sit in the owner's transport queue, aliasing the slot's data) detaches,
+// and the registrant drops its reference: the memory stays borrowed, for
+// every Recycle, until the transport released the last of those chunks.
+func TestAbortedTransferStaysBorrowedWhileChunksAreHeld(t *testing.T) {
+	s := newStore()
+	defer s.close()
+	buf := make([]byte, 4*ChunkSize)
+	n0 := borrowed.n.Load()
+	id := s.register(buf, 0)
+	rd, v := s.acquire(id, 0, 7)
+	if v != done {
+		t.Fatal("acquire refused")
+	}
+	rel := takeHeld(t, s, rd.TransferID, 4)
+	if v := s.endLease(id, rd.LeaseID, false, 7); v != done {
+		t.Fatal("detach refused")
+	}
+	s.unref(id)
+	if _, ok := s.metadata(id); ok {
+		t.Fatal("the slot outlived its lease and reference")
+	}
+	for i, release := range rel {
+		for range 2 { // a refusal does not let it go
+			if !isBorrowed(buf[i*ChunkSize:]) || !isBorrowed(buf[len(buf)-1:]) {
+				t.Fatalf("with chunks %d.. held, the freed slot's memory is not borrowed", i)
+			}
+		}
+		release()
+	}
+	if isBorrowed(buf) {
+		t.Fatal("the memory is still borrowed once every chunk was released")
+	}
+	if n := borrowed.n.Load() - n0; n != 0 {
+		t.Fatalf("%d entries left listed", n)
+	}
+}
+
 // A slot staged by reference that its TTL freed while a lease was open
-// may have chunks queued in a transport for that lease's holder: its
-// memory stays borrowed until a Recycle is refused for it, then no
-// longer. A slot freed by its holder's release leaves nothing behind.
+// and a chunk it served was held stays borrowed until the chunk is
+// released; one freed with no chunk held leaves nothing behind.
 func TestSlotCutUnderALeaseStaysBorrowed(t *testing.T) {
-	noOrphans(t)
 	s := newStore()
 	defer s.close()
 	now := time.Unix(1000, 0)
@@ -56,7 +94,13 @@ func TestSlotCutUnderALeaseStaysBorrowed(t *testing.T) {
 	buf := make([]byte, 2<<20)
 	n0 := borrowed.n.Load()
 	id := s.register(buf, time.Second)
-	if _, v := s.acquire(id, 0, 7); v != done {
+	rd, v := s.acquire(id, 0, 7)
+	if v != done {
+		t.Fatal("acquire refused")
+	}
+	rel := takeHeld(t, s, rd.TransferID, 1)
+	idle := s.register(make([]byte, 1<<20), time.Second)
+	if _, v := s.acquire(idle, 0, 7); v != done {
 		t.Fatal("acquire refused")
 	}
 	now = now.Add(2 * time.Second)
@@ -64,34 +108,71 @@ func TestSlotCutUnderALeaseStaysBorrowed(t *testing.T) {
 	if _, ok := s.metadata(id); ok {
 		t.Fatal("the slot outlived its TTL")
 	}
-	if !isBorrowed(buf) {
-		t.Fatal("a slot cut under its lease left its memory unborrowed")
+	if n := borrowed.n.Load() - n0; n != 1 {
+		t.Fatalf("%d entries listed, want 1 (the slot whose chunk is held)", n)
 	}
+	if !isBorrowed(buf) || !isBorrowed(buf) {
+		t.Fatal("a slot cut under its lease with a chunk held left its memory unborrowed")
+	}
+	rel[0]()
 	if isBorrowed(buf) {
-		t.Fatal("a refused recycle did not let the orphan go")
+		t.Fatal("the memory is still borrowed once its chunk was released")
 	}
 	if n := borrowed.n.Load() - n0; n != 0 {
 		t.Fatalf("%d entries left listed", n)
 	}
 }
 
-// Orphans are bounded: the oldest goes.
-func TestOrphansAreBounded(t *testing.T) {
-	noOrphans(t)
+// However many freed slots have chunks held, each stays borrowed (no
+// count bound pushes one out), and each goes as its chunks are released.
+func TestFreedSlotsWithHeldChunksAreNotBounded(t *testing.T) {
 	s := newStore()
 	defer s.close()
-	now := time.Unix(1000, 0)
-	s.now = func() time.Time { return now }
 	n0 := borrowed.n.Load()
-	for range maxOrphans + 3 {
-		id := s.register(make([]byte, 1<<20), time.Second)
-		if _, v := s.acquire(id, 0, 7); v != done {
+	var bufs [][]byte
+	var rels []func()
+	for range 9 {
+		buf := make([]byte, 1<<20)
+		id := s.register(buf, 0)
+		rd, v := s.acquire(id, 0, 7)
+		if v != done {
 			t.Fatal("acquire refused")
 		}
-		now = now.Add(2 * time.Second)
-		s.sweepOnce()
+		rels = append(rels, takeHeld(t, s, rd.TransferID, 1)...)
+		s.endLease(id, rd.LeaseID, true, 7)
+		bufs = append(bufs, buf)
 	}
-	if n := borrowed.n.Load() - n0; n != maxOrphans {
-		t.Fatalf("%d orphans listed, want %d", n, maxOrphans)
+	for i, buf := range bufs {
+		if !isBorrowed(buf) {
+			t.Fatalf("freed slot %d with a chunk held is not borrowed", i)
+		}
 	}
+	for i, release := range rels {
+		release()
+		if isBorrowed(bufs[i]) {
+			t.Fatalf("freed slot %d is still borrowed once its chunk was released", i)
+		}
+	}
+	if n := borrowed.n.Load() - n0; n != 0 {
+		t.Fatalf("%d entries left listed", n)
+	}
+}
+
+// A chunk served from a slot staged by reference costs its loan's atomic
+// add, not an allocation.
+func TestTakeOfBorrowedSlotDoesNotAllocate(t *testing.T) {
+	s := newStore()
+	defer s.close()
+	id := s.register(make([]byte, 4*ChunkSize), 0)
+	rd, v := s.acquire(id, 0, 7)
+	if v != done {
+		t.Fatal("acquire refused")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_, loan, _ := s.take(rd.TransferID, 1, 7)
+		loan.Release()
+	}); n != 0 {
+		t.Fatalf("take allocates %v times a chunk", n)
+	}
+	s.endLease(id, rd.LeaseID, true, 7)
 }

@@ -104,8 +104,14 @@ func SpentHeld() int {
 // SpentRefused is how many payloads Recycle refused as borrowed memory.
 func SpentRefused() int64 { return spentRefused.Load() }
 
-// BorrowedListed is how many slots and orphans the borrowed list holds.
-func BorrowedListed() int64 { return borrowed.n.Load() }
+// BorrowedListed is how many slots the borrowed list holds, live and freed
+// (those whose loan went idle let go first).
+func BorrowedListed() int64 {
+	borrowed.mu.Lock()
+	defer borrowed.mu.Unlock()
+	pruneFreedLocked()
+	return borrowed.n.Load()
+}
 
 // GrownBytes is how many bytes growing destinations copied.
 func GrownBytes() int64 { return grownBytes.Load() }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/rendezvous"
 )
 
@@ -52,6 +53,7 @@ func TestPayloadStagedByReferenceIsNotGivenBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	refused := rendezvous.SpentRefused()
+	listed := rendezvous.BorrowedListed()
 	for i := range 3 {
 		first := seeded(n, byte(2*i))
 		hs, err := caller.Unary(ctx, r.InstanceID(), "forward", first)
@@ -81,6 +83,11 @@ func TestPayloadStagedByReferenceIsNotGivenBack(t *testing.T) {
 	if n := rendezvous.SpentRefused() - refused; n != 3 {
 		t.Fatalf("%d of 3 payloads staged by reference were refused as given back", n)
 	}
+	// Each chunk pulled went out with the slot's loan as its owner; once
+	// the transport has let every one go, nothing stays listed.
+	testwait.Until(t, "the released slots' loans to go idle", func() bool {
+		return rendezvous.BorrowedListed() == listed
+	})
 }
 
 // A router that forwards c.Payload in a call of its own (Send, Unary,

@@ -350,9 +350,10 @@ func (r *Manager) onPull(c *messenger.Context) ([]byte, error) {
 		return nil, r.refuse(metrics.RvPull, v, fmt.Sprintf("chunk %d of transfer %d", req.ChunkIndex, req.TransferID))
 	}
 	if lent != nil {
-		// The chunk is the lender's memory: the loan learns when the
-		// transport is done with it (the reference take took passes to
-		// the messenger).
+		// The chunk is the registrant's or the lender's memory: the loan
+		// learns when the transport is done with it (the reference take
+		// took passes to the messenger), so that it is not given back
+		// (Recycle) or withdrawn while the transport may still write it.
 		msgrx.LendAnswer(c, lent)
 	}
 	r.met.Bytes(metrics.RvPull, len(b))

@@ -23,9 +23,9 @@ type slot struct {
 	refcount  uint32
 	readLocks uint32
 	expires   time.Time   // zero: no time-to-live
-	lent      *msgrx.Loan // data is the caller's, lent (registerLent), until withdraw; nil when the store owns it
-	borrowed  bool        // data is the caller's memory (register, registerLent): listed in borrowed
-	cut       bool        // the store ended a lease on it (its TTL or the lease's deadline passed)
+	loan      *msgrx.Loan // data is the caller's (register, registerLent): counts the chunks served from it still held; nil when the store owns it
+	borrowed  bool        // listed in borrowed, holding a reference on loan
+	lent      bool        // loan is its lender's (registerLent), whose withdraw waits until it is idle
 	pinned                // registered memory instead of data (store_pinned.go)
 }
 
@@ -141,7 +141,7 @@ func (s *store) registerOwned(data []byte, ttl time.Duration) uint64 {
 // while the slot is staged, so while the lender's reference is held.
 func (s *store) registerLent(data []byte, ttl time.Duration) (uint64, *msgrx.Loan) {
 	l := msgrx.NewLoan()
-	sl := &slot{data: data, size: len(data), lent: l}
+	sl := &slot{data: data, size: len(data), loan: l, lent: true}
 	borrow(sl)
 	return s.add(sl, ttl), l
 }
@@ -170,7 +170,7 @@ func (s *store) withdraw(id uint64, l *msgrx.Loan) {
 	s.mu.Lock()
 	defer s.unlock()
 	sl, ok := s.slots[id]
-	if !ok || sl.lent != l {
+	if !ok || sl.loan != l {
 		return
 	}
 	if sl.readLocks > 0 { // the receiver had not finished: rare, so a scan
@@ -263,9 +263,10 @@ const (
 
 // take returns chunk idx of a transfer (aliasing the slot: slots are never
 // written while staged) and renews the lease's deadline. Only the lease's
-// holder may pull. For a lent slot it also returns the slot's loan with
-// one reference taken for the caller, who releases it once nothing reads
-// the chunk any more; nil otherwise.
+// holder may pull. For a slot of its caller's memory (register,
+// registerLent) it also returns the slot's loan with one reference taken
+// for the caller, who releases it once nothing reads the chunk any more
+// (the transport, as the chunk frame's Owner); nil otherwise.
 func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *msgrx.Loan, verdict) {
 	s.mu.Lock()
 	b, lent, hold, v := s.takeLocked(transferID, idx, asker)
@@ -302,10 +303,10 @@ func (s *store) takeLocked(transferID uint64, idx uint32, asker ext.WorkerID) ([
 	if sl.staging != nil {
 		return make([]byte, end-off), nil, s.pinLockedAt(sl, int64(off)), done
 	}
-	if sl.lent != nil {
-		sl.lent.Retain()
+	if sl.loan != nil {
+		sl.loan.Retain() // the store's reference is held: the slot is staged
 	}
-	return sl.data[off:end:end], sl.lent, nil, done
+	return sl.data[off:end:end], sl.loan, nil, done
 }
 
 // leaseLocked finds lease lid on slot id for asker.
@@ -435,7 +436,7 @@ func (s *store) maybeFreeLocked(id uint64, sl *slot) {
 
 func (s *store) freeLocked(id uint64, sl *slot) {
 	delete(s.slots, id)
-	unborrow(sl, sl.cut)
+	unborrow(sl)
 	s.held -= int64(sl.size)
 	if !sl.expires.IsZero() {
 		s.deadlines--

@@ -54,9 +54,6 @@ func (s *store) sweepOnce() bool {
 	ended := 0
 	for lid, l := range s.leases {
 		if !l.rdma && l.timeout > 0 && now.After(l.deadline) {
-			if sl := s.slots[l.local]; sl != nil {
-				sl.cut = true
-			}
 			s.releaseLeaseLocked(lid, l)
 			ended++
 		}
@@ -66,7 +63,6 @@ func (s *store) sweepOnce() bool {
 			for lid, l := range s.leases {
 				if l.local == id {
 					s.dropLeaseLocked(lid, l)
-					sl.cut = true
 				}
 			}
 			s.freeLocked(id, sl)
@@ -138,9 +134,10 @@ func (s *store) close() {
 	}
 	s.closed = true
 	close(s.stop)
-	// The node is done: its slots are read no more.
+	// The node is done: its slots are read no more, but for chunks a
+	// transport may still hold (unborrow keeps those listed).
 	for _, sl := range s.slots {
-		unborrow(sl, false)
+		unborrow(sl)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
