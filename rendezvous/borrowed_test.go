@@ -111,8 +111,10 @@ func TestSlotCutUnderALeaseStaysBorrowed(t *testing.T) {
 	if n := borrowed.n.Load() - n0; n != 1 {
 		t.Fatalf("%d entries listed, want 1 (the slot whose chunk is held)", n)
 	}
-	if !isBorrowed(buf) || !isBorrowed(buf) {
-		t.Fatal("a slot cut under its lease with a chunk held left its memory unborrowed")
+	for range 2 { // a refusal does not let it go
+		if !isBorrowed(buf) {
+			t.Fatal("a slot cut under its lease with a chunk held left its memory unborrowed")
+		}
 	}
 	rel[0]()
 	if isBorrowed(buf) {
