@@ -178,3 +178,28 @@ func TestTakeOfBorrowedSlotDoesNotAllocate(t *testing.T) {
 	}
 	s.endLease(id, rd.LeaseID, true, 7)
 }
+
+// Once the store is closed its slots' loans are let go, so it serves no
+// more chunks (a chunk would take a reference on a loan gone idle).
+func TestClosedStoreServesNoChunk(t *testing.T) {
+	s := newStore()
+	buf := make([]byte, 2*ChunkSize)
+	id := s.register(buf, 0)
+	rd, v := s.acquire(id, 0, 7)
+	if v != done {
+		t.Fatal("acquire refused")
+	}
+	rel := takeHeld(t, s, rd.TransferID, 1)
+	s.close()
+	if !isBorrowed(buf) {
+		t.Fatal("closing the store let go of memory whose chunk is held")
+	}
+	if _, loan, v := s.take(rd.TransferID, 1, 7); v != notFound || loan != nil {
+		t.Fatalf("a closed store served a chunk (verdict %d)", v)
+	}
+	rel[0]()
+	if isBorrowed(buf) {
+		t.Fatal("the memory is still borrowed once its chunk was released")
+	}
+	s.endLease(id, rd.LeaseID, true, 7)
+}

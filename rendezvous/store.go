@@ -284,7 +284,7 @@ func (s *store) take(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte,
 // the chunk's offset within the staging's capacity (see readPinned).
 func (s *store) takeLocked(transferID uint64, idx uint32, asker ext.WorkerID) ([]byte, *msgrx.Loan, *pinHold, verdict) {
 	lid, ok := s.transfers[transferID]
-	if !ok {
+	if !ok || s.closed { // close let the loans go: nothing may be served from a slot since
 		return nil, nil, nil, notFound
 	}
 	l := s.leases[lid]

@@ -134,8 +134,9 @@ func (s *store) close() {
 	}
 	s.closed = true
 	close(s.stop)
-	// The node is done: its slots are read no more, but for chunks a
-	// transport may still hold (unborrow keeps those listed).
+	// The node is done: its slots are read no more (take refuses from now
+	// on), but for chunks a transport may still hold (unborrow keeps those
+	// listed).
 	for _, sl := range s.slots {
 		unborrow(sl)
 	}
