@@ -191,8 +191,9 @@ func New(m *messenger.Messenger, cfg Config) (*Manager, error) {
 	return r, nil
 }
 
-// Close stops the sweep and the RDMA lease reaper. Staged slots stay until
-// the process lets them go.
+// Close stops the sweep and the RDMA lease reaper, and refuses every pull
+// (and local Get) of a chunk from then on. Staged slots stay until the
+// process lets them go.
 func (r *Manager) Close() { r.st.close() }
 
 // Transparent reports how many request payloads the messenger staged on
