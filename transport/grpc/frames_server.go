@@ -58,6 +58,11 @@ type frameListener struct {
 	closed chan struct{}
 	once   sync.Once
 	wg     sync.WaitGroup // Serve and the calls' readers
+	// mu orders a call's wg.Add before Close's wg.Wait: grpc-go's Stop
+	// does not wait for handlers, so a call may reach its Add after Serve
+	// returned and the count fell to zero, while Close waits.
+	mu       sync.Mutex
+	stopping bool
 }
 
 func newFrameListener(t *FrameTransport, ln net.Listener, entry []byte) *frameListener {
@@ -94,6 +99,9 @@ func (l *frameListener) Accept() (ext.FrameInbound, error) {
 // producer sees the stream closed), and its reader returns.
 func (l *frameListener) Close() error {
 	l.once.Do(func() {
+		l.mu.Lock()
+		l.stopping = true
+		l.mu.Unlock()
 		close(l.closed)
 		l.srv.Stop()
 	})
@@ -117,7 +125,17 @@ func (l *frameListener) serveFrames(ss ggrpc.ServerStream) error {
 	case <-ss.Context().Done():
 		return status.FromContextError(ss.Context().Err()).Err()
 	}
+	l.mu.Lock()
+	if l.stopping {
+		l.mu.Unlock()
+		// Close waits for no more readers. The server stopped, so the
+		// read ends at once, and the node, which took the stream, sees
+		// its end.
+		in.read()
+		return status.Error(codes.Unavailable, "velo: node stopped")
+	}
 	l.wg.Add(1)
+	l.mu.Unlock()
 	go func() {
 		defer l.wg.Done()
 		in.read()
