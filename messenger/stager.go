@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgerr"
@@ -199,21 +198,12 @@ func (m *Messenger) resolveStaged(r *registered, j job, handle string, budget ti
 // messenger keeps it. An answer that shares the payload's memory (an echo)
 // is still to be written, so that payload is left to the collector.
 func (m *Messenger) recycleFetched(payload, resp []byte) {
-	if len(payload) == 0 || overlaps(payload, resp) {
+	if len(payload) == 0 || hook.Overlaps(payload, resp) {
 		return
 	}
 	if rc, ok := m.loadStager().(hook.Recycler); ok {
 		rc.Recycle(payload)
 	}
-}
-
-// overlaps says whether a and b share memory, up to their capacities.
-func overlaps(a, b []byte) bool {
-	if cap(a) == 0 || cap(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(cap(b)) && pb < pa+uintptr(cap(a))
 }
 
 // stagingThreshold is the payload size above which this node stages what

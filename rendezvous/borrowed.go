@@ -3,9 +3,9 @@ package rendezvous
 import (
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/velo-go/velo/internal/msgrx"
+	"github.com/velo-go/velo/internal/msgrx/hook"
 )
 
 // Borrowed memory: a slot whose data is its caller's (RegisterData, and a
@@ -120,24 +120,15 @@ func isBorrowed(b []byte) bool {
 	borrowed.mu.Lock()
 	defer borrowed.mu.Unlock()
 	for sl := range borrowed.live {
-		if overlaps(sl.data, b) {
+		if hook.Overlaps(sl.data, b) {
 			return true
 		}
 	}
 	pruneFreedLocked()
 	for _, sl := range borrowed.freed {
-		if overlaps(sl.data, b) {
+		if hook.Overlaps(sl.data, b) {
 			return true
 		}
 	}
 	return false
-}
-
-// overlaps says whether a and b share memory, up to their capacities.
-func overlaps(a, b []byte) bool {
-	if cap(a) == 0 || cap(b) == 0 {
-		return false
-	}
-	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return pa < pb+uintptr(cap(b)) && pb < pa+uintptr(cap(a))
 }

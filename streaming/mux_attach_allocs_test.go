@@ -35,26 +35,7 @@ func TestMuxAttachStreamAllocs(t *testing.T) {
 		if s.slot().Answered == nil {
 			t.Fatal("the attach waited: this test counts a pipelined one")
 		}
-		for range 64 {
-			if err := s.SendBytes(ctx, tok); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Finalize(); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			if _, err := a.NextBytes(ctx); err != nil {
-				break
-			}
-			n++
-		}
-		if n != 64 {
-			t.Fatalf("read %d tokens, want 64", n)
-		}
-		s.Close()
-		a.Close()
+		send64AndRead(t, ctx, s, a, tok)
 	}
 	for range 50 { // warm: connections, batch buffers, free slots, arenas, pools
 		stream()

@@ -31,26 +31,7 @@ func TestMuxZeroRTTStreamAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 64 {
-			if err := s.SendBytes(ctx, tok); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Finalize(); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			if _, err := a.NextBytes(ctx); err != nil {
-				break
-			}
-			n++
-		}
-		if n != 64 {
-			t.Fatalf("read %d tokens, want 64", n)
-		}
-		s.Close()
-		a.Close()
+		send64AndRead(t, ctx, s, a, tok)
 	}
 	for range 50 { // warm: connections, batch buffers, free slots and arenas
 		stream()
@@ -72,4 +53,31 @@ func TestMuxZeroRTTStreamAllocs(t *testing.T) {
 	if allocs > 14 {
 		t.Errorf("%.1f allocations per stream, want at most 13", allocs)
 	}
+}
+
+// send64AndRead is the body of a counted stream after its open: 64 tokens
+// of tok, Finalize, the consumer's reads to the end (all 64 must arrive),
+// and both ends closed.
+func send64AndRead(t *testing.T, ctx context.Context, s *Sender[[]byte], a *Anchor[[]byte], tok []byte) {
+	t.Helper()
+	for range 64 {
+		if err := s.SendBytes(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, err := a.NextBytes(ctx); err != nil {
+			break
+		}
+		n++
+	}
+	if n != 64 {
+		t.Fatalf("read %d tokens, want 64", n)
+	}
+	s.Close()
+	a.Close()
 }

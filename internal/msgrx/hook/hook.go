@@ -13,6 +13,7 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Fns is filled by package messenger's init; every field is a function.
@@ -53,6 +54,16 @@ type Stager interface {
 // tens of MiB mostly takes a page fault per 4 KiB as it is written.
 type Recycler interface {
 	Recycle(payload []byte)
+}
+
+// Overlaps says whether a and b share memory, up to their capacities: a
+// payload that anything else still refers to must not be given back.
+func Overlaps(a, b []byte) bool {
+	if cap(a) == 0 || cap(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(cap(b)) && pb < pa+uintptr(cap(a))
 }
 
 // Lender is a Stager that can also stage a payload without copying it.

@@ -395,7 +395,7 @@ func (st *State) PopBytes(ctx context.Context) ([]byte, error) {
 		}
 		p, w, done, fast, err = st.PopBytesAfterWait(ctx, fast)
 	}
-	if err != nil && errors.Is(err, ErrFinalized) {
+	if errors.Is(err, ErrFinalized) {
 		err = st.ForgetFinalized()
 	}
 	return p, err
