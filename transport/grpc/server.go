@@ -68,9 +68,7 @@ func (s *inStream) end() {
 func (t *Transport) serveStream(ss ggrpc.ServerStream) error {
 	s := &inStream{ss: ss}
 	done := make(chan error, 1)
-	if !t.addStreamReader() {
-		return status.Error(codes.Unavailable, "velo: node stopped")
-	}
+	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		done <- t.readStream(s)
@@ -84,18 +82,6 @@ func (t *Transport) serveStream(ss ggrpc.ServerStream) error {
 		s.end()
 		return nil
 	}
-}
-
-// addStreamReader counts a server stream's reader in wg, unless the
-// shutdown has stopped waiting for readers.
-func (t *Transport) addStreamReader() bool {
-	t.readersMu.Lock()
-	defer t.readersMu.Unlock()
-	if t.readersDone {
-		return false
-	}
-	t.wg.Add(1)
-	return true
 }
 
 // readStream admits or routes each frame of an inbound stream. A message

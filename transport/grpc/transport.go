@@ -149,12 +149,7 @@ type Transport struct {
 	closedCh chan struct{}
 	lanes    sync.WaitGroup // lane writers
 	wg       sync.WaitGroup // lane readers and server stream readers
-	// readersMu orders a server stream's wg.Add before the shutdown's
-	// wait on wg: grpc-go's Stop does not wait for handlers, so a stream's
-	// handler may reach its Add after the server stopped.
-	readersMu   sync.Mutex
-	readersDone bool
-	serveErr    chan error
+	serveErr chan error
 }
 
 type obsBox struct{ ext.Observability }
@@ -586,9 +581,6 @@ func (t *Transport) finishShutdown(deadline time.Time, abrupt bool) {
 	for _, cc := range conns {
 		t.closeConn(cc)
 	}
-	t.readersMu.Lock()
-	t.readersDone = true
-	t.readersMu.Unlock()
 	// A reader blocked on a full inbound queue ends when the node closes
 	// its adapter, which it may do only after Closed: bound the wait.
 	waitUntil(&t.wg, time.Now().Add(readerWait))
