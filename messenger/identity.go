@@ -557,8 +557,11 @@ func (p *peer) allowProof(now time.Time) bool {
 
 // onConnClosed forgets a connection that ended; what it still held is
 // refused, and the handlers of its requests are told (their contexts end).
+// The calls that wait for its peer's last answers learn that it carries no
+// more (shutdown_quiet.go).
 func (m *Messenger) onConnClosed(id ext.ConnID) {
 	m.forgetConnTLS(id)
+	m.answerConnEnded(id) // whatever it carried is read: see failAfterAnswers
 	m.gate.mu.Lock()
 	c := m.gate.conns[id]
 	delete(m.gate.conns, id)

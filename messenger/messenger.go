@@ -154,6 +154,7 @@ type Messenger struct {
 	lostCalls atomic.Int64
 	greeted   sync.Map     // ext.WorkerID → struct{}: the callers that ran the handshake with this instance
 	gate      identityGate // the peer each inbound connection speaks for (identity.go)
+	answers   answerConns  // the peer whose answers each inbound connection carries (shutdown_quiet.go)
 	selfConn  ext.ConnID   // the connection id of calls to itself, which no transport stamps (loopback.go)
 	tlsConns  sync.Map     // ext.ConnID -> *tls.ConnectionState of inbound TLS connections (peertls.go)
 	hctx      handlerCtxs  // the context.Context of running handlers that asked for one (handlerctx.go)
@@ -1431,6 +1432,9 @@ func (m *Messenger) onFrame(f ext.Frame) {
 			m.countFailure("response", "malformed")
 			return
 		}
+		if f.Conn != 0 {
+			m.noteAnswerConn(f.Conn, id.Hi)
+		}
 		var r reply
 		if outcome == outcomeOK {
 			// Only large answers are worth the slot lookup; a small one is
@@ -1455,6 +1459,9 @@ func (m *Messenger) onFrame(f ext.Frame) {
 			m.countFailure("response", "malformed")
 			return
 		}
+		if f.Conn != 0 {
+			m.noteAnswerConn(f.Conn, id.Hi)
+		}
 		var r reply
 		if flags&ackFlagError != 0 {
 			r.err = &msgerr.RemoteError{Message: string(f.Payload), Code: msgerr.Unknown}
@@ -1464,6 +1471,9 @@ func (m *Messenger) onFrame(f ext.Frame) {
 		hdr, err := parseRequestHeader(f.Header)
 		if err != nil || hdr.id.Lo != uint64(m.wid) || hdr.id.Hi == 0 {
 			return
+		}
+		if f.Conn != 0 {
+			m.noteAnswerConn(f.Conn, hdr.id.Hi)
 		}
 		if w, ok := m.slots.peerOf(hdr.id.Hi); ok {
 			m.draining.Store(w, struct{}{}) // its connections will close soon: that is its shutdown
@@ -1540,10 +1550,15 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 		wasUp = p.helloOK.Swap(false)
 		p.connected.Store(false)
 	}
-	if errors.Is(err, ext.ErrPeerShutdown) {
+	inOrder := errors.Is(err, ext.ErrPeerShutdown)
+	if inOrder {
 		m.draining.Store(w, struct{}{}) // what follows (refused dials) is its shutdown too
+	} else if _, ok := m.draining.Load(w); ok {
+		// It said goodbye or refused a request as draining before: this
+		// loss (a refused dial, another lane's end) is that shutdown.
+		inOrder = true
 	}
-	if _, ok := m.draining.Load(w); ok {
+	if inOrder {
 		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
 	}
 	// A handler's request on a transport that names its connections ends
@@ -1558,12 +1573,12 @@ func (m *Messenger) peerLost(id ext.InstanceID, p *peer, err error) {
 	fail := func() {
 		m.lostCalls.Add(int64(m.slots.failPeer(w, fmt.Errorf("velo: peer %s: %w", id, err))))
 	}
-	if errors.Is(err, ext.ErrPeerShutdown) {
+	if inOrder {
 		// The peer shut down in order: it answered what it accepted, but
-		// its answers travel on its own connection to us, which may trail
-		// the end of ours. What has no answer once they stop coming was
-		// refused.
-		failWhenQuiet(func() int { return m.slots.countPeer(w) }, fail)
+		// its answers travel on its own connections to us, which may trail
+		// the end of ours. What has no answer once they have all been read
+		// was refused (shutdown_quiet.go).
+		m.failAfterAnswers(w, fail)
 	} else {
 		fail()
 	}
@@ -1829,6 +1844,7 @@ func (m *Messenger) shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	m.slots.failAll(ErrShuttingDown)
+	m.answers.stopWaits() // what they would fail has failed just now
 	m.stopWatch()
 	for _, tr := range m.trs { // 4. close
 		<-tr.Closed()

@@ -1,11 +1,15 @@
 package messenger
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgwire"
 )
 
@@ -54,5 +58,221 @@ func TestFailWhenQuietWaitsWhileAnswersCome(t *testing.T) {
 		if d := <-done; d < shutdownAnswerCap || d > shutdownAnswerCap+grace {
 			t.Fatalf("answers that never stop: failed after %v, want the cap (%v)", d, shutdownAnswerCap)
 		}
+	})
+}
+
+// goodbyeBench is a node with calls waiting on one peer, for the tests of
+// failAfterAnswers: a bare Messenger with a slot table, fed frames and
+// losses directly as a transport would.
+type goodbyeBench struct {
+	t    *testing.T
+	m    *Messenger
+	peer ext.InstanceID
+	res  map[string]chan error
+	tok  map[string]uint64
+}
+
+func newGoodbyeBench(t *testing.T, calls ...string) *goodbyeBench {
+	b := &goodbyeBench{t: t, m: &Messenger{wid: ext.NewInstanceID().WorkerID(), slots: newSlotTable(16, nil), peers: newPeerTable()},
+		peer: ext.NewInstanceID(), res: map[string]chan error{}, tok: map[string]uint64{}}
+	for _, name := range calls {
+		ch := make(chan error, 1)
+		token, ok := b.m.slots.acquireAsync(b.peer.WorkerID(), "h", func(_ []byte, err error) { ch <- err }, false, nil)
+		if !ok {
+			t.Fatal("no slot")
+		}
+		b.res[name], b.tok[name] = ch, token
+	}
+	return b
+}
+
+// answer routes the answer to call name as read from conn.
+func (b *goodbyeBench) answer(name string, conn ext.ConnID) {
+	id := msgwire.ResponseID{Lo: uint64(b.m.wid), Hi: b.tok[name]}
+	b.m.onFrame(ext.Frame{Type: ext.Response, Header: appendResponseHeader(nil, id, outcomeOK, nil), Payload: []byte("ok"), Conn: conn})
+}
+
+// lost is the transport's report that the peer went: in order (a goodbye
+// came first) or not.
+func (b *goodbyeBench) lost(inOrder bool) {
+	why := ext.ErrPeerUnreachable
+	if inOrder {
+		why = fmt.Errorf("%w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
+	}
+	b.m.onPeerLost(b.peer, fmt.Errorf("%w: tcp lane 0: EOF", why))
+}
+
+// ended reports whether call name has ended, and with what; it waits for
+// the bubble to settle first.
+func (b *goodbyeBench) ended(name string) (error, bool) {
+	synctest.Wait()
+	select {
+	case err := <-b.res[name]:
+		b.res[name] = nil
+		return err, true
+	default:
+		return nil, false
+	}
+}
+
+func (b *goodbyeBench) wantWaiting(name string) {
+	b.t.Helper()
+	if err, done := b.ended(name); done {
+		b.t.Fatalf("call %s ended (%v) while the peer's answers could still come", name, err)
+	}
+}
+
+func (b *goodbyeBench) wantAnswered(name string) {
+	b.t.Helper()
+	if err, done := b.ended(name); !done || err != nil {
+		b.t.Fatalf("call %s: ended %v with %v, want its answer", name, done, err)
+	}
+}
+
+func (b *goodbyeBench) wantRefused(name string) {
+	b.t.Helper()
+	err, done := b.ended(name)
+	if !done || !errors.Is(err, ErrShuttingDown) || !errors.Is(err, ErrPeerUnreachable) {
+		b.t.Fatalf("call %s: ended %v with %v, want ErrShuttingDown and ErrPeerUnreachable", name, done, err)
+	}
+}
+
+// The calls to a peer that said goodbye wait, however long, for the
+// connections that carried its answers to end: the answers read before
+// that end are theirs, and the calls still waiting after it fail at once,
+// as refused by the shutdown. (The old grace failed a call whose answer
+// was still unread on such a connection: TestShutdownUnderLoadLosesNothing
+// lost answers so under load.)
+func TestGoodbyeWaitsForTheAnswerConnectionsToEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b", "c", "d")
+		b.answer("a", 7)
+		b.answer("b", 8) // a second connection of the same peer
+		b.wantAnswered("a")
+		b.wantAnswered("b")
+		b.lost(true)
+		time.Sleep(20 * msgwire.PeerShutdownGrace) // no answer for many graces
+		b.wantWaiting("c")
+		b.answer("c", 7) // read late, from a connection that was still open
+		b.wantAnswered("c")
+		start := time.Now()
+		b.m.onConnClosed(7)
+		b.wantWaiting("d") // connection 8 may still carry d's answer
+		b.m.onConnClosed(8)
+		b.wantRefused("d")
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the refusal came %v after the last connection ended, want at once", d)
+		}
+	})
+}
+
+// A connection that never ends holds the calls for shutdownAnswerCap, no
+// longer.
+func TestGoodbyeWaitIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b")
+		b.answer("a", 7)
+		start := time.Now()
+		b.lost(true)
+		time.Sleep(shutdownAnswerCap - time.Millisecond)
+		b.wantWaiting("b")
+		time.Sleep(time.Millisecond)
+		b.wantRefused("b")
+		if d := time.Since(start); d != shutdownAnswerCap {
+			t.Fatalf("refused after %v, want the cap (%v)", d, shutdownAnswerCap)
+		}
+		b.m.onConnClosed(7) // after the cap: nothing left to do
+	})
+}
+
+// Where no connection is known to carry the peer's answers (a transport
+// that names none, or none still open) the calls fail once its answers
+// stop coming, one grace after the loss here. A loss without a goodbye
+// fails them at once, open connections or not.
+func TestGoodbyeWithoutAnswerConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b")
+		b.answer("a", 0) // a transport that does not name connections
+		b.wantAnswered("a")
+		start := time.Now()
+		b.lost(true)
+		b.wantWaiting("b")
+		time.Sleep(msgwire.PeerShutdownGrace)
+		b.wantRefused("b")
+		if d := time.Since(start); d != msgwire.PeerShutdownGrace {
+			t.Fatalf("refused after %v, want one grace", d)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b")
+		b.answer("a", 7)
+		b.m.onConnClosed(7) // ended before the goodbye was read
+		b.lost(true)
+		b.wantWaiting("b")
+		time.Sleep(msgwire.PeerShutdownGrace)
+		b.wantRefused("b")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b")
+		b.answer("a", 7)
+		b.lost(false) // a crash: no goodbye
+		err, done := b.ended("b")
+		if !done || !errors.Is(err, ErrPeerUnreachable) || errors.Is(err, ErrShuttingDown) {
+			t.Fatalf("a crashed peer's call: ended %v with %v, want ErrPeerUnreachable at once", done, err)
+		}
+		b.m.onConnClosed(7)
+	})
+}
+
+// An answer on a connection already recorded costs a map lookup and no
+// allocation; the record goes when the connection ends.
+func TestAnswerConnRecordIsFree(t *testing.T) {
+	b := newGoodbyeBench(t, "a")
+	b.m.noteAnswerConn(7, b.tok["a"])
+	if n := testing.AllocsPerRun(1000, func() { b.m.noteAnswerConn(7, b.tok["a"]) }); n != 0 {
+		t.Fatalf("%v allocations per answer on a known connection", n)
+	}
+	b.m.onConnClosed(7)
+	if n := lenOf(b.m.answers.byConn.Load()); n != 0 || len(b.m.answers.open) != 0 {
+		t.Fatalf("%d connections, %d peers left after the connection ended", n, len(b.m.answers.open))
+	}
+}
+
+// Over TCP, the connection a peer's answers came on is recorded as that
+// peer's, so a goodbye of the peer waits for it (failAfterAnswers).
+func TestAnswerConnectionIsRecordedOverTCP(t *testing.T) {
+	caller, server := internalPair(t)
+	if err := server.Register(UnaryHandler("echo", func(c *Context) ([]byte, error) { return c.Payload, nil })); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := caller.Unary(ctx, server.InstanceID(), "echo", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	caller.answers.mu.Lock()
+	n := caller.answers.open[server.WorkerID()]
+	caller.answers.mu.Unlock()
+	if n == 0 {
+		t.Fatal("no connection recorded as carrying the server's answers")
+	}
+}
+
+// A loss that the transport does not report as a shutdown (a refused
+// redial, another lane's end) of a peer that already said goodbye is
+// still that shutdown: the calls wait for its answers all the same, and
+// fail as refused.
+func TestALaterLossOfAPeerThatSaidGoodbyeWaitsForItsAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newGoodbyeBench(t, "a", "b", "c")
+		b.answer("a", 7)
+		b.wantAnswered("a")
+		b.lost(true)
+		b.lost(false) // the redial is refused
+		b.wantWaiting("b")
+		b.answer("b", 7)
+		b.wantAnswered("b")
+		b.m.onConnClosed(7)
+		b.wantRefused("c")
 	})
 }
