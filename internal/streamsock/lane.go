@@ -118,9 +118,13 @@ type lane struct {
 
 	connMu sync.Mutex
 	conn   net.Conn
+	// echoesDone is closed when the echo reader of conn has ended: by then
+	// it has read the goodbye, if the peer sent one (awaitEchoes).
+	echoesDone chan struct{}
 
 	// graceful: the peer said it is going away on purpose (a goodbye, or
-	// a drain echo), so the end of the connection is not a loss.
+	// a drain echo), so the end of the connection is not a loss. The
+	// peer's saidBye says the same for every lane to it.
 	graceful atomic.Bool
 	// lostSent: the loss of this lane's connection was reported.
 	lostSent atomic.Bool
@@ -335,6 +339,7 @@ func (l *lane) run() {
 		obs := l.t.obs()
 		observeWaits(obs, b.stamps)
 		if i, err := l.write(conn, b.segs, obs); err != nil {
+			l.awaitEchoes()
 			l.lost(err)
 			b.written(obs, i) // what went out before the failure lets go of its buffers
 			l.report(b.segs[i:], err)
@@ -524,6 +529,7 @@ func (l *lane) dial() (net.Conn, error) {
 	case tearingDown:
 		conn.SetWriteDeadline(time.Unix(0, l.deadline.Load()))
 	}
+	l.echoesDone = make(chan struct{})
 	l.t.wg.Add(1)
 	go l.readEchoes(conn)
 	if l.mode.Load() == running {
@@ -539,6 +545,7 @@ func (l *lane) dial() (net.Conn, error) {
 // peer is reported lost.
 func (l *lane) readEchoes(conn net.Conn) {
 	defer l.t.wg.Done()
+	defer close(l.echoesDone)
 	_, r := newStallGuard(conn, l.t.cfg.MaxFrameSize, l.t.cfg.FrameTimeout, nil)
 	defer r.Close()
 	for {
@@ -572,6 +579,7 @@ func (l *lane) readEchoes(conn net.Conn) {
 		}
 		if f.Type == ext.ShuttingDown {
 			l.graceful.Store(true)
+			l.peer.saidBye.Store(true)
 			if len(f.Header) == 0 { // the goodbye: nothing waits on it
 				f.Release()
 				continue
@@ -601,10 +609,10 @@ var (
 // lost reports, once per connection, that the connection to the peer
 // ended while the lane ran: the dial failed, a write failed, or the peer
 // closed or reset it. When the peer had said it was going away (a goodbye,
-// or a drain echo) the report also matches ext.ErrPeerShutdown, so the
-// node fails what still waits on it as refused by a shutdown rather than
-// lost. Stops of our own (shutdown, unregister, a new registration) report
-// nothing.
+// or a drain echo, on this connection or another one to it) the report
+// also matches ext.ErrPeerShutdown, so the node fails what still waits on
+// it as refused by a shutdown rather than lost. Stops of our own
+// (shutdown, unregister, a new registration) report nothing.
 func (l *lane) lost(err error) {
 	if report := l.lossReport(err); report != nil {
 		l.t.adapter.ReportPeerLost(l.peer.id, report)
@@ -618,12 +626,41 @@ func (l *lane) lossReport(err error) error {
 		return nil
 	}
 	why := ext.ErrPeerUnreachable
-	if l.graceful.Load() {
+	if l.graceful.Load() || l.peer.saidBye.Load() {
 		why = fmt.Errorf("%w: %w", ext.ErrPeerShutdown, ext.ErrPeerUnreachable)
 	}
 	report := fmt.Errorf("%w: %s lane %d to %s: %w", why, l.t.cfg.Key, l.idx, l.peer.id, err)
 	l.cause.Store(&report)
 	return report
+}
+
+// echoSettle bounds how long a writer whose write failed waits for the
+// echo reader of the same connection to end (awaitEchoes). A peer that
+// closed or reset the connection ends that read within microseconds; the
+// bound is for a write that failed while the socket can still be read.
+const echoSettle = 50 * time.Millisecond
+
+// awaitEchoes lets a write failure wait, before the writer classifies it,
+// for the echo reader of its connection to end. A peer that shuts down in
+// order writes its goodbye and then closes: a write that meets the closed
+// socket (a broken pipe, a reset) can fail before the reader has read the
+// goodbye that came first, and the lane would report a crash, failing what
+// waits on the peer at once as lost. Once the reader has ended it has
+// read the goodbye if there was one, and reported the loss as a shutdown.
+// A lane being stopped by this node does not classify, so it does not wait.
+func (l *lane) awaitEchoes() {
+	if l.mode.Load() != running || l.echoesDone == nil {
+		return
+	}
+	if l.t.testAwaitEchoes != nil {
+		l.t.testAwaitEchoes()
+	}
+	timer := time.NewTimer(l.t.echoSettle)
+	defer timer.Stop()
+	select {
+	case <-l.echoesDone:
+	case <-timer.C:
+	}
 }
 
 // because adds the lane's loss, once there is one, to err, the error of a

@@ -3,8 +3,10 @@ package streamsock
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,7 +143,10 @@ func TestAPeerThatDiesIsReportedLostOncePerConnection(t *testing.T) {
 // A peer that shuts down in order says goodbye on each connection before it
 // closes it: the end of the connection is reported once, as a shutdown
 // (ErrPeerShutdown), so what waits on the peer fails as refused, not lost.
-// The next send dials, is refused, and that is a loss of its own.
+// The next send dials, is refused, and that is a loss of its own, reported
+// as the same shutdown: the peer said goodbye. (Reported as a crash, it
+// could reach the node before the first report did, and the node failed
+// at once, as lost, what waited on the peer.)
 func TestAPeerThatShutsDownInOrderIsReportedAsAShutdown(t *testing.T) {
 	nw := &testNet{}
 	tx, rx := connectedPairOn(t, nw, 1)
@@ -172,8 +177,8 @@ func TestAPeerThatShutsDownInOrderIsReportedAsAShutdown(t *testing.T) {
 	tx.t.Shutdown()
 	<-tx.t.Closed()
 	losses.check(t, rx.id, 2)
-	if errors.Is(losses.errs[1], ext.ErrPeerShutdown) {
-		t.Fatalf("a refused dial was reported as a shutdown: %v", losses.errs[1])
+	if !errors.Is(losses.errs[1], ext.ErrPeerShutdown) {
+		t.Fatalf("a refused dial to a peer that said goodbye was reported as %v, want ErrPeerShutdown", losses.errs[1])
 	}
 	if reported, _ := fails.check(t); len(reported) != 1 || reported[0] != 7 {
 		t.Fatalf("send failures reported: %v, want frame 7 once", reported)
@@ -333,4 +338,142 @@ func TestASendWhileTheLossIsReportedFails(t *testing.T) {
 	}
 	tx.t.Shutdown()
 	<-tx.t.Closed()
+}
+
+// holdNet dials TCP and wraps each connection in a holdConn, so a test can
+// hold the echo reader and fail the writer's writes.
+type holdNet struct {
+	mu    sync.Mutex
+	conns []*holdConn
+}
+
+func (n *holdNet) Listen(ctx context.Context) (net.Listener, []byte, error) {
+	return tcpNet{}.Listen(ctx)
+}
+
+func (n *holdNet) Dial(ctx context.Context, ep []byte) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", string(ep))
+	if err != nil {
+		return nil, err
+	}
+	c := &holdConn{Conn: conn, held: make(chan struct{}), release: make(chan struct{})}
+	n.mu.Lock()
+	n.conns = append(n.conns, c)
+	n.mu.Unlock()
+	return c, nil
+}
+
+func (n *holdNet) last() *holdConn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.conns[len(n.conns)-1]
+}
+
+// holdConn is a dialed connection whose reads, once hold is set, wait for
+// release before they hand over what they read, and whose writes fail
+// with a broken pipe once failWrites is set. It hides the socket's
+// syscall.Conn, so the lane writes through Write alone.
+type holdConn struct {
+	net.Conn
+	hold       atomic.Bool
+	held       chan struct{} // closed when a read came back while hold was set
+	heldOnce   sync.Once
+	release    chan struct{}
+	failWrites atomic.Bool
+}
+
+func (c *holdConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.hold.Load() {
+		c.heldOnce.Do(func() { close(c.held) })
+		<-c.release
+	}
+	return n, err
+}
+
+func (c *holdConn) Write(b []byte) (int, error) {
+	if c.failWrites.Load() {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}
+	}
+	return c.Conn.Write(b)
+}
+
+// A write that fails on the socket of a peer that said goodbye, before the
+// echo reader read that goodbye, is the peer's shutdown, not a crash: the
+// writer waits for the reader of its connection to end before it
+// classifies the failure. Here the reader holds the goodbye until the
+// writer waits; a writer that classified at once reported a loss without
+// ErrPeerShutdown, and its frame failed as lost ("writev: broken pipe").
+func TestAWriteFailureBeforeTheGoodbyeIsReadIsAShutdown(t *testing.T) {
+	nw := &holdNet{}
+	waiting := make(chan struct{}, 1)
+	tx := newNodeWith(t, nw, Config{}, func(tr *Transport) {
+		tr.echoSettle = failAfter // the test decides when the reader goes on
+		tr.testAwaitEchoes = func() {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+	})
+	rx := newNode(t, Config{})
+	var got atomic.Int64
+	stop := make(chan struct{})
+	wg := consume(rx, &got, stop)
+	defer func() { close(stop); wg.Wait() }()
+	if err := tx.t.Register(rx.info()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.t.Send(rx.id, seqMsg(0, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, &got, 1)
+	c := nw.last()
+	losses := recordLosses(tx.a)
+	var failMu sync.Mutex
+	var failErrs []error
+	tx.a.SetSendErrorHandler(func(_ ext.InstanceID, _ ext.Frame, err error) {
+		failMu.Lock()
+		failErrs = append(failErrs, err)
+		failMu.Unlock()
+	})
+
+	c.hold.Store(true)
+	rx.t.Shutdown() // the goodbye, then the end of the connection
+	select {
+	case <-c.held:
+	case <-time.After(failAfter):
+		t.Fatal("the goodbye never came")
+	}
+	c.failWrites.Store(true)
+	if _, err := tx.t.Send(rx.id, seqMsg(1, nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waiting:
+	case <-losses.first:
+		losses.mu.Lock()
+		defer losses.mu.Unlock()
+		t.Fatalf("the failed write was reported before the goodbye was read: %v", losses.errs[0])
+	case <-time.After(failAfter):
+		t.Fatal("the write never failed")
+	}
+	close(c.release)
+	losses.waitFirst(t)
+	eventually(t, "the failed frame to be reported", func() bool {
+		failMu.Lock()
+		defer failMu.Unlock()
+		return len(failErrs) == 1
+	})
+	waitLanesGone(t, tx, rx.id)
+	losses.check(t, rx.id, 1)
+	if !errors.Is(losses.errs[0], ext.ErrPeerShutdown) {
+		t.Fatalf("the loss was reported as %v, want ErrPeerShutdown", losses.errs[0])
+	}
+	failMu.Lock()
+	defer failMu.Unlock()
+	if !errors.Is(failErrs[0], ext.ErrPeerShutdown) || !errors.Is(failErrs[0], syscall.EPIPE) {
+		t.Fatalf("the frame failed with %v, want ErrPeerShutdown and the write's error", failErrs[0])
+	}
 }

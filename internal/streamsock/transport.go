@@ -24,6 +24,10 @@ type peer struct {
 	stats    []laneCounters // one per lane slot (lanestats.go)
 	mu       sync.Mutex     // serializes lane creation
 	gone     atomic.Bool    // unregistered or replaced
+	// saidBye: one of its connections carried a goodbye or a drain echo.
+	// The peer is going in order, so the end of any lane to it, or a
+	// refused dial, is that shutdown too (lane.lossReport).
+	saidBye atomic.Bool
 	// fenced: the peer holds unproven connections, so each new lane to it
 	// starts fenced (fence.go).
 	fenced bool
@@ -84,6 +88,12 @@ type Transport struct {
 	// testReadHook, when set by a test, sees the byte count of every read
 	// of an accepted connection.
 	testReadHook func(n int)
+	// echoSettle is how long a failed write waits for its connection's echo
+	// reader (lane.awaitEchoes): the constant, or a test's own bound.
+	echoSettle time.Duration
+	// testAwaitEchoes, when set by a test, runs as a failed write starts
+	// to wait for its connection's echo reader.
+	testAwaitEchoes func()
 }
 
 // obsBox holds the metrics handle and whether it records anything, so the
@@ -99,7 +109,7 @@ func New(n Network, cfg Config) (*Transport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{}), followers: make(chan *connRead)}
+	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{}), followers: make(chan *connRead), echoSettle: echoSettle}
 	t.life, t.endLife = context.WithCancel(context.Background())
 	t.log = cfg.Logger.With("transport", string(cfg.Key))
 	empty := map[ext.InstanceID]*peer{}
