@@ -68,7 +68,15 @@ func (s *inStream) end() {
 func (t *Transport) serveStream(ss ggrpc.ServerStream) error {
 	s := &inStream{ss: ss}
 	done := make(chan error, 1)
+	t.readersMu.Lock()
+	if t.noReaders {
+		t.readersMu.Unlock()
+		// The server stopped (it closed the stream's connection), and the
+		// shutdown waits for no more readers: nothing here is read.
+		return status.Error(codes.Unavailable, "velo: node stopped")
+	}
 	t.wg.Add(1)
+	t.readersMu.Unlock()
 	go func() {
 		defer t.wg.Done()
 		done <- t.readStream(s)

@@ -150,6 +150,12 @@ type Transport struct {
 	lanes    sync.WaitGroup // lane writers
 	wg       sync.WaitGroup // lane readers and server stream readers
 	serveErr chan error
+	// readersMu orders a stream handler's wg.Add before finishShutdown's
+	// wait for the readers: grpc-go's Stop does not wait for handlers, so
+	// a handler may reach its Add after the server stopped and the count
+	// fell to zero. noReaders: the server stopped, handlers add none.
+	readersMu sync.Mutex
+	noReaders bool
 }
 
 type obsBox struct{ ext.Observability }
@@ -571,6 +577,9 @@ func (t *Transport) finishShutdown(deadline time.Time, abrupt bool) {
 		}
 		<-t.serveErr
 	}
+	t.readersMu.Lock()
+	t.noReaders = true // before the wait for them below
+	t.readersMu.Unlock()
 	t.lanes.Wait() // each ends by its deadline, or at once when aborted
 	t.peersMu.Lock()
 	conns := make([]*ggrpc.ClientConn, 0, len(t.conns))
