@@ -21,10 +21,12 @@ import (
 // its last frame was handed over. So the node records, on the first answer
 // a connection carries, whose answers it carries (answerConns), and the
 // calls of a peer that said goodbye wait until every connection that
-// carried its answers has ended (failAfterAnswers). shutdownAnswerCap
+// carried its answers has ended (failAfterAnswers); when they all ended
+// before the goodbye was read, the calls fail at once. shutdownAnswerCap
 // bounds the wait, for a connection that never ends. Where the node knows
-// of no such connection (a transport that names none, or none left open)
-// failWhenQuiet decides by the time since the last answer, as a fallback.
+// of no connection that carried the peer's answers (a transport that names
+// none), failWhenQuiet decides by the time since the last answer, as a
+// fallback.
 
 // shutdownAnswerCap bounds how long the calls to a peer that shut down in
 // order wait for its answers: for its connections to end
@@ -39,10 +41,18 @@ type answerConns struct {
 	// is written twice, when its first answer comes and when it ends.
 	byConn atomic.Pointer[map[ext.ConnID]ext.WorkerID]
 
-	mu    sync.Mutex
-	open  map[ext.WorkerID]int // connections in byConn, per peer
+	mu sync.Mutex
+	// open counts the connections in byConn per peer. A peer whose
+	// connections all ended keeps its entry, at 0: its answers have all
+	// been read. Entries at 0 go when there are maxAnswerPeers.
+	open  map[ext.WorkerID]int
 	waits map[ext.WorkerID][]*answersWait
 }
+
+// maxAnswerPeers bounds the peers answerConns keeps an entry for once
+// their connections ended; past it those entries go (a goodbye of such a
+// peer then takes failWhenQuiet's way).
+const maxAnswerPeers = 1024
 
 // answersWait is one failAfterAnswers: fail runs once, when the peer's
 // last connection ends or when the timer fires.
@@ -93,6 +103,13 @@ func (m *Messenger) noteAnswerConn(conn ext.ConnID, token uint64) {
 	if a.open == nil {
 		a.open = map[ext.WorkerID]int{}
 	}
+	if _, ok := a.open[w]; !ok && len(a.open) >= maxAnswerPeers {
+		for k, n := range a.open {
+			if n == 0 {
+				delete(a.open, k)
+			}
+		}
+	}
 	a.open[w]++
 }
 
@@ -127,8 +144,7 @@ func (m *Messenger) answerConnEnded(conn ext.ConnID) {
 			}
 		}
 		a.byConn.Store(&next)
-		if a.open[w]--; a.open[w] <= 0 {
-			delete(a.open, w)
+		if a.open[w]--; a.open[w] == 0 {
 			done = a.waits[w]
 			delete(a.waits, w)
 		}
@@ -140,15 +156,21 @@ func (m *Messenger) answerConnEnded(conn ext.ConnID) {
 }
 
 // failAfterAnswers runs fail, for the calls to w, a peer that shut down in
-// order, once every connection that carried w's answers has ended, or
-// after shutdownAnswerCap. With no such connection open it falls back to
+// order, once every connection that carried w's answers has ended (at
+// once when they all have), or after shutdownAnswerCap. When no
+// connection is known to have carried w's answers it falls back to
 // failWhenQuiet.
 func (m *Messenger) failAfterAnswers(w ext.WorkerID, fail func()) {
 	a := &m.answers
 	a.mu.Lock()
-	if a.open[w] == 0 {
+	switch n, known := a.open[w]; {
+	case !known:
 		a.mu.Unlock()
 		failWhenQuiet(func() int { return m.slots.countPeer(w) }, fail)
+		return
+	case n == 0:
+		a.mu.Unlock()
+		fail() // every answer it wrote has been read
 		return
 	}
 	wt := &answersWait{fail: fail}

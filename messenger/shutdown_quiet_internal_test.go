@@ -185,10 +185,11 @@ func TestGoodbyeWaitIsCapped(t *testing.T) {
 	})
 }
 
-// Where no connection is known to carry the peer's answers (a transport
-// that names none, or none still open) the calls fail once its answers
-// stop coming, one grace after the loss here. A loss without a goodbye
-// fails them at once, open connections or not.
+// Where no connection is known to have carried the peer's answers (a
+// transport that names none) the calls fail once its answers stop coming,
+// one grace after the loss here. Where they all ended before the goodbye
+// was read, every answer was read: the calls fail at once. A loss without
+// a goodbye fails them at once, open connections or not.
 func TestGoodbyeWithoutAnswerConnections(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newGoodbyeBench(t, "a", "b")
@@ -207,10 +208,12 @@ func TestGoodbyeWithoutAnswerConnections(t *testing.T) {
 		b := newGoodbyeBench(t, "a", "b")
 		b.answer("a", 7)
 		b.m.onConnClosed(7) // ended before the goodbye was read
+		start := time.Now()
 		b.lost(true)
-		b.wantWaiting("b")
-		time.Sleep(msgwire.PeerShutdownGrace)
 		b.wantRefused("b")
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("refused after %v, want at once", d)
+		}
 	})
 	synctest.Test(t, func(t *testing.T) {
 		b := newGoodbyeBench(t, "a", "b")
@@ -233,8 +236,36 @@ func TestAnswerConnRecordIsFree(t *testing.T) {
 		t.Fatalf("%v allocations per answer on a known connection", n)
 	}
 	b.m.onConnClosed(7)
-	if n := lenOf(b.m.answers.byConn.Load()); n != 0 || len(b.m.answers.open) != 0 {
-		t.Fatalf("%d connections, %d peers left after the connection ended", n, len(b.m.answers.open))
+	if n := lenOf(b.m.answers.byConn.Load()); n != 0 || b.m.answers.open[b.peer.WorkerID()] != 0 {
+		t.Fatalf("%d connections, %d open for the peer after its connection ended", n, b.m.answers.open[b.peer.WorkerID()])
+	}
+}
+
+// The peers kept at 0 (every connection ended) are bounded: past
+// maxAnswerPeers they go, and the peers with open connections stay.
+func TestAnswerPeersAreBounded(t *testing.T) {
+	m := &Messenger{wid: ext.NewInstanceID().WorkerID(), slots: newSlotTable(4, nil)}
+	live, ok := m.slots.acquireAsync(ext.NewInstanceID().WorkerID(), "h", func([]byte, error) {}, false, nil)
+	if !ok {
+		t.Fatal("no slot")
+	}
+	m.noteAnswerConn(1, live) // stays open
+	for i := range 3 * maxAnswerPeers {
+		token, ok := m.slots.acquireAsync(ext.NewInstanceID().WorkerID(), "h", func([]byte, error) {}, false, nil)
+		if !ok {
+			t.Fatal("no slot")
+		}
+		conn := ext.ConnID(100 + i)
+		m.noteAnswerConn(conn, token)
+		m.onConnClosed(conn)
+		m.slots.deliver(token, reply{})
+	}
+	if n := len(m.answers.open); n > maxAnswerPeers {
+		t.Fatalf("%d peers kept, want at most %d", n, maxAnswerPeers)
+	}
+	w, _ := m.slots.peerOf(live)
+	if m.answers.open[w] != 1 {
+		t.Fatal("the peer with an open connection lost its count")
 	}
 }
 
