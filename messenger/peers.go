@@ -32,7 +32,7 @@ type peer struct {
 	// hello is the handshake with this peer: done is closed once it has
 	// run; handlers then holds the peer's handler names.
 	helloMu  sync.Mutex
-	helloRun chan struct{} // non-nil while a handshake is in flight
+	helloRun *helloRun // non-nil while a handshake is in flight
 	helloOK  atomic.Bool
 	// connected: a transport reported a connection to this peer since it
 	// was last lost (PeerConnected is reported once per such run).

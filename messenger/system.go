@@ -220,30 +220,53 @@ func (m *Messenger) ensureHello(ctx context.Context, p *peer) error {
 		p.helloMu.Unlock()
 		return nil
 	}
-	if ch := p.helloRun; ch != nil {
+	if run := p.helloRun; run != nil {
 		p.helloMu.Unlock()
 		select {
-		case <-ch:
+		case <-run.done:
 		case <-ctx.Done():
 			return ctxErr(ctx)
 		}
 		if p.helloOK.Load() {
 			return nil
 		}
+		if run.unreachable() {
+			// The peer is gone (or going): greeting it again, one waiter
+			// after the other, fails the same way, and the last of many
+			// waiters would wait for all the others' handshakes.
+			return run.err
+		}
 		return m.ensureHello(ctx, p)
 	}
-	ch := make(chan struct{})
-	p.helloRun = ch
+	run := &helloRun{done: make(chan struct{})}
+	p.helloRun = run
 	p.helloMu.Unlock()
 	err := m.hello(ctx, p)
 	for try := 0; errors.Is(err, errStaleHello) && try < 3; try++ {
 		err = m.hello(ctx, p) // the connection was lost meanwhile: greet again
 	}
+	run.err = err
 	p.helloMu.Lock()
 	p.helloRun = nil
 	p.helloMu.Unlock()
-	close(ch)
+	close(run.done)
 	return err
+}
+
+// helloRun is a handshake in flight: done is closed once it ended, with
+// err.
+type helloRun struct {
+	done chan struct{}
+	err  error
+}
+
+// unreachable says whether the handshake failed because the peer could
+// not be reached: what its waiters share rather than try again. A failure
+// of the greeter's own context is not theirs, and the error of a remote
+// answer is not shared (a caller may name its operation in it).
+func (r *helloRun) unreachable() bool {
+	var re *msgerr.RemoteError
+	return errors.Is(r.err, ErrPeerUnreachable) && !errors.Is(r.err, errStaleHello) && !errors.As(r.err, &re)
 }
 
 // errStaleHello: the connection to the peer was lost while the handshake
