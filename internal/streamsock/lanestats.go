@@ -19,13 +19,15 @@ type laneCounters struct {
 
 // wrote counts one write call: frames wholly written and bytes on the
 // wire, at now (monotonic).
+// Frames are counted last, so that a reader which sees a frame count also
+// sees the bytes and the time of the write that carried them.
 func (c *laneCounters) wrote(frames int, bytes int64, now time.Duration) {
-	if frames > 0 {
-		c.frames.Add(uint64(frames))
-	}
 	if bytes > 0 {
 		c.bytes.Add(uint64(bytes))
 		c.lastWrite.Store(int64(now))
+	}
+	if frames > 0 {
+		c.frames.Add(uint64(frames))
 	}
 }
 
