@@ -21,12 +21,13 @@ import (
 // its last frame was handed over. So the node records, on the first answer
 // a connection carries, whose answers it carries (answerConns), and the
 // calls of a peer that said goodbye wait until every connection that
-// carried its answers has ended (failAfterAnswers); when they all ended
-// before the goodbye was read, the calls fail at once. shutdownAnswerCap
-// bounds the wait, for a connection that never ends. Where the node knows
-// of no connection that carried the peer's answers (a transport that names
-// none), failWhenQuiet decides by the time since the last answer, as a
-// fallback.
+// carried its answers has ended (failAfterAnswers). A connection is known
+// only from its first answer, though: the peer may have redialled or
+// opened another lane, and the first answer on that new connection may be
+// unread yet. So once no known connection is open (or none ever was: a
+// transport that names none), failWhenQuiet still waits for the answers
+// to stop coming, and a connection recorded meanwhile is waited for in
+// turn. shutdownAnswerCap bounds it all, for a connection that never ends.
 
 // shutdownAnswerCap bounds how long the calls to a peer that shut down in
 // order wait for its answers: for its connections to end
@@ -42,30 +43,28 @@ type answerConns struct {
 	byConn atomic.Pointer[map[ext.ConnID]ext.WorkerID]
 
 	mu sync.Mutex
-	// open counts the connections in byConn per peer. A peer whose
-	// connections all ended keeps its entry, at 0: its answers have all
-	// been read. Entries at 0 go when there are maxAnswerPeers.
+	// open counts the connections in byConn per peer; a peer goes when its
+	// last one ends (0 would not mean its answers were all read: see
+	// failAfterAnswers).
 	open  map[ext.WorkerID]int
 	waits map[ext.WorkerID][]*answersWait
 }
 
-// maxAnswerPeers bounds the peers answerConns keeps an entry for once
-// their connections ended; past it those entries go (a goodbye of such a
-// peer then takes failWhenQuiet's way).
-const maxAnswerPeers = 1024
-
-// answersWait is one failAfterAnswers: fail runs once, when the peer's
-// last connection ends or when the timer fires.
+// answersWait is one failAfterAnswers waiting for the peer's known
+// connections to end: ended runs once when the last one ends, or fail
+// when the timer (the cap) fires first.
 type answersWait struct {
+	ended func()
 	fail  func()
 	timer *time.Timer // set under answerConns.mu
 	fired atomic.Bool
 }
 
-func (w *answersWait) fire() {
+// fire runs then (ended or fail), unless the wait has fired already.
+func (w *answersWait) fire(then func()) {
 	if w.fired.CompareAndSwap(false, true) {
 		w.timer.Stop()
-		w.fail()
+		then()
 	}
 }
 
@@ -103,13 +102,6 @@ func (m *Messenger) noteAnswerConn(conn ext.ConnID, token uint64) {
 	if a.open == nil {
 		a.open = map[ext.WorkerID]int{}
 	}
-	if _, ok := a.open[w]; !ok && len(a.open) >= maxAnswerPeers {
-		for k, n := range a.open {
-			if n == 0 {
-				delete(a.open, k)
-			}
-		}
-	}
 	a.open[w]++
 }
 
@@ -145,44 +137,58 @@ func (m *Messenger) answerConnEnded(conn ext.ConnID) {
 		}
 		a.byConn.Store(&next)
 		if a.open[w]--; a.open[w] == 0 {
+			delete(a.open, w)
 			done = a.waits[w]
 			delete(a.waits, w)
 		}
 	}
 	a.mu.Unlock()
 	for _, wt := range done {
-		wt.fire()
+		wt.fire(wt.ended)
 	}
 }
 
 // failAfterAnswers runs fail, for the calls to w, a peer that shut down in
-// order, once every connection that carried w's answers has ended (at
-// once when they all have), or after shutdownAnswerCap. When no
-// connection is known to have carried w's answers it falls back to
-// failWhenQuiet.
+// order, once its answers have all been read, or after shutdownAnswerCap:
+// it waits for every connection known to carry w's answers to end, and
+// then for its answers to stop coming (failWhenQuiet), since a connection
+// w opened lately is known only from its first answer. A connection
+// recorded during that quiet wait is waited for in turn.
 func (m *Messenger) failAfterAnswers(w ext.WorkerID, fail func()) {
+	m.awaitAnswers(w, fail, time.Now().Add(shutdownAnswerCap))
+}
+
+func (m *Messenger) awaitAnswers(w ext.WorkerID, fail func(), deadline time.Time) {
 	a := &m.answers
 	a.mu.Lock()
-	switch n, known := a.open[w]; {
-	case !known:
+	if a.open[w] == 0 {
 		a.mu.Unlock()
-		failWhenQuiet(func() int { return m.slots.countPeer(w) }, fail)
-		return
-	case n == 0:
-		a.mu.Unlock()
-		fail() // every answer it wrote has been read
+		failWhenQuiet(func() int { return m.slots.countPeer(w) }, deadline, func() {
+			if a.openOf(w) > 0 && time.Now().Before(deadline) {
+				m.awaitAnswers(w, fail, deadline) // a new connection carries its answers
+				return
+			}
+			fail()
+		})
 		return
 	}
-	wt := &answersWait{fail: fail}
-	wt.timer = time.AfterFunc(shutdownAnswerCap, func() {
+	wt := &answersWait{ended: func() { m.awaitAnswers(w, fail, deadline) }, fail: fail}
+	wt.timer = time.AfterFunc(time.Until(deadline), func() {
 		a.dropWait(w, wt)
-		wt.fire()
+		wt.fire(wt.fail)
 	})
 	if a.waits == nil {
 		a.waits = map[ext.WorkerID][]*answersWait{}
 	}
 	a.waits[w] = append(a.waits[w], wt)
 	a.mu.Unlock()
+}
+
+// openOf is how many connections known to carry w's answers are open.
+func (a *answerConns) openOf(w ext.WorkerID) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.open[w]
 }
 
 // dropWait removes wt from the waits for w (its timer fired).
@@ -219,15 +225,14 @@ func (a *answerConns) stopWaits() {
 }
 
 // failWhenQuiet runs fail once the answers of a peer that shut down in
-// order have stopped coming: the fallback of failAfterAnswers where no
-// connection is known to carry them. A busy node may take a while to read
+// order have stopped coming, or at deadline: what failAfterAnswers does
+// where no open connection is known to carry them. A busy node may take a while to read
 // a burst of them (a thousand answers written just before the goodbye). So
 // every PeerShutdownGrace it counts the calls still waiting (pending):
-// while that count goes down it waits again, up to shutdownAnswerCap in
-// all; once a grace passes with no answer, fail runs. A fixed grace failed
+// while that count goes down it waits again, up to deadline; once a
+// grace passes with no answer, fail runs. A fixed grace failed
 // answers that had already arrived and were not yet read.
-func failWhenQuiet(pending func() int, fail func()) {
-	deadline := time.Now().Add(shutdownAnswerCap)
+func failWhenQuiet(pending func() int, deadline time.Time, fail func()) {
 	last := pending()
 	var check func()
 	check = func() {
