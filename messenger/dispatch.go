@@ -4,7 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -224,19 +223,9 @@ func (b *spawnBatch) finish(h ext.Handoff) {
 // a pipelined fire-and-forget message: the allocator's fixed work per
 // block and span was much of it, the clearing of the memory the rest. A Context
 // kept past its run keeps its whole block; payloads are let go (run).
-//
-// A block is as many Contexts as that size class holds: 9,472 bytes, less
-// the 8-byte header the allocator puts before an object with pointers
-// larger than 512 bytes. Sixty-four Contexts of 128 bytes would be
-// 8,192 bytes, which the header puts in the 9,472-byte class all the same;
-// 73 fill it (130 bytes a Context, 148 with 64).
 type contextSlab []Context
 
-const (
-	slabClassBytes = 9472 // a size class of the Go allocator (runtime/sizeclasses.go)
-	mallocHeader   = 8
-	slabContexts   = (slabClassBytes - mallocHeader) / int(unsafe.Sizeof(Context{}))
-)
+const slabContexts = 64
 
 func (s *contextSlab) next() *Context {
 	if len(*s) == 0 {
@@ -265,8 +254,7 @@ func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *do
 		c = new(Context)
 	}
 	c.Payload, c.Handler, c.m = j.payload, r.name, r.m
-	c.setHeaders(j.hdr.headers)
-	c.sender, c.rtype, c.conn = j.hdr.id.Worker(), j.hdr.rtype, j.conn
+	c.headers, c.sender, c.rtype, c.conn = j.hdr.headers, j.hdr.id.Worker(), j.hdr.rtype, j.conn
 	c.token, c.dl = j.hdr.id.Hi, j.dl
 	var span trace.Span
 	if r.m.tr != nil && !r.system {

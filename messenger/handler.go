@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgrx/hook"
@@ -26,34 +25,22 @@ type Context struct {
 	// Handler is the name the request was sent to.
 	Handler string
 
-	m *Messenger
-	// The request's encoded headers, as a pointer and a length (headers):
-	// a slice's capacity would be a word more, and rtype and ended share
-	// the rest of this one. Each request's Context is a heap object of
-	// 128 bytes, a size class: 144 before, which made a spawn worker's
-	// block of 64 (contextSlab) 9,472 bytes instead of 8,192.
-	hptr   *byte
-	hlen   uint16 // the wire's headers_len is 16 bits
-	rtype  msgwire.ResponseType
-	ended  atomic.Bool // set once the handler returned
-	sender ext.WorkerID
-	conn   ext.ConnID // the connection the request came on (identity.go)
-	token  uint64     // the upper half of the response id: what a cancel names
-	dl     time.Time  // the caller's deadline here, zero without one (budget.go)
-	lent   *hook.Loan // what the answer lives in, when lendAnswer said so
+	m       *Messenger
+	headers []byte
+	sender  ext.WorkerID
+	conn    ext.ConnID // the connection the request came on (identity.go)
+	token   uint64     // the upper half of the response id: what a cancel names
+	dl      time.Time  // the caller's deadline here, zero without one (budget.go)
+	lent    *hook.Loan // what the answer lives in, when lendAnswer said so
 
-	// The handler's context.Context, made on first use (handlerctx.go).
-	hc atomic.Pointer[handlerCtx]
+	// The handler's context.Context, made on first use (handlerctx.go);
+	// ended is set once the handler returned.
+	hc    atomic.Pointer[handlerCtx]
+	ended atomic.Bool
+	// rtype sits by ended, so that the two share a word: each request's
+	// Context is a heap object of 144 bytes, a size class.
+	rtype msgwire.ResponseType
 }
-
-// setHeaders records the request's encoded headers h, which must fit
-// the wire's 16-bit length (every request header's do).
-func (c *Context) setHeaders(h []byte) {
-	c.hptr, c.hlen = unsafe.SliceData(h), uint16(len(h))
-}
-
-// headers is the request's encoded headers (setHeaders).
-func (c *Context) headers() []byte { return unsafe.Slice(c.hptr, c.hlen) }
 
 // Messenger is the node's messenger, for sending from inside a handler.
 func (c *Context) Messenger() *Messenger { return c.m }
@@ -67,7 +54,7 @@ func (c *Context) SenderInstanceID() (ext.InstanceID, bool) { return c.m.peers.b
 // Headers decodes the request's headers. The caller's deadline travels in
 // one of them (_velo_deadline); it is left out here: Context has it.
 func (c *Context) Headers() (map[string]string, error) {
-	h, err := msgwire.DecodeHeaders(c.headers())
+	h, err := msgwire.DecodeHeaders(c.headers)
 	delete(h, msgwire.DeadlineHeader)
 	return h, err
 }

@@ -162,27 +162,3 @@ func TestInitJobOverwritesAStaleSlot(t *testing.T) {
 		t.Fatalf("job %+v, want %+v", j, want)
 	}
 }
-
-// TestContextSlabBytes counts the bytes a spawn worker allocates per
-// request for its Context (contextSlab): a block fills its size class,
-// header included. With 64 Contexts of 144 bytes a block was 9,472 bytes
-// for 64, 148 bytes each; 73 of 128 take the same 9,472 bytes.
-func TestContextSlabBytes(t *testing.T) {
-	const blocks = 200
-	var s contextSlab
-	s.next() // the first block, outside the count
-	for len(s) > 0 {
-		s.next()
-	}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for range blocks * slabContexts {
-		s.next()
-	}
-	runtime.ReadMemStats(&after)
-	per := float64(after.TotalAlloc-before.TotalAlloc) / float64(blocks*slabContexts)
-	t.Logf("%d Contexts a block, %.1f bytes allocated a Context", slabContexts, per)
-	if per > 131 {
-		t.Fatalf("%.1f bytes allocated a Context, want at most 131 (148 with blocks of 64 of 144 bytes)", per)
-	}
-}

@@ -67,7 +67,7 @@ func withInjected(h, inject map[string]string) map[string]string {
 // must reach a handler that asks later). The caller ends the span.
 func (m *Messenger) startServerSpan(c *Context) trace.Span {
 	inst, known := m.peers.byWorker(c.sender)
-	ctx, span := m.tr.StartServer(headerCarrier(c.headers()), c.rtype, c.Handler, c.sender, inst, known)
+	ctx, span := m.tr.StartServer(headerCarrier(c.headers), c.rtype, c.Handler, c.sender, inst, known)
 	c.hc.Store(m.openHandlerCtxIn(ctx, ctxKey{conn: c.conn, caller: c.sender, token: c.token}, c.dl))
 	return span
 }
