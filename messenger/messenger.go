@@ -409,6 +409,10 @@ func (m *Messenger) UnregisterPeer(id ext.InstanceID) {
 	}
 	m.peers.remove(id)
 	m.disco.forget(id)
+	// A peer forgotten for good keeps no mark of its goodbye either: a node
+	// whose peers come and go would otherwise hold one per peer it ever
+	// saw shut down. A new registration greets it afresh.
+	m.draining.Delete(id.WorkerID())
 	for _, tr := range m.trs {
 		tr.Unregister(id)
 	}

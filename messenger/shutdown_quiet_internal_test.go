@@ -359,3 +359,28 @@ func lenOf(m *sync.Map) int {
 	m.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// A peer that said goodbye and is then unregistered leaves no mark behind:
+// a node whose peers come and go must not keep one entry per peer it ever
+// saw shut down. (A send to it afterwards fails as unregistered anyway.)
+func TestUnregisterForgetsAGoodbye(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		net := sim.NewNet(sim.Config{})
+		net.Run()
+		defer net.Close()
+		m, err := New(context.Background(), Config{Transports: []ext.Transport{sim.New(net)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shutdownWithin(m, time.Second)
+		id := ext.NewInstanceID()
+		m.peerLost(id, nil, ext.ErrPeerShutdown)
+		if _, ok := m.draining.Load(id.WorkerID()); !ok {
+			t.Fatal("an orderly loss did not mark the peer as draining")
+		}
+		m.UnregisterPeer(id)
+		if _, ok := m.draining.Load(id.WorkerID()); ok {
+			t.Fatal("the unregistered peer's goodbye is still held")
+		}
+	})
+}
