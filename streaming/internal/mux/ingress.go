@@ -63,6 +63,7 @@ type IngressPeer struct {
 
 	run    dataRun   // the records being handed on together (ingress_run.go)
 	credit creditRun // the grants being applied together (ingress_batch.go)
+	bodies bodyPack  // where Data bodies are copied to (bodypack.go)
 	// Early holds size refusals of staged records whose OpenSlot has not
 	// been applied yet, oldest first, at most maxEarlyRefusals
 	// (early_refusal.go).

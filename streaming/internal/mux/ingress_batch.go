@@ -53,12 +53,11 @@ func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 	if mx.Met != nil {
 		mx.Met.BatchReceived(batch.Len())
 	}
-	// One copy per batch that carries data, made at its first Data
-	// record: Data bodies go into inlets and keep sub-slices of it. No
-	// other record's body outlives this call, so a batch of credit,
-	// opens or closes (most of what a frontend's replies and an engine's
-	// zero-RTT opens are) needs none.
-	var own []byte
+	// Data bodies go into inlets and outlive this call: each is copied
+	// into the table's body blocks (bodypack.go). No other record's body
+	// outlives it, so a batch of credit, opens or closes (most of what a
+	// frontend's replies and an engine's zero-RTT opens are) copies
+	// nothing.
 	var rep replies
 	ip.Mu.Lock()
 	if why, ok := ip.acceptEpochLocked(batch.Header); !ok {
@@ -78,10 +77,7 @@ func (mx *Mux) HandleBatch(peer ext.WorkerID, lane int, payload []byte) error {
 			break
 		}
 		if rec.Type == muxwire.Data {
-			if own == nil {
-				own = append([]byte(nil), payload...)
-			}
-			rec.Body = own[rec.Offset+muxwire.RecordHeaderLen : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body) : rec.Offset+muxwire.RecordHeaderLen+len(rec.Body)]
+			rec.Body = ip.bodies.copyLocked(rec.Body)
 		}
 		if ip.runLocked(rec, &rep) {
 			continue
