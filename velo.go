@@ -171,6 +171,19 @@ func WithMaxRunningHandlers(n int) Option {
 	return Option{apply: func(c *messenger.Config) { c.MaxRunningHandlers = n }}
 }
 
+// WithSpawnQueue bounds the requests that wait in each spawn-mode
+// handler's queue, in number and in bytes (defaults 1,024 and 4 MiB,
+// messenger.DefaultSpawnQueueRequests and DefaultSpawnQueueBytes; 0 keeps
+// a default, a negative bound is none). A connection that fills a queue
+// past either bound is not read again until the handler's workers took it
+// down to half, so a sender that outruns the handler is slowed by TCP
+// rather than growing the receiver's heap. Under WithMaxConcurrent or at
+// WithMaxRunningHandlers the queue is not bounded (see
+// messenger.Config.SpawnQueueRequests).
+func WithSpawnQueue(requests, bytes int) Option {
+	return Option{apply: func(c *messenger.Config) { c.SpawnQueueRequests, c.SpawnQueueBytes = requests, bytes }}
+}
+
 // WithLogger sends the node's warnings to l instead of slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return Option{apply: func(c *messenger.Config) { c.Logger = l }}

@@ -19,7 +19,9 @@ import (
 // those replies: a handler that calls back the peer that sent it work would
 // wait for ever. Every mode therefore queues (ordered lanes, a spawn pool
 // under WithMaxConcurrent) or refuses at once (ErrLaneFull, ErrOverloaded);
-// only WithInline runs on the reader, by its own contract.
+// only WithInline runs on the reader, by its own contract. The one wait is
+// after a read, for a spawn queue over its bound, and only while a worker
+// that runs no handler is on its way to take from it (backpressure.go).
 
 // job is one admitted request on its way to its handler. It holds only
 // what the dispatch and the handler use of the inbound message (not its
@@ -129,6 +131,9 @@ type spawnBatch struct {
 	// may go on as if all of its requests came a moment earlier.
 	greeted   ext.WorkerID
 	isGreeted bool
+	// over is a handler whose queue this read took over its bound: the
+	// reader waits for it once the read is handed on (finish).
+	over *registered
 }
 
 // greetedBy is m.greetedBy(w), looked up once per sender in a read.
@@ -163,6 +168,7 @@ func (b *spawnBatch) dispatch(r *registered, j *job) {
 		// segment's requests, else moved out first, as the segment may
 		// go to its pool below.
 		if b.r == r && (r.system || !r.m.overCap()) {
+			s.bytes += j.len()
 			s.tail++
 			return
 		}
@@ -184,13 +190,16 @@ func (b *spawnBatch) dispatch(r *registered, j *job) {
 		b.r, b.seg = r, newSeg()
 	}
 	b.seg.jobs[b.seg.tail] = *j
+	b.seg.bytes += j.len()
 	b.seg.tail++
 }
 
 // flush hands what was gathered to its pool.
 func (b *spawnBatch) flush() {
 	if b.seg != nil {
-		b.r.pool.submitSeg(b.r, b.seg)
+		if b.r.pool.submitSeg(b.r, b.seg) {
+			b.over = b.r
+		}
 		b.r, b.seg = nil, nil
 		b.flushed = true
 	}
@@ -199,7 +208,9 @@ func (b *spawnBatch) flush() {
 // finish ends a read's batch. When the read brought one spawn request and
 // the reader offers its role (h), the request runs right here, once the
 // connection is handed to another reader (spawnPool.tryInline): no worker
-// is woken in front of it. Otherwise what was gathered goes to its pool.
+// is woken in front of it. Otherwise what was gathered goes to its pool,
+// and when the read took a queue over its bound the reader waits for the
+// workers to take it down before it reads again (awaitDrain).
 func (b *spawnBatch) finish(h ext.Handoff) {
 	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
 		if b.r.pool.tryInline(b.r, &s.jobs[s.head], h) {
@@ -209,6 +220,10 @@ func (b *spawnBatch) finish(h ext.Handoff) {
 		}
 	}
 	b.flush()
+	if r := b.over; r != nil {
+		b.over = nil
+		r.pool.awaitDrain(r)
+	}
 }
 
 // contextSlab gives a goroutine that runs many requests (a spawn worker)
@@ -751,6 +766,12 @@ type spawnPool struct {
 	inline    atomic.Int64 // requests run on a reader (tryInline), for tests
 	wake      chan struct{}
 	onPark    func() // test seam: runs as a worker parks
+	// drained, when not nil, is closed to wake the readers waiting for the
+	// queue to go down (backpressure.go).
+	drained   chan struct{}
+	pauses    int    // reader waits on drained, for tests
+	maxQueued int    // the most requests queued at once, for tests
+	onPause   func() // test seam: runs as a reader starts to wait
 }
 
 // maxParked bounds the idle workers one handler keeps.
@@ -785,8 +806,10 @@ func (p *spawnPool) submit(r *registered, j job) {
 }
 
 // submitSeg queues the requests of a segment filled by the caller, under
-// one lock. The pool owns the segment from now on.
-func (p *spawnPool) submitSeg(r *registered, s *jobSeg) {
+// one lock. The pool owns the segment from now on. It reports whether the
+// queue is now over its bound, so that the reader should wait for it
+// (awaitDrain) once its read is handed on.
+func (p *spawnPool) submitSeg(r *registered, s *jobSeg) bool {
 	p.mu.Lock()
 	select {
 	case <-r.m.done:
@@ -796,13 +819,15 @@ func (p *spawnPool) submitSeg(r *registered, s *jobSeg) {
 			s.jobs[i] = job{}
 		}
 		freeSeg(s)
-		return
+		return false
 	default:
 	}
 	p.q.pushSeg(s)
 	a := p.needWorkerLocked(r)
+	over := p.noteQueuedLocked(r)
 	p.mu.Unlock()
 	p.act(r, a)
+	return over
 }
 
 // needWorkerLocked makes sure a searching worker exists while requests
@@ -863,12 +888,14 @@ func (p *spawnPool) work(r *registered) {
 		if r.m.stopped.Load() {
 			p.workers--
 			left := p.q.takeAll()
+			p.wakeDrainLocked(r, true)
 			p.mu.Unlock()
 			rel.flush()
 			p.refuseAll(r, left)
 			return
 		}
 		if p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
+			p.wakeDrainLocked(r, true) // nothing this worker takes: no reader waits on it
 			if p.parked >= maxParked {
 				p.workers--
 				p.mu.Unlock()
@@ -893,6 +920,7 @@ func (p *spawnPool) work(r *registered) {
 				p.mu.Lock()
 				p.workers--
 				left := p.q.takeAll()
+				p.wakeDrainLocked(r, true)
 				p.mu.Unlock()
 				p.refuseAll(r, left)
 				return
@@ -903,6 +931,7 @@ func (p *spawnPool) work(r *registered) {
 		ran = true
 		r.m.startRun(r)
 		a := p.needWorkerLocked(r)
+		p.wakeDrainLocked(r, false)
 		p.mu.Unlock()
 		p.act(r, a)
 		r.runBatched(&j, true, &slab, &rel)
@@ -968,6 +997,7 @@ func (p *spawnPool) refuseAll(r *registered, left []job) {
 type jobQueue struct {
 	head, tail *jobSeg
 	n          int
+	bytes      int // the wire lengths of the segments' requests, let go a segment at a time
 }
 
 // segJobs is the number of jobs in one segment: about one read's worth of
@@ -978,6 +1008,7 @@ type jobSeg struct {
 	jobs       [segJobs]job
 	head, tail int
 	dirty      int // the slots a reader may have written, queued or not (spawnBatch.slot): at least tail
+	bytes      int // the wire lengths of the requests put in it (job.len)
 	next       *jobSeg
 }
 
@@ -990,7 +1021,7 @@ func newSeg() *jobSeg { return segPool.Get().(*jobSeg) }
 // was used costs less than a typed store per request.
 func freeSeg(s *jobSeg) {
 	clear(s.jobs[:max(s.tail, s.dirty)])
-	s.head, s.tail, s.dirty, s.next = 0, 0, 0, nil
+	s.head, s.tail, s.dirty, s.bytes, s.next = 0, 0, 0, 0, nil
 	segPool.Put(s)
 }
 
@@ -1000,13 +1031,16 @@ func (q *jobQueue) push(j job) {
 	}
 	q.tail.jobs[q.tail.tail] = j
 	q.tail.tail++
+	q.tail.bytes += j.len()
 	q.n++
+	q.bytes += j.len()
 }
 
 // pushSeg links a filled segment; the queue owns it from now on.
 func (q *jobQueue) pushSeg(s *jobSeg) {
 	q.link(s)
 	q.n += s.tail - s.head
+	q.bytes += s.bytes
 }
 
 func (q *jobQueue) link(s *jobSeg) {
@@ -1042,12 +1076,15 @@ func (q *jobQueue) popInto(dst *job) {
 			// The queue is empty: its last segment starts over, cleared.
 			clear(s.jobs[:max(s.tail, s.dirty)])
 			s.head, s.tail, s.dirty = 0, 0, 0
+			q.bytes -= s.bytes
+			s.bytes = 0
 		}
 	}
 }
 
 func (q *jobQueue) dropHead() {
 	s := q.head
+	q.bytes -= s.bytes
 	q.head = s.next
 	if q.head == nil {
 		q.tail = nil

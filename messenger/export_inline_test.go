@@ -24,3 +24,15 @@ func (m *Messenger) SpawnIdle(handler string) bool {
 	defer r.pool.mu.Unlock()
 	return r.pool.q.n == 0 && r.pool.running == 0 && r.pool.searching == 0
 }
+
+// SpawnQueueStats is what handler's pool counted of its queue's bound: the
+// most requests it held at once and how often a reader waited for it.
+func (m *Messenger) SpawnQueueStats(handler string) (maxQueued, pauses int) {
+	r := (*m.handlers.Load())[handler]
+	if r == nil {
+		return 0, 0
+	}
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	return r.pool.maxQueued, r.pool.pauses
+}

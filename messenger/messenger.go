@@ -75,6 +75,18 @@ type Config struct {
 	// which run on the connection's reader, and velo's own system handlers
 	// are neither counted nor refused.
 	MaxRunningHandlers int
+	// SpawnQueueRequests and SpawnQueueBytes bound the requests that wait
+	// in a spawn-mode handler's queue (defaults DefaultSpawnQueueRequests
+	// and DefaultSpawnQueueBytes; negative: no bound). A connection's
+	// reader that finds the queue over either bound after a read stops
+	// reading until the handler's workers took it down to half of both, so
+	// the socket pushes back on the sender rather than the queue growing
+	// on the heap. It stops only while the pool can start workers for what
+	// waits: under WithMaxConcurrent or MaxRunningHandlers the queue keeps
+	// growing instead, as the handlers that run may wait on answers that
+	// the same reader carries.
+	SpawnQueueRequests int
+	SpawnQueueBytes    int
 	// MaxDiscoveredPeers bounds the peers kept from discovery (default
 	// DefaultMaxDiscoveredPeers). Past it, the least recently used one is
 	// forgotten (UnregisterPeer); its next call resolves it again.
@@ -102,6 +114,16 @@ type Config struct {
 // based on GOMAXPROCS would refuse such waiting handlers long before the
 // CPU is busy.
 const DefaultMaxRunningHandlers = 10_000
+
+// DefaultSpawnQueueRequests and DefaultSpawnQueueBytes are the bounds of a
+// spawn-mode handler's queue unless Config sets others. A queue of 1,024
+// small requests is a few hundred microseconds of work for the workers
+// that take it, enough to keep them busy while the reader catches up, and
+// it keeps the read buffers that queued requests alias to a few MiB.
+const (
+	DefaultSpawnQueueRequests = 1024
+	DefaultSpawnQueueBytes    = 4 << 20
+)
 
 // Messenger is one node's messaging engine.
 type Messenger struct {
@@ -134,6 +156,7 @@ type Messenger struct {
 
 	// The node's cap on running handlers (dispatch.go).
 	maxRuns      int64
+	spawnQueue   queueLimits  // the bounds of each spawn pool's queue (backpressure.go)
 	runs         atomic.Int64 // handlers running now
 	overloadWarn logLimiter
 	holdWarn     logLimiter // identity.go: a proving connection's hold overflowed
@@ -191,6 +214,8 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 	if cfg.MaxRunningHandlers == 0 {
 		cfg.MaxRunningHandlers = DefaultMaxRunningHandlers
 	}
+	cfg.SpawnQueueRequests = queueBound(cfg.SpawnQueueRequests, DefaultSpawnQueueRequests)
+	cfg.SpawnQueueBytes = queueBound(cfg.SpawnQueueBytes, DefaultSpawnQueueBytes)
 	if cfg.MaxRunningHandlers < 0 {
 		return nil, fmt.Errorf("velo: max running handlers must be at least 1, got %d", cfg.MaxRunningHandlers)
 	}
@@ -200,6 +225,7 @@ func New(ctx context.Context, cfg Config) (*Messenger, error) {
 		peerEvents:    newPeerEventQueue(cfg.OnPeerEvent),
 		peers:         newPeerTable(), shutDone: make(chan struct{}), done: make(chan struct{}),
 		maxRuns: int64(cfg.MaxRunningHandlers), log: cfg.Logger,
+		spawnQueue: queueLimits{requests: cfg.SpawnQueueRequests, bytes: cfg.SpawnQueueBytes},
 	}
 	m.wid = m.id.WorkerID()
 	m.selfConn = ext.NewConnID()

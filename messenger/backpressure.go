@@ -1,0 +1,109 @@
+package messenger
+
+// ---- backpressure of spawn-mode queues ----
+//
+// A connection's reader can hand a spawn pool requests faster than its
+// workers run them: a sender of one-way messages is held back only by its
+// own transport's gate, which knows nothing of the receiver's handlers. The
+// queue then grew without bound for as long as the sender kept on, and
+// every queued request kept the read buffer it aliases alive: a run of
+// half a million small messages held some 50 MiB, all of it fresh memory
+// for the allocator to fault in and for every GC cycle to mark.
+//
+// So a reader that finds a pool's queue over its bound after a read waits,
+// before it reads again, until the workers took the queue down to half of
+// the bound. The socket's buffers fill meanwhile and TCP pushes back on the
+// sender, whose gate then makes its Send wait. Nothing is refused or lost.
+//
+// The reader also carries the answers to this node's own calls, and a
+// running handler may wait on one of them: a reader that waited for such a
+// handler would wait for ever. It therefore waits only while the pool has a
+// searching worker (spawnPool), one on its way to the queue and in no
+// handler, which takes a request without waiting on anything but the pool's
+// lock. Each worker that takes one either leaves the next searching worker
+// behind or finds the pool at a cap (WithMaxConcurrent, MaxRunningHandlers)
+// and may not; in that case it wakes the reader, which reads on and lets the
+// queue grow as it did before. So every wait ends after a bounded number of
+// requests have been taken, however long their handlers run, and teardown
+// (done) ends it at once.
+
+// queueLimits bounds a spawn pool's queue in requests and in bytes (the
+// requests' wire lengths); a reader waits above either and reads again once
+// the queue is at or below half of both.
+type queueLimits struct {
+	requests int // 0: no bound
+	bytes    int // 0: no bound
+}
+
+// queueBound turns a Config bound into a queueLimits one: 0 is the default,
+// a negative bound none.
+func queueBound(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return -1
+	}
+	return n
+}
+
+// overLocked reports whether the queue is over l, so that a reader that
+// queued the last of it should wait.
+func (q *jobQueue) overLocked(l queueLimits) bool {
+	return (l.requests > 0 && q.n > l.requests) || (l.bytes > 0 && q.bytes > l.bytes)
+}
+
+// drainedLocked reports whether the queue is down to half of l, so that a
+// waiting reader may read again.
+func (q *jobQueue) drainedLocked(l queueLimits) bool {
+	return (l.requests <= 0 || q.n <= l.requests/2) && (l.bytes <= 0 || q.bytes <= l.bytes/2)
+}
+
+// noteQueuedLocked is what submitSeg does after it queued: it keeps the
+// queue's high mark (for tests) and reports whether the reader should wait
+// (awaitDrain).
+func (p *spawnPool) noteQueuedLocked(r *registered) bool {
+	p.maxQueued = max(p.maxQueued, p.q.n)
+	return p.q.overLocked(r.m.spawnQueue)
+}
+
+// awaitDrain is where a reader that queued over the bound waits, after its
+// read, until the workers took the queue down to half of it, while a
+// searching worker exists, and until teardown (see the top of this file).
+func (p *spawnPool) awaitDrain(r *registered) {
+	lim := r.m.spawnQueue
+	p.mu.Lock()
+	for p.q.overLocked(lim) && p.searching > 0 && !r.m.stopped.Load() {
+		if p.drained == nil {
+			p.drained = make(chan struct{})
+		}
+		ch := p.drained
+		p.pauses++
+		p.mu.Unlock()
+		if p.onPause != nil {
+			p.onPause()
+		}
+		select {
+		case <-ch:
+		case <-r.m.done:
+			return
+		}
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+}
+
+// wakeDrainLocked is what a worker does after it took a request (or gave
+// up taking them): it wakes the readers waiting on the queue once it is
+// down to half of its bound, or when no searching worker is left to take
+// the next request (the pool is at a cap, or out of work), so that no
+// reader waits on a handler. force wakes them regardless.
+func (p *spawnPool) wakeDrainLocked(r *registered, force bool) {
+	if p.drained == nil {
+		return
+	}
+	if force || p.searching == 0 || p.q.drainedLocked(r.m.spawnQueue) {
+		close(p.drained)
+		p.drained = nil
+	}
+}
