@@ -109,6 +109,7 @@ var ours = map[string]family{
 	"velo_transport_connections_dropped_total":     {"counter", []string{"reason", "transport"}},
 	"velo_transport_accept_errors_total":           {"counter", []string{"transport"}},
 	"velo_messenger_ordered_lane_over_depth_total": {"counter", []string{"handler"}},
+	"velo_messenger_spawn_queue_waits_total":       {"counter", []string{"handler"}},
 	"velo_streaming_anchors_created_total":         {"counter", []string{"kind"}},
 	"velo_streaming_unattached_timeouts_total":     {"counter", nil},
 	"velo_streaming_mux_replies_discarded_total":   {"counter", nil},

@@ -250,6 +250,7 @@ var quietFamilies = map[string]string{
 	"velo_transport_connections_dropped_total":        "an inbound connection over a limit",
 	"velo_transport_accept_errors_total":              "a failed accept",
 	"velo_messenger_ordered_lane_over_depth_total":    "a lane past its depth",
+	"velo_messenger_spawn_queue_waits_total":          "a spawn queue past its bound",
 	"velo_messenger_dispatch_failures_total":          "a refused request",
 	"velo_messenger_client_resolution_total":          "a call to an unregistered peer",
 	"velo_messenger_response_slot_exhausted_total":    "every response slot busy",

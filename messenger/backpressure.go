@@ -80,6 +80,9 @@ func (p *spawnPool) awaitDrain(r *registered) {
 		ch := p.drained
 		p.pauses++
 		p.mu.Unlock()
+		if r.met != nil {
+			r.met.spawnWaits().Inc()
+		}
 		if p.onPause != nil {
 			p.onPause()
 		}

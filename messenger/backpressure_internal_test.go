@@ -5,6 +5,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/velo-go/velo/metrics"
 )
 
 // readInto delivers n requests to r as a reader does one read of them:
@@ -43,6 +48,11 @@ func TestSpawnQueueBoundHolds(t *testing.T) {
 	m.spawnQueue = queueLimits{requests: limit}
 	var ran atomic.Int64
 	r := m.newRegistered(FireHandler("sink", func(*Context) { ran.Add(1) }), false)
+	vm, err := metrics.Register(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.met = newHandlerMetrics(vm, "sink")
 	for range reads {
 		readInto(t, r, perRead, func() job { return fireJob(t, st) })
 	}
@@ -59,6 +69,9 @@ func TestSpawnQueueBoundHolds(t *testing.T) {
 	}
 	if pauses == 0 {
 		t.Fatal("the reader never waited, so the bound was not tried")
+	}
+	if n := testutil.ToFloat64(vm.SpawnQueueWaits.WithLabelValues("sink")); n != float64(pauses) {
+		t.Fatalf("velo_messenger_spawn_queue_waits_total is %v after %d waits", n, pauses)
 	}
 }
 

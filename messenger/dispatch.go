@@ -13,7 +13,7 @@ import (
 	"github.com/velo-go/velo/internal/tracing"
 )
 
-// Dispatch never waits on the reader goroutine. The reader that delivered
+// Dispatch never waits for a handler on the reader goroutine. The reader that delivered
 // a request also reads the replies that its connection carries, so a
 // reader held up by a busy handler stalls every call that waits for one of
 // those replies: a handler that calls back the peer that sent it work would
@@ -753,6 +753,9 @@ func (l *orderedLane) refuse(jobs []job) {
 //
 // A worker that finds nothing to do parks, up to maxParked of them; the
 // others exit. No timers.
+//
+// The queue is bounded by making the reader that overfills it wait for
+// the searching worker's progress, never for a handler (backpressure.go).
 type spawnPool struct {
 	mu        sync.Mutex
 	q         jobQueue

@@ -276,7 +276,9 @@ func WithOrderedConfig(c OrderedConfig) HandlerOption {
 // across lanes, without changing the order inside a lane. It bounds
 // goroutines too: in spawn mode the requests over the limit wait in the
 // handler's queue, not on goroutines of their own, and each worker that
-// finishes takes the next one. 0 is refused.
+// finishes takes the next one. While n run, that queue is not held to
+// Config.SpawnQueueRequests: the reader that fills it may carry the
+// answers those n wait for. 0 is refused.
 func WithMaxConcurrent(n int) HandlerOption {
 	return func(o *handlerOptions) error {
 		if n <= 0 {

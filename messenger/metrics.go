@@ -28,6 +28,7 @@ type handlerMetrics struct {
 	calls    [msgwire.UnaryResponse + 1][2]atomic.Pointer[callSeries] // response type, outcome
 	inFlight atomic.Pointer[inFlightSeries]
 	lanes    atomic.Pointer[laneSeries]
+	waits    atomic.Pointer[prometheus.Counter] // velo_messenger_spawn_queue_waits_total
 }
 
 // callSeries are the series of one response type and outcome.
@@ -78,6 +79,16 @@ func (m *handlerMetrics) running() prometheus.Gauge {
 	s := &inFlightSeries{m.vm.HandlerInFlight.WithLabelValues(m.name)}
 	m.inFlight.Store(s)
 	return s.g
+}
+
+// spawnWaits is the spawn queue's wait counter, bound on first use.
+func (m *handlerMetrics) spawnWaits() prometheus.Counter {
+	if c := m.waits.Load(); c != nil {
+		return *c
+	}
+	c := m.vm.SpawnQueueWaits.WithLabelValues(m.name)
+	m.waits.Store(&c)
+	return c
 }
 
 // lane is the ordered-lane series, bound on first use.

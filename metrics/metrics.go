@@ -43,6 +43,7 @@ type VeloMetrics struct {
 	OrderedLaneWait       *prometheus.HistogramVec // handler
 	OrderedLanesCreated   *prometheus.CounterVec   // handler
 	OrderedLaneOverDepth  *prometheus.CounterVec   // handler
+	SpawnQueueWaits       *prometheus.CounterVec   // handler
 	DispatchFailures      *prometheus.CounterVec   // stage, reason
 	ClientResolution      *prometheus.CounterVec   // path, outcome
 	PendingResponses      prometheus.Gauge
@@ -152,6 +153,8 @@ func Register(reg *prometheus.Registry) (*VeloMetrics, error) {
 			"Ordering lanes created; minus the live lane gauge, this gives lanes reaped.", "handler"),
 		OrderedLaneOverDepth: counterVec("velo_messenger_ordered_lane_over_depth_total",
 			"Messages queued on an ordering lane that already held its max queue depth (overflow policy Warn).", "handler"),
+		SpawnQueueWaits: counterVec("velo_messenger_spawn_queue_waits_total",
+			"Times a connection's reader stopped reading until a spawn-mode handler's queue, which it took over its bound, went down to half.", "handler"),
 		DispatchFailures: counterVec("velo_messenger_dispatch_failures_total",
 			"Failures on the messenger dispatch and response paths.", "stage", "reason"),
 		ClientResolution: counterVec("velo_messenger_client_resolution_total",
@@ -250,7 +253,7 @@ func (m *VeloMetrics) collectors() []prometheus.Collector {
 		m.connsDropped, m.acceptErrors,
 		m.HandlerRequests, m.HandlerDuration, m.HandlerRequestBytes, m.HandlerResponseBytes,
 		m.HandlerInFlight, m.OrderedLanes, m.OrderedLaneDepth, m.OrderedLaneWait,
-		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.DispatchFailures, m.ClientResolution,
+		m.OrderedLanesCreated, m.OrderedLaneOverDepth, m.SpawnQueueWaits, m.DispatchFailures, m.ClientResolution,
 		m.PendingResponses, m.ResponseSlotExhausted, m.InboundDequeued,
 		m.streamOps, m.streamOpDur, m.streamAttachRTT, m.streamBP, m.streamProducerBP,
 		m.streamReaderBP, m.streamServerBP, m.streamFrames, m.streamFlushes, m.streamWatchdog,
