@@ -38,3 +38,23 @@ func BenchmarkBatchDeadlines(b *testing.B) {
 	}
 	_ = sink
 }
+
+// TestSameWall: the word-wise comparison of 16 wall digits agrees with a
+// byte comparison, at 16 digits and fewer, wherever the digits differ.
+func TestSameWall(t *testing.T) {
+	var last [16]byte
+	copy(last[:], "1796700000123456")
+	for n := 1; n <= 16; n++ {
+		w := []byte("1796700000123456"[:n])
+		if !sameWall(w, &last) {
+			t.Fatalf("%q: not the same as %q", w, last[:n])
+		}
+		for i := range n {
+			d := append([]byte(nil), w...)
+			d[i] ^= 1
+			if sameWall(d, &last) {
+				t.Fatalf("%q: the same as %q", d, last[:n])
+			}
+		}
+	}
+}
