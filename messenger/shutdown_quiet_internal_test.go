@@ -325,14 +325,7 @@ func TestALaterLossOfAPeerThatSaidGoodbyeWaitsForItsAnswers(t *testing.T) {
 // shutdown under load (TestShutdownUnderLoadLosesNothing's bound is 200).
 func TestWaitersShareAFailedHandshake(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := sim.NewNet(sim.Config{})
-		net.Run()
-		defer net.Close()
-		m, err := New(context.Background(), Config{Transports: []ext.Transport{sim.New(net)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer shutdownWithin(m, time.Second)
+		m := simMessenger(t)
 		p := &peer{info: ext.PeerInfo{InstanceID: ext.NewInstanceID()}}
 		run := &helloRun{done: make(chan struct{})}
 		p.helloRun = run // another caller's handshake is in flight
@@ -365,14 +358,7 @@ func lenOf(m *sync.Map) int {
 // saw shut down. (A send to it afterwards fails as unregistered anyway.)
 func TestUnregisterForgetsAGoodbye(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		net := sim.NewNet(sim.Config{})
-		net.Run()
-		defer net.Close()
-		m, err := New(context.Background(), Config{Transports: []ext.Transport{sim.New(net)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer shutdownWithin(m, time.Second)
+		m := simMessenger(t)
 		id := ext.NewInstanceID()
 		m.peerLost(id, nil, ext.ErrPeerShutdown)
 		if _, ok := m.draining.Load(id.WorkerID()); !ok {
@@ -383,4 +369,19 @@ func TestUnregisterForgetsAGoodbye(t *testing.T) {
 			t.Fatal("the unregistered peer's goodbye is still held")
 		}
 	})
+}
+
+// simMessenger is a messenger on a simulated network of its own, shut down
+// (and the network closed) when t ends.
+func simMessenger(t *testing.T) *Messenger {
+	t.Helper()
+	net := sim.NewNet(sim.Config{})
+	net.Run()
+	t.Cleanup(net.Close)
+	m, err := New(context.Background(), Config{Transports: []ext.Transport{sim.New(net)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdownWithin(m, time.Second) })
+	return m
 }
