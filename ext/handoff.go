@@ -2,16 +2,17 @@ package ext
 
 // Handoff is a transport reader's offer to pass its role on. A sink that
 // is about to run a request on the reader goroutine (rather than wake a
-// worker for it) calls Handoff first: when it returns true, another
-// goroutine reads the connection from now on, and the sink may block as
-// long as its request needs without holding up the connection. The batch
-// and its slice stay the sink's until it returns. False means the reader
-// cannot pass its role (the transport is closing): the sink must not block.
+// worker for it) calls Handoff first: when it returns true, the sink may
+// block as long as its request needs without holding up the connection
+// for more than a short bound: the reader keeps reading it once the sink
+// returns, and if the sink runs longer than the bound, the transport
+// gives the connection to another goroutine meanwhile. The batch and its
+// slice stay the sink's until it returns. False means the reader cannot
+// pass its role (the transport is closing): the sink must not block.
 //
 // The common case, a short request on a connection that has nothing more
-// to read, then costs no hand-off before the request runs: the goroutine
-// that read it runs it at once, and the wake of the next reader happens
-// beside it, not in front of it.
+// to read, then costs no hand-off at all: the goroutine that read it runs
+// it at once and, with its answer out, reads on; no goroutine is woken.
 type Handoff interface {
 	Handoff() bool
 }

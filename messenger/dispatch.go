@@ -206,11 +206,12 @@ func (b *spawnBatch) flush() {
 }
 
 // finish ends a read's batch. When the read brought one spawn request and
-// the reader offers its role (h), the request runs right here, once the
-// connection is handed to another reader (spawnPool.tryInline): no worker
-// is woken in front of it. Otherwise what was gathered goes to its pool,
-// and when the read took a queue over its bound the reader waits for the
-// workers to take it down before it reads again (awaitDrain).
+// the reader offers its role (h), the request runs right here
+// (spawnPool.tryInline): no worker is woken in front of it, and the
+// transport hands the connection to another reader only if it runs long.
+// Otherwise what was gathered goes to its pool, and when the read took a
+// queue over its bound the reader waits for the workers to take it down
+// before it reads again (awaitDrain).
 func (b *spawnBatch) finish(h ext.Handoff) {
 	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
 		if b.r.pool.tryInline(b.r, &s.jobs[s.head], h) {
@@ -941,9 +942,10 @@ func (p *spawnPool) work(r *registered) {
 	}
 }
 
-// tryInline runs j on the calling reader goroutine, after the reader
-// handed its connection on with h, as one of the pool's workers would:
-// counted in running and under the node's cap. It does nothing and
+// tryInline runs j on the calling reader goroutine, once h said it may
+// (the transport then hands the connection on if j runs long), as one of
+// the pool's workers would: counted in running and under the node's
+// cap. It does nothing and
 // reports false when the pool is busy (requests wait, or a worker runs or
 // is on its way: under WithMaxConcurrent that also keeps the limit), or
 // when the reader could not hand off; the caller then queues j.
@@ -963,7 +965,7 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 		p.mu.Unlock()
 		return false
 	}
-	p.running++ // held while the hand-off runs, so no worker takes the place
+	p.running++ // held while Handoff runs, so no worker takes the place
 	p.mu.Unlock()
 	ok := h.Handoff()
 	if ok {

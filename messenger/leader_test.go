@@ -8,8 +8,9 @@ import (
 )
 
 // TestSpawnRunsOnReader: one unary call at a time to a spawn handler runs
-// the handler on the goroutine that read the request, which handed its
-// connection to a follower first: no pool worker is woken for it. Before
+// the handler on the goroutine that read the request: no pool worker is
+// woken for it (nor, for a short handler, a follower: streamsock's
+// TestInlineRunKeepsItsConnection). Before
 // the reader could hand off, each call woke a worker (a hand-off in front
 // of the handler).
 func TestSpawnRunsOnReader(t *testing.T) {

@@ -2,19 +2,24 @@ package streamsock
 
 import (
 	"net"
+	"time"
 
 	"github.com/velo-go/velo/internal/frame"
 )
 
 // Leader and followers. A reader offers its role to the node's sink with
 // each read's last batch (ext.Handoff). A sink that runs a request on the
-// reader goroutine, rather than wake a worker for it, first hands the
-// connection to another goroutine: a parked follower, or a new one. So the
-// request starts with no goroutine woken in front of it, and a handler
-// that blocks holds up nothing but its own goroutine: the connection,
-// with the replies it carries, is read on by the follower. The goroutine
-// that ran the request then parks as a follower itself, up to
-// maxFollowers per transport; the others end.
+// reader goroutine, rather than wake a worker for it, asks first
+// (Handoff): the reader keeps the connection while the request runs, and
+// if it runs for longer than handoffAfter the transport's watchdog
+// (watch.go) gives the connection to another goroutine: a parked
+// follower, or a new one. So the request starts with no goroutine woken
+// in front of it, a short one is answered with none woken at all (the
+// reader reads on once it returns), and a handler that blocks holds up
+// the connection, with the replies it carries, for no more than the
+// bound. A reader whose connection was handed on parks as a follower
+// itself once its request ends, up to maxFollowers per transport; the
+// others end.
 
 // maxFollowers bounds the readers parked per transport.
 const maxFollowers = 16
@@ -33,6 +38,15 @@ type reader struct {
 	t  *Transport
 	st *connRead
 	in inbound
+	// inRun: the sink runs a request on this goroutine (Handoff said
+	// yes); only this goroutine reads or writes it.
+	inRun bool
+	// The watchdog's view of the run, under its lock: the connection
+	// while it is still this reader's, when the run began, and the
+	// reader's index in the watchdog's runs.
+	watched *connRead
+	since   time.Duration
+	slot    int
 }
 
 // lead reads rd.st until the connection ends, which it then tears down
@@ -50,21 +64,42 @@ func (rd *reader) lead() bool {
 	return false
 }
 
-// Handoff gives the connection rd leads to a follower. It runs on rd's
-// goroutine, within the sink; rd's read loop stops when the sink returns.
+// Handoff lets the sink run a request on rd's goroutine, within the sink:
+// the watchdog hands the connection on if the run lasts (watch.go); rd
+// learns which when the sink returns (settle). False while the transport
+// closes: the sink must not block then.
 func (rd *reader) Handoff() bool {
 	t, st := rd.t, rd.st
-	if st == nil || t.closing.Load() {
+	if st == nil || rd.inRun || t.closing.Load() {
 		return false
 	}
+	rd.inRun = true
+	t.watch.begin(rd, st)
+	return true
+}
+
+// settle ends the run the sink made on rd, if any, and reports whether
+// rd still leads its connection.
+func (rd *reader) settle() bool {
+	if !rd.inRun {
+		return true
+	}
+	rd.inRun = false
+	if rd.t.watch.end(rd) {
+		return true
+	}
+	rd.st = nil // a follower reads it now: nothing of it is ours
+	return false
+}
+
+// passOn gives st to a parked follower, or to a new one.
+func (t *Transport) passOn(st *connRead) {
 	select {
 	case t.followers <- st:
 	default:
 		go t.newFollower(st)
 	}
-	rd.st = nil
 	t.handoffs.Add(1)
-	return true
 }
 
 // newFollower leads st on a goroutine of its own. wg counts the

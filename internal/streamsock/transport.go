@@ -79,6 +79,7 @@ type Transport struct {
 	followers chan *connRead
 	parked    atomic.Int32
 	handoffs  atomic.Uint64 // connections handed from one reader to another, for tests
+	watch     watchdog      // over requests run on readers (watch.go)
 
 	// testWriteHook, when set by a test, sees the segments of every write call.
 	testWriteHook func([]segment)
@@ -110,6 +111,7 @@ func New(n Network, cfg Config) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{cfg: cfg, net: n, closedCh: make(chan struct{}), stop: make(chan struct{}), followers: make(chan *connRead), echoSettle: echoSettle}
+	t.watch.t = t
 	t.life, t.endLife = context.WithCancel(context.Background())
 	t.log = cfg.Logger.With("transport", string(cfg.Key))
 	empty := map[ext.InstanceID]*peer{}
@@ -476,6 +478,7 @@ func (t *Transport) shutdown(abrupt bool) {
 		t.closing.Store(true)
 		close(t.stop)
 		t.endLife()
+		t.watch.handAllOn() // a blocked handler holds no connection's reading
 		deadline := time.Now().Add(t.cfg.TeardownGrace)
 		t.peersMu.Lock()
 		peers := *t.peers.Load()
@@ -708,7 +711,7 @@ func (rd *reader) readLoop() bool {
 			h = rd
 		}
 		ok := in.flush(t, conn, h)
-		if rd.st == nil {
+		if !rd.settle() {
 			return true // another goroutine reads conn now: nothing here is ours
 		}
 		if !ok {

@@ -1,0 +1,141 @@
+package streamsock
+
+import (
+	"sync"
+	"time"
+)
+
+// Lazy hand-off. A reader that runs a request inline (reader.Handoff)
+// keeps its connection while the request runs: handing it to a follower
+// first woke a goroutine (a futex call and a thread on the other core) in
+// front of every such request, though most end within microseconds and
+// the reader then reads on itself. Instead the transport's watchdog looks
+// at the runs in progress and hands the connection of one that has run
+// for handoffAfter to a follower, as Handoff did at once before. So a
+// handler that blocks holds up its connection (and the answers it
+// carries) for about handoffAfter at most, and a fast one costs no wake.
+//
+// The watchdog is one timer per transport, armed while runs start: a
+// fire finds the runs over the bound and arms itself again for the
+// earliest of the others, or for one period more if runs started since
+// the last fire, so that a steady stream of requests never arms it on
+// the request's own path (arming a timer that is the earliest on its P
+// wakes the poller's thread or a P, the cost this saves). It stops after
+// a period with no run.
+
+// handoffAfter is how long a request runs on its reader before the
+// connection goes to a follower.
+const handoffAfter = 50 * time.Microsecond
+
+// watchdog is a transport's watch over its inline runs.
+type watchdog struct {
+	t       *Transport
+	mu      sync.Mutex
+	runs    []*reader // readers in a run whose connection is still theirs
+	started uint64    // runs started, for the fire to see if any did since the last
+	seen    uint64    // started at the last fire
+	armed   bool      // the timer is pending or its fire in progress
+	timer   *time.Timer
+	after   time.Duration // a test's own bound; 0: handoffAfter
+}
+
+func (w *watchdog) bound() time.Duration {
+	if w.after > 0 {
+		return w.after
+	}
+	return handoffAfter
+}
+
+// begin registers rd's run on st, which rd keeps until end or until the
+// watchdog hands it on.
+func (w *watchdog) begin(rd *reader, st *connRead) {
+	now := monotonic()
+	w.mu.Lock()
+	rd.watched, rd.since, rd.slot = st, now, len(w.runs)
+	w.runs = append(w.runs, rd)
+	w.started++
+	arm := !w.armed
+	w.armed = true
+	if arm {
+		if w.timer == nil {
+			w.timer = time.AfterFunc(w.bound(), w.fire)
+		} else {
+			w.timer.Reset(w.bound())
+		}
+	}
+	w.mu.Unlock()
+}
+
+// end ends rd's run and reports whether rd still has its connection
+// (false: the watchdog handed it to a follower).
+func (w *watchdog) end(rd *reader) bool {
+	w.mu.Lock()
+	kept := rd.watched != nil
+	if kept {
+		w.removeLocked(rd)
+	}
+	w.mu.Unlock()
+	return kept
+}
+
+func (w *watchdog) removeLocked(rd *reader) {
+	i, last := rd.slot, len(w.runs)-1
+	w.runs[i] = w.runs[last]
+	w.runs[i].slot = i
+	w.runs[last] = nil
+	w.runs = w.runs[:last]
+	rd.watched, rd.slot = nil, -1
+}
+
+// fire hands on the connections of the runs over the bound and arms the
+// timer again while runs go on.
+func (w *watchdog) fire() {
+	now, bound := monotonic(), w.bound()
+	var over []*connRead
+	w.mu.Lock()
+	next := time.Duration(-1)
+	for i := 0; i < len(w.runs); {
+		rd := w.runs[i]
+		if left := rd.since + bound - now; left > 0 {
+			if next < 0 || left < next {
+				next = left
+			}
+			i++
+			continue
+		}
+		over = append(over, rd.watched)
+		w.removeLocked(rd) // the slot i now holds another run
+	}
+	switch {
+	case next >= 0:
+	case w.started != w.seen:
+		next = bound
+	default:
+		w.armed = false
+	}
+	w.seen = w.started
+	if next >= 0 {
+		w.timer.Reset(next)
+	}
+	w.mu.Unlock()
+	for _, st := range over {
+		w.t.passOn(st)
+	}
+}
+
+// handAllOn hands on every watched connection now: at shutdown, so that a
+// connection whose handler blocks is read to its end (and its reading
+// counted done) without waiting for the bound.
+func (w *watchdog) handAllOn() {
+	w.mu.Lock()
+	over := make([]*connRead, 0, len(w.runs))
+	for len(w.runs) > 0 {
+		rd := w.runs[len(w.runs)-1]
+		over = append(over, rd.watched)
+		w.removeLocked(rd)
+	}
+	w.mu.Unlock()
+	for _, st := range over {
+		w.t.passOn(st)
+	}
+}

@@ -1,0 +1,142 @@
+package streamsock
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testwait"
+)
+
+// inlineSink runs each request that comes alone in its read on the
+// reader, as the messenger's spawn mode does: Handoff first, then the
+// "handler", which blocks on release for a payload of "block".
+type inlineSink struct {
+	ran     atomic.Int64 // requests run
+	inline  atomic.Int64 // of which on the reader, after Handoff said yes
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func newInlineSink() *inlineSink {
+	return &inlineSink{blocked: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (s *inlineSink) on(batch []ext.InboundMessage, h ext.Handoff) {
+	for i := range batch {
+		m := &batch[i]
+		if len(batch) == 1 && h != nil && h.Handoff() {
+			s.inline.Add(1)
+		}
+		if string(m.Payload) == "block" {
+			s.blocked <- struct{}{}
+			<-s.release
+		}
+		m.Done()
+		s.ran.Add(1)
+	}
+}
+
+// newInlineNode is a node whose requests go to s; bound, when not zero,
+// is its watchdog's.
+func newInlineNode(tb testing.TB, s *inlineSink, bound time.Duration) *testNode {
+	tb.Helper()
+	tr, err := New(tcpNet{}, Config{Key: "tcp"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tr.watch.after = bound
+	n := &testNode{id: ext.NewInstanceID(), t: tr, a: ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{OnMessagesHandoff: s.on})}
+	if _, err := tr.Start(context.Background(), n.a); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		tr.Shutdown()
+		<-tr.Closed()
+		n.a.Close()
+	})
+	return n
+}
+
+func sendOne(tb testing.TB, tx, rx *testNode, payload string) {
+	tb.Helper()
+	out, err := tx.t.Send(rx.id, ext.Frame{Type: ext.Message, Header: make([]byte, 8), Payload: []byte(payload)})
+	if err != nil || !out.Admitted() {
+		tb.Fatalf("send: admitted %v, %v", out.Admitted(), err)
+	}
+}
+
+func inlinePair(tb testing.TB, s *inlineSink, bound time.Duration) (tx, rx *testNode) {
+	rx = newInlineNode(tb, s, bound)
+	tx = newNode(tb, Config{})
+	if err := tx.t.Register(rx.info()); err != nil {
+		tb.Fatal(err)
+	}
+	return tx, rx
+}
+
+// Requests that run on their reader and end before the bound cost no
+// hand-off: the reader reads on itself, no follower is woken. (Before
+// the watchdog, each of them handed the connection on first: 200 wakes.)
+// The bound is long here so that a slow machine cannot make a run last.
+func TestInlineRunKeepsItsConnection(t *testing.T) {
+	s := newInlineSink()
+	tx, rx := inlinePair(t, s, time.Hour)
+	const n = 200
+	for i := range n {
+		sendOne(t, tx, rx, "x")
+		testwait.Until(t, "the request to run", func() bool { return s.ran.Load() == int64(i+1) })
+	}
+	if s.inline.Load() != n {
+		t.Fatalf("%d of %d requests ran on the reader, want all (the case under test)", s.inline.Load(), n)
+	}
+	if h := rx.t.handoffs.Load(); h != 0 {
+		t.Fatalf("%d hand-offs for %d short inline runs, want 0", h, n)
+	}
+}
+
+// A request that blocks on its reader holds up its connection for the
+// bound only: the watchdog hands the connection to a follower, which reads
+// and runs the requests behind it while it still blocks.
+func TestInlineRunThatBlocksIsHandedOn(t *testing.T) {
+	s := newInlineSink()
+	tx, rx := inlinePair(t, s, 0) // the real bound
+	sendOne(t, tx, rx, "block")
+	<-s.blocked
+	const n = 20
+	for i := range n {
+		sendOne(t, tx, rx, "x")
+		testwait.Until(t, "a request behind the blocked one to run", func() bool { return s.ran.Load() == int64(i+1) })
+	}
+	// The blocked run's, and any of the others that a loaded machine
+	// kept running past the bound.
+	if h := rx.t.handoffs.Load(); h < 1 {
+		t.Fatalf("%d hand-offs, want at least 1 (the blocked run's)", h)
+	}
+	close(s.release)
+	testwait.Until(t, "the blocked request to end", func() bool { return s.ran.Load() == n+1 })
+}
+
+// Shutdown does not wait for a handler that blocks on its reader: the
+// connection is handed on at once (not after the bound, an hour here),
+// read to its end and counted done while the handler still blocks.
+func TestShutdownDuringBlockedInlineRun(t *testing.T) {
+	s := newInlineSink()
+	tx, rx := inlinePair(t, s, time.Hour)
+	sendOne(t, tx, rx, "block")
+	<-s.blocked
+	rx.t.Kill()
+	testwait.Until(t, "the accepted connection to end", func() bool { return rx.t.inbound.Load() == 0 })
+	select {
+	case <-rx.t.Closed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transport did not close while a handler blocked on its reader")
+	}
+	if h := rx.t.handoffs.Load(); h != 1 {
+		t.Fatalf("%d hand-offs, want 1 (the blocked run's, at shutdown)", h)
+	}
+	close(s.release)
+	_ = tx
+}
