@@ -64,9 +64,9 @@ type AdapterConfig struct {
 	// pushes back on that sender only.
 	OnMessages func(batch []InboundMessage)
 	// OnMessagesHandoff is OnMessages for a sink that may run a request on
-	// the reader goroutine itself: h, when not nil, can pass the reading of
-	// the connection to another goroutine first (see Handoff). It replaces
-	// OnMessages when both are set.
+	// the reader goroutine itself: h, when not nil, lets it, and has the
+	// reading of the connection passed to another goroutine if the request
+	// runs long (see Handoff). It replaces OnMessages when both are set.
 	OnMessagesHandoff func(batch []InboundMessage, h Handoff)
 	// OnFrame, when set, receives response, ack, event and shutdown frames
 	// directly on the reader goroutine instead of their queues. The frame is
@@ -202,8 +202,8 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 }
 
 // AdmitBatchHandoff is AdmitBatch from a reader that offers h to the sink
-// (AdapterConfig.OnMessagesHandoff): the sink may take the reader's role
-// away for the rest of the connection. A reader must offer it only where
+// (AdapterConfig.OnMessagesHandoff): the sink's run may cost the reader
+// its role for the rest of the connection. A reader must offer it only where
 // it would read next, with nothing of its own left to do for the
 // connection, and must check after the call whether it still reads.
 func (a *TransportAdapter) AdmitBatchHandoff(msgs []InboundMessage, h Handoff) (AdmitOutcome, []InboundMessage) {

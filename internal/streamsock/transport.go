@@ -684,9 +684,10 @@ func (t *Transport) connEnded(conn net.Conn) {
 	t.wg.Done()
 }
 
-// readLoop reads one accepted connection until it ends or until the sink
-// takes the reading role away from rd (reader.Handoff); it reports which:
-// true when rd handed the connection to another goroutine.
+// readLoop reads one accepted connection until it ends or until a run
+// the sink made on rd (reader.Handoff) lasted and the watchdog handed the
+// connection to another goroutine (watch.go); it reports which: true when
+// the connection was handed on.
 func (rd *reader) readLoop() bool {
 	t, st, in := rd.t, rd.st, &rd.in
 	conn, r := st.conn, st.r
