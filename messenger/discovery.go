@@ -116,7 +116,11 @@ func (d *discoveryState) add(t *peerTable, id ext.InstanceID) (ext.InstanceID, b
 	if len(d.found) <= d.limit || victim.IsZero() {
 		return ext.InstanceID{}, false
 	}
-	return victim, true // UnregisterPeer drops it from found
+	// Dropped here, under the lock, not only by the caller's UnregisterPeer
+	// later: two adds at once would otherwise both pick this victim, and
+	// the peers found would stay one over the limit.
+	delete(d.found, victim)
+	return victim, true
 }
 
 // forget drops id from the discovered peers.
