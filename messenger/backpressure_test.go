@@ -15,21 +15,15 @@ import (
 func TestSpawnQueueBoundOverTCP(t *testing.T) {
 	const limit, n = 64, 50_000
 	a, b := pair(t, nil, []velo.Option{velo.WithSpawnQueue(limit, 0)})
-	var seen atomic.Int64
-	must(t, b.Register(velo.FireHandler("sink", func(*velo.Context) { seen.Add(1) })))
+	seen := newTally(n)
+	must(t, b.Register(velo.FireHandler("sink", func(*velo.Context) { seen.add() })))
 	ctx := testCtx(t)
 	must(t, a.WaitForHandler(ctx, b.InstanceID(), "sink"))
 	payload := make([]byte, 64)
 	for range n {
 		must(t, a.Send(ctx, b.InstanceID(), "sink", payload))
 	}
-	deadline := time.Now().Add(failAfter)
-	for seen.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the handler saw %d of %d messages", seen.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	seen.wait(t, "the handler saw")
 	maxQ, pauses := b.Messenger().SpawnQueueStats("sink")
 	t.Logf("%d messages: at most %d queued (bound %d), %d reader waits", n, maxQ, limit, pauses)
 	// A read brings at most a read buffer's worth: 64 KiB of frames of
@@ -49,13 +43,13 @@ func TestSpawnQueueCappedHandlersCallBack(t *testing.T) {
 	a, b := pair(t, nil, []velo.Option{velo.WithSpawnQueue(16, 0)})
 	must(t, b.RegisterPeer(a.PeerInfo()))
 	must(t, a.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
-	var seen atomic.Int64
+	seen := newTally(n)
 	ctx := testCtx(t)
 	must(t, b.Register(velo.FireHandler("relay", func(c *velo.Context) {
 		if _, err := b.Unary(ctx, a.InstanceID(), "echo", []byte("x")); err != nil {
 			t.Error(err)
 		}
-		seen.Add(1)
+		seen.add()
 	}, velo.WithMaxConcurrent(2))))
 	must(t, a.WaitForHandler(ctx, b.InstanceID(), "relay"))
 	must(t, b.WaitForHandler(ctx, a.InstanceID(), "echo"))
@@ -63,11 +57,30 @@ func TestSpawnQueueCappedHandlersCallBack(t *testing.T) {
 	for range n {
 		must(t, a.Send(ctx, b.InstanceID(), "relay", payload))
 	}
-	deadline := time.Now().Add(failAfter)
-	for seen.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the handlers ran %d of %d messages", seen.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
+	seen.wait(t, "the handlers ran")
+}
+
+// tally counts handler runs and signals when the n-th one ends.
+type tally struct {
+	n    int64
+	runs atomic.Int64
+	all  chan struct{}
+}
+
+func newTally(n int64) *tally { return &tally{n: n, all: make(chan struct{})} }
+
+func (c *tally) add() {
+	if c.runs.Add(1) == c.n {
+		close(c.all)
+	}
+}
+
+// wait fails t unless all n runs end within failAfter.
+func (c *tally) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-c.all:
+	case <-time.After(failAfter):
+		t.Fatalf("%s %d of %d messages", what, c.runs.Load(), c.n)
 	}
 }
