@@ -70,11 +70,23 @@ func (rd *reader) lead() bool {
 // closes: the sink must not block then.
 func (rd *reader) Handoff() bool {
 	t, st := rd.t, rd.st
-	if st == nil || rd.inRun || t.closing.Load() {
+	if st == nil || rd.inRun {
 		return false
 	}
 	rd.inRun = true
+	if t.testHandoffHook != nil {
+		t.testHandoffHook()
+	}
 	t.watch.begin(rd, st)
+	// Closing is looked at after the run is registered, not before: a
+	// shutdown whose hand-off of every watched run (handAllOn) came before
+	// begin is seen here, and one that came after it handed this run on.
+	// Looked at first, a shutdown landing in between would leave the
+	// connection unread for the bound while the handler blocks.
+	if t.closing.Load() && t.watch.end(rd) {
+		rd.inRun = false
+		return false
+	}
 	return true
 }
 

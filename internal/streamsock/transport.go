@@ -89,6 +89,9 @@ type Transport struct {
 	// testReadHook, when set by a test, sees the byte count of every read
 	// of an accepted connection.
 	testReadHook func(n int)
+	// testHandoffHook, when set by a test, runs in reader.Handoff just
+	// before the run is registered with the watchdog.
+	testHandoffHook func()
 	// echoSettle is how long a failed write waits for its connection's echo
 	// reader (lane.awaitEchoes): the constant, or a test's own bound.
 	echoSettle time.Duration
