@@ -21,7 +21,9 @@ import (
 // the last fire, so that a steady stream of requests never arms it on
 // the request's own path (arming a timer that is the earliest on its P
 // wakes the poller's thread or a P, the cost this saves). It stops after
-// a period with no run.
+// a period with no run. Each fire runs on a goroutine of its own (as every
+// time.AfterFunc callback does) and allocates nothing unless it hands a
+// connection on (TestWatchdogAllocatesNothing).
 
 // handoffAfter is how long a request runs on its reader before the
 // connection goes to a follower.
