@@ -50,20 +50,6 @@ func (s *spinSink) count() int {
 	return s.ran
 }
 
-func newSpinNode(tb testing.TB, s *spinSink, bound time.Duration) *testNode {
-	tb.Helper()
-	tr, err := New(tcpNet{}, Config{Key: "tcp"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tr.watch.after = bound
-	n := &testNode{id: ext.NewInstanceID(), t: tr, a: ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{OnMessagesHandoff: s.on})}
-	if _, err := tr.Start(context.Background(), n.a); err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
-
 // spinSenders sends perSender requests from each of senders nodes to rx,
 // one at a time each (so that most come alone in their read and run on
 // the reader), with run lengths cycling through 0..3 µs. It returns when
@@ -106,7 +92,7 @@ func spinSenders(tb testing.TB, s *spinSink, rx *testNode, senders, perSender in
 // closes with no run held.
 func TestWatchdogFireMeetsSettle(t *testing.T) {
 	s := newSpinSink()
-	rx := newSpinNode(t, s, time.Microsecond)
+	rx := newHandoffNode(t, s.on, time.Microsecond)
 	const senders, per = 4, 500
 	spinSenders(t, s, rx, senders, per, nil).Wait()
 	testwait.Until(t, "every request to run", func() bool { return s.count() == senders*per })
@@ -130,7 +116,7 @@ func TestWatchdogFireMeetsSettle(t *testing.T) {
 // handed on after the teardown began is read to its end by a follower).
 func TestKillDuringFires(t *testing.T) {
 	s := newSpinSink()
-	rx := newSpinNode(t, s, time.Microsecond)
+	rx := newHandoffNode(t, s.on, time.Microsecond)
 	stop := make(chan struct{})
 	wg := spinSenders(t, s, rx, 4, 1_000_000, stop)
 	testwait.Until(t, "requests to run", func() bool { return s.count() > 200 })

@@ -43,20 +43,28 @@ func (s *inlineSink) on(batch []ext.InboundMessage, h ext.Handoff) {
 // is its watchdog's.
 func newInlineNode(tb testing.TB, s *inlineSink, bound time.Duration) *testNode {
 	tb.Helper()
+	n := newHandoffNode(tb, s.on, bound)
+	tb.Cleanup(func() {
+		n.t.Shutdown()
+		<-n.t.Closed()
+		n.a.Close()
+	})
+	return n
+}
+
+// newHandoffNode is a started node whose requests go to on, with bound
+// (when not zero) as its watchdog's; the caller ends it.
+func newHandoffNode(tb testing.TB, on func([]ext.InboundMessage, ext.Handoff), bound time.Duration) *testNode {
+	tb.Helper()
 	tr, err := New(tcpNet{}, Config{Key: "tcp"})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tr.watch.after = bound
-	n := &testNode{id: ext.NewInstanceID(), t: tr, a: ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{OnMessagesHandoff: s.on})}
+	n := &testNode{id: ext.NewInstanceID(), t: tr, a: ext.NewTransportAdapter(ext.NewShutdownState(), ext.AdapterConfig{OnMessagesHandoff: on})}
 	if _, err := tr.Start(context.Background(), n.a); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		tr.Shutdown()
-		<-tr.Closed()
-		n.a.Close()
-	})
 	return n
 }
 
