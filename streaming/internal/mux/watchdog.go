@@ -82,6 +82,7 @@ func (ip *IngressPeer) watch() {
 	for _, s := range ip.aside { // a staged record may never come
 		ended = ip.watchSlotLocked(s, &fired, ended)
 	}
+	ip.bodies.idleLocked() // a table that got no data this window keeps no block
 	ip.Mu.Unlock()
 	if fired != nil {
 		ip.mx.logFiring(fired)
