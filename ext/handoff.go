@@ -17,6 +17,30 @@ type Handoff interface {
 	Handoff() bool
 }
 
+// Waiter is a wait that a sink would have its transport's reader make
+// before the reader reads again: a queue of the sink's past its bound,
+// which the reader lets go down by not reading, so that the socket pushes
+// back on the sender. Wait returns once the sink can take more.
+type Waiter interface {
+	Wait()
+}
+
+// WaitDeferrer is a Handoff from a reader that makes a sink's waits itself,
+// once everything it has read is handed on. A sink that would wait after a
+// batch given with one calls DeferWait instead and returns: what follows
+// the batch in the same read (an answer, an event) is then routed before
+// the reader waits, rather than held behind the wait. A reader may pass a
+// WaitDeferrer whose Handoff is false with a batch that is not the last of
+// its read. A sink given no Handoff, or one that is no WaitDeferrer, waits
+// itself: its transport gave no sign of what follows.
+type WaitDeferrer interface {
+	Handoff
+	// DeferWait has the reader call w.Wait after the frames it has read
+	// are handed on and before it reads again; a w deferred twice in one
+	// read waits once. A reader whose connection ends drops its waits.
+	DeferWait(w Waiter)
+}
+
 // sinkOf is the adapter's request sink: OnMessagesHandoff, or OnMessages
 // without a hand-off, or nil (the message queue).
 func sinkOf(cfg AdapterConfig) func([]InboundMessage, Handoff) {

@@ -73,14 +73,18 @@ func (p *spawnPool) noteQueuedLocked(r *registered) bool {
 func (p *spawnPool) awaitDrain(r *registered) {
 	lim := r.m.spawnQueue
 	p.mu.Lock()
-	for p.q.overLocked(lim) && p.searching > 0 && !r.m.stopped.Load() {
+	for waited := false; p.q.overLocked(lim) && p.searching > 0 && !r.m.stopped.Load(); waited = true {
 		if p.drained == nil {
 			p.drained = make(chan struct{})
 		}
 		ch := p.drained
-		p.pauses++
+		if !waited {
+			p.pauses++
+		}
 		p.mu.Unlock()
-		if r.met != nil {
+		// One wait is counted once, however often a worker's wake finds
+		// the queue still over its bound with another searching worker.
+		if !waited && r.met != nil {
 			r.met.spawnWaits().Inc()
 		}
 		if p.onPause != nil {
@@ -94,6 +98,16 @@ func (p *spawnPool) awaitDrain(r *registered) {
 		p.mu.Lock()
 	}
 	p.mu.Unlock()
+}
+
+// drainWait is a handler's wait for its spawn queue as the transport's
+// reader makes it, at the end of its read (ext.WaitDeferrer): a pointer
+// conversion, so deferring it costs no allocation.
+type drainWait registered
+
+func (w *drainWait) Wait() {
+	r := (*registered)(w)
+	r.pool.awaitDrain(r)
 }
 
 // wakeDrainLocked is what a worker does after it took a request (or gave

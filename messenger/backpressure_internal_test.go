@@ -20,7 +20,7 @@ func readInto(t *testing.T, r *registered, n int, mk func() job) {
 		j := mk()
 		b.dispatch(r, &j)
 	}
-	b.finish(nil)
+	b.finish()
 }
 
 // finishes runs f on a goroutine and fails the test unless it returns

@@ -1,11 +1,16 @@
 package messenger_test
 
 import (
+	"encoding/binary"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/velo-go/velo"
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/frame"
+	"github.com/velo-go/velo/messenger"
 )
 
 // TestSpawnQueueBoundOverTCP: a sender that pipelines one-way messages to
@@ -58,6 +63,89 @@ func TestSpawnQueueCappedHandlersCallBack(t *testing.T) {
 		must(t, a.Send(ctx, b.InstanceID(), "relay", payload))
 	}
 	seen.wait(t, "the handlers ran")
+}
+
+// TestSpawnQueueWaitAfterTheRead: one read brings a node (b) requests
+// that take a spawn queue over its bound and, behind them, the answer to a
+// call of b's own. The reader routes the answer before it waits for the
+// queue: the call completes while the reader waits and while every handler
+// the requests started is still blocked. When the reader waited as soon as
+// the requests were queued (in the middle of its read), the answer, already
+// read, stayed behind the wait until the queue went down to half.
+//
+// The frames come on a raw connection, bound to node a (proveAs), so that
+// they are written in one piece while b's reader is held in an inline
+// handler: the reader's next read takes them all. The test fails (its
+// call times out) when the reader waits before it routed the answer.
+func TestSpawnQueueWaitAfterTheRead(t *testing.T) {
+	// An idle connection is read 4 KiB at a time: 64 requests of 37 bytes
+	// and the answer fit in one read. GOMAXPROCS(1) keeps the workers the
+	// read starts from taking the queue down before the reader is done
+	// with the read, as on a busy receiver, so that the reader waits.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const limit, n = 8, 64
+	a, b := pair(t, nil, []velo.Option{velo.WithSpawnQueue(limit, 0)})
+	must(t, b.RegisterPeer(a.PeerInfo()))
+	ctx := testCtx(t)
+	held, holdOn := make(chan struct{}, 1), newGate(t)
+	must(t, b.Register(velo.FireHandler("hold", func(*velo.Context) {
+		held <- struct{}{}
+		holdOn.wait()
+	}, velo.WithInline())))
+	seen, sinksOn := newTally(n), newGate(t)
+	must(t, b.Register(velo.FireHandler("sink", func(*velo.Context) { sinksOn.wait(); seen.add() })))
+	ids, slowOn := make(chan messenger.ResponseID, 1), newGate(t)
+	must(t, a.Register(velo.UnaryHandler("slow", func(c *velo.Context) ([]byte, error) {
+		ids <- messenger.ResponseIDOf(c)
+		slowOn.wait()
+		return []byte("late"), nil
+	})))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "sink"))
+	paused, readerOn := make(chan struct{}, 1), newGate(t)
+	b.Messenger().OnSpawnPause("sink", func() {
+		select {
+		case paused <- struct{}{}:
+		default:
+		}
+		readerOn.wait()
+	})
+	conn := rawConn(t, b)
+	proveAs(t, conn, a)
+
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := b.Unary(ctx, a.InstanceID(), "slow", nil)
+		if err != nil {
+			resp = []byte("error: " + err.Error())
+		}
+		answer <- string(resp)
+	}()
+	id := recv(t, ids, "b's call to reach a")
+
+	w := uint64(a.WorkerID())
+	_, err := conn.Write(frame.Append(nil, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 0, "hold", nil)}))
+	must(t, err)
+	recv(t, held, "b's reader to run the inline handler")
+	var buf []byte
+	for range n {
+		buf = frame.Append(buf, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 0, "sink", nil)})
+	}
+	hdr := binary.LittleEndian.AppendUint16(append(id.AppendLE(nil), 0), 0) // outcome OK, no headers
+	buf = frame.Append(buf, ext.Frame{Type: ext.Response, Header: hdr, Payload: []byte("early")})
+	_, err = conn.Write(buf)
+	must(t, err)
+	holdOn.open() // b's reader reads on: all of buf, in one read
+
+	if got := recv(t, answer, "the answer read behind the requests, while the reader waits"); got != "early" {
+		t.Fatalf("b's call returned %q, want the answer in the read", got)
+	}
+	recv(t, paused, "b's reader to wait for the sink's queue")
+	if got := seen.runs.Load(); got != 0 {
+		t.Fatalf("%d sink handlers returned while their gate was shut", got)
+	}
+	readerOn.open()
+	sinksOn.open()
+	seen.wait(t, "the handler saw")
 }
 
 // tally counts handler runs and signals when the n-th one ends.

@@ -131,8 +131,13 @@ type spawnBatch struct {
 	// may go on as if all of its requests came a moment earlier.
 	greeted   ext.WorkerID
 	isGreeted bool
-	// over is a handler whose queue this read took over its bound: the
-	// reader waits for it once the read is handed on (finish).
+	// h is what the transport's reader offers with the batch (finish):
+	// asked, when a queue goes over its bound, whether the reader makes
+	// the wait itself (ext.WaitDeferrer, noteOver).
+	h ext.Handoff
+	// over is a handler whose queue this batch took over its bound, when
+	// the transport leaves the wait to the sink: the reader waits for it
+	// once the batch is handed on (finish).
 	over *registered
 }
 
@@ -198,21 +203,43 @@ func (b *spawnBatch) dispatch(r *registered, j *job) {
 func (b *spawnBatch) flush() {
 	if b.seg != nil {
 		if b.r.pool.submitSeg(b.r, b.seg) {
-			b.over = b.r
+			b.noteOver(b.r)
 		}
 		b.r, b.seg = nil, nil
 		b.flushed = true
 	}
 }
 
+// noteOver is what a flush that took r's queue over its bound does: it
+// hands the wait to the reader when it makes waits itself, at the end of
+// its read (ext.WaitDeferrer), so that a frame of the same read behind the
+// batch, an answer a running handler may wait on, is not held behind the
+// wait. Otherwise the wait is the sink's, once the batch is handed on; a
+// second handler over in the same batch makes the reader wait for the
+// first one at once, so each queue keeps its bound.
+func (b *spawnBatch) noteOver(r *registered) {
+	if d, ok := b.h.(ext.WaitDeferrer); ok {
+		d.DeferWait((*drainWait)(r))
+		return
+	}
+	if o := b.over; o != nil && o != r {
+		o.pool.awaitDrain(o)
+	}
+	b.over = r
+}
+
 // finish ends a read's batch. When the read brought one spawn request and
 // the reader offers its role (h), the request runs right here
 // (spawnPool.tryInline): no worker is woken in front of it, and the
 // transport hands the connection to another reader only if it runs long.
-// Otherwise what was gathered goes to its pool, and when the read took a
+// Otherwise what was gathered goes to its pool, and when the batch took a
 // queue over its bound the reader waits for the workers to take it down
-// before it reads again (awaitDrain).
-func (b *spawnBatch) finish(h ext.Handoff) {
+// before it reads again (awaitDrain): here, or at the end of its read when
+// the transport makes the wait itself (noteOver). A reader that offers no
+// hand-off for this batch (Handoff false: frames of its read follow) costs
+// a look at the pool here.
+func (b *spawnBatch) finish() {
+	h := b.h
 	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
 		if b.r.pool.tryInline(b.r, &s.jobs[s.head], h) {
 			freeSeg(s)

@@ -36,3 +36,12 @@ func (m *Messenger) SpawnQueueStats(handler string) (maxQueued, pauses int) {
 	defer r.pool.mu.Unlock()
 	return r.pool.maxQueued, r.pool.pauses
 }
+
+// OnSpawnPause has f run on a reader each time it starts to wait for
+// handler's spawn queue to go down (awaitDrain). Set it before the reads.
+func (m *Messenger) OnSpawnPause(handler string, f func()) {
+	r := (*m.handlers.Load())[handler]
+	r.pool.mu.Lock()
+	r.pool.onPause = f
+	r.pool.mu.Unlock()
+}

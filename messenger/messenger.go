@@ -1347,8 +1347,8 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 // onMessages receives admitted requests on a transport's reader goroutine.
 func (m *Messenger) onMessages(batch []ext.InboundMessage, h ext.Handoff) {
 	hs := *m.handlers.Load()
-	var spawned spawnBatch
-	defer spawned.finish(h)
+	spawned := spawnBatch{h: h}
+	defer spawned.finish()
 	var cs *connState // the batch's connection (one read: one connection)
 	var at arrival    // the batch's arrival (one read: one time)
 	var scratch job   // where a job is built when no segment has room

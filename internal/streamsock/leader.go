@@ -4,6 +4,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/frame"
 )
 
@@ -47,6 +48,47 @@ type reader struct {
 	watched *connRead
 	since   time.Duration
 	slot    int
+	// waits are what the sink deferred to the end of the read
+	// (ext.WaitDeferrer): made once everything read is handed on.
+	waits []ext.Waiter
+}
+
+// keepRole is rd as the Handoff of a batch after which rd must go on for
+// the connection itself: frames of the same read follow it, or waits
+// deferred by the sink do. It offers no hand-off, but takes waits.
+type keepRole reader
+
+func (k *keepRole) Handoff() bool { return false }
+
+func (k *keepRole) DeferWait(w ext.Waiter) { (*reader)(k).DeferWait(w) }
+
+// DeferWait keeps w for the end of the read (ext.WaitDeferrer). A read has
+// batches for a handful of handlers at most, so the look for w is short.
+func (rd *reader) DeferWait(w ext.Waiter) {
+	for _, x := range rd.waits {
+		if x == w {
+			return
+		}
+	}
+	rd.waits = append(rd.waits, w)
+}
+
+// awaitSinks makes the waits the sink deferred during the read, which is
+// handed on: the sink's queues go down while the socket fills and TCP
+// holds back the sender.
+func (rd *reader) awaitSinks() {
+	for i, w := range rd.waits {
+		w.Wait()
+		rd.waits[i] = nil
+	}
+	rd.waits = rd.waits[:0]
+}
+
+// dropWaits forgets the deferred waits of a read after which rd reads the
+// connection no more.
+func (rd *reader) dropWaits() {
+	clear(rd.waits)
+	rd.waits = rd.waits[:0]
 }
 
 // lead reads rd.st until the connection ends, which it then tears down

@@ -699,7 +699,8 @@ func (rd *reader) readLoop() bool {
 		for err == nil {
 			if f.Type == ext.Message {
 				in.msgs = append(in.msgs, ext.InboundMessage{Frame: f})
-			} else if !in.flush(t, conn, nil) || !t.routeInbound(f, conn) {
+			} else if !in.flush(t, conn, (*keepRole)(rd)) || !t.routeInbound(f, conn) {
+				rd.dropWaits()
 				return false
 			}
 			var ok bool
@@ -709,22 +710,25 @@ func (rd *reader) readLoop() bool {
 		}
 		// The read's last batch: the next step is a read, so the sink may
 		// take over this goroutine (err is handled first: an ending
-		// connection offers nothing).
-		var h ext.Handoff
-		if err == nil {
+		// connection offers nothing), unless it has waits to make first
+		// (DeferWait), which a hand-off would leave to no one.
+		var h ext.Handoff = (*keepRole)(rd)
+		if err == nil && len(rd.waits) == 0 {
 			h = rd
 		}
 		ok := in.flush(t, conn, h)
 		if !rd.settle() {
-			return true // another goroutine reads conn now: nothing here is ours
+			rd.dropWaits() // none: a run on rd is offered only without waits, and makes none
+			return true    // another goroutine reads conn now: nothing here is ours
 		}
-		if !ok {
+		if !ok || err != nil {
+			rd.dropWaits() // the connection ends: there is no sender to push back on
+			if err != nil {
+				t.noteReadError(err, conn)
+			}
 			return false
 		}
-		if err != nil {
-			t.noteReadError(err, conn)
-			return false
-		}
+		rd.awaitSinks()
 	}
 }
 
