@@ -177,9 +177,11 @@ func WithMaxRunningHandlers(n int) Option {
 // a default, a negative bound is none). A connection that fills a queue
 // past either bound is not read again until the handler's workers took it
 // down to half, so a sender that outruns the handler is slowed by TCP
-// rather than growing the receiver's heap. Under WithMaxConcurrent or at
-// WithMaxRunningHandlers the queue is not bounded (see
-// messenger.Config.SpawnQueueRequests).
+// rather than growing the receiver's heap; the frames the connection
+// brought in the same read are delivered first. Under WithMaxConcurrent
+// the queue is not bounded, and at WithMaxRunningHandlers the reader reads
+// on and what comes is refused (see messenger.Config.SpawnQueueRequests).
+// A send to the node itself waits for the queue as a reader does.
 func WithSpawnQueue(requests, bytes int) Option {
 	return Option{apply: func(c *messenger.Config) { c.SpawnQueueRequests, c.SpawnQueueBytes = requests, bytes }}
 }

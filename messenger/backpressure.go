@@ -15,6 +15,15 @@ package messenger
 // the bound. The socket's buffers fill meanwhile and TCP pushes back on the
 // sender, whose gate then makes its Send wait. Nothing is refused or lost.
 //
+// The wait comes after everything the read brought is handed on: requests
+// may be followed in the same read by an answer, an event or a goodbye,
+// which must not stay behind the wait. Only the transport knows whether
+// more of the read follows a batch, so a reader that can make the wait
+// itself at the end of its read says so (ext.WaitDeferrer) and is handed
+// the wait (spawnBatch.noteOver, drainWait); with a transport that gives
+// no such sign the sink waits once the batch is queued. A loopback send is
+// such a batch, so a sender to its own node waits in Send.
+//
 // The reader also carries the answers to this node's own calls, and a
 // running handler may wait on one of them: a reader that waited for such a
 // handler would wait for ever. It therefore waits only while the pool has a
@@ -22,8 +31,8 @@ package messenger
 // handler, which takes a request without waiting on anything but the pool's
 // lock. Each worker that takes one either leaves the next searching worker
 // behind or finds the pool at a cap (WithMaxConcurrent, MaxRunningHandlers)
-// and may not; in that case it wakes the reader, which reads on and lets the
-// queue grow as it did before. So every wait ends after a bounded number of
+// and may not; in that case it wakes the reader, which reads on (the queue
+// grows under WithMaxConcurrent; at the node's cap what comes is refused). So every wait ends after a bounded number of
 // requests have been taken, however long their handlers run, and teardown
 // (done) ends it at once.
 

@@ -3,6 +3,7 @@ package messenger_test
 import (
 	"encoding/binary"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,6 +146,127 @@ func TestSpawnQueueWaitAfterTheRead(t *testing.T) {
 	}
 	readerOn.open()
 	sinksOn.open()
+	seen.wait(t, "the handler saw")
+}
+
+// TestSpawnQueueNodesFloodEachOther: two nodes with small bounds flood
+// each other with one-way messages whose handlers each call the other node
+// and wait for its answer. Each node's reader then carries, behind the
+// flood it waits for, the answers its own handlers wait on, and each
+// node's handlers hold the other's answers back while they wait. A wait
+// that depended on a handler would stall both; every message must be
+// handled and every call answered.
+func TestSpawnQueueNodesFloodEachOther(t *testing.T) {
+	const n = 3000
+	opts := []velo.Option{velo.WithSpawnQueue(8, 0)}
+	a, b := pair(t, opts, opts)
+	must(t, b.RegisterPeer(a.PeerInfo()))
+	ctx := testCtx(t)
+	seen := newTally(2 * n)
+	nodes := [][2]*velo.Node{{a, b}, {b, a}}
+	for _, pr := range nodes {
+		self, other := pr[0], pr[1]
+		must(t, self.Register(velo.UnaryHandler("echo", func(c *velo.Context) ([]byte, error) { return c.Payload, nil })))
+		must(t, self.Register(velo.FireHandler("flood", func(c *velo.Context) {
+			if _, err := self.Unary(ctx, other.InstanceID(), "echo", c.Payload); err != nil {
+				t.Error(err)
+			}
+			seen.add()
+		})))
+	}
+	for _, pr := range nodes {
+		must(t, pr[0].WaitForHandler(ctx, pr[1].InstanceID(), "flood"))
+		must(t, pr[0].WaitForHandler(ctx, pr[1].InstanceID(), "echo"))
+	}
+	var wg sync.WaitGroup
+	payload := make([]byte, 64)
+	for _, pr := range nodes {
+		wg.Go(func() {
+			for range n {
+				if err := pr[0].Send(ctx, pr[1].InstanceID(), "flood", payload); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seen.wait(t, "the handlers ran")
+	for _, pr := range nodes {
+		maxQ, pauses := pr[0].Messenger().SpawnQueueStats("flood")
+		eq, ep := pr[0].Messenger().SpawnQueueStats("echo")
+		t.Logf("%s: flood queue at most %d, %d waits; echo queue at most %d, %d waits", pr[0].InstanceID(), maxQ, pauses, eq, ep)
+	}
+}
+
+// TestSpawnQueueLoopbackFromHandlers: handlers of a node flooded over TCP
+// send to the node itself, to a handler whose queue is over its bound. A
+// send through the loopback is a reader's part done on the sender's
+// goroutine, with no sign of what follows, so the sending handler waits
+// there for the queue as a reader would, while the connection's reader
+// waits for the same queue. Neither wait may depend on the other or on a
+// handler: every message must be handled.
+func TestSpawnQueueLoopbackFromHandlers(t *testing.T) {
+	const n, fan = 500, 8
+	a, b := pair(t, nil, []velo.Option{velo.WithSpawnQueue(8, 0)})
+	ctx := testCtx(t)
+	seen := newTally(n * (fan + 1))
+	must(t, b.Register(velo.FireHandler("sink", func(*velo.Context) { seen.add() })))
+	must(t, b.Register(velo.FireHandler("fan", func(c *velo.Context) {
+		for range fan {
+			if err := b.Send(ctx, b.InstanceID(), "sink", c.Payload); err != nil {
+				t.Error(err)
+			}
+		}
+	})))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "fan"))
+	payload := make([]byte, 64)
+	for i := range 2 * n {
+		to := "sink"
+		if i%2 == 0 {
+			to = "fan"
+		}
+		must(t, a.Send(ctx, b.InstanceID(), to, payload))
+	}
+	seen.wait(t, "the handlers ran")
+	maxQ, pauses := b.Messenger().SpawnQueueStats("sink")
+	t.Logf("sink queue at most %d, %d waits (readers and loopback senders)", maxQ, pauses)
+}
+
+// TestSpawnQueuePeerLostDuringAWait: the peer goes away while the reader
+// of its connection waits for a queue its requests took over the bound.
+// What the peer sent before it left was admitted or is still in the
+// socket; all of it must run (the reader reads the rest once the wait
+// ends, then meets the end of the connection and drops its waits).
+func TestSpawnQueuePeerLostDuringAWait(t *testing.T) {
+	const limit, perWrite, writes = 8, 64, 20
+	a, b := pair(t, nil, []velo.Option{velo.WithSpawnQueue(limit, 0)})
+	ctx := testCtx(t)
+	seen := newTally(perWrite * writes)
+	must(t, b.Register(velo.FireHandler("sink", func(*velo.Context) { seen.add() })))
+	must(t, a.WaitForHandler(ctx, b.InstanceID(), "sink"))
+	paused, closed := make(chan struct{}), newGate(t)
+	var first sync.Once
+	b.Messenger().OnSpawnPause("sink", func() {
+		first.Do(func() {
+			close(paused)
+			closed.wait() // the first wait lasts until the peer is gone
+		})
+	})
+	conn := rawConn(t, b)
+	proveAs(t, conn, a)
+	w := uint64(a.WorkerID())
+	var buf []byte
+	for range perWrite {
+		buf = frame.Append(buf, ext.Frame{Type: ext.Message, Header: wireRequestHeader(0, w, 0, "sink", nil)})
+	}
+	for range writes {
+		_, err := conn.Write(buf)
+		must(t, err)
+	}
+	recv(t, paused, "b's reader to wait for the sink's queue")
+	must(t, conn.Close())
+	closed.open()
 	seen.wait(t, "the handler saw")
 }
 

@@ -82,9 +82,10 @@ type Config struct {
 	// reading until the handler's workers took it down to half of both, so
 	// the socket pushes back on the sender rather than the queue growing
 	// on the heap. It stops only while the pool can start workers for what
-	// waits: under WithMaxConcurrent or MaxRunningHandlers the queue keeps
-	// growing instead, as the handlers that run may wait on answers that
-	// the same reader carries.
+	// waits, as the handlers that run may wait on answers that the same
+	// reader carries: under WithMaxConcurrent the queue keeps growing
+	// instead, and at MaxRunningHandlers what comes is refused
+	// (ErrOverloaded).
 	SpawnQueueRequests int
 	SpawnQueueBytes    int
 	// MaxDiscoveredPeers bounds the peers kept from discovery (default

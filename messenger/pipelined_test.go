@@ -19,8 +19,8 @@ type firePipe struct {
 	payload []byte
 }
 
-func newFirePipe(t testing.TB) *firePipe {
-	a, b := pair(t, nil, nil)
+func newFirePipe(t testing.TB, serverOpts ...velo.Option) *firePipe {
+	a, b := pair(t, nil, serverOpts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	t.Cleanup(cancel)
 	p := &firePipe{a: a, b: b, ctx: ctx, payload: make([]byte, 64)}
@@ -84,5 +84,29 @@ func TestFirePipelinedAllocs(t *testing.T) {
 	t.Logf("allocations per 64 messages (both sides): %v", allocs)
 	if allocs > firePipelinedAllocsPer64 {
 		t.Errorf("allocations per 64 pipelined messages: %v, want at most %d", allocs, firePipelinedAllocsPer64)
+	}
+}
+
+// TestFirePipelinedAllocsAtTheBound is TestFirePipelinedAllocs with the
+// spawn queue's bound at 16 requests, below one read's worth, so that the
+// reader's reads take the queue over it and the reader waits, through the
+// transport (ext.WaitDeferrer) at the end of each read: the wait costs no
+// allocation beyond the one channel a wait that blocks makes.
+func TestFirePipelinedAllocsAtTheBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("counts allocations over 64000 messages")
+	}
+	if raceEnabled {
+		t.Skip("the race detector's pools allocate afresh")
+	}
+	p := newFirePipe(t, velo.WithSpawnQueue(16, 0))
+	p.send(t, 10000)
+	_, before := p.b.Messenger().SpawnQueueStats("sink")
+	allocs := testing.AllocsPerRun(100, func() { p.send(t, 64*10) }) / 10
+	_, after := p.b.Messenger().SpawnQueueStats("sink")
+	waits := float64(after-before) / 101 / 10 // per 64 messages, over AllocsPerRun's 101 runs
+	t.Logf("allocations per 64 messages (both sides): %v; reader waits per 64 messages: %.2f", allocs, waits)
+	if allocs > firePipelinedAllocsPer64+waits {
+		t.Errorf("allocations per 64 pipelined messages at the bound: %v, want at most %d and one per wait (%.2f)", allocs, firePipelinedAllocsPer64, waits)
 	}
 }
