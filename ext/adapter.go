@@ -144,6 +144,11 @@ func (a *TransportAdapter) State() *ShutdownState { return a.state }
 // in-flight guard first and reads the drain flag second, and the queued
 // message carries the guard. A transport must not check IsDraining itself.
 func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
+	return a.admitMessage(f, nil)
+}
+
+// admitMessage is AdmitMessage with the Handoff the sink gets with f.
+func (a *TransportAdapter) admitMessage(f Frame, h Handoff) AdmitOutcome {
 	g, ok := a.state.TryAcquire()
 	if !ok {
 		if a.exempt == nil || !a.exempt(f) {
@@ -158,7 +163,7 @@ func (a *TransportAdapter) AdmitMessage(f Frame) AdmitOutcome {
 			return Disconnected
 		}
 		one := [1]InboundMessage{{Frame: f, Guard: g}}
-		a.onMessages(one[:], nil)
+		a.onMessages(one[:], h)
 		return Admitted
 	}
 	if err := a.messages.Push(InboundMessage{Frame: f, Guard: g}); err != nil {
@@ -208,10 +213,18 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 // connection, and must check after the call whether it still reads.
 func (a *TransportAdapter) AdmitBatchHandoff(msgs []InboundMessage, h Handoff) (AdmitOutcome, []InboundMessage) {
 	if !a.state.tryAcquireN(len(msgs)) {
+		// The exempt requests go to the sink one by one, none of them the
+		// batch's last, so none may take the reader's role; but a reader
+		// that makes the sink's waits itself still does, rather than have
+		// the sink wait with the rest of the read behind it.
+		var one Handoff
+		if d, ok := h.(WaitDeferrer); ok {
+			one = deferOnly{d}
+		}
 		refused := msgs[:0]
 		for _, m := range msgs {
 			if a.exempt != nil && a.exempt(m.Frame) {
-				a.AdmitMessage(m.Frame)
+				a.admitMessage(m.Frame, one)
 			} else {
 				refused = append(refused, m)
 			}

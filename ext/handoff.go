@@ -41,6 +41,15 @@ type WaitDeferrer interface {
 	DeferWait(w Waiter)
 }
 
+// deferOnly is a reader's WaitDeferrer that offers no hand-off: what the
+// adapter passes with a request of a batch it splits (a drain's exempt
+// requests, AdmitBatchHandoff).
+type deferOnly struct{ d WaitDeferrer }
+
+func (deferOnly) Handoff() bool { return false }
+
+func (o deferOnly) DeferWait(w Waiter) { o.d.DeferWait(w) }
+
 // sinkOf is the adapter's request sink: OnMessagesHandoff, or OnMessages
 // without a hand-off, or nil (the message queue).
 func sinkOf(cfg AdapterConfig) func([]InboundMessage, Handoff) {
