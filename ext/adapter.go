@@ -208,9 +208,12 @@ func (a *TransportAdapter) AdmitBatch(msgs []InboundMessage) (AdmitOutcome, []In
 
 // AdmitBatchHandoff is AdmitBatch from a reader that offers h to the sink
 // (AdapterConfig.OnMessagesHandoff): the sink's run may cost the reader
-// its role for the rest of the connection. A reader must offer it only where
-// it would read next, with nothing of its own left to do for the
-// connection, and must check after the call whether it still reads.
+// its role for the rest of the connection. A reader must offer a hand-off
+// (a Handoff that may return true) only where it would read next, with
+// nothing of its own left to do for the connection, and must check after
+// the call whether it still reads. With the other batches of a read it may
+// pass a WaitDeferrer whose Handoff is false, to be handed the sink's waits
+// for the end of the read.
 func (a *TransportAdapter) AdmitBatchHandoff(msgs []InboundMessage, h Handoff) (AdmitOutcome, []InboundMessage) {
 	if !a.state.tryAcquireN(len(msgs)) {
 		// The exempt requests go to the sink one by one, none of them the
