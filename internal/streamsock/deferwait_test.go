@@ -38,8 +38,7 @@ type batchSeen struct {
 func TestDeferredWaitComesAfterTheRead(t *testing.T) {
 	batches := make(chan batchSeen, 16)
 	w := &countWaiter{atWaits: make(chan int, 16)}
-	var n *testNode
-	n = newHandoffNode(t, func(b []ext.InboundMessage, h ext.Handoff) {
+	n := newHandoffNode(t, func(b []ext.InboundMessage, h ext.Handoff) {
 		d, ok := h.(ext.WaitDeferrer)
 		batches <- batchSeen{msgs: len(b), handoff: ok && h.Handoff(), deferrer: ok}
 		ext.DoneAll(b)
