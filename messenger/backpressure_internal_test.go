@@ -1,6 +1,7 @@
 package messenger
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -186,4 +187,79 @@ func TestSpawnQueueWaitEndsAtTeardown(t *testing.T) {
 	}
 	r.pool.mu.Unlock()
 	drained(t, st, "the queued requests")
+}
+
+// TestJobQueueAccounting: however requests come (one at a time, or in
+// segments a reader filled, some of them full) and go (one at a time, or
+// all at teardown), the queue's count and bytes are those of the requests
+// it holds, as segments let them go: never below zero, never a request
+// counted twice, and both zero once the queue is empty.
+func TestJobQueueAccounting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var q jobQueue
+	var held []int // the wire length of each request queued, oldest first
+	mk := func() job {
+		return job{payload: make([]byte, rng.IntN(300))}
+	}
+	check := func(step int) {
+		t.Helper()
+		if q.n != len(held) {
+			t.Fatalf("step %d: n = %d, want %d", step, q.n, len(held))
+		}
+		segBytes, jobs := 0, 0
+		for s := q.head; s != nil; s = s.next {
+			segBytes += s.bytes
+			jobs += s.tail - s.head
+		}
+		if q.bytes != segBytes || jobs != q.n {
+			t.Fatalf("step %d: bytes %d over segments holding %d (%d jobs, n %d)", step, q.bytes, segBytes, jobs, q.n)
+		}
+		sum := 0
+		for _, l := range held {
+			sum += l
+		}
+		// Segments let their bytes go whole: the queue counts at least what
+		// it holds, and at most what it holds and one segment's worth.
+		if q.bytes < sum || q.bytes > sum+segJobs*400 {
+			t.Fatalf("step %d: bytes %d for %d requests of %d bytes", step, q.bytes, len(held), sum)
+		}
+		if len(held) == 0 && q.bytes != 0 {
+			t.Fatalf("step %d: an empty queue counts %d bytes", step, q.bytes)
+		}
+	}
+	for step := range 20000 {
+		switch op := rng.IntN(10); {
+		case op < 3:
+			j := mk()
+			held = append(held, j.len())
+			q.push(j)
+		case op < 5:
+			s := newSeg()
+			for range 1 + rng.IntN(segJobs) {
+				j := mk()
+				s.jobs[s.tail] = j
+				s.bytes += j.len()
+				s.tail++
+				held = append(held, j.len())
+			}
+			q.pushSeg(s)
+		case op < 9:
+			if q.n > 0 {
+				var j job
+				q.popInto(&j)
+				if j.len() != held[0] {
+					t.Fatalf("step %d: took a request of %d bytes, want the oldest, of %d", step, j.len(), held[0])
+				}
+				held = held[1:]
+			}
+		default:
+			if rng.IntN(20) == 0 {
+				if got := q.takeAll(); len(got) != len(held) {
+					t.Fatalf("step %d: takeAll gave %d requests, want %d", step, len(got), len(held))
+				}
+				held = held[:0]
+			}
+		}
+		check(step)
+	}
 }
