@@ -221,12 +221,12 @@ func (a *TransportAdapter) AdmitBatchHandoff(msgs []InboundMessage, h Handoff) (
 		// that makes the sink's waits itself still does, rather than have
 		// the sink wait with the rest of the read behind it.
 		var one Handoff
-		if d, ok := h.(WaitDeferrer); ok {
-			one = deferOnly{d}
-		}
 		refused := msgs[:0]
 		for _, m := range msgs {
 			if a.exempt != nil && a.exempt(m.Frame) {
+				if d, ok := h.(WaitDeferrer); ok && one == nil {
+					one = deferOnly{d} // made once a batch needs it: a drain's batches mostly do not
+				}
 				a.admitMessage(m.Frame, one)
 			} else {
 				refused = append(refused, m)
