@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/velo-go/velo/ext"
@@ -242,4 +243,62 @@ func TestWatchdogAllocatesNothing(t *testing.T) {
 	w.mu.Lock()
 	w.timer.Stop()
 	w.mu.Unlock()
+}
+
+// A lone run (none began for a while before it) that ends under the bound
+// stops the timer it armed: at a sparse call rate each call cost two fires
+// before, a goroutine each and the wake of a thread (the first found the
+// run ended, the second the period after it quiet), about 4 futex calls
+// and 12 context switches more per call at one call every 10 ms.
+func TestLoneRunCostsNoFire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &watchdog{after: 50 * time.Microsecond}
+		// The clock monotonic reads is the bubble's, which may be long
+		// before the epoch: the last run is set as a second back.
+		w.last = monotonic() - time.Second
+		rd, st := &reader{}, &connRead{}
+		for range 10 {
+			time.Sleep(10 * time.Millisecond)
+			w.begin(rd, st)
+			if !w.end(rd) {
+				t.Fatal("a run under the bound was handed on")
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.arms != 10 || w.fires != 0 || w.armed {
+			t.Errorf("10 lone runs: %d arms, %d fires, armed %v; want 10, 0, false", w.arms, w.fires, w.armed)
+		}
+	})
+}
+
+// Runs that follow each other closer than the bound keep the timer going
+// from one to the next rather than each arming it on its request's path
+// (and stopping it): only the first arms it, and a fire comes about once
+// a period. A lone run's stop applied to them cost an arm per request.
+func TestStreamOfRunsArmsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &watchdog{after: 50 * time.Microsecond}
+		rd, st := &reader{}, &connRead{}
+		const runs = 100
+		for range runs {
+			w.begin(rd, st)
+			if !w.end(rd) {
+				t.Fatal("a run under the bound was handed on")
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond) // the timer stops after a quiet period
+		synctest.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.arms != 1 || w.armed {
+			t.Errorf("%d runs 10 µs apart: %d arms (armed %v), want 1 (false)", runs, w.arms, w.armed)
+		}
+		if want := uint64(runs * 10 / 50); w.fires < want || w.fires > want+2 {
+			t.Errorf("%d runs over %d µs: %d fires, want about %d", runs, runs*10, w.fires, want)
+		}
+	})
 }
