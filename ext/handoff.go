@@ -50,6 +50,19 @@ func (deferOnly) Handoff() bool { return false }
 
 func (o deferOnly) DeferWait(w Waiter) { o.d.DeferWait(w) }
 
+// HandOnNow is a Handoff that can also pass its role on while the sink's
+// run goes on, rather than when the run has lasted the transport's bound:
+// a sink calls it once it knows its request will wait, such as on a call
+// whose answer may come back on the very connection the reader holds, or
+// on a cancel that only reading the connection brings. A reader's bound
+// is short but rests on a timer, which fires late when the process is
+// idle (streamsock's watchdog: a millisecond or more). It is safe from any
+// goroutine, and does nothing once the run ended or the role went.
+type HandOnNow interface {
+	Handoff
+	HandOnNow()
+}
+
 // sinkOf is the adapter's request sink: OnMessagesHandoff, or OnMessages
 // without a hand-off, or nil (the message queue).
 func sinkOf(cfg AdapterConfig) func([]InboundMessage, Handoff) {

@@ -284,12 +284,12 @@ func (s *contextSlab) next() *Context {
 // sends its next request on the answer must find the place free. The
 // Context comes from slab when there is one.
 func (r *registered) run(j *job, counted bool, slab *contextSlab) {
-	r.runBatched(j, counted, slab, nil)
+	r.runBatched(j, counted, slab, nil, false)
 }
 
 // runBatched is run for a worker that releases the requests it ran in
 // batches (rel); a nil rel releases each at once.
-func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *doneBatch) {
+func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *doneBatch, inline bool) {
 	var c *Context
 	if slab != nil {
 		c = slab.next()
@@ -298,7 +298,7 @@ func (r *registered) runBatched(j *job, counted bool, slab *contextSlab, rel *do
 	}
 	c.Payload, c.Handler, c.m = j.payload, r.name, r.m
 	c.headers, c.sender, c.rtype, c.conn = j.hdr.headers, j.hdr.id.Worker(), j.hdr.rtype, j.conn
-	c.token, c.dl = j.hdr.id.Hi, j.dl
+	c.token, c.dl, c.inline = j.hdr.id.Hi, j.dl, inline
 	var span trace.Span
 	if r.m.tr != nil && !r.system {
 		span = r.m.startServerSpan(c) // tracing.go
@@ -787,14 +787,15 @@ func (l *orderedLane) refuse(jobs []job) {
 type spawnPool struct {
 	mu        sync.Mutex
 	q         jobQueue
-	max       int          // MaxConcurrent; 0: unbounded
-	running   int          // workers inside the handler
-	searching int          // workers woken or started that have not taken a request yet (0 or 1)
-	parked    int          // workers waiting on wake
-	starved   bool         // in the node's starved list (see endRun)
-	workers   int          // live workers, for tests
-	handoffs  int          // workers woken or started, for tests
-	inline    atomic.Int64 // requests run on a reader (tryInline), for tests
+	max       int           // MaxConcurrent; 0: unbounded
+	running   int           // workers inside the handler
+	searching int           // workers woken or started that have not taken a request yet (0 or 1)
+	parked    int           // workers waiting on wake
+	starved   bool          // in the node's starved list (see endRun)
+	workers   int           // live workers, for tests
+	handoffs  int           // workers woken or started, for tests
+	inline    atomic.Int64  // requests run on a reader (tryInline), for tests
+	onReader  ext.HandOnNow // the reader of the run tryInline makes, while it does
 	wake      chan struct{}
 	onPark    func() // test seam: runs as a worker parks
 	// drained, when not nil, is closed to wake the readers waiting for the
@@ -965,7 +966,7 @@ func (p *spawnPool) work(r *registered) {
 		p.wakeDrainLocked(r, false)
 		p.mu.Unlock()
 		p.act(r, a)
-		r.runBatched(&j, true, &slab, &rel)
+		r.runBatched(&j, true, &slab, &rel, false)
 	}
 }
 
@@ -993,21 +994,37 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 		return false
 	}
 	p.running++ // held while Handoff runs, so no worker takes the place
+	// The run's Context hands the connection on at once if its handler
+	// asks for its context.Context (Context.Context); running is held, so
+	// this is the pool's only run on a reader.
+	p.onReader, _ = h.(ext.HandOnNow)
 	p.mu.Unlock()
 	ok := h.Handoff()
 	if ok {
 		p.inline.Add(1)
 		r.m.startRun(r)
 		slab := slabs.Get().(*contextSlab)
-		r.run(j, true, slab)
+		r.runBatched(j, true, slab, nil, true)
 		slabs.Put(slab)
 	}
 	p.mu.Lock()
+	p.onReader = nil
 	p.running--
 	a := p.needWorkerLocked(r) // a request queued behind the place this run held
 	p.mu.Unlock()
 	p.act(r, a)
 	return ok
+}
+
+// handOnReader hands on the connection of the reader that runs r's
+// request, if one does (tryInline) and can.
+func (p *spawnPool) handOnReader() {
+	p.mu.Lock()
+	h := p.onReader
+	p.mu.Unlock()
+	if h != nil {
+		h.HandOnNow()
+	}
 }
 
 // slabs holds the Context blocks of requests run on readers (tryInline),

@@ -40,6 +40,9 @@ type Context struct {
 	// rtype sits by ended, so that the two share a word: each request's
 	// Context is a heap object of 144 bytes, a size class.
 	rtype msgwire.ResponseType
+	// inline: the request runs on the goroutine that read it, which
+	// holds its connection (spawnPool.tryInline); in the same word.
+	inline bool
 }
 
 // Messenger is the node's messenger, for sending from inside a handler.

@@ -276,7 +276,10 @@ func shouldCancel(ctx context.Context, budgeted bool) bool {
 // any goroutine. A fire-and-forget handler's context ends the same ways,
 // less the cancel. An inline handler (WithInline) learns of a cancel or
 // of its connection's end only after it returns, since the goroutine that
-// would read them runs it; its deadline and the shutdown still end it.
+// would read them runs it; its deadline and the shutdown still end it. A
+// spawn handler that runs on the goroutine that read its request has that
+// goroutine hand the connection on to another when it first asks, so it
+// hears of them, and of answers coming on that connection, at once.
 func (c *Context) Context() context.Context {
 	if hc := c.hc.Load(); hc != nil {
 		return hc.ctx
@@ -290,6 +293,15 @@ func (c *Context) Context() context.Context {
 		// Asked for after the handler returned (from a goroutine it
 		// left behind): finishRun may have looked before the store.
 		c.m.closeHandlerCtx(hc)
+	} else if c.inline {
+		// A handler that asks for its context is about to wait on
+		// something (a call, most often, whose answer may come on the
+		// very connection its reader holds), or to hear of a cancel or
+		// of its connection's end, which only reading that connection
+		// brings: the reader hands it on now, not when the transport's
+		// timer finds the run long (which is late in an idle process:
+		// a millisecond or more).
+		c.m.handOnReader(c.Handler)
 	}
 	return hc.ctx
 }
@@ -306,4 +318,12 @@ func (c *Context) finishRun() {
 // deadline: the caller's deadline passed.
 func (c *Context) pastDeadline(err error) bool {
 	return !c.dl.IsZero() && !time.Now().Before(c.dl) && errors.Is(err, context.DeadlineExceeded)
+}
+
+// handOnReader hands on the connection held by the reader that runs a
+// request to the named handler on itself (spawnPool.tryInline).
+func (m *Messenger) handOnReader(name string) {
+	if r := (*m.handlers.Load())[name]; r != nil {
+		r.pool.handOnReader()
+	}
 }

@@ -17,8 +17,9 @@ import (
 // follower, or a new one. So the request starts with no goroutine woken
 // in front of it, a short one is answered with none woken at all (the
 // reader reads on once it returns), and a handler that blocks holds up
-// the connection, with the replies it carries, for no more than the
-// bound. A reader whose connection was handed on parks as a follower
+// the connection, with the replies it carries, for the bound plus the
+// timer's lateness (watch.go), unless the sink hands it on at once
+// (HandOnNow). A reader whose connection was handed on parks as a follower
 // itself once its request ends, up to maxFollowers per transport; the
 // others end.
 
@@ -132,6 +133,11 @@ func (rd *reader) Handoff() bool {
 	return true
 }
 
+// HandOnNow hands rd's connection on now if a run holds it still (the
+// sink learned its request will wait): see ext.HandOnNow. Any goroutine
+// may call it; the watchdog's lock decides, as for a fire.
+func (rd *reader) HandOnNow() { rd.t.watch.handOn(rd) }
+
 // settle ends the run the sink made on rd, if any, and reports whether
 // rd still leads its connection.
 func (rd *reader) settle() bool {
@@ -188,3 +194,6 @@ func (rd *reader) follow() {
 		}
 	}
 }
+
+// The reader offers its role with both of ext's interfaces.
+var _ ext.HandOnNow = (*reader)(nil)

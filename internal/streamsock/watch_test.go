@@ -30,7 +30,11 @@ func (s *inlineSink) on(batch []ext.InboundMessage, h ext.Handoff) {
 		if len(batch) == 1 && h != nil && h.Handoff() {
 			s.inline.Add(1)
 		}
-		if string(m.Payload) == "block" {
+		if string(m.Payload) == "handon" {
+			h.(ext.HandOnNow).HandOnNow() // the sink knows it will wait
+			h.(ext.HandOnNow).HandOnNow() // again: the role went already
+		}
+		if string(m.Payload) == "block" || string(m.Payload) == "handon" {
 			s.blocked <- struct{}{}
 			<-s.release
 		}
@@ -147,4 +151,29 @@ func TestShutdownDuringBlockedInlineRun(t *testing.T) {
 	}
 	close(s.release)
 	_ = tx
+}
+
+// A sink that learns during its run that its request will wait hands the
+// connection on at once (ext.HandOnNow), not when the bound passes (an
+// hour here; in production the timer's fire, which is a millisecond or
+// more late in an idle process): the requests behind it are read and run
+// while it blocks. A second ask does nothing.
+func TestHandOnNow(t *testing.T) {
+	s := newInlineSink()
+	tx, rx := inlinePair(t, s, time.Hour)
+	sendOne(t, tx, rx, "handon")
+	<-s.blocked
+	if h := rx.t.handoffs.Load(); h != 1 {
+		t.Fatalf("%d hand-offs after HandOnNow, want 1", h)
+	}
+	const n = 5
+	for i := range n {
+		sendOne(t, tx, rx, "x")
+		testwait.Until(t, "a request behind the waiting one to run", func() bool { return s.ran.Load() == int64(i+1) })
+	}
+	close(s.release)
+	testwait.Until(t, "the waiting request to end", func() bool { return s.ran.Load() == n+1 })
+	if h := rx.t.handoffs.Load(); h != 1 {
+		t.Fatalf("%d hand-offs, want 1", h)
+	}
 }
