@@ -1002,10 +1002,12 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 	ok := h.Handoff()
 	if ok {
 		p.inline.Add(1)
+		r.m.onReaders.Add(1)
 		r.m.startRun(r)
 		slab := slabs.Get().(*contextSlab)
 		r.runBatched(j, true, slab, nil, true)
 		slabs.Put(slab)
+		r.m.onReaders.Add(-1)
 	}
 	p.mu.Lock()
 	p.onReader = nil

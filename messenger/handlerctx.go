@@ -327,3 +327,17 @@ func (m *Messenger) handOnReader(name string) {
 		r.pool.handOnReader()
 	}
 }
+
+// handOnReaders hands on the connections of every reader that runs a
+// request on itself. A call waits for an answer, which may come on the
+// very connection such a reader holds (a handler that calls back its own
+// caller, with or without its Context's context): it is read at once, not
+// when the transport's timer finds the run long, which is a millisecond
+// or more late in an idle process. The call cannot tell which run, if
+// any, is its own handler's, so it hands on all of them: the followers
+// they wake would have been woken before every such run anyway.
+func (m *Messenger) handOnReaders() {
+	for _, r := range *m.handlers.Load() {
+		r.pool.handOnReader()
+	}
+}

@@ -1,6 +1,8 @@
 package messenger
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 
@@ -53,5 +55,51 @@ func TestInlineHandlerAskingForItsContextHandsOn(t *testing.T) {
 		if n := h.now.Load(); n != tc.want {
 			t.Errorf("%s: the reader was asked to hand on %d times, want %d", tc.handler, n, tc.want)
 		}
+	}
+}
+
+// A call made while a request runs on a reader has that reader hand its
+// connection on, whether or not the handler asked for its context: the
+// call's answer may come on that very connection (a handler calling back
+// its caller with context.Background()). A one-way send waits for no
+// answer and leaves the run alone.
+func TestCallDuringInlineRunHandsOn(t *testing.T) {
+	m := simMessenger(t)
+	var callErr error
+	stranger := ext.NewInstanceID()
+	if err := m.Register(FireHandler("calls", func(c *Context) {
+		_, callErr = m.Unary(context.Background(), stranger, "elsewhere", nil)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Register(FireHandler("sends", func(c *Context) {
+		_ = m.Send(context.Background(), stranger, "elsewhere", nil)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		handler string
+		want    int64
+	}{{"sends", 0}, {"calls", 1}} {
+		h := &handOnRecorder{}
+		msg := ext.InboundMessage{Frame: ext.Frame{Header: appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 1, Hi: 2}, tc.handler, nil), Payload: []byte("x")}}
+		var j job
+		initJob(&j, &msg)
+		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
+			t.Fatal(err)
+		}
+		r := (*m.handlers.Load())[tc.handler]
+		if !r.pool.tryInline(r, &j, h) {
+			t.Fatalf("%s: the request did not run on the reader", tc.handler)
+		}
+		if n := h.now.Load(); n != tc.want {
+			t.Errorf("%s: the reader was asked to hand on %d times, want %d", tc.handler, n, tc.want)
+		}
+	}
+	if !errors.Is(callErr, ErrPeerNotRegistered) {
+		t.Fatalf("the call to an unknown peer: %v, want ErrPeerNotRegistered", callErr)
+	}
+	if n := m.onReaders.Load(); n != 0 {
+		t.Fatalf("onReaders %d after the runs, want 0", n)
 	}
 }

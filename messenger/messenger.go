@@ -149,11 +149,15 @@ type Messenger struct {
 	regMu    sync.Mutex
 	slots    *slotTable
 
-	stopped  atomic.Bool
-	shutOnce sync.Once
-	shutDone chan struct{}
-	shutErr  error
-	done     chan struct{} // closed at teardown: ordered lanes stop
+	stopped atomic.Bool
+	// onReaders counts the requests running on a reader that holds its
+	// connection (spawnPool.tryInline): a call made while one runs has
+	// them handed on (handOnReaders), since its answer may come on one.
+	onReaders atomic.Int32
+	shutOnce  sync.Once
+	shutDone  chan struct{}
+	shutErr   error
+	done      chan struct{} // closed at teardown: ordered lanes stop
 
 	// The node's cap on running handlers (dispatch.go).
 	maxRuns      int64
@@ -936,6 +940,9 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 }
 
 func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
+	if rt != msgwire.FireAndForget && m.onReaders.Load() != 0 {
+		m.handOnReaders() // the answer may come on a connection a reader holds
+	}
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
 		return nil, err

@@ -30,13 +30,17 @@ func main() {
 	b.Register(velo.UnaryHandler("outer", func(c *velo.Context) ([]byte, error) {
 		return b.Unary(c.Context(), a.InstanceID(), "inner", c.Payload)
 	}))
+	b.Register(velo.UnaryHandler("outer-bg", func(c *velo.Context) ([]byte, error) {
+		// The same call without the handler's context: it does not ask for it.
+		return b.Unary(ctx, a.InstanceID(), "inner", c.Payload)
+	}))
 	b.Register(velo.UnaryHandler("flat", func(c *velo.Context) ([]byte, error) {
 		return append([]byte(nil), c.Payload...), nil
 	}))
 	a.RegisterPeer(b.PeerInfo())
 	b.RegisterPeer(a.PeerInfo())
 	p := make([]byte, 64)
-	for _, h := range []string{"flat", "outer"} {
+	for _, h := range []string{"flat", "outer", "outer-bg"} {
 		var d []time.Duration
 		for i := 0; i < 3000; i++ {
 			t0 := time.Now()
