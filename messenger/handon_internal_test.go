@@ -35,27 +35,7 @@ func TestInlineHandlerAskingForItsContextHandsOn(t *testing.T) {
 	if err := m.Register(FireHandler("quiet", func(c *Context) {})); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		handler string
-		want    int64
-	}{{"quiet", 0}, {"asks", 1}} {
-		// The request as the reader's batch brings it, past the identity
-		// gate: spawnBatch.finish runs it on the reader (tryInline).
-		h := &handOnRecorder{}
-		msg := ext.InboundMessage{Frame: ext.Frame{Header: appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 1, Hi: 2}, tc.handler, nil), Payload: []byte("x")}}
-		var j job
-		initJob(&j, &msg)
-		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
-			t.Fatal(err)
-		}
-		r := (*m.handlers.Load())[tc.handler]
-		if !r.pool.tryInline(r, &j, h) {
-			t.Fatalf("%s: the request did not run on the reader", tc.handler)
-		}
-		if n := h.now.Load(); n != tc.want {
-			t.Errorf("%s: the reader was asked to hand on %d times, want %d", tc.handler, n, tc.want)
-		}
-	}
+	expectHandOns(t, m, map[string]int64{"quiet": 0, "asks": 1})
 }
 
 // A call made while a request runs on a reader has that reader hand its
@@ -77,29 +57,35 @@ func TestCallDuringInlineRunHandsOn(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		handler string
-		want    int64
-	}{{"sends", 0}, {"calls", 1}} {
-		h := &handOnRecorder{}
-		msg := ext.InboundMessage{Frame: ext.Frame{Header: appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 1, Hi: 2}, tc.handler, nil), Payload: []byte("x")}}
-		var j job
-		initJob(&j, &msg)
-		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
-			t.Fatal(err)
-		}
-		r := (*m.handlers.Load())[tc.handler]
-		if !r.pool.tryInline(r, &j, h) {
-			t.Fatalf("%s: the request did not run on the reader", tc.handler)
-		}
-		if n := h.now.Load(); n != tc.want {
-			t.Errorf("%s: the reader was asked to hand on %d times, want %d", tc.handler, n, tc.want)
-		}
-	}
+	expectHandOns(t, m, map[string]int64{"sends": 0, "calls": 1})
 	if !errors.Is(callErr, ErrPeerNotRegistered) {
 		t.Fatalf("the call to an unknown peer: %v, want ErrPeerNotRegistered", callErr)
 	}
 	if n := m.onReaders.Load(); n != 0 {
 		t.Fatalf("onReaders %d after the runs, want 0", n)
+	}
+}
+
+// expectHandOns runs one request to each named handler of m on a
+// recording reader, as the reader's batch brings it past the identity
+// gate (spawnBatch.finish runs it on the reader: tryInline), and checks
+// how many times the run asked the reader to hand its connection on.
+func expectHandOns(t *testing.T, m *Messenger, want map[string]int64) {
+	t.Helper()
+	for handler, n := range want {
+		h := &handOnRecorder{}
+		msg := ext.InboundMessage{Frame: ext.Frame{Header: appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 1, Hi: 2}, handler, nil), Payload: []byte("x")}}
+		var j job
+		initJob(&j, &msg)
+		if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
+			t.Fatal(err)
+		}
+		r := (*m.handlers.Load())[handler]
+		if !r.pool.tryInline(r, &j, h) {
+			t.Fatalf("%s: the request did not run on the reader", handler)
+		}
+		if got := h.now.Load(); got != n {
+			t.Errorf("%s: the reader was asked to hand on %d times, want %d", handler, got, n)
+		}
 	}
 }
