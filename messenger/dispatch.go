@@ -408,12 +408,19 @@ func (b *doneBatch) flush() {
 
 // call runs the function; a panic becomes an error for the caller.
 func (r *registered) call(c *Context) (resp []byte, err error) {
+	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			resp, err = nil, msgerr.Errorf(msgerr.Internal, "handler panicked: %v", p)
+		} else if !returned {
+			// runtime.Goexit: runBatched, which ends the context, does
+			// not go on (the caller's deferred goexited does the rest).
+			c.finishRun()
 		}
 	}()
-	return r.fn(c)
+	resp, err = r.fn(c)
+	returned = true
+	return resp, err
 }
 
 // refuse answers a request that will not run with err and releases it.
@@ -904,6 +911,16 @@ func (p *spawnPool) work(r *registered) {
 	var slab contextSlab
 	var j job // the request being run, copied out of its segment once
 	var rel doneBatch
+	// A handler that calls runtime.Goexit ends the worker in the middle of
+	// runBatched: the deferred call, made once per worker, gives back what
+	// the run holds (goexited).
+	inRun := false
+	defer func() {
+		if inRun {
+			rel.flush()
+			p.goexited(r, &j, nil)
+		}
+	}()
 	for {
 		p.mu.Lock()
 		if searching {
@@ -966,7 +983,9 @@ func (p *spawnPool) work(r *registered) {
 		p.wakeDrainLocked(r, false)
 		p.mu.Unlock()
 		p.act(r, a)
+		inRun = true
 		r.runBatched(&j, true, &slab, &rel, false)
+		inRun = false
 	}
 }
 
@@ -1005,7 +1024,18 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 		r.m.onReaders.Add(1)
 		r.m.startRun(r)
 		slab := slabs.Get().(*contextSlab)
+		// A handler that calls runtime.Goexit (t.FailNow, say) ends this
+		// goroutine, the reader's, in the middle of runBatched: the
+		// deferred call gives back what the run holds (goexited). An
+		// open-coded defer, a nanosecond or two on a run on a reader.
+		ended := false
+		defer func() {
+			if !ended {
+				p.goexited(r, j, h)
+			}
+		}()
 		r.runBatched(j, true, slab, nil, true)
+		ended = true
 		slabs.Put(slab)
 		r.m.onReaders.Add(-1)
 	}
@@ -1016,6 +1046,42 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 	p.mu.Unlock()
 	p.act(r, a)
 	return ok
+}
+
+// errGoexit answers a request whose handler called runtime.Goexit.
+var errGoexit = msgerr.Errorf(msgerr.Internal, "handler called runtime.Goexit")
+
+// goexited gives back what a run of r's handler held when the handler
+// called runtime.Goexit, which ends the run's goroutine (a worker, or the
+// reader for h, tryInline) without a return to runBatched, tryInline or
+// work: the node's running count and the pool's place, without which the
+// node's cap and the pool's WithMaxConcurrent would lose one for good and
+// the pool never run on a reader again; the request, answered with an
+// error rather than left to the caller's deadline, and released (the
+// drain waits for it); and for a run on a reader, the node's count of
+// them (left up, every later call would look at every pool) and the
+// connection, which a follower reads on at once. A worker that queued
+// requests leave behind is replaced.
+func (p *spawnPool) goexited(r *registered, j *job, h ext.Handoff) {
+	if h != nil {
+		r.m.onReaders.Add(-1)
+		if n, ok := h.(ext.HandOnNow); ok {
+			n.HandOnNow()
+		}
+	}
+	r.m.endRun(r)
+	p.mu.Lock()
+	p.running--
+	if h != nil {
+		p.onReader = nil
+	} else {
+		p.workers--
+	}
+	a := p.needWorkerLocked(r)
+	p.wakeDrainLocked(r, false)
+	p.mu.Unlock()
+	p.act(r, a)
+	r.refuse(*j, errGoexit) // the guard last, as in runBatched: the drain waits for it
 }
 
 // handOnReader hands on the connection of the reader that runs r's

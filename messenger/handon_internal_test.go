@@ -3,6 +3,7 @@ package messenger
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -87,5 +88,56 @@ func expectHandOns(t *testing.T, m *Messenger, want map[string]int64) {
 		if got := h.now.Load(); got != n {
 			t.Errorf("%s: the reader was asked to hand on %d times, want %d", handler, got, n)
 		}
+	}
+}
+
+// A handler run on its reader that calls runtime.Goexit (t.FailNow from a
+// handler, say) ends the reader's goroutine with it, past the end of
+// tryInline. What the run held must still be given back: the node's count
+// of runs on readers (left at 1, every later call of the node would hand
+// on every inline run), the pool's place (left held, the pool would never
+// run on a reader again, and under WithMaxConcurrent would lose a worker)
+// and its reader, the node's running count; and the connection, whose
+// reader is gone, must go to a follower at once.
+func TestInlineRunGoexitGivesBack(t *testing.T) {
+	m := simMessenger(t)
+	if err := m.Register(FireHandler("exits", func(c *Context) { runtime.Goexit() })); err != nil {
+		t.Fatal(err)
+	}
+	r := (*m.handlers.Load())["exits"]
+	h := &handOnRecorder{}
+	msg := ext.InboundMessage{Frame: ext.Frame{Header: appendRequestHeader(nil, FireAndForget, ResponseID{Lo: 1, Hi: 2}, "exits", nil), Payload: []byte("x")}}
+	var j job
+	initJob(&j, &msg)
+	if err := parseRequestHeaderInto(msg.Header, &j.hdr); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan bool, 1)
+	go func() {
+		ok := false
+		defer func() { returned <- ok }()
+		r.pool.tryInline(r, &j, h)
+		ok = true
+	}()
+	if <-returned {
+		t.Fatal("tryInline returned: the handler's Goexit did not end the goroutine")
+	}
+	if n := m.onReaders.Load(); n != 0 {
+		t.Errorf("onReaders %d after the run, want 0", n)
+	}
+	if n := m.runs.Load(); n != 0 {
+		t.Errorf("the node counts %d running handlers after the run, want 0", n)
+	}
+	if !m.SpawnIdle("exits") {
+		t.Errorf("the pool is not idle after the run: its place stays held")
+	}
+	r.pool.mu.Lock()
+	stale := r.pool.onReader != nil
+	r.pool.mu.Unlock()
+	if stale {
+		t.Errorf("the pool keeps the gone reader as the one its run is on")
+	}
+	if n := h.now.Load(); n != 1 {
+		t.Errorf("the reader was asked to hand on %d times, want 1", n)
 	}
 }

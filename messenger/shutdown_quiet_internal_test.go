@@ -373,7 +373,7 @@ func TestUnregisterForgetsAGoodbye(t *testing.T) {
 
 // simMessenger is a messenger on a simulated network of its own, shut down
 // (and the network closed) when t ends.
-func simMessenger(t *testing.T) *Messenger {
+func simMessenger(t testing.TB) *Messenger {
 	t.Helper()
 	net := sim.NewNet(sim.Config{})
 	net.Run()

@@ -2,6 +2,7 @@ package messenger
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +175,39 @@ func TestSpawnReadNeverWaitsBehindABlockedHandler(t *testing.T) {
 		t.Fatalf("%d of %d requests ran while the first one's handler waited for them", others.Load(), n-1)
 	}
 	drained(t, st, "the read")
+}
+
+// TestSpawnWorkerGoexitGivesBack: a handler that calls runtime.Goexit on
+// a worker (t.FailNow from a handler, say) ends the worker with it. Its
+// request must still be released (the drain waits for it) and the node's
+// running count given back: at a cap of one, a leaked count would leave
+// the next request starved for ever. The pool's place and worker count
+// are given back, and the request behind gets a worker of its own.
+func TestSpawnWorkerGoexitGivesBack(t *testing.T) {
+	m, st := poolNode(t, 1)
+	var calls atomic.Int32
+	ran := make(chan struct{})
+	r := m.newRegistered(FireHandler("exits", func(*Context) {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		close(ran)
+	}), false)
+	r.pool.submit(r, fireJob(t, st))
+	r.pool.submit(r, fireJob(t, st))
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request behind the one whose handler called Goexit never ran")
+	}
+	drained(t, st, "after a handler's Goexit")
+	if n := m.runs.Load(); n != 0 {
+		t.Errorf("the node counts %d running handlers, want 0", n)
+	}
+	r.pool.mu.Lock()
+	running, workers, parked := r.pool.running, r.pool.workers, r.pool.parked
+	r.pool.mu.Unlock()
+	if running != 0 || workers != parked {
+		t.Errorf("the pool: %d running, %d workers of which %d parked; want 0 running, every worker parked", running, workers, parked)
+	}
 }
