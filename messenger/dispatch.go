@@ -1070,6 +1070,9 @@ func (p *spawnPool) goexited(r *registered, j *job, h ext.Handoff) {
 		}
 	}
 	r.m.endRun(r)
+	if r.met != nil {
+		r.met.running().Dec() // the in-flight gauge that runBatched raised
+	}
 	p.mu.Lock()
 	p.running--
 	if h != nil {
