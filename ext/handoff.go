@@ -57,7 +57,10 @@ func (o deferOnly) DeferWait(w Waiter) { o.d.DeferWait(w) }
 // on a cancel that only reading the connection brings. A reader's bound
 // is short but rests on a timer, which fires late when the process is
 // idle (streamsock's watchdog: a millisecond or more). It is safe from any
-// goroutine, and does nothing once the run ended or the role went.
+// goroutine, and does nothing once the run ended or the role went. A
+// reader offers itself again for its later runs, so a HandOnNow made late,
+// racing the end of the run it was meant for, may hand on the next one:
+// a follower woken early, which costs a wake and nothing else.
 type HandOnNow interface {
 	Handoff
 	HandOnNow()
