@@ -21,7 +21,7 @@ import (
 func learnOwner(t *testing.T, producer, consumer *remoteNode) {
 	t.Helper()
 	a, s := muxStream(t, producer, consumer)
-	if s.slot().Answered != nil {
+	if s.slot().Pipelined() {
 		t.Fatal("the first attach to an owner was pipelined; it must wait to learn the owner's answer")
 	}
 	s.Finalize()
@@ -66,7 +66,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pipelined attach: %v", err)
 	}
-	if s.slot().Answered == nil {
+	if !s.slot().Pipelined() {
 		t.Fatal("the attach waited for its answer")
 	}
 	if got := s.NegotiatedTransport(); got != mux.WireKey {
@@ -74,7 +74,7 @@ func TestMuxPipelinedAttach(t *testing.T) {
 	}
 	fill(t, s, 0, 5) // queued: the slot holds them until the answer
 	select {
-	case <-s.slot().Answered:
+	case <-s.slot().Answered():
 		t.Fatal("answered while the owner's handler was held")
 	default:
 	}
@@ -193,7 +193,7 @@ func TestMuxWaitForAttach(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{WaitForAttach: true})
 	learnOwner(t, producer, consumer)
 	a, s := muxStream(t, producer, consumer)
-	if s.slot().Answered != nil {
+	if s.slot().Pipelined() {
 		t.Fatal("an attach was pipelined under WaitForAttach")
 	}
 	if _, err := AttachAnchor[[]byte](context.Background(), producer.sm, a.Handle()); !errors.Is(err, ErrAlreadyAttached) {
@@ -277,7 +277,7 @@ func TestMuxManualFlushAttachWaits(t *testing.T) {
 	producer, consumer := muxNodes(t, MuxConfig{Flush: FlushManual})
 	learnOwner(t, producer, consumer)
 	_, s := muxStream(t, producer, consumer)
-	if s.slot().Answered != nil {
+	if s.slot().Pipelined() {
 		t.Fatal("an attach was pipelined under FlushManual")
 	}
 	s.Close()
@@ -421,12 +421,12 @@ func TestMuxPipelinedAttachAnsweredAfterProducerClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.slot().Answered == nil {
+	if !s.slot().Pipelined() {
 		t.Fatal("the attach waited for its answer")
 	}
 	producer.sm.Close()
 	release()
-	<-s.slot().Answered
+	<-s.slot().Answered()
 	if _, err := nextItemWithin(t, a, 3*time.Second); !errors.Is(err, ErrSenderDropped) {
 		t.Fatalf("the consumer of a stream whose producer closed before the answer: %v, want ErrSenderDropped", err)
 	}

@@ -1,6 +1,10 @@
 package streamwire
 
-import "math"
+import (
+	"math"
+	"slices"
+	"sync/atomic"
+)
 
 // The attach bodies in the form this package and serde_json write them:
 // fields in declaration order, no spaces, plain integers and strings of
@@ -103,7 +107,8 @@ func canonicalAttachRequest(b []byte) (r AttachRequest, ok bool) {
 	c.lit(`,"lo":`)
 	r.CancelHandle.Lo = c.uint(64)
 	c.lit(`},"supported_transport_keys":[`)
-	keys := make([]string, 0, 4) // as jsonStrings makes it
+	var kb [4]string // the keys on the stack: sharedKeys keeps a copy
+	keys := kb[:0]
 	for !c.bad && !c.next(']') {
 		if len(keys) > 0 {
 			c.lit(",")
@@ -111,7 +116,9 @@ func canonicalAttachRequest(b []byte) (r AttachRequest, ok bool) {
 		keys = append(keys, c.str())
 	}
 	c.lit("]")
-	r.SupportedTransportKeys = keys
+	if !c.bad {
+		r.SupportedTransportKeys = sharedKeys(keys)
+	}
 	if c.next(',') {
 		c.lit(`,"lane_key":`)
 		v := c.uint(64)
@@ -122,6 +129,25 @@ func canonicalAttachRequest(b []byte) (r AttachRequest, ok bool) {
 		return AttachRequest{}, false
 	}
 	return r, true
+}
+
+// lastKeys is the list of transport keys the last canonical attach
+// request offered.
+var lastKeys atomic.Pointer[[]string]
+
+// sharedKeys is keys as a slice to keep: the list of the last request when
+// keys equal it, else a copy that becomes that list. An owner reads one
+// request per stream, and every producer of a build offers the same keys:
+// a fresh list per request was an allocation per stream. The requests'
+// readers only read the list, so one slice may serve them all.
+func sharedKeys(keys []string) []string {
+	if p := lastKeys.Load(); p != nil && slices.Equal(*p, keys) {
+		return *p
+	}
+	k := make([]string, len(keys)) // never nil, as jsonStrings makes it
+	copy(k, keys)
+	lastKeys.Store(&k)
+	return k
 }
 
 // canonicalAttachResponse reads b as AttachResponse.AppendJSON writes an

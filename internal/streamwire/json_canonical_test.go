@@ -113,3 +113,32 @@ func BenchmarkDecodeAttachResponse(b *testing.B) {
 		}
 	}
 }
+
+// TestCanonicalAttachRequestAllocs checks that an owner reading the attach
+// requests of a producer allocates nothing per request: the offered keys
+// come back as one shared list, and each request still reads them right
+// when the offer changes. It allocated the list per request before.
+func TestCanonicalAttachRequestAllocs(t *testing.T) {
+	req := AttachRequest{Handle: AnchorHandle{Hi: 1, Lo: 2}, SessionID: 3, CancelHandle: NewCancelHandle(4, 5),
+		SupportedTransportKeys: []string{"messenger-mux-v2", "tcp-stream"}}
+	b := req.AppendJSON(nil)
+	other := req
+	other.SupportedTransportKeys = []string{"tcp-stream"}
+	ob := other.AppendJSON(nil)
+	for _, c := range []struct {
+		b    []byte
+		want []string
+	}{{b, req.SupportedTransportKeys}, {ob, other.SupportedTransportKeys}, {b, req.SupportedTransportKeys}} {
+		r, ok := canonicalAttachRequest(c.b)
+		if !ok || !reflect.DeepEqual(r.SupportedTransportKeys, c.want) {
+			t.Fatalf("%s: keys %q (canonical %v), want %q", c.b, r.SupportedTransportKeys, ok, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, ok := canonicalAttachRequest(b); !ok {
+			t.Fatal("not canonical")
+		}
+	}); n != 0 {
+		t.Errorf("%.1f allocations per canonical attach request, want 0", n)
+	}
+}

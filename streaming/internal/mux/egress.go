@@ -131,11 +131,16 @@ type OutSlot struct {
 
 	// A pipelined attach (pending.go) opens the slot before the
 	// owner answers: pending holds its records back until the answer,
-	// answered closes with it, and failErr is why the owner refused.
+	// answered says it came (Answered), and failErr is why the owner
+	// refused. answeredCh is made only for a wait that begins before the
+	// answer, and closed with it: the answer most often comes first, and a
+	// channel per pipelined attach was an allocation per stream.
 	pending     bool
+	pipelined   bool
+	answered    bool
 	pendingWalk uint64 // the mux's walk count when the attach was sent
 	Call        uint64 // the attach request's token (msgrx.AsyncCall.Token), abandoned when it expires
-	Answered    chan struct{}
+	answeredCh  chan struct{}
 	failErr     error
 
 	Life      StreamLife // ended by the application, gone (stream_life.go)

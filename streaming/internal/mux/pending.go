@@ -9,6 +9,7 @@ import (
 	"github.com/velo-go/velo/internal/muxwire"
 	wire "github.com/velo-go/velo/internal/streamwire"
 	"github.com/velo-go/velo/metrics"
+	"github.com/velo-go/velo/streaming/internal/inlet"
 	"github.com/velo-go/velo/streaming/internal/streamerr"
 )
 
@@ -63,7 +64,7 @@ func (b *Batcher) OpenPending(handle wire.AnchorHandle) (*OutSlot, error) {
 		return nil, errSlotsExhausted
 	}
 	id, _ := muxwire.NewSlotID(idx, b.gens[idx])
-	s := &OutSlot{B: b, ID: id, Handle: handle, anchorID: handle.LocalID(), pending: true, Answered: make(chan struct{}),
+	s := &OutSlot{B: b, ID: id, Handle: handle, anchorID: handle.LocalID(), pending: true, pipelined: true,
 		Q: b.queueLocked()}
 	b.slots[idx] = s
 	b.live++
@@ -73,6 +74,42 @@ func (b *Batcher) OpenPending(handle wire.AnchorHandle) (*OutSlot, error) {
 	s.openSeq = s.Seq
 	s.Seq++
 	return s, nil
+}
+
+// Pipelined says the slot was opened by a pipelined attach, before the
+// owner's answer.
+func (s *OutSlot) Pipelined() bool { return s.pipelined }
+
+// Answered returns a channel that is closed once the owner answered the
+// pipelined attach of s, or it failed; nil for a slot whose attach waited.
+func (s *OutSlot) Answered() <-chan struct{} {
+	if !s.pipelined {
+		return nil
+	}
+	s.B.Mu.Lock()
+	defer s.B.Mu.Unlock()
+	return s.answeredLocked()
+}
+
+// answeredLocked is Answered for a pipelined slot. The caller holds B.Mu.
+func (s *OutSlot) answeredLocked() <-chan struct{} {
+	if s.answered {
+		return inlet.ClosedChan
+	}
+	if s.answeredCh == nil {
+		s.answeredCh = make(chan struct{})
+	}
+	return s.answeredCh
+}
+
+// answerLocked records the answer (or the failure) of a pending slot's
+// attach and wakes its waiters. The caller holds B.Mu and has taken the
+// slot off pending, so it runs once.
+func (s *OutSlot) answerLocked() {
+	s.answered = true
+	if s.answeredCh != nil {
+		close(s.answeredCh)
+	}
 }
 
 // ResolvePending opens a pending slot under the owner's answer: its
@@ -85,7 +122,7 @@ func (b *Batcher) ResolvePending(s *OutSlot, session uint64, credit uint32) {
 	}
 	s.pending = false
 	b.pendingN--
-	close(s.Answered)
+	s.answerLocked()
 	if s.Life.Closed() || b.State.SaidGoodbye() || !b.State.MayWrite() {
 		// The stream ended before the answer came (the Sender dropped, an
 		// epoch death, the Manager closing after its goodbye). The owner
@@ -210,7 +247,7 @@ func (b *Batcher) FailPending(s *OutSlot, err error) {
 	}
 	s.pending = false
 	b.pendingN--
-	close(s.Answered)
+	s.answerLocked()
 	if !s.Life.Closed() {
 		s.failErr = err
 		s.endLocked(streamerr.ErrCancelled)

@@ -31,19 +31,25 @@ func (s *OutSlot) OpsMetrics() (*metrics.StreamingMetrics, metrics.StreamScheme)
 func (s *OutSlot) Transport() string { return WireKey }
 
 // Ready waits for the owner's answer to a pipelined attach; a slot whose
-// attach waited (answered is nil) is ready at once.
+// attach waited (not Pipelined) is ready at once.
 func (s *OutSlot) Ready(ctx context.Context) error {
-	if s.Answered == nil {
+	if !s.pipelined {
 		return nil
-	}
-	select {
-	case <-s.Answered:
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 	b := s.B
 	b.Mu.Lock()
 	defer b.Mu.Unlock()
+	if !s.answered {
+		w := s.answeredLocked()
+		b.Mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			b.Mu.Lock() // for the deferred unlock
+			return ctx.Err()
+		}
+		b.Mu.Lock()
+	}
 	if s.failErr != nil || s.Life.Closed() || s.cancelled {
 		// Refused, or ended before or as the answer came (an epoch death,
 		// the Manager's close): a caller deciding on this answer must not

@@ -209,10 +209,13 @@ func (s *OutSlot) headIsTerminal() bool { return s.Life.Terminal() && len(s.Q) =
 // attach; Close does not wait.
 func (s *OutSlot) terminate(frame []byte, wait bool) error {
 	b := s.B
-	if wait && s.Answered != nil {
-		<-s.Answered
-	}
 	b.Mu.Lock()
+	if wait && s.pipelined && !s.answered {
+		w := s.answeredLocked()
+		b.Mu.Unlock()
+		<-w
+		b.Mu.Lock()
+	}
 	if s.Life.Terminal() {
 		b.Mu.Unlock()
 		return streamerr.ErrSenderClosed
