@@ -374,9 +374,15 @@ func (s *shard) removeAt(i int) {
 	}
 }
 
+// up sifts slot i toward the root. The map already holds i for the key
+// there (every caller writes it or found it so), and up writes it again
+// only if the entry moves: a new entry's deadline is most often the
+// latest, so an insert stays where it lands, and writing its index twice
+// cost a second map assignment per Add.
 func (s *shard) up(i int) {
 	h := s.h
 	x := h[i]
+	start := i
 	for i > 0 {
 		p := (i - 1) / arity
 		if h[p].at <= x.at {
@@ -385,6 +391,9 @@ func (s *shard) up(i int) {
 		h[i] = h[p]
 		s.idx[h[i].key] = int32(i)
 		i = p
+	}
+	if i == start {
+		return
 	}
 	h[i] = x
 	s.idx[x.key] = int32(i)

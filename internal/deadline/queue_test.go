@@ -528,3 +528,61 @@ func TestRemoveOldestMoves(t *testing.T) {
 		}
 	}
 }
+
+// TestHeapIndexStaysTrue checks, after every one of many random Adds,
+// Resets and Removes (Forever among the deadlines), that each shard's map
+// names the heap slot that holds its key and that the heap is in order:
+// up writes a key's index only when the entry moves, so an index left
+// stale by a sift would fail here.
+func TestHeapIndexStaysTrue(t *testing.T) {
+	q := New(4, func(uint64) {})
+	defer q.Close()
+	base := time.Now().Add(time.Hour)
+	rng := rand.New(rand.NewPCG(7, 9))
+	check := func(op int) {
+		for si := range q.shards {
+			s := &q.shards[si]
+			s.mu.Lock()
+			finite := 0
+			for k, i := range s.idx {
+				if i == forever {
+					continue
+				}
+				finite++
+				if int(i) >= len(s.h) || s.h[i].key != k {
+					s.mu.Unlock()
+					t.Fatalf("op %d: shard %d: key %d maps to slot %d, which holds another", op, si, k, i)
+				}
+			}
+			if finite != len(s.h) {
+				s.mu.Unlock()
+				t.Fatalf("op %d: shard %d: %d keys with deadlines, %d heap slots", op, si, finite, len(s.h))
+			}
+			for c := 1; c < len(s.h); c++ {
+				if p := (c - 1) / arity; s.h[p].at > s.h[c].at {
+					s.mu.Unlock()
+					t.Fatalf("op %d: shard %d: slot %d is later than its child %d", op, si, p, c)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	for op := range 20000 {
+		k := uint64(rng.IntN(300))
+		at := base.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		switch r := rng.IntN(10); {
+		case r < 4:
+			q.Add(k, at)
+		case r < 5:
+			q.Add(k, Forever)
+		case r < 7:
+			q.Reset(k, at)
+		default:
+			q.Remove(k)
+		}
+		if op%7 == 0 {
+			check(op)
+		}
+	}
+	check(-1)
+}
