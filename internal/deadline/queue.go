@@ -359,14 +359,15 @@ func (s *shard) removeAt(i int) {
 	last := len(s.h) - 1
 	if i != last {
 		s.h[i] = s.h[last]
-		s.idx[s.h[i].key] = int32(i)
 	}
 	s.h[last] = item{}
 	s.h = s.h[:last]
-	if i != last {
-		if !s.down(i) {
-			s.up(i)
-		}
+	// The entry moved into slot i gets its index written once: by the
+	// sift that moves it on, or here if it stays. A removal of the oldest
+	// entry (an anchor attaching) sifts it down the whole depth, and
+	// writing i first was one more map assignment per Remove.
+	if i != last && !s.down(i) && !s.up(i) {
+		s.idx[s.h[i].key] = int32(i)
 	}
 	// Give memory back after a burst: shrink when three quarters are free.
 	if c := cap(s.h); c > 64 && len(s.h) < c/4 {
@@ -374,12 +375,13 @@ func (s *shard) removeAt(i int) {
 	}
 }
 
-// up sifts slot i toward the root. The map already holds i for the key
-// there (every caller writes it or found it so), and up writes it again
-// only if the entry moves: a new entry's deadline is most often the
-// latest, so an insert stays where it lands, and writing its index twice
-// cost a second map assignment per Add.
-func (s *shard) up(i int) {
+// up sifts slot i toward the root and reports whether it moved. It writes
+// the entry's index only if it moves; a caller whose entry may stay put
+// writes it (insert and set find or write i already, removeAt writes it
+// when neither sift moves the entry). A new entry's deadline is most
+// often the latest, so an insert stays where it lands, and writing its
+// index twice cost a second map assignment per Add.
+func (s *shard) up(i int) bool {
 	h := s.h
 	x := h[i]
 	start := i
@@ -393,10 +395,11 @@ func (s *shard) up(i int) {
 		i = p
 	}
 	if i == start {
-		return
+		return false
 	}
 	h[i] = x
 	s.idx[x.key] = int32(i)
+	return true
 }
 
 // arity is the heap's fan-out. Anchors attach in the order they were
