@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/msgwire"
 )
 
 // BenchmarkPooledRequestFrame builds and releases the frame of a small
@@ -45,6 +46,21 @@ func BenchmarkPooledRequestFrameNoDeadline(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		f := pooledRequestFrame(p, FireAndForget, ResponseID{Lo: 1}, "sink", nil, payload, time.Time{})
+		f.Release()
+	}
+}
+
+// BenchmarkPooledCallFrame is BenchmarkPooledRequestFrame for Unary calls
+// in flight under one context: each request names its own response slot.
+func BenchmarkPooledCallFrame(b *testing.B) {
+	p := &peer{retains: true}
+	dl := time.Now().Add(time.Minute)
+	payload := make([]byte, 64)
+	b.ReportAllocs()
+	var i uint64
+	for b.Loop() {
+		i++
+		f := pooledRequestFrame(p, msgwire.UnaryResponse, ResponseID{Lo: 1, Hi: i<<16 | i%64}, "echo", nil, payload, dl)
 		f.Release()
 	}
 }
