@@ -45,8 +45,6 @@ func (l *lane) inlineWorthIt() bool {
 	return true
 }
 
-// flushInline writes the queue on the calling goroutine if Accept left it
-// claimed for a sender. Exactly one sender wins the claim.
 // burstWindow is how long after a writer's write of several frames a send
 // that finds the writer idle wakes it rather than write inline: about a
 // round trip of the calls in flight on loopback, so that the next round's
@@ -54,6 +52,8 @@ func (l *lane) inlineWorthIt() bool {
 // inline writes, 100 µs all but ended them.)
 const burstWindow = 100 * time.Microsecond
 
+// flushInline writes the queue on the calling goroutine if Accept left it
+// claimed for a sender. Exactly one sender wins the claim.
 func (l *lane) flushInline() {
 	mine := false
 	var start time.Duration
