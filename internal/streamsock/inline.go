@@ -23,8 +23,8 @@ import (
 
 // inlineWorthIt decides, with the gate's lock held, whether a send that
 // finds the writer idle writes inline. Right after an inline write it does
-// not: a sender that comes back within twice the cost of the last write is
-// sending a stream, and one write per frame would cap it at the rate of
+// not: a sender that comes back within twice the cost of the last writes
+// is sending a stream, and one write per frame would cap it at the rate of
 // system calls. Waking the writer instead lets the following frames queue
 // behind the wake and leave together.
 //
@@ -36,13 +36,32 @@ import (
 // writes, each with one frame, against some 20 frames a writer's write.
 // A lone sender never meets it: its frames go inline, and a writer's
 // write of one frame does not open the window.
-func (l *lane) inlineWorthIt() bool {
-	now := monotonic()
+func (l *lane) inlineWorthIt() bool { return l.inlineWorthItAt(monotonic()) }
+
+func (l *lane) inlineWorthItAt(now time.Duration) bool {
 	if now-l.inlineEnd <= 2*l.inlineCost || now-l.burstEnd <= burstWindow {
 		return false
 	}
 	l.claimAt = now // the inline write's start, near enough: saves a clock read
 	return true
+}
+
+// wroteInline notes an inline write from start to end, with the gate's
+// lock held. The cost inlineWorthIt compares with is the lesser of the
+// last two writes': one write slowed by an interrupt or a descheduled
+// thread (a loopback write runs the receiver's TCP input too) would
+// otherwise send the next frame of a ping-pong, which comes back a round
+// trip later, to the writer goroutine as if it were a stream, a wake in
+// front of it: on the messenger's sequential unary run (2 cores,
+// GOMAXPROCS=1) a sixth of the writes went through the writer so, a
+// three-hundredth with the lesser of two. A stream's writes cost alike,
+// so the lesser of two still tells it.
+func (l *lane) wroteInline(start, end time.Duration) {
+	cost, prev := end-start, l.lastCost
+	if prev == 0 {
+		prev = cost // the lane's first
+	}
+	l.inlineEnd, l.inlineCost, l.lastCost = end, min(cost, prev), cost
 }
 
 // burstWindow is how long after a writer's write of several frames a send
@@ -89,7 +108,7 @@ func (l *lane) flushInline() {
 	var failed []segment
 	l.gate.Drain(func() int {
 		l.inlineBusy = false
-		l.inlineEnd, l.inlineCost = end, end-start
+		l.wroteInline(start, end)
 		units := 0
 		if len(rest) > 0 {
 			if l.dead {

@@ -100,8 +100,10 @@ type lane struct {
 	dead       bool // finish ran: what an inline write hands back fails
 
 	claimed atomic.Bool // a sender should flush the queue inline
-	// When the last inline write ended and what it cost (monotonic).
+	// When the last inline write ended and what it cost (monotonic): the
+	// lesser of the last two writes' costs (wroteInline).
 	inlineEnd, inlineCost time.Duration
+	lastCost              time.Duration // the last inline write's own cost
 	claimAt               time.Duration // when the pending inline claim was made
 	burstEnd              time.Duration // when the writer last parked after writing several frames (inlineWorthIt)
 	raw                   syscall.RawConn
