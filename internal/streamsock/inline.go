@@ -27,19 +27,10 @@ import (
 // is sending a stream, and one write per frame would cap it at the rate of
 // system calls. Waking the writer instead lets the following frames queue
 // behind the wake and leave together.
-//
-// Nor does it within burstWindow of the writer goroutine emptying its
-// queue after a write of more than one frame: many senders are at work
-// (calls in flight), and the first of the next round, finding the writer
-// just parked, wrote alone, one system call for one frame on each side of
-// the socket. With 64 Unary calls in flight that was 4 in 10 of the
-// writes, each with one frame, against some 20 frames a writer's write.
-// A lone sender never meets it: its frames go inline, and a writer's
-// write of one frame does not open the window.
 func (l *lane) inlineWorthIt() bool { return l.inlineWorthItAt(monotonic()) }
 
 func (l *lane) inlineWorthItAt(now time.Duration) bool {
-	if now-l.inlineEnd <= 2*l.inlineCost || now-l.burstEnd <= burstWindow {
+	if now-l.inlineEnd <= 2*l.inlineCost {
 		return false
 	}
 	l.claimAt = now // the inline write's start, near enough: saves a clock read
@@ -63,13 +54,6 @@ func (l *lane) wroteInline(start, end time.Duration) {
 	}
 	l.inlineEnd, l.inlineCost, l.lastCost = end, min(cost, prev), cost
 }
-
-// burstWindow is how long after a writer's write of several frames a send
-// that finds the writer idle wakes it rather than write inline: about a
-// round trip of the calls in flight on loopback, so that the next round's
-// frames leave together. (On 64 calls in flight: 30 µs halved the lone
-// inline writes, 100 µs all but ended them.)
-const burstWindow = 100 * time.Microsecond
 
 // flushInline writes the queue on the calling goroutine if Accept left it
 // claimed for a sender. Exactly one sender wins the claim.

@@ -105,7 +105,6 @@ type lane struct {
 	inlineEnd, inlineCost time.Duration
 	lastCost              time.Duration // the last inline write's own cost
 	claimAt               time.Duration // when the pending inline claim was made
-	burstEnd              time.Duration // when the writer last parked after writing several frames (inlineWorthIt)
 	raw                   syscall.RawConn
 	ib                    batch    // the inline writer's batch, used by one sender at a time
 	ivec                  [][]byte // its gather list
@@ -287,14 +286,8 @@ func (l *lane) take(b *batch) {
 			b.segs = b.segs[:0]
 			return 0
 		}
-		// b holds what the writer wrote last: several frames mean
-		// several senders, whose next frames are near (inlineWorthIt).
-		burst := framesIn(b.segs) > 1
 		u := l.takeLocked(b)
 		l.idle = len(b.segs) == 0
-		if l.idle && burst {
-			l.burstEnd = monotonic()
-		}
 		return u
 	})
 }
