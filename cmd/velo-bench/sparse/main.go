@@ -27,11 +27,7 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 	start := func() *velo.Node {
-		tr, err := bench.NewTransport("tcp")
-		if err != nil {
-			panic(err)
-		}
-		nd, err := velo.New(ctx, velo.WithTransport(tr))
+		nd, err := bench.NewNode(ctx, "tcp")
 		if err != nil {
 			panic(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
 
 	"github.com/velo-go/velo/internal/embedded"
@@ -173,4 +174,14 @@ func shutdownWithin(n interface{ Shutdown(context.Context) error }, d time.Durat
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return n.Shutdown(ctx)
+}
+
+// NewNode starts a node on a transport of the given kind (NewTransport),
+// for the small measuring programs beside the harness (nested, sparse).
+func NewNode(ctx context.Context, kind string) (*velo.Node, error) {
+	tr, err := NewTransport(kind)
+	if err != nil {
+		return nil, err
+	}
+	return velo.New(ctx, velo.WithTransport(tr))
 }
