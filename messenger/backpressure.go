@@ -32,9 +32,9 @@ package messenger
 // lock. Each worker that takes one either leaves the next searching worker
 // behind or finds the pool at a cap (WithMaxConcurrent, MaxRunningHandlers)
 // and may not; in that case it wakes the reader, which reads on (the queue
-// grows under WithMaxConcurrent; at the node's cap what comes is refused). So every wait ends after a bounded number of
-// requests have been taken, however long their handlers run, and teardown
-// (done) ends it at once.
+// grows under WithMaxConcurrent; at the node's cap what comes is refused).
+// So every wait ends after a bounded number of requests have been taken,
+// however long their handlers run, and teardown (done) ends it at once.
 
 // queueLimits bounds a spawn pool's queue in requests and in bytes (the
 // requests' wire lengths); a reader waits above either and reads again once

@@ -328,6 +328,16 @@ func (m *Messenger) handOnReader(name string) {
 	}
 }
 
+// callStarts is what a call that waits for an answer (Unary, Sync, an
+// async call) does first: while a request runs on a reader, the answer may
+// come on the connection that reader holds (handOnReaders). One atomic
+// load otherwise.
+func (m *Messenger) callStarts() {
+	if m.onReaders.Load() != 0 {
+		m.handOnReaders()
+	}
+}
+
 // handOnReaders hands on the connections of every reader that runs a
 // request on itself. A call waits for an answer, which may come on the
 // very connection such a reader holds (a handler that calls back its own

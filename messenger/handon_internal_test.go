@@ -53,14 +53,23 @@ func TestCallDuringInlineRunHandsOn(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
+	var asyncErr error
+	if err := m.Register(FireHandler("calls-async", func(c *Context) {
+		asyncErr = m.UnaryAsync(context.Background(), stranger, "elsewhere", nil, func([]byte, error) {})
+	})); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Register(FireHandler("sends", func(c *Context) {
 		_ = m.Send(context.Background(), stranger, "elsewhere", nil)
 	})); err != nil {
 		t.Fatal(err)
 	}
-	expectHandOns(t, m, map[string]int64{"sends": 0, "calls": 1})
+	expectHandOns(t, m, map[string]int64{"sends": 0, "calls": 1, "calls-async": 1})
 	if !errors.Is(callErr, ErrPeerNotRegistered) {
 		t.Fatalf("the call to an unknown peer: %v, want ErrPeerNotRegistered", callErr)
+	}
+	if !errors.Is(asyncErr, ErrPeerNotRegistered) {
+		t.Fatalf("the async call to an unknown peer: %v, want ErrPeerNotRegistered", asyncErr)
 	}
 	if n := m.onReaders.Load(); n != 0 {
 		t.Fatalf("onReaders %d after the runs, want 0", n)

@@ -951,8 +951,8 @@ func (m *Messenger) request(ctx context.Context, target ext.InstanceID, handler 
 }
 
 func (m *Messenger) requestOpts(ctx context.Context, target ext.InstanceID, handler string, payload []byte, rt msgwire.ResponseType, opts []CallOption) ([]byte, error) {
-	if rt != msgwire.FireAndForget && m.onReaders.Load() != 0 {
-		m.handOnReaders() // the answer may come on a connection a reader holds
+	if rt != msgwire.FireAndForget {
+		m.callStarts()
 	}
 	hb, err := m.prepare(handler, opts)
 	if err != nil {
@@ -1229,6 +1229,7 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 	if done == nil {
 		return 0, errors.New("velo: UnaryAsync needs a callback")
 	}
+	m.callStarts()
 	if len(opts) > 0 && opOf(opts) != "" {
 		inner := done
 		done = func(resp []byte, err error) {
@@ -1301,6 +1302,7 @@ func (m *Messenger) unaryAsyncView(ctx context.Context, target ext.InstanceID, h
 	if done == nil {
 		return errors.New("velo: UnaryAsyncView needs a callback")
 	}
+	m.callStarts()
 	if err := systemOnly("UnaryAsyncView", handler); err != nil {
 		return err
 	}

@@ -53,7 +53,9 @@ type AttachRequest struct {
 	// SupportedTransportKeys are the streaming transports the producer can
 	// connect on; the consumer picks its mux when both have the same one.
 	// Absent on the wire reads as empty (a producer from before
-	// negotiation); empty is written as [].
+	// negotiation); empty is written as []. A decoded request's list may
+	// be the very slice other decoded requests hold (sharedKeys): read it,
+	// never change it.
 	SupportedTransportKeys []string
 	// LaneKey, when set, asks the owner to place the stream on the mux lane
 	// splitmix64(key) % lanes (streaming.WithLaneKey). Go-defined: written
