@@ -165,6 +165,35 @@ func (g *AdmissionGate[T]) AdmitNow(units int, accept func()) (bool, error) {
 	return true, nil
 }
 
+// AdmitNowCost is AdmitNow for an item that the gate's fence, when one is
+// up, counts as cost (what the fence's cost function says of it; 0: the
+// fence does not hold it back): the fence admits it at once as it would in
+// Send. A transport's replies and acks pass the fence of a new connection,
+// and a connection that carries only them is never confirmed, so its fence
+// stays up until its timer lifts it; with AdmitNow, each of them took
+// Send's longer path all that time.
+func (g *AdmissionGate[T]) AdmitNowCost(units, cost int, accept func()) (bool, error) {
+	g.mu.Lock()
+	if g.failed != nil {
+		err := g.failed
+		g.mu.Unlock()
+		return false, err
+	}
+	if g.head != len(g.pending) || (g.used != 0 && g.used+units > g.capacity) ||
+		(g.fenced && cost > 0 && g.fenceUsed && cost > g.fenceLeft) {
+		g.mu.Unlock()
+		return false, nil
+	}
+	g.used += units
+	if g.fenced && cost > 0 {
+		g.fenceUsed = true
+		g.fenceLeft -= min(cost, g.fenceLeft)
+	}
+	accept()
+	g.mu.Unlock()
+	return true, nil
+}
+
 // Drain runs take with the gate's lock held. take removes items from the
 // sink and returns how many units it removed; the gate then admits waiting
 // sends, in order, while they fit.

@@ -599,3 +599,49 @@ func TestAdmitNow(t *testing.T) {
 		t.Fatalf("a failed gate: admitted %v, err %v", ok, err)
 	}
 }
+
+// AdmitNowCost admits at once what a fence lets through (an item it does
+// not count, or one within its budget) and counts it against the budget as
+// Send would; AdmitNow refuses every item while a fence is up.
+func TestAdmitNowCostPassesTheFence(t *testing.T) {
+	s := newSliceSink()
+	g := ext.NewAdmissionGate[unitItem](s, 100)
+	accept := func(id, units int) func() {
+		return func() { s.Accept(unitItem{id: id, units: units}) }
+	}
+	// The fence counts an item at its id: 0 is not counted.
+	g.Fence(10, func(it unitItem, _ int) int { return it.id })
+	if ok, _ := g.AdmitNow(1, accept(0, 1)); ok {
+		t.Fatal("AdmitNow admitted an item past a fence")
+	}
+	if ok, err := g.AdmitNowCost(1, 0, accept(0, 1)); !ok || err != nil {
+		t.Fatalf("an item the fence does not count: admitted %v, %v", ok, err)
+	}
+	if ok, _ := g.AdmitNowCost(1, 8, accept(8, 1)); !ok {
+		t.Fatal("an item within the fence's budget was not admitted")
+	}
+	if ok, _ := g.AdmitNowCost(1, 3, accept(3, 1)); ok {
+		t.Fatal("an item past what the fence has left (2) was admitted")
+	}
+	// Send sees the budget AdmitNowCost used: 3 waits, 2 fits.
+	if out, _ := g.Send(unitItem{id: 3, units: 1}, 1); out.Admitted() {
+		t.Fatal("Send admitted past the budget AdmitNowCost used")
+	}
+	// Behind the waiting item, even one the fence does not count waits.
+	if ok, _ := g.AdmitNowCost(1, 0, accept(0, 1)); ok {
+		t.Fatal("an item went ahead of one waiting")
+	}
+	g.Lift()
+	var taken []int
+	g.Drain(s.takeN(-1, &taken))
+	if !slices.Equal(taken, []int{0, 8, 3}) {
+		t.Fatalf("the sink got %v, want [0 8 3]", taken)
+	}
+	if ok, _ := g.AdmitNowCost(1, 50, accept(50, 1)); !ok {
+		t.Fatal("an item was refused once the fence was lifted")
+	}
+	g.Fail(errors.New("down"), nil)
+	if ok, err := g.AdmitNowCost(1, 0, accept(9, 1)); ok || err == nil {
+		t.Fatalf("a failed gate: admitted %v, err %v", ok, err)
+	}
+}

@@ -63,8 +63,11 @@ func fences(addr ext.WorkerAddress) bool {
 
 // fenceCost is what a frame counts against the fence: the receiver holds
 // requests only, so replies, acks and events pass.
-func fenceCost(f outFrame, units int) int {
-	if f.Type != ext.Message {
+func fenceCost(f outFrame, units int) int { return fenceCostOf(f.Type, units) }
+
+// fenceCostOf is fenceCost for a frame of type typ.
+func fenceCostOf(typ ext.MessageType, units int) int {
+	if typ != ext.Message {
 		return 0
 	}
 	return units + fencePerFrame

@@ -3,6 +3,7 @@ package streamsock
 import (
 	"context"
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,4 +144,54 @@ func TestNoFenceWithoutTheMark(t *testing.T) {
 	}
 	var next uint32
 	receive(t, rx, 100, &next)
+}
+
+// A small frame the fence lets through goes into the lane at once
+// (sendSmall), fenced or not: a reply, which the fence does not count, and
+// a request within its budget. A lane that carries only replies is never
+// confirmed, so its fence stays up for its whole timeout; each reply took
+// sendQueued's longer path all that time before.
+func TestFencedLaneTakesSmallFramesAtOnce(t *testing.T) {
+	tx, rx := fencedPair(t)
+	var queued atomic.Int32
+	tx.t.testQueuedHook = func() { queued.Add(1) }
+	for i := range 10 {
+		out, err := tx.t.SendOnLane(rx.id, 0, ext.Frame{Type: ext.Response, Header: []byte("h"), Payload: []byte{byte(i)}})
+		if err != nil || !out.Admitted() {
+			t.Fatalf("reply %d: %v, admitted %v", i, err, out.Admitted())
+		}
+	}
+	outs := sendRequests(t, tx, rx, 10, 64)
+	if admitted, _ := splitOutcomes(outs); admitted != 10 {
+		t.Fatalf("%d of 10 small requests admitted within the fence's budget", admitted)
+	}
+	if !tx.t.laneFor(mustPeer(t, tx, rx.id), 0).gate.Fenced() {
+		t.Fatal("the lane is not fenced: the test tests nothing")
+	}
+	if n := queued.Load(); n != 0 {
+		t.Fatalf("%d of 20 small frames took sendQueued's path on a fenced lane", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 10 {
+		f, err := rx.a.Responses().Pop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Payload) != 1 || f.Payload[0] != byte(i) {
+			t.Fatalf("reply %d arrived as %v", i, f.Payload)
+		}
+		f.Release()
+	}
+	var next uint32
+	receive(t, rx, 10, &next)
+}
+
+func mustPeer(t *testing.T, tx *testNode, id ext.InstanceID) *peer {
+	t.Helper()
+	p, ok := tx.t.lookup(id)
+	if !ok {
+		t.Fatal("the peer is not registered")
+	}
+	return p
 }

@@ -98,6 +98,9 @@ type Transport struct {
 	// testAwaitEchoes, when set by a test, runs as a failed write starts
 	// to wait for its connection's echo reader.
 	testAwaitEchoes func()
+	// testQueuedHook, when set by a test, runs as a send takes
+	// sendQueued's path.
+	testQueuedHook func()
 }
 
 // obsBox holds the metrics handle and whether it records anything, so the
@@ -319,6 +322,9 @@ func (t *Transport) SendOnLaneRef(target ext.InstanceID, lane int, f *ext.Frame)
 // frame or queues it; stamped: observability is on, so the frame's wait
 // is timed.
 func (t *Transport) sendQueued(target ext.InstanceID, lane int, f *ext.Frame, obs ext.Observability, stamped bool) (ext.SendOutcome, error) {
+	if t.testQueuedHook != nil {
+		t.testQueuedHook()
+	}
 	size := len(f.Header) + len(f.Payload)
 	// The frame may wait in the gate or the queue after the caller lets go
 	// of a pooled buffer it lives in: the lane holds a reference on its
@@ -381,7 +387,12 @@ func (t *Transport) sendSmall(target ext.InstanceID, lane int, f *ext.Frame, obs
 		return ext.SendOutcome{}, fmt.Errorf("%w: %s", ext.ErrPeerNotRegistered, target)
 	}
 	if l := t.laneFor(p, lane); l != nil {
-		admitted, err := l.gate.AdmitNow(frame.PreambleLen+len(f.Header)+len(f.Payload), func() { l.acceptSmall(f) })
+		units := frame.PreambleLen + len(f.Header) + len(f.Payload)
+		// A fence lets a small frame in at once as far as it lets it in at
+		// all: a reply on a lane whose fence is never confirmed away (one
+		// that carries only replies) took sendQueued's path for the fence's
+		// whole timeout.
+		admitted, err := l.gate.AdmitNowCost(units, fenceCostOf(f.Type, units), func() { l.acceptSmall(f) })
 		if admitted {
 			if l.claimed.Load() {
 				l.flushInline()
