@@ -1254,16 +1254,9 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 			return 0, err
 		}
 	}
-	// unsent frees a staged payload whose request never left.
-	unsent := func(err error) error {
-		if err != nil && staged != "" {
-			m.loadStager().Discard(staged)
-		}
-		return err
-	}
 	if ok && (!hello || p.helloOK.Load()) {
 		token, err := m.sendAsync(ctx, p, target, handler, hb, payload, done, false, nil)
-		if err = unsent(err); err != nil {
+		if err = m.unstage(staged, err); err != nil {
 			return 0, err
 		}
 		return token, nil
@@ -1277,11 +1270,22 @@ func (m *Messenger) unaryAsyncCall(ctx context.Context, target ext.InstanceID, h
 		if err == nil {
 			_, err = m.sendAsync(ctx, p, target, handler, hb, payload, done, false, nil)
 		}
-		if unsent(err) != nil {
+		if m.unstage(staged, err) != nil {
 			done(nil, err)
 		}
 	}()
 	return 0, nil
+}
+
+// unstage frees the staged payload of a request that never left (err is
+// not nil) and returns err. It is a method, not a closure over staged:
+// the goroutine of a first call captures what it uses, so such a closure
+// was moved to the heap on every call, also on the path that starts none.
+func (m *Messenger) unstage(staged string, err error) error {
+	if err != nil && staged != "" {
+		m.loadStager().Discard(staged)
+	}
+	return err
 }
 
 // viewMin is the answer size from which a view call reads in place.
@@ -1346,7 +1350,10 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	if p.loop {
 		m.slots.holdAsync(token) // its answer may come inside Send (loopback.go)
 	}
-	_, err := p.primary.Send(target, requestFrameDeadline(msgwire.UnaryResponse, id, handler, hb, payload, dl))
+	// A small request goes in a pooled buffer, as a Unary's does: an
+	// attach (streaming's _anchor_attach, one per stream) allocated a
+	// frame of its own for every call.
+	_, err := sendRequest(p, target, msgwire.UnaryResponse, id, handler, hb, payload, dl)
 	if p.loop && m.slots.releaseAsync(token) {
 		err = nil // it was answered (or refused): done runs, so the call started
 	}
