@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 
 	"github.com/velo-go/velo/cmd/velo-bench/internal/bench"
@@ -21,6 +22,7 @@ func runBench(args []string) error {
 	reps := fs.Int("reps", 3, "repetitions; figures are medians with min and max")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	memProfile := fs.String("memprofile", "", "write an allocation profile (every 4 KiB sampled) to this file at the end")
+	traceFile := fs.String("trace", "", "write an execution trace (runtime/trace; read it with go tool trace) to this file")
 	blockProfile := fs.String("blockprofile", "", "write the time goroutines waited on mutexes (mutex profile) and blocked (block profile) to FILE.mutex and FILE.block at the end")
 	var report bench.Report
 	var runIt func() error
@@ -56,6 +58,17 @@ func runBench(args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if *memProfile != "" {
 		runtime.MemProfileRate = 4096
