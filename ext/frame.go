@@ -72,6 +72,14 @@ type Frame struct {
 	// ConnConfirmer). The node marks only its identity proofs so: they are
 	// small, and they are what lifts the receiver's hold.
 	Urgent bool
+	// Follows says that the sender has more frames for the same peer to
+	// send right after this one (a spawn worker answering a batch of
+	// requests read together). A transport that writes a frame on the
+	// sending goroutine when its writer is idle may leave this one to its
+	// writer instead, so that the frames behind it leave in the same write
+	// rather than this one alone. A hint: it never holds a frame back
+	// from being written, and a transport may ignore it.
+	Follows bool
 }
 
 // ConnID names one inbound connection, unique within the process for its

@@ -976,6 +976,10 @@ func (p *spawnPool) work(r *registered) {
 			}
 		}
 		p.q.popInto(&j)
+		// More requests queued behind this one: this worker, or another
+		// one it wakes, answers them right after, and mostly to the same
+		// peer (a read's batch comes from one connection).
+		j.hdr.follows = p.q.n > 0
 		p.running++
 		ran = true
 		r.m.startRun(r)

@@ -24,6 +24,11 @@ type requestHeader struct {
 	// payload, fetched into a buffer of its own (resolveStaged). Here it
 	// takes the padding after rtype, and a job stays within its size.
 	fetched bool
+	// follows is not on the wire either: a spawn worker sets it on the
+	// request it takes when more wait in its queue, so that the answer
+	// tells the transport that more answers follow (ext.Frame.Follows).
+	// It takes the padding too.
+	follows bool
 	id      msgwire.ResponseID
 	handler []byte // aliases the frame
 	headers []byte // raw MessagePack map, aliases the frame

@@ -793,15 +793,19 @@ func (s *sendBuf) fill(rt msgwire.ResponseType, id msgwire.ResponseID, handler s
 // to a transport that takes frames by pointer (ext.FrameRefSender) is
 // built in a pooled buffer and passed as a pointer to the frame that
 // buffer holds: no copy of the frame on the way down.
-func sendRequest(p *peer, target ext.InstanceID, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time) (ext.SendOutcome, error) {
+//
+// follows is ext.Frame.Follows: other callers send right after this one.
+func sendRequest(p *peer, target ext.InstanceID, rt msgwire.ResponseType, id msgwire.ResponseID, handler string, hb, payload []byte, dl time.Time, follows bool) (ext.SendOutcome, error) {
 	if p.ref != nil && fitsSendBuf(handler, hb, payload) {
 		sb := sendBufs.Get().(*sendBuf)
 		sb.fill(rt, id, handler, hb, payload, dl)
+		sb.f.Follows = follows
 		out, err := p.ref.SendRef(target, &sb.f)
 		sb.Release() // the caller's reference: the transport holds its own
 		return out, err
 	}
 	f := pooledRequestFrame(p, rt, id, handler, hb, payload, dl)
+	f.Follows = follows
 	out, err := p.primary.Send(target, f)
 	f.Release() // the caller's reference: the transport holds its own
 	return out, err
@@ -1039,7 +1043,7 @@ func (m *Messenger) requestPrepared(ctx context.Context, p *peer, target ext.Ins
 		return m.requestAnswered(ctx, p, target, handler, payload, rt, hb, sent)
 	}
 	dl, _ := ctx.Deadline() // it travels with the request (budget.go)
-	out, err := sendRequest(p, target, rt, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload, dl)
+	out, err := sendRequest(p, target, rt, msgwire.ResponseID{Lo: uint64(m.wid)}, handler, hb, payload, dl, false)
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}
@@ -1087,7 +1091,10 @@ func (m *Messenger) requestInSlot(ctx context.Context, p *peer, target ext.Insta
 		defer m.met.PendingResponses.Dec()
 	}
 	dl, budgeted := ctx.Deadline() // it travels with the request (budget.go)
-	_, err := sendRequest(p, target, rt, id, handler, hb, payload, dl)
+	// Callers that a read of replies woke and that have not run yet send
+	// their next requests right after this one, mostly: the transport
+	// leaves this request to its writer then, to go out with theirs.
+	_, err := sendRequest(p, target, rt, id, handler, hb, payload, dl, m.slots.resumingOthers())
 	if err != nil {
 		return nil, m.sendError(handler, target, err)
 	}
@@ -1353,7 +1360,10 @@ func (m *Messenger) sendAsync(ctx context.Context, p *peer, target ext.InstanceI
 	// A small request goes in a pooled buffer, as a Unary's does: an
 	// attach (streaming's _anchor_attach, one per stream) allocated a
 	// frame of its own for every call.
-	_, err := sendRequest(p, target, msgwire.UnaryResponse, id, handler, hb, payload, dl)
+	// No Follows hint: an asynchronous call is mostly made on a goroutine
+	// that goes on with other work (a reader running a callback), so it is
+	// written inline as before when the writer is idle.
+	_, err := sendRequest(p, target, msgwire.UnaryResponse, id, handler, hb, payload, dl, false)
 	if p.loop && m.slots.releaseAsync(token) {
 		err = nil // it was answered (or refused): done runs, so the call started
 	}
@@ -1765,12 +1775,12 @@ func (m *Messenger) answer(hdr requestHeader, resp []byte, err error, owner ext.
 			outcome = outcomeErr
 		}
 		h := appendResponseHeader(make([]byte, 0, responseHeaderLen), hdr.id, outcome, nil)
-		f = ext.Frame{Type: ext.Response, Header: h, Payload: resp, Owner: owner}
+		f = ext.Frame{Type: ext.Response, Header: h, Payload: resp, Owner: owner, Follows: hdr.follows}
 	case msgwire.AckNack:
 		if err == nil {
 			resp, owner = nil, nil
 		}
-		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, err != nil), Payload: resp, Owner: owner}
+		f = ext.Frame{Type: ext.Ack, Header: appendAckHeader(make([]byte, 0, ackHeaderLen), hdr.id, err != nil), Payload: resp, Owner: owner, Follows: hdr.follows}
 	default:
 		return
 	}

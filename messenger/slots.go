@@ -60,7 +60,21 @@ type slotTable struct {
 	fresh     atomic.Uint32 // slots never used yet: [fresh, len(slots))
 	exhausted func()        // counts an acquisition that found no free slot
 	asyncDone func()        // runs after each asynchronous completion (metrics); may be nil
+	// resuming counts replies handed to a waiting caller's channel that
+	// no one has taken out yet: callers a reader woke that have not run
+	// since. While it is above zero a caller's next request tells the
+	// transport that more follow (resumingOthers): those callers mostly
+	// send their next requests at once. Its own cache line: the reader
+	// and every caller write it once a call.
+	_        [64]byte
+	resuming atomic.Int64
+	_        [56]byte
 }
+
+// resumingOthers reports whether a reader woke callers that have not run
+// yet. A caller asks after it took its own reply, so a lone caller (a
+// sequential run) always finds none.
+func (t *slotTable) resumingOthers() bool { return t.resuming.Load() > 0 }
 
 // maxSlots is how many slots a 16-bit slot index can name.
 const maxSlots = 1 << 16
@@ -236,6 +250,7 @@ func (t *slotTable) freeLocked(s *slot, idx uint32) {
 	s.peer.Store(0)
 	select {
 	case <-s.ch:
+		t.resuming.Add(-1) // a reply its caller gave up on
 	default:
 	}
 	s.mu.Unlock()
@@ -298,6 +313,7 @@ func (t *slotTable) deliverLocked(s *slot, token uint64, r reply) bool {
 	defer s.mu.Unlock()
 	select {
 	case s.ch <- r:
+		t.resuming.Add(1)
 		return true
 	default:
 		return false // a reply is already there: a duplicate
@@ -308,6 +324,7 @@ func (t *slotTable) deliverLocked(s *slot, token uint64, r reply) bool {
 func (t *slotTable) wait(ctx context.Context, idx uint32) (reply, error) {
 	select {
 	case r := <-t.at(idx).ch:
+		t.resuming.Add(-1)
 		return r, nil
 	case <-ctx.Done():
 		return reply{}, ctxErr(ctx)

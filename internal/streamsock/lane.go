@@ -215,7 +215,11 @@ func (l *lane) queued(f *ext.Frame, stamp time.Duration) {
 	}
 	if l.idle {
 		l.idle = false
-		if l.inlineOK && l.inlineWorthIt() {
+		// A frame that others follow (ext.Frame.Follows) wakes the writer
+		// even when an inline write would be worth it: the writer's yield
+		// (waitForWork) lets them queue behind it, where written inline it
+		// would leave alone, a write and a read of its own on each side.
+		if l.inlineOK && !f.Follows && l.inlineWorthIt() {
 			// The sending goroutine writes this itself (flushInline), so
 			// no goroutine is woken for it.
 			l.claimed.Store(true)
