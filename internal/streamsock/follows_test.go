@@ -25,3 +25,16 @@ func TestFollowsWakesWriterInsteadOfInline(t *testing.T) {
 		}
 	}
 }
+
+// The writer yields before a take when the last frame queued said more
+// follow (run): tailFollows is that frame's hint, set and cleared as
+// frames are queued. Fails if queued does not keep it.
+func TestTailFollowsIsTheLastFramesHint(t *testing.T) {
+	l := &lane{wake: make(chan struct{}, 1)}
+	for i, follows := range []bool{true, true, false, true, false} {
+		l.acceptSmall(&ext.Frame{Type: ext.Response, Header: []byte("h"), Follows: follows})
+		if got := l.tailFollows.Load(); got != follows {
+			t.Fatalf("frame %d (Follows %v): tailFollows %v", i, follows, got)
+		}
+	}
+}

@@ -100,6 +100,10 @@ type lane struct {
 	dead       bool // finish ran: what an inline write hands back fails
 
 	claimed atomic.Bool // a sender should flush the queue inline
+	// tailFollows: the last frame queued said more follow (Follows), so
+	// the writer yields once before it takes the queue (run). Written
+	// under the gate's lock, read by the writer without it.
+	tailFollows atomic.Bool
 	// When the last inline write ended and what it cost (monotonic): the
 	// lesser of the last two writes' costs (wroteInline).
 	inlineEnd, inlineCost time.Duration
@@ -210,6 +214,9 @@ func (l *lane) appendSmall(f *ext.Frame) {
 func (l *lane) queued(f *ext.Frame, stamp time.Duration) {
 	l.units += frame.PreambleLen + f.Len()
 	l.counts[f.Type]++
+	if f.Follows != l.tailFollows.Load() {
+		l.tailFollows.Store(f.Follows)
+	}
 	if stamp != 0 {
 		l.stamps = append(l.stamps, stamp)
 	}
@@ -332,6 +339,15 @@ func (l *lane) run() {
 	}
 	var b batch
 	for {
+		if l.tailFollows.Load() {
+			// The last frame queued said more follow (ext.Frame.Follows):
+			// let their senders run once more before the take, so that
+			// they leave in this write and not in one of their own. With
+			// 64 calls in flight the callers a read of replies woke queue
+			// their requests one after another, and a writer that took
+			// at once wrote the round in two or three pieces.
+			runtime.Gosched()
+		}
 		l.take(&b)
 		if len(b.segs) == 0 {
 			if !l.waitForWork(&b) {
