@@ -66,6 +66,32 @@ type HandOnNow interface {
 	HandOnNow()
 }
 
+// HandOnListener hears from a transport that the connection of a reader
+// whose role a sink took (HandoffNotifier) went to another goroutine
+// while the sink's run on that reader goes on.
+type HandOnListener interface {
+	HandedOn()
+}
+
+// HandoffNotifier is a Handoff that also tells the sink when its run loses
+// the reader's role: a sink that runs several requests of one read on the
+// reader, one after the other, learns when the ones not yet started need
+// a goroutine of their own, because the run outlasted the transport's
+// bound, or the sink (HandOnNow) or a shutdown handed the connection on.
+//
+// HandoffNotify is Handoff, and has the transport call l.HandedOn once if
+// it hands the connection on before the run ends. The call comes from the
+// transport's own goroutine (its watchdog's, or whichever called
+// HandOnNow), after the connection went, and may come after the run
+// ended when the two race: a sink must take a late call for its next run
+// (the way HandOnNow does), which should cost it no more than a goroutine
+// woken early. A run that ends with the connection still the reader's
+// hears nothing.
+type HandoffNotifier interface {
+	Handoff
+	HandoffNotify(l HandOnListener) bool
+}
+
 // sinkOf is the adapter's request sink: OnMessagesHandoff, or OnMessages
 // without a hand-off, or nil (the message queue).
 func sinkOf(cfg AdapterConfig) func([]InboundMessage, Handoff) {

@@ -68,7 +68,7 @@ func (q *jobQueue) drainedLocked(l queueLimits) bool {
 	return (l.requests <= 0 || q.n <= l.requests/2) && (l.bytes <= 0 || q.bytes <= l.bytes/2)
 }
 
-// noteQueuedLocked is what submitSeg does after it queued: it keeps the
+// noteQueuedLocked is what submitSegs does after it queued: it keeps the
 // queue's high mark (for tests) and reports whether the reader should wait
 // (awaitDrain).
 func (p *spawnPool) noteQueuedLocked(r *registered) bool {

@@ -242,7 +242,7 @@ func TestJobQueueAccounting(t *testing.T) {
 				s.tail++
 				held = append(held, j.len())
 			}
-			q.pushSeg(s)
+			q.pushSegs(s)
 		case op < 9:
 			if q.n > 0 {
 				var j job

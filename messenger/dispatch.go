@@ -139,6 +139,31 @@ type spawnBatch struct {
 	// the transport leaves the wait to the sink: the reader waits for it
 	// once the batch is handed on (finish).
 	over *registered
+	// held are full segments of one-way messages to r that the reader
+	// keeps back until the end of its read, in order, linked by next,
+	// when it may run them itself (hold): a pool still busy with the
+	// read before is mostly idle by then, and can be claimed.
+	held, heldTail *jobSeg
+	// claimed is the handler whose pool this reader claimed for a run of
+	// its one-way messages (spawnPool.claim): the reader is that pool's
+	// searching worker until it runs them at the end of the read
+	// (runClaimed). twoWay: the segments gathered for r hold a request
+	// that waits for an answer, so they are neither held nor claimed.
+	claimed *registered
+	twoWay  bool
+}
+
+// hold reports whether a full segment of the requests gathered for r may
+// stay with the reader until the end of the read rather than go to r's
+// pool at once: they are one-way messages, no pool is claimed yet, and the
+// reader can be told that it lost its connection (ext.HandoffNotifier),
+// so that it may run them itself.
+func (b *spawnBatch) hold() bool {
+	if b.twoWay || b.claimed != nil {
+		return false
+	}
+	_, ok := b.h.(ext.HandoffNotifier)
+	return ok
 }
 
 // greetedBy is m.greetedBy(w), looked up once per sender in a read.
@@ -175,6 +200,7 @@ func (b *spawnBatch) dispatch(r *registered, j *job) {
 		if b.r == r && (r.system || !r.m.overCap()) {
 			s.bytes += j.len()
 			s.tail++
+			b.twoWay = b.twoWay || j.hdr.rtype != msgwire.FireAndForget
 			return
 		}
 		moved := *j
@@ -190,23 +216,47 @@ func (b *spawnBatch) dispatch(r *registered, j *job) {
 		r.m.refuseOverloaded(*j, r.name)
 		return
 	}
-	if b.r != r || b.seg.tail == segJobs {
+	switch {
+	case b.r == r && b.seg.tail == segJobs && b.hold():
+		if b.held == nil {
+			b.held = b.seg
+		} else {
+			b.heldTail.next = b.seg
+		}
+		b.heldTail, b.seg = b.seg, newSeg()
+	case b.r != r || b.seg.tail == segJobs:
 		b.flush()
 		b.r, b.seg = r, newSeg()
 	}
 	b.seg.jobs[b.seg.tail] = *j
 	b.seg.bytes += j.len()
 	b.seg.tail++
+	b.twoWay = b.twoWay || j.hdr.rtype != msgwire.FireAndForget
 }
 
-// flush hands what was gathered to its pool.
+// flush hands what was gathered to its pool. A segment of one-way messages
+// to a pool with nothing to do makes this reader the pool's searching
+// worker (claim), when its transport can tell it that the reader lost its
+// connection (ext.HandoffNotifier): it runs them itself at the end of the
+// read (finish), rather than wake a worker for them.
 func (b *spawnBatch) flush() {
-	if b.seg != nil {
-		if b.r.pool.submitSeg(b.r, b.seg) {
-			b.noteOver(b.r)
-		}
-		b.r, b.seg = nil, nil
-		b.flushed = true
+	s, r := b.seg, b.r
+	if s == nil {
+		return
+	}
+	if b.held != nil {
+		// The held segments go first, in order: s follows them.
+		b.heldTail.next = s
+		s = b.held
+	}
+	claim := b.hold()
+	b.r, b.seg, b.held, b.heldTail, b.flushed, b.twoWay = nil, nil, nil, nil, true, false
+	if claim && r.pool.claim(r, s) {
+		b.claimed = r
+		return
+	}
+	if r.pool.submitSegs(r, s) {
+		b.noteOver(r)
 	}
 }
 
@@ -218,6 +268,12 @@ func (b *spawnBatch) flush() {
 // second handler over in the same batch makes the reader wait for the
 // first one at once, so each queue keeps its bound.
 func (b *spawnBatch) noteOver(r *registered) {
+	if r == b.claimed {
+		// This reader is the pool's searching worker: it takes the
+		// queue down itself at the end of the read (runClaimed), and
+		// would wait for itself.
+		return
+	}
 	if d, ok := b.h.(ext.WaitDeferrer); ok {
 		d.DeferWait((*drainWait)(r))
 		return
@@ -240,7 +296,7 @@ func (b *spawnBatch) noteOver(r *registered) {
 // a look at the pool here.
 func (b *spawnBatch) finish() {
 	h := b.h
-	if s := b.seg; h != nil && !b.flushed && s != nil && s.tail-s.head == 1 {
+	if s := b.seg; h != nil && !b.flushed && b.held == nil && s != nil && s.tail-s.head == 1 {
 		if b.r.pool.tryInline(b.r, &s.jobs[s.head], h) {
 			freeSeg(s)
 			b.r, b.seg = nil, nil
@@ -248,6 +304,10 @@ func (b *spawnBatch) finish() {
 		}
 	}
 	b.flush()
+	if r := b.claimed; r != nil {
+		b.claimed = nil
+		r.pool.runClaimed(r, b.h.(ext.HandoffNotifier))
+	}
 	if r := b.over; r != nil {
 		b.over = nil
 		r.pool.awaitDrain(r)
@@ -801,10 +861,18 @@ type spawnPool struct {
 	starved   bool          // in the node's starved list (see endRun)
 	workers   int           // live workers, for tests
 	handoffs  int           // workers woken or started, for tests
-	inline    atomic.Int64  // requests run on a reader (tryInline), for tests
-	onReader  ext.HandOnNow // the reader of the run tryInline makes, while it does
-	wake      chan struct{}
-	onPark    func() // test seam: runs as a worker parks
+	inline    atomic.Int64  // requests run on a reader (tryInline, runClaimed), for tests
+	onReader  ext.HandOnNow // the reader of the run tryInline or runClaimed makes, while it does
+	// readerRun: a reader claimed the pool (claim) and is its searching
+	// worker, or runs its queue (runClaimed); handedOn: that reader's
+	// connection went to another goroutine meanwhile (poolHandOn), so a
+	// worker takes the queue from it.
+	readerRun, handedOn bool
+	// slowRun: the last run on a reader was handed on (its handlers ran
+	// long), so a reader claims the pool only when it is idle.
+	slowRun bool
+	wake    chan struct{}
+	onPark  func() // test seam: runs as a worker parks
 	// drained, when not nil, is closed to wake the readers waiting for the
 	// queue to go down (backpressure.go).
 	drained   chan struct{}
@@ -844,24 +912,28 @@ func (p *spawnPool) submit(r *registered, j job) {
 	p.act(r, a)
 }
 
-// submitSeg queues the requests of a segment filled by the caller, under
-// one lock. The pool owns the segment from now on. It reports whether the
-// queue is now over its bound, so that the reader should wait for it
-// (awaitDrain) once its read is handed on.
-func (p *spawnPool) submitSeg(r *registered, s *jobSeg) bool {
+// submitSegs queues the requests of segments filled by the caller (s and
+// the ones linked after it), under one lock. The pool owns the segments
+// from now on. It reports whether the queue is now over its bound, so that
+// the reader should wait for it (awaitDrain) once its read is handed on.
+func (p *spawnPool) submitSegs(r *registered, s *jobSeg) bool {
 	p.mu.Lock()
 	select {
 	case <-r.m.done:
 		p.mu.Unlock()
-		for i := s.head; i < s.tail; i++ {
-			r.refuse(s.jobs[i], ErrShuttingDown)
-			s.jobs[i] = job{}
+		for s != nil {
+			for i := s.head; i < s.tail; i++ {
+				r.refuse(s.jobs[i], ErrShuttingDown)
+				s.jobs[i] = job{}
+			}
+			next := s.next
+			freeSeg(s)
+			s = next
 		}
-		freeSeg(s)
 		return false
 	default:
 	}
-	p.q.pushSeg(s)
+	p.q.pushSegs(s)
 	a := p.needWorkerLocked(r)
 	over := p.noteQueuedLocked(r)
 	p.mu.Unlock()
@@ -873,7 +945,7 @@ func (p *spawnPool) submitSeg(r *registered, s *jobSeg) bool {
 // wait that a worker may take: under the handler's MaxConcurrent and the
 // node's cap.
 func (p *spawnPool) needWorkerLocked(r *registered) spawnAction {
-	if p.searching > 0 || p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
+	if p.searching > 0 || p.q.n == 0 || (p.max > 0 && p.running >= p.max) || p.readerTakes() {
 		return spawnNothing
 	}
 	if !r.system && r.m.overCap() {
@@ -943,7 +1015,7 @@ func (p *spawnPool) work(r *registered) {
 			p.refuseAll(r, left)
 			return
 		}
-		if p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
+		if p.q.n == 0 || (p.max > 0 && p.running >= p.max) || p.readerTakes() {
 			p.wakeDrainLocked(r, true) // nothing this worker takes: no reader waits on it
 			if p.parked >= maxParked {
 				p.workers--
@@ -1052,6 +1124,159 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 	return ok
 }
 
+// Runs of one-way messages on their reader.
+//
+// A stream of one-way messages to a spawn handler (a pipelined sender's)
+// reaches the node as reads of tens to hundreds of them. Handed to a
+// worker, each message cost the pool's lock twice more (the reader's
+// submit and the worker's take contend for it from two cores), the move
+// of its job and of the read buffer's lines to the worker's core, and the
+// worker's own turn at the scheduler: about a quarter of a small
+// message's cost on the receiving node. So a reader that gathered one-way
+// messages for a pool with nothing to do claims the pool (claim): it
+// queues them as usual but counts as the pool's searching worker, so no
+// worker is woken, and once its read is handed on it takes the queue
+// itself (runClaimed), as a worker would, under the transport's hand-off
+// (ext.HandoffNotifier): the whole run, not each message, is one run on
+// the reader. If the run outlasts the transport's bound, or a handler
+// asks for its context.Context or makes a call (handOnReader,
+// handOnReaders), or the node shuts down, the transport hands the
+// connection to another goroutine and tells the pool (poolHandOn), which
+// wakes a worker for what is left; the reader stops taking once its
+// handler returns. So messages queued behind a handler that blocks wait,
+// as the frames behind it on the connection do, for the transport's
+// bound and its timer's lateness (streamsock's watchdog: 50 µs and, with
+// both cores busy, up to some 20 ms), and no longer. A request that waits
+// for an answer is never claimed for: it keeps the worker of spawn mode,
+// or tryInline when it is alone in its read.
+
+// claim queues s and the segments linked after it, one-way messages that
+// the calling reader gathered, and makes the reader r's searching worker, if the pool has
+// nothing to do: nothing queued, no worker running or on its way. It
+// reports false, doing nothing, otherwise. The reader must end the claim
+// with runClaimed once its read is handed on.
+func (p *spawnPool) claim(r *registered, s *jobSeg) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.readerRun || r.m.stopped.Load() || ((p.max > 0 || p.slowRun) && (p.q.n > 0 || p.running > 0 || p.searching > 0)) {
+		return false
+	}
+	p.q.pushSegs(s)
+	p.noteQueuedLocked(r) // the high mark; no wait: this reader takes the queue down
+	p.searching++
+	p.readerRun, p.handedOn = true, false
+	return true
+}
+
+// runClaimed runs the queue of a pool the calling reader claimed, on the
+// reader, under h's hand-off, until the queue is empty, the connection is
+// handed on (poolHandOn), the pool is at its WithMaxConcurrent, or the node
+// stops. A worker is then woken for what is left, as needed.
+func (p *spawnPool) runClaimed(r *registered, h ext.HandoffNotifier) {
+	p.mu.Lock()
+	p.onReader, _ = h.(ext.HandOnNow)
+	p.mu.Unlock()
+	if !h.HandoffNotify((*poolHandOn)(r)) {
+		// The transport is closing: the reader must not block.
+		p.mu.Lock()
+		p.searching--
+		p.readerRun, p.handedOn, p.onReader = false, false, nil
+		a := p.needWorkerLocked(r)
+		p.wakeDrainLocked(r, false)
+		p.mu.Unlock()
+		p.act(r, a)
+		return
+	}
+	r.m.onReaders.Add(1)
+	slab := slabs.Get().(*contextSlab)
+	start, ran := monoNow(), 0
+	var j job
+	var rel doneBatch
+	// As in work and tryInline: a handler that calls runtime.Goexit ends
+	// the reader's goroutine in the middle of runBatched.
+	inRun := false
+	defer func() {
+		if inRun {
+			rel.flush()
+			p.goexited(r, &j, h)
+		}
+	}()
+	searching := true
+	var left []job
+	p.mu.Lock()
+	for {
+		if searching {
+			p.searching--
+			searching = false
+		} else {
+			p.running--
+		}
+		if p.handedOn || p.q.n == 0 || (p.max > 0 && p.running >= p.max) {
+			break
+		}
+		if r.m.stopped.Load() {
+			left = p.q.takeAll()
+			break
+		}
+		p.q.popInto(&j)
+		p.running++
+		r.m.startRun(r)
+		p.wakeDrainLocked(r, false)
+		p.mu.Unlock()
+		p.inline.Add(1)
+		ran++
+		inRun = true
+		r.runBatched(&j, true, slab, &rel, true)
+		inRun = false
+		p.mu.Lock()
+	}
+	// A run handed on because its handlers are slow (not because it ran
+	// many short ones) makes the next reader wait for an idle pool: it
+	// would stop the workers that run them side by side (readerTakes).
+	p.slowRun = p.handedOn && (ran == 0 || monoNow()-start > time.Duration(ran)*slowRunPerJob)
+	p.readerRun, p.handedOn, p.onReader = false, false, nil
+	a := p.needWorkerLocked(r)
+	p.wakeDrainLocked(r, true)
+	p.mu.Unlock()
+	p.act(r, a)
+	rel.flush()
+	j = job{}
+	slabs.Put(slab)
+	r.m.onReaders.Add(-1)
+	p.refuseAll(r, left)
+}
+
+// slowRunPerJob is the time per request above which a run on a reader that
+// was handed on counts as one of slow handlers (spawnPool.slowRun).
+const slowRunPerJob = 2 * time.Microsecond
+
+// readerTakes reports whether a reader that claimed the pool takes its
+// queue: workers leave it to that reader, and none is woken for it, until
+// its connection is handed on.
+func (p *spawnPool) readerTakes() bool { return p.readerRun && !p.handedOn }
+
+// poolHandOn is r's pool as the listener of a run on a reader
+// (runClaimed): a pointer conversion, so it costs no allocation.
+type poolHandOn registered
+
+// HandedOn wakes a worker for the requests still queued behind the run of
+// a reader whose connection went to another goroutine. A late call, after
+// the run ended, may end the pool's next run on a reader early: a worker
+// woken that the reader would have spared.
+func (l *poolHandOn) HandedOn() {
+	r := (*registered)(l)
+	p := &r.pool
+	a := spawnNothing
+	p.mu.Lock()
+	if p.readerRun && !p.handedOn {
+		p.handedOn = true
+		a = p.needWorkerLocked(r)
+		p.wakeDrainLocked(r, false)
+	}
+	p.mu.Unlock()
+	p.act(r, a)
+}
+
 // errGoexit answers a request whose handler called runtime.Goexit.
 var errGoexit = msgerr.Errorf(msgerr.Internal, "handler called runtime.Goexit")
 
@@ -1081,6 +1306,7 @@ func (p *spawnPool) goexited(r *registered, j *job, h ext.Handoff) {
 	p.running--
 	if h != nil {
 		p.onReader = nil
+		p.readerRun, p.handedOn = false, false // runClaimed's, if it was one
 	} else {
 		p.workers--
 	}
@@ -1160,11 +1386,17 @@ func (q *jobQueue) push(j job) {
 	q.bytes += j.len()
 }
 
-// pushSeg links a filled segment; the queue owns it from now on.
-func (q *jobQueue) pushSeg(s *jobSeg) {
-	q.link(s)
-	q.n += s.tail - s.head
-	q.bytes += s.bytes
+// pushSegs links filled segments, s and the ones linked after it; the
+// queue owns them from now on.
+func (q *jobQueue) pushSegs(s *jobSeg) {
+	for s != nil {
+		next := s.next
+		s.next = nil
+		q.link(s)
+		q.n += s.tail - s.head
+		q.bytes += s.bytes
+		s = next
+	}
 }
 
 func (q *jobQueue) link(s *jobSeg) {

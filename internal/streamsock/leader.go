@@ -49,6 +49,9 @@ type reader struct {
 	watched *connRead
 	since   time.Duration
 	slot    int
+	// onHandOn is the sink's listener for the run (HandoffNotify): told
+	// when the watchdog hands the connection on while the run goes on.
+	onHandOn ext.HandOnListener
 	// waits are what the sink deferred to the end of the read
 	// (ext.WaitDeferrer): made once everything read is handed on.
 	waits []ext.Waiter
@@ -111,7 +114,15 @@ func (rd *reader) lead() bool {
 // the watchdog hands the connection on if the run lasts (watch.go); rd
 // learns which when the sink returns (settle). False while the transport
 // closes: the sink must not block then.
-func (rd *reader) Handoff() bool {
+func (rd *reader) Handoff() bool { return rd.handoff(nil) }
+
+// HandoffNotify is Handoff for a sink that runs several requests on rd,
+// one after the other: l hears if the connection goes on while the run
+// does (ext.HandoffNotifier), so that the requests not yet started can
+// have a goroutine of their own.
+func (rd *reader) HandoffNotify(l ext.HandOnListener) bool { return rd.handoff(l) }
+
+func (rd *reader) handoff(l ext.HandOnListener) bool {
 	t, st := rd.t, rd.st
 	if st == nil || rd.inRun {
 		return false
@@ -120,7 +131,7 @@ func (rd *reader) Handoff() bool {
 	if t.testHandoffHook != nil {
 		t.testHandoffHook()
 	}
-	t.watch.begin(rd, st)
+	t.watch.begin(rd, st, l)
 	// Closing is looked at after the run is registered, not before: a
 	// shutdown whose hand-off of every watched run (handAllOn) came before
 	// begin is seen here, and one that came after it handed this run on.
@@ -195,5 +206,8 @@ func (rd *reader) follow() {
 	}
 }
 
-// The reader offers its role with both of ext's interfaces.
-var _ ext.HandOnNow = (*reader)(nil)
+// The reader offers its role with ext's interfaces.
+var (
+	_ ext.HandOnNow       = (*reader)(nil)
+	_ ext.HandoffNotifier = (*reader)(nil)
+)

@@ -3,6 +3,8 @@ package streamsock
 import (
 	"sync"
 	"time"
+
+	"github.com/velo-go/velo/ext"
 )
 
 // Lazy hand-off. A reader that runs a request inline (reader.Handoff)
@@ -75,11 +77,11 @@ func (w *watchdog) bound() time.Duration {
 }
 
 // begin registers rd's run on st, which rd keeps until end or until the
-// watchdog hands it on.
-func (w *watchdog) begin(rd *reader, st *connRead) {
+// watchdog hands it on; l, if not nil, hears of the hand-on.
+func (w *watchdog) begin(rd *reader, st *connRead, l ext.HandOnListener) {
 	now := monotonic()
 	w.mu.Lock()
-	rd.watched, rd.since, rd.slot = st, now, len(w.runs)
+	rd.watched, rd.since, rd.slot, rd.onHandOn = st, now, len(w.runs), l
 	w.runs = append(w.runs, rd)
 	w.started++
 	if !w.armed {
@@ -129,14 +131,37 @@ func (w *watchdog) removeLocked(rd *reader) {
 	w.runs[i].slot = i
 	w.runs[last] = nil
 	w.runs = w.runs[:last]
-	rd.watched, rd.slot = nil, -1
+	rd.watched, rd.slot, rd.onHandOn = nil, -1, nil
+}
+
+// handedOn is a connection the watchdog took from a run, and the sink's
+// listener for that run (nil: none).
+type handedOn struct {
+	st *connRead
+	l  ext.HandOnListener
+}
+
+// takeLocked removes rd's run and returns its connection and listener,
+// for passOn.
+func (w *watchdog) takeLocked(rd *reader) handedOn {
+	h := handedOn{rd.watched, rd.onHandOn}
+	w.removeLocked(rd)
+	return h
+}
+
+// passOn gives the connection to a follower, then tells the sink.
+func (h handedOn) passOn(t *Transport) {
+	t.passOn(h.st)
+	if h.l != nil {
+		h.l.HandedOn()
+	}
 }
 
 // fire hands on the connections of the runs over the bound and arms the
 // timer again while runs go on.
 func (w *watchdog) fire() {
 	now, bound := monotonic(), w.bound()
-	var over []*connRead
+	var over []handedOn
 	w.mu.Lock()
 	w.fires++
 	w.fresh = false
@@ -150,8 +175,7 @@ func (w *watchdog) fire() {
 			i++
 			continue
 		}
-		over = append(over, rd.watched)
-		w.removeLocked(rd) // the slot i now holds another run
+		over = append(over, w.takeLocked(rd)) // the slot i now holds another run
 	}
 	switch {
 	case next >= 0:
@@ -165,21 +189,21 @@ func (w *watchdog) fire() {
 		w.timer.Reset(next)
 	}
 	w.mu.Unlock()
-	for _, st := range over {
-		w.t.passOn(st)
+	for _, h := range over {
+		h.passOn(w.t)
 	}
 }
 
 // handOn hands rd's connection on now if rd's run still holds it.
 func (w *watchdog) handOn(rd *reader) {
 	w.mu.Lock()
-	st := rd.watched
-	if st != nil {
-		w.removeLocked(rd)
+	var h handedOn
+	if rd.watched != nil {
+		h = w.takeLocked(rd)
 	}
 	w.mu.Unlock()
-	if st != nil {
-		w.t.passOn(st)
+	if h.st != nil {
+		h.passOn(w.t)
 	}
 }
 
@@ -188,14 +212,12 @@ func (w *watchdog) handOn(rd *reader) {
 // counted done) without waiting for the bound.
 func (w *watchdog) handAllOn() {
 	w.mu.Lock()
-	over := make([]*connRead, 0, len(w.runs))
+	over := make([]handedOn, 0, len(w.runs))
 	for len(w.runs) > 0 {
-		rd := w.runs[len(w.runs)-1]
-		over = append(over, rd.watched)
-		w.removeLocked(rd)
+		over = append(over, w.takeLocked(w.runs[len(w.runs)-1]))
 	}
 	w.mu.Unlock()
-	for _, st := range over {
-		w.t.passOn(st)
+	for _, h := range over {
+		h.passOn(w.t)
 	}
 }

@@ -224,8 +224,8 @@ func TestWatchdogAllocatesNothing(t *testing.T) {
 	st := &connRead{}
 	rds := []*reader{{t: tr}, {t: tr}}
 	run := func() {
-		w.begin(rds[0], st)
-		w.begin(rds[1], st)
+		w.begin(rds[0], st, nil)
+		w.begin(rds[1], st, nil)
 		w.end(rds[0])
 		w.end(rds[1])
 	}
@@ -233,7 +233,7 @@ func TestWatchdogAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, run); a != 0 {
 		t.Errorf("%v allocations per two runs, want 0", a)
 	}
-	w.begin(rds[0], st)
+	w.begin(rds[0], st, nil)
 	if a := testing.AllocsPerRun(1000, w.fire); a != 0 {
 		t.Errorf("%v allocations per fire with a run under the bound, want 0", a)
 	}
@@ -259,7 +259,7 @@ func TestLoneRunCostsNoFire(t *testing.T) {
 		rd, st := &reader{}, &connRead{}
 		for range 10 {
 			time.Sleep(10 * time.Millisecond)
-			w.begin(rd, st)
+			w.begin(rd, st, nil)
 			if !w.end(rd) {
 				t.Fatal("a run under the bound was handed on")
 			}
@@ -284,7 +284,7 @@ func TestStreamOfRunsArmsOnce(t *testing.T) {
 		rd, st := &reader{}, &connRead{}
 		const runs = 100
 		for range runs {
-			w.begin(rd, st)
+			w.begin(rd, st, nil)
 			if !w.end(rd) {
 				t.Fatal("a run under the bound was handed on")
 			}

@@ -177,3 +177,90 @@ func TestHandOnNow(t *testing.T) {
 		t.Fatalf("%d hand-offs, want 1", h)
 	}
 }
+
+// countHandOns is a sink's listener (ext.HandOnListener) that counts the
+// hand-ons it hears of.
+type countHandOns struct{ n atomic.Int64 }
+
+func (c *countHandOns) HandedOn() { c.n.Add(1) }
+
+// A sink that takes the reader's role with HandoffNotify hears when its
+// run loses the connection, once, whichever way it goes: the bound passed
+// (the watchdog), the sink asked (HandOnNow), or the transport shuts down;
+// and not at all when its run ends under the bound. The messenger wakes a
+// worker for the requests of the read it has not started yet when it
+// hears (spawnPool.runClaimed): without the call they would wait for the
+// blocked handler.
+func TestHandoffNotifyTellsOfTheHandOn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		bound   time.Duration
+		payload string
+		kill    bool
+	}{
+		{"bound", 0, "block", false}, // the real bound
+		{"handon", time.Hour, "handon", false},
+		{"shutdown", time.Hour, "block", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var heard countHandOns
+			blocked, release := make(chan struct{}, 1), make(chan struct{})
+			var ran, short atomic.Int64
+			on := func(batch []ext.InboundMessage, h ext.Handoff) {
+				for i := range batch {
+					m := &batch[i]
+					if n, ok := h.(ext.HandoffNotifier); ok && len(batch) == 1 && n.HandoffNotify(&heard) {
+						switch string(m.Payload) {
+						case "handon":
+							h.(ext.HandOnNow).HandOnNow()
+							fallthrough
+						case "block":
+							blocked <- struct{}{}
+							<-release
+						default:
+							short.Add(1)
+						}
+					}
+					m.Done()
+					ran.Add(1)
+				}
+			}
+			rx := newHandoffNode(t, on, tc.bound)
+			t.Cleanup(func() {
+				rx.t.Shutdown()
+				<-rx.t.Closed()
+				rx.a.Close()
+			})
+			tx := newNode(t, Config{})
+			if err := tx.t.Register(rx.info()); err != nil {
+				t.Fatal(err)
+			}
+			if tc.bound != 0 {
+				// Short runs under the bound: nothing to hear.
+				for i := range 20 {
+					sendOne(t, tx, rx, "x")
+					testwait.Until(t, "the request to run", func() bool { return ran.Load() == int64(i+1) })
+				}
+				if short.Load() != 20 || heard.n.Load() != 0 {
+					t.Fatalf("%d of 20 short runs on the reader, %d hand-ons heard; want 20 and 0", short.Load(), heard.n.Load())
+				}
+			}
+			sendOne(t, tx, rx, tc.payload)
+			<-blocked
+			if tc.kill {
+				rx.t.Kill()
+			}
+			testwait.Until(t, "the sink to hear of the hand-on", func() bool { return heard.n.Load() == 1 })
+			close(release)
+			if !tc.kill {
+				before := short.Load() + 1
+				testwait.Until(t, "the blocked request to end", func() bool { return ran.Load() == before })
+				sendOne(t, tx, rx, "x") // read by the follower
+				testwait.Until(t, "a request after the hand-on to run", func() bool { return ran.Load() == before+1 })
+			}
+			if n := heard.n.Load(); n != 1 {
+				t.Fatalf("%d hand-ons heard, want 1", n)
+			}
+		})
+	}
+}

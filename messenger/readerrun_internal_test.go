@@ -1,0 +1,222 @@
+package messenger
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testwait"
+)
+
+// notifyingReader is a reader's offer that tells of hand-ons
+// (ext.HandoffNotifier), as streamsock's does: the test plays the
+// transport, calling the listener when "its watchdog" hands on.
+type notifyingReader struct {
+	mu      sync.Mutex
+	l       ext.HandOnListener
+	handoff atomic.Int64 // runs offered
+	now     atomic.Int64 // HandOnNow calls
+}
+
+func (h *notifyingReader) Handoff() bool { return h.HandoffNotify(nil) }
+func (h *notifyingReader) HandoffNotify(l ext.HandOnListener) bool {
+	h.mu.Lock()
+	h.l = l
+	h.mu.Unlock()
+	h.handoff.Add(1)
+	return true
+}
+
+// HandOnNow hands on at once, as the watchdog's handOn does, listener
+// included.
+func (h *notifyingReader) HandOnNow() {
+	h.now.Add(1)
+	h.handedOn()
+}
+
+// handedOn is the transport handing the connection on: the listener of
+// the run hears of it, once.
+func (h *notifyingReader) handedOn() {
+	h.mu.Lock()
+	l := h.l
+	h.l = nil
+	h.mu.Unlock()
+	if l != nil {
+		l.HandedOn()
+	}
+}
+
+// oneWayRead hands n one-way messages to r as one read of a reader that
+// offers h, and ends the read (finish).
+func oneWayRead(t *testing.T, st *ext.ShutdownState, r *registered, h ext.Handoff, n int, first func(*job)) {
+	b := spawnBatch{h: h}
+	for i := range n {
+		j := fireJob(t, st)
+		if i == 0 && first != nil {
+			first(&j)
+		}
+		b.dispatch(r, &j)
+	}
+	b.finish()
+}
+
+// TestOneWayReadRunsOnItsReader: a read of one-way messages, several
+// segments' worth, to a spawn pool with nothing to do runs on the reader
+// that read it, in order, with no worker woken (spawnPool.claim,
+// runClaimed): a pipelined sender's messages each cost a quarter more when
+// handed to a worker. Before, a read of more than one request always went
+// to a worker. A reader that cannot tell of a hand-on (no
+// ext.HandoffNotifier) still hands them to a worker.
+func TestOneWayReadRunsOnItsReader(t *testing.T) {
+	const n = 3*segJobs + 5
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var order []int
+	r := m.newRegistered(FireHandler("stream", func(c *Context) { order = append(order, len(c.Payload)) }), false)
+	for round := range 2 {
+		order = order[:0]
+		h := &notifyingReader{}
+		b := spawnBatch{h: h}
+		for i := range n {
+			j := fireJob(t, st)
+			j.payload = make([]byte, i)
+			b.dispatch(r, &j)
+		}
+		b.finish()
+		// Run on this goroutine: all of them are done when finish returns.
+		if len(order) != n {
+			t.Fatalf("round %d: %d of %d messages ran by the end of the read", round, len(order), n)
+		}
+		for i, got := range order {
+			if got != i {
+				t.Fatalf("round %d: message %d ran as the %dth", round, got, i)
+			}
+		}
+		if h.handoff.Load() != 1 {
+			t.Fatalf("round %d: %d hand-off offers taken, want 1 for the read", round, h.handoff.Load())
+		}
+	}
+	inline, wakes := m.spawnCounts(r)
+	if inline != 2*n || wakes != 0 {
+		t.Fatalf("%d of %d messages ran on the reader, %d workers woken; want all and none", inline, 2*n, wakes)
+	}
+	if !r.pool.idleForTest() || m.onReaders.Load() != 0 || m.runs.Load() != 0 {
+		t.Fatalf("after the runs: pool idle %v, onReaders %d, runs %d", r.pool.idleForTest(), m.onReaders.Load(), m.runs.Load())
+	}
+	// Without a listener for hand-ons, a worker runs them.
+	var ran atomic.Int64
+	w := m.newRegistered(FireHandler("plain", func(*Context) { ran.Add(1) }), false)
+	oneWayRead(t, st, w, &handOnRecorder{}, n, nil)
+	drained(t, st, "the worker's read")
+	if inline, wakes := m.spawnCounts(w); inline != 0 || wakes == 0 || ran.Load() != n {
+		t.Fatalf("without HandoffNotify: %d ran, %d on the reader, %d wakes; want %d, 0, some", ran.Load(), inline, wakes, n)
+	}
+}
+
+// TestOneWayReadOnReaderHandsOnBehindABlockedHandler: the first message of
+// a read run on its reader blocks until every other one has run. When the
+// transport hands the reader's connection on (its bound passed; here the
+// test does it), the pool hears of it and wakes a worker for the rest
+// (poolHandOn); the reader takes no more once its handler returns. A pool
+// that left the read's messages to the blocked reader would wait here for
+// ever.
+func TestOneWayReadOnReaderHandsOnBehindABlockedHandler(t *testing.T) {
+	const n = 2 * segJobs
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var others atomic.Int64
+	entered, allRan := make(chan struct{}), make(chan struct{})
+	r := m.newRegistered(FireHandler("read", func(c *Context) {
+		if c.Payload != nil {
+			close(entered)
+			<-allRan
+			return
+		}
+		if others.Add(1) == n-1 {
+			close(allRan)
+		}
+	}), false)
+	h := &notifyingReader{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		oneWayRead(t, st, r, h, n, func(j *job) { j.payload = []byte("block") })
+	}()
+	<-entered
+	if others.Load() != 0 {
+		t.Fatalf("%d messages ran before the first one: not in order on the reader", others.Load())
+	}
+	h.handedOn()
+	select {
+	case <-allRan:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d messages ran while the first one's handler blocked its reader", others.Load(), n-1)
+	}
+	<-done
+	drained(t, st, "the read")
+	if inline, _ := m.spawnCounts(r); inline != 1 {
+		t.Fatalf("%d messages ran on the reader, want 1 (the blocked one: the rest went to a worker)", inline)
+	}
+}
+
+// TestOneWayReadOnReaderGoexitGivesBack: a handler that calls
+// runtime.Goexit while its reader runs a read's messages ends the reader's
+// goroutine. The connection is handed on (HandOnNow), the messages behind
+// it get a worker, and the pool and the node get back what the run held.
+func TestOneWayReadOnReaderGoexitGivesBack(t *testing.T) {
+	const n = 10
+	m, st := poolNode(t, 1)
+	var calls atomic.Int32
+	allRan := make(chan struct{})
+	r := m.newRegistered(FireHandler("exits", func(*Context) {
+		switch calls.Add(1) {
+		case 1:
+			runtime.Goexit()
+		case n:
+			close(allRan)
+		}
+	}), false)
+	h := &notifyingReader{}
+	returned := make(chan bool, 1)
+	go func() {
+		ok := false
+		defer func() { returned <- ok }()
+		oneWayRead(t, st, r, h, n, nil)
+		ok = true
+	}()
+	if <-returned {
+		t.Fatal("the read returned: the handler's Goexit did not end the goroutine")
+	}
+	select {
+	case <-allRan:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d messages ran after a handler's Goexit on the reader", calls.Load(), n)
+	}
+	drained(t, st, "after a handler's Goexit")
+	if h.now.Load() != 1 {
+		t.Errorf("the reader was asked to hand on %d times, want 1", h.now.Load())
+	}
+	if n := m.onReaders.Load(); n != 0 {
+		t.Errorf("onReaders %d after the run, want 0", n)
+	}
+	testwait.Until(t, "the pool to be idle and no run counted", func() bool { return r.pool.idleForTest() && m.runs.Load() == 0 })
+	r.pool.mu.Lock()
+	stale := r.pool.onReader != nil || r.pool.readerRun || r.pool.handedOn
+	r.pool.mu.Unlock()
+	if stale {
+		t.Errorf("the pool keeps the gone reader's run")
+	}
+}
+
+func (m *Messenger) spawnCounts(r *registered) (inline int64, wakes int) {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	return r.pool.inline.Load(), r.pool.handoffs
+}
+
+func (p *spawnPool) idleForTest() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.q.n == 0 && p.running == 0 && p.searching == 0 && !p.readerRun
+}
