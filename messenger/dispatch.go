@@ -1188,6 +1188,15 @@ func (p *spawnPool) runClaimed(r *registered, h ext.HandoffNotifier) {
 		return
 	}
 	r.m.onReaders.Add(1)
+	// The node counts the reader's run as one handler running from here
+	// to its end, rather than each message's (two atomic updates of a
+	// shared word a message): it runs one at a time. A request that waits
+	// for an answer (another reader's, queued meanwhile) takes the count
+	// over and ends it before its answer goes, as a worker's run does, so
+	// that its caller's next request finds the place free (held: the
+	// run's count is outstanding).
+	r.m.startRun(r)
+	held := true
 	slab := slabs.Get().(*contextSlab)
 	start, ran := monoNow(), 0
 	var j job
@@ -1220,13 +1229,21 @@ func (p *spawnPool) runClaimed(r *registered, h ext.HandoffNotifier) {
 		}
 		p.q.popInto(&j)
 		p.running++
-		r.m.startRun(r)
 		p.wakeDrainLocked(r, false)
 		p.mu.Unlock()
-		p.inline.Add(1)
 		ran++
+		twoWay := j.hdr.rtype != msgwire.FireAndForget
+		switch {
+		case twoWay && held:
+			held = false
+		case twoWay:
+			r.m.startRun(r)
+		case !held:
+			r.m.startRun(r)
+			held = true
+		}
 		inRun = true
-		r.runBatched(&j, true, slab, &rel, true)
+		r.runBatched(&j, twoWay, slab, &rel, true)
 		inRun = false
 		p.mu.Lock()
 	}
@@ -1239,10 +1256,14 @@ func (p *spawnPool) runClaimed(r *registered, h ext.HandoffNotifier) {
 	p.wakeDrainLocked(r, true)
 	p.mu.Unlock()
 	p.act(r, a)
+	if held {
+		r.m.endRun(r)
+	}
 	rel.flush()
 	j = job{}
 	slabs.Put(slab)
 	r.m.onReaders.Add(-1)
+	p.inline.Add(int64(ran))
 	p.refuseAll(r, left)
 }
 

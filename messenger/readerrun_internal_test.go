@@ -74,9 +74,13 @@ func TestOneWayReadRunsOnItsReader(t *testing.T) {
 	const n = 3*segJobs + 5
 	m, st := poolNode(t, DefaultMaxRunningHandlers)
 	var order []int
-	r := m.newRegistered(FireHandler("stream", func(c *Context) { order = append(order, len(c.Payload)) }), false)
+	var runs []int64
+	r := m.newRegistered(FireHandler("stream", func(c *Context) {
+		order = append(order, len(c.Payload))
+		runs = append(runs, m.runs.Load())
+	}), false)
 	for round := range 2 {
-		order = order[:0]
+		order, runs = order[:0], runs[:0]
 		h := &notifyingReader{}
 		b := spawnBatch{h: h}
 		for i := range n {
@@ -92,6 +96,10 @@ func TestOneWayReadRunsOnItsReader(t *testing.T) {
 		for i, got := range order {
 			if got != i {
 				t.Fatalf("round %d: message %d ran as the %dth", round, got, i)
+			}
+			// The run counts as one running handler, the whole read long.
+			if runs[i] != 1 {
+				t.Fatalf("round %d: the node counted %d running handlers during message %d, want 1", round, runs[i], i)
 			}
 		}
 		if h.handoff.Load() != 1 {
