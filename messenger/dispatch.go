@@ -1158,7 +1158,9 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 func (p *spawnPool) claim(r *registered, s *jobSeg) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.readerRun || r.m.stopped.Load() || ((p.max > 0 || p.slowRun) && (p.q.n > 0 || p.running > 0 || p.searching > 0)) {
+	// A lone request running on a reader (tryInline) holds onReader, which
+	// the claimed run would need for itself (handOnReader).
+	if p.readerRun || p.onReader != nil || r.m.stopped.Load() || ((p.max > 0 || p.slowRun) && (p.q.n > 0 || p.running > 0 || p.searching > 0)) {
 		return false
 	}
 	p.q.pushSegs(s)
@@ -1250,7 +1252,14 @@ func (p *spawnPool) runClaimed(r *registered, h ext.HandoffNotifier) {
 	// A run handed on because its handlers are slow (not because it ran
 	// many short ones) makes the next reader wait for an idle pool: it
 	// would stop the workers that run them side by side (readerTakes).
-	p.slowRun = p.handedOn && (ran == 0 || monoNow()-start > time.Duration(ran)*slowRunPerJob)
+	// A run that ran nothing (a late hand-on, meant for the run before)
+	// tells nothing.
+	switch {
+	case !p.handedOn:
+		p.slowRun = false
+	case ran > 0:
+		p.slowRun = monoNow()-start > time.Duration(ran)*slowRunPerJob
+	}
 	p.readerRun, p.handedOn, p.onReader = false, false, nil
 	a := p.needWorkerLocked(r)
 	p.wakeDrainLocked(r, true)

@@ -228,3 +228,61 @@ func (p *spawnPool) idleForTest() bool {
 	defer p.mu.Unlock()
 	return p.q.n == 0 && p.running == 0 && p.searching == 0 && !p.readerRun
 }
+
+// TestSlowOneWayRunLeavesBusyPoolsToWorkers: a run on the reader that is
+// handed on while its handlers take long (more than slowRunPerJob each)
+// makes later reads claim the pool only when it is idle: a reader that
+// took the queue over from workers running slow handlers side by side
+// would run them one at a time until each run is handed on. A run that is
+// not handed on lets reads take a busy pool over again.
+func TestSlowOneWayRunLeavesBusyPoolsToWorkers(t *testing.T) {
+	const n = 8
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	var ran atomic.Int64
+	entered, release, hold := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	r := m.newRegistered(FireHandler("slow", func(c *Context) {
+		switch string(c.Payload) {
+		case "slow":
+			entered <- struct{}{}
+			<-release
+			// Slow for sure, whatever the scheduler did: the run's time
+			// per message is well over slowRunPerJob.
+			for t0 := time.Now(); time.Since(t0) < 10*slowRunPerJob; {
+			}
+		case "hold":
+			entered <- struct{}{}
+			<-hold
+		}
+		ran.Add(1)
+	}), false)
+	// A run on the reader whose first handler is slow, handed on.
+	h := &notifyingReader{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		oneWayRead(t, st, r, h, n, func(j *job) { j.payload = []byte("slow") })
+	}()
+	<-entered
+	h.handedOn()
+	close(release)
+	<-done
+	testwait.Until(t, "the read to run", func() bool { return ran.Load() == n })
+	r.pool.mu.Lock()
+	slow := r.pool.slowRun
+	r.pool.mu.Unlock()
+	if !slow {
+		t.Fatal("a run handed on in a slow handler is not taken for one of slow handlers")
+	}
+	// A worker runs a handler that blocks; a read now leaves the pool to
+	// its workers.
+	r.pool.submit(r, func() job { j := fireJob(t, st); j.payload = []byte("hold"); return j }())
+	<-entered
+	before, _ := m.spawnCounts(r)
+	oneWayRead(t, st, r, &notifyingReader{}, n, nil)
+	testwait.Until(t, "the second read to run", func() bool { return ran.Load() == 2*n })
+	if after, _ := m.spawnCounts(r); after != before {
+		t.Fatalf("%d messages of a read ran on the reader while a worker ran a slow handler, want 0", after-before)
+	}
+	close(hold)
+	drained(t, st, "the reads")
+}
