@@ -19,7 +19,9 @@ import (
 // those replies: a handler that calls back the peer that sent it work would
 // wait for ever. Every mode therefore queues (ordered lanes, a spawn pool
 // under WithMaxConcurrent) or refuses at once (ErrLaneFull, ErrOverloaded);
-// only WithInline runs on the reader, by its own contract. The one wait is
+// only WithInline runs on the reader, by its own contract, and spawn mode
+// where the transport hands the connection on if the run lasts (tryInline
+// for a lone request, runClaimed for a read of one-way messages). The one wait is
 // after a read, for a spawn queue over its bound, and only while a worker
 // that runs no handler is on its way to take from it (backpressure.go).
 
