@@ -449,7 +449,10 @@ func bsEngine(ctx context.Context, cfg BatchedStreamingConfig, n *velo.Node, que
 		}
 		clear(batch[len(kept):])
 		batch = kept
-		// After the finalizes, so that a terminal rides with its pass.
+		// After the finalizes, so that a terminal rides with its pass. A
+		// Finalize wakes the batcher (a terminal is urgent): if that wake
+		// runs before this call, the finalized streams go in a batch of
+		// their own and the pass costs one write more (docs/mux.md).
 		if manual {
 			n.Streams.FlushBatch()
 		}
