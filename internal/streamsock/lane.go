@@ -188,7 +188,7 @@ func (l *lane) Accept(f outFrame) {
 }
 
 // acceptSmall is Accept for a small frame read from the sender's memory
-// within its Send (gate.AdmitNow): it is copied into the batch here, so
+// within its Send (gate.AdmitNowCost): it is copied into the batch here, so
 // no reference is taken and no outFrame is made. It runs under the
 // gate's lock.
 func (l *lane) acceptSmall(f *ext.Frame) {
