@@ -3,10 +3,10 @@ package messenger_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/velo-go/velo"
 	"github.com/velo-go/velo/ext"
+	"github.com/velo-go/velo/internal/testwait"
 	"github.com/velo-go/velo/transport/tcp"
 )
 
@@ -102,16 +102,10 @@ func TestSpawnAnswersFollowWhileRequestsWait(t *testing.T) {
 	<-started // the first request holds the handler's one run
 	go call("second")
 	go call("third")
-	deadline := time.Now().Add(failAfter)
-	for {
-		if queued, _ := server.Messenger().SpawnQueueStats("hold"); queued >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second and third requests never waited in the handler's queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, "the second and third requests to wait in the handler's queue", func() bool {
+		queued, _ := server.Messenger().SpawnQueueStats("hold")
+		return queued >= 2
+	})
 	close(release)
 	for range 3 {
 		if err := <-errs; err != nil {
