@@ -72,9 +72,9 @@ type Frame struct {
 	// ConnConfirmer). The node marks only its identity proofs so: they are
 	// small, and they are what lifts the receiver's hold.
 	Urgent bool
-	// Follows says that the sender has more frames for the same peer to
-	// send right after this one (a spawn worker answering a batch of
-	// requests read together). A transport that writes a frame on the
+	// Follows says that the sender expects more frames to be sent right
+	// after this one, mostly to the same peer (a spawn worker answering a
+	// batch of requests read together). It is a guess, not a promise. A transport that writes a frame on the
 	// sending goroutine when its writer is idle may leave this one to its
 	// writer instead, so that the frames behind it leave in the same write
 	// rather than this one alone. A hint: it never holds a frame back
