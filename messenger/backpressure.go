@@ -29,7 +29,8 @@ package messenger
 // handler would wait for ever. It therefore waits only while the pool has a
 // searching worker (spawnPool), one on its way to the queue and in no
 // handler, which takes a request without waiting on anything but the pool's
-// lock. Each worker that takes one either leaves the next searching worker
+// lock, or while a reader that claimed the pool runs its queue under the
+// transport's hand-off (takerLocked). Each worker that takes one either leaves the next searching worker
 // behind or finds the pool at a cap (WithMaxConcurrent, MaxRunningHandlers)
 // and may not; in that case it wakes the reader, which reads on (the queue
 // grows under WithMaxConcurrent; at the node's cap what comes is refused).
@@ -82,7 +83,7 @@ func (p *spawnPool) noteQueuedLocked(r *registered) bool {
 func (p *spawnPool) awaitDrain(r *registered) {
 	lim := r.m.spawnQueue
 	p.mu.Lock()
-	for waited := false; p.q.overLocked(lim) && p.searching > 0 && !r.m.stopped.Load(); waited = true {
+	for waited := false; p.q.overLocked(lim) && p.takerLocked() && !r.m.stopped.Load(); waited = true {
 		if p.drained == nil {
 			p.drained = make(chan struct{})
 		}
@@ -109,6 +110,16 @@ func (p *spawnPool) awaitDrain(r *registered) {
 	p.mu.Unlock()
 }
 
+// takerLocked reports whether something takes the queue down that a
+// reader may wait for: a searching worker, or a reader that claimed the
+// pool and runs its queue (readerTakes). Such a reader runs handlers, but
+// under the transport's hand-off: one that blocks, or calls out, loses the
+// connection within the bound and its timer's lateness, and the pool then
+// wakes a worker (poolHandOn), so the wait ends as one on a worker does.
+// Without it a claimed run left the pool with no searching worker, and
+// other readers queued behind it without a wait.
+func (p *spawnPool) takerLocked() bool { return p.searching > 0 || p.readerTakes() }
+
 // drainWait is a handler's wait for its spawn queue as the transport's
 // reader makes it, at the end of its read (ext.WaitDeferrer): a pointer
 // conversion, so deferring it costs no allocation.
@@ -128,7 +139,7 @@ func (p *spawnPool) wakeDrainLocked(r *registered, force bool) {
 	if p.drained == nil {
 		return
 	}
-	if force || p.searching == 0 || p.q.drainedLocked(r.m.spawnQueue) {
+	if force || !p.takerLocked() || p.q.drainedLocked(r.m.spawnQueue) {
 		close(p.drained)
 		p.drained = nil
 	}

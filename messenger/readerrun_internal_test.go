@@ -286,3 +286,65 @@ func TestSlowOneWayRunLeavesBusyPoolsToWorkers(t *testing.T) {
 	close(hold)
 	drained(t, st, "the reads")
 }
+
+// TestClaimedRunKeepsOtherReadersToTheBound: while a reader runs a pool's
+// queue itself (runClaimed), another reader that takes that queue over its
+// bound waits for it, as it would for a searching worker: the claimed
+// reader takes the queue down, and is handed on by the transport's bound
+// if its handler blocks. Before, the pool had no searching worker during
+// the run (the reader stopped counting as one at its first message, and
+// workers are not woken for a claimed pool), so the other reader never
+// waited: its reads piled up without bound behind a handler that blocked
+// until the hand-on, up to the timer's lateness.
+func TestClaimedRunKeepsOtherReadersToTheBound(t *testing.T) {
+	const limit, reads = 8, 4
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	m.spawnQueue = queueLimits{requests: limit}
+	var ran atomic.Int64
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := m.newRegistered(FireHandler("sink", func(c *Context) {
+		if c.Payload != nil {
+			close(entered)
+			<-release
+		}
+		ran.Add(1)
+	}), false)
+	paused := make(chan struct{}, reads)
+	r.pool.onPause = func() { paused <- struct{}{} }
+	h := &notifyingReader{}
+	claimed := make(chan struct{})
+	go func() {
+		defer close(claimed)
+		oneWayRead(t, st, r, h, 2, func(j *job) { j.payload = []byte("block") })
+	}()
+	<-entered // the claimed run is in its first handler, not handed on
+	other := make(chan struct{})
+	go func() {
+		defer close(other)
+		for range reads {
+			readInto(t, r, 2*limit, func() job { return fireJob(t, st) })
+		}
+	}()
+	select {
+	case <-paused:
+	case <-other:
+		r.pool.mu.Lock()
+		maxQ := r.pool.maxQueued
+		r.pool.mu.Unlock()
+		t.Fatalf("another reader made %d reads of %d without a wait behind a claimed run: %d queued, bound %d", reads, 2*limit, maxQ, limit)
+	}
+	h.handedOn() // the transport's bound: a worker takes the queue
+	<-other
+	close(release)
+	<-claimed
+	drained(t, st, "the reads")
+	if n := ran.Load(); n != 2+reads*2*limit {
+		t.Fatalf("%d ran, want %d", n, 2+reads*2*limit)
+	}
+	r.pool.mu.Lock()
+	maxQ := r.pool.maxQueued
+	r.pool.mu.Unlock()
+	if maxQ > limit+2*limit {
+		t.Fatalf("the queue held %d, more than its bound %d and one read of %d", maxQ, limit, 2*limit)
+	}
+}
