@@ -1162,7 +1162,12 @@ func (p *spawnPool) claim(r *registered, s *jobSeg) bool {
 	defer p.mu.Unlock()
 	// A lone request running on a reader (tryInline) holds onReader, which
 	// the claimed run would need for itself (handOnReader).
-	if p.readerRun || p.onReader != nil || r.m.stopped.Load() || ((p.max > 0 || p.slowRun) && (p.q.n > 0 || p.running > 0 || p.searching > 0)) {
+	// A queue over its bound is left to its workers, and the read to the
+	// wait that keeps the bound (noteOver): a claim queues its read with
+	// no wait, so claims one after the other, each run handed on before
+	// it took down a read's worth, grew the queue without bound.
+	if p.readerRun || p.onReader != nil || r.m.stopped.Load() || p.q.overLocked(r.m.spawnQueue) ||
+		((p.max > 0 || p.slowRun) && (p.q.n > 0 || p.running > 0 || p.searching > 0)) {
 		return false
 	}
 	p.q.pushSegs(s)

@@ -348,3 +348,41 @@ func TestClaimedRunKeepsOtherReadersToTheBound(t *testing.T) {
 		t.Fatalf("the queue held %d, more than its bound %d and one read of %d", maxQ, limit, 2*limit)
 	}
 }
+
+// TestClaimedReadsKeepTheQueueBound: a read claims a pool only while its
+// queue is under the bound. Each run on a reader that is handed on (here
+// at its eighth message, as the transport's bound would, with short
+// handlers, so not a slow run) leaves the rest of the queue to a worker;
+// a read that claimed the pool again at once queued its whole read with
+// no wait, and the workers leave a claimed queue alone: a sender faster
+// than one goroutine grew the queue by a read less a run's worth each
+// time, without bound. GOMAXPROCS(1) keeps the woken workers behind the
+// reads, as a busy receiver does.
+func TestClaimedReadsKeepTheQueueBound(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const limit, perRead, reads, perRun = 8, 64, 20, 8
+	m, st := poolNode(t, DefaultMaxRunningHandlers)
+	m.spawnQueue = queueLimits{requests: limit}
+	var ran atomic.Int64
+	var cur atomic.Pointer[notifyingReader]
+	r := m.newRegistered(FireHandler("sink", func(*Context) {
+		if ran.Add(1)%perRun == 0 {
+			cur.Load().handedOn() // the bound passed during this handler
+		}
+	}), false)
+	for range reads {
+		h := &notifyingReader{}
+		cur.Store(h)
+		oneWayRead(t, st, r, h, perRead, nil)
+	}
+	drained(t, st, "the reads")
+	if n := ran.Load(); n != reads*perRead {
+		t.Fatalf("%d ran, want %d", n, reads*perRead)
+	}
+	r.pool.mu.Lock()
+	maxQ := r.pool.maxQueued
+	r.pool.mu.Unlock()
+	if maxQ > limit+2*perRead {
+		t.Fatalf("the queue held %d, more than its bound %d and two reads of %d", maxQ, limit, perRead)
+	}
+}
