@@ -29,8 +29,10 @@ package messenger
 // handler would wait for ever. It therefore waits only while the pool has a
 // searching worker (spawnPool), one on its way to the queue and in no
 // handler, which takes a request without waiting on anything but the pool's
-// lock, or while a reader that claimed the pool runs its queue under the
-// transport's hand-off (takerLocked). Each worker that takes one either leaves the next searching worker
+// lock. (A reader that runs the pool's queue itself, runClaimed, stands
+// for that worker: a reader about to wait on it alone hands its
+// connection on, and the pool wakes a worker; takerLocked.) Each worker
+// that takes one either leaves the next searching worker
 // behind or finds the pool at a cap (WithMaxConcurrent, MaxRunningHandlers)
 // and may not; in that case it wakes the reader, which reads on (the queue
 // grows under WithMaxConcurrent; at the node's cap what comes is refused).
@@ -83,7 +85,24 @@ func (p *spawnPool) noteQueuedLocked(r *registered) bool {
 func (p *spawnPool) awaitDrain(r *registered) {
 	lim := r.m.spawnQueue
 	p.mu.Lock()
+	askedHandOn := false
 	for waited := false; p.q.overLocked(lim) && p.takerLocked() && !r.m.stopped.Load(); waited = true {
+		if p.searching == 0 && !askedHandOn {
+			// Only a run on a reader takes the queue (readerTakes): its
+			// connection is handed on now, and the pool wakes a worker
+			// (poolHandOn), so that this wait is on a worker, not on a
+			// handler of that run; it may be this reader's own (a
+			// loopback send from a handler of the run) or block until
+			// the transport's bound.
+			askedHandOn = true
+			h := p.onReader
+			p.mu.Unlock()
+			if h != nil {
+				h.HandOnNow()
+			}
+			p.mu.Lock()
+			continue
+		}
 		if p.drained == nil {
 			p.drained = make(chan struct{})
 		}
@@ -112,12 +131,11 @@ func (p *spawnPool) awaitDrain(r *registered) {
 
 // takerLocked reports whether something takes the queue down that a
 // reader may wait for: a searching worker, or a reader that claimed the
-// pool and runs its queue (readerTakes). Such a reader runs handlers, but
-// under the transport's hand-off: one that blocks, or calls out, loses the
-// connection within the bound and its timer's lateness, and the pool then
-// wakes a worker (poolHandOn), so the wait ends as one on a worker does.
-// Without it a claimed run left the pool with no searching worker, and
-// other readers queued behind it without a wait.
+// pool and runs its queue (readerTakes). A reader about to wait on such a
+// run alone has its connection handed on first (awaitDrain), so that a
+// worker takes the queue; without that a claimed run left the pool with
+// no searching worker, and other readers queued behind it without a
+// wait.
 func (p *spawnPool) takerLocked() bool { return p.searching > 0 || p.readerTakes() }
 
 // drainWait is a handler's wait for its spawn queue as the transport's

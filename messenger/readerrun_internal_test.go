@@ -288,14 +288,14 @@ func TestSlowOneWayRunLeavesBusyPoolsToWorkers(t *testing.T) {
 }
 
 // TestClaimedRunKeepsOtherReadersToTheBound: while a reader runs a pool's
-// queue itself (runClaimed), another reader that takes that queue over its
-// bound waits for it, as it would for a searching worker: the claimed
-// reader takes the queue down, and is handed on by the transport's bound
-// if its handler blocks. Before, the pool had no searching worker during
-// the run (the reader stopped counting as one at its first message, and
+// queue itself (runClaimed) and its handler blocks, another reader that
+// takes that queue over its bound has the run's connection handed on, so
+// that a worker takes the queue, and waits for that worker, as for any
+// searching worker. Before, the pool had no searching worker during the
+// run (the reader stopped counting as one at its first message, and
 // workers are not woken for a claimed pool), so the other reader never
-// waited: its reads piled up without bound behind a handler that blocked
-// until the hand-on, up to the timer's lateness.
+// waited: its reads piled up without bound behind the blocked handler
+// until the transport's bound passed, up to its timer's lateness.
 func TestClaimedRunKeepsOtherReadersToTheBound(t *testing.T) {
 	const limit, reads = 8, 4
 	m, st := poolNode(t, DefaultMaxRunningHandlers)
@@ -309,8 +309,6 @@ func TestClaimedRunKeepsOtherReadersToTheBound(t *testing.T) {
 		}
 		ran.Add(1)
 	}), false)
-	paused := make(chan struct{}, reads)
-	r.pool.onPause = func() { paused <- struct{}{} }
 	h := &notifyingReader{}
 	claimed := make(chan struct{})
 	go func() {
@@ -318,34 +316,25 @@ func TestClaimedRunKeepsOtherReadersToTheBound(t *testing.T) {
 		oneWayRead(t, st, r, h, 2, func(j *job) { j.payload = []byte("block") })
 	}()
 	<-entered // the claimed run is in its first handler, not handed on
-	other := make(chan struct{})
-	go func() {
-		defer close(other)
+	finishes(t, "the other reader's reads", func() {
 		for range reads {
 			readInto(t, r, 2*limit, func() job { return fireJob(t, st) })
 		}
-	}()
-	select {
-	case <-paused:
-	case <-other:
-		r.pool.mu.Lock()
-		maxQ := r.pool.maxQueued
-		r.pool.mu.Unlock()
-		t.Fatalf("another reader made %d reads of %d without a wait behind a claimed run: %d queued, bound %d", reads, 2*limit, maxQ, limit)
-	}
-	h.handedOn() // the transport's bound: a worker takes the queue
-	<-other
-	close(release)
-	<-claimed
-	drained(t, st, "the reads")
-	if n := ran.Load(); n != 2+reads*2*limit {
-		t.Fatalf("%d ran, want %d", n, 2+reads*2*limit)
-	}
+	})
 	r.pool.mu.Lock()
 	maxQ := r.pool.maxQueued
 	r.pool.mu.Unlock()
 	if maxQ > limit+2*limit {
 		t.Fatalf("the queue held %d, more than its bound %d and one read of %d", maxQ, limit, 2*limit)
+	}
+	if n := h.now.Load(); n != 1 {
+		t.Fatalf("the blocked run was asked to hand on %d times, want 1", n)
+	}
+	close(release)
+	<-claimed
+	drained(t, st, "the reads")
+	if n := ran.Load(); n != 2+reads*2*limit {
+		t.Fatalf("%d ran, want %d", n, 2+reads*2*limit)
 	}
 }
 
