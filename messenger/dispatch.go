@@ -1153,10 +1153,14 @@ func (p *spawnPool) tryInline(r *registered, j *job, h ext.Handoff) bool {
 // or tryInline when it is alone in its read.
 
 // claim queues s and the segments linked after it, one-way messages that
-// the calling reader gathered, and makes the reader r's searching worker, if the pool has
-// nothing to do: nothing queued, no worker running or on its way. It
-// reports false, doing nothing, otherwise. The reader must end the claim
-// with runClaimed once its read is handed on.
+// the calling reader gathered, and makes the reader r's searching worker,
+// if no other reader runs r's requests, the queue is under its bound, and
+// either the pool is idle (nothing queued, no worker running or on its
+// way) or it has no WithMaxConcurrent and its last run on a reader was not
+// slow (slowRun): then its workers park once their handlers return
+// (readerTakes) and leave the queue to the reader. It reports false,
+// doing nothing, otherwise. The reader must end the claim with runClaimed
+// once its read is handed on.
 func (p *spawnPool) claim(r *registered, s *jobSeg) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
