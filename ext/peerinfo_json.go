@@ -44,7 +44,9 @@ func (p *PeerInfo) UnmarshalJSON(b []byte) error {
 			w.InstanceID = new(InstanceID)
 			err = json.Unmarshal(v, w.InstanceID)
 		case "worker_address":
-			err = json.Unmarshal(v, &w.WorkerAddress)
+			// v is valid JSON (the map's decode checked the whole
+			// document), so it goes to the parser without a rescan.
+			err = w.WorkerAddress.UnmarshalJSON(v)
 		}
 		if err != nil {
 			return fmt.Errorf("ext: peer info: %s: %w", k, err)
@@ -75,28 +77,69 @@ func appendJSONBytes(b, v []byte) []byte {
 // jsonBytes reads a JSON array of numbers 0-255 as bytes.
 type jsonBytes []byte
 
+// UnmarshalJSON reads the array in one pass. A hello carries this array
+// (a few hundred numbers) and is decoded on a connection's reader at
+// first contact: handing each number to encoding/json as a value of its
+// own scanned the array four times, made a call and an allocation per
+// number, and grew the reader's fresh stack through the nested decoders.
+// It takes what strconv.ParseUint(s, 10, 8) took of a JSON number: digits
+// only, at most 255, and no leading zero (which JSON forbids anyway).
 func (j *jsonBytes) UnmarshalJSON(b []byte) error {
-	var nums []uint8Num
-	if err := json.Unmarshal(b, &nums); err != nil {
-		return err
+	i := skipJSONSpace(b, 0)
+	if i == len(b) || b[i] != '[' {
+		return fmt.Errorf("ext: byte array: want an array, got %.20q", b[i:])
 	}
-	out := make([]byte, len(nums))
-	for i, n := range nums {
-		out[i] = byte(n)
+	out := make([]byte, 0, len(b)/3)
+	i = skipJSONSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return j.end(b, i, out)
+	}
+	for {
+		start, v := i, 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			v = v*10 + int(b[i]-'0')
+			i++
+			if v > 255 || (i-start > 1 && b[start] == '0') {
+				break
+			}
+		}
+		if i == start || v > 255 || (i-start > 1 && b[start] == '0') || (i < len(b) && !isJSONSep(b[i])) {
+			end := i
+			for end < len(b) && !isJSONSep(b[end]) {
+				end++
+			}
+			return fmt.Errorf("ext: byte value %q: not an integer 0-255", b[start:end])
+		}
+		out = append(out, byte(v))
+		i = skipJSONSpace(b, i)
+		switch {
+		case i < len(b) && b[i] == ',':
+			i = skipJSONSpace(b, i+1)
+		case i < len(b) && b[i] == ']':
+			return j.end(b, i, out)
+		default:
+			return fmt.Errorf("ext: byte array: unterminated")
+		}
+	}
+}
+
+// end finishes an array whose ']' is at b[i]: nothing but space may follow.
+func (j *jsonBytes) end(b []byte, i int, out []byte) error {
+	if skipJSONSpace(b, i+1) != len(b) {
+		return fmt.Errorf("ext: byte array: trailing data")
 	}
 	*j = out
 	return nil
 }
 
-// uint8Num is a JSON number that must fit in a byte. Its kind is not
-// uint8 on purpose: encoding/json reads a slice of a byte kind as base64.
-type uint8Num uint16
-
-func (u *uint8Num) UnmarshalJSON(b []byte) error {
-	v, err := strconv.ParseUint(string(b), 10, 8)
-	if err != nil {
-		return fmt.Errorf("ext: byte value %s: %w", b, err)
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	*u = uint8Num(v)
-	return nil
+	return i
+}
+
+// isJSONSep reports whether c may follow a number inside an array.
+func isJSONSep(c byte) bool {
+	return c == ',' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
 }
