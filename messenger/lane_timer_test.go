@@ -14,23 +14,26 @@ import (
 // be an import cycle here) and returns the caller and the server.
 func internalPair(t *testing.T) (caller, server *Messenger) {
 	t.Helper()
-	start := func() *Messenger {
-		tr, err := tcp.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := New(context.Background(), Config{Transports: []ext.Transport{tr}, ResponseSlots: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { shutdownWithin(m, 5*time.Second) })
-		return m
-	}
-	caller, server = start(), start()
+	caller, server = internalMessenger(t), internalMessenger(t)
 	if err := caller.RegisterPeer(server.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
 	return caller, server
+}
+
+// internalMessenger starts one messenger over TCP, shut down when t ends.
+func internalMessenger(t *testing.T) *Messenger {
+	t.Helper()
+	tr, err := tcp.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(context.Background(), Config{Transports: []ext.Transport{tr}, ResponseSlots: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdownWithin(m, 5*time.Second) })
+	return m
 }
 
 // TestLaneIdleTimerIsNotPerMessage: an ordered lane keeps one idle timer

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velo-go/velo/ext"
 	"github.com/velo-go/velo/internal/msgwire"
-	"github.com/velo-go/velo/transport/tcp"
 )
 
 // settledResuming is the table's count of replies not taken once every
@@ -46,18 +44,7 @@ func settledResuming(t *slotTable) (resuming int64, busy int) {
 // a reply its caller gave up on).
 func TestResumingBackToZeroAfterMixedCalls(t *testing.T) {
 	caller, server := internalPair(t)
-	gone := func() *Messenger {
-		tr, err := tcp.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := New(context.Background(), Config{Transports: []ext.Transport{tr}, ResponseSlots: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { shutdownWithin(m, 5*time.Second) })
-		return m
-	}()
+	gone := internalMessenger(t)
 	if err := caller.RegisterPeer(gone.PeerInfo()); err != nil {
 		t.Fatal(err)
 	}
