@@ -125,6 +125,7 @@ func (ps *rpProcs) failSoon(err error) {
 // or an exit before the parent asked for one, fails the run.
 func (p *rpProc) read(stdout io.Reader, ps *rpProcs) {
 	fail := ps.fail
+	reported := false // the child told what went wrong before it exits
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	for sc.Scan() {
@@ -133,6 +134,7 @@ func (p *rpProc) read(stdout io.Reader, ps *rpProcs) {
 			continue // not a protocol line
 		}
 		if m.Op == "error" {
+			reported = true
 			ps.failSoon(fmt.Errorf("%s: %s", p.name, m.Err))
 			continue
 		}
@@ -144,7 +146,12 @@ func (p *rpProc) read(stdout io.Reader, ps *rpProcs) {
 	}
 	p.exitErr = p.cmd.Wait()
 	close(p.exited)
-	if !p.leaving.Load() {
+	// A child that said what went wrong exits right after: its failSoon
+	// already fails the run, unless another child's death, often the
+	// cause of its error (a frontend's write to a crashed engine), is
+	// seen within the grace. Counting its own exit as that death would
+	// name the wrong child, depending on which exit the parent saw first.
+	if !p.leaving.Load() && !reported {
 		fail(fmt.Errorf("%s exited early: %v", p.name, p.exitErr))
 		ps.diedOnce.Do(func() { close(ps.died) })
 	}
