@@ -74,11 +74,12 @@ type Frame struct {
 	Urgent bool
 	// Follows says that the sender expects more frames to be sent right
 	// after this one, mostly to the same peer (a spawn worker answering a
-	// batch of requests read together). It is a guess, not a promise. A transport that writes a frame on the
-	// sending goroutine when its writer is idle may leave this one to its
-	// writer instead, so that the frames behind it leave in the same write
-	// rather than this one alone. A hint: it never holds a frame back
-	// from being written, and a transport may ignore it.
+	// batch of requests read together): a guess, not a promise. A
+	// transport that writes a frame on the sending goroutine when its
+	// writer is idle may leave this one to its writer instead, so that the
+	// frames behind it leave in the same write rather than this one alone.
+	// It never holds a frame back from being written, and a transport may
+	// ignore it.
 	Follows bool
 }
 

@@ -149,20 +149,7 @@ func (g *AdmissionGate[T]) SendRef(item *T, units int) (SendOutcome, error) {
 // then sends it with Send. A sink that can take an item straight from the
 // caller's memory spares the copy of the item into Send and on to Accept.
 func (g *AdmissionGate[T]) AdmitNow(units int, accept func()) (bool, error) {
-	g.mu.Lock()
-	if g.failed != nil {
-		err := g.failed
-		g.mu.Unlock()
-		return false, err
-	}
-	if g.head != len(g.pending) || g.fenced || (g.used != 0 && g.used+units > g.capacity) {
-		g.mu.Unlock()
-		return false, nil
-	}
-	g.used += units
-	accept()
-	g.mu.Unlock()
-	return true, nil
+	return g.admitNow(units, 0, false, accept)
 }
 
 // AdmitNowCost is AdmitNow for an item that the gate's fence, when one is
@@ -173,14 +160,20 @@ func (g *AdmissionGate[T]) AdmitNow(units int, accept func()) (bool, error) {
 // stays up until its timer lifts it; with AdmitNow, each of them took
 // Send's longer path all that time.
 func (g *AdmissionGate[T]) AdmitNowCost(units, cost int, accept func()) (bool, error) {
+	return g.admitNow(units, cost, true, accept)
+}
+
+// admitNow is AdmitNow (passFence false: a fence that is up refuses) and
+// AdmitNowCost (passFence: the fence takes cost as Send's admission does).
+func (g *AdmissionGate[T]) admitNow(units, cost int, passFence bool, accept func()) (bool, error) {
 	g.mu.Lock()
 	if g.failed != nil {
 		err := g.failed
 		g.mu.Unlock()
 		return false, err
 	}
-	if g.head != len(g.pending) || (g.used != 0 && g.used+units > g.capacity) ||
-		(g.fenced && cost > 0 && g.fenceUsed && cost > g.fenceLeft) {
+	fenceRefuses := g.fenced && (!passFence || (cost > 0 && g.fenceUsed && cost > g.fenceLeft))
+	if g.head != len(g.pending) || fenceRefuses || (g.used != 0 && g.used+units > g.capacity) {
 		g.mu.Unlock()
 		return false, nil
 	}
