@@ -3,6 +3,7 @@ package ext
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"testing"
 )
@@ -65,3 +66,45 @@ func TestJSONBytesForms(t *testing.T) {
 		}
 	}
 }
+
+// The one-pass reader takes exactly what encoding/json takes as an array
+// of numbers 0-255, with the same bytes, for any input (null aside: the
+// reader is only handed arrays, and refuses it).
+func FuzzJSONBytesMatchesEncodingJSON(f *testing.F) {
+	for _, s := range []string{`[]`, `[0,255]`, "[ 1 ,\r\n2\t]", `[256]`, `[01]`, `[1.0]`, `[-0]`, `[1,]`, `[[1]]`, `[1]x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if string(bytes.TrimSpace(in)) == "null" {
+			return
+		}
+		var j jsonBytes
+		err := j.UnmarshalJSON(in)
+		var nums []uint16
+		ref := json.Unmarshal(in, &nums)
+		if ref == nil && nums == nil {
+			ref = errNotArray // only null decodes to a nil slice
+		}
+		for _, n := range nums {
+			if ref == nil && n > 255 {
+				ref = errNotArray
+			}
+		}
+		if (err == nil) != (ref == nil) {
+			t.Fatalf("%q: one pass says %v, encoding/json %v", in, err, ref)
+		}
+		if err != nil {
+			return
+		}
+		if len(j) != len(nums) {
+			t.Fatalf("%q: %d bytes, encoding/json %d", in, len(j), len(nums))
+		}
+		for i, n := range nums {
+			if byte(n) != j[i] {
+				t.Fatalf("%q: byte %d = %d, encoding/json %d", in, i, j[i], n)
+			}
+		}
+	})
+}
+
+var errNotArray = errors.New("not an array of 0-255")
