@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -48,27 +49,26 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	for _, o := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{
+		{*cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{*traceFile, trace.Start, trace.Stop},
+	} {
+		if o.path == "" {
+			continue
+		}
+		f, err := os.Create(o.path)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := o.start(f); err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
-	}
-	if *traceFile != "" {
-		f, err := os.Create(*traceFile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return err
-		}
-		defer trace.Stop()
+		defer o.stop()
 	}
 	if *memProfile != "" {
 		runtime.MemProfileRate = 4096
